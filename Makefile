@@ -1,0 +1,36 @@
+# kvchat: two commands do everything on a fresh Debian 12 machine.
+#   make run   - install missing packages, build, launch the GUI on the embedded model
+#   make test  - install missing packages, build, run the test suites (ctest)
+
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+PACKAGES := build-essential cmake ninja-build pkg-config libtorch-dev libopenblas0-pthread \
+            qt6-base-dev libqt6sql6-sqlite libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev \
+            libgl-dev
+
+.PHONY: all deps configure build test run clean bench
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh $(PACKAGES)
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+configure: deps $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && QT_QPA_PLATFORM=offscreen ctest --output-on-failure -j $(JOBS)
+
+run: build
+	./$(BUILD_DIR)/kvchat $(ARGS)
+
+bench: build
+	./$(BUILD_DIR)/kvchat-cli bench $(ARGS)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,74 @@
+#pragma once
+// Chat templates: a Jinja2 subset interpreter, enough for the templates real Hugging Face models
+// ship (Llama 3/3.1, Qwen3, Gemma 3, DeepSeek-V3, ChatML, Zephyr), rendering exactly as
+// transformers does (trim_blocks, lstrip_blocks, loopcontrols). No Qt, no torch.
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/types.h"
+
+namespace kvchat {
+
+// A template that cannot be parsed or rendered; the message names the position (line:column).
+struct TemplateError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class ChatTemplate {
+ public:
+  // Throws TemplateError on a syntax error or an unsupported construct.
+  explicit ChatTemplate(const std::string& source);
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+  ~ChatTemplate();
+
+  // Renders with `context` as the global variables (messages, add_generation_prompt, bos_token, ...).
+  // `today` ("YYYY-MM-DD") fixes strftime_now; empty = the current local date.
+  std::string render(const nlohmann::ordered_json& context, const std::string& today = "") const;
+
+  struct Impl;
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A rendered prompt and where the users' and assistants' message contents sit in it, so that the
+// tokenizer never turns text a person typed into control tokens (Tokenizer::encode_chat).
+struct RenderedPrompt {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content_ranges;  // byte ranges [first, second) of message text
+  bool uses_template = false;  // false: plain concatenation, encode with add_special_tokens = true
+};
+
+// What a model directory's tokenizer_config.json says about chat formatting.
+class ChatFormatter {
+ public:
+  // Reads tokenizer_config.json (chat_template as a string, or a list of {name, template} where
+  // "default" is used; bos_token/eos_token/... as strings or {content} objects).
+  static ChatFormatter from_tokenizer_config(const std::string& tokenizer_config_path);
+  // A model without a template (stories260K): turns are joined as plain text.
+  static ChatFormatter plain();
+
+  bool has_template() const;
+  // The full prompt text for `messages`; with a template the text contains control tokens that must
+  // be encoded with parse_special = true. Without a template: the turns' contents concatenated.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object(),
+                     const std::string& today = "") const;
+  // render() plus the byte ranges of each message's content inside the text (found in order; a
+  // template that trims content is handled by searching for the trimmed text).
+  RenderedPrompt render_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                               const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object(),
+                               const std::string& today = "") const;
+
+ private:
+  std::shared_ptr<const ChatTemplate> template_;
+  nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();  // bos_token, eos_token, ...
+};
+
+}  // namespace kvchat

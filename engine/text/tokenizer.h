@@ -1,0 +1,83 @@
+#pragma once
+// Hugging Face tokenizer.json tokenizers (no Qt, no torch).
+// Two BPE families: byte-level (Llama 3 / GPT-2) and SentencePiece-style with byte fallback
+// (Llama 2 / Mistral / TinyLlama / stories260K). Anything a file uses that is not implemented
+// is a TokenizerError naming it.
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace kvchat {
+
+struct TokenizerError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Tokenizer {
+ public:
+  // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json.
+  static Tokenizer from_directory(const std::string& directory);
+  // tokenizer_config_path may be empty.
+  static Tokenizer from_files(const std::string& tokenizer_json_path, const std::string& tokenizer_config_path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // add_special_tokens: apply the post-processor (BOS/EOS as the file and add_bos_token say).
+  // parse_special: added/special tokens written in the text become their ids. User text must be
+  // encoded with parse_special = false so it can never turn into control tokens.
+  // Invalid UTF-8 in `text` is replaced by U+FFFD before encoding (never a crash).
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true,
+                              bool parse_special = false) const;
+
+  // The chat path: like encode(text, add_special_tokens, parse_special = true), except that special
+  // tokens are NOT recognised inside the byte ranges [first, second) of `plain_ranges` (text a user
+  // typed, located by ChatFormatter). Outside them the ids equal HF's encode of the whole text.
+  std::vector<TokenId> encode_chat(std::string_view text,
+                                   const std::vector<std::pair<size_t, size_t>>& plain_ranges,
+                                   bool add_special_tokens = false) const;
+
+  // clean_up_tokenization_spaces: nullopt = the tokenizer_config.json default.
+  std::string decode(const std::vector<TokenId>& ids, bool skip_special_tokens = false,
+                     std::optional<bool> clean_up_tokenization_spaces = std::nullopt) const;
+
+  int vocab_size() const;                       // including added tokens
+  std::optional<TokenId> token_to_id(std::string_view token) const;
+  std::string id_to_token(TokenId id) const;    // vocabulary string ("Ġhello", "<0x0A>"); "" if unknown
+  bool is_special(TokenId id) const;
+  std::optional<TokenId> bos_id() const;        // from tokenizer_config.json bos_token, else none
+  std::optional<TokenId> eos_id() const;        // from tokenizer_config.json eos_token, else none
+  bool add_bos_token() const;                   // whether encode(add_special_tokens=true) prepends BOS
+
+  struct Impl;
+ private:
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend class StreamingDecoder;
+};
+
+// Token-by-token detokenization for streaming a reply: never emits a broken UTF-8 character
+// (incomplete bytes are held back), and the concatenation of everything returned by push() and
+// finish() equals tokenizer.decode(all ids pushed). Leading-space stripping (the Strip decoder)
+// applies once, at the start of the stream.
+class StreamingDecoder {
+ public:
+  explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = true);
+  std::string push(TokenId id);  // text that became complete with this token (may be "")
+  std::string finish();          // whatever is still held back (invalid bytes become U+FFFD)
+  void reset();
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_;
+  std::vector<TokenId> ids_;
+  std::string emitted_;
+};
+
+}  // namespace kvchat

@@ -1,0 +1,33 @@
+#include "engine/types.h"
+
+#include <stdexcept>
+
+namespace kvchat {
+
+const char* to_string(KvCacheMode mode) {
+  switch (mode) {
+    case KvCacheMode::Contiguous: return "on";
+    case KvCacheMode::Naive: return "naive";
+    case KvCacheMode::Off: return "off";
+  }
+  return "?";
+}
+
+KvCacheMode kv_cache_mode_from_string(const std::string& text) {
+  if (text == "on" || text == "contiguous") return KvCacheMode::Contiguous;
+  if (text == "naive") return KvCacheMode::Naive;
+  if (text == "off") return KvCacheMode::Off;
+  throw std::invalid_argument("unknown kv cache mode '" + text + "' (expected on, naive or off)");
+}
+
+const char* to_string(StopReason reason) {
+  switch (reason) {
+    case StopReason::Eos: return "eos";
+    case StopReason::MaxTokens: return "max_tokens";
+    case StopReason::ContextFull: return "context_full";
+    case StopReason::Stopped: return "stopped";
+  }
+  return "?";
+}
+
+}  // namespace kvchat

@@ -1,0 +1,73 @@
+#pragma once
+// Plain value types shared by the engine, the app and the UI.
+// Includes neither LibTorch nor Qt: this is the only engine header that app/ and ui/ headers need.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvchat {
+
+using TokenId = std::int32_t;
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant"
+  std::string content;
+};
+
+// Sampling. temperature <= 0 means greedy (argmax); the filters then have no effect.
+struct SamplingParams {
+  float temperature = 0.0f;
+  int top_k = 0;                    // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off (CTRL-style: divide positive logits, multiply negative)
+  int repetition_window = 64;       // how many of the most recent tokens the penalty looks at (0 = all)
+  std::uint64_t seed = 0;
+};
+
+enum class KvCacheMode {
+  Contiguous,  // preallocated, grows geometrically, writes in place (the default, fast path)
+  Naive,       // grows by concatenation every step: the simple reference implementation
+  Off,         // no cache: every step recomputes the whole sequence (the O(n^2) path)
+};
+
+const char* to_string(KvCacheMode mode);
+// Accepts "on"/"contiguous", "naive", "off". Throws std::invalid_argument otherwise.
+KvCacheMode kv_cache_mode_from_string(const std::string& text);
+
+struct GenerationConfig {
+  int max_new_tokens = 256;
+  SamplingParams sampling;
+  KvCacheMode cache_mode = KvCacheMode::Contiguous;
+  int prefill_chunk_tokens = 256;      // prefill runs in chunks of at most this many tokens
+  std::vector<TokenId> stop_token_ids; // empty = the model's end-of-sequence ids
+};
+
+enum class StopReason {
+  Eos,          // the model produced an end-of-sequence id
+  MaxTokens,    // max_new_tokens reached
+  ContextFull,  // the model's context limit reached
+  Stopped,      // the caller's stop flag was set
+};
+
+const char* to_string(StopReason reason);
+
+// What one generate() call did and how fast. Plain value: copied into signals, stored with messages.
+struct GenerationStats {
+  int prompt_tokens = 0;        // tokens of the whole conversation history given to this turn
+  int reused_tokens = 0;        // of those, already in the cache (not recomputed)
+  int prefilled_tokens = 0;     // newly prefilled tokens (prompt_tokens - reused_tokens)
+  int generated_tokens = 0;     // new tokens sampled
+  double prefill_ms = 0.0;      // wall time of the prefill
+  double ttft_ms = 0.0;         // time to first token: prefill + first sampling
+  double decode_ms = 0.0;       // wall time of the decode steps after the first token
+  double prefill_tokens_per_second = 0.0;
+  double decode_tokens_per_second = 0.0;
+  std::int64_t cache_tokens = 0;   // tokens held by the cache after the turn (0 when the cache is off)
+  std::int64_t cache_bytes = 0;    // bytes held by those tokens' K/V
+  std::int64_t cache_capacity_tokens = 0;
+  KvCacheMode cache_mode = KvCacheMode::Contiguous;
+  StopReason stop_reason = StopReason::MaxTokens;
+};
+
+}  // namespace kvchat
