@@ -1,0 +1,79 @@
+#pragma once
+// Conversations and their messages in SQLite (through Qt Sql). The promise: a crash loses at most the
+// last second of one streaming reply, never a chat. Every write is its own committed transaction, the
+// journal is WAL, and replies left unfinished by a crash are kept with their partial text.
+#include <QDateTime>
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <optional>
+#include <stdexcept>
+
+namespace kvchat::app {
+
+// Anything the database refused: the message names the database file and SQLite's own words.
+struct StoreError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ConversationRecord {
+  qint64 id = 0;
+  QString title;
+  QString system_prompt;
+  QDateTime created_at;
+  QDateTime updated_at;
+  int message_count = 0;  // filled by conversations() and conversation()
+};
+
+struct MessageRecord {
+  qint64 id = 0;
+  qint64 conversation_id = 0;
+  QString role;  // "system", "user", "assistant", or "marker" (e.g. where old turns were dropped at the context limit)
+  QString text;
+  QDateTime created_at;
+  QString model;
+  QJsonObject settings;
+  QJsonObject stats;
+  bool complete = true;  // false while a reply is still streaming (or was killed mid-stream)
+};
+
+class ConversationStore {
+ public:
+  // Opens or creates the database (WAL journal, synchronous=NORMAL, foreign keys, schema version table),
+  // creating parent folders. Each instance uses its own QSqlDatabase connection name; use it from one
+  // thread only. Throws StoreError with the path and the SQLite message (unwritable folder, corrupt file,
+  // not a database, full disk).
+  explicit ConversationStore(const QString& database_path);
+  ~ConversationStore();
+  ConversationStore(const ConversationStore&) = delete;
+  ConversationStore& operator=(const ConversationStore&) = delete;
+
+  static QString default_database_path();  // <QStandardPaths::AppDataLocation>/kvchat.sqlite3
+  QString path() const;
+
+  qint64 create_conversation(const QString& title, const QString& system_prompt = QString());
+  void rename_conversation(qint64 conversation_id, const QString& title);
+  void set_system_prompt(qint64 conversation_id, const QString& system_prompt);
+  void delete_conversation(qint64 conversation_id);  // and its messages
+  QList<ConversationRecord> conversations() const;   // most recently updated first
+  std::optional<ConversationRecord> conversation(qint64 conversation_id) const;
+
+  QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation
+  std::optional<MessageRecord> message(qint64 message_id) const;
+  qint64 add_message(const MessageRecord& message);  // committed before it returns; bumps updated_at
+  void update_message_text(qint64 message_id, const QString& text);  // streaming progress, committed (complete stays false)
+  void finish_message(qint64 message_id, const QString& text, const QJsonObject& stats);  // complete = true, committed
+  void delete_messages_from(qint64 conversation_id, qint64 first_message_id);  // that message and all after it
+
+  // Runs SQLite's `PRAGMA integrity_check` and returns its first row ("ok" for a healthy file).
+  QString integrity_check() const;
+
+  static constexpr int kSchemaVersion = 1;
+
+ private:
+  QString database_path_;
+  QString connection_name_;
+};
+
+}  // namespace kvchat::app

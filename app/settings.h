@@ -1,0 +1,44 @@
+#pragma once
+// The user's chat settings, persisted with QSettings. Tests pass their own QSettings(path, IniFormat).
+#include <QJsonObject>
+#include <QSettings>
+#include <QString>
+
+#include "engine/types.h"
+
+namespace kvchat::app {
+
+// What happens when the conversation no longer fits the context window.
+enum class ContextOverflowPolicy { Stop, DropOldestTurns };
+
+const char* to_string(ContextOverflowPolicy policy);  // "stop" / "drop_oldest_turns"
+// Accepts "stop", "drop_oldest_turns" (or "drop"). Throws std::invalid_argument otherwise.
+ContextOverflowPolicy context_overflow_policy_from_string(const QString& text);
+
+struct ChatSettings {
+  bool kv_cache_enabled = true;
+  double temperature = 0.7;
+  int top_k = 40;
+  double top_p = 0.95;
+  double min_p = 0.05;
+  double repetition_penalty = 1.1;
+  quint64 seed = 0;  // 0 = a fresh random seed each turn
+  int max_new_tokens = 256;
+  QString default_system_prompt;
+  QString model_directory;  // empty = the embedded stories260K
+  int threads = 0;          // 0 = the machine's cores
+  int context_limit = 0;    // 0 = the model's max_position_embeddings
+  ContextOverflowPolicy context_overflow = ContextOverflowPolicy::Stop;
+  qint64 cache_budget_bytes = 0;  // 0 = default: a share of physical memory (see effective_cache_budget_bytes)
+
+  static ChatSettings load(QSettings& settings);  // missing keys keep the defaults; out-of-range values clamped, logged
+  void save(QSettings& settings) const;
+  kvchat::GenerationConfig to_generation_config() const;  // sampling + max tokens + cache mode (Contiguous or Off)
+  qint64 effective_cache_budget_bytes() const;
+  QJsonObject to_json() const;  // what gets saved with each assistant message
+};
+
+// Physical memory of this machine in bytes (from /proc/meminfo, else sysconf); 0 if unknown.
+qint64 physical_memory_bytes();
+
+}  // namespace kvchat::app

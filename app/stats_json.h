@@ -1,0 +1,16 @@
+#pragma once
+// GenerationStats <-> the JSON object stored with each assistant message and written by exports.
+#include <QJsonObject>
+
+#include "engine/types.h"
+
+namespace kvchat::app {
+
+// Keys: prompt_tokens, reused_tokens, prefilled_tokens, generated_tokens, prefill_ms, ttft_ms, decode_ms,
+// prefill_tok_s, decode_tok_s, cache_tokens, cache_bytes, cache_capacity_tokens,
+// cache_mode ("on"/"naive"/"off"), stop_reason ("eos"/"max_tokens"/"context_full"/"stopped").
+QJsonObject stats_to_json(const kvchat::GenerationStats& stats);
+// Missing keys keep GenerationStats' defaults; an unknown cache_mode/stop_reason throws std::invalid_argument.
+kvchat::GenerationStats stats_from_json(const QJsonObject& json);
+
+}  // namespace kvchat::app
