@@ -38,13 +38,20 @@ struct MessageRecord {
   bool complete = true;  // false while a reply is still streaming (or was killed mid-stream)
 };
 
+// How the constructor treats a missing database file.
+enum class StoreOpenMode {
+  CreateIfMissing,  // the app: create the file, its folders and the schema
+  ExistingOnly,     // readers such as the CLI: a missing file or one without kvchat's schema is a StoreError
+};
+
 class ConversationStore {
  public:
   // Opens or creates the database (WAL journal, synchronous=NORMAL, foreign keys, schema version table),
   // creating parent folders. Each instance uses its own QSqlDatabase connection name; use it from one
   // thread only. Throws StoreError with the path and the SQLite message (unwritable folder, corrupt file,
   // not a database, full disk).
-  explicit ConversationStore(const QString& database_path);
+  explicit ConversationStore(const QString& database_path,
+                             StoreOpenMode open_mode = StoreOpenMode::CreateIfMissing);
   ~ConversationStore();
   ConversationStore(const ConversationStore&) = delete;
   ConversationStore& operator=(const ConversationStore&) = delete;

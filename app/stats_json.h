@@ -1,6 +1,7 @@
 #pragma once
 // GenerationStats <-> the JSON object stored with each assistant message and written by exports.
 #include <QJsonObject>
+#include <QString>
 
 #include "engine/types.h"
 
@@ -12,5 +13,9 @@ namespace kvchat::app {
 QJsonObject stats_to_json(const kvchat::GenerationStats& stats);
 // Missing keys keep GenerationStats' defaults; an unknown cache_mode/stop_reason throws std::invalid_argument.
 kvchat::GenerationStats stats_from_json(const QJsonObject& json);
+
+// One human line for a reply's stats, e.g. "42 tokens · 118.3 tok/s · TTFT 12 ms · prompt 96 (80 reused) ·
+// cache on 138 tokens, 69.0 KiB · stop: eos". Empty for an empty object.
+QString stats_summary(const QJsonObject& json);
 
 }  // namespace kvchat::app

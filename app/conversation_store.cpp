@@ -1,0 +1,475 @@
+#include "app/conversation_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+
+#include <QDir>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QSqlDatabase>
+#include <QSqlError>
+#include <QSqlQuery>
+#include <QStandardPaths>
+#include <QVariant>
+
+namespace kvchat::app {
+
+namespace {
+
+// Timestamps are stored as milliseconds since the epoch (UTC): exact, sortable and zone-free.
+qint64 now_ms() { return QDateTime::currentMSecsSinceEpoch(); }
+QDateTime from_ms(qint64 ms) { return QDateTime::fromMSecsSinceEpoch(ms, Qt::UTC); }
+
+// SQLite's NOT NULL columns must not receive a null QString (Qt binds it as SQL NULL).
+QString non_null(const QString& text) { return text.isNull() ? QStringLiteral("") : text; }
+
+QString json_text(const QJsonObject& object) {
+  return QString::fromUtf8(QJsonDocument(object).toJson(QJsonDocument::Compact));
+}
+
+bool is_known_role(const QString& role) {
+  return role == QLatin1String("system") || role == QLatin1String("user") || role == QLatin1String("assistant") ||
+         role == QLatin1String("marker");
+}
+
+QString sqlite_message(const QSqlError& error) {
+  QString text = error.databaseText();
+  if (text.isEmpty()) text = error.driverText();
+  if (text.isEmpty()) text = error.text();
+  return text;
+}
+
+[[noreturn]] void fail(const QString& path, const QString& what, const QSqlError& error) {
+  throw StoreError(QStringLiteral("conversation store %1: %2: %3").arg(path, what, sqlite_message(error)).toStdString());
+}
+
+[[noreturn]] void fail(const QString& path, const QString& what) {
+  throw StoreError(QStringLiteral("conversation store %1: %2").arg(path, what).toStdString());
+}
+
+std::atomic<quint64> next_connection_number{0};
+
+// Binds and runs one statement; a failure becomes a StoreError naming the file and the statement's purpose.
+class StoreQuery {
+ public:
+  StoreQuery(const QSqlDatabase& db, const QString& path, const QString& purpose, const QString& sql)
+      : query_(db), path_(path), purpose_(purpose) {
+    if (!query_.prepare(sql)) fail(path_, purpose_, query_.lastError());
+  }
+  StoreQuery& bind(const QString& name, const QVariant& value) {
+    query_.bindValue(name, value);
+    return *this;
+  }
+  QSqlQuery& run() {
+    if (!query_.exec()) fail(path_, purpose_, query_.lastError());
+    return query_;
+  }
+  QSqlQuery& query() { return query_; }
+
+ private:
+  QSqlQuery query_;
+  QString path_;
+  QString purpose_;
+};
+
+// One write = one transaction: committed by commit(), rolled back if an exception leaves the scope first.
+class WriteTransaction {
+ public:
+  WriteTransaction(QSqlDatabase db, const QString& path, const QString& purpose)
+      : db_(std::move(db)), path_(path), purpose_(purpose) {
+    if (!db_.transaction()) fail(path_, purpose_ + QStringLiteral(" (begin)"), db_.lastError());
+  }
+  ~WriteTransaction() {
+    if (!committed_ && !db_.rollback())
+      spdlog::warn("conversation store {}: rollback after failed {} failed: {}", path_.toStdString(),
+                   purpose_.toStdString(), sqlite_message(db_.lastError()).toStdString());
+  }
+  void commit() {
+    if (!db_.commit()) fail(path_, purpose_ + QStringLiteral(" (commit)"), db_.lastError());
+    committed_ = true;
+  }
+
+ private:
+  QSqlDatabase db_;
+  QString path_;
+  QString purpose_;
+  bool committed_ = false;
+};
+
+const char* const kSchema[] = {
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+    // activity grows with every write to a conversation: it orders the list exactly even when two writes share
+    // a millisecond or the wall clock steps back.
+    "CREATE TABLE IF NOT EXISTS conversations ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " title TEXT NOT NULL,"
+    " system_prompt TEXT NOT NULL DEFAULT '',"
+    " created_at INTEGER NOT NULL,"
+    " updated_at INTEGER NOT NULL,"
+    " activity INTEGER NOT NULL DEFAULT 0)",
+    // AUTOINCREMENT: ids are never reused, so "this message and all after it" is simply id >= first.
+    "CREATE TABLE IF NOT EXISTS messages ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+    " role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'marker')),"
+    " text TEXT NOT NULL,"
+    " created_at INTEGER NOT NULL,"
+    " model TEXT NOT NULL DEFAULT '',"
+    " settings TEXT NOT NULL DEFAULT '{}',"
+    " stats TEXT NOT NULL DEFAULT '{}',"
+    " complete INTEGER NOT NULL DEFAULT 1)",
+    "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id)",
+};
+
+QJsonObject parse_json_column(const QString& path, qint64 message_id, const char* column, const QString& text) {
+  if (text.isEmpty()) return {};
+  QJsonParseError error{};
+  QJsonDocument document = QJsonDocument::fromJson(text.toUtf8(), &error);
+  if (error.error != QJsonParseError::NoError || !document.isObject()) {
+    // One damaged column must not make the whole chat unreadable: keep the message, drop the column.
+    spdlog::warn("conversation store {}: message {} has an unreadable {} column ({}); using an empty object",
+                 path.toStdString(), message_id, column, error.errorString().toStdString());
+    return {};
+  }
+  return document.object();
+}
+
+}  // namespace
+
+ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode open_mode)
+    : database_path_(QFileInfo(database_path).absoluteFilePath()) {
+  if (database_path.isEmpty()) throw StoreError("conversation store: empty database path");
+  const QFileInfo info(database_path_);
+  if (open_mode == StoreOpenMode::ExistingOnly && !info.exists()) fail(database_path_, QStringLiteral("no such file"));
+  if (info.exists() && info.isDir()) fail(database_path_, QStringLiteral("is a folder, not a database file"));
+  if (!QDir().mkpath(info.absolutePath()))
+    fail(database_path_, QStringLiteral("cannot create the folder %1").arg(info.absolutePath()));
+
+  connection_name_ = QStringLiteral("kvchat-store-%1").arg(next_connection_number.fetch_add(1));
+  try {
+    QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), connection_name_);
+    if (!db.isValid()) fail(database_path_, QStringLiteral("the Qt SQLite driver (QSQLITE) is not available"));
+    db.setDatabaseName(database_path_);
+    if (!db.open()) fail(database_path_, QStringLiteral("cannot open"), db.lastError());
+
+    // The first statement reads the file header: garbage or a foreign file fails here ("file is not a database").
+    StoreQuery wal(db, database_path_, QStringLiteral("cannot enable the WAL journal"),
+                   QStringLiteral("PRAGMA journal_mode = WAL"));
+    QSqlQuery& mode = wal.run();
+    const QString journal_mode = mode.next() ? mode.value(0).toString() : QString();
+    if (journal_mode.compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0)
+      spdlog::warn("conversation store {}: journal mode is '{}', not WAL (file system without shared memory?)",
+                   database_path_.toStdString(), journal_mode.toStdString());
+    // WAL + NORMAL: a commit survives a crash of the program; only a power loss may drop the latest commits.
+    StoreQuery(db, database_path_, QStringLiteral("cannot set synchronous"), QStringLiteral("PRAGMA synchronous = NORMAL"))
+        .run();
+    StoreQuery(db, database_path_, QStringLiteral("cannot enable foreign keys"), QStringLiteral("PRAGMA foreign_keys = ON"))
+        .run();
+    // Another process (a second window, the CLI) may hold the write lock for a moment.
+    StoreQuery(db, database_path_, QStringLiteral("cannot set the busy timeout"),
+               QStringLiteral("PRAGMA busy_timeout = 5000"))
+        .run();
+
+    StoreQuery has_schema(db, database_path_, QStringLiteral("cannot read the schema"),
+                          QStringLiteral("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"));
+    QSqlQuery& schema_rows = has_schema.run();
+    const bool schema_exists = schema_rows.next() && schema_rows.value(0).toInt() > 0;
+    if (!schema_exists && open_mode == StoreOpenMode::ExistingOnly)
+      fail(database_path_, QStringLiteral("not a kvchat database (no schema_version table)"));
+
+    if (!schema_exists) {
+      WriteTransaction transaction(db, database_path_, QStringLiteral("cannot create the schema"));
+      for (const char* statement : kSchema)
+        StoreQuery(db, database_path_, QStringLiteral("cannot create the schema"), QString::fromLatin1(statement)).run();
+      StoreQuery(db, database_path_, QStringLiteral("cannot record the schema version"),
+                 QStringLiteral("INSERT INTO schema_version (version) VALUES (:version)"))
+          .bind(QStringLiteral(":version"), kSchemaVersion)
+          .run();
+      transaction.commit();
+      spdlog::info("conversation store {}: created (schema version {})", database_path_.toStdString(), kSchemaVersion);
+    } else {
+      StoreQuery version_query(db, database_path_, QStringLiteral("cannot read the schema version"),
+                               QStringLiteral("SELECT max(version) FROM schema_version"));
+      QSqlQuery& version_row = version_query.run();
+      const int version = version_row.next() ? version_row.value(0).toInt() : 0;
+      if (version > kSchemaVersion)
+        fail(database_path_, QStringLiteral("schema version %1 is newer than this program's %2")
+                                 .arg(version)
+                                 .arg(kSchemaVersion));
+      if (version < 1) fail(database_path_, QStringLiteral("schema_version table holds no valid version"));
+    }
+    spdlog::debug("conversation store {}: open (connection {})", database_path_.toStdString(),
+                  connection_name_.toStdString());
+  } catch (...) {
+    {
+      QSqlDatabase db = QSqlDatabase::database(connection_name_, false);
+      if (db.isValid()) db.close();
+    }
+    QSqlDatabase::removeDatabase(connection_name_);
+    throw;
+  }
+}
+
+ConversationStore::~ConversationStore() {
+  {
+    QSqlDatabase db = QSqlDatabase::database(connection_name_, false);
+    if (db.isValid()) db.close();
+  }
+  // Only after every QSqlDatabase handle of this connection is gone.
+  QSqlDatabase::removeDatabase(connection_name_);
+}
+
+QString ConversationStore::default_database_path() {
+  QString directory = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
+  if (directory.isEmpty()) directory = QDir::homePath() + QStringLiteral("/.local/share/kvchat");
+  return QDir(directory).filePath(QStringLiteral("kvchat.sqlite3"));
+}
+
+QString ConversationStore::path() const { return database_path_; }
+
+namespace {
+
+QSqlDatabase connection(const QString& name) { return QSqlDatabase::database(name, false); }
+
+// The next value of the conversations' activity counter (see the schema).
+qint64 next_activity(const QSqlDatabase& db, const QString& path) {
+  StoreQuery query(db, path, QStringLiteral("cannot read the activity counter"),
+                   QStringLiteral("SELECT coalesce(max(activity), 0) + 1 FROM conversations"));
+  QSqlQuery& row = query.run();
+  return row.next() ? row.value(0).toLongLong() : 1;
+}
+
+void touch_conversation(const QSqlDatabase& db, const QString& path, qint64 conversation_id) {
+  const qint64 activity = next_activity(db, path);
+  StoreQuery(db, path, QStringLiteral("cannot update conversation %1").arg(conversation_id),
+             QStringLiteral("UPDATE conversations SET updated_at = :now, activity = :activity WHERE id = :id"))
+      .bind(QStringLiteral(":now"), now_ms())
+      .bind(QStringLiteral(":activity"), activity)
+      .bind(QStringLiteral(":id"), conversation_id)
+      .run();
+}
+
+void require_rows_affected(QSqlQuery& query, const QString& path, const QString& what) {
+  if (query.numRowsAffected() < 1) fail(path, what);
+}
+
+ConversationRecord conversation_from_row(const QSqlQuery& row) {
+  ConversationRecord record;
+  record.id = row.value(0).toLongLong();
+  record.title = row.value(1).toString();
+  record.system_prompt = row.value(2).toString();
+  record.created_at = from_ms(row.value(3).toLongLong());
+  record.updated_at = from_ms(row.value(4).toLongLong());
+  record.message_count = row.value(5).toInt();
+  return record;
+}
+
+const QString kConversationColumns = QStringLiteral(
+    "SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
+    " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) FROM conversations c");
+
+const QString kMessageColumns = QStringLiteral(
+    "SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete FROM messages");
+
+MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
+  MessageRecord record;
+  record.id = row.value(0).toLongLong();
+  record.conversation_id = row.value(1).toLongLong();
+  record.role = row.value(2).toString();
+  record.text = row.value(3).toString();
+  record.created_at = from_ms(row.value(4).toLongLong());
+  record.model = row.value(5).toString();
+  record.settings = parse_json_column(path, record.id, "settings", row.value(6).toString());
+  record.stats = parse_json_column(path, record.id, "stats", row.value(7).toString());
+  record.complete = row.value(8).toInt() != 0;
+  return record;
+}
+
+}  // namespace
+
+qint64 ConversationStore::create_conversation(const QString& title, const QString& system_prompt) {
+  QSqlDatabase db = connection(connection_name_);
+  WriteTransaction transaction(db, database_path_, QStringLiteral("cannot create a conversation"));
+  const qint64 now = now_ms();
+  StoreQuery insert(db, database_path_, QStringLiteral("cannot create a conversation"),
+                    QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity)"
+                                   " VALUES (:title, :system_prompt, :now, :now, :activity)"));
+  insert.bind(QStringLiteral(":title"), non_null(title))
+      .bind(QStringLiteral(":system_prompt"), non_null(system_prompt))
+      .bind(QStringLiteral(":now"), now)
+      .bind(QStringLiteral(":activity"), next_activity(db, database_path_));
+  const qint64 id = insert.run().lastInsertId().toLongLong();
+  transaction.commit();
+  spdlog::debug("conversation store: created conversation {}", id);
+  return id;
+}
+
+void ConversationStore::rename_conversation(qint64 conversation_id, const QString& title) {
+  QSqlDatabase db = connection(connection_name_);
+  WriteTransaction transaction(db, database_path_, QStringLiteral("cannot rename conversation %1").arg(conversation_id));
+  StoreQuery update(db, database_path_, QStringLiteral("cannot rename conversation %1").arg(conversation_id),
+                    QStringLiteral("UPDATE conversations SET title = :title WHERE id = :id"));
+  update.bind(QStringLiteral(":title"), non_null(title)).bind(QStringLiteral(":id"), conversation_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+}
+
+void ConversationStore::set_system_prompt(qint64 conversation_id, const QString& system_prompt) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot set the system prompt of conversation %1").arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  StoreQuery update(db, database_path_, purpose,
+                    QStringLiteral("UPDATE conversations SET system_prompt = :system_prompt WHERE id = :id"));
+  update.bind(QStringLiteral(":system_prompt"), non_null(system_prompt)).bind(QStringLiteral(":id"), conversation_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+}
+
+void ConversationStore::delete_conversation(qint64 conversation_id) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot delete conversation %1").arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  // Explicit rather than relying on ON DELETE CASCADE alone: a file written with foreign keys off stays clean.
+  StoreQuery(db, database_path_, purpose, QStringLiteral("DELETE FROM messages WHERE conversation_id = :id"))
+      .bind(QStringLiteral(":id"), conversation_id)
+      .run();
+  StoreQuery remove(db, database_path_, purpose, QStringLiteral("DELETE FROM conversations WHERE id = :id"));
+  remove.bind(QStringLiteral(":id"), conversation_id);
+  require_rows_affected(remove.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  transaction.commit();
+  spdlog::debug("conversation store: deleted conversation {}", conversation_id);
+}
+
+QList<ConversationRecord> ConversationStore::conversations() const {
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery query(db, database_path_, QStringLiteral("cannot list conversations"),
+                   kConversationColumns + QStringLiteral(" ORDER BY c.activity DESC, c.updated_at DESC, c.id DESC"));
+  QSqlQuery& rows = query.run();
+  QList<ConversationRecord> records;
+  while (rows.next()) records.append(conversation_from_row(rows));
+  return records;
+}
+
+std::optional<ConversationRecord> ConversationStore::conversation(qint64 conversation_id) const {
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery query(db, database_path_, QStringLiteral("cannot read conversation %1").arg(conversation_id),
+                   kConversationColumns + QStringLiteral(" WHERE c.id = :id"));
+  query.bind(QStringLiteral(":id"), conversation_id);
+  QSqlQuery& rows = query.run();
+  if (!rows.next()) return std::nullopt;
+  return conversation_from_row(rows);
+}
+
+QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery query(db, database_path_, QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
+                   kMessageColumns + QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
+  query.bind(QStringLiteral(":id"), conversation_id);
+  QSqlQuery& rows = query.run();
+  QList<MessageRecord> records;
+  while (rows.next()) records.append(message_from_row(rows, database_path_));
+  return records;
+}
+
+std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const {
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery query(db, database_path_, QStringLiteral("cannot read message %1").arg(message_id),
+                   kMessageColumns + QStringLiteral(" WHERE id = :id"));
+  query.bind(QStringLiteral(":id"), message_id);
+  QSqlQuery& rows = query.run();
+  if (!rows.next()) return std::nullopt;
+  return message_from_row(rows, database_path_);
+}
+
+qint64 ConversationStore::add_message(const MessageRecord& message) {
+  const QString purpose = QStringLiteral("cannot add a message to conversation %1").arg(message.conversation_id);
+  if (!is_known_role(message.role))
+    fail(database_path_, purpose + QStringLiteral(": unknown role '%1' (expected system, user, assistant or marker)")
+                                       .arg(message.role));
+  QSqlDatabase db = connection(connection_name_);
+  WriteTransaction transaction(db, database_path_, purpose);
+  StoreQuery exists(db, database_path_, purpose, QStringLiteral("SELECT 1 FROM conversations WHERE id = :id"));
+  exists.bind(QStringLiteral(":id"), message.conversation_id);
+  if (!exists.run().next()) fail(database_path_, purpose + QStringLiteral(": no such conversation"));
+
+  const qint64 created = message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now_ms();
+  StoreQuery insert(db, database_path_, purpose,
+                    QStringLiteral("INSERT INTO messages"
+                                   " (conversation_id, role, text, created_at, model, settings, stats, complete)"
+                                   " VALUES (:conversation_id, :role, :text, :created_at, :model, :settings, :stats,"
+                                   " :complete)"));
+  insert.bind(QStringLiteral(":conversation_id"), message.conversation_id)
+      .bind(QStringLiteral(":role"), message.role)
+      .bind(QStringLiteral(":text"), non_null(message.text))
+      .bind(QStringLiteral(":created_at"), created)
+      .bind(QStringLiteral(":model"), non_null(message.model))
+      .bind(QStringLiteral(":settings"), json_text(message.settings))
+      .bind(QStringLiteral(":stats"), json_text(message.stats))
+      .bind(QStringLiteral(":complete"), message.complete ? 1 : 0);
+  const qint64 id = insert.run().lastInsertId().toLongLong();
+  touch_conversation(db, database_path_, message.conversation_id);
+  transaction.commit();
+  return id;
+}
+
+void ConversationStore::update_message_text(qint64 message_id, const QString& text) {
+  // Called about once a second while a reply streams: one statement, one commit, nothing else.
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot update message %1").arg(message_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  StoreQuery update(db, database_path_, purpose, QStringLiteral("UPDATE messages SET text = :text WHERE id = :id"));
+  update.bind(QStringLiteral(":text"), non_null(text)).bind(QStringLiteral(":id"), message_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no message %1").arg(message_id));
+  transaction.commit();
+}
+
+void ConversationStore::finish_message(qint64 message_id, const QString& text, const QJsonObject& stats) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot finish message %1").arg(message_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  StoreQuery owner(db, database_path_, purpose, QStringLiteral("SELECT conversation_id FROM messages WHERE id = :id"));
+  owner.bind(QStringLiteral(":id"), message_id);
+  QSqlQuery& owner_row = owner.run();
+  if (!owner_row.next()) fail(database_path_, QStringLiteral("no message %1").arg(message_id));
+  const qint64 conversation_id = owner_row.value(0).toLongLong();
+  StoreQuery(db, database_path_, purpose,
+             QStringLiteral("UPDATE messages SET text = :text, stats = :stats, complete = 1 WHERE id = :id"))
+      .bind(QStringLiteral(":text"), non_null(text))
+      .bind(QStringLiteral(":stats"), json_text(stats))
+      .bind(QStringLiteral(":id"), message_id)
+      .run();
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+}
+
+void ConversationStore::delete_messages_from(qint64 conversation_id, qint64 first_message_id) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose =
+      QStringLiteral("cannot delete messages from %1 in conversation %2").arg(first_message_id).arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  StoreQuery owner(db, database_path_, purpose, QStringLiteral("SELECT conversation_id FROM messages WHERE id = :id"));
+  owner.bind(QStringLiteral(":id"), first_message_id);
+  QSqlQuery& owner_row = owner.run();
+  if (!owner_row.next() || owner_row.value(0).toLongLong() != conversation_id)
+    fail(database_path_, QStringLiteral("no message %1 in conversation %2").arg(first_message_id).arg(conversation_id));
+  StoreQuery(db, database_path_, purpose,
+             QStringLiteral("DELETE FROM messages WHERE conversation_id = :conversation_id AND id >= :first"))
+      .bind(QStringLiteral(":conversation_id"), conversation_id)
+      .bind(QStringLiteral(":first"), first_message_id)
+      .run();
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+}
+
+QString ConversationStore::integrity_check() const {
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery query(db, database_path_, QStringLiteral("integrity check failed"),
+                   QStringLiteral("PRAGMA integrity_check"));
+  QSqlQuery& rows = query.run();
+  return rows.next() ? rows.value(0).toString() : QString();
+}
+
+}  // namespace kvchat::app

@@ -1,0 +1,151 @@
+#include "app/exporter.h"
+
+#include <spdlog/spdlog.h>
+
+#include <stdexcept>
+
+#include <QDir>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QSaveFile>
+#include <QStringList>
+
+#include "app/stats_json.h"
+
+namespace kvchat::app {
+
+namespace {
+
+QString role_label(const QString& role) {
+  if (role == QLatin1String("system")) return QStringLiteral("System");
+  if (role == QLatin1String("user")) return QStringLiteral("User");
+  if (role == QLatin1String("assistant")) return QStringLiteral("Assistant");
+  if (role == QLatin1String("marker")) return QStringLiteral("Marker");
+  return role;
+}
+
+QString timestamp(const QDateTime& time) {
+  return time.isValid() ? time.toUTC().toString(Qt::ISODateWithMs) : QString();
+}
+
+// "model · stats" under a reply; empty when there is nothing to say.
+QString reply_footer(const MessageRecord& message) {
+  QStringList parts;
+  if (!message.model.isEmpty()) parts << message.model;
+  const QString summary = stats_summary(message.stats);
+  if (!summary.isEmpty()) parts << summary;
+  return parts.join(QStringLiteral(" · "));
+}
+
+QString prefix_lines(const QString& text, const QString& prefix) {
+  QStringList lines = text.split(QLatin1Char('\n'));
+  for (QString& line : lines) line.prepend(prefix);
+  return lines.join(QLatin1Char('\n'));
+}
+
+QString to_markdown(const ConversationRecord& conversation, const QList<MessageRecord>& messages) {
+  QString out;
+  out += QStringLiteral("# %1\n\n").arg(conversation.title.isEmpty() ? QStringLiteral("Untitled") : conversation.title);
+  out += QStringLiteral("- Conversation: %1\n- Created: %2\n- Updated: %3\n")
+             .arg(conversation.id)
+             .arg(timestamp(conversation.created_at), timestamp(conversation.updated_at));
+  if (!conversation.system_prompt.isEmpty())
+    out += QStringLiteral("\n**System prompt:**\n\n%1\n").arg(prefix_lines(conversation.system_prompt, QStringLiteral("> ")));
+  for (const MessageRecord& message : messages) {
+    out += QStringLiteral("\n## %1\n\n").arg(role_label(message.role));
+    if (message.role == QLatin1String("marker")) {
+      out += prefix_lines(message.text, QStringLiteral("> ")) + QLatin1Char('\n');
+      continue;
+    }
+    out += message.text + QLatin1Char('\n');
+    if (!message.complete) out += QStringLiteral("\n*(incomplete)*\n");
+    if (message.role == QLatin1String("assistant")) {
+      const QString footer = reply_footer(message);
+      if (!footer.isEmpty()) out += QStringLiteral("\n<sub>%1</sub>\n").arg(footer.toHtmlEscaped());
+    }
+  }
+  return out;
+}
+
+QString to_text(const ConversationRecord& conversation, const QList<MessageRecord>& messages) {
+  QString out;
+  out += (conversation.title.isEmpty() ? QStringLiteral("Untitled") : conversation.title) + QLatin1Char('\n');
+  out += QStringLiteral("Created: %1\nUpdated: %2\n").arg(timestamp(conversation.created_at),
+                                                         timestamp(conversation.updated_at));
+  if (!conversation.system_prompt.isEmpty())
+    out += QStringLiteral("\nSystem prompt:\n%1\n").arg(conversation.system_prompt);
+  for (const MessageRecord& message : messages) {
+    out += QStringLiteral("\n%1:\n%2\n").arg(role_label(message.role), message.text);
+    if (!message.complete) out += QStringLiteral("(incomplete)\n");
+    if (message.role == QLatin1String("assistant")) {
+      const QString footer = reply_footer(message);
+      if (!footer.isEmpty()) out += QStringLiteral("[%1]\n").arg(footer);
+    }
+  }
+  return out;
+}
+
+QString to_json(const ConversationRecord& conversation, const QList<MessageRecord>& messages) {
+  QJsonObject root;
+  root.insert(QStringLiteral("id"), conversation.id);
+  root.insert(QStringLiteral("title"), conversation.title);
+  root.insert(QStringLiteral("system_prompt"), conversation.system_prompt);
+  root.insert(QStringLiteral("created_at"), timestamp(conversation.created_at));
+  root.insert(QStringLiteral("updated_at"), timestamp(conversation.updated_at));
+  QJsonArray items;
+  for (const MessageRecord& message : messages) {
+    QJsonObject item;
+    item.insert(QStringLiteral("id"), message.id);
+    item.insert(QStringLiteral("role"), message.role);
+    item.insert(QStringLiteral("text"), message.text);
+    item.insert(QStringLiteral("created_at"), timestamp(message.created_at));
+    item.insert(QStringLiteral("model"), message.model);
+    item.insert(QStringLiteral("settings"), message.settings);
+    item.insert(QStringLiteral("stats"), message.stats);
+    item.insert(QStringLiteral("complete"), message.complete);
+    items.append(item);
+  }
+  root.insert(QStringLiteral("messages"), items);
+  return QString::fromUtf8(QJsonDocument(root).toJson(QJsonDocument::Indented));
+}
+
+}  // namespace
+
+ExportFormat export_format_from_string(const QString& text) {
+  const QString key = text.trimmed().toLower();
+  if (key == QLatin1String("md") || key == QLatin1String("markdown")) return ExportFormat::Markdown;
+  if (key == QLatin1String("json")) return ExportFormat::Json;
+  if (key == QLatin1String("txt") || key == QLatin1String("text")) return ExportFormat::Text;
+  throw std::invalid_argument("unknown export format '" + text.toStdString() + "' (expected md, json or txt)");
+}
+
+QString export_conversation(const ConversationRecord& conversation, const QList<MessageRecord>& messages,
+                            ExportFormat format) {
+  switch (format) {
+    case ExportFormat::Markdown: return to_markdown(conversation, messages);
+    case ExportFormat::Json: return to_json(conversation, messages);
+    case ExportFormat::Text: return to_text(conversation, messages);
+  }
+  throw std::invalid_argument("unknown export format");
+}
+
+void write_text_file(const QString& path, const QString& contents) {
+  // QSaveFile writes a temporary beside the target and renames it over the target only once everything
+  // is on disk: a full disk or a crash leaves the old file (or none), never half a file.
+  QSaveFile file(path);
+  if (!file.open(QIODevice::WriteOnly))
+    throw std::runtime_error("cannot write " + path.toStdString() + ": " + file.errorString().toStdString());
+  const QByteArray bytes = contents.toUtf8();
+  if (file.write(bytes) != bytes.size()) {
+    const std::string reason = file.errorString().toStdString();
+    file.cancelWriting();
+    throw std::runtime_error("cannot write " + path.toStdString() + ": " + reason);
+  }
+  if (!file.commit())
+    throw std::runtime_error("cannot write " + path.toStdString() + ": " + file.errorString().toStdString());
+  spdlog::debug("wrote {} ({} bytes)", path.toStdString(), bytes.size());
+}
+
+}  // namespace kvchat::app

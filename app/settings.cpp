@@ -1,0 +1,207 @@
+#include "app/settings.h"
+
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include <QFile>
+#include <QRandomGenerator>
+
+namespace kvchat::app {
+
+const char* to_string(ContextOverflowPolicy policy) {
+  switch (policy) {
+    case ContextOverflowPolicy::Stop: return "stop";
+    case ContextOverflowPolicy::DropOldestTurns: return "drop_oldest_turns";
+  }
+  return "?";
+}
+
+ContextOverflowPolicy context_overflow_policy_from_string(const QString& text) {
+  const QString key = text.trimmed().toLower();
+  if (key == QLatin1String("stop")) return ContextOverflowPolicy::Stop;
+  if (key == QLatin1String("drop_oldest_turns") || key == QLatin1String("drop")) return ContextOverflowPolicy::DropOldestTurns;
+  throw std::invalid_argument("unknown context overflow policy '" + text.toStdString() +
+                              "' (expected stop or drop_oldest_turns)");
+}
+
+namespace {
+
+// All keys live under one group so that the GUI's window geometry etc. can share the same file.
+const QString kGroup = QStringLiteral("chat");
+
+std::string file_of(const QSettings& settings) { return settings.fileName().toStdString(); }
+
+// Reads a number; a missing key keeps the default, garbage keeps it with a warning, and a value outside
+// [low, high] is clamped with a warning.
+template <typename T>
+T read_clamped(QSettings& settings, const char* key, T fallback, T low, T high) {
+  const QVariant value = settings.value(QLatin1String(key));
+  if (!value.isValid()) return fallback;
+  bool ok = false;
+  T parsed{};
+  if constexpr (std::is_floating_point_v<T>) {
+    parsed = static_cast<T>(value.toString().trimmed().toDouble(&ok));
+    if (ok && !(parsed == parsed)) ok = false;  // NaN
+  } else if constexpr (std::is_unsigned_v<T>) {
+    parsed = static_cast<T>(value.toString().trimmed().toULongLong(&ok));
+  } else {
+    const qlonglong wide = value.toString().trimmed().toLongLong(&ok);
+    // Clamp in the wide type first: an int key holding 1e12 must become `high`, not wrap around.
+    if (ok) {
+      const qlonglong clamped = std::clamp<qlonglong>(wide, static_cast<qlonglong>(low), static_cast<qlonglong>(high));
+      if (clamped != wide)
+        spdlog::warn("settings {}: {}/{} = {} is out of range [{}, {}]; using {}", file_of(settings),
+                     kGroup.toStdString(), key, wide, low, high, clamped);
+      return static_cast<T>(clamped);
+    }
+  }
+  if (!ok) {
+    spdlog::warn("settings {}: {}/{} = '{}' is not a number; using the default {}", file_of(settings),
+                 kGroup.toStdString(), key, value.toString().toStdString(), fallback);
+    return fallback;
+  }
+  const T clamped = std::clamp(parsed, low, high);
+  if (clamped != parsed)
+    spdlog::warn("settings {}: {}/{} = {} is out of range [{}, {}]; using {}", file_of(settings), kGroup.toStdString(),
+                 key, parsed, low, high, clamped);
+  return clamped;
+}
+
+bool read_bool(QSettings& settings, const char* key, bool fallback) {
+  const QVariant value = settings.value(QLatin1String(key));
+  if (!value.isValid()) return fallback;
+  const QString text = value.toString().trimmed().toLower();
+  if (text == QLatin1String("true") || text == QLatin1String("1") || text == QLatin1String("on") ||
+      text == QLatin1String("yes"))
+    return true;
+  if (text == QLatin1String("false") || text == QLatin1String("0") || text == QLatin1String("off") ||
+      text == QLatin1String("no"))
+    return false;
+  spdlog::warn("settings {}: {}/{} = '{}' is not a boolean; using the default {}", file_of(settings),
+               kGroup.toStdString(), key, text.toStdString(), fallback);
+  return fallback;
+}
+
+}  // namespace
+
+ChatSettings ChatSettings::load(QSettings& settings) {
+  ChatSettings defaults;
+  ChatSettings loaded;
+  settings.beginGroup(kGroup);
+  loaded.kv_cache_enabled = read_bool(settings, "kv_cache_enabled", defaults.kv_cache_enabled);
+  loaded.temperature = read_clamped(settings, "temperature", defaults.temperature, 0.0, 5.0);
+  loaded.top_k = read_clamped(settings, "top_k", defaults.top_k, 0, 1 << 20);
+  loaded.top_p = read_clamped(settings, "top_p", defaults.top_p, 0.0, 1.0);
+  loaded.min_p = read_clamped(settings, "min_p", defaults.min_p, 0.0, 1.0);
+  loaded.repetition_penalty = read_clamped(settings, "repetition_penalty", defaults.repetition_penalty, 0.1, 10.0);
+  loaded.seed = read_clamped<quint64>(settings, "seed", defaults.seed, 0, std::numeric_limits<quint64>::max());
+  loaded.max_new_tokens = read_clamped(settings, "max_new_tokens", defaults.max_new_tokens, 1, 1 << 20);
+  loaded.default_system_prompt =
+      settings.value(QStringLiteral("default_system_prompt"), defaults.default_system_prompt).toString();
+  loaded.model_directory = settings.value(QStringLiteral("model_directory"), defaults.model_directory).toString();
+  loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, 1024);
+  loaded.context_limit = read_clamped(settings, "context_limit", defaults.context_limit, 0, 1 << 24);
+  const QVariant overflow = settings.value(QStringLiteral("context_overflow"));
+  if (overflow.isValid()) {
+    try {
+      loaded.context_overflow = context_overflow_policy_from_string(overflow.toString());
+    } catch (const std::invalid_argument& error) {
+      spdlog::warn("settings {}: {}/context_overflow: {}; using the default", file_of(settings), kGroup.toStdString(),
+                   error.what());
+    }
+  }
+  loaded.cache_budget_bytes = read_clamped<qint64>(settings, "cache_budget_bytes", defaults.cache_budget_bytes, 0,
+                                                   std::numeric_limits<qint64>::max());
+  settings.endGroup();
+  return loaded;
+}
+
+void ChatSettings::save(QSettings& settings) const {
+  settings.beginGroup(kGroup);
+  settings.setValue(QStringLiteral("kv_cache_enabled"), kv_cache_enabled);
+  settings.setValue(QStringLiteral("temperature"), temperature);
+  settings.setValue(QStringLiteral("top_k"), top_k);
+  settings.setValue(QStringLiteral("top_p"), top_p);
+  settings.setValue(QStringLiteral("min_p"), min_p);
+  settings.setValue(QStringLiteral("repetition_penalty"), repetition_penalty);
+  // As text: a 64-bit seed must survive formats that only know doubles.
+  settings.setValue(QStringLiteral("seed"), QString::number(seed));
+  settings.setValue(QStringLiteral("max_new_tokens"), max_new_tokens);
+  settings.setValue(QStringLiteral("default_system_prompt"), default_system_prompt);
+  settings.setValue(QStringLiteral("model_directory"), model_directory);
+  settings.setValue(QStringLiteral("threads"), threads);
+  settings.setValue(QStringLiteral("context_limit"), context_limit);
+  settings.setValue(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
+  settings.setValue(QStringLiteral("cache_budget_bytes"), QString::number(cache_budget_bytes));
+  settings.endGroup();
+  settings.sync();
+  if (settings.status() != QSettings::NoError)
+    spdlog::error("settings {}: could not be written (status {})", file_of(settings), static_cast<int>(settings.status()));
+}
+
+kvchat::GenerationConfig ChatSettings::to_generation_config() const {
+  kvchat::GenerationConfig config;
+  config.max_new_tokens = max_new_tokens;
+  config.cache_mode = kv_cache_enabled ? kvchat::KvCacheMode::Contiguous : kvchat::KvCacheMode::Off;
+  config.sampling.temperature = static_cast<float>(temperature);
+  config.sampling.top_k = top_k;
+  config.sampling.top_p = static_cast<float>(top_p);
+  config.sampling.min_p = static_cast<float>(min_p);
+  config.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
+  // Seed 0 means "surprise me": each turn (each call) draws its own, never 0, so the reply can still be
+  // reproduced from the seed saved with it.
+  config.sampling.seed = seed != 0 ? seed : (QRandomGenerator::global()->generate64() | 1u);
+  return config;
+}
+
+qint64 physical_memory_bytes() {
+  QFile meminfo(QStringLiteral("/proc/meminfo"));
+  if (meminfo.open(QIODevice::ReadOnly | QIODevice::Text)) {
+    while (!meminfo.atEnd()) {
+      const QByteArray line = meminfo.readLine();
+      if (!line.startsWith("MemTotal:")) continue;
+      const QList<QByteArray> fields = line.simplified().split(' ');  // "MemTotal:", "16318412", "kB"
+      bool ok = false;
+      const qint64 kib = fields.size() >= 2 ? fields[1].toLongLong(&ok) : 0;
+      if (ok && kib > 0) return kib * 1024;
+    }
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0) return static_cast<qint64>(pages) * page_size;
+  return 0;
+}
+
+qint64 ChatSettings::effective_cache_budget_bytes() const {
+  if (cache_budget_bytes > 0) return cache_budget_bytes;
+  // A quarter of RAM leaves room for the weights, the GUI and everything else on the machine.
+  const qint64 physical = physical_memory_bytes();
+  constexpr qint64 kFallback = qint64(1) << 30;  // 1 GiB when the machine will not say
+  return physical > 0 ? physical / 4 : kFallback;
+}
+
+QJsonObject ChatSettings::to_json() const {
+  QJsonObject json;
+  json.insert(QStringLiteral("cache_mode"),
+              QString::fromLatin1(kvchat::to_string(kv_cache_enabled ? kvchat::KvCacheMode::Contiguous
+                                                                     : kvchat::KvCacheMode::Off)));
+  json.insert(QStringLiteral("temperature"), temperature);
+  json.insert(QStringLiteral("top_k"), top_k);
+  json.insert(QStringLiteral("top_p"), top_p);
+  json.insert(QStringLiteral("min_p"), min_p);
+  json.insert(QStringLiteral("repetition_penalty"), repetition_penalty);
+  json.insert(QStringLiteral("seed"), QString::number(seed));  // text: JSON numbers lose 64-bit precision
+  json.insert(QStringLiteral("max_new_tokens"), max_new_tokens);
+  json.insert(QStringLiteral("threads"), threads);
+  json.insert(QStringLiteral("context_limit"), context_limit);
+  json.insert(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
+  json.insert(QStringLiteral("model_directory"), model_directory);
+  return json;
+}
+
+}  // namespace kvchat::app
