@@ -1,0 +1,58 @@
+// kvchat-cli export: one conversation as Markdown, JSON or plain text.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "app/cli/cli_command.h"
+#include "app/cli/store_access.h"
+#include "app/exporter.h"
+
+namespace kvchat::cli {
+namespace {
+
+int run_export(const std::vector<std::string>& args) {
+  ArgParser parser({"db", "conversation", "format", "out"}, {});
+  parser.parse(args);
+  const std::string db_path = parser.required("db");
+  const long long conversation_id = parser.int64_or("conversation", -1);
+  if (!parser.has("conversation")) throw UsageError("missing required option --conversation");
+  app::ExportFormat format;
+  try {
+    format = app::export_format_from_string(QString::fromStdString(parser.value_or("format", "md")));
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string("--format: ") + error.what());
+  }
+
+  auto store = open_existing_store(db_path);
+  const auto conversation = store->conversation(conversation_id);
+  if (!conversation)
+    throw std::runtime_error("no conversation " + std::to_string(conversation_id) + " in " +
+                             store->path().toStdString());
+  const QString contents = app::export_conversation(*conversation, store->messages(conversation_id), format);
+
+  if (const auto out = parser.value("out")) {
+    app::write_text_file(QString::fromStdString(*out), contents);
+  } else {
+    const QByteArray bytes = contents.toUtf8();
+    std::fwrite(bytes.constData(), 1, static_cast<size_t>(bytes.size()), stdout);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw std::runtime_error(std::string("cannot write to stdout: ") + std::strerror(errno));
+  }
+  return 0;
+}
+
+const CliRegistration kRegistration{CliCommand{
+    "export",
+    "export a conversation as Markdown, JSON or text",
+    "usage: kvchat-cli export --db PATH --conversation ID [--format md|json|txt] [--out FILE]\n\n"
+    "Writes the conversation (every message in order with its role, replies with their stats) to FILE,\n"
+    "atomically, or to stdout without --out. The format defaults to md.",
+    run_export,
+}};
+
+}  // namespace
+}  // namespace kvchat::cli
