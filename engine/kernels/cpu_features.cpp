@@ -1,6 +1,11 @@
 #include "engine/kernels/cpu_features.h"
 
+#include <atomic>
+
 namespace kvchat::kernels {
+namespace {
+std::atomic<bool> g_avx2_kernels_enabled{true};
+}
 
 bool cpu_has_avx2_fma() {
   static const bool supported = [] {
@@ -13,5 +18,9 @@ bool cpu_has_avx2_fma() {
   }();
   return supported;
 }
+
+bool use_avx2_kernels() { return cpu_has_avx2_fma() && g_avx2_kernels_enabled.load(std::memory_order_relaxed); }
+
+void set_avx2_kernels_enabled(bool enabled) { g_avx2_kernels_enabled.store(enabled, std::memory_order_relaxed); }
 
 }  // namespace kvchat::kernels

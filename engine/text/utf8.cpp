@@ -94,4 +94,17 @@ void append_code_point(std::string& out, std::uint32_t cp) {
   }
 }
 
+std::uint32_t next_code_point(std::string_view text, std::size_t& index) {
+  unsigned char lead = static_cast<unsigned char>(text[index]);
+  int length = sequence_length(lead);
+  if (length <= 1 || index + static_cast<std::size_t>(length) > text.size()) {
+    ++index;
+    return lead;
+  }
+  std::uint32_t cp = lead & (0xFF >> (length + 1));
+  for (int k = 1; k < length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[index + k]) & 0x3F);
+  index += static_cast<std::size_t>(length);
+  return cp;
+}
+
 }  // namespace kvchat::utf8

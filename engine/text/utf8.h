@@ -18,5 +18,8 @@ std::string replace_invalid(std::string_view text);
 std::size_t incomplete_suffix_length(std::string_view text);
 // Appends the UTF-8 encoding of `code_point`.
 void append_code_point(std::string& out, std::uint32_t code_point);
+// Decodes the code point starting at `index` of valid UTF-8 `text` and advances `index` past it.
+// A byte that cannot start a sequence is returned as itself (one byte), so this never loops forever.
+std::uint32_t next_code_point(std::string_view text, std::size_t& index);
 
 }  // namespace kvchat::utf8

@@ -1,0 +1,84 @@
+// kvchat-cli generate: one prompt through the engine, greedy or sampled, with the cache on, naive or off.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli_command.h"
+#include "app/cli/model_options.h"
+#include "engine/llama_model.h"
+#include "engine/session.h"
+#include "engine/stats_json.h"
+
+namespace kvchat::cli {
+namespace {
+
+const char* kUsage =
+    "usage: kvchat-cli generate (--model DIR | --random-weights CONFIG.json [--weights-seed N])\n"
+    "                           (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N]\n"
+    "                           [--kv-cache on|naive|off] [--temperature T] [--top-k K] [--top-p P]\n"
+    "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"
+    "                           [--dtype f32|bf16] [--json]\n"
+    "Greedy by default (temperature 0). --prompt needs a model directory with tokenizer.json;\n"
+    "it is encoded as plain text with BOS as the tokenizer config says.";
+
+int run_generate(const std::vector<std::string>& args) {
+  ArgParser parser(with_model_options({"prompt-ids", "prompt", "max-new-tokens", "kv-cache", "temperature", "top-k",
+                                       "top-p", "min-p", "repeat-penalty", "seed"}),
+                   {"json"});
+  parser.parse(args);
+  ModelSource source = open_model_source(parser);
+
+  std::vector<TokenId> prompt;
+  if (parser.value("prompt-ids") && parser.value("prompt")) throw UsageError("give --prompt-ids or --prompt, not both");
+  if (auto ids = parser.value("prompt-ids")) {
+    for (long long id : parse_int_list("prompt-ids", *ids)) {
+      if (id < 0 || id >= source.model->config().vocab_size)
+        throw UsageError("prompt id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                         std::to_string(source.model->config().vocab_size - 1) + ")");
+      prompt.push_back(static_cast<TokenId>(id));
+    }
+  } else if (auto text = parser.value("prompt")) {
+    if (!source.tokenizer) throw UsageError("--prompt needs a model directory with a tokenizer.json");
+    prompt = source.tokenizer->encode(*text, /*add_special_tokens=*/true, /*parse_special=*/false);
+  } else {
+    throw UsageError("missing --prompt-ids or --prompt");
+  }
+  if (prompt.empty()) throw UsageError("the prompt is empty");
+
+  GenerationConfig config;
+  config.max_new_tokens = parser.int_or("max-new-tokens", 64);
+  if (config.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
+  config.cache_mode = kv_cache_mode_from_string(parser.value_or("kv-cache", "on"));
+  config.sampling = sampling_from_options(parser);
+
+  Session session(source.model, config.cache_mode);
+  GenerationResult result = session.generate(prompt, config);
+
+  if (parser.has("json")) {
+    nlohmann::ordered_json out;
+    out["prompt_ids"] = prompt;
+    out["generated_ids"] = result.generated;
+    out["stop_reason"] = to_string(result.stats.stop_reason);
+    if (source.tokenizer) out["generated_text"] = source.tokenizer->decode(result.generated, /*skip_special=*/true);
+    out["stats"] = generation_stats_to_json(result.stats);
+    std::cout << out.dump() << std::endl;
+  } else {
+    if (source.tokenizer) {
+      std::cout << source.tokenizer->decode(result.generated, true) << "\n";
+    } else {
+      for (size_t i = 0; i < result.generated.size(); ++i) std::cout << (i ? "," : "") << result.generated[i];
+      std::cout << "\n";
+    }
+    const GenerationStats& s = result.stats;
+    std::cerr << "prompt " << s.prompt_tokens << " tok, prefill " << s.prefill_ms << " ms (" << s.prefill_tokens_per_second
+              << " tok/s), ttft " << s.ttft_ms << " ms, generated " << s.generated_tokens << " tok at "
+              << s.decode_tokens_per_second << " tok/s, cache " << s.cache_tokens << " tok / " << s.cache_bytes
+              << " bytes (" << to_string(s.cache_mode) << "), stop: " << to_string(s.stop_reason) << "\n";
+  }
+  return 0;
+}
+
+const CliRegistration registration({"generate", "generate tokens from a prompt (greedy or sampled)", kUsage, run_generate});
+
+}  // namespace
+}  // namespace kvchat::cli

@@ -1,0 +1,62 @@
+#include "app/cli/model_options.h"
+
+#include <spdlog/spdlog.h>
+
+#include "engine/llama_model.h"
+
+namespace kvchat::cli {
+
+std::set<std::string> with_model_options(std::set<std::string> extra) {
+  extra.insert({"model", "random-weights", "weights-seed", "threads", "dtype"});
+  return extra;
+}
+
+ModelSource open_model_source(const ArgParser& parser) {
+  const int threads = parser.int_or("threads", 0);
+  if (threads < 0) throw UsageError("--threads must be 0 (all cores) or more");
+  WeightDtype dtype;
+  try {
+    dtype = weight_dtype_from_string(parser.value_or("dtype", "f32"));
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+  ModelSource source;
+  auto model_dir = parser.value("model");
+  auto random_config = parser.value("random-weights");
+  if (model_dir && random_config) throw UsageError("give --model or --random-weights, not both");
+  if (model_dir) {
+    LoadedModel loaded = load_model_directory(*model_dir, LoadOptions{dtype, threads});
+    source.description = *model_dir;
+    source.model = loaded.model;
+    source.tokenizer = loaded.tokenizer;
+    source.formatter = loaded.formatter;
+  } else if (random_config) {
+    set_engine_threads(threads);
+    ModelConfig config = ModelConfig::from_file(*random_config);
+    const long long seed = parser.int64_or("weights-seed", 0);
+    source.description = "random weights of " + *random_config;
+    source.model = LlamaModel::random(config, static_cast<std::uint64_t>(seed), dtype);
+    spdlog::info("random model of {}: {:.1f} MiB of weights", *random_config, source.model->weight_bytes() / 1048576.0);
+  } else {
+    throw UsageError("missing --model DIR or --random-weights CONFIG.json");
+  }
+  return source;
+}
+
+SamplingParams sampling_from_options(const ArgParser& parser) {
+  SamplingParams sampling;
+  sampling.temperature = static_cast<float>(parser.double_or("temperature", 0.0));
+  sampling.top_k = parser.int_or("top-k", 0);
+  sampling.top_p = static_cast<float>(parser.double_or("top-p", 1.0));
+  sampling.min_p = static_cast<float>(parser.double_or("min-p", 0.0));
+  sampling.repetition_penalty = static_cast<float>(parser.double_or("repeat-penalty", 1.0));
+  sampling.seed = static_cast<std::uint64_t>(parser.int64_or("seed", 0));
+  if (sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
+  if (sampling.top_k < 0) throw UsageError("--top-k must be >= 0");
+  if (!(sampling.top_p > 0 && sampling.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
+  if (!(sampling.min_p >= 0 && sampling.min_p <= 1)) throw UsageError("--min-p must be in [0, 1]");
+  if (!(sampling.repetition_penalty > 0)) throw UsageError("--repeat-penalty must be > 0");
+  return sampling;
+}
+
+}  // namespace kvchat::cli

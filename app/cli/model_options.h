@@ -1,0 +1,28 @@
+#pragma once
+// Options shared by the commands that run a model: --model DIR | --random-weights CONFIG.json
+// [--weights-seed N], --threads N, --dtype f32|bf16; and the sampling options.
+#include <memory>
+#include <set>
+#include <string>
+
+#include "app/cli/cli_command.h"
+#include "engine/model_config.h"
+#include "engine/model_loader.h"
+#include "engine/text/tokenizer.h"
+
+namespace kvchat::cli {
+
+struct ModelSource {
+  std::string description;                     // the directory, or "random <config>"
+  std::shared_ptr<const LlamaModel> model;
+  std::shared_ptr<const Tokenizer> tokenizer;  // null for random weights
+  ChatFormatter formatter = ChatFormatter::plain();
+};
+
+// The value options above plus `extra`.
+std::set<std::string> with_model_options(std::set<std::string> extra);
+ModelSource open_model_source(const ArgParser& parser);
+// --temperature --top-k --top-p --min-p --repeat-penalty --seed (validated ranges).
+SamplingParams sampling_from_options(const ArgParser& parser);
+
+}  // namespace kvchat::cli

@@ -1,0 +1,304 @@
+#include "engine/kernels/matvec.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/isa_attributes.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#include <immintrin.h>
+#endif
+
+namespace kvchat::kernels {
+namespace {
+
+// Weight bytes below which a product runs inline: waking a worker costs about as much as streaming
+// this much from cache, and the tiny models call these ~35 times per token.
+constexpr std::int64_t kParallelMinWeightBytes = 256 * 1024;
+// Rows per block in the kernels; thread chunks are multiples of it so no thread gets a ragged block.
+constexpr std::int64_t kRowBlock = 4;
+
+KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const float* w) { return *w; }
+KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const std::uint16_t* w) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(*w) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Portable fallbacks (any x86-64 or other processor). Four partial sums per row keep the adds
+// independent without needing a vector unit.
+
+template <typename Weight>
+KVCHAT_ISA_BASELINE float dot_portable(const Weight* w, const float* x, std::int64_t cols) {
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+  std::int64_t c = 0;
+  for (; c + 4 <= cols; c += 4) {
+    s0 += load_weight(w + c) * x[c];
+    s1 += load_weight(w + c + 1) * x[c + 1];
+    s2 += load_weight(w + c + 2) * x[c + 2];
+    s3 += load_weight(w + c + 3) * x[c + 3];
+  }
+  for (; c < cols; ++c) s0 += load_weight(w + c) * x[c];
+  return (s0 + s1) + (s2 + s3);
+}
+
+template <typename Weight>
+KVCHAT_ISA_BASELINE void matmul_rows_portable(const Weight* weight, const float* x, float* y, std::int64_t n,
+                                              std::int64_t rows, std::int64_t cols, const float* bias,
+                                              std::int64_t row_begin, std::int64_t row_end) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const Weight* w = weight + r * cols;
+    const float b = bias ? bias[r] : 0.f;
+    for (std::int64_t i = 0; i < n; ++i) y[i * rows + r] = dot_portable(w, x + i * cols, cols) + b;
+  }
+}
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+// ---------------------------------------------------------------------------------------------
+// AVX2 + FMA kernels.
+
+KVCHAT_ISA_AVX2 inline float load1(const float* w) { return *w; }
+KVCHAT_ISA_AVX2 inline float load1(const std::uint16_t* w) { return bf16_to_float(*w); }
+KVCHAT_ISA_AVX2 inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+KVCHAT_ISA_AVX2 inline __m256 load8(const std::uint16_t* w) {
+  const __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
+}
+
+// Horizontal sums of four vectors -> one 128-bit vector [sum(a), sum(b), sum(c), sum(d)].
+KVCHAT_ISA_AVX2 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+KVCHAT_ISA_AVX2 inline float hsum(__m256 a) {
+  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+// Four consecutive rows against one vector: out[k] = dot(W[row + k], x).
+template <typename Weight>
+KVCHAT_ISA_AVX2 inline __m128 dot4_avx2(const Weight* w0, std::int64_t cols, const float* x) {
+  const Weight* w1 = w0 + cols;
+  const Weight* w2 = w1 + cols;
+  const Weight* w3 = w2 + cols;
+  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m256 xa = _mm256_loadu_ps(x + c);
+    const __m256 xb = _mm256_loadu_ps(x + c + 8);
+    a0 = _mm256_fmadd_ps(load8(w0 + c), xa, a0);
+    b0 = _mm256_fmadd_ps(load8(w0 + c + 8), xb, b0);
+    a1 = _mm256_fmadd_ps(load8(w1 + c), xa, a1);
+    b1 = _mm256_fmadd_ps(load8(w1 + c + 8), xb, b1);
+    a2 = _mm256_fmadd_ps(load8(w2 + c), xa, a2);
+    b2 = _mm256_fmadd_ps(load8(w2 + c + 8), xb, b2);
+    a3 = _mm256_fmadd_ps(load8(w3 + c), xa, a3);
+    b3 = _mm256_fmadd_ps(load8(w3 + c + 8), xb, b3);
+  }
+  if (c + 8 <= cols) {
+    const __m256 xa = _mm256_loadu_ps(x + c);
+    a0 = _mm256_fmadd_ps(load8(w0 + c), xa, a0);
+    a1 = _mm256_fmadd_ps(load8(w1 + c), xa, a1);
+    a2 = _mm256_fmadd_ps(load8(w2 + c), xa, a2);
+    a3 = _mm256_fmadd_ps(load8(w3 + c), xa, a3);
+    c += 8;
+  }
+  __m128 sums = hsum4(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), _mm256_add_ps(a2, b2), _mm256_add_ps(a3, b3));
+  if (c < cols) {
+    float t0 = 0.f, t1 = 0.f, t2 = 0.f, t3 = 0.f;
+    for (; c < cols; ++c) {
+      t0 += load1(w0 + c) * x[c];
+      t1 += load1(w1 + c) * x[c];
+      t2 += load1(w2 + c) * x[c];
+      t3 += load1(w3 + c) * x[c];
+    }
+    sums = _mm_add_ps(sums, _mm_setr_ps(t0, t1, t2, t3));
+  }
+  return sums;
+}
+
+// Four consecutive rows against two vectors, each weight load feeding two FMAs.
+template <typename Weight>
+KVCHAT_ISA_AVX2 inline void dot4x2_avx2(const Weight* w0, std::int64_t cols, const float* xa, const float* xb,
+                                        __m128* out_a, __m128* out_b) {
+  const Weight* w1 = w0 + cols;
+  const Weight* w2 = w1 + cols;
+  const Weight* w3 = w2 + cols;
+  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    const __m256 va = _mm256_loadu_ps(xa + c);
+    const __m256 vb = _mm256_loadu_ps(xb + c);
+    const __m256 v0 = load8(w0 + c);
+    const __m256 v1 = load8(w1 + c);
+    const __m256 v2 = load8(w2 + c);
+    const __m256 v3 = load8(w3 + c);
+    a0 = _mm256_fmadd_ps(v0, va, a0);
+    b0 = _mm256_fmadd_ps(v0, vb, b0);
+    a1 = _mm256_fmadd_ps(v1, va, a1);
+    b1 = _mm256_fmadd_ps(v1, vb, b1);
+    a2 = _mm256_fmadd_ps(v2, va, a2);
+    b2 = _mm256_fmadd_ps(v2, vb, b2);
+    a3 = _mm256_fmadd_ps(v3, va, a3);
+    b3 = _mm256_fmadd_ps(v3, vb, b3);
+  }
+  __m128 sums_a = hsum4(a0, a1, a2, a3);
+  __m128 sums_b = hsum4(b0, b1, b2, b3);
+  if (c < cols) {
+    float ta[4] = {0.f, 0.f, 0.f, 0.f};
+    float tb[4] = {0.f, 0.f, 0.f, 0.f};
+    const Weight* w[4] = {w0, w1, w2, w3};
+    for (; c < cols; ++c) {
+      for (int k = 0; k < 4; ++k) {
+        const float weight = load1(w[k] + c);
+        ta[k] += weight * xa[c];
+        tb[k] += weight * xb[c];
+      }
+    }
+    sums_a = _mm_add_ps(sums_a, _mm_loadu_ps(ta));
+    sums_b = _mm_add_ps(sums_b, _mm_loadu_ps(tb));
+  }
+  *out_a = sums_a;
+  *out_b = sums_b;
+}
+
+template <typename Weight>
+KVCHAT_ISA_AVX2 inline float dot1_avx2(const Weight* w, std::int64_t cols, const float* x) {
+  __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    a = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a);
+    b = _mm256_fmadd_ps(load8(w + c + 8), _mm256_loadu_ps(x + c + 8), b);
+  }
+  if (c + 8 <= cols) {
+    a = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a);
+    c += 8;
+  }
+  float sum = hsum(_mm256_add_ps(a, b));
+  for (; c < cols; ++c) sum += load1(w + c) * x[c];
+  return sum;
+}
+
+KVCHAT_ISA_AVX2 inline void store4(float* y, __m128 sums, const float* bias) {
+  if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias));
+  _mm_storeu_ps(y, sums);
+}
+
+// Rows [row_begin, row_end) of Y = X W^T for n vectors; n == 1 is the matvec.
+template <typename Weight>
+KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n,
+                                      std::int64_t rows, std::int64_t cols, const float* bias,
+                                      std::int64_t row_begin, std::int64_t row_end) {
+  std::int64_t r = row_begin;
+  for (; r + kRowBlock <= row_end; r += kRowBlock) {
+    const Weight* w = weight + r * cols;
+    const float* b = bias ? bias + r : nullptr;
+    std::int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      __m128 sums_a, sums_b;
+      dot4x2_avx2(w, cols, x + i * cols, x + (i + 1) * cols, &sums_a, &sums_b);
+      store4(y + i * rows + r, sums_a, b);
+      store4(y + (i + 1) * rows + r, sums_b, b);
+    }
+    if (i < n) store4(y + i * rows + r, dot4_avx2(w, cols, x + i * cols), b);
+  }
+  for (; r < row_end; ++r) {
+    const Weight* w = weight + r * cols;
+    const float b = bias ? bias[r] : 0.f;
+    for (std::int64_t i = 0; i < n; ++i) y[i * rows + r] = dot1_avx2(w, cols, x + i * cols) + b;
+  }
+}
+#endif  // KVCHAT_HAVE_AVX2_KERNELS
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename Weight>
+void check_args(const char* function, const Weight* weight, const float* x, const float* y, std::int64_t n,
+                std::int64_t rows, std::int64_t cols) {
+  const auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(function) + ": " + what); };
+  if (n < 0) fail("negative vector count n=" + std::to_string(n));
+  if (rows < 0) fail("negative rows=" + std::to_string(rows));
+  if (cols < 0) fail("negative cols=" + std::to_string(cols));
+  if (n == 0 || rows == 0) return;
+  if (y == nullptr) fail("null output for " + std::to_string(n) + "x" + std::to_string(rows));
+  if (cols > 0 && (weight == nullptr || x == nullptr)) {
+    fail(std::string("null ") + (weight == nullptr ? "weight" : "input") + " for rows=" + std::to_string(rows) +
+         " cols=" + std::to_string(cols));
+  }
+}
+
+template <typename Weight>
+void matmul_rows(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                 std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) {
+    matmul_rows_avx2(weight, x, y, n, rows, cols, bias, row_begin, row_end);
+    return;
+  }
+#endif
+  matmul_rows_portable(weight, x, y, n, rows, cols, bias, row_begin, row_end);
+}
+
+template <typename Weight>
+void matmul_dispatch(const char* function, const Weight* weight, const float* x, float* y, std::int64_t n,
+                     std::int64_t rows, std::int64_t cols, const float* bias) {
+  check_args(function, weight, x, y, n, rows, cols);
+  if (n == 0 || rows == 0) return;
+  if (cols == 0) {
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t r = 0; r < rows; ++r) y[i * rows + r] = bias ? bias[r] : 0.f;
+    return;
+  }
+  const std::int64_t weight_bytes = rows * cols * static_cast<std::int64_t>(sizeof(Weight));
+  if (weight_bytes < kParallelMinWeightBytes || rows < 2 * kRowBlock) {
+    matmul_rows(weight, x, y, n, rows, cols, bias, 0, rows);
+    return;
+  }
+  ThreadPool& pool = default_thread_pool();
+  if (pool.size() == 1) {
+    matmul_rows(weight, x, y, n, rows, cols, bias, 0, rows);
+    return;
+  }
+  pool.parallel_for(
+      rows,
+      [&](std::int64_t begin, std::int64_t end) { matmul_rows(weight, x, y, n, rows, cols, bias, begin, end); },
+      kRowBlock);
+}
+
+}  // namespace
+
+void matvec_f32(const float* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,
+                const float* bias) {
+  matmul_dispatch("matvec_f32", weight, x, y, 1, rows, cols, bias);
+}
+
+void matvec_bf16(const std::uint16_t* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,
+                 const float* bias) {
+  matmul_dispatch("matvec_bf16", weight, x, y, 1, rows, cols, bias);
+}
+
+void matmul_f32_small(const float* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                      std::int64_t cols, const float* bias) {
+  matmul_dispatch("matmul_f32_small", weight, x, y, n, rows, cols, bias);
+}
+
+void matmul_bf16_small(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias) {
+  matmul_dispatch("matmul_bf16_small", weight, x, y, n, rows, cols, bias);
+}
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,31 @@
+#pragma once
+// Matrix-vector products for batch-1 decode. Decode reads every weight once per token, so these are
+// written to stream the weight matrix at memory bandwidth: each thread of the default pool takes a
+// contiguous block of rows and walks four rows at a time with independent FMA accumulators.
+//
+// All functions: W is row-major [rows, cols] (leading dimension = cols), accumulation is in float32,
+// `bias` (optional, [rows]) is added to every output row. Outputs must not overlap the inputs.
+// Problems smaller than a few hundred KiB of weights run inline on the calling thread, so tiny models
+// pay no dispatch cost. Negative sizes or null buffers throw std::invalid_argument.
+#include <cstdint>
+
+#include "engine/kernels/bf16.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace kvchat::kernels {
+
+// y[r] = sum_c W[r, c] * x[c] (+ bias[r])
+void matvec_f32(const float* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,
+                const float* bias = nullptr);
+// The same with bfloat16 weights (widened exactly to float32 on load).
+void matvec_bf16(const std::uint16_t* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,
+                 const float* bias = nullptr);
+
+// A few input vectors at once, reading W once: X [n, cols] row-major -> Y [n, rows] row-major,
+// Y[i, r] = sum_c W[r, c] * X[i, c] (+ bias[r]). Meant for short chunks (a handful of tokens).
+void matmul_f32_small(const float* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                      std::int64_t cols, const float* bias = nullptr);
+void matmul_bf16_small(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias = nullptr);
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,126 @@
+#include "engine/kernels/memory_probe.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/isa_attributes.h"
+#include "engine/kernels/thread_pool.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#include <immintrin.h>
+#endif
+
+namespace kvchat::kernels {
+namespace {
+
+constexpr std::size_t kMinimumBytes = 4096;
+constexpr std::size_t kAlignment = 64;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// Each reader folds what it reads into a checksum that is stored, so the loads cannot be elided.
+KVCHAT_ISA_BASELINE std::uint64_t read_portable(const std::uint64_t* data, std::size_t words) {
+  std::uint64_t a = 0, b = 0, c = 0, d = 0;
+  std::size_t i = 0;
+  for (; i + 4 <= words; i += 4) {
+    a ^= data[i];
+    b ^= data[i + 1];
+    c ^= data[i + 2];
+    d ^= data[i + 3];
+  }
+  for (; i < words; ++i) a ^= data[i];
+  return a ^ b ^ c ^ d;
+}
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+KVCHAT_ISA_AVX2 std::uint64_t read_avx2(const std::uint64_t* data, std::size_t words) {
+  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+  std::size_t i = 0;
+  for (; i + 16 <= words; i += 16) {
+    a = _mm256_xor_si256(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i)));
+    b = _mm256_xor_si256(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 4)));
+    c = _mm256_xor_si256(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 8)));
+    d = _mm256_xor_si256(d, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 12)));
+  }
+  const __m256i all = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), all);
+  std::uint64_t sum = lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3];
+  for (; i < words; ++i) sum ^= data[i];
+  return sum;
+}
+#endif
+
+std::uint64_t read_words(const std::uint64_t* data, std::size_t words) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) return read_avx2(data, words);
+#endif
+  return read_portable(data, words);
+}
+
+}  // namespace
+
+BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs) {
+  if (threads < 1) throw std::invalid_argument("measure_read_bandwidth: threads must be >= 1, got " + std::to_string(threads));
+  if (runs < 1) throw std::invalid_argument("measure_read_bandwidth: runs must be >= 1, got " + std::to_string(runs));
+  if (bytes < kMinimumBytes) {
+    throw std::invalid_argument("measure_read_bandwidth: buffer of " + std::to_string(bytes) + " bytes is below the " +
+                                std::to_string(kMinimumBytes) + "-byte minimum");
+  }
+  const std::size_t words = bytes / sizeof(std::uint64_t);
+  const std::size_t allocation = (words * sizeof(std::uint64_t) + kAlignment - 1) / kAlignment * kAlignment;
+  std::unique_ptr<void, FreeDeleter> buffer(std::aligned_alloc(kAlignment, allocation));
+  if (!buffer) throw std::bad_alloc();
+  auto* data = static_cast<std::uint64_t*>(buffer.get());
+
+  ThreadPool pool(threads);
+  // Touch every page from the thread that will read it (first-touch placement), with a non-zero
+  // pattern so that no page stays backed by the shared zero page.
+  const std::int64_t word_count = static_cast<std::int64_t>(words);
+  pool.parallel_for(word_count, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) data[i] = static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+  });
+
+  std::atomic<std::uint64_t> checksum{0};
+  std::vector<double> rates;
+  rates.reserve(static_cast<std::size_t>(runs));
+  const auto read_all = [&] {
+    pool.parallel_for(word_count, [&](std::int64_t begin, std::int64_t end) {
+      checksum.fetch_xor(read_words(data + begin, static_cast<std::size_t>(end - begin)), std::memory_order_relaxed);
+    });
+  };
+  read_all();  // warm-up: wakes the workers and faults in any page the fill missed
+  for (int run = 0; run < runs; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    read_all();
+    const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+    rates.push_back(static_cast<double>(words * sizeof(std::uint64_t)) / seconds.count() / 1e9);
+  }
+  volatile std::uint64_t sink = checksum.load();
+  (void)sink;
+
+  std::vector<double> sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t middle = sorted.size() / 2;
+  const double median = sorted.size() % 2 ? sorted[middle] : 0.5 * (sorted[middle - 1] + sorted[middle]);
+  BandwidthResult result{};
+  result.best = sorted.back();
+  result.median = median;
+  result.gigabytes_per_second = result.best;
+  result.runs = runs;
+  return result;
+}
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,227 @@
+#include "engine/kernels/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace kvchat::kernels {
+namespace {
+
+// How long an idle worker keeps polling before it sleeps. Consecutive matvecs of one token are a few
+// microseconds apart, so a short spin keeps the wake-up off the futex path; tokens are milliseconds
+// apart, so the worker is asleep (not stealing a core from LibTorch) between them.
+constexpr auto kWorkerSpin = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Set while a thread runs a chunk, so that a nested parallel_for runs inline instead of waiting on
+// workers that are busy with the outer call.
+thread_local bool t_inside_chunk = false;
+
+struct ChunkScope {
+  ChunkScope() : previous(t_inside_chunk) { t_inside_chunk = true; }
+  ~ChunkScope() { t_inside_chunk = previous; }
+  bool previous;
+};
+
+}  // namespace
+
+struct ThreadPool::State {
+  int threads = 1;
+  std::vector<std::thread> workers;
+
+  // Held for the duration of one parallel_for; a second caller that finds it taken runs inline.
+  std::mutex submit_mutex;
+
+  std::mutex wake_mutex;
+  std::condition_variable wake_cv;
+  int sleepers = 0;  // guarded by wake_mutex
+  std::atomic<std::uint64_t> generation{0};
+  std::atomic<bool> stopping{false};
+  std::atomic<int> pending{0};
+
+  // The current job; written by the caller before it bumps `generation`, read by workers after.
+  const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
+  std::int64_t n = 0;
+  std::int64_t grain = 1;
+  std::int64_t units = 0;
+  std::int64_t chunks = 0;
+
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  void run_chunk(std::int64_t chunk) {
+    const std::int64_t begin = (chunk * units / chunks) * grain;
+    const std::int64_t end = std::min(n, ((chunk + 1) * units / chunks) * grain);
+    if (begin >= end) return;
+    try {
+      ChunkScope scope;
+      (*body)(begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  }
+
+  std::uint64_t wait_for_job(std::uint64_t seen) {
+    const auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+    for (unsigned poll = 0;; ++poll) {
+      const std::uint64_t current = generation.load(std::memory_order_acquire);
+      if (current != seen) return current;
+      if ((poll & 63u) == 63u && std::chrono::steady_clock::now() >= spin_until) break;
+      cpu_relax();
+    }
+    std::unique_lock<std::mutex> lock(wake_mutex);
+    ++sleepers;
+    wake_cv.wait(lock, [&] { return generation.load(std::memory_order_acquire) != seen; });
+    --sleepers;
+    return generation.load(std::memory_order_acquire);
+  }
+
+  void worker_loop(int index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      seen = wait_for_job(seen);
+      if (stopping.load(std::memory_order_acquire)) return;
+      if (index < chunks) run_chunk(index);
+      // Every worker acknowledges every job, so the caller never rewrites the job while a late worker
+      // is still reading it.
+      pending.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  void publish_job() {
+    bool anyone_sleeping = false;
+    {
+      std::lock_guard<std::mutex> lock(wake_mutex);
+      generation.fetch_add(1, std::memory_order_acq_rel);
+      anyone_sleeping = sleepers > 0;
+    }
+    if (anyone_sleeping) wake_cv.notify_all();
+  }
+};
+
+ThreadPool::ThreadPool(int threads) : state_(new State) {
+  if (threads < 1) {
+    delete state_;
+    throw std::invalid_argument("ThreadPool: threads must be >= 1, got " + std::to_string(threads));
+  }
+  state_->threads = threads;
+  state_->workers.reserve(static_cast<std::size_t>(threads - 1));
+  for (int index = 1; index < threads; ++index) {
+    state_->workers.emplace_back([state = state_, index] { state->worker_loop(index); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  state_->stopping.store(true, std::memory_order_release);
+  state_->publish_job();
+  for (auto& worker : state_->workers) worker.join();
+  delete state_;
+}
+
+int ThreadPool::size() const { return state_->threads; }
+
+void ThreadPool::parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
+                              std::int64_t grain) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  const std::int64_t units = (n + grain - 1) / grain;
+  const std::int64_t chunks = std::min<std::int64_t>(state_->threads, units);
+  if (chunks <= 1 || t_inside_chunk) {
+    body(0, n);
+    return;
+  }
+  std::unique_lock<std::mutex> submit(state_->submit_mutex, std::try_to_lock);
+  if (!submit.owns_lock()) {
+    body(0, n);
+    return;
+  }
+
+  State& s = *state_;
+  s.body = &body;
+  s.n = n;
+  s.grain = grain;
+  s.units = units;
+  s.chunks = chunks;
+  s.error = nullptr;
+  s.pending.store(s.threads - 1, std::memory_order_relaxed);
+  s.publish_job();
+
+  s.run_chunk(0);
+
+  for (unsigned poll = 0; s.pending.load(std::memory_order_acquire) != 0; ++poll) {
+    // A worker that was asleep needs the scheduler; stop hogging the core after a while.
+    if (poll < (1u << 16)) cpu_relax();
+    else std::this_thread::yield();
+  }
+  s.body = nullptr;
+  if (s.error) {
+    std::exception_ptr error = s.error;
+    s.error = nullptr;
+    std::rethrow_exception(error);
+  }
+}
+
+namespace {
+
+std::mutex g_default_mutex;
+std::unique_ptr<ThreadPool> g_default_pool;         // guarded by g_default_mutex
+std::atomic<ThreadPool*> g_default_pool_fast{nullptr};
+int g_default_threads = 0;                          // guarded by g_default_mutex; 0 = not chosen yet
+
+int hardware_threads() {
+  const unsigned hardware = std::thread::hardware_concurrency();
+  return hardware == 0 ? 1 : static_cast<int>(hardware);
+}
+
+}  // namespace
+
+ThreadPool& default_thread_pool() {
+  if (ThreadPool* pool = g_default_pool_fast.load(std::memory_order_acquire)) return *pool;
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  if (!g_default_pool) {
+    if (g_default_threads == 0) g_default_threads = hardware_threads();
+    g_default_pool = std::make_unique<ThreadPool>(g_default_threads);
+    g_default_pool_fast.store(g_default_pool.get(), std::memory_order_release);
+  }
+  return *g_default_pool;
+}
+
+void set_default_threads(int threads) {
+  if (threads < 0) {
+    throw std::invalid_argument("set_default_threads: threads must be >= 0, got " + std::to_string(threads));
+  }
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  g_default_threads = threads == 0 ? hardware_threads() : threads;
+  g_default_pool_fast.store(nullptr, std::memory_order_release);
+  g_default_pool.reset();
+  g_default_pool = std::make_unique<ThreadPool>(g_default_threads);
+  g_default_pool_fast.store(g_default_pool.get(), std::memory_order_release);
+}
+
+int default_threads() {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  if (g_default_threads == 0) g_default_threads = hardware_threads();
+  return g_default_threads;
+}
+
+}  // namespace kvchat::kernels

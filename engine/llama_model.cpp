@@ -1,0 +1,230 @@
+#include "engine/llama_model.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "engine/rope.h"
+#include "engine/safetensors.h"
+
+namespace kvchat {
+
+at::Tensor Linear::forward(const at::Tensor& x) const {
+  at::Tensor w = weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat);
+  return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor variance = x.pow(2).mean(-1, /*keepdim=*/true);
+  return x * at::rsqrt(variance + eps) * weight;
+}
+
+LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  at::Tensor positions = at::arange(config_.max_position_embeddings, at::kLong);
+  std::tie(rope_cos_, rope_sin_) = rope_cos_sin(config_, positions);
+}
+
+KvCacheShape LlamaModel::cache_shape() const {
+  return KvCacheShape{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim,
+                      config_.max_position_embeddings, at::kFloat};
+}
+
+WeightDtype LlamaModel::weight_dtype() const {
+  return weights_.embedding.scalar_type() == at::kBFloat16 ? WeightDtype::BFloat16 : WeightDtype::Float32;
+}
+
+std::int64_t LlamaModel::weight_bytes() const {
+  std::int64_t bytes = weights_.embedding.nbytes() + weights_.final_norm.nbytes();
+  auto add = [&](const Linear& l) { bytes += l.weight.nbytes() + (l.bias.defined() ? l.bias.nbytes() : 0); };
+  for (const LayerWeights& layer : weights_.layers) {
+    bytes += layer.attention_norm.nbytes() + layer.mlp_norm.nbytes();
+    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) add(*l);
+  }
+  if (!config_.tie_word_embeddings) add(weights_.lm_head);
+  return bytes;
+}
+
+at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
+                               bool all_positions) const {
+  const std::int64_t steps = static_cast<std::int64_t>(ids.size());
+  if (steps == 0) throw std::invalid_argument("forward: no tokens");
+  if (cache ? start_pos != cache->size() : start_pos != 0)
+    throw std::invalid_argument("forward: start position " + std::to_string(start_pos) +
+                                " does not follow the cache (" + std::to_string(cache ? cache->size() : 0) + " tokens)");
+  if (start_pos + steps > config_.max_position_embeddings)
+    throw std::length_error("forward: positions up to " + std::to_string(start_pos + steps) +
+                            " exceed the context limit of " + std::to_string(config_.max_position_embeddings));
+  for (TokenId id : ids)
+    if (id < 0 || id >= config_.vocab_size)
+      throw std::out_of_range("forward: token id " + std::to_string(id) + " outside the vocabulary");
+
+  const std::int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
+  const std::int64_t head_dim = config_.head_dim, group = heads / kv_heads;
+  const std::int64_t total = start_pos + steps;  // keys attended to
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+
+  at::Tensor token_ids = at::from_blob(const_cast<TokenId*>(ids.data()), {steps}, at::kInt).to(at::kLong);
+  at::Tensor x = weights_.embedding.index_select(0, token_ids).to(at::kFloat);  // [T, hidden]
+  at::Tensor cos = rope_cos_.narrow(0, start_pos, steps), sin = rope_sin_.narrow(0, start_pos, steps);
+
+  // One rectangular causal mask: query i sits at absolute position start_pos + i and sees keys
+  // 0 .. start_pos + i. A single decode query sees everything, so it needs none.
+  at::Tensor mask;
+  if (steps > 1)
+    mask = at::full({steps, total}, -std::numeric_limits<float>::infinity(), at::kFloat).triu(start_pos + 1);
+
+  for (std::int64_t layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index) {
+    const LayerWeights& layer = weights_.layers[layer_index];
+    at::Tensor h = rms_norm(x, layer.attention_norm, config_.rms_norm_eps);
+    at::Tensor q = layer.q.forward(h).view({steps, heads, head_dim}).transpose(0, 1);        // [H, T, d]
+    at::Tensor k = layer.k.forward(h).view({steps, kv_heads, head_dim}).transpose(0, 1);     // [KVH, T, d]
+    at::Tensor v = layer.v.forward(h).view({steps, kv_heads, head_dim}).transpose(0, 1);
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
+
+    at::Tensor keys = k, values = v;  // [KVH, total, d]: compact, never repeated per query head
+    if (cache) std::tie(keys, values) = cache->append(layer_index, k, v);
+
+    // GQA without repeating K/V: query heads h = g*group + j share kv head g, so fold the group into
+    // the query rows: [KVH, group*T, d] x [KVH, d, total].
+    at::Tensor grouped_q = q.reshape({kv_heads, group * steps, head_dim});
+    at::Tensor scores = at::matmul(grouped_q, keys.transpose(1, 2)).mul_(scale);  // [KVH, group*T, total]
+    if (mask.defined()) scores = scores.view({kv_heads, group, steps, total}).add_(mask).view({kv_heads, group * steps, total});
+    at::Tensor probabilities = at::softmax(scores, -1);
+    at::Tensor attended = at::matmul(probabilities, values);                 // [KVH, group*T, d]
+    attended = attended.view({heads, steps, head_dim}).transpose(0, 1).reshape({steps, heads * head_dim});
+    x = x + layer.o.forward(attended);
+
+    h = rms_norm(x, layer.mlp_norm, config_.rms_norm_eps);
+    at::Tensor gated = at::silu(layer.gate.forward(h)).mul_(layer.up.forward(h));
+    x = x + layer.down.forward(gated);
+  }
+  if (cache) cache->commit(steps);
+
+  // Only the positions asked for go through the final norm and the (large) lm_head.
+  at::Tensor last = all_positions ? x : x.narrow(0, steps - 1, 1);
+  at::Tensor logits = weights_.lm_head.forward(rms_norm(last, weights_.final_norm, config_.rms_norm_eps));
+  return all_positions ? logits : logits.squeeze(0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction: from a checkpoint, or random.
+
+namespace {
+
+at::ScalarType storage_type(WeightDtype dtype) { return dtype == WeightDtype::BFloat16 ? at::kBFloat16 : at::kFloat; }
+
+class CheckpointReader {
+ public:
+  CheckpointReader(const std::string& directory, WeightDtype dtype) : checkpoint_(directory), dtype_(dtype) {}
+
+  // A weight matrix kept in the storage dtype; a checkpoint already in that dtype is not copied.
+  at::Tensor matrix(const std::string& name, std::vector<std::int64_t> shape) {
+    return checked(name, shape).to(storage_type(dtype_));
+  }
+  // Norm weights and biases are tiny: always f32.
+  at::Tensor vector(const std::string& name, std::int64_t size) { return checked(name, {size}).to(at::kFloat); }
+  bool contains(const std::string& name) const { return checkpoint_.contains(name); }
+
+ private:
+  at::Tensor checked(const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (!checkpoint_.contains(name)) throw ModelError("checkpoint is missing tensor '" + name + "'");
+    const SafetensorsEntry& entry = checkpoint_.entry(name);
+    if (entry.shape != shape) {
+      auto text = [](const std::vector<std::int64_t>& s) {
+        std::string out = "[";
+        for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+        return out + "]";
+      };
+      throw ModelError(checkpoint_.file_of(name) + ": tensor '" + name + "' has shape " + text(entry.shape) +
+                       " but the config needs " + text(shape));
+    }
+    return checkpoint_.tensor(name);
+  }
+
+  SafetensorsCheckpoint checkpoint_;
+  WeightDtype dtype_;
+};
+
+}  // namespace
+
+std::shared_ptr<LlamaModel> LlamaModel::from_checkpoint(const std::string& directory, const ModelConfig& config,
+                                                        WeightDtype dtype) {
+  CheckpointReader reader(directory, dtype);
+  const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
+  const std::int64_t q_out = config.num_attention_heads * config.head_dim;
+  const std::int64_t kv_out = config.num_key_value_heads * config.head_dim;
+  auto linear = [&](const std::string& prefix, std::int64_t out, std::int64_t in, bool has_bias) {
+    Linear l;
+    l.weight = reader.matrix(prefix + ".weight", {out, in});
+    if (has_bias) l.bias = reader.vector(prefix + ".bias", out);
+    return l;
+  };
+
+  ModelWeights weights;
+  weights.embedding = reader.matrix("model.embed_tokens.weight", {config.vocab_size, hidden});
+  for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    LayerWeights layer;
+    layer.attention_norm = reader.vector(p + ".input_layernorm.weight", hidden);
+    layer.q = linear(p + ".self_attn.q_proj", q_out, hidden, config.attention_bias);
+    layer.k = linear(p + ".self_attn.k_proj", kv_out, hidden, config.attention_bias);
+    layer.v = linear(p + ".self_attn.v_proj", kv_out, hidden, config.attention_bias);
+    layer.o = linear(p + ".self_attn.o_proj", hidden, q_out, config.attention_bias);
+    layer.mlp_norm = reader.vector(p + ".post_attention_layernorm.weight", hidden);
+    layer.gate = linear(p + ".mlp.gate_proj", inter, hidden, config.mlp_bias);
+    layer.up = linear(p + ".mlp.up_proj", inter, hidden, config.mlp_bias);
+    layer.down = linear(p + ".mlp.down_proj", hidden, inter, config.mlp_bias);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.final_norm = reader.vector("model.norm.weight", hidden);
+  if (config.tie_word_embeddings) {
+    weights.lm_head.weight = weights.embedding;
+  } else {
+    weights.lm_head = linear("lm_head", config.vocab_size, hidden, false);
+  }
+  auto model = std::make_shared<LlamaModel>(config, std::move(weights));
+  spdlog::info("loaded {}: {} layers, hidden {}, heads {}/{} (kv), vocab {}, {:.1f} MiB of {} weights", directory,
+               config.num_hidden_layers, hidden, config.num_attention_heads, config.num_key_value_heads,
+               config.vocab_size, model->weight_bytes() / 1048576.0, to_string(dtype));
+  return model;
+}
+
+std::shared_ptr<LlamaModel> LlamaModel::random(const ModelConfig& config, std::uint64_t seed, WeightDtype dtype) {
+  at::manual_seed(seed);
+  const at::ScalarType type = storage_type(dtype);
+  const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
+  const std::int64_t q_out = config.num_attention_heads * config.head_dim;
+  const std::int64_t kv_out = config.num_key_value_heads * config.head_dim;
+  // Uniform in +-sqrt(3/in): unit-variance activations, so logits stay in a realistic range.
+  auto matrix = [&](std::int64_t out, std::int64_t in) {
+    const double bound = std::sqrt(3.0 / static_cast<double>(in));
+    return at::empty({out, in}, at::kFloat).uniform_(-bound, bound).to(type);
+  };
+  auto linear = [&](std::int64_t out, std::int64_t in) { return Linear{matrix(out, in), at::Tensor()}; };
+  auto norm = [&]() { return at::ones({hidden}, at::kFloat); };
+
+  ModelWeights weights;
+  weights.embedding = at::empty({config.vocab_size, hidden}, at::kFloat).uniform_(-1.0, 1.0).to(type);
+  for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    LayerWeights layer;
+    layer.attention_norm = norm();
+    layer.q = linear(q_out, hidden);
+    layer.k = linear(kv_out, hidden);
+    layer.v = linear(kv_out, hidden);
+    layer.o = linear(hidden, q_out);
+    layer.mlp_norm = norm();
+    layer.gate = linear(inter, hidden);
+    layer.up = linear(inter, hidden);
+    layer.down = linear(hidden, inter);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.final_norm = norm();
+  weights.lm_head = config.tie_word_embeddings ? Linear{weights.embedding, at::Tensor()} : linear(config.vocab_size, hidden);
+  return std::make_shared<LlamaModel>(config, std::move(weights));
+}
+
+}  // namespace kvchat

@@ -1,0 +1,72 @@
+#pragma once
+// The Llama forward pass (llama2.c's shape, in ATen): embedding, RMSNorm, RoPE at explicit absolute
+// positions, grouped-query attention with one rectangular causal mask for prefill and decode, SwiGLU
+// MLP, final norm, tied or separate lm_head. Config, weights and run state (the KvCache) are kept apart:
+// the model is immutable after construction and can be shared by many sessions.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "engine/model_loader.h"
+
+namespace kvchat {
+
+// y = x W^T (+ b). Weights stay in the dtype they are kept in (f32 or bf16); compute is f32.
+struct Linear {
+  at::Tensor weight;  // [out, in]
+  at::Tensor bias;    // [out] or undefined
+  at::Tensor forward(const at::Tensor& x) const;  // x [T, in] f32 -> [T, out] f32
+};
+
+struct LayerWeights {
+  at::Tensor attention_norm;  // [hidden] f32
+  Linear q, k, v, o;
+  at::Tensor mlp_norm;        // [hidden] f32
+  Linear gate, up, down;
+};
+
+struct ModelWeights {
+  at::Tensor embedding;       // [vocab, hidden] (f32 or bf16)
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm;      // [hidden] f32
+  Linear lm_head;             // shares `embedding` when tie_word_embeddings
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(ModelConfig config, ModelWeights weights);
+
+  // Loads DIR's safetensors (validated against the config: every tensor present with its shape).
+  static std::shared_ptr<LlamaModel> from_checkpoint(const std::string& directory, const ModelConfig& config,
+                                                     WeightDtype dtype = WeightDtype::Float32);
+  // A seeded random model of the config's exact shape, in memory (benchmarks of real model sizes).
+  static std::shared_ptr<LlamaModel> random(const ModelConfig& config, std::uint64_t seed,
+                                            WeightDtype dtype = WeightDtype::Float32);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  KvCacheShape cache_shape() const;
+  std::int64_t weight_bytes() const;
+  WeightDtype weight_dtype() const;
+
+  // Runs `ids`, the tokens at absolute positions start_pos .. start_pos + T - 1.
+  // With a cache: start_pos must equal cache->size(); attends to the cached positions plus these, and
+  // commits them to the cache. Without (null): start_pos must be 0 and ids the whole sequence.
+  // Returns f32 logits of the last position [vocab], or of every position [T, vocab] if all_positions.
+  at::Tensor forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
+                     bool all_positions = false) const;
+
+ private:
+  ModelConfig config_;
+  ModelWeights weights_;
+  at::Tensor rope_cos_, rope_sin_;  // [max_position_embeddings, head_dim], computed once
+};
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+}  // namespace kvchat

@@ -1,0 +1,104 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_set>
+
+namespace kvchat {
+
+TokenId argmax(const float* values, std::int64_t size) {
+  std::int64_t best = 0;
+  for (std::int64_t i = 1; i < size; ++i)
+    if (values[i] > values[best]) best = i;
+  return static_cast<TokenId>(best);
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), generator_(params.seed) {}
+
+std::vector<float> Sampler::penalised(const float* logits, std::int64_t vocab_size,
+                                      const std::vector<TokenId>& recent) const {
+  std::vector<float> values(logits, logits + vocab_size);
+  if (params_.repetition_penalty != 1.0f && !recent.empty()) {
+    const std::size_t window = params_.repetition_window > 0
+                                   ? std::min<std::size_t>(recent.size(), static_cast<std::size_t>(params_.repetition_window))
+                                   : recent.size();
+    std::unordered_set<TokenId> seen(recent.end() - static_cast<std::ptrdiff_t>(window), recent.end());
+    for (TokenId id : seen) {
+      if (id < 0 || id >= vocab_size) continue;
+      float& v = values[static_cast<std::size_t>(id)];
+      v = v > 0 ? v / params_.repetition_penalty : v * params_.repetition_penalty;  // CTRL-style
+    }
+  }
+  return values;
+}
+
+std::vector<double> Sampler::probabilities(const float* logits, std::int64_t vocab_size,
+                                           const std::vector<TokenId>& recent) const {
+  std::vector<float> values = penalised(logits, vocab_size, recent);
+  std::vector<double> probs(static_cast<std::size_t>(vocab_size), 0.0);
+  if (greedy()) {
+    probs[static_cast<std::size_t>(argmax(values.data(), vocab_size))] = 1.0;
+    return probs;
+  }
+  // Candidates sorted by logit, best first (stable: ties keep the lower id first).
+  std::vector<TokenId> order(static_cast<std::size_t>(vocab_size));
+  std::iota(order.begin(), order.end(), 0);
+  auto better = [&](TokenId a, TokenId b) { return values[a] > values[b] || (values[a] == values[b] && a < b); };
+  std::size_t keep = order.size();
+  if (params_.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(params_.top_k));
+  // Only the kept candidates need ordering (a full sort of a 128k vocabulary costs milliseconds).
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), better);
+
+  // Softmax with temperature over the kept candidates (max subtracted for stability).
+  const double temperature = params_.temperature;
+  const double top = values[order[0]];
+  std::vector<double> weights(keep);
+  double sum = 0;
+  for (std::size_t i = 0; i < keep; ++i) sum += weights[i] = std::exp((values[order[i]] - top) / temperature);
+  for (double& w : weights) w /= sum;
+
+  if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (at least one token)
+    double cumulative = 0;
+    std::size_t cut = keep;
+    for (std::size_t i = 0; i < keep; ++i) {
+      cumulative += weights[i];
+      if (cumulative >= params_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+  }
+  if (params_.min_p > 0.0f) {  // drop tokens less likely than min_p x the most likely one
+    const double threshold = params_.min_p * weights[0];
+    std::size_t cut = 1;
+    while (cut < keep && weights[cut] >= threshold) ++cut;
+    keep = cut;
+  }
+  double kept_mass = 0;
+  for (std::size_t i = 0; i < keep; ++i) kept_mass += weights[i];
+  for (std::size_t i = 0; i < keep; ++i) probs[static_cast<std::size_t>(order[i])] = weights[i] / kept_mass;
+  return probs;
+}
+
+TokenId Sampler::sample(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) {
+  if (greedy()) {
+    std::vector<float> values = penalised(logits, vocab_size, recent);
+    return argmax(values.data(), vocab_size);
+  }
+  std::vector<double> probs = probabilities(logits, vocab_size, recent);
+  // Inverse-CDF draw from the seeded generator: same seed and logits, same token.
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(generator_);
+  double cumulative = 0;
+  TokenId last_nonzero = 0;
+  for (std::int64_t i = 0; i < vocab_size; ++i) {
+    if (probs[static_cast<std::size_t>(i)] <= 0) continue;
+    cumulative += probs[static_cast<std::size_t>(i)];
+    last_nonzero = static_cast<TokenId>(i);
+    if (u < cumulative) return last_nonzero;
+  }
+  return last_nonzero;  // rounding left u just above the total
+}
+
+}  // namespace kvchat

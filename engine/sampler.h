@@ -1,0 +1,37 @@
+#pragma once
+// Token selection as a chain, applied in this order (llama.cpp's order): repetition penalty ->
+// greedy (temperature <= 0) or temperature -> top-k -> top-p -> min-p -> seeded draw.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace kvchat {
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // `recent` is the token history the repetition penalty looks at (its last repetition_window ids).
+  TokenId sample(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent);
+
+  // The distribution the draw is made from, after every filter (zeros for removed tokens). For greedy
+  // decoding, a one-hot vector on the argmax.
+  std::vector<double> probabilities(const float* logits, std::int64_t vocab_size,
+                                    const std::vector<TokenId>& recent) const;
+
+  const SamplingParams& params() const { return params_; }
+  bool greedy() const { return params_.temperature <= 0.0f || params_.top_k == 1; }
+
+ private:
+  std::vector<float> penalised(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) const;
+
+  SamplingParams params_;
+  std::mt19937_64 generator_;
+};
+
+// Index of the largest value; the first one on ties (as llama2.c's argmax).
+TokenId argmax(const float* values, std::int64_t size);
+
+}  // namespace kvchat
