@@ -65,7 +65,14 @@ class StoreQuery {
     if (!query_.exec()) fail(path_, purpose_, query_.lastError());
     return query_;
   }
-  QSqlQuery& query() { return query_; }
+  // Runs the statement and returns the first column of its first row (invalid when there is no row).
+  // The statement is finished before returning: a statement left open would block the commit.
+  QVariant single_value() {
+    run();
+    QVariant value = query_.next() ? query_.value(0) : QVariant();
+    query_.finish();
+    return value;
+  }
 
  private:
   QSqlQuery query_;
@@ -156,8 +163,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
     // The first statement reads the file header: garbage or a foreign file fails here ("file is not a database").
     StoreQuery wal(db, database_path_, QStringLiteral("cannot enable the WAL journal"),
                    QStringLiteral("PRAGMA journal_mode = WAL"));
-    QSqlQuery& mode = wal.run();
-    const QString journal_mode = mode.next() ? mode.value(0).toString() : QString();
+    const QString journal_mode = wal.single_value().toString();
     if (journal_mode.compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0)
       spdlog::warn("conversation store {}: journal mode is '{}', not WAL (file system without shared memory?)",
                    database_path_.toStdString(), journal_mode.toStdString());
@@ -173,8 +179,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
 
     StoreQuery has_schema(db, database_path_, QStringLiteral("cannot read the schema"),
                           QStringLiteral("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"));
-    QSqlQuery& schema_rows = has_schema.run();
-    const bool schema_exists = schema_rows.next() && schema_rows.value(0).toInt() > 0;
+    const bool schema_exists = has_schema.single_value().toInt() > 0;
     if (!schema_exists && open_mode == StoreOpenMode::ExistingOnly)
       fail(database_path_, QStringLiteral("not a kvchat database (no schema_version table)"));
 
@@ -191,8 +196,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
     } else {
       StoreQuery version_query(db, database_path_, QStringLiteral("cannot read the schema version"),
                                QStringLiteral("SELECT max(version) FROM schema_version"));
-      QSqlQuery& version_row = version_query.run();
-      const int version = version_row.next() ? version_row.value(0).toInt() : 0;
+      const int version = version_query.single_value().toInt();
       if (version > kSchemaVersion)
         fail(database_path_, QStringLiteral("schema version %1 is newer than this program's %2")
                                  .arg(version)
@@ -236,8 +240,7 @@ QSqlDatabase connection(const QString& name) { return QSqlDatabase::database(nam
 qint64 next_activity(const QSqlDatabase& db, const QString& path) {
   StoreQuery query(db, path, QStringLiteral("cannot read the activity counter"),
                    QStringLiteral("SELECT coalesce(max(activity), 0) + 1 FROM conversations"));
-  QSqlQuery& row = query.run();
-  return row.next() ? row.value(0).toLongLong() : 1;
+  return query.single_value().toLongLong();
 }
 
 void touch_conversation(const QSqlDatabase& db, const QString& path, qint64 conversation_id) {
@@ -393,7 +396,7 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
   WriteTransaction transaction(db, database_path_, purpose);
   StoreQuery exists(db, database_path_, purpose, QStringLiteral("SELECT 1 FROM conversations WHERE id = :id"));
   exists.bind(QStringLiteral(":id"), message.conversation_id);
-  if (!exists.run().next()) fail(database_path_, purpose + QStringLiteral(": no such conversation"));
+  if (!exists.single_value().isValid()) fail(database_path_, purpose + QStringLiteral(": no such conversation"));
 
   const qint64 created = message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now_ms();
   StoreQuery insert(db, database_path_, purpose,
@@ -432,9 +435,9 @@ void ConversationStore::finish_message(qint64 message_id, const QString& text, c
   WriteTransaction transaction(db, database_path_, purpose);
   StoreQuery owner(db, database_path_, purpose, QStringLiteral("SELECT conversation_id FROM messages WHERE id = :id"));
   owner.bind(QStringLiteral(":id"), message_id);
-  QSqlQuery& owner_row = owner.run();
-  if (!owner_row.next()) fail(database_path_, QStringLiteral("no message %1").arg(message_id));
-  const qint64 conversation_id = owner_row.value(0).toLongLong();
+  const QVariant owner_id = owner.single_value();
+  if (!owner_id.isValid()) fail(database_path_, QStringLiteral("no message %1").arg(message_id));
+  const qint64 conversation_id = owner_id.toLongLong();
   StoreQuery(db, database_path_, purpose,
              QStringLiteral("UPDATE messages SET text = :text, stats = :stats, complete = 1 WHERE id = :id"))
       .bind(QStringLiteral(":text"), non_null(text))
@@ -452,8 +455,8 @@ void ConversationStore::delete_messages_from(qint64 conversation_id, qint64 firs
   WriteTransaction transaction(db, database_path_, purpose);
   StoreQuery owner(db, database_path_, purpose, QStringLiteral("SELECT conversation_id FROM messages WHERE id = :id"));
   owner.bind(QStringLiteral(":id"), first_message_id);
-  QSqlQuery& owner_row = owner.run();
-  if (!owner_row.next() || owner_row.value(0).toLongLong() != conversation_id)
+  const QVariant owner_id = owner.single_value();
+  if (!owner_id.isValid() || owner_id.toLongLong() != conversation_id)
     fail(database_path_, QStringLiteral("no message %1 in conversation %2").arg(first_message_id).arg(conversation_id));
   StoreQuery(db, database_path_, purpose,
              QStringLiteral("DELETE FROM messages WHERE conversation_id = :conversation_id AND id >= :first"))
@@ -468,8 +471,7 @@ QString ConversationStore::integrity_check() const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("integrity check failed"),
                    QStringLiteral("PRAGMA integrity_check"));
-  QSqlQuery& rows = query.run();
-  return rows.next() ? rows.value(0).toString() : QString();
+  return query.single_value().toString();
 }
 
 }  // namespace kvchat::app

@@ -1,0 +1,399 @@
+// ConversationStore: everything written comes back after reopening, edits behave, bad files fail clearly.
+#include <QFile>
+#include <QJsonArray>
+#include <QRandomGenerator>
+#include <QSqlDatabase>
+#include <QSqlQuery>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/conversation_store.h"
+#include "app/settings.h"
+#include "app/stats_json.h"
+
+using kvchat::app::ConversationRecord;
+using kvchat::app::ConversationStore;
+using kvchat::app::MessageRecord;
+using kvchat::app::StoreError;
+using kvchat::app::StoreOpenMode;
+
+namespace {
+
+MessageRecord make_message(qint64 conversation_id, const QString& role, const QString& text, bool complete = true) {
+  MessageRecord message;
+  message.conversation_id = conversation_id;
+  message.role = role;
+  message.text = text;
+  message.complete = complete;
+  return message;
+}
+
+QList<qint64> ids_of(const QList<ConversationRecord>& conversations) {
+  QList<qint64> ids;
+  for (const auto& conversation : conversations) ids.append(conversation.id);
+  return ids;
+}
+
+QList<qint64> ids_of(const QList<MessageRecord>& messages) {
+  QList<qint64> ids;
+  for (const auto& message : messages) ids.append(message.id);
+  return ids;
+}
+
+// Runs one SQL statement on the file through a separate, raw connection (what another program would see).
+QString raw_query(const QString& path, const QString& sql) {
+  const QString name = QStringLiteral("raw-%1").arg(QRandomGenerator::global()->generate64());
+  QString result;
+  {
+    QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), name);
+    db.setDatabaseName(path);
+    if (db.open()) {
+      QSqlQuery query(db);
+      if (query.exec(sql) && query.next()) result = query.value(0).toString();
+    }
+    db.close();
+  }
+  QSqlDatabase::removeDatabase(name);
+  return result;
+}
+
+template <typename F>
+QString store_error_of(F&& action) {
+  try {
+    action();
+  } catch (const StoreError& error) {
+    return QString::fromStdString(error.what());
+  }
+  return QString();
+}
+
+}  // namespace
+
+class ConversationStoreTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void round_trip_after_reopen();
+  void most_recently_updated_first();
+  void edits_rename_prompt_delete();
+  void delete_messages_from_truncates_a_conversation();
+  void unknown_ids_are_errors();
+  void journal_is_wal_and_schema_versioned();
+  void two_connections_on_one_file();
+  void garbage_file_is_not_a_database();
+  void unwritable_folder_names_the_path();
+  void existing_only_does_not_create();
+  void newer_schema_is_refused();
+};
+
+void ConversationStoreTest::round_trip_after_reopen() {
+  QTemporaryDir dir;
+  QVERIFY(dir.isValid());
+  // Parent folders that do not exist yet must be created.
+  const QString path = dir.filePath(QStringLiteral("nested/folder/chats.sqlite3"));
+
+  kvchat::GenerationStats stats;
+  stats.prompt_tokens = 57;
+  stats.reused_tokens = 40;
+  stats.prefilled_tokens = 17;
+  stats.generated_tokens = 33;
+  stats.prefill_ms = 4.25;
+  stats.ttft_ms = 5.5;
+  stats.decode_ms = 120.75;
+  stats.prefill_tokens_per_second = 4000.0;
+  stats.decode_tokens_per_second = 264.0;
+  stats.cache_tokens = 90;
+  stats.cache_bytes = 92160;
+  stats.cache_capacity_tokens = 128;
+  stats.cache_mode = kvchat::KvCacheMode::Contiguous;
+  stats.stop_reason = kvchat::StopReason::Eos;
+  const QJsonObject stats_json = kvchat::app::stats_to_json(stats);
+  kvchat::app::ChatSettings settings;
+  settings.temperature = 0.3;
+  settings.seed = 1234;
+  const QJsonObject settings_json = settings.to_json();
+
+  qint64 first_id = 0, second_id = 0;
+  QList<MessageRecord> written;
+  {
+    ConversationStore store(path);
+    QCOMPARE(store.path(), QFileInfo(path).absoluteFilePath());
+    first_id = store.create_conversation(QStringLiteral("Dragons"), QStringLiteral("You tell short stories."));
+    second_id = store.create_conversation(QStringLiteral("Empty one"));
+    QVERIFY(first_id > 0);
+    QVERIFY(second_id != first_id);
+
+    MessageRecord user = make_message(first_id, QStringLiteral("user"), QStringLiteral("Once upon a time — ünïcode ✓"));
+    MessageRecord reply = make_message(first_id, QStringLiteral("assistant"), QStringLiteral("there was a dragon."));
+    reply.model = QStringLiteral("stories260K");
+    reply.settings = settings_json;
+    reply.stats = stats_json;
+    MessageRecord marker = make_message(first_id, QStringLiteral("marker"), QStringLiteral("2 older turns dropped"));
+    MessageRecord partial = make_message(first_id, QStringLiteral("assistant"), QString(), false);
+    partial.model = QStringLiteral("stories260K");
+    for (MessageRecord* message : {&user, &reply, &marker, &partial}) {
+      message->id = store.add_message(*message);
+      QVERIFY(message->id > 0);
+      written.append(*message);
+    }
+    store.update_message_text(partial.id, QStringLiteral("The dra"));
+    store.update_message_text(partial.id, QStringLiteral("The dragon fle"));
+    written[3].text = QStringLiteral("The dragon fle");
+  }
+
+  ConversationStore reopened(path);
+  const auto first = reopened.conversation(first_id);
+  QVERIFY(first.has_value());
+  QCOMPARE(first->title, QStringLiteral("Dragons"));
+  QCOMPARE(first->system_prompt, QStringLiteral("You tell short stories."));
+  QCOMPARE(first->message_count, 4);
+  QVERIFY(first->created_at.isValid());
+  QVERIFY(first->updated_at >= first->created_at);
+  const auto second = reopened.conversation(second_id);
+  QVERIFY(second.has_value());
+  QCOMPARE(second->title, QStringLiteral("Empty one"));
+  QCOMPARE(second->system_prompt, QString());
+  QCOMPARE(second->message_count, 0);
+  QVERIFY(reopened.messages(second_id).isEmpty());
+
+  const QList<MessageRecord> messages = reopened.messages(first_id);
+  QCOMPARE(messages.size(), written.size());
+  for (int i = 0; i < messages.size(); ++i) {
+    QCOMPARE(messages[i].id, written[i].id);
+    QCOMPARE(messages[i].conversation_id, first_id);
+    QCOMPARE(messages[i].role, written[i].role);
+    QCOMPARE(messages[i].text, written[i].text);
+    QCOMPARE(messages[i].model, written[i].model);
+    QCOMPARE(messages[i].settings, written[i].settings);
+    QCOMPARE(messages[i].stats, written[i].stats);
+    QCOMPARE(messages[i].complete, written[i].complete);
+    QVERIFY(messages[i].created_at.isValid());
+  }
+  QCOMPARE(messages[3].complete, false);
+  // The stats survive as numbers, not just as equal-looking JSON.
+  const kvchat::GenerationStats back = kvchat::app::stats_from_json(messages[1].stats);
+  QCOMPARE(back.generated_tokens, 33);
+  QCOMPARE(back.cache_bytes, qint64(92160));
+  QCOMPARE(back.stop_reason, kvchat::StopReason::Eos);
+
+  // finish_message completes the streamed reply and attaches its stats.
+  reopened.finish_message(written[3].id, QStringLiteral("The dragon flew home."), stats_json);
+  const auto finished = reopened.message(written[3].id);
+  QVERIFY(finished.has_value());
+  QCOMPARE(finished->text, QStringLiteral("The dragon flew home."));
+  QCOMPARE(finished->complete, true);
+  QCOMPARE(finished->stats, stats_json);
+
+  // A caller-supplied creation time is kept to the millisecond.
+  MessageRecord dated = make_message(second_id, QStringLiteral("user"), QStringLiteral("dated"));
+  dated.created_at = QDateTime(QDate(2023, 4, 5), QTime(6, 7, 8, 9), Qt::UTC);
+  const qint64 dated_id = reopened.add_message(dated);
+  QCOMPARE(reopened.message(dated_id)->created_at, dated.created_at);
+}
+
+void ConversationStoreTest::most_recently_updated_first() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath(QStringLiteral("order.sqlite3")));
+  const qint64 a = store.create_conversation(QStringLiteral("A"));
+  const qint64 b = store.create_conversation(QStringLiteral("B"));
+  const qint64 c = store.create_conversation(QStringLiteral("C"));
+  QCOMPARE(ids_of(store.conversations()), (QList<qint64>{c, b, a}));
+  store.add_message(make_message(a, QStringLiteral("user"), QStringLiteral("hi")));
+  QCOMPARE(ids_of(store.conversations()), (QList<qint64>{a, c, b}));
+  store.rename_conversation(b, QStringLiteral("B2"));
+  QCOMPARE(ids_of(store.conversations()), (QList<qint64>{b, a, c}));
+  store.set_system_prompt(c, QStringLiteral("terse"));
+  QCOMPARE(ids_of(store.conversations()), (QList<qint64>{c, b, a}));
+  const qint64 reply = store.add_message(make_message(b, QStringLiteral("assistant"), QString(), false));
+  QCOMPARE(ids_of(store.conversations()), (QList<qint64>{b, c, a}));
+  store.finish_message(reply, QStringLiteral("done"), QJsonObject());
+  store.add_message(make_message(a, QStringLiteral("user"), QStringLiteral("again")));
+  store.finish_message(reply, QStringLiteral("done again"), QJsonObject());
+  QCOMPARE(ids_of(store.conversations()), (QList<qint64>{b, a, c}));
+  const auto listed = store.conversations();
+  QCOMPARE(listed[0].title, QStringLiteral("B2"));
+  QCOMPARE(listed[0].message_count, 1);
+  QCOMPARE(listed[1].message_count, 2);
+  QCOMPARE(listed[2].system_prompt, QStringLiteral("terse"));
+}
+
+void ConversationStoreTest::edits_rename_prompt_delete() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("edits.sqlite3"));
+  qint64 keep = 0, drop = 0;
+  {
+    ConversationStore store(path);
+    keep = store.create_conversation(QStringLiteral("Keep"), QStringLiteral("old prompt"));
+    drop = store.create_conversation(QStringLiteral("Drop"));
+    store.add_message(make_message(keep, QStringLiteral("user"), QStringLiteral("kept message")));
+    store.add_message(make_message(drop, QStringLiteral("user"), QStringLiteral("doomed 1")));
+    store.add_message(make_message(drop, QStringLiteral("assistant"), QStringLiteral("doomed 2")));
+    store.rename_conversation(keep, QStringLiteral("Kept & renamed"));
+    store.set_system_prompt(keep, QStringLiteral("new prompt"));
+    store.delete_conversation(drop);
+  }
+  ConversationStore store(path);
+  QCOMPARE(ids_of(store.conversations()), (QList<qint64>{keep}));
+  QCOMPARE(store.conversation(keep)->title, QStringLiteral("Kept & renamed"));
+  QCOMPARE(store.conversation(keep)->system_prompt, QStringLiteral("new prompt"));
+  QVERIFY(!store.conversation(drop).has_value());
+  QVERIFY(store.messages(drop).isEmpty());
+  QCOMPARE(store.messages(keep).size(), 1);
+  QCOMPARE(store.messages(keep)[0].text, QStringLiteral("kept message"));
+  // The deleted conversation's messages are gone from the file, not merely hidden.
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT count(*) FROM messages")), QStringLiteral("1"));
+  // Clearing the system prompt stores an empty one.
+  store.set_system_prompt(keep, QString());
+  QCOMPARE(store.conversation(keep)->system_prompt, QString());
+}
+
+void ConversationStoreTest::delete_messages_from_truncates_a_conversation() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath(QStringLiteral("truncate.sqlite3")));
+  const qint64 a = store.create_conversation(QStringLiteral("A"));
+  const qint64 b = store.create_conversation(QStringLiteral("B"));
+  QList<qint64> a_ids;
+  for (int i = 0; i < 5; ++i) {
+    a_ids.append(store.add_message(
+        make_message(a, i % 2 ? QStringLiteral("assistant") : QStringLiteral("user"), QStringLiteral("a%1").arg(i))));
+    // Interleaved writes to another conversation must be untouched by A's truncation.
+    store.add_message(make_message(b, QStringLiteral("user"), QStringLiteral("b%1").arg(i)));
+  }
+  store.delete_messages_from(a, a_ids[2]);
+  QCOMPARE(ids_of(store.messages(a)), (QList<qint64>{a_ids[0], a_ids[1]}));
+  QCOMPARE(store.messages(a)[1].text, QStringLiteral("a1"));
+  QCOMPARE(store.messages(b).size(), 5);
+  QCOMPARE(store.messages(b)[4].text, QStringLiteral("b4"));
+  // New messages come after the survivors, with fresh ids (never a deleted one).
+  const qint64 next = store.add_message(make_message(a, QStringLiteral("user"), QStringLiteral("a-new")));
+  QVERIFY(next > a_ids[4]);
+  QCOMPARE(ids_of(store.messages(a)), (QList<qint64>{a_ids[0], a_ids[1], next}));
+  store.delete_messages_from(a, a_ids[0]);
+  QVERIFY(store.messages(a).isEmpty());
+}
+
+void ConversationStoreTest::unknown_ids_are_errors() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath(QStringLiteral("unknown.sqlite3")));
+  const qint64 a = store.create_conversation(QStringLiteral("A"));
+  const qint64 b = store.create_conversation(QStringLiteral("B"));
+  const qint64 message = store.add_message(make_message(a, QStringLiteral("user"), QStringLiteral("hi")));
+  const qint64 missing = 987654;
+
+  QVERIFY(store_error_of([&] { store.rename_conversation(missing, QStringLiteral("x")); })
+              .contains(QStringLiteral("no conversation 987654")));
+  QVERIFY(store_error_of([&] { store.set_system_prompt(missing, QStringLiteral("x")); })
+              .contains(QStringLiteral("no conversation 987654")));
+  QVERIFY(store_error_of([&] { store.delete_conversation(missing); }).contains(QStringLiteral("no conversation 987654")));
+  QVERIFY(store_error_of([&] { store.update_message_text(missing, QStringLiteral("x")); })
+              .contains(QStringLiteral("no message 987654")));
+  QVERIFY(store_error_of([&] { store.finish_message(missing, QStringLiteral("x"), {}); })
+              .contains(QStringLiteral("no message 987654")));
+  QVERIFY(store_error_of([&] { store.add_message(make_message(missing, QStringLiteral("user"), QStringLiteral("x"))); })
+              .contains(QStringLiteral("no such conversation")));
+  const QString bad_role =
+      store_error_of([&] { store.add_message(make_message(a, QStringLiteral("robot"), QStringLiteral("x"))); });
+  QVERIFY2(bad_role.contains(QStringLiteral("unknown role 'robot'")), qPrintable(bad_role));
+  // A message of conversation A is not a truncation point of conversation B.
+  QVERIFY(store_error_of([&] { store.delete_messages_from(b, message); })
+              .contains(QStringLiteral("no message %1 in conversation %2").arg(message).arg(b)));
+  // Nothing was changed by the failed calls.
+  QCOMPARE(store.messages(a).size(), 1);
+  QCOMPARE(store.conversations().size(), 2);
+  QCOMPARE(store.conversation(a)->title, QStringLiteral("A"));
+}
+
+void ConversationStoreTest::journal_is_wal_and_schema_versioned() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("wal.sqlite3"));
+  { ConversationStore store(path); }
+  QCOMPARE(raw_query(path, QStringLiteral("PRAGMA journal_mode")), QStringLiteral("wal"));
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT version FROM schema_version")),
+           QString::number(ConversationStore::kSchemaVersion));
+  ConversationStore store(path);
+  QCOMPARE(store.integrity_check(), QStringLiteral("ok"));
+}
+
+void ConversationStoreTest::two_connections_on_one_file() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("shared.sqlite3"));
+  ConversationStore writer(path);
+  ConversationStore reader(path);
+  const qint64 id = writer.create_conversation(QStringLiteral("seen by both"));
+  const qint64 message = writer.add_message(make_message(id, QStringLiteral("assistant"), QStringLiteral("x"), false));
+  writer.update_message_text(message, QStringLiteral("streamed so far"));
+  // Each write is committed when the call returns, so the other connection sees it at once.
+  QCOMPARE(reader.messages(id).size(), 1);
+  QCOMPARE(reader.messages(id)[0].text, QStringLiteral("streamed so far"));
+  QCOMPARE(reader.messages(id)[0].complete, false);
+}
+
+void ConversationStoreTest::garbage_file_is_not_a_database() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("garbage.sqlite3"));
+  QFile file(path);
+  QVERIFY(file.open(QIODevice::WriteOnly));
+  QByteArray garbage;
+  for (int i = 0; i < 4096; ++i) garbage.append(static_cast<char>((i * 7919 + 13) & 0xff));
+  file.write(garbage);
+  file.close();
+
+  const QString message = store_error_of([&] { ConversationStore store(path); });
+  QVERIFY2(message.contains(path), qPrintable(message));
+  QVERIFY2(message.contains(QStringLiteral("not a database")), qPrintable(message));
+  // The garbage is left as it was: the store never overwrites what it cannot read.
+  QVERIFY(file.open(QIODevice::ReadOnly));
+  QCOMPARE(file.readAll(), garbage);
+}
+
+void ConversationStoreTest::unwritable_folder_names_the_path() {
+  QTemporaryDir dir;
+  // A regular file where a folder should be: no user (not even root) can create the database below it.
+  const QString blocker = dir.filePath(QStringLiteral("blocker"));
+  QFile file(blocker);
+  QVERIFY(file.open(QIODevice::WriteOnly));
+  file.write("x");
+  file.close();
+  const QString path = blocker + QStringLiteral("/sub/chats.sqlite3");
+  const QString message = store_error_of([&] { ConversationStore store(path); });
+  QVERIFY2(message.contains(path), qPrintable(message));
+
+  // A folder given as the database path.
+  const QString folder_message = store_error_of([&] { ConversationStore store(dir.path()); });
+  QVERIFY2(folder_message.contains(dir.path()), qPrintable(folder_message));
+  QVERIFY2(folder_message.contains(QStringLiteral("folder")), qPrintable(folder_message));
+}
+
+void ConversationStoreTest::existing_only_does_not_create() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("missing.sqlite3"));
+  const QString message = store_error_of([&] { ConversationStore store(path, StoreOpenMode::ExistingOnly); });
+  QVERIFY2(message.contains(path), qPrintable(message));
+  QVERIFY(!QFile::exists(path));
+
+  // An SQLite file without kvchat's tables is refused and left alone.
+  const QString foreign = dir.filePath(QStringLiteral("foreign.sqlite3"));
+  raw_query(foreign, QStringLiteral("CREATE TABLE other (x INTEGER)"));
+  QVERIFY(QFile::exists(foreign));
+  const QString foreign_message = store_error_of([&] { ConversationStore store(foreign, StoreOpenMode::ExistingOnly); });
+  QVERIFY2(foreign_message.contains(QStringLiteral("not a kvchat database")), qPrintable(foreign_message));
+  QCOMPARE(raw_query(foreign, QStringLiteral("SELECT count(*) FROM sqlite_master WHERE name = 'conversations'")),
+           QStringLiteral("0"));
+
+  { ConversationStore created(path); }
+  ConversationStore existing(path, StoreOpenMode::ExistingOnly);
+  QVERIFY(existing.conversations().isEmpty());
+}
+
+void ConversationStoreTest::newer_schema_is_refused() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("future.sqlite3"));
+  { ConversationStore store(path); }
+  raw_query(path, QStringLiteral("UPDATE schema_version SET version = 99"));
+  const QString message = store_error_of([&] { ConversationStore store(path); });
+  QVERIFY2(message.contains(QStringLiteral("schema version 99")), qPrintable(message));
+  QVERIFY2(message.contains(path), qPrintable(message));
+}
+
+QTEST_GUILESS_MAIN(ConversationStoreTest)
+#include "test_conversation_store.moc"
