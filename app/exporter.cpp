@@ -131,7 +131,28 @@ QString export_conversation(const ConversationRecord& conversation, const QList<
   throw std::invalid_argument("unknown export format");
 }
 
+namespace {
+
+// Devices and pipes (/dev/stdout, a FIFO) cannot be replaced by renaming: QSaveFile would put a regular
+// file in their place. They are written straight through, and their errors still reported.
+void write_to_special_file(const QString& path, const QByteArray& bytes) {
+  QFile file(path);
+  if (!file.open(QIODevice::WriteOnly | QIODevice::Unbuffered))
+    throw std::runtime_error("cannot write " + path.toStdString() + ": " + file.errorString().toStdString());
+  if (file.write(bytes) != bytes.size() || !file.flush())
+    throw std::runtime_error("cannot write " + path.toStdString() + ": " + file.errorString().toStdString());
+  file.close();
+}
+
+}  // namespace
+
 void write_text_file(const QString& path, const QString& contents) {
+  const QFileInfo target(path);
+  if (target.isDir()) throw std::runtime_error("cannot write " + path.toStdString() + ": it is a folder");
+  if (target.exists() && !target.isFile()) {
+    write_to_special_file(path, contents.toUtf8());
+    return;
+  }
   // QSaveFile writes a temporary beside the target and renames it over the target only once everything
   // is on disk: a full disk or a crash leaves the old file (or none), never half a file.
   QSaveFile file(path);

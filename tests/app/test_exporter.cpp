@@ -1,0 +1,245 @@
+// Export: Markdown, JSON and plain text carry every message in order with its role; the file writer is atomic
+// and reports failures with the path.
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/exporter.h"
+#include "app/settings.h"
+#include "app/stats_json.h"
+
+using kvchat::app::ConversationRecord;
+using kvchat::app::ExportFormat;
+using kvchat::app::MessageRecord;
+
+namespace {
+
+struct Fixture {
+  ConversationRecord conversation;
+  QList<MessageRecord> messages;
+  kvchat::GenerationStats first_stats;
+  kvchat::GenerationStats second_stats;
+};
+
+MessageRecord message(qint64 id, const QString& role, const QString& text, qint64 ms) {
+  MessageRecord record;
+  record.id = id;
+  record.conversation_id = 7;
+  record.role = role;
+  record.text = text;
+  record.created_at = QDateTime::fromMSecsSinceEpoch(ms, Qt::UTC);
+  return record;
+}
+
+Fixture make_fixture() {
+  Fixture f;
+  f.conversation.id = 7;
+  f.conversation.title = QStringLiteral("The lost kitten");
+  f.conversation.system_prompt = QStringLiteral("You are a storyteller.");
+  f.conversation.created_at = QDateTime(QDate(2024, 3, 1), QTime(9, 30, 0, 125), Qt::UTC);
+  f.conversation.updated_at = QDateTime(QDate(2024, 3, 1), QTime(9, 41, 2, 500), Qt::UTC);
+  const qint64 base = f.conversation.created_at.toMSecsSinceEpoch();
+
+  f.first_stats.prompt_tokens = 21;
+  f.first_stats.reused_tokens = 0;
+  f.first_stats.prefilled_tokens = 21;
+  f.first_stats.generated_tokens = 48;
+  f.first_stats.ttft_ms = 3.0;
+  f.first_stats.decode_tokens_per_second = 812.5;
+  f.first_stats.cache_tokens = 69;
+  f.first_stats.cache_bytes = 70656;
+  f.first_stats.cache_mode = kvchat::KvCacheMode::Contiguous;
+  f.first_stats.stop_reason = kvchat::StopReason::Eos;
+  f.second_stats = f.first_stats;
+  f.second_stats.prompt_tokens = 90;
+  f.second_stats.reused_tokens = 69;
+  f.second_stats.generated_tokens = 12;
+  f.second_stats.cache_mode = kvchat::KvCacheMode::Off;
+  f.second_stats.stop_reason = kvchat::StopReason::Stopped;
+
+  kvchat::app::ChatSettings settings;
+  settings.seed = 77;
+  f.messages.append(message(101, QStringLiteral("user"), QStringLiteral("Where is the kitten?"), base + 1000));
+  MessageRecord reply = message(102, QStringLiteral("assistant"), QStringLiteral("The kitten hid under the bed."), base + 2000);
+  reply.model = QStringLiteral("stories260K");
+  reply.settings = settings.to_json();
+  reply.stats = kvchat::app::stats_to_json(f.first_stats);
+  f.messages.append(reply);
+  f.messages.append(message(103, QStringLiteral("marker"), QStringLiteral("Older turns were dropped to fit the context."),
+                            base + 3000));
+  f.messages.append(message(104, QStringLiteral("user"), QStringLiteral("And then?\nTell me more ✨"), base + 4000));
+  MessageRecord second = message(105, QStringLiteral("assistant"), QStringLiteral("She found a ball of yarn"), base + 5000);
+  second.model = QStringLiteral("stories260K");
+  second.stats = kvchat::app::stats_to_json(f.second_stats);
+  second.complete = false;
+  f.messages.append(second);
+  return f;
+}
+
+// Asserts that each needle occurs in `text`, each one after the previous.
+void verify_in_order(const QString& text, const QStringList& needles) {
+  qsizetype from = 0;
+  for (const QString& needle : needles) {
+    const qsizetype at = text.indexOf(needle, from);
+    QVERIFY2(at >= 0, qPrintable(QStringLiteral("'%1' missing (or out of order) in:\n%2").arg(needle, text)));
+    from = at + needle.size();
+  }
+}
+
+}  // namespace
+
+class ExporterTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void format_names();
+  void markdown_has_every_message_in_order();
+  void text_has_role_blocks_in_order();
+  void json_parses_back_with_stats();
+  void write_text_file_writes_utf8_atomically();
+  void write_text_file_reports_the_path();
+};
+
+void ExporterTest::format_names() {
+  QCOMPARE(kvchat::app::export_format_from_string(QStringLiteral("md")), ExportFormat::Markdown);
+  QCOMPARE(kvchat::app::export_format_from_string(QStringLiteral("Markdown")), ExportFormat::Markdown);
+  QCOMPARE(kvchat::app::export_format_from_string(QStringLiteral("json")), ExportFormat::Json);
+  QCOMPARE(kvchat::app::export_format_from_string(QStringLiteral("txt")), ExportFormat::Text);
+  QCOMPARE(kvchat::app::export_format_from_string(QStringLiteral("text")), ExportFormat::Text);
+  try {
+    kvchat::app::export_format_from_string(QStringLiteral("pdf"));
+    QFAIL("pdf was accepted");
+  } catch (const std::invalid_argument& error) {
+    QVERIFY2(QString::fromUtf8(error.what()).contains(QStringLiteral("'pdf'")), error.what());
+  }
+}
+
+void ExporterTest::markdown_has_every_message_in_order() {
+  const Fixture f = make_fixture();
+  const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
+  QVERIFY(md.startsWith(QStringLiteral("# The lost kitten\n")));
+  verify_in_order(md, {
+                          QStringLiteral("Created: 2024-03-01T09:30:00.125Z"),
+                          QStringLiteral("> You are a storyteller."),
+                          QStringLiteral("## User\n\nWhere is the kitten?\n"),
+                          QStringLiteral("## Assistant\n\nThe kitten hid under the bed.\n"),
+                          QStringLiteral("stories260K · ") + kvchat::app::stats_summary(f.messages[1].stats),
+                          QStringLiteral("## Marker\n\n> Older turns were dropped to fit the context.\n"),
+                          QStringLiteral("## User\n\nAnd then?\nTell me more ✨\n"),
+                          QStringLiteral("## Assistant\n\nShe found a ball of yarn\n"),
+                          QStringLiteral("*(incomplete)*"),
+                          QStringLiteral("stop: stopped"),
+                      });
+  // The stats line is built from the numbers of that reply.
+  const QString summary = kvchat::app::stats_summary(f.messages[1].stats);
+  QVERIFY2(summary.contains(QStringLiteral("48 tokens")), qPrintable(summary));
+  QVERIFY2(summary.contains(QStringLiteral("812.5 tok/s")), qPrintable(summary));
+  QVERIFY2(summary.contains(QStringLiteral("cache on 69 tokens, 69.0 KiB")), qPrintable(summary));
+  QVERIFY2(summary.contains(QStringLiteral("stop: eos")), qPrintable(summary));
+  QVERIFY(kvchat::app::stats_summary(f.messages[4].stats).contains(QStringLiteral("cache off")));
+  QCOMPARE(md.count(QStringLiteral("\n## ")), 5);
+}
+
+void ExporterTest::text_has_role_blocks_in_order() {
+  const Fixture f = make_fixture();
+  const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
+  QVERIFY(text.startsWith(QStringLiteral("The lost kitten\n")));
+  verify_in_order(text, {
+                            QStringLiteral("System prompt:\nYou are a storyteller.\n"),
+                            QStringLiteral("\nUser:\nWhere is the kitten?\n"),
+                            QStringLiteral("\nAssistant:\nThe kitten hid under the bed.\n[stories260K · 48 tokens"),
+                            QStringLiteral("\nMarker:\nOlder turns were dropped to fit the context.\n"),
+                            QStringLiteral("\nUser:\nAnd then?\nTell me more ✨\n"),
+                            QStringLiteral("\nAssistant:\nShe found a ball of yarn\n(incomplete)\n"),
+                        });
+  QCOMPARE(text.count(QStringLiteral("\nUser:\n")), 2);
+  QCOMPARE(text.count(QStringLiteral("\nAssistant:\n")), 2);
+  // Plain text means plain: no Markdown headings.
+  QVERIFY(!text.contains(QStringLiteral("## ")));
+}
+
+void ExporterTest::json_parses_back_with_stats() {
+  const Fixture f = make_fixture();
+  const QString json = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json);
+  QJsonParseError error{};
+  const QJsonDocument document = QJsonDocument::fromJson(json.toUtf8(), &error);
+  QVERIFY2(error.error == QJsonParseError::NoError, qPrintable(error.errorString()));
+  const QJsonObject root = document.object();
+  QCOMPARE(root.value(QStringLiteral("id")).toInteger(), 7);
+  QCOMPARE(root.value(QStringLiteral("title")).toString(), QStringLiteral("The lost kitten"));
+  QCOMPARE(root.value(QStringLiteral("system_prompt")).toString(), QStringLiteral("You are a storyteller."));
+  QCOMPARE(QDateTime::fromString(root.value(QStringLiteral("created_at")).toString(), Qt::ISODateWithMs),
+           f.conversation.created_at);
+  QCOMPARE(QDateTime::fromString(root.value(QStringLiteral("updated_at")).toString(), Qt::ISODateWithMs),
+           f.conversation.updated_at);
+  const QJsonArray messages = root.value(QStringLiteral("messages")).toArray();
+  QCOMPARE(messages.size(), f.messages.size());
+  for (int i = 0; i < messages.size(); ++i) {
+    const QJsonObject item = messages[i].toObject();
+    QCOMPARE(item.value(QStringLiteral("id")).toInteger(), f.messages[i].id);
+    QCOMPARE(item.value(QStringLiteral("role")).toString(), f.messages[i].role);
+    QCOMPARE(item.value(QStringLiteral("text")).toString(), f.messages[i].text);
+    QCOMPARE(item.value(QStringLiteral("model")).toString(), f.messages[i].model);
+    QCOMPARE(item.value(QStringLiteral("settings")).toObject(), f.messages[i].settings);
+    QCOMPARE(item.value(QStringLiteral("stats")).toObject(), f.messages[i].stats);
+    QCOMPARE(item.value(QStringLiteral("complete")).toBool(), f.messages[i].complete);
+    QCOMPARE(QDateTime::fromString(item.value(QStringLiteral("created_at")).toString(), Qt::ISODateWithMs),
+             f.messages[i].created_at);
+  }
+  // Each reply's stats come back as the same numbers.
+  const kvchat::GenerationStats first = kvchat::app::stats_from_json(messages[1].toObject()[QStringLiteral("stats")].toObject());
+  QCOMPARE(first.generated_tokens, f.first_stats.generated_tokens);
+  QCOMPARE(first.cache_bytes, f.first_stats.cache_bytes);
+  QCOMPARE(first.decode_tokens_per_second, f.first_stats.decode_tokens_per_second);
+  const kvchat::GenerationStats second = kvchat::app::stats_from_json(messages[4].toObject()[QStringLiteral("stats")].toObject());
+  QCOMPARE(second.reused_tokens, 69);
+  QCOMPARE(second.cache_mode, kvchat::KvCacheMode::Off);
+  QCOMPARE(second.stop_reason, kvchat::StopReason::Stopped);
+  QCOMPARE(messages[1].toObject()[QStringLiteral("settings")].toObject()[QStringLiteral("seed")].toString(),
+           QStringLiteral("77"));
+}
+
+void ExporterTest::write_text_file_writes_utf8_atomically() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("chat.md"));
+  kvchat::app::write_text_file(path, QStringLiteral("first version\n"));
+  const QString contents = QStringLiteral("Drache über den Hügeln — 竜 ✨\n");
+  kvchat::app::write_text_file(path, contents);
+  QFile file(path);
+  QVERIFY(file.open(QIODevice::ReadOnly));
+  QCOMPARE(file.readAll(), contents.toUtf8());
+  // No temporary left beside the target.
+  QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden), QStringList{QStringLiteral("chat.md")});
+}
+
+void ExporterTest::write_text_file_reports_the_path() {
+  QTemporaryDir dir;
+  // A regular file where a folder should be: unwritable for every user, root included.
+  const QString blocker = dir.filePath(QStringLiteral("not-a-folder"));
+  kvchat::app::write_text_file(blocker, QStringLiteral("x"));
+  const QString path = blocker + QStringLiteral("/export.md");
+  try {
+    kvchat::app::write_text_file(path, QStringLiteral("never written"));
+    QFAIL("writing below a regular file succeeded");
+  } catch (const std::runtime_error& error) {
+    QVERIFY2(QString::fromUtf8(error.what()).contains(path), error.what());
+  }
+  QVERIFY(!QFile::exists(path));
+  QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden), QStringList{QStringLiteral("not-a-folder")});
+
+  // An existing folder as the target is refused, and the folder is left alone.
+  const QString folder = dir.filePath(QStringLiteral("a-folder"));
+  QVERIFY(QDir().mkpath(folder));
+  try {
+    kvchat::app::write_text_file(folder, QStringLiteral("never written"));
+    QFAIL("writing over a folder succeeded");
+  } catch (const std::runtime_error& error) {
+    QVERIFY2(QString::fromUtf8(error.what()).contains(folder), error.what());
+  }
+  QVERIFY(QFileInfo(folder).isDir());
+}
+
+QTEST_GUILESS_MAIN(ExporterTest)
+#include "test_exporter.moc"
