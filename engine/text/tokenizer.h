@@ -3,6 +3,7 @@
 // Two BPE families: byte-level (Llama 3 / GPT-2) and SentencePiece-style with byte fallback
 // (Llama 2 / Mistral / TinyLlama / stories260K). Anything a file uses that is not implemented
 // is a TokenizerError naming it.
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -65,19 +66,28 @@ class Tokenizer {
 
 // Token-by-token detokenization for streaming a reply: never emits a broken UTF-8 character
 // (incomplete bytes are held back), and the concatenation of everything returned by push() and
-// finish() equals tokenizer.decode(all ids pushed). Leading-space stripping (the Strip decoder)
-// applies once, at the start of the stream.
+// finish() equals tokenizer.decode(all ids pushed) with the same skip_special_tokens and
+// clean_up_tokenization_spaces settings. Leading-space stripping (the Strip decoder) applies once,
+// at the start of the stream. Each push decodes only a short window of recent ids (the "prefix
+// offset / read offset" technique), so the cost per token does not grow with the reply.
 class StreamingDecoder {
  public:
-  explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = true);
+  // clean_up_tokenization_spaces: nullopt = the tokenizer_config.json default, as in decode().
+  explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = true,
+                            std::optional<bool> clean_up_tokenization_spaces = std::nullopt);
   std::string push(TokenId id);  // text that became complete with this token (may be "")
   std::string finish();          // whatever is still held back (invalid bytes become U+FFFD)
   void reset();
  private:
+  std::string advance(bool flush);
+  std::string clean(std::string text, bool flush);
+
   const Tokenizer* tokenizer_;
   bool skip_special_;
-  std::vector<TokenId> ids_;
-  std::string emitted_;
+  bool clean_up_ = false;
+  std::vector<TokenId> ids_;         // the window: ids_[0, read_offset_) were already emitted
+  std::size_t read_offset_ = 0;
+  std::string pending_clean_up_;     // emitted text held back until the clean-up rules can decide
 };
 
 }  // namespace kvchat
