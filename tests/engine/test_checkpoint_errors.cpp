@@ -1,0 +1,255 @@
+// Bad model files each give their specific error, naming the file and the tensor or field. The tests
+// build the bad files from the real stories260K checkpoint.
+#include <QTemporaryDir>
+#include <QtTest>
+#include <filesystem>
+#include <fstream>
+
+#include "common/json_fixture.h"
+#include "common/test_paths.h"
+#include "engine/llama_model.h"
+#include "engine/safetensors.h"
+
+using namespace kvchat;
+using kvchat::test::shared_path;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+struct Checkpoint {
+  nlohmann::json header;
+  std::string data;
+};
+
+Checkpoint read_checkpoint(const std::string& path) {
+  std::string bytes = read_bytes(path);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(bytes[i]);
+  return {nlohmann::json::parse(bytes.substr(8, length)), bytes.substr(8 + length)};
+}
+
+std::string encode(const nlohmann::json& header, const std::string& data) {
+  std::string text = header.dump();
+  std::string out(8, '\0');
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((length >> (8 * i)) & 0xFF);
+  return out + text + data;
+}
+
+// A copy of stories260K whose config and weights the test may break.
+struct ModelCopy {
+  QTemporaryDir temporary;
+  std::string directory;
+  ModelCopy() {
+    directory = temporary.path().toStdString();
+    for (const char* file : {"config.json", "generation_config.json", "model.safetensors"}) {
+      fs::copy_file(shared_path(std::string("models/stories260K/") + file), directory + "/" + file);
+      fs::permissions(directory + "/" + file, fs::perms::owner_write, fs::perm_options::add);
+    }
+  }
+  std::string weights() const { return directory + "/model.safetensors"; }
+  std::string config() const { return directory + "/config.json"; }
+};
+
+// Loading must throw ModelError whose message contains every fragment.
+void expect_model_error(const std::string& directory, const std::vector<std::string>& fragments) {
+  try {
+    ModelConfig config = ModelConfig::from_directory(directory);
+    LlamaModel::from_checkpoint(directory, config);
+  } catch (const ModelError& error) {
+    for (const std::string& fragment : fragments)
+      QVERIFY2(std::string(error.what()).find(fragment) != std::string::npos,
+               qPrintable(QString("'%1' does not mention '%2'").arg(error.what(), QString::fromStdString(fragment))));
+    return;
+  }
+  QFAIL("expected a ModelError");
+}
+
+}  // namespace
+
+class CheckpointErrorsTest : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void intact_copy_loads();
+  void missing_weights_file();
+  void missing_directory();
+  void truncated_file();
+  void tiny_file_without_header();
+  void header_length_past_the_end();
+  void header_not_json();
+  void offsets_outside_the_data();
+  void overlapping_tensors();
+  void shape_and_dtype_size_disagree();
+  void unknown_dtype();
+  void unsupported_dtype();
+  void missing_tensor();
+  void tensor_shape_differs_from_config();
+  void shard_missing_a_listed_tensor();
+  void invalid_config_json();
+  void incomplete_config();
+  void unsupported_architecture_fields();
+};
+
+void CheckpointErrorsTest::intact_copy_loads() {
+  ModelCopy copy;
+  auto model = LlamaModel::from_checkpoint(copy.directory, ModelConfig::from_directory(copy.directory));
+  QCOMPARE(model->config().vocab_size, int64_t(512));
+}
+
+void CheckpointErrorsTest::missing_weights_file() {
+  ModelCopy copy;
+  fs::remove(copy.weights());
+  expect_model_error(copy.directory, {"neither model.safetensors nor model.safetensors.index.json", copy.directory});
+}
+
+void CheckpointErrorsTest::missing_directory() {
+  expect_model_error("/nonexistent/kvchat-model", {"model directory not found", "/nonexistent/kvchat-model"});
+}
+
+void CheckpointErrorsTest::truncated_file() {
+  ModelCopy copy;
+  std::string bytes = read_bytes(copy.weights());
+  write_bytes(copy.weights(), bytes.substr(0, bytes.size() / 2));
+  expect_model_error(copy.directory, {copy.weights(), "outside the data section", "truncated"});
+}
+
+void CheckpointErrorsTest::tiny_file_without_header() {
+  ModelCopy copy;
+  write_bytes(copy.weights(), "abc");
+  expect_model_error(copy.directory, {copy.weights(), "no header"});
+}
+
+void CheckpointErrorsTest::header_length_past_the_end() {
+  ModelCopy copy;
+  std::string bytes = read_bytes(copy.weights());
+  bytes[5] = '\x7f';  // a length of terabytes
+  write_bytes(copy.weights(), bytes);
+  expect_model_error(copy.directory, {copy.weights(), "header length", "past the end"});
+}
+
+void CheckpointErrorsTest::header_not_json() {
+  ModelCopy copy;
+  Checkpoint checkpoint = read_checkpoint(copy.weights());
+  std::string text = checkpoint.header.dump();
+  text[text.size() / 2] = '\x01';
+  uint64_t length = text.size();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((length >> (8 * i)) & 0xFF);
+  write_bytes(copy.weights(), out + text + checkpoint.data);
+  expect_model_error(copy.directory, {copy.weights(), "not valid JSON"});
+}
+
+void CheckpointErrorsTest::offsets_outside_the_data() {
+  ModelCopy copy;
+  Checkpoint checkpoint = read_checkpoint(copy.weights());
+  auto& entry = checkpoint.header["model.norm.weight"];
+  entry["data_offsets"] = {checkpoint.data.size() + 16, checkpoint.data.size() + 16 + 256};
+  write_bytes(copy.weights(), encode(checkpoint.header, checkpoint.data));
+  expect_model_error(copy.directory, {copy.weights(), "'model.norm.weight'", "outside the data section"});
+}
+
+void CheckpointErrorsTest::overlapping_tensors() {
+  ModelCopy copy;
+  Checkpoint checkpoint = read_checkpoint(copy.weights());
+  auto layer0 = checkpoint.header["model.layers.0.input_layernorm.weight"]["data_offsets"];
+  checkpoint.header["model.layers.1.input_layernorm.weight"]["data_offsets"] = layer0;
+  write_bytes(copy.weights(), encode(checkpoint.header, checkpoint.data));
+  expect_model_error(copy.directory, {copy.weights(), "overlap", "input_layernorm.weight"});
+}
+
+void CheckpointErrorsTest::shape_and_dtype_size_disagree() {
+  ModelCopy copy;
+  Checkpoint checkpoint = read_checkpoint(copy.weights());
+  checkpoint.header["model.norm.weight"]["shape"] = {65};
+  write_bytes(copy.weights(), encode(checkpoint.header, checkpoint.data));
+  expect_model_error(copy.directory, {copy.weights(), "'model.norm.weight'", "shape x dtype size"});
+}
+
+void CheckpointErrorsTest::unknown_dtype() {
+  ModelCopy copy;
+  Checkpoint checkpoint = read_checkpoint(copy.weights());
+  checkpoint.header["model.norm.weight"]["dtype"] = "Q4_K";
+  write_bytes(copy.weights(), encode(checkpoint.header, checkpoint.data));
+  expect_model_error(copy.directory, {copy.weights(), "'model.norm.weight'", "unknown dtype 'Q4_K'"});
+}
+
+void CheckpointErrorsTest::unsupported_dtype() {
+  ModelCopy copy;
+  Checkpoint checkpoint = read_checkpoint(copy.weights());
+  checkpoint.header["model.norm.weight"]["dtype"] = "I32";  // same size as F32: the header stays valid
+  write_bytes(copy.weights(), encode(checkpoint.header, checkpoint.data));
+  expect_model_error(copy.directory, {copy.weights(), "'model.norm.weight'", "unsupported dtype 'I32'"});
+}
+
+void CheckpointErrorsTest::missing_tensor() {
+  ModelCopy copy;
+  Checkpoint checkpoint = read_checkpoint(copy.weights());
+  checkpoint.header.erase("model.layers.3.mlp.up_proj.weight");
+  write_bytes(copy.weights(), encode(checkpoint.header, checkpoint.data));
+  expect_model_error(copy.directory, {"missing tensor 'model.layers.3.mlp.up_proj.weight'"});
+}
+
+void CheckpointErrorsTest::tensor_shape_differs_from_config() {
+  ModelCopy copy;
+  auto config = kvchat::test::load_json(copy.config());
+  config["intermediate_size"] = 86;  // the checkpoint's MLP is 172 wide
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {copy.weights(), "'model.layers.0.mlp.gate_proj.weight'", "[172, 64]", "[86, 64]"});
+}
+
+void CheckpointErrorsTest::shard_missing_a_listed_tensor() {
+  ModelCopy copy;
+  nlohmann::json index;
+  index["weight_map"]["model.norm.weight"] = "model.safetensors";
+  index["weight_map"]["model.extra.weight"] = "model.safetensors";
+  write_bytes(copy.directory + "/model.safetensors.index.json", index.dump());
+  expect_model_error(copy.directory, {"'model.extra.weight'", "missing from the file"});
+}
+
+void CheckpointErrorsTest::invalid_config_json() {
+  ModelCopy copy;
+  write_bytes(copy.config(), "{\"hidden_size\": 64,");
+  expect_model_error(copy.directory, {copy.config(), "invalid JSON"});
+}
+
+void CheckpointErrorsTest::incomplete_config() {
+  ModelCopy copy;
+  auto config = kvchat::test::load_json(copy.config());
+  config.erase("num_hidden_layers");
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {copy.config(), "'num_hidden_layers' is missing"});
+  config = kvchat::test::load_json(shared_path("models/stories260K/config.json"));
+  config["hidden_size"] = "64";
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {copy.config(), "'hidden_size' must be an integer"});
+}
+
+void CheckpointErrorsTest::unsupported_architecture_fields() {
+  ModelCopy copy;
+  auto original = kvchat::test::load_json(shared_path("models/stories260K/config.json"));
+  auto config = original;
+  config["model_type"] = "gpt2";
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {"unsupported model_type 'gpt2'"});
+  config = original;
+  config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {"unsupported rope_scaling type 'yarn'"});
+  config = original;
+  config["hidden_act"] = "gelu";
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {"unsupported hidden_act 'gelu'"});
+}
+
+QTEST_APPLESS_MAIN(CheckpointErrorsTest)
+#include "test_checkpoint_errors.moc"

@@ -1,0 +1,95 @@
+// config.json of real Llama-family models: every field the engine uses, read as the file says.
+#include <c10/core/InferenceMode.h>
+
+#include <QtTest>
+#include <filesystem>
+
+#include "common/json_fixture.h"
+#include "common/test_paths.h"
+#include "engine/llama_model.h"
+#include "engine/session.h"
+
+using namespace kvchat;
+using kvchat::test::load_json;
+using kvchat::test::shared_path;
+
+class ModelConfigTest : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void real_configs_data();
+  void real_configs();
+  void generation_config_eos_wins();
+  void random_weights_of_a_gqa_3_to_1_shape();
+};
+
+void ModelConfigTest::real_configs_data() {
+  QTest::addColumn<QString>("path");
+  for (const auto& entry : std::filesystem::directory_iterator(shared_path("fixtures/configs")))
+    QTest::newRow(entry.path().filename().string().c_str()) << QString::fromStdString(entry.path().string());
+  QTest::newRow("stories260K") << QString::fromStdString(shared_path("models/stories260K/config.json"));
+  QTest::newRow("tiny-llama3") << QString::fromStdString(shared_path("models/tiny-llama3-random/config.json"));
+}
+
+void ModelConfigTest::real_configs() {
+  QFETCH(QString, path);
+  auto raw = load_json(path.toStdString());
+  ModelConfig config = ModelConfig::from_file(path.toStdString());
+  QCOMPARE(config.hidden_size, raw["hidden_size"].get<int64_t>());
+  QCOMPARE(config.num_hidden_layers, raw["num_hidden_layers"].get<int64_t>());
+  QCOMPARE(config.num_attention_heads, raw["num_attention_heads"].get<int64_t>());
+  QCOMPARE(config.num_key_value_heads, raw["num_key_value_heads"].get<int64_t>());
+  QCOMPARE(config.vocab_size, raw["vocab_size"].get<int64_t>());
+  QCOMPARE(config.intermediate_size, raw["intermediate_size"].get<int64_t>());
+  QCOMPARE(config.max_position_embeddings, raw["max_position_embeddings"].get<int64_t>());
+  QCOMPARE(config.rope_theta, raw["rope_theta"].get<double>());
+  QCOMPARE(config.rms_norm_eps, raw["rms_norm_eps"].get<double>());
+  QCOMPARE(config.tie_word_embeddings, raw.value("tie_word_embeddings", false));
+  const int64_t head_dim = raw.contains("head_dim") && !raw["head_dim"].is_null()
+                               ? raw["head_dim"].get<int64_t>()
+                               : raw["hidden_size"].get<int64_t>() / raw["num_attention_heads"].get<int64_t>();
+  QCOMPARE(config.head_dim, head_dim);
+  const auto& scaling = raw["rope_scaling"];
+  if (scaling.is_object()) {
+    QCOMPARE(QString::fromStdString(config.rope_scaling.rope_type), QString::fromStdString(scaling["rope_type"].get<std::string>()));
+    QCOMPARE(config.rope_scaling.factor, scaling["factor"].get<double>());
+    QCOMPARE(config.rope_scaling.original_max_position_embeddings, scaling["original_max_position_embeddings"].get<int64_t>());
+  } else {
+    QCOMPARE(QString::fromStdString(config.rope_scaling.rope_type), QString("default"));
+  }
+  std::vector<TokenId> eos;
+  if (raw["eos_token_id"].is_array()) eos = raw["eos_token_id"].get<std::vector<TokenId>>();
+  else eos = {raw["eos_token_id"].get<TokenId>()};
+  QVERIFY(config.eos_token_ids == eos);
+}
+
+void ModelConfigTest::generation_config_eos_wins() {
+  // config.json says 2; generation_config.json says [1, 2] (stories end with BOS).
+  ModelConfig config = ModelConfig::from_directory(shared_path("models/stories260K"));
+  auto generation = load_json(shared_path("models/stories260K/generation_config.json"));
+  QVERIFY(config.eos_token_ids == generation["eos_token_id"].get<std::vector<TokenId>>());
+}
+
+// SmolLM2's shape (9 query heads over 3 KV heads, head_dim from hidden/heads), scaled down in depth
+// and vocabulary so it runs quickly: cached and uncached greedy decoding agree exactly.
+void ModelConfigTest::random_weights_of_a_gqa_3_to_1_shape() {
+  ModelConfig config = ModelConfig::from_file(shared_path("fixtures/configs/smollm2-135m-instruct.json"));
+  config.num_hidden_layers = 2;
+  config.vocab_size = 2048;
+  auto model = LlamaModel::random(config, 5);
+  QCOMPARE(model->cache_shape().kv_heads, int64_t(3));
+  QCOMPARE(model->cache_shape().head_dim, int64_t(64));
+  GenerationConfig generation;
+  generation.max_new_tokens = 12;
+  generation.stop_token_ids = {-1};
+  std::vector<std::vector<TokenId>> outputs;
+  for (KvCacheMode mode : {KvCacheMode::Off, KvCacheMode::Contiguous, KvCacheMode::Naive}) {
+    generation.cache_mode = mode;
+    Session session(model, mode);
+    outputs.push_back(session.generate({1, 100, 200, 300, 400}, generation).generated);
+  }
+  QVERIFY(outputs[0] == outputs[1]);
+  QVERIFY(outputs[0] == outputs[2]);
+}
+
+QTEST_APPLESS_MAIN(ModelConfigTest)
+#include "test_model_config.moc"

@@ -1,0 +1,221 @@
+// Sessions: cached (both implementations) == uncached, multi-turn reuse, truncation to a common
+// prefix, the stop flag from another thread, and the context limit.
+#include <QtTest>
+#include <atomic>
+#include <thread>
+
+#include "common/test_paths.h"
+#include "engine/llama_model.h"
+#include "engine/session.h"
+
+using namespace kvchat;
+using kvchat::test::shared_path;
+
+namespace {
+
+std::shared_ptr<LlamaModel> load(const std::string& relative) {
+  std::string directory = shared_path(relative);
+  return LlamaModel::from_checkpoint(directory, ModelConfig::from_directory(directory));
+}
+
+GenerationResult run(const std::shared_ptr<LlamaModel>& model, KvCacheMode mode, const std::vector<TokenId>& prompt,
+                     int max_new_tokens, SamplingParams sampling = {}) {
+  GenerationConfig config;
+  config.cache_mode = mode;
+  config.max_new_tokens = max_new_tokens;
+  config.sampling = sampling;
+  config.stop_token_ids = {-1};  // run the full length: more positions compared
+  Session session(model, mode);
+  return session.generate(prompt, config);
+}
+
+std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+class SessionTest : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void cached_equals_uncached_data();
+  void cached_equals_uncached();
+  void multi_turn_equals_one_uncached_run();
+  void truncation_to_common_prefix();
+  void stop_flag_from_another_thread();
+  void stop_during_prefill_keeps_cache_consistent();
+  void context_limit_stops_generation();
+  void over_long_prompt_is_rejected();
+};
+
+void SessionTest::cached_equals_uncached_data() {
+  QTest::addColumn<QString>("model");
+  QTest::addColumn<float>("temperature");
+  QTest::newRow("stories260K-greedy") << "models/stories260K" << 0.0f;
+  QTest::newRow("stories260K-sampled") << "models/stories260K" << 0.9f;
+  QTest::newRow("tiny-llama3-greedy") << "models/tiny-llama3-random" << 0.0f;
+  QTest::newRow("tiny-llama3-sampled") << "models/tiny-llama3-random" << 1.0f;
+}
+
+// The cache changes nothing observable: identical token ids, compared exactly.
+void SessionTest::cached_equals_uncached() {
+  QFETCH(QString, model);
+  QFETCH(float, temperature);
+  auto llama = load(model.toStdString());
+  SamplingParams sampling;
+  sampling.temperature = temperature;
+  sampling.top_k = 40;
+  sampling.top_p = 0.95f;
+  sampling.seed = 1234;
+  std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  auto off = run(llama, KvCacheMode::Off, prompt, 60, sampling);
+  auto naive = run(llama, KvCacheMode::Naive, prompt, 60, sampling);
+  auto contiguous = run(llama, KvCacheMode::Contiguous, prompt, 60, sampling);
+  QCOMPARE(off.generated.size(), size_t(60));
+  QVERIFY(naive.generated == off.generated);
+  QVERIFY(contiguous.generated == off.generated);
+  // Same seed, same tokens; another seed (when sampling) gives another story.
+  QVERIFY(run(llama, KvCacheMode::Contiguous, prompt, 60, sampling).generated == contiguous.generated);
+  if (temperature > 0) {
+    sampling.seed = 99;
+    QVERIFY(run(llama, KvCacheMode::Contiguous, prompt, 60, sampling).generated != contiguous.generated);
+  }
+  QCOMPARE(contiguous.stats.cache_tokens, int64_t(prompt.size() + 59));  // the last token is never fed
+  QCOMPARE(off.stats.cache_tokens, int64_t(0));
+}
+
+void SessionTest::multi_turn_equals_one_uncached_run() {
+  auto model = load("models/stories260K");
+  for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
+    GenerationConfig config;
+    config.cache_mode = mode;
+    config.max_new_tokens = 30;
+    config.stop_token_ids = {-1};
+    Session session(model, mode);
+    std::vector<TokenId> turn1 = {1, 403, 407, 261, 378};
+    auto first = session.generate(turn1, config);
+    QCOMPARE(first.stats.prefilled_tokens, 5);
+    QCOMPARE(first.stats.reused_tokens, 0);
+    const int64_t cached_after_first = session.cache_tokens();
+    QCOMPARE(cached_after_first, int64_t(5 + 30 - 1));
+
+    // Turn 2: the whole history plus new user ids; only the new tokens (and the reply's last,
+    // never-fed token) are prefilled.
+    std::vector<TokenId> user2 = {297, 309, 409, 416};
+    std::vector<TokenId> history = concat(concat(turn1, first.generated), user2);
+    auto second = session.generate(history, config);
+    QCOMPARE(second.stats.reused_tokens, int(cached_after_first));
+    QCOMPARE(second.stats.prefilled_tokens, int(history.size() - cached_after_first));
+    QCOMPARE(second.stats.prefilled_tokens, int(user2.size()) + 1);
+    QCOMPARE(session.cache_tokens(), int64_t(history.size() + 30 - 1));
+
+    // One uncached run over the whole sequence gives the same continuation.
+    auto reference = run(model, KvCacheMode::Off, history, 30);
+    QVERIFY(second.generated == reference.generated);
+  }
+}
+
+void SessionTest::truncation_to_common_prefix() {
+  auto model = load("models/stories260K");
+  GenerationConfig config;
+  config.max_new_tokens = 20;
+  config.stop_token_ids = {-1};
+  Session session(model, KvCacheMode::Contiguous);
+  std::vector<TokenId> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  session.generate(prompt, config);
+  // Edit: the history diverges after 6 tokens; the cache is cut there, not rebuilt.
+  std::vector<TokenId> edited = {1, 403, 407, 261, 378, 432, 297, 309};
+  auto result = session.generate(edited, config);
+  QCOMPARE(result.stats.reused_tokens, 6);
+  QCOMPARE(result.stats.prefilled_tokens, 2);
+  QVERIFY(result.generated == run(model, KvCacheMode::Off, edited, 20).generated);
+  // Regenerate the same prompt: everything but the last token is reused.
+  auto again = session.generate(edited, config);
+  QCOMPARE(again.stats.reused_tokens, int(edited.size()) - 1);
+  QCOMPARE(again.stats.prefilled_tokens, 1);
+  QVERIFY(again.generated == result.generated);
+}
+
+void SessionTest::stop_flag_from_another_thread() {
+  auto model = load("models/stories260K");
+  GenerationConfig config;
+  config.max_new_tokens = 400;
+  config.stop_token_ids = {-1};
+  Session session(model, KvCacheMode::Contiguous);
+  std::atomic<bool> stop{false};
+  std::atomic<int> tokens_seen{0};
+  std::atomic<int> tokens_at_stop{-1};
+  std::thread stopper([&] {
+    while (tokens_seen.load() < 10) std::this_thread::yield();
+    tokens_at_stop = tokens_seen.load();
+    stop = true;
+  });
+  std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  auto result = session.generate(prompt, config, &stop, [&](TokenId) {
+    ++tokens_seen;
+    // Give the stopper time to act, as a slow consumer would.
+    if (tokens_seen.load() >= 10) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  });
+  stopper.join();
+  QCOMPARE(result.stats.stop_reason, StopReason::Stopped);
+  // Ends within one token of the flag being set.
+  QVERIFY2(int(result.generated.size()) <= tokens_at_stop.load() + 1,
+           qPrintable(QString("%1 tokens, stop set after %2").arg(result.generated.size()).arg(tokens_at_stop.load())));
+  // The cache holds exactly the tokens processed: the prompt and every generated token but the last.
+  QCOMPARE(session.cache_tokens(), int64_t(prompt.size() + result.generated.size() - 1));
+  QCOMPARE(session.history().size(), size_t(session.cache_tokens()));
+  // And it is consistent: continuing equals a fresh uncached run over the same history.
+  std::vector<TokenId> history = concat(prompt, result.generated);
+  config.max_new_tokens = 15;
+  auto continued = session.generate(history, config);
+  QVERIFY(continued.generated == run(model, KvCacheMode::Off, history, 15).generated);
+}
+
+void SessionTest::stop_during_prefill_keeps_cache_consistent() {
+  auto model = load("models/stories260K");
+  GenerationConfig config;
+  config.max_new_tokens = 10;
+  config.prefill_chunk_tokens = 4;
+  Session session(model, KvCacheMode::Contiguous);
+  std::atomic<bool> stop{true};  // already set: nothing is prefilled, nothing generated
+  std::vector<TokenId> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  auto result = session.generate(prompt, config, &stop);
+  QCOMPARE(result.stats.stop_reason, StopReason::Stopped);
+  QVERIFY(result.generated.empty());
+  QCOMPARE(session.cache_tokens(), int64_t(0));
+  stop = false;
+  auto resumed = session.generate(prompt, config, &stop);
+  QCOMPARE(resumed.stats.prefilled_tokens, int(prompt.size()));
+  QCOMPARE(resumed.generated.size(), size_t(10));
+}
+
+void SessionTest::context_limit_stops_generation() {
+  auto model = load("models/stories260K");  // 512 positions
+  GenerationConfig config;
+  config.max_new_tokens = 1000;
+  config.stop_token_ids = {-1};
+  Session session(model, KvCacheMode::Contiguous);
+  std::vector<TokenId> prompt(500, 261);
+  prompt[0] = 1;
+  auto result = session.generate(prompt, config);
+  QCOMPARE(result.stats.stop_reason, StopReason::ContextFull);
+  QCOMPARE(session.cache_tokens(), int64_t(512));
+  QCOMPARE(result.generated.size(), size_t(512 - 500 + 1));
+}
+
+void SessionTest::over_long_prompt_is_rejected() {
+  auto model = load("models/stories260K");
+  Session session(model, KvCacheMode::Contiguous);
+  std::vector<TokenId> prompt(513, 261);
+  try {
+    session.generate(prompt, GenerationConfig{});
+    QFAIL("an over-long prompt must be rejected");
+  } catch (const std::invalid_argument& error) {
+    QVERIFY2(QString(error.what()).contains("513 tokens"), error.what());
+  }
+  QCOMPARE(session.cache_tokens(), int64_t(0));
+}
+
+QTEST_APPLESS_MAIN(SessionTest)
+#include "test_session.moc"
