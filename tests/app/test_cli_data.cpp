@@ -1,0 +1,207 @@
+// kvchat-cli list / export over a database built here: stdout, files and exit codes.
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/conversation_store.h"
+#include "app/exporter.h"
+#include "app/stats_json.h"
+#include "common/test_paths.h"
+
+using kvchat::app::ConversationStore;
+using kvchat::app::ExportFormat;
+using kvchat::app::MessageRecord;
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  QByteArray out;
+  QByteArray err;
+};
+
+CliResult run_cli(const QStringList& arguments) {
+  const QString program = QString::fromStdString(kvchat::test::build_dir()) + QStringLiteral("/kvchat-cli");
+  QProcess process;
+  process.start(program, arguments);
+  CliResult result;
+  if (!process.waitForStarted(30000)) {
+    result.err = QStringLiteral("cannot start %1: %2").arg(program, process.errorString()).toUtf8();
+    return result;
+  }
+  process.waitForFinished(120000);
+  result.out = process.readAllStandardOutput();
+  result.err = process.readAllStandardError();
+  result.exit_code = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
+  return result;
+}
+
+MessageRecord message(qint64 conversation_id, const QString& role, const QString& text) {
+  MessageRecord record;
+  record.conversation_id = conversation_id;
+  record.role = role;
+  record.text = text;
+  return record;
+}
+
+}  // namespace
+
+class CliDataTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase();
+  void list_prints_one_line_per_conversation();
+  void export_to_stdout_in_each_format();
+  void export_to_file();
+  void unknown_conversation_fails_clearly();
+  void missing_database_is_reported_not_created();
+  void bad_format_is_a_usage_error();
+
+ private:
+  QTemporaryDir dir_;
+  QString db_path_;
+  qint64 story_id_ = 0;
+  qint64 empty_id_ = 0;
+  qint64 tabbed_id_ = 0;
+};
+
+void CliDataTest::initTestCase() {
+  QVERIFY(dir_.isValid());
+  db_path_ = dir_.filePath(QStringLiteral("chats.sqlite3"));
+  ConversationStore store(db_path_);
+  story_id_ = store.create_conversation(QStringLiteral("Bedtime story"), QStringLiteral("Tell gentle stories."));
+  empty_id_ = store.create_conversation(QStringLiteral("Nothing yet"));
+  tabbed_id_ = store.create_conversation(QStringLiteral("Tabs\tand\nbreaks"));
+  store.add_message(message(tabbed_id_, QStringLiteral("user"), QStringLiteral("x")));
+  // The story is written last so that it is the most recently updated.
+  store.add_message(message(story_id_, QStringLiteral("user"), QStringLiteral("Once upon a time")));
+  MessageRecord reply = message(story_id_, QStringLiteral("assistant"), QStringLiteral("there was a fox — Fuchs 狐."));
+  reply.model = QStringLiteral("stories260K");
+  kvchat::GenerationStats stats;
+  stats.generated_tokens = 19;
+  stats.decode_tokens_per_second = 640.5;
+  stats.stop_reason = kvchat::StopReason::Eos;
+  reply.stats = kvchat::app::stats_to_json(stats);
+  store.add_message(reply);
+  store.add_message(message(story_id_, QStringLiteral("marker"), QStringLiteral("1 older turn dropped")));
+  store.add_message(message(story_id_, QStringLiteral("user"), QStringLiteral("More!")));
+}
+
+void CliDataTest::list_prints_one_line_per_conversation() {
+  const CliResult result = run_cli({QStringLiteral("list"), QStringLiteral("--db"), db_path_});
+  QVERIFY2(result.exit_code == 0, result.err.constData());
+  const QStringList lines = QString::fromUtf8(result.out).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  ConversationStore store(db_path_);
+  const auto conversations = store.conversations();
+  QCOMPARE(lines.size(), 3);
+  QCOMPARE(conversations[0].id, story_id_);
+  for (int i = 0; i < lines.size(); ++i) {
+    const QStringList fields = lines[i].split(QLatin1Char('\t'));
+    QCOMPARE(fields.size(), 4);
+    QCOMPARE(fields[0].toLongLong(), conversations[i].id);
+    QCOMPARE(QDateTime::fromString(fields[1], Qt::ISODateWithMs), conversations[i].updated_at);
+    QCOMPARE(fields[2].toInt(), conversations[i].message_count);
+  }
+  QCOMPARE(lines[0], QStringLiteral("%1\t%2\t4\tBedtime story")
+                         .arg(story_id_)
+                         .arg(conversations[0].updated_at.toUTC().toString(Qt::ISODateWithMs)));
+  QVERIFY(lines[1].endsWith(QStringLiteral("\t1\tTabs and breaks")));
+  QVERIFY(lines[2].endsWith(QStringLiteral("\t0\tNothing yet")));
+}
+
+void CliDataTest::export_to_stdout_in_each_format() {
+  ConversationStore store(db_path_);
+  const auto conversation = store.conversation(story_id_);
+  QVERIFY(conversation.has_value());
+  const auto messages = store.messages(story_id_);
+  const QString id = QString::number(story_id_);
+  for (const auto& [name, format] : {std::pair{QStringLiteral("md"), ExportFormat::Markdown},
+                                     std::pair{QStringLiteral("json"), ExportFormat::Json},
+                                     std::pair{QStringLiteral("txt"), ExportFormat::Text}}) {
+    const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
+                                      QStringLiteral("--conversation"), id, QStringLiteral("--format"), name});
+    QVERIFY2(result.exit_code == 0, result.err.constData());
+    QCOMPARE(QString::fromUtf8(result.out), kvchat::app::export_conversation(*conversation, messages, format));
+  }
+  // The JSON carries every message in order.
+  const CliResult json = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
+                                  QStringLiteral("--conversation"), id, QStringLiteral("--format"), QStringLiteral("json")});
+  const QJsonArray items = QJsonDocument::fromJson(json.out).object().value(QStringLiteral("messages")).toArray();
+  QCOMPARE(items.size(), 4);
+  QCOMPARE(items[0].toObject()[QStringLiteral("text")].toString(), QStringLiteral("Once upon a time"));
+  QCOMPARE(items[1].toObject()[QStringLiteral("text")].toString(), QStringLiteral("there was a fox — Fuchs 狐."));
+  QCOMPARE(items[1].toObject()[QStringLiteral("stats")].toObject()[QStringLiteral("generated_tokens")].toInt(), 19);
+  QCOMPARE(items[2].toObject()[QStringLiteral("role")].toString(), QStringLiteral("marker"));
+  QCOMPARE(items[3].toObject()[QStringLiteral("text")].toString(), QStringLiteral("More!"));
+  // Markdown is the default format.
+  const CliResult markdown = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
+                                      QStringLiteral("--conversation"), id});
+  QCOMPARE(markdown.exit_code, 0);
+  QVERIFY(markdown.out.startsWith("# Bedtime story\n"));
+}
+
+void CliDataTest::export_to_file() {
+  const QString out = dir_.filePath(QStringLiteral("exports/story.txt"));
+  QVERIFY(QDir().mkpath(QFileInfo(out).absolutePath()));
+  const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
+                                    QStringLiteral("--conversation"), QString::number(story_id_),
+                                    QStringLiteral("--format"), QStringLiteral("txt"), QStringLiteral("--out"), out});
+  QVERIFY2(result.exit_code == 0, result.err.constData());
+  QVERIFY(result.out.isEmpty());
+  QFile file(out);
+  QVERIFY(file.open(QIODevice::ReadOnly));
+  ConversationStore store(db_path_);
+  QCOMPARE(QString::fromUtf8(file.readAll()),
+           kvchat::app::export_conversation(*store.conversation(story_id_), store.messages(story_id_), ExportFormat::Text));
+
+  // An unwritable destination fails with the path on stderr.
+  const QString blocked = dir_.filePath(QStringLiteral("chats.sqlite3/story.md"));
+  const CliResult failed = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
+                                    QStringLiteral("--conversation"), QString::number(story_id_),
+                                    QStringLiteral("--out"), blocked});
+  QVERIFY(failed.exit_code != 0);
+  QVERIFY2(failed.err.contains(blocked.toUtf8()), failed.err.constData());
+}
+
+void CliDataTest::unknown_conversation_fails_clearly() {
+  const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
+                                    QStringLiteral("--conversation"), QStringLiteral("424242")});
+  QVERIFY(result.exit_code != 0);
+  QVERIFY(result.out.isEmpty());
+  const QList<QByteArray> lines = result.err.trimmed().split('\n');
+  QCOMPARE(lines.size(), 1);
+  QVERIFY2(lines[0].contains("no conversation 424242"), result.err.constData());
+}
+
+void CliDataTest::missing_database_is_reported_not_created() {
+  const QString missing = dir_.filePath(QStringLiteral("no-such.sqlite3"));
+  for (const QStringList& arguments :
+       {QStringList{QStringLiteral("list"), QStringLiteral("--db"), missing},
+        QStringList{QStringLiteral("export"), QStringLiteral("--db"), missing, QStringLiteral("--conversation"),
+                    QStringLiteral("1")}}) {
+    const CliResult result = run_cli(arguments);
+    QVERIFY(result.exit_code != 0);
+    QVERIFY(result.out.isEmpty());
+    QCOMPARE(result.err.trimmed().split('\n').size(), 1);
+    QVERIFY2(result.err.contains(missing.toUtf8()), result.err.constData());
+    QVERIFY(!QFile::exists(missing));
+  }
+}
+
+void CliDataTest::bad_format_is_a_usage_error() {
+  const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
+                                    QStringLiteral("--conversation"), QString::number(story_id_),
+                                    QStringLiteral("--format"), QStringLiteral("pdf")});
+  QCOMPARE(result.exit_code, 2);
+  QVERIFY2(result.err.contains("'pdf'"), result.err.constData());
+  const CliResult no_id = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_});
+  QCOMPARE(no_id.exit_code, 2);
+  QVERIFY2(no_id.err.contains("--conversation"), no_id.err.constData());
+}
+
+QTEST_GUILESS_MAIN(CliDataTest)
+#include "test_cli_data.moc"
