@@ -3,15 +3,52 @@
 
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QDir>
-#include <QFileInfo>
+#include <QMessageBox>
+#include <QSettings>
+#include <QTimer>
 
+#include <exception>
+#include <memory>
+
+#include "app/chat_controller.h"
+#include "app/conversation_store.h"
 #include "app/logging.h"
-#include "ui/placeholder_window.h"
+#include "ui/main_window.h"
+
+namespace {
+
+// --send / --screenshot: sends the given messages one after another once the model is loaded, then saves
+// a picture of the window (for the README and for checking the window on a machine without a screen).
+void script_session(kvchat::app::ChatController* controller, kvchat::ui::MainWindow* window, QStringList messages,
+                    const QString& screenshot_path) {
+  auto remaining = std::make_shared<QStringList>(std::move(messages));
+  auto next = std::make_shared<std::function<void()>>();
+  *next = [=] {
+    if (!remaining->isEmpty()) {
+      controller->send(remaining->takeFirst());
+      return;
+    }
+    if (screenshot_path.isEmpty()) return;
+    // Let the last reply's Markdown render and the view scroll before taking the picture.
+    QTimer::singleShot(400, window, [=] {
+      const bool saved = window->grab().save(screenshot_path);
+      spdlog::info("screenshot {} {}", screenshot_path.toStdString(), saved ? "saved" : "NOT saved");
+      QApplication::exit(saved ? 0 : 1);
+    });
+  };
+  QObject::connect(controller, &kvchat::app::ChatController::modelLoaded, window, [=] { (*next)(); },
+                   Qt::SingleShotConnection);
+  QObject::connect(controller, &kvchat::app::ChatController::generatingChanged, window, [=](bool generating) {
+    if (!generating) QTimer::singleShot(100, window, [=] { (*next)(); });
+  });
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   QApplication application(argc, argv);
   QApplication::setApplicationName("kvchat");
+  QApplication::setOrganizationName("kvchat");
   QApplication::setApplicationVersion(KVCHAT_VERSION);
 
   QCommandLineParser parser;
@@ -19,17 +56,41 @@ int main(int argc, char** argv) {
   parser.addHelpOption();
   parser.addVersionOption();
   QCommandLineOption verbose_option("verbose", "Log debug output.");
-  QCommandLineOption model_option("model", "Model directory to load.", "DIR");
-  parser.addOption(verbose_option);
-  parser.addOption(model_option);
+  QCommandLineOption model_option("model", "Model directory to load (default: the settings', else the embedded stories260K).",
+                                  "DIR");
+  QCommandLineOption db_option("db", "Conversation database (default: kvchat.sqlite3 in the app-data folder).", "PATH");
+  QCommandLineOption settings_option("settings", "Read and save settings in this INI file instead of the user's.",
+                                     "FILE");
+  QCommandLineOption send_option("send", "Send this message once the model is loaded (repeatable).", "TEXT");
+  QCommandLineOption screenshot_option("screenshot", "After the --send messages, save the window as PNG and quit.",
+                                       "PATH");
+  parser.addOptions({verbose_option, model_option, db_option, settings_option, send_option, screenshot_option});
   parser.process(application);
 
-  kvchat::app::setup_logging(kvchat::app::app_data_directory(), parser.isSet(verbose_option));
-  QString model_directory = parser.value(model_option);
-  if (model_directory.isEmpty()) model_directory = KVCHAT_SOURCE_MODEL_DIR;
-  spdlog::info("kvchat {} starting, model {}", KVCHAT_VERSION, model_directory.toStdString());
+  const QString log_path = kvchat::app::setup_logging(kvchat::app::app_data_directory(), parser.isSet(verbose_option));
+  spdlog::info("kvchat {} starting (log {})", KVCHAT_VERSION, log_path.toStdString());
 
-  kvchat::ui::PlaceholderWindow window("Model: " + QFileInfo(model_directory).fileName() + "\n" + model_directory);
+  std::unique_ptr<QSettings> settings =
+      parser.isSet(settings_option) ? std::make_unique<QSettings>(parser.value(settings_option), QSettings::IniFormat)
+                                    : std::make_unique<QSettings>();
+  const QString database_path =
+      parser.isSet(db_option) ? parser.value(db_option) : kvchat::app::ConversationStore::default_database_path();
+
+  std::unique_ptr<kvchat::app::ChatController> controller;
+  try {
+    controller = std::make_unique<kvchat::app::ChatController>(database_path, settings.get());
+  } catch (const std::exception& error) {
+    spdlog::critical("cannot open the conversation database {}: {}", database_path.toStdString(), error.what());
+    QMessageBox::critical(nullptr, "kvchat", QString("Cannot open the conversation database:\n%1").arg(error.what()));
+    return 1;
+  }
+
+  kvchat::ui::MainWindow window(controller.get());
+  if (parser.isSet(send_option) || parser.isSet(screenshot_option))
+    script_session(controller.get(), &window, parser.values(send_option), parser.value(screenshot_option));
   window.show();
-  return application.exec();
+  controller->loadModel(parser.value(model_option));  // empty = the settings' model or the embedded one
+  const int result = application.exec();
+  controller.reset();  // stops the engine thread before the window goes
+  return result;
 }

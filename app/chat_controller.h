@@ -1,0 +1,171 @@
+#pragma once
+// The chat's brain on the GUI thread (Qt Core only): owns the conversation store and the engine's thread,
+// turns user actions (send, stop, regenerate, edit, conversation management, export) into store writes
+// and engine turns, and exposes what the window shows (live speed, last reply's stats, cache gauges).
+// Widgets only observe it; tests drive it directly.
+#include <QHash>
+#include <QJsonObject>
+#include <QList>
+#include <QObject>
+#include <QString>
+#include <QThread>
+#include <QTimer>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "app/conversation_store.h"
+#include "app/engine_worker.h"
+#include "app/exporter.h"
+#include "app/settings.h"
+#include "engine/types.h"
+
+class QSettings;
+
+namespace kvchat::app {
+
+// What the cache gauge shows for the current conversation and for all of them.
+struct CacheGauge {
+  bool cache_enabled = true;
+  qint64 conversation_tokens = 0;
+  qint64 conversation_bytes = 0;
+  int context_limit = 0;      // effective: the settings' limit, or the model's
+  int reused_tokens = 0;      // the current conversation's last turn
+  int prefilled_tokens = 0;
+  bool has_turn = false;      // whether reused/prefilled describe a turn of this conversation
+  qint64 total_bytes = 0;     // every conversation's cache
+  qint64 budget_bytes = 0;
+};
+
+// Text of the "marker" message written where the oldest turns were cut at the context limit;
+// its settings carry kMarkerContextStartKey: the id of the first message still in the model's context.
+inline constexpr const char* kMarkerContextStartKey = "context_starts_at";
+
+class ChatController : public QObject {
+  Q_OBJECT
+ public:
+  // Opens (creating if needed) the database and reads the settings from `settings_storage` (not owned,
+  // must outlive the controller). Starts the engine thread; no model is loaded until loadModel().
+  // Throws StoreError when the database cannot be opened.
+  ChatController(const QString& database_path, QSettings* settings_storage, QObject* parent = nullptr);
+  ~ChatController() override;
+
+  ConversationStore& store() { return *store_; }
+  const ChatSettings& settings() const { return settings_; }
+  // Saves the settings; they apply from the next turn. A changed model directory is loaded.
+  void applySettings(const ChatSettings& settings);
+
+  void loadModel(const QString& directory);  // empty = the settings' model (or the embedded one)
+  bool isModelLoaded() const { return model_loaded_; }
+  bool isModelLoading() const { return model_loading_; }
+  const ModelInfo& modelInfo() const { return model_info_; }
+
+  qint64 currentConversationId() const { return current_conversation_; }
+  QList<ConversationRecord> conversations() const;
+  QList<MessageRecord> currentMessages() const;
+  // The chat messages the engine gets for a conversation: its system prompt, then every user/assistant
+  // message after the last context cut (markers and empty replies left out).
+  std::vector<ChatMessage> engineMessages(qint64 conversation_id) const;
+
+  bool isGenerating() const { return active_.has_value(); }
+  qint64 generatingConversationId() const { return active_ ? active_->conversation_id : 0; }
+  qint64 generatingMessageId() const { return active_ ? active_->message_id : 0; }
+  QString generatingText() const { return active_ ? active_->text : QString(); }
+  double liveDecodeTokensPerSecond() const { return live_decode_rate_; }
+  int liveGeneratedTokens() const { return live_generated_; }
+  std::optional<GenerationStats> lastReplyStats() const { return last_stats_; }
+  CacheGauge cacheGauge() const;
+
+  // The default title of a new conversation; the first message replaces it.
+  static QString newConversationTitle();
+
+ public Q_SLOTS:
+  qint64 newConversation();
+  void selectConversation(qint64 conversation_id);
+  void renameConversation(qint64 conversation_id, const QString& title);
+  void deleteConversation(qint64 conversation_id);
+  void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
+
+  // Each returns false (and emits errorOccurred with the reason) when it cannot start a turn now.
+  bool send(const QString& text);
+  bool regenerate();                          // replaces the last assistant reply
+  bool editLastUserMessage(const QString& text);  // replaces the last user message and everything after it
+  void stop();
+
+  // Throws std::runtime_error / std::invalid_argument naming the problem.
+  void exportConversation(qint64 conversation_id, const QString& path, ExportFormat format) const;
+
+ Q_SIGNALS:
+  void conversationsChanged();
+  void currentConversationChanged(qint64 conversation_id);
+  void messagesReset();  // the current conversation's message list changed: reload it
+  void replyTextAppended(qint64 conversation_id, qint64 message_id, const QString& chunk);
+  void replyFinished(qint64 conversation_id, qint64 message_id);  // its record now has text and stats
+  void generatingChanged(bool generating);
+  void decodeSpeedChanged(double tokens_per_second, int generated_tokens);
+  void lastReplyStatsChanged();
+  void cacheGaugeChanged();
+  void cacheEvicted(qint64 conversation_id);
+  void modelLoading(const QString& directory);
+  void modelLoaded(const kvchat::app::ModelInfo& info);
+  void modelLoadFailed(const QString& directory, const QString& message);
+  void errorOccurred(const QString& message);
+  void settingsChanged();
+
+ private:
+  struct ActiveTurn {
+    quint64 turn_id = 0;
+    qint64 conversation_id = 0;
+    qint64 message_id = 0;
+    QString text;
+    QString committed_text;
+    std::vector<qint64> engine_message_ids;  // the request's non-system messages, in order
+    std::shared_ptr<std::atomic<bool>> stop;
+  };
+
+  bool start_turn(qint64 conversation_id);
+  bool can_start_turn(QString* reason) const;
+  void commit_growing_reply();
+  void end_turn();
+
+  void on_text_ready(quint64 turn_id, const QString& chunk);
+  void on_token_stats(quint64 turn_id, int generated_tokens, double tokens_per_second);
+  void on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit);
+  void on_finished(quint64 turn_id, const kvchat::GenerationStats& stats);
+  void on_failed(quint64 turn_id, const QString& message);
+  void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
+  void on_cache_evicted(qint64 conversation_id);
+
+  std::unique_ptr<ConversationStore> store_;
+  QSettings* settings_storage_;
+  ChatSettings settings_;
+
+  QThread engine_thread_;
+  EngineWorker* worker_ = nullptr;  // lives on engine_thread_
+  ModelInfo model_info_;
+  bool model_loaded_ = false;
+  bool model_loading_ = false;
+
+  qint64 current_conversation_ = 0;
+  std::optional<ActiveTurn> active_;
+  quint64 next_turn_id_ = 1;
+  QTimer commit_timer_;
+  QTimer speed_timer_;
+  double live_decode_rate_ = 0.0;
+  int live_generated_ = 0;
+  std::optional<GenerationStats> last_stats_;
+
+  struct ConversationCacheFigures {
+    qint64 tokens = 0;
+    qint64 bytes = 0;
+    int reused_tokens = 0;
+    int prefilled_tokens = 0;
+    bool has_turn = false;
+  };
+  QHash<qint64, ConversationCacheFigures> cache_figures_;
+  qint64 total_cache_bytes_ = 0;
+};
+
+}  // namespace kvchat::app

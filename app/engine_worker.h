@@ -1,0 +1,90 @@
+#pragma once
+// The engine's thread. An EngineWorker lives on its own QThread: it loads the model and keeps one Session
+// (one KV cache) per conversation, so that returning to a chat resumes without re-reading it. Caches live
+// under a memory budget: past it, the least recently used conversation's cache is dropped and rebuilt by
+// prefill on that conversation's next turn.
+//
+// Everything crosses threads by value through queued signals. Stopping is the one exception: the worker's
+// event loop is busy inside generate(), so the GUI thread sets the turn's atomic stop flag directly.
+// Torch stays out of this header (the sessions sit behind a pimpl).
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "app/settings.h"
+#include "engine/types.h"
+
+namespace kvchat::app {
+
+struct ModelInfo {
+  QString directory;
+  QString name;  // the directory's folder name
+  qint64 parameter_count = 0;
+  int context_length = 0;  // max_position_embeddings
+  int layers = 0;
+  qint64 kv_bytes_per_token = 0;
+  bool has_chat_template = false;
+  double load_seconds = 0.0;
+};
+
+struct TurnRequest {
+  quint64 turn_id = 0;
+  qint64 conversation_id = 0;
+  std::vector<ChatMessage> messages;  // system prompt first (if any), ending with the new user message
+  GenerationConfig generation;
+  int context_limit = 0;  // 0 = the model's
+  ContextOverflowPolicy overflow = ContextOverflowPolicy::Stop;
+  qint64 cache_budget_bytes = 0;  // total K/V bytes all conversations may keep
+  int threads = 0;                // 0 = the machine's cores
+  std::shared_ptr<std::atomic<bool>> stop;  // set by the GUI thread to stop this turn
+};
+
+class EngineWorker : public QObject {
+  Q_OBJECT
+ public:
+  explicit EngineWorker(QObject* parent = nullptr);
+  ~EngineWorker() override;
+
+  // The value types carried by this class's queued signals and slots.
+  static void register_meta_types();
+
+ public Q_SLOTS:
+  // Loads a model directory. On failure the previous model (and its caches) stays in use.
+  void loadModel(const QString& directory, int threads);
+  void runTurn(const kvchat::app::TurnRequest& request);
+  // Drops a conversation's cache and tokens (the conversation was deleted).
+  void forgetConversation(qint64 conversation_id);
+
+ Q_SIGNALS:
+  void loadStarted(const QString& directory);
+  void loaded(const kvchat::app::ModelInfo& info);
+  void loadFailed(const QString& directory, const QString& message);
+
+  void turnStarted(quint64 turn_id);
+  // The reply's new text, batched (at least one per sampled token's worth of waiting: every ~30 ms).
+  void textReady(quint64 turn_id, const QString& chunk);
+  void tokenStats(quint64 turn_id, int generated_tokens, double decode_tokens_per_second);
+  // The oldest `dropped_messages` non-system messages of the request were left out to fit the window.
+  void contextTrimmed(quint64 turn_id, int dropped_messages, int context_limit);
+  void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
+  void failed(quint64 turn_id, const QString& message);
+
+  void cacheChanged(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
+  void cacheEvicted(qint64 conversation_id);
+
+ private:
+  struct State;
+  void enforce_budget(qint64 active_conversation, qint64 budget_bytes);
+  qint64 total_cache_bytes() const;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvchat::app
+
+Q_DECLARE_METATYPE(kvchat::app::ModelInfo)
+Q_DECLARE_METATYPE(kvchat::app::TurnRequest)
+Q_DECLARE_METATYPE(kvchat::GenerationStats)

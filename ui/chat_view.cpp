@@ -1,0 +1,119 @@
+#include "ui/chat_view.h"
+
+#include <QLabel>
+#include <QScrollBar>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "app/chat_controller.h"
+#include "ui/message_widget.h"
+
+namespace kvchat::ui {
+
+ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
+  setObjectName("chatView");
+  setWidgetResizable(true);
+  setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  container_ = new QWidget(this);
+  layout_ = new QVBoxLayout(container_);
+  layout_->setContentsMargins(12, 12, 12, 12);
+  layout_->setSpacing(10);
+  layout_->addStretch(1);
+  setWidget(container_);
+  // Follow new text only while the reader is at the bottom.
+  connect(verticalScrollBar(), &QScrollBar::valueChanged, this, [this](int value) {
+    following_ = value >= verticalScrollBar()->maximum() - 24;
+  });
+  connect(verticalScrollBar(), &QScrollBar::rangeChanged, this, [this](int, int maximum) {
+    if (following_) verticalScrollBar()->setValue(maximum);
+  });
+}
+
+void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qint64 streaming_message_id,
+                           const QString& streaming_text) {
+  while (layout_->count() > 1) {
+    QLayoutItem* item = layout_->takeAt(0);
+    if (item->widget()) item->widget()->deleteLater();
+    delete item;
+  }
+  // A marker belongs just above the first message still in context, wherever it was written.
+  QList<kvchat::app::MessageRecord> ordered;
+  QList<kvchat::app::MessageRecord> markers;
+  for (const auto& message : messages) {
+    if (message.role == "marker" && message.settings.contains(kvchat::app::kMarkerContextStartKey))
+      markers.push_back(message);
+    else
+      ordered.push_back(message);
+  }
+  for (const auto& marker : markers) {
+    const qint64 before_id = marker.settings.value(kvchat::app::kMarkerContextStartKey).toInteger();
+    int position = static_cast<int>(ordered.size());
+    for (int i = 0; i < ordered.size(); ++i)
+      if (ordered[i].id == before_id) {
+        position = i;
+        break;
+      }
+    ordered.insert(position, marker);
+  }
+  for (const auto& message : ordered) {
+    auto* widget = new MessageWidget(message, container_);
+    if (message.id == streaming_message_id) {
+      widget->setStreaming(true);
+      if (!streaming_text.isEmpty() && message.text != streaming_text) {
+        widget->setRecord([&] {
+          auto copy = message;
+          copy.text = streaming_text;
+          return copy;
+        }());
+        widget->setStreaming(true);
+      }
+    }
+    layout_->insertWidget(layout_->count() - 1, widget);
+  }
+  following_ = true;
+  scroll_to_bottom_if_following();
+}
+
+void ChatView::appendToMessage(qint64 message_id, const QString& chunk) {
+  if (MessageWidget* widget = messageWidget(message_id)) widget->appendText(chunk);
+}
+
+void ChatView::updateMessage(const kvchat::app::MessageRecord& message) {
+  if (MessageWidget* widget = messageWidget(message.id)) {
+    widget->setStreaming(false);
+    widget->setRecord(message);
+  }
+  scroll_to_bottom_if_following();
+}
+
+void ChatView::showError(const QString& message) {
+  auto* label = new QLabel(container_);
+  label->setObjectName("chatError");
+  label->setWordWrap(true);
+  label->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  label->setStyleSheet("color: #b00020; background: #fdecee; border: 1px solid #f0b8c0; border-radius: 6px; padding: 6px;");
+  label->setText(message);
+  layout_->insertWidget(layout_->count() - 1, label);
+  scroll_to_bottom_if_following();
+}
+
+QList<MessageWidget*> ChatView::messageWidgets() const {
+  QList<MessageWidget*> widgets;
+  for (int i = 0; i < layout_->count(); ++i)
+    if (auto* widget = qobject_cast<MessageWidget*>(layout_->itemAt(i)->widget())) widgets.push_back(widget);
+  return widgets;
+}
+
+MessageWidget* ChatView::messageWidget(qint64 message_id) const {
+  for (MessageWidget* widget : messageWidgets())
+    if (widget->messageId() == message_id) return widget;
+  return nullptr;
+}
+
+void ChatView::scroll_to_bottom_if_following() {
+  if (!following_) return;
+  // After the layout has settled, so that the new height is known.
+  QTimer::singleShot(0, this, [this] { verticalScrollBar()->setValue(verticalScrollBar()->maximum()); });
+}
+
+}  // namespace kvchat::ui

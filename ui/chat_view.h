@@ -1,0 +1,39 @@
+#pragma once
+// The transcript of one conversation: one MessageWidget per message, in order, with a context-cut marker
+// shown just above the first message the model still sees. Follows the bottom while a reply streams in,
+// unless the reader scrolled up.
+#include <QList>
+#include <QScrollArea>
+
+#include "app/conversation_store.h"
+
+class QVBoxLayout;
+
+namespace kvchat::ui {
+
+class MessageWidget;
+
+class ChatView : public QScrollArea {
+  Q_OBJECT
+ public:
+  explicit ChatView(QWidget* parent = nullptr);
+
+  // Rebuilds the view. `streaming_message_id` (0 = none) is shown as in progress with `streaming_text`.
+  void setMessages(const QList<kvchat::app::MessageRecord>& messages, qint64 streaming_message_id = 0,
+                   const QString& streaming_text = QString());
+  void appendToMessage(qint64 message_id, const QString& chunk);
+  void updateMessage(const kvchat::app::MessageRecord& message);
+  // A transient error line at the end of the transcript (cleared by the next setMessages()).
+  void showError(const QString& message);
+
+  QList<MessageWidget*> messageWidgets() const;
+  MessageWidget* messageWidget(qint64 message_id) const;
+
+ private:
+  void scroll_to_bottom_if_following();
+  QWidget* container_ = nullptr;
+  QVBoxLayout* layout_ = nullptr;
+  bool following_ = true;
+};
+
+}  // namespace kvchat::ui

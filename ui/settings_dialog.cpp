@@ -1,0 +1,151 @@
+#include "ui/settings_dialog.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QRegularExpressionValidator>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include "ui/stats_format.h"
+
+namespace kvchat::ui {
+
+namespace {
+constexpr qint64 kMiB = 1024 * 1024;
+
+QDoubleSpinBox* make_double(double minimum, double maximum, double step, int decimals, double value, QWidget* parent) {
+  auto* box = new QDoubleSpinBox(parent);
+  box->setRange(minimum, maximum);
+  box->setSingleStep(step);
+  box->setDecimals(decimals);
+  box->setValue(value);
+  return box;
+}
+
+QSpinBox* make_int(int minimum, int maximum, int value, QWidget* parent) {
+  auto* box = new QSpinBox(parent);
+  box->setRange(minimum, maximum);
+  box->setValue(value);
+  return box;
+}
+}  // namespace
+
+SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidget* parent)
+    : QDialog(parent), original_(settings) {
+  setObjectName("settingsDialog");
+  setWindowTitle(tr("Settings"));
+  auto* form = new QFormLayout;
+
+  kv_cache_ = new QCheckBox(tr("Keep a KV cache per conversation (off: recompute every token)"), this);
+  kv_cache_->setObjectName("kvCacheCheck");
+  kv_cache_->setChecked(settings.kv_cache_enabled);
+  form->addRow(tr("KV cache"), kv_cache_);
+
+  temperature_ = make_double(0.0, 2.0, 0.05, 2, settings.temperature, this);
+  temperature_->setObjectName("temperatureSpin");
+  temperature_->setToolTip(tr("0 = greedy (always the most likely token)"));
+  form->addRow(tr("Temperature"), temperature_);
+  top_k_ = make_int(0, 100000, settings.top_k, this);
+  top_k_->setObjectName("topKSpin");
+  top_k_->setSpecialValueText(tr("off"));
+  form->addRow(tr("Top-k"), top_k_);
+  top_p_ = make_double(0.0, 1.0, 0.01, 3, settings.top_p, this);
+  top_p_->setObjectName("topPSpin");
+  form->addRow(tr("Top-p"), top_p_);
+  min_p_ = make_double(0.0, 1.0, 0.01, 3, settings.min_p, this);
+  min_p_->setObjectName("minPSpin");
+  form->addRow(tr("Min-p"), min_p_);
+  repetition_penalty_ = make_double(0.5, 3.0, 0.05, 2, settings.repetition_penalty, this);
+  repetition_penalty_->setObjectName("repetitionPenaltySpin");
+  form->addRow(tr("Repetition penalty"), repetition_penalty_);
+  seed_ = new QLineEdit(QString::number(settings.seed), this);
+  seed_->setObjectName("seedEdit");
+  seed_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9]{1,19}"), seed_));
+  seed_->setToolTip(tr("0 = a fresh random seed each turn"));
+  form->addRow(tr("Seed"), seed_);
+  max_new_tokens_ = make_int(1, 1 << 20, settings.max_new_tokens, this);
+  max_new_tokens_->setObjectName("maxNewTokensSpin");
+  form->addRow(tr("Max new tokens"), max_new_tokens_);
+
+  system_prompt_ = new QPlainTextEdit(settings.default_system_prompt, this);
+  system_prompt_->setObjectName("systemPromptEdit");
+  system_prompt_->setPlaceholderText(tr("Default system prompt for new chats (each chat can change its own)"));
+  system_prompt_->setMaximumHeight(80);
+  form->addRow(tr("System prompt"), system_prompt_);
+
+  auto* model_row = new QHBoxLayout;
+  model_directory_ = new QLineEdit(settings.model_directory, this);
+  model_directory_->setObjectName("modelDirectoryEdit");
+  model_directory_->setPlaceholderText(tr("empty = the embedded stories260K"));
+  auto* browse = new QPushButton(tr("Browse\u2026"), this);
+  connect(browse, &QPushButton::clicked, this, &SettingsDialog::browse_model_directory);
+  model_row->addWidget(model_directory_);
+  model_row->addWidget(browse);
+  form->addRow(tr("Model directory"), model_row);
+
+  threads_ = make_int(0, 1024, settings.threads, this);
+  threads_->setObjectName("threadsSpin");
+  threads_->setSpecialValueText(tr("all cores"));
+  form->addRow(tr("Threads"), threads_);
+  context_limit_ = make_int(0, 1 << 24, settings.context_limit, this);
+  context_limit_->setObjectName("contextLimitSpin");
+  context_limit_->setSpecialValueText(tr("the model's"));
+  form->addRow(tr("Context limit (tokens)"), context_limit_);
+  overflow_ = new QComboBox(this);
+  overflow_->setObjectName("overflowCombo");
+  overflow_->addItem(tr("Stop with a message"), QString::fromLatin1(to_string(kvchat::app::ContextOverflowPolicy::Stop)));
+  overflow_->addItem(tr("Drop the oldest turns"),
+                     QString::fromLatin1(to_string(kvchat::app::ContextOverflowPolicy::DropOldestTurns)));
+  overflow_->setCurrentIndex(settings.context_overflow == kvchat::app::ContextOverflowPolicy::Stop ? 0 : 1);
+  form->addRow(tr("When the context is full"), overflow_);
+  cache_budget_mib_ = make_int(0, 1 << 22, static_cast<int>(settings.cache_budget_bytes / kMiB), this);
+  cache_budget_mib_->setObjectName("cacheBudgetSpin");
+  cache_budget_mib_->setSuffix(tr(" MiB"));
+  cache_budget_mib_->setSpecialValueText(
+      tr("default (%1)").arg(format_bytes(kvchat::app::ChatSettings{}.effective_cache_budget_bytes())));
+  form->addRow(tr("Cache memory budget"), cache_budget_mib_);
+
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+  connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(form);
+  layout->addWidget(buttons);
+}
+
+kvchat::app::ChatSettings SettingsDialog::settings() const {
+  kvchat::app::ChatSettings settings = original_;
+  settings.kv_cache_enabled = kv_cache_->isChecked();
+  settings.temperature = temperature_->value();
+  settings.top_k = top_k_->value();
+  settings.top_p = top_p_->value();
+  settings.min_p = min_p_->value();
+  settings.repetition_penalty = repetition_penalty_->value();
+  settings.seed = seed_->text().toULongLong();
+  settings.max_new_tokens = max_new_tokens_->value();
+  settings.default_system_prompt = system_prompt_->toPlainText();
+  settings.model_directory = model_directory_->text().trimmed();
+  settings.threads = threads_->value();
+  settings.context_limit = context_limit_->value();
+  settings.context_overflow = kvchat::app::context_overflow_policy_from_string(overflow_->currentData().toString());
+  // Whole MiB in the dialog; an unchanged field keeps the exact stored figure.
+  const qint64 budget = static_cast<qint64>(cache_budget_mib_->value()) * kMiB;
+  if (budget / kMiB != original_.cache_budget_bytes / kMiB) settings.cache_budget_bytes = budget;
+  return settings;
+}
+
+void SettingsDialog::browse_model_directory() {
+  const QString directory =
+      QFileDialog::getExistingDirectory(this, tr("Model directory"), model_directory_->text());
+  if (!directory.isEmpty()) model_directory_->setText(directory);
+}
+
+}  // namespace kvchat::ui

@@ -1,0 +1,43 @@
+#pragma once
+// The settings dialog: KV cache on/off, sampling, limits, the default system prompt, the model directory,
+// threads, the context limit and its overflow policy, the cache memory budget. It edits a copy of the
+// settings; the caller applies settings() when the dialog is accepted (from the next turn on).
+#include <QDialog>
+
+#include "app/settings.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLineEdit;
+class QPlainTextEdit;
+class QSpinBox;
+
+namespace kvchat::ui {
+
+class SettingsDialog : public QDialog {
+  Q_OBJECT
+ public:
+  explicit SettingsDialog(const kvchat::app::ChatSettings& settings, QWidget* parent = nullptr);
+  kvchat::app::ChatSettings settings() const;
+
+ private:
+  void browse_model_directory();
+  kvchat::app::ChatSettings original_;
+  QCheckBox* kv_cache_ = nullptr;
+  QDoubleSpinBox* temperature_ = nullptr;
+  QSpinBox* top_k_ = nullptr;
+  QDoubleSpinBox* top_p_ = nullptr;
+  QDoubleSpinBox* min_p_ = nullptr;
+  QDoubleSpinBox* repetition_penalty_ = nullptr;
+  QLineEdit* seed_ = nullptr;
+  QSpinBox* max_new_tokens_ = nullptr;
+  QPlainTextEdit* system_prompt_ = nullptr;
+  QLineEdit* model_directory_ = nullptr;
+  QSpinBox* threads_ = nullptr;
+  QSpinBox* context_limit_ = nullptr;
+  QComboBox* overflow_ = nullptr;
+  QSpinBox* cache_budget_mib_ = nullptr;
+};
+
+}  // namespace kvchat::ui

@@ -1,0 +1,56 @@
+#include "ui/stats_format.h"
+
+#include <QStringList>
+
+#include <stdexcept>
+
+#include "app/stats_json.h"
+
+namespace kvchat::ui {
+
+QString format_bytes(qint64 bytes) {
+  if (bytes < 1024) return QStringLiteral("%1 B").arg(bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes) / 1024.0;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 3) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return QStringLiteral("%1 %2").arg(value, 0, 'f', value < 10 ? 2 : 1).arg(units[unit]);
+}
+
+QString format_rate(double tokens_per_second) {
+  return QStringLiteral("%1 tok/s").arg(tokens_per_second, 0, 'f', tokens_per_second < 100 ? 1 : 0);
+}
+
+QString format_reply_stats(const kvchat::GenerationStats& stats) {
+  QStringList parts;
+  parts << QStringLiteral("prefill %1").arg(format_rate(stats.prefill_tokens_per_second));
+  parts << QStringLiteral("TTFT %1 ms").arg(stats.ttft_ms, 0, 'f', stats.ttft_ms < 10 ? 1 : 0);
+  parts << QStringLiteral("decode %1").arg(format_rate(stats.decode_tokens_per_second));
+  parts << QStringLiteral("%1 tokens").arg(stats.generated_tokens);
+  if (stats.cache_mode == kvchat::KvCacheMode::Off)
+    parts << QStringLiteral("cache off: %1 tokens recomputed").arg(stats.prompt_tokens);
+  else
+    parts << QStringLiteral("%1 reused / %2 prefilled").arg(stats.reused_tokens).arg(stats.prefilled_tokens);
+  switch (stats.stop_reason) {
+    case kvchat::StopReason::Stopped: parts << QStringLiteral("stopped"); break;
+    case kvchat::StopReason::ContextFull: parts << QStringLiteral("context limit reached"); break;
+    case kvchat::StopReason::MaxTokens: parts << QStringLiteral("max tokens"); break;
+    case kvchat::StopReason::Eos: break;
+  }
+  return parts.join(QStringLiteral(" \u00b7 "));
+}
+
+QString format_stored_stats(const QJsonObject& stats) {
+  if (stats.isEmpty()) return QString();
+  if (stats.contains("error")) return QStringLiteral("Error: %1").arg(stats.value("error").toString());
+  try {
+    return format_reply_stats(kvchat::app::stats_from_json(stats));
+  } catch (const std::invalid_argument& error) {
+    return QStringLiteral("(unreadable stats: %1)").arg(QString::fromUtf8(error.what()));
+  }
+}
+
+}  // namespace kvchat::ui

@@ -1,0 +1,17 @@
+#pragma once
+// Human-readable figures for the window: byte sizes, token speeds, one reply's stats line.
+#include <QJsonObject>
+#include <QString>
+
+#include "engine/types.h"
+
+namespace kvchat::ui {
+
+QString format_bytes(qint64 bytes);                  // "812 B", "12.5 KiB", "3.2 MiB", "1.1 GiB"
+QString format_rate(double tokens_per_second);       // "123.4 tok/s"
+// "prefill 850 tok/s · TTFT 12 ms · decode 310 tok/s · 120 tokens · 40 reused / 12 prefilled · stopped"
+QString format_reply_stats(const kvchat::GenerationStats& stats);
+// The stats line for a stored message's stats JSON ("" when it has none; the error when it failed).
+QString format_stored_stats(const QJsonObject& stats);
+
+}  // namespace kvchat::ui
