@@ -17,8 +17,9 @@ namespace {
 // Weight bytes below which a product runs inline: waking a worker costs about as much as streaming
 // this much from cache, and the tiny models call these ~35 times per token.
 constexpr std::int64_t kParallelMinWeightBytes = 256 * 1024;
-// Rows per block in the kernels; thread chunks are multiples of it so no thread gets a ragged block.
-constexpr std::int64_t kRowBlock = 4;
+// Thread chunks are whole multiples of this many rows, so that two threads never share the cache
+// line holding their boundary outputs.
+constexpr std::int64_t kRowGrain = 16;
 
 KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const float* w) { return *w; }
 KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const std::uint16_t* w) {
@@ -60,6 +61,23 @@ KVCHAT_ISA_BASELINE void matmul_rows_portable(const Weight* weight, const float*
 #if KVCHAT_HAVE_AVX2_KERNELS
 // ---------------------------------------------------------------------------------------------
 // AVX2 + FMA kernels.
+//
+// Each thread walks its rows one after another, so it reads its block of W as a single linear
+// stream; measured on the target class (Zen, 2 cores) this beats interleaving 2 or 4 rows (several
+// streams 8-32 KiB apart) by 10-25 %, because the hardware prefetcher follows one stream best. x is
+// re-read per row, but it sits in L1/L2. Eight independent accumulators cover the FMA latency, and a
+// software prefetch a few KiB ahead keeps enough misses in flight to reach the read bandwidth.
+
+template <typename Weight>
+struct Prefetch;
+template <>
+struct Prefetch<float> {
+  static constexpr std::int64_t kAheadBytes = 4096;
+};
+template <>
+struct Prefetch<std::uint16_t> {
+  static constexpr std::int64_t kAheadBytes = 8192;
+};
 
 KVCHAT_ISA_AVX2 inline float load1(const float* w) { return *w; }
 KVCHAT_ISA_AVX2 inline float load1(const std::uint16_t* w) { return bf16_to_float(*w); }
@@ -69,12 +87,11 @@ KVCHAT_ISA_AVX2 inline __m256 load8(const std::uint16_t* w) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
 }
 
-// Horizontal sums of four vectors -> one 128-bit vector [sum(a), sum(b), sum(c), sum(d)].
-KVCHAT_ISA_AVX2 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-  const __m256 ab = _mm256_hadd_ps(a, b);
-  const __m256 cd = _mm256_hadd_ps(c, d);
-  const __m256 abcd = _mm256_hadd_ps(ab, cd);
-  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+// Prefetches the cache lines holding the 64 weights that the main loop reads kAheadBytes from now.
+template <typename Weight>
+KVCHAT_ISA_AVX2 inline void prefetch_ahead(const Weight* w) {
+  const char* line = reinterpret_cast<const char*>(w) + Prefetch<Weight>::kAheadBytes;
+  for (std::size_t offset = 0; offset < 64 * sizeof(Weight); offset += 64) _mm_prefetch(line + offset, _MM_HINT_T0);
 }
 
 KVCHAT_ISA_AVX2 inline float hsum(__m256 a) {
@@ -83,143 +100,67 @@ KVCHAT_ISA_AVX2 inline float hsum(__m256 a) {
   return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
 }
 
-// Four consecutive rows against one vector: out[k] = dot(W[row + k], x).
+// dot(W row, x).
 template <typename Weight>
-KVCHAT_ISA_AVX2 inline __m128 dot4_avx2(const Weight* w0, std::int64_t cols, const float* x) {
-  const Weight* w1 = w0 + cols;
-  const Weight* w2 = w1 + cols;
-  const Weight* w3 = w2 + cols;
-  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
-  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
-  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+KVCHAT_ISA_AVX2 inline float dot_row_avx2(const Weight* w, std::int64_t cols, const float* x) {
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
   std::int64_t c = 0;
-  for (; c + 16 <= cols; c += 16) {
-    const __m256 xa = _mm256_loadu_ps(x + c);
-    const __m256 xb = _mm256_loadu_ps(x + c + 8);
-    a0 = _mm256_fmadd_ps(load8(w0 + c), xa, a0);
-    b0 = _mm256_fmadd_ps(load8(w0 + c + 8), xb, b0);
-    a1 = _mm256_fmadd_ps(load8(w1 + c), xa, a1);
-    b1 = _mm256_fmadd_ps(load8(w1 + c + 8), xb, b1);
-    a2 = _mm256_fmadd_ps(load8(w2 + c), xa, a2);
-    b2 = _mm256_fmadd_ps(load8(w2 + c + 8), xb, b2);
-    a3 = _mm256_fmadd_ps(load8(w3 + c), xa, a3);
-    b3 = _mm256_fmadd_ps(load8(w3 + c + 8), xb, b3);
+  for (; c + 64 <= cols; c += 64) {
+    prefetch_ahead(w + c);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(load8(w + c + 8 * j), _mm256_loadu_ps(x + c + 8 * j), acc[j]);
   }
-  if (c + 8 <= cols) {
-    const __m256 xa = _mm256_loadu_ps(x + c);
-    a0 = _mm256_fmadd_ps(load8(w0 + c), xa, a0);
-    a1 = _mm256_fmadd_ps(load8(w1 + c), xa, a1);
-    a2 = _mm256_fmadd_ps(load8(w2 + c), xa, a2);
-    a3 = _mm256_fmadd_ps(load8(w3 + c), xa, a3);
-    c += 8;
-  }
-  __m128 sums = hsum4(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), _mm256_add_ps(a2, b2), _mm256_add_ps(a3, b3));
-  if (c < cols) {
-    float t0 = 0.f, t1 = 0.f, t2 = 0.f, t3 = 0.f;
-    for (; c < cols; ++c) {
-      t0 += load1(w0 + c) * x[c];
-      t1 += load1(w1 + c) * x[c];
-      t2 += load1(w2 + c) * x[c];
-      t3 += load1(w3 + c) * x[c];
-    }
-    sums = _mm_add_ps(sums, _mm_setr_ps(t0, t1, t2, t3));
-  }
-  return sums;
+  for (; c + 8 <= cols; c += 8) acc[0] = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), acc[0]);
+  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[1], acc[5])),
+                                   _mm256_add_ps(_mm256_add_ps(acc[2], acc[6]), _mm256_add_ps(acc[3], acc[7])));
+  float result = hsum(sum);
+  for (; c < cols; ++c) result += load1(w + c) * x[c];
+  return result;
 }
 
-// Four consecutive rows against two vectors, each weight load feeding two FMAs.
+// dot(W row, x_k) for four vectors x_0..x_3 at stride `ldx`: each weight load feeds four FMAs.
 template <typename Weight>
-KVCHAT_ISA_AVX2 inline void dot4x2_avx2(const Weight* w0, std::int64_t cols, const float* xa, const float* xb,
-                                        __m128* out_a, __m128* out_b) {
-  const Weight* w1 = w0 + cols;
-  const Weight* w2 = w1 + cols;
-  const Weight* w3 = w2 + cols;
-  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
-  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
-  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+KVCHAT_ISA_AVX2 inline void dot_row_x4_avx2(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx,
+                                            float* out) {
+  __m256 acc[4][2];
+  for (auto& pair : acc) pair[0] = pair[1] = _mm256_setzero_ps();
   std::int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    if ((c & 63) == 0) prefetch_ahead(w + c);
+    const __m256 w0 = load8(w + c);
+    const __m256 w1 = load8(w + c + 8);
+    for (int k = 0; k < 4; ++k) {
+      acc[k][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc[k][0]);
+      acc[k][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k * ldx + c + 8), acc[k][1]);
+    }
+  }
   for (; c + 8 <= cols; c += 8) {
-    const __m256 va = _mm256_loadu_ps(xa + c);
-    const __m256 vb = _mm256_loadu_ps(xb + c);
-    const __m256 v0 = load8(w0 + c);
-    const __m256 v1 = load8(w1 + c);
-    const __m256 v2 = load8(w2 + c);
-    const __m256 v3 = load8(w3 + c);
-    a0 = _mm256_fmadd_ps(v0, va, a0);
-    b0 = _mm256_fmadd_ps(v0, vb, b0);
-    a1 = _mm256_fmadd_ps(v1, va, a1);
-    b1 = _mm256_fmadd_ps(v1, vb, b1);
-    a2 = _mm256_fmadd_ps(v2, va, a2);
-    b2 = _mm256_fmadd_ps(v2, vb, b2);
-    a3 = _mm256_fmadd_ps(v3, va, a3);
-    b3 = _mm256_fmadd_ps(v3, vb, b3);
+    const __m256 w0 = load8(w + c);
+    for (int k = 0; k < 4; ++k) acc[k][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc[k][0]);
   }
-  __m128 sums_a = hsum4(a0, a1, a2, a3);
-  __m128 sums_b = hsum4(b0, b1, b2, b3);
-  if (c < cols) {
-    float ta[4] = {0.f, 0.f, 0.f, 0.f};
-    float tb[4] = {0.f, 0.f, 0.f, 0.f};
-    const Weight* w[4] = {w0, w1, w2, w3};
-    for (; c < cols; ++c) {
-      for (int k = 0; k < 4; ++k) {
-        const float weight = load1(w[k] + c);
-        ta[k] += weight * xa[c];
-        tb[k] += weight * xb[c];
-      }
-    }
-    sums_a = _mm_add_ps(sums_a, _mm_loadu_ps(ta));
-    sums_b = _mm_add_ps(sums_b, _mm_loadu_ps(tb));
+  for (int k = 0; k < 4; ++k) out[k] = hsum(_mm256_add_ps(acc[k][0], acc[k][1]));
+  for (; c < cols; ++c) {
+    const float weight = load1(w + c);
+    for (int k = 0; k < 4; ++k) out[k] += weight * x[k * ldx + c];
   }
-  *out_a = sums_a;
-  *out_b = sums_b;
 }
 
-template <typename Weight>
-KVCHAT_ISA_AVX2 inline float dot1_avx2(const Weight* w, std::int64_t cols, const float* x) {
-  __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
-  std::int64_t c = 0;
-  for (; c + 16 <= cols; c += 16) {
-    a = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a);
-    b = _mm256_fmadd_ps(load8(w + c + 8), _mm256_loadu_ps(x + c + 8), b);
-  }
-  if (c + 8 <= cols) {
-    a = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), a);
-    c += 8;
-  }
-  float sum = hsum(_mm256_add_ps(a, b));
-  for (; c < cols; ++c) sum += load1(w + c) * x[c];
-  return sum;
-}
-
-KVCHAT_ISA_AVX2 inline void store4(float* y, __m128 sums, const float* bias) {
-  if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias));
-  _mm_storeu_ps(y, sums);
-}
-
-// Rows [row_begin, row_end) of Y = X W^T for n vectors; n == 1 is the matvec.
+// Rows [row_begin, row_end) of Y = X W^T for n vectors; n == 1 is the matvec. With several vectors
+// the row is read from memory once and re-read from L1/L2 for each group of four.
 template <typename Weight>
 KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n,
                                       std::int64_t rows, std::int64_t cols, const float* bias,
                                       std::int64_t row_begin, std::int64_t row_end) {
-  std::int64_t r = row_begin;
-  for (; r + kRowBlock <= row_end; r += kRowBlock) {
-    const Weight* w = weight + r * cols;
-    const float* b = bias ? bias + r : nullptr;
-    std::int64_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-      __m128 sums_a, sums_b;
-      dot4x2_avx2(w, cols, x + i * cols, x + (i + 1) * cols, &sums_a, &sums_b);
-      store4(y + i * rows + r, sums_a, b);
-      store4(y + (i + 1) * rows + r, sums_b, b);
-    }
-    if (i < n) store4(y + i * rows + r, dot4_avx2(w, cols, x + i * cols), b);
-  }
-  for (; r < row_end; ++r) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
     const Weight* w = weight + r * cols;
     const float b = bias ? bias[r] : 0.f;
-    for (std::int64_t i = 0; i < n; ++i) y[i * rows + r] = dot1_avx2(w, cols, x + i * cols) + b;
+    std::int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      float sums[4];
+      dot_row_x4_avx2(w, cols, x + i * cols, cols, sums);
+      for (int k = 0; k < 4; ++k) y[(i + k) * rows + r] = sums[k] + b;
+    }
+    for (; i < n; ++i) y[i * rows + r] = dot_row_avx2(w, cols, x + i * cols) + b;
   }
 }
 #endif  // KVCHAT_HAVE_AVX2_KERNELS
@@ -264,7 +205,7 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
     return;
   }
   const std::int64_t weight_bytes = rows * cols * static_cast<std::int64_t>(sizeof(Weight));
-  if (weight_bytes < kParallelMinWeightBytes || rows < 2 * kRowBlock) {
+  if (weight_bytes < kParallelMinWeightBytes) {
     matmul_rows(weight, x, y, n, rows, cols, bias, 0, rows);
     return;
   }
@@ -276,7 +217,7 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
   pool.parallel_for(
       rows,
       [&](std::int64_t begin, std::int64_t end) { matmul_rows(weight, x, y, n, rows, cols, bias, begin, end); },
-      kRowBlock);
+      kRowGrain);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #pragma once
 // Matrix-vector products for batch-1 decode. Decode reads every weight once per token, so these are
 // written to stream the weight matrix at memory bandwidth: each thread of the default pool takes a
-// contiguous block of rows and walks four rows at a time with independent FMA accumulators.
+// contiguous block of rows and reads it as one linear stream (row after row, eight independent FMA
+// accumulators, software prefetch ahead of the loads).
 //
 // All functions: W is row-major [rows, cols] (leading dimension = cols), accumulation is in float32,
 // `bias` (optional, [rows]) is added to every output row. Outputs must not overlap the inputs.
