@@ -1,0 +1,411 @@
+#include "engine/text/jinja_interpreter.h"
+
+#include <chrono>
+#include <ctime>
+#include <unordered_map>
+
+#include "engine/text/chat_template.h"
+#include "engine/text/jinja_builtins.h"
+
+namespace kvchat::jinja {
+
+namespace {
+
+struct Frame {
+  std::unordered_map<std::string, Value> variables;
+  Frame* parent = nullptr;
+};
+
+enum class Flow { Normal, Break, Continue };
+
+std::string where(const Position& pos) { return std::to_string(pos.line) + ":" + std::to_string(pos.column); }
+
+// Dates for strftime_now: "YYYY-MM-DD" at midnight (as the reference renders were made), or now.
+std::tm date_for_strftime(const std::string& today) {
+  std::tm tm{};
+  if (today.empty()) {
+    std::time_t now = std::time(nullptr);
+    localtime_r(&now, &tm);
+    return tm;
+  }
+  int year = 0, month = 0, day = 0;
+  char tail = 0;
+  if (std::sscanf(today.c_str(), "%4d-%2d-%2d%c", &year, &month, &day, &tail) != 3 || month < 1 || month > 12 ||
+      day < 1 || day > 31)
+    throw EvalError("strftime_now: the fixed date '" + today + "' is not YYYY-MM-DD");
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  std::time_t t = timegm(&tm);  // fills in the weekday and the day of the year
+  gmtime_r(&t, &tm);
+  return tm;
+}
+
+class Interpreter {
+ public:
+  Interpreter(const Value& context, std::string today) : today_(std::move(today)) {
+    for (const auto& [key, value] : context.entries()) root_.variables[key.text] = value;
+    install_globals();
+  }
+
+  void run(const Body& body, std::string& out) {
+    current_ = &root_;
+    exec(body, out);
+  }
+
+ private:
+  // ------------------------------------------------------------ globals
+  void install_globals() {
+    globals_["raise_exception"] = Value::from_callable("raise_exception", [](const CallArgs& args) -> Value {
+      std::string message = args.positional.empty() ? "" : to_str(args.positional[0]);
+      throw TemplateError(message);
+    });
+    globals_["namespace"] = Value::from_callable("namespace", [](const CallArgs& args) {
+      Value ns;
+      ns.kind = Kind::Namespace;
+      ns.ns = std::make_shared<NamespaceData>();
+      auto set = [&](const Value& key, const Value& value) {
+        for (auto& entry : ns.ns->attributes)
+          if (equals(entry.first, key)) {
+            entry.second = value;
+            return;
+          }
+        ns.ns->attributes.emplace_back(key, value);
+      };
+      if (args.positional.size() > 1) throw EvalError("namespace() takes at most one positional argument");
+      if (!args.positional.empty()) {
+        if (args.positional[0].kind != Kind::Dict) throw EvalError("namespace(): the positional argument must be a dict");
+        for (const auto& [key, value] : args.positional[0].entries()) set(key, value);
+      }
+      for (const auto& [key, value] : args.keyword) set(Value::from_string(key), value);
+      return ns;
+    });
+    globals_["dict"] = Value::from_callable("dict", [](const CallArgs& args) {
+      if (!args.positional.empty()) throw EvalError("dict() with positional arguments is not supported");
+      DictEntries entries;
+      for (const auto& [key, value] : args.keyword) entries.emplace_back(Value::from_string(key), value);
+      return Value::from_dict(std::move(entries));
+    });
+    globals_["range"] = Value::from_callable("range", [](const CallArgs& args) {
+      if (!args.keyword.empty()) throw EvalError("range() takes no keyword arguments");
+      if (args.positional.empty() || args.positional.size() > 3)
+        throw EvalError("range expected 1 to 3 arguments, got " + std::to_string(args.positional.size()));
+      for (const Value& v : args.positional)
+        if (!v.is_integral()) throw EvalError("range(): arguments must be integers");
+      std::int64_t start = 0, stop, step = 1;
+      if (args.positional.size() == 1) {
+        stop = args.positional[0].as_int();
+      } else {
+        start = args.positional[0].as_int();
+        stop = args.positional[1].as_int();
+        if (args.positional.size() == 3) step = args.positional[2].as_int();
+      }
+      if (step == 0) throw EvalError("range() arg 3 must not be zero");
+      ValueList items;
+      for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        if (items.size() >= 100000) throw EvalError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        items.push_back(Value::from_int(i));
+      }
+      return Value::from_list(std::move(items), Sequence::View);
+    });
+    std::string today = today_;
+    globals_["strftime_now"] = Value::from_callable("strftime_now", [today](const CallArgs& args) {
+      if (args.positional.size() != 1 || !args.positional[0].is_string())
+        throw EvalError("strftime_now() takes one format string");
+      std::tm tm = date_for_strftime(today);
+      const std::string& format = args.positional[0].text;
+      if (format.empty()) return Value::from_string("");
+      std::string buffer(256 + format.size() * 16, '\0');
+      std::size_t n = std::strftime(buffer.data(), buffer.size(), format.c_str(), &tm);
+      buffer.resize(n);
+      return Value::from_string(buffer);
+    });
+    for (const char* name : {"cycler", "joiner", "lipsum"}) {
+      std::string global = name;
+      globals_[global] = Value::from_callable(global, [global](const CallArgs&) -> Value {
+        throw EvalError("the global function " + global + "() is not supported");
+      });
+    }
+  }
+
+  // ------------------------------------------------------------ variables
+  Value lookup(const std::string& name) const {
+    for (const Frame* frame = current_; frame; frame = frame->parent) {
+      auto it = frame->variables.find(name);
+      if (it != frame->variables.end()) return it->second;
+    }
+    auto global = globals_.find(name);
+    if (global != globals_.end()) return global->second;
+    return Value::undefined("'" + name + "' is undefined");
+  }
+
+  void assign(const AssignTarget& target, const Value& value) {
+    if (!target.is_tuple) {
+      current_->variables[target.names[0]] = value;
+      return;
+    }
+    ValueList items = iterate(value);
+    if (items.size() != target.names.size())
+      throw EvalError(items.size() > target.names.size()
+                          ? "too many values to unpack (expected " + std::to_string(target.names.size()) + ")"
+                          : "not enough values to unpack (expected " + std::to_string(target.names.size()) +
+                                ", got " + std::to_string(items.size()) + ")");
+    for (std::size_t i = 0; i < items.size(); ++i) current_->variables[target.names[i]] = items[i];
+  }
+
+  // ------------------------------------------------------------ statements
+  Flow exec(const Body& body, std::string& out) {
+    for (const StmtPtr& stmt : body) {
+      Flow flow = exec(*stmt, out);
+      if (flow != Flow::Normal) return flow;
+    }
+    return Flow::Normal;
+  }
+
+  Flow exec(const Stmt& stmt, std::string& out) {
+    switch (stmt.kind) {
+      case Stmt::Kind::Text:
+        out += stmt.text;
+        return Flow::Normal;
+      case Stmt::Kind::Output: {
+        Value value = eval(*stmt.expr);
+        try {
+          out += to_str(value);
+        } catch (const EvalError& error) {
+          throw TemplateError(where(stmt.expr->pos) + ": " + error.what());
+        }
+        return Flow::Normal;
+      }
+      case Stmt::Kind::If:
+        for (const auto& [condition, body] : stmt.branches)
+          if (truthy(eval(*condition))) return exec(body, out);
+        return exec(stmt.else_body, out);
+      case Stmt::Kind::For:
+        return exec_for(stmt, out);
+      case Stmt::Kind::Set: {
+        Value value = eval(*stmt.expr);
+        guarded(stmt.pos, [&] { set_target(stmt.target, value); });
+        return Flow::Normal;
+      }
+      case Stmt::Kind::SetBlock: {
+        std::string text;
+        {
+          Frame frame{{}, current_};
+          Scope scope(*this, frame);
+          exec(stmt.body, text);
+        }
+        Value value = Value::from_string(std::move(text));
+        if (stmt.filter) {
+          Frame frame{{{"", value}}, current_};
+          Scope scope(*this, frame);
+          value = eval(*stmt.filter);
+        }
+        guarded(stmt.pos, [&] { set_target(stmt.target, value); });
+        return Flow::Normal;
+      }
+      case Stmt::Kind::Break: return Flow::Break;
+      case Stmt::Kind::Continue: return Flow::Continue;
+    }
+    return Flow::Normal;
+  }
+
+  void set_target(const AssignTarget& target, const Value& value) {
+    if (target.namespace_attribute.empty()) {
+      assign(target, value);
+      return;
+    }
+    Value ns = lookup(target.names[0]);
+    if (ns.kind != Kind::Namespace) throw EvalError("cannot assign attribute on non-namespace object");
+    Value key = Value::from_string(target.namespace_attribute);
+    for (auto& entry : ns.ns->attributes)
+      if (equals(entry.first, key)) {
+        entry.second = value;
+        return;
+      }
+    ns.ns->attributes.emplace_back(key, value);
+  }
+
+  // Makes `frame` the current scope for the lifetime of the object.
+  struct Scope {
+    Scope(Interpreter& interpreter, Frame& frame) : self(interpreter), saved(interpreter.current_) {
+      self.current_ = &frame;
+    }
+    ~Scope() { self.current_ = saved; }
+    Interpreter& self;
+    Frame* saved;
+  };
+
+  Flow exec_for(const Stmt& stmt, std::string& out) {
+    Value iterable = eval(*stmt.expr);
+    ValueList items = guarded(stmt.expr->pos, [&] { return iterate(iterable); });
+    if (stmt.filter) {
+      ValueList kept;
+      for (const Value& item : items) {
+        Frame frame{{}, current_};
+        Scope scope(*this, frame);
+        guarded(stmt.pos, [&] { assign(stmt.target, item); });
+        if (truthy(eval(*stmt.filter))) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      Frame frame{{}, current_};
+      Scope scope(*this, frame);
+      exec(stmt.else_body, out);
+      return Flow::Normal;
+    }
+    Value loop;
+    loop.kind = Kind::Loop;
+    loop.loop = std::make_shared<LoopData>();
+    loop.loop->items = std::make_shared<const ValueList>(items);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      loop.loop->index0 = static_cast<std::int64_t>(i);
+      Frame frame{{}, current_};
+      Scope scope(*this, frame);
+      guarded(stmt.pos, [&] { assign(stmt.target, items[i]); });
+      frame.variables["loop"] = loop;
+      if (exec(stmt.body, out) == Flow::Break) break;
+    }
+    return Flow::Normal;
+  }
+
+  // ------------------------------------------------------------ expressions
+  template <typename F>
+  auto guarded(const Position& pos, F&& body) -> decltype(body()) {
+    try {
+      return body();
+    } catch (const EvalError& error) {
+      throw TemplateError(where(pos) + ": " + error.what());
+    }
+  }
+
+  Value eval(const Expr& expr) {
+    return guarded(expr.pos, [&] { return eval_unguarded(expr); });
+  }
+
+  CallArgs eval_args(const Expr& expr, const Value* first) {
+    CallArgs args;
+    if (first) args.positional.push_back(*first);
+    for (const ExprPtr& item : expr.items) args.positional.push_back(eval(*item));
+    for (const auto& [key, value] : expr.keywords) args.keyword.emplace_back(key, eval(*value));
+    return args;
+  }
+
+  Value eval_unguarded(const Expr& expr) {
+    switch (expr.kind) {
+      case Expr::Kind::Literal: return expr.literal;
+      case Expr::Kind::Name: return lookup(expr.name);
+      case Expr::Kind::List:
+      case Expr::Kind::Tuple: {
+        ValueList items;
+        for (const ExprPtr& item : expr.items) items.push_back(eval(*item));
+        return Value::from_list(std::move(items), expr.kind == Expr::Kind::Tuple ? Sequence::Tuple : Sequence::List);
+      }
+      case Expr::Kind::Dict: {
+        DictEntries entries;
+        for (std::size_t i = 0; i + 1 < expr.items.size(); i += 2) {
+          Value key = eval(*expr.items[i]);
+          Value value = eval(*expr.items[i + 1]);
+          if ((key.kind == Kind::List && key.sequence == Sequence::List) || key.kind == Kind::Dict || key.is_undefined())
+            throw EvalError("unhashable type used as a dict key");
+          bool replaced = false;
+          for (auto& entry : entries)
+            if (equals(entry.first, key)) {
+              entry.second = value;
+              replaced = true;
+            }
+          if (!replaced) entries.emplace_back(std::move(key), std::move(value));
+        }
+        return Value::from_dict(std::move(entries));
+      }
+      case Expr::Kind::Getattr: return get_attribute(eval(*expr.object), expr.name);
+      case Expr::Kind::Getitem: {
+        Value object = eval(*expr.object);
+        const Expr& key = *expr.items[0];
+        if (key.kind == Expr::Kind::Slice) {
+          Value parts[3];
+          for (int i = 0; i < 3; ++i) parts[i] = key.items[i] ? eval(*key.items[i]) : Value::none();
+          return get_slice(object, parts[0], parts[1], parts[2]);
+        }
+        return get_item(object, eval(key));
+      }
+      case Expr::Kind::Slice: throw EvalError("a slice is only valid inside [...]");
+      case Expr::Kind::Call: {
+        Value callee = eval(*expr.object);
+        CallArgs args = eval_args(expr, nullptr);
+        if (callee.is_undefined()) fail_undefined(callee);
+        if (callee.kind != Kind::Callable) throw EvalError("'" + type_description(callee) + "' is not callable");
+        return callee.callable->call(args);
+      }
+      case Expr::Kind::Filter: {
+        Value value = eval(*expr.object);
+        CallArgs args = eval_args(expr, &value);
+        return apply_filter(expr.name, value, args);
+      }
+      case Expr::Kind::Test: {
+        Value value = eval(*expr.object);
+        CallArgs args = eval_args(expr, &value);
+        bool result = apply_test(expr.name, value, args);
+        return Value::from_bool(expr.negated ? !result : result);
+      }
+      case Expr::Kind::Unary: {
+        Value operand = eval(*expr.object);
+        if (expr.name == "not") return Value::from_bool(!truthy(operand));
+        return unary_minus(operand, expr.name == "-");
+      }
+      case Expr::Kind::Binary: {
+        Value left = eval(*expr.object);
+        if (expr.name == "and") return truthy(left) ? eval(*expr.items[0]) : left;
+        if (expr.name == "or") return truthy(left) ? left : eval(*expr.items[0]);
+        Value right = eval(*expr.items[0]);
+        if (expr.name == "~") return Value::from_string(to_str(left) + to_str(right));
+        return binary_operator(expr.name, left, right);
+      }
+      case Expr::Kind::Compare: {
+        Value left = eval(*expr.object);
+        for (std::size_t i = 0; i < expr.ops.size(); ++i) {
+          Value right = eval(*expr.items[i]);
+          if (!compare(expr.ops[i], left, right)) return Value::from_bool(false);
+          left = std::move(right);
+        }
+        return Value::from_bool(true);
+      }
+      case Expr::Kind::CondExpr: {
+        if (truthy(eval(*expr.items[1]))) return eval(*expr.items[0]);
+        if (expr.items[2]) return eval(*expr.items[2]);
+        return Value::undefined("the inline if-expression on line " + std::to_string(expr.pos.line) +
+                                " evaluated to false and no else section was defined.");
+      }
+    }
+    throw EvalError("unknown expression");
+  }
+
+  static bool compare(const std::string& op, const Value& left, const Value& right) {
+    if (op == "==") return equals(left, right);
+    if (op == "!=") return !equals(left, right);
+    if (op == "<") return less_than(left, right);
+    if (op == ">") return less_than(right, left);
+    if (op == "<=") return less_than(left, right) || equals(left, right);
+    if (op == ">=") return less_than(right, left) || equals(left, right);
+    if (op == "in") return contains(right, left);
+    if (op == "not in") return !contains(right, left);
+    throw EvalError("unknown comparison '" + op + "'");
+  }
+
+  std::string today_;
+  Frame root_;
+  Frame* current_ = &root_;
+  std::unordered_map<std::string, Value> globals_;
+};
+
+}  // namespace
+
+std::string render(const Body& body, const Value& context, const std::string& today) {
+  if (context.kind != Kind::Dict) throw TemplateError("the template context must be a JSON object");
+  Interpreter interpreter(context, today);
+  std::string out;
+  interpreter.run(body, out);
+  return out;
+}
+
+}  // namespace kvchat::jinja

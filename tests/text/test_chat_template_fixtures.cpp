@@ -1,0 +1,142 @@
+// Every chat template fixture rendered by the real Jinja2 (../shared/fixtures/chat_templates/*.json
+// and the Llama 3 tokenizer's chat_template.json) must come out byte for byte the same here.
+#include <QtTest/QtTest>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/test_paths.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/chat_template_config.h"
+
+using kvchat::ChatTemplate;
+using kvchat::TemplateError;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+json read_json(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::runtime_error("cannot open " + path);
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  return json::parse(buffer.str());
+}
+
+// Shows a string with control characters and non-ASCII spelled out, so that diffs are readable.
+std::string visible(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7f) out += "\\x" + QByteArray(1, static_cast<char>(c)).toHex().toStdString();
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+std::string diff(const std::string& expected, const std::string& actual) {
+  std::size_t at = 0;
+  while (at < expected.size() && at < actual.size() && expected[at] == actual[at]) ++at;
+  std::size_t from = at > 40 ? at - 40 : 0;
+  std::ostringstream out;
+  out << "first difference at byte " << at << " (expected " << expected.size() << " bytes, got " << actual.size()
+      << ")\n      expected: ..." << visible(expected.substr(from, 120)) << "\n      actual:   ..."
+      << visible(actual.substr(from, 120));
+  return out.str();
+}
+
+std::string fixed_date(const json& fixture) {
+  // "2026-07-26T00:00:00": strftime_now is fixed to that day at midnight.
+  return fixture.contains("fixed_date") ? fixture["fixed_date"].get<std::string>().substr(0, 10) : "";
+}
+
+}  // namespace
+
+class ChatTemplateFixtureTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void renders_every_jinja2_fixture_exactly() {
+    namespace fs = std::filesystem;
+    const fs::path folder = kvchat::test::shared_path("fixtures/chat_templates");
+    QVERIFY2(fs::is_directory(folder), folder.string().c_str());
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(folder))
+      if (entry.path().extension() == ".json") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    QVERIFY(!files.empty());
+
+    std::vector<std::string> failures;
+    int rendered = 0, errors = 0;
+    for (const fs::path& path : files) {
+      const std::string name = path.stem().string();
+      json fixture = read_json(path.string());
+      std::unique_ptr<ChatTemplate> chat_template;
+      try {
+        chat_template = std::make_unique<ChatTemplate>(fixture["template"].get<std::string>());
+      } catch (const TemplateError& error) {
+        failures.push_back(name + ": template does not parse: " + error.what());
+        continue;
+      }
+      const std::string today = fixed_date(fixture);
+      for (const json& c : fixture["cases"]) {
+        const std::string label = name + "/" + c["name"].get<std::string>();
+        json context = kvchat::chat_template_context(
+            c["messages"], c["add_generation_prompt"].get<bool>(), fixture["special_tokens"],
+            c.contains("tools") ? c["tools"] : json(nullptr),
+            c.contains("extra_context") ? c["extra_context"] : json::object());
+        const bool expect_error = c.value("error", false);
+        try {
+          std::string actual = chat_template->render(context, today);
+          if (expect_error) {
+            failures.push_back(label + ": expected an error (" + c.value("error_message", std::string()) +
+                               ") but rendered: " + visible(actual.substr(0, 200)));
+          } else if (actual != c["rendered"].get<std::string>()) {
+            failures.push_back(label + ": " + diff(c["rendered"].get<std::string>(), actual));
+          } else {
+            ++rendered;
+          }
+        } catch (const TemplateError& error) {
+          if (expect_error) {
+            ++errors;
+          } else {
+            failures.push_back(label + ": unexpected TemplateError: " + error.what());
+          }
+        }
+      }
+    }
+    for (const std::string& failure : failures) qWarning("%s", failure.c_str());
+    qInfo("%d renders identical, %d expected errors raised, %zu failures, %zu files", rendered, errors,
+          failures.size(), files.size());
+    QVERIFY2(failures.empty(), (std::to_string(failures.size()) + " chat template fixture case(s) differ").c_str());
+    QVERIFY(rendered > 0);
+    QVERIFY(errors > 0);
+  }
+
+  void renders_llama3_tokenizer_conversations() {
+    const std::string folder = kvchat::test::shared_path("fixtures/tokenizers/llama3");
+    kvchat::ChatFormatter formatter = kvchat::ChatFormatter::from_tokenizer_config(folder + "/tokenizer_config.json");
+    QVERIFY(formatter.has_template());
+    json cases = read_json(folder + "/chat_template.json");
+    QVERIFY(!cases.empty());
+    std::vector<std::string> failures;
+    for (const json& c : cases) {
+      std::vector<kvchat::ChatMessage> messages;
+      for (const json& m : c["messages"])
+        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      std::string actual = formatter.render(messages, c["add_generation_prompt"].get<bool>());
+      if (actual != c["text"].get<std::string>())
+        failures.push_back(c["id"].get<std::string>() + ": " + diff(c["text"].get<std::string>(), actual));
+    }
+    for (const std::string& failure : failures) qWarning("%s", failure.c_str());
+    QVERIFY2(failures.empty(), (std::to_string(failures.size()) + " llama3 conversation(s) differ").c_str());
+  }
+};
+
+QTEST_APPLESS_MAIN(ChatTemplateFixtureTest)
+#include "test_chat_template_fixtures.moc"
