@@ -17,6 +17,8 @@ namespace {
 
 // Below this many elements a conversion is cheaper than waking a worker.
 constexpr std::int64_t kParallelConversionElements = 1 << 20;
+// Elements per block claimed by a thread (multiple of 16, the vector step).
+constexpr std::int64_t kConversionBlock = 1 << 16;
 
 // The portable loops work on bit patterns directly (the header's inline helpers are compiled for AVX2
 // in this library and would not inline into baseline code).
@@ -88,7 +90,7 @@ void run_conversion(std::int64_t n, const Convert& convert) {
     convert(0, n);
     return;
   }
-  default_thread_pool().parallel_for(n, convert, 1024);
+  default_thread_pool().parallel_for_blocks(n, convert, kConversionBlock);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "engine/kernels/matvec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -17,8 +18,11 @@ namespace {
 // Weight bytes below which a product runs inline: waking a worker costs about as much as streaming
 // this much from cache, and the tiny models call these ~35 times per token.
 constexpr std::int64_t kParallelMinWeightBytes = 256 * 1024;
-// Thread chunks are whole multiples of this many rows, so that two threads never share the cache
-// line holding their boundary outputs.
+// Threads claim rows in blocks of about this many weight bytes: large enough that each thread reads
+// long linear runs, small enough to balance the load when a core is busy with something else.
+constexpr std::int64_t kBlockBytes = 256 * 1024;
+// Blocks are whole multiples of this many rows, so that two threads never write the same cache line
+// of the output.
 constexpr std::int64_t kRowGrain = 16;
 
 KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const float* w) { return *w; }
@@ -214,10 +218,14 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
     matmul_rows(weight, x, y, n, rows, cols, bias, 0, rows);
     return;
   }
-  pool.parallel_for(
+  // Threads claim blocks of rows as they go rather than a fixed half each: when another process
+  // holds one core, the other threads take over its share instead of waiting for it.
+  const std::int64_t row_bytes = cols * static_cast<std::int64_t>(sizeof(Weight));
+  const std::int64_t block_rows = std::max(kRowGrain, (kBlockBytes / row_bytes + kRowGrain - 1) / kRowGrain * kRowGrain);
+  pool.parallel_for_blocks(
       rows,
       [&](std::int64_t begin, std::int64_t end) { matmul_rows(weight, x, y, n, rows, cols, bias, begin, end); },
-      kRowGrain);
+      block_rows);
 }
 
 }  // namespace

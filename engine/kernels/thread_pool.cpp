@@ -24,6 +24,12 @@ namespace {
 // apart, so the worker is asleep (not stealing a core from LibTorch) between them.
 constexpr auto kWorkerSpin = std::chrono::microseconds(50);
 
+// The job word: job id in the high 32 bits, a "closed" flag, and the number of workers that joined.
+constexpr std::uint64_t kClosedFlag = std::uint64_t{1} << 31;
+constexpr std::uint64_t kActiveMask = kClosedFlag - 1;
+
+inline std::uint32_t job_id_of(std::uint64_t word) { return static_cast<std::uint32_t>(word >> 32); }
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -44,79 +50,103 @@ struct ChunkScope {
 
 }  // namespace
 
+// Protocol: the caller writes the job fields, then publishes a new job id (open, no workers joined).
+// A worker that sees the new id joins by incrementing the worker count with a CAS that fails once
+// the job is closed or replaced; only then does it read the job fields. The caller claims chunks
+// like everybody else; when none is left it closes the job and waits for the joined workers only.
+// So a worker that is slow to wake costs nothing, and the job fields are never rewritten while a
+// worker may still read them.
 struct ThreadPool::State {
   int threads = 1;
   std::vector<std::thread> workers;
 
-  // Held for the duration of one parallel_for; a second caller that finds it taken runs inline.
+  // Held for the duration of one job; a second caller that finds it taken runs inline.
   std::mutex submit_mutex;
 
   std::mutex wake_mutex;
   std::condition_variable wake_cv;
   int sleepers = 0;  // guarded by wake_mutex
-  std::atomic<std::uint64_t> generation{0};
+  std::atomic<std::uint64_t> job_word{0};
   std::atomic<bool> stopping{false};
-  std::atomic<int> pending{0};
 
-  // The current job; written by the caller before it bumps `generation`, read by workers after.
+  // The current job.
   const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
   std::int64_t n = 0;
   std::int64_t grain = 1;
   std::int64_t units = 0;
   std::int64_t chunks = 0;
+  std::atomic<std::int64_t> next_chunk{0};
+  std::atomic<bool> failed{false};
 
   std::mutex error_mutex;
   std::exception_ptr error;
 
-  void run_chunk(std::int64_t chunk) {
-    const std::int64_t begin = (chunk * units / chunks) * grain;
-    const std::int64_t end = std::min(n, ((chunk + 1) * units / chunks) * grain);
-    if (begin >= end) return;
-    try {
-      ChunkScope scope;
-      (*body)(begin, end);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
+  void run_chunks() {
+    ChunkScope scope;
+    for (;;) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      const std::int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed);
+      if (chunk >= chunks) return;
+      const std::int64_t begin = (chunk * units / chunks) * grain;
+      const std::int64_t end = std::min(n, ((chunk + 1) * units / chunks) * grain);
+      if (begin >= end) continue;
+      try {
+        (*body)(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        failed.store(true, std::memory_order_relaxed);
+      }
     }
   }
 
-  std::uint64_t wait_for_job(std::uint64_t seen) {
+  std::uint32_t wait_for_new_job(std::uint32_t seen) {
     const auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
     for (unsigned poll = 0;; ++poll) {
-      const std::uint64_t current = generation.load(std::memory_order_acquire);
+      const std::uint32_t current = job_id_of(job_word.load(std::memory_order_acquire));
       if (current != seen) return current;
       if ((poll & 63u) == 63u && std::chrono::steady_clock::now() >= spin_until) break;
       cpu_relax();
     }
     std::unique_lock<std::mutex> lock(wake_mutex);
     ++sleepers;
-    wake_cv.wait(lock, [&] { return generation.load(std::memory_order_acquire) != seen; });
+    wake_cv.wait(lock, [&] { return job_id_of(job_word.load(std::memory_order_acquire)) != seen; });
     --sleepers;
-    return generation.load(std::memory_order_acquire);
+    return job_id_of(job_word.load(std::memory_order_acquire));
   }
 
-  void worker_loop(int index) {
-    std::uint64_t seen = 0;
+  bool try_join(std::uint32_t id) {
+    std::uint64_t word = job_word.load(std::memory_order_acquire);
+    while (job_id_of(word) == id && (word & kClosedFlag) == 0) {
+      if (job_word.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void worker_loop() {
+    std::uint32_t seen = 0;
     for (;;) {
-      seen = wait_for_job(seen);
+      seen = wait_for_new_job(seen);
       if (stopping.load(std::memory_order_acquire)) return;
-      if (index < chunks) run_chunk(index);
-      // Every worker acknowledges every job, so the caller never rewrites the job while a late worker
-      // is still reading it.
-      pending.fetch_sub(1, std::memory_order_acq_rel);
+      if (!try_join(seen)) continue;
+      run_chunks();
+      job_word.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 
-  void publish_job() {
+  void publish(std::uint32_t id) {
     bool anyone_sleeping = false;
     {
       std::lock_guard<std::mutex> lock(wake_mutex);
-      generation.fetch_add(1, std::memory_order_acq_rel);
+      job_word.store(static_cast<std::uint64_t>(id) << 32, std::memory_order_release);
       anyone_sleeping = sleepers > 0;
     }
     if (anyone_sleeping) wake_cv.notify_all();
   }
+
+  std::uint32_t next_id() const { return job_id_of(job_word.load(std::memory_order_relaxed)) + 1; }
 };
 
 ThreadPool::ThreadPool(int threads) : state_(new State) {
@@ -127,13 +157,13 @@ ThreadPool::ThreadPool(int threads) : state_(new State) {
   state_->threads = threads;
   state_->workers.reserve(static_cast<std::size_t>(threads - 1));
   for (int index = 1; index < threads; ++index) {
-    state_->workers.emplace_back([state = state_, index] { state->worker_loop(index); });
+    state_->workers.emplace_back([state = state_] { state->worker_loop(); });
   }
 }
 
 ThreadPool::~ThreadPool() {
   state_->stopping.store(true, std::memory_order_release);
-  state_->publish_job();
+  state_->publish(state_->next_id());
   for (auto& worker : state_->workers) worker.join();
   delete state_;
 }
@@ -145,8 +175,21 @@ void ThreadPool::parallel_for(std::int64_t n, const std::function<void(std::int6
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   const std::int64_t units = (n + grain - 1) / grain;
-  const std::int64_t chunks = std::min<std::int64_t>(state_->threads, units);
-  if (chunks <= 1 || t_inside_chunk) {
+  run(n, body, grain, std::min<std::int64_t>(state_->threads, units));
+}
+
+void ThreadPool::parallel_for_blocks(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
+                                     std::int64_t block) {
+  if (n <= 0) return;
+  if (block < 1) block = 1;
+  run(n, body, block, (n + block - 1) / block);
+}
+
+// Runs chunk i = [(i * units / chunks) * grain, ((i + 1) * units / chunks) * grain) for i < chunks,
+// where units = ceil(n / grain), clipped to n.
+void ThreadPool::run(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
+                     std::int64_t grain, std::int64_t chunks) {
+  if (chunks <= 1 || state_->threads == 1 || t_inside_chunk) {
     body(0, n);
     return;
   }
@@ -160,16 +203,18 @@ void ThreadPool::parallel_for(std::int64_t n, const std::function<void(std::int6
   s.body = &body;
   s.n = n;
   s.grain = grain;
-  s.units = units;
+  s.units = (n + grain - 1) / grain;
   s.chunks = chunks;
+  s.next_chunk.store(0, std::memory_order_relaxed);
+  s.failed.store(false, std::memory_order_relaxed);
   s.error = nullptr;
-  s.pending.store(s.threads - 1, std::memory_order_relaxed);
-  s.publish_job();
+  s.publish(s.next_id());
 
-  s.run_chunk(0);
+  s.run_chunks();
 
-  for (unsigned poll = 0; s.pending.load(std::memory_order_acquire) != 0; ++poll) {
-    // A worker that was asleep needs the scheduler; stop hogging the core after a while.
+  s.job_word.fetch_or(kClosedFlag, std::memory_order_acq_rel);
+  for (unsigned poll = 0; (s.job_word.load(std::memory_order_acquire) & kActiveMask) != 0; ++poll) {
+    // A joined worker that lost its core needs the scheduler; stop hogging ours after a while.
     if (poll < (1u << 16)) cpu_relax();
     else std::this_thread::yield();
   }

@@ -20,14 +20,24 @@ class ThreadPool {
   int size() const;
 
   // Splits [0, n) into at most size() contiguous chunks whose boundaries are multiples of `grain`
-  // (so every chunk but the last holds a whole number of grains), runs chunk 0 on the calling thread
-  // and the others on the workers, and returns when all are done. The first exception thrown by any
-  // chunk is rethrown here. A call made from inside a running chunk, or while another thread is
-  // using the pool, runs inline on the calling thread (same result, no deadlock).
+  // (so every chunk but the last holds a whole number of grains), runs them on the calling thread and
+  // the workers, and returns when all are done. Chunks are claimed by whichever thread is free, so a
+  // worker that the OS has not scheduled yet never holds the caller up: the caller runs its chunk.
+  // The first exception thrown by any chunk is rethrown here (chunks not yet started are skipped).
+  // A call made from inside a running chunk, or while another thread is using the pool, runs inline
+  // on the calling thread (same result, no deadlock).
   void parallel_for(std::int64_t n, const std::function<void(std::int64_t begin, std::int64_t end)>& body,
                     std::int64_t grain = 1);
 
+  // Like parallel_for, but cuts [0, n) into blocks of `block` indices (the last may be shorter) that
+  // the threads claim in order as they finish the previous one: load balancing for when a core is
+  // shared with other work. body is called once per block.
+  void parallel_for_blocks(std::int64_t n, const std::function<void(std::int64_t begin, std::int64_t end)>& body,
+                           std::int64_t block);
+
  private:
+  void run(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body, std::int64_t grain,
+           std::int64_t chunks);
   struct State;
   State* state_;
 };

@@ -2,7 +2,9 @@
 // nested and repeated use work, and the default pool follows set_default_threads.
 #include <QtTest>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -49,16 +51,56 @@ class ThreadPoolTest : public QObject {
     }
   }
 
-  void uses_several_threads() {
+  void blocks_cover_range_in_order_of_size() {
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (std::int64_t n : {1, 5, 16, 17, 1000, 4099}) {
+        for (std::int64_t block : {1, 4, 16, 5000}) {
+          std::vector<std::atomic<int>> visits(static_cast<std::size_t>(n));
+          std::mutex calls_mutex;
+          std::vector<std::pair<std::int64_t, std::int64_t>> calls;
+          pool.parallel_for_blocks(
+              n,
+              [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t i = begin; i < end; ++i) visits[static_cast<std::size_t>(i)].fetch_add(1);
+                std::lock_guard<std::mutex> lock(calls_mutex);
+                calls.emplace_back(begin, end);
+              },
+              block);
+          for (std::int64_t i = 0; i < n; ++i) QCOMPARE(visits[static_cast<std::size_t>(i)].load(), 1);
+          const std::int64_t expected_calls = threads == 1 || n <= block ? 1 : (n + block - 1) / block;
+          QCOMPARE(static_cast<std::int64_t>(calls.size()), expected_calls);
+          if (expected_calls > 1) {
+            for (const auto& [begin, end] : calls) {
+              QCOMPARE(begin % block, std::int64_t{0});
+              QCOMPARE(end, std::min(n, begin + block));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // The chunks really run at the same time: each one waits (up to a generous limit) until all three
+  // have started, which a pool that ran them one after another could never satisfy.
+  void chunks_run_concurrently_on_distinct_threads() {
     ThreadPool pool(3);
+    std::atomic<int> started{0};
+    std::atomic<int> saw_all_started{0};
     std::mutex ids_mutex;
     std::set<std::thread::id> ids;
     pool.parallel_for(3, [&](std::int64_t, std::int64_t) {
-      std::lock_guard<std::mutex> lock(ids_mutex);
-      ids.insert(std::this_thread::get_id());
+      {
+        std::lock_guard<std::mutex> lock(ids_mutex);
+        ids.insert(std::this_thread::get_id());
+      }
+      started.fetch_add(1);
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (started.load() < 3 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      if (started.load() == 3) saw_all_started.fetch_add(1);
     });
+    QCOMPARE(saw_all_started.load(), 3);
     QCOMPARE(static_cast<int>(ids.size()), 3);
-    QVERIFY(ids.count(std::this_thread::get_id()) == 1);  // the caller runs a chunk itself
   }
 
   void repeated_use_many_times() {
