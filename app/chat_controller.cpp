@@ -26,21 +26,6 @@ QString title_from_text(const QString& text) {
   return title;
 }
 
-// The user/assistant messages the model sees: those from the last context cut on, without empty replies.
-QList<MessageRecord> messages_in_context(const QList<MessageRecord>& records) {
-  qint64 context_start = 0;
-  for (const MessageRecord& record : records)
-    if (record.role == "marker" && record.settings.contains(kMarkerContextStartKey))
-      context_start = std::max<qint64>(context_start, record.settings.value(kMarkerContextStartKey).toInteger());
-  QList<MessageRecord> in_context;
-  for (const MessageRecord& record : records) {
-    if (record.id < context_start || (record.role != "user" && record.role != "assistant")) continue;
-    if (record.role == "assistant" && record.text.isEmpty()) continue;
-    in_context.push_back(record);
-  }
-  return in_context;
-}
-
 }  // namespace
 
 QString ChatController::newConversationTitle() { return QStringLiteral("New chat"); }
@@ -126,13 +111,9 @@ QList<MessageRecord> ChatController::currentMessages() const {
 }
 
 std::vector<ChatMessage> ChatController::engineMessages(qint64 conversation_id) const {
-  std::vector<ChatMessage> messages;
   const auto conversation = store_->conversation(conversation_id);
-  if (conversation && !conversation->system_prompt.trimmed().isEmpty())
-    messages.push_back({"system", conversation->system_prompt.toStdString()});
-  for (const MessageRecord& record : messages_in_context(store_->messages(conversation_id)))
-    messages.push_back({record.role.toStdString(), record.text.toStdString()});
-  return messages;
+  if (!conversation) return {};
+  return chat_messages_for_engine(*conversation, store_->messages(conversation_id));
 }
 
 CacheGauge ChatController::cacheGauge() const {
@@ -400,15 +381,8 @@ void ChatController::on_context_trimmed(quint64 turn_id, int dropped_messages, i
   const auto& ids = active_->engine_message_ids;
   if (dropped_messages <= 0 || static_cast<size_t>(dropped_messages) >= ids.size()) return;
   try {
-    MessageRecord marker;
-    marker.conversation_id = active_->conversation_id;
-    marker.role = "marker";
-    marker.text = QStringLiteral("The %1 oldest messages no longer fit the context window (%2 tokens); "
-                                 "the model sees the chat from here on.")
-                      .arg(dropped_messages)
-                      .arg(context_limit);
-    marker.settings.insert(kMarkerContextStartKey, ids[static_cast<size_t>(dropped_messages)]);
-    store_->add_message(marker);
+    store_->add_message(context_cut_marker(active_->conversation_id, ids[static_cast<size_t>(dropped_messages)],
+                                           dropped_messages, context_limit));
     spdlog::info("conversation {}: context cut before message {}", active_->conversation_id,
                  ids[static_cast<size_t>(dropped_messages)]);
     if (active_->conversation_id == current_conversation_) Q_EMIT messagesReset();

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "app/chat_history.h"
 #include "app/conversation_store.h"
 #include "app/engine_worker.h"
 #include "app/exporter.h"
@@ -38,10 +39,6 @@ struct CacheGauge {
   qint64 total_bytes = 0;     // every conversation's cache
   qint64 budget_bytes = 0;
 };
-
-// Text of the "marker" message written where the oldest turns were cut at the context limit;
-// its settings carry kMarkerContextStartKey: the id of the first message still in the model's context.
-inline constexpr const char* kMarkerContextStartKey = "context_starts_at";
 
 class ChatController : public QObject {
   Q_OBJECT

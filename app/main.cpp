@@ -48,7 +48,6 @@ void script_session(kvchat::app::ChatController* controller, kvchat::ui::MainWin
 int main(int argc, char** argv) {
   QApplication application(argc, argv);
   QApplication::setApplicationName("kvchat");
-  QApplication::setOrganizationName("kvchat");
   QApplication::setApplicationVersion(KVCHAT_VERSION);
 
   QCommandLineParser parser;
@@ -72,7 +71,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<QSettings> settings =
       parser.isSet(settings_option) ? std::make_unique<QSettings>(parser.value(settings_option), QSettings::IniFormat)
-                                    : std::make_unique<QSettings>();
+                                    : std::make_unique<QSettings>(QSettings::IniFormat, QSettings::UserScope, "kvchat", "kvchat");
   const QString database_path =
       parser.isSet(db_option) ? parser.value(db_option) : kvchat::app::ConversationStore::default_database_path();
 

@@ -5,7 +5,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
-#include "app/chat_controller.h"
+#include "app/chat_history.h"
 #include "ui/message_widget.h"
 
 namespace kvchat::ui {

@@ -1,0 +1,192 @@
+// kvchat-cli chat: the desktop app's chat in a terminal, over the same conversation store and the same
+// turn logic (ChatTurnRunner). With --message: one turn appended to a conversation, the reply streamed to
+// stdout. Without: an interactive chat reading one message per line from stdin until EOF.
+#include <spdlog/spdlog.h>
+
+#include <QCoreApplication>
+#include <QElapsedTimer>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <unistd.h>
+
+#include "app/chat_history.h"
+#include "app/chat_turn_runner.h"
+#include "app/cli/cli_command.h"
+#include "app/cli/store_access.h"
+#include "app/conversation_store.h"
+#include "app/stats_json.h"
+#include "engine/model_loader.h"
+#include "engine/session.h"
+
+namespace kvchat::cli {
+namespace {
+
+const char* kUsage =
+    "usage: kvchat-cli chat --model DIR [--db PATH] [--conversation ID|new] [--message TEXT]\n"
+    "                       [--kv-cache on|off] [--max-new-tokens N] [--temperature T] [--seed S]\n"
+    "                       [--context-limit N] [--overflow stop|drop_oldest_turns] [--threads N]\n"
+    "                       [--system TEXT]\n"
+    "Chats in the conversation store the desktop app uses (default: its database). --conversation picks\n"
+    "an existing conversation (default: a new one); the id is printed on stderr as `conversation: ID`.\n"
+    "With --message, one turn is appended and the reply streamed to stdout. Without it, every line read\n"
+    "from stdin is one message, until EOF. Greedy (temperature 0) unless --temperature is given.\n"
+    "--system sets the system prompt of a new conversation.";
+
+// The growing reply is saved at least this often, as the desktop app does.
+constexpr qint64 kCommitIntervalMs = 1000;
+
+struct ChatContext {
+  app::ConversationStore* store = nullptr;
+  qint64 conversation_id = 0;
+  const LoadedModel* model = nullptr;
+  Session* session = nullptr;
+  app::ConversationTokens transcript;
+  app::TurnOptions options;
+};
+
+// One turn: store the user message, stream the reply to stdout, store it with its stats.
+// Returns false when the turn failed (the error is on stderr and saved with the reply).
+bool run_turn(ChatContext& chat, const std::string& text) {
+  app::MessageRecord user;
+  user.conversation_id = chat.conversation_id;
+  user.role = "user";
+  user.text = QString::fromStdString(text);
+  chat.store->add_message(user);
+
+  const auto conversation = chat.store->conversation(chat.conversation_id);
+  const QList<app::MessageRecord> in_context = app::messages_in_context(chat.store->messages(chat.conversation_id));
+  const std::vector<ChatMessage> messages = app::chat_messages_for_engine(*conversation, chat.store->messages(chat.conversation_id));
+
+  app::MessageRecord reply;
+  reply.conversation_id = chat.conversation_id;
+  reply.role = "assistant";
+  reply.model = QString::fromStdString(chat.model->directory).section('/', -1, -1, QString::SectionSkipEmpty);
+  reply.complete = false;
+  const qint64 reply_id = chat.store->add_message(reply);
+
+  std::string reply_text;
+  QElapsedTimer since_commit;
+  since_commit.start();
+  auto on_progress = [&](const app::ReplyProgress& progress) {
+    if (progress.chunk.empty()) return;
+    std::fwrite(progress.chunk.data(), 1, progress.chunk.size(), stdout);
+    std::fflush(stdout);
+    reply_text.append(progress.chunk);
+    if (since_commit.elapsed() >= kCommitIntervalMs) {
+      chat.store->update_message_text(reply_id, QString::fromStdString(reply_text));
+      since_commit.restart();
+    }
+  };
+  const app::ChatTurnRunner runner(*chat.model);
+  try {
+    app::TurnOutcome outcome = runner.run(*chat.session, chat.transcript, messages, chat.options, nullptr, on_progress);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats));
+    if (outcome.dropped_messages > 0 && outcome.dropped_messages < static_cast<int>(in_context.size())) {
+      chat.store->add_message(app::context_cut_marker(chat.conversation_id,
+                                                      in_context[outcome.dropped_messages].id,
+                                                      outcome.dropped_messages, outcome.context_limit));
+      std::fprintf(stderr, "[the %d oldest messages no longer fit the context of %d tokens]\n",
+                   outcome.dropped_messages, outcome.context_limit);
+    }
+    const GenerationStats& s = outcome.stats;
+    std::fprintf(stderr,
+                 "[%d prompt tokens: %d reused, %d prefilled at %.0f tok/s; TTFT %.1f ms; %d tokens at %.1f tok/s; "
+                 "cache %lld tokens (%s); stop: %s]\n",
+                 s.prompt_tokens, s.reused_tokens, s.prefilled_tokens, s.prefill_tokens_per_second, s.ttft_ms,
+                 s.generated_tokens, s.decode_tokens_per_second, static_cast<long long>(s.cache_tokens),
+                 to_string(s.cache_mode), to_string(s.stop_reason));
+    return true;
+  } catch (const std::exception& error) {
+    QJsonObject stats;
+    stats.insert("error", QString::fromUtf8(error.what()));
+    chat.store->finish_message(reply_id, QString::fromStdString(reply_text), stats);
+    std::fprintf(stderr, "kvchat-cli chat: %s\n", error.what());
+    return false;
+  }
+}
+
+int run_chat(const std::vector<std::string>& args) {
+  ArgParser parser({"model", "db", "conversation", "message", "kv-cache", "max-new-tokens", "temperature", "seed",
+                    "context-limit", "overflow", "threads", "system"},
+                   {});
+  parser.parse(args);
+  const std::string model_directory = parser.required("model");
+
+  app::TurnOptions options;
+  options.generation.max_new_tokens = parser.int_or("max-new-tokens", 256);
+  if (options.generation.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
+  try {
+    options.generation.cache_mode = kv_cache_mode_from_string(parser.value_or("kv-cache", "on"));
+    options.overflow = app::context_overflow_policy_from_string(QString::fromStdString(parser.value_or("overflow", "stop")));
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+  options.generation.sampling.temperature = static_cast<float>(parser.double_or("temperature", 0.0));
+  if (options.generation.sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
+  options.generation.sampling.seed = static_cast<std::uint64_t>(parser.int64_or("seed", 0));
+  options.context_limit = parser.int_or("context-limit", 0);
+  if (options.context_limit < 0) throw UsageError("--context-limit must be 0 (the model's) or more");
+  const int threads = parser.int_or("threads", 0);
+  if (threads < 0) throw UsageError("--threads must be 0 (all cores) or more");
+
+  ensure_core_application();
+  // The desktop app's name, so that the default database is the one the app uses.
+  QCoreApplication::setApplicationName("kvchat");
+  const QString database_path = parser.value("db") ? QString::fromStdString(*parser.value("db"))
+                                                    : app::ConversationStore::default_database_path();
+  app::ConversationStore store(database_path);
+
+  const LoadedModel model = load_model_directory(model_directory, LoadOptions{WeightDtype::Float32, threads});
+  if (!model.tokenizer) throw UsageError("model directory " + model_directory + " has no tokenizer.json");
+
+  qint64 conversation_id = 0;
+  const std::string conversation_arg = parser.value_or("conversation", "new");
+  if (conversation_arg == "new") {
+    const std::string message = parser.value_or("message", "");
+    QString title = QString::fromStdString(message).simplified().left(40);
+    if (title.isEmpty()) title = QStringLiteral("Terminal chat");
+    conversation_id = store.create_conversation(title, QString::fromStdString(parser.value_or("system", "")));
+  } else {
+    bool ok = false;
+    conversation_id = QString::fromStdString(conversation_arg).toLongLong(&ok);
+    if (!ok || conversation_id <= 0)
+      throw UsageError("--conversation must be a conversation id or 'new', not '" + conversation_arg + "'");
+    if (!store.conversation(conversation_id))
+      throw UsageError("no conversation with id " + conversation_arg + " in " + database_path.toStdString());
+    if (parser.value("system"))
+      store.set_system_prompt(conversation_id, QString::fromStdString(*parser.value("system")));
+  }
+  std::fprintf(stderr, "conversation: %lld\n", static_cast<long long>(conversation_id));
+
+  Session session(model.model, options.generation.cache_mode);
+  ChatContext chat;
+  chat.store = &store;
+  chat.conversation_id = conversation_id;
+  chat.model = &model;
+  chat.session = &session;
+  chat.options = options;
+
+  if (auto message = parser.value("message")) {
+    if (message->empty()) throw UsageError("--message is empty");
+    return run_turn(chat, *message) ? 0 : 1;
+  }
+  const bool interactive = isatty(STDIN_FILENO);
+  bool all_ok = true;
+  std::string line;
+  while (true) {
+    if (interactive) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    all_ok = run_turn(chat, line) && all_ok;
+  }
+  return all_ok ? 0 : 1;
+}
+
+const CliRegistration registration({"chat", "chat with a model in a stored conversation", kUsage, run_chat});
+
+}  // namespace
+}  // namespace kvchat::cli

@@ -1,0 +1,222 @@
+// ChatTurnRunner on stories260K, greedy: streamed text, token-exact continuation across turns, stopping
+// mid-reply and continuing, and the context limit (stop with an error, or drop the oldest turns).
+#include <QtTest>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "app/chat_turn_runner.h"
+#include "common/test_paths.h"
+#include "engine/model_loader.h"
+#include "engine/session.h"
+
+using kvchat::ChatMessage;
+using kvchat::GenerationConfig;
+using kvchat::KvCacheMode;
+using kvchat::LoadedModel;
+using kvchat::Session;
+using kvchat::StopReason;
+using kvchat::TokenId;
+using kvchat::app::ChatTurnRunner;
+using kvchat::app::ContextLimitError;
+using kvchat::app::ContextOverflowPolicy;
+using kvchat::app::ConversationTokens;
+using kvchat::app::ReplyProgress;
+using kvchat::app::TurnOptions;
+using kvchat::app::TurnOutcome;
+
+namespace {
+
+TurnOptions greedy(int max_new_tokens, KvCacheMode mode = KvCacheMode::Contiguous) {
+  TurnOptions options;
+  options.generation.max_new_tokens = max_new_tokens;
+  options.generation.sampling.temperature = 0.0f;
+  options.generation.cache_mode = mode;
+  return options;
+}
+
+}  // namespace
+
+class ChatTurnRunnerTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase();
+  void reply_text_is_the_decoded_greedy_continuation();
+  void second_turn_reuses_the_whole_cache();
+  void stopped_turn_then_next_turn_matches_a_fresh_session();
+  void cache_off_gives_the_same_tokens();
+  void context_limit_stop_policy_throws_a_clear_error();
+  void context_limit_drop_policy_leaves_out_the_oldest_turns();
+
+ private:
+  LoadedModel model_;
+};
+
+void ChatTurnRunnerTest::initTestCase() {
+  model_ = kvchat::load_model_directory(kvchat::test::shared_path("models/stories260K"));
+  QVERIFY(model_.tokenizer);
+}
+
+void ChatTurnRunnerTest::reply_text_is_the_decoded_greedy_continuation() {
+  const ChatTurnRunner runner(model_);
+  const std::vector<ChatMessage> messages = {{"user", "Once upon a time"}};
+  // Independent path: the plain tokenizer encoding and a bare Session.
+  const std::vector<TokenId> prompt = model_.tokenizer->encode("Once upon a time", true, false);
+  Session reference(model_.model, KvCacheMode::Contiguous);
+  GenerationConfig config = greedy(48).generation;
+  const auto expected = reference.generate(prompt, config);
+
+  Session session(model_.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  std::string streamed;
+  int callbacks = 0;
+  const TurnOutcome outcome = runner.run(session, transcript, messages, greedy(48), nullptr,
+                                         [&](const ReplyProgress& progress) {
+                                           streamed.append(progress.chunk);
+                                           ++callbacks;
+                                           QCOMPARE(progress.generated_tokens, callbacks);
+                                         });
+  QCOMPARE(outcome.prompt_ids, prompt);
+  QCOMPARE(outcome.generated_ids, expected.generated);
+  QCOMPARE(outcome.reply, model_.tokenizer->decode(expected.generated, /*skip_special_tokens=*/true));
+  QCOMPARE(streamed, outcome.reply);
+  QVERIFY(!outcome.reply.empty());
+  QCOMPARE(outcome.stats.generated_tokens, static_cast<int>(expected.generated.size()));
+  QCOMPARE(outcome.context_limit, static_cast<int>(model_.config.max_position_embeddings));
+  QCOMPARE(outcome.dropped_messages, 0);
+}
+
+void ChatTurnRunnerTest::second_turn_reuses_the_whole_cache() {
+  const ChatTurnRunner runner(model_);
+  Session session(model_.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  std::vector<ChatMessage> messages = {{"user", "Once upon a time"}};
+  const TurnOutcome first = runner.run(session, transcript, messages, greedy(40), nullptr, {});
+  const auto cached_after_first = session.cache_tokens();
+  QCOMPARE(first.stats.cache_tokens, cached_after_first);
+  QVERIFY(cached_after_first > 0);
+
+  messages.push_back({"assistant", first.reply});
+  messages.push_back({"user", "Lily went to the park"});
+  const TurnOutcome second = runner.run(session, transcript, messages, greedy(40), nullptr, {});
+  // Everything the cache held is reused; only the new tokens are prefilled.
+  QCOMPARE(static_cast<std::int64_t>(second.stats.reused_tokens), cached_after_first);
+  QCOMPARE(second.stats.prefilled_tokens, second.stats.prompt_tokens - second.stats.reused_tokens);
+  // The new prompt starts with exactly the ids of the first turn: prompt + the sampled reply.
+  std::vector<TokenId> first_turn = first.prompt_ids;
+  first_turn.insert(first_turn.end(), first.generated_ids.begin(), first.generated_ids.end());
+  if (first.stats.stop_reason == StopReason::Eos) first_turn.pop_back();
+  QVERIFY(second.prompt_ids.size() > first_turn.size());
+  QVERIFY(std::equal(first_turn.begin(), first_turn.end(), second.prompt_ids.begin()));
+  // The cache grew by this turn's tokens: what was prefilled plus every sampled token but the last
+  // (whose K/V is computed when the next turn feeds it).
+  QCOMPARE(session.cache_tokens(),
+           cached_after_first + second.stats.prefilled_tokens + second.stats.generated_tokens - 1);
+}
+
+void ChatTurnRunnerTest::stopped_turn_then_next_turn_matches_a_fresh_session() {
+  const ChatTurnRunner runner(model_);
+  Session session(model_.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  std::vector<ChatMessage> messages = {{"user", "Tom had a red ball"}};
+  std::atomic<bool> stop{false};
+  const TurnOutcome stopped = runner.run(session, transcript, messages, greedy(200), &stop,
+                                         [&](const ReplyProgress& progress) {
+                                           if (progress.generated_tokens == 3) stop.store(true);
+                                         });
+  QCOMPARE(stopped.stats.stop_reason, StopReason::Stopped);
+  QCOMPARE(stopped.stats.generated_tokens, 3);  // the flag is seen before the next token
+
+  messages.push_back({"assistant", stopped.reply});
+  messages.push_back({"user", "The sun was hot"});
+  const TurnOutcome next = runner.run(session, transcript, messages, greedy(40), nullptr, {});
+  QVERIFY(next.stats.reused_tokens > 0);
+
+  Session fresh(model_.model, KvCacheMode::Contiguous);
+  const auto expected = fresh.generate(next.prompt_ids, greedy(40).generation);
+  QCOMPARE(next.generated_ids, expected.generated);
+}
+
+void ChatTurnRunnerTest::cache_off_gives_the_same_tokens() {
+  const ChatTurnRunner runner(model_);
+  std::vector<TurnOutcome> outcomes[2];
+  const KvCacheMode modes[2] = {KvCacheMode::Contiguous, KvCacheMode::Off};
+  for (int m = 0; m < 2; ++m) {
+    Session session(model_.model, modes[m]);
+    ConversationTokens transcript;
+    std::vector<ChatMessage> messages = {{"user", "The cat"}};
+    outcomes[m].push_back(runner.run(session, transcript, messages, greedy(30, modes[m]), nullptr, {}));
+    messages.push_back({"assistant", outcomes[m].back().reply});
+    messages.push_back({"user", "A bird sang"});
+    outcomes[m].push_back(runner.run(session, transcript, messages, greedy(30, modes[m]), nullptr, {}));
+  }
+  for (int turn = 0; turn < 2; ++turn) {
+    QCOMPARE(outcomes[1][turn].prompt_ids, outcomes[0][turn].prompt_ids);
+    QCOMPARE(outcomes[1][turn].generated_ids, outcomes[0][turn].generated_ids);
+    QCOMPARE(outcomes[1][turn].stats.cache_mode, KvCacheMode::Off);
+    QCOMPARE(outcomes[1][turn].stats.cache_tokens, std::int64_t(0));
+    QCOMPARE(outcomes[1][turn].stats.reused_tokens, 0);
+    QCOMPARE(outcomes[1][turn].stats.prefilled_tokens, outcomes[1][turn].stats.prompt_tokens);
+  }
+  QVERIFY(outcomes[0][1].stats.reused_tokens > 0);
+}
+
+void ChatTurnRunnerTest::context_limit_stop_policy_throws_a_clear_error() {
+  const ChatTurnRunner runner(model_);
+  Session session(model_.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  const std::vector<ChatMessage> messages = {{"user", "Once upon a time there was a little girl named Lily"}};
+  const auto prompt_tokens = runner.encode_messages(messages, transcript).size();
+  TurnOptions options = greedy(50);
+  options.context_limit = static_cast<int>(prompt_tokens);  // no room for a single new token
+  try {
+    runner.run(session, transcript, messages, options, nullptr, {});
+    QFAIL("a prompt that fills the whole context must be refused");
+  } catch (const ContextLimitError& error) {
+    const QString message = QString::fromUtf8(error.what());
+    QVERIFY2(message.contains(QString::number(prompt_tokens) + " tokens"), error.what());
+    QVERIFY2(message.contains("context limit is " + QString::number(prompt_tokens)), error.what());
+  }
+  // With a little room the reply is cut at the limit and says so.
+  options.context_limit = static_cast<int>(prompt_tokens) + 5;
+  const TurnOutcome outcome = runner.run(session, transcript, messages, options, nullptr, {});
+  QCOMPARE(outcome.stats.generated_tokens, 5);
+  QCOMPARE(outcome.stats.stop_reason, StopReason::ContextFull);
+}
+
+void ChatTurnRunnerTest::context_limit_drop_policy_leaves_out_the_oldest_turns() {
+  const ChatTurnRunner runner(model_);
+  std::vector<ChatMessage> messages = {
+      {"system", "Stories for children."},
+      {"user", "Once upon a time there was a big dog"},
+      {"assistant", "The dog liked to run in the park with his friend the cat every day."},
+      {"user", "One day the dog saw a bird"},
+      {"assistant", "The bird was blue and it sang a happy song for the dog and the cat."},
+      {"user", "Lily came to play"},
+  };
+  const ConversationTokens nothing;
+  const auto full_tokens = runner.encode_messages(messages, nothing).size();
+  TurnOptions options = greedy(16);
+  options.overflow = ContextOverflowPolicy::DropOldestTurns;
+  options.context_limit = static_cast<int>(full_tokens);  // full prompt + reply room does not fit
+  Session session(model_.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  const TurnOutcome outcome = runner.run(session, transcript, messages, options, nullptr, {});
+  QVERIFY(outcome.dropped_messages > 0);
+  QCOMPARE(outcome.dropped_messages % 2, 0);  // whole exchanges: the first kept turn is a user's
+  // The prompt is exactly the system prompt plus the kept messages.
+  std::vector<ChatMessage> kept = {messages[0]};
+  kept.insert(kept.end(), messages.begin() + 1 + outcome.dropped_messages, messages.end());
+  QCOMPARE(outcome.prompt_ids, runner.encode_messages(kept, nothing));
+  QVERIFY(static_cast<int>(outcome.prompt_ids.size()) + outcome.stats.generated_tokens <= options.context_limit);
+
+  // A last message longer than the window on its own cannot be fitted.
+  options.context_limit = 4;
+  ConversationTokens other;
+  QVERIFY_THROWS_EXCEPTION(ContextLimitError, runner.run(session, other, messages, options, nullptr, {}));
+}
+
+QTEST_APPLESS_MAIN(ChatTurnRunnerTest)
+#include "test_chat_turn_runner.moc"
