@@ -393,6 +393,12 @@ std::optional<std::int64_t> parse_python_int(const std::string& raw, int base) {
   }
   if (cleaned.empty()) return std::nullopt;
   std::size_t digits_at = cleaned[0] == '+' || cleaned[0] == '-' ? 1 : 0;
+  // Python accepts the literal's prefix when it matches the base: int("0x1A", 16).
+  if (cleaned.size() > digits_at + 2 && cleaned[digits_at] == '0') {
+    char prefix = static_cast<char>(std::tolower(static_cast<unsigned char>(cleaned[digits_at + 1])));
+    if ((base == 16 && prefix == 'x') || (base == 8 && prefix == 'o') || (base == 2 && prefix == 'b'))
+      cleaned.erase(digits_at, 2);
+  }
   if (digits_at >= cleaned.size()) return std::nullopt;
   for (std::size_t i = digits_at; i < cleaned.size(); ++i) {
     char c = static_cast<char>(std::tolower(static_cast<unsigned char>(cleaned[i])));

@@ -1,0 +1,169 @@
+// The Jinja2 semantics chat templates depend on, each pinned by a small template whose output
+// under Jinja2 3.1 (trim_blocks, lstrip_blocks, loopcontrols) is known.
+#include <QtTest/QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/text/chat_template.h"
+
+using kvchat::ChatTemplate;
+using kvchat::TemplateError;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string render(const std::string& source, const json& context = json::object(), const std::string& today = "") {
+  return ChatTemplate(source).render(context, today);
+}
+
+// The message of the TemplateError that constructing or rendering `source` raises ("" if none).
+std::string error_of(const std::string& source, const json& context = json::object()) {
+  try {
+    ChatTemplate(source).render(context);
+  } catch (const TemplateError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+#define COMPARE_STR(actual, expected) QCOMPARE(QString::fromStdString(actual), QString::fromStdString(expected))
+
+}  // namespace
+
+class ChatTemplateSemanticsTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void trim_blocks_removes_the_newline_after_a_block_tag() {
+    COMPARE_STR(render("{% if true %}\nyes\n{% endif %}\nz"), "yes\nz");
+  }
+
+  void lstrip_blocks_removes_indentation_before_block_tags_only() {
+    COMPARE_STR(render("  {% if true %}\n  yes\n  {% endif %}\n"), "  yes\n");
+    COMPARE_STR(render("  {{ 'x' }}"), "  x");          // not before {{ }}
+    COMPARE_STR(render("  {# note #}\nx"), "x");        // comments too
+    COMPARE_STR(render("{%- if true %}\n\tA\n{%- endif %}"), "\tA");
+  }
+
+  void minus_and_plus_modifiers() {
+    COMPARE_STR(render("a  {%- if true -%}  b  {%- endif -%}  c"), "abc");
+    COMPARE_STR(render("x {{- ' d ' -}} y"), "x d y");
+    COMPARE_STR(render("x\n  {%+ if true %}y{% endif +%}\nz"), "x\n  y\nz");
+  }
+
+  void source_newlines_are_normalised_and_one_trailing_newline_dropped() {
+    COMPARE_STR(render("x\n\n"), "x\n");
+    COMPARE_STR(render("a\r\nb\rc"), "a\nb\nc");
+  }
+
+  void set_in_a_loop_does_not_leak_but_namespace_does() {
+    COMPARE_STR(render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + 10 %}{{ x }},{% endfor %}{{ x }}"),
+                "11,11,1");
+    COMPARE_STR(render("{% set ns = namespace(x=1) %}{% for i in [1, 2] %}{% set ns.x = ns.x + 10 %}{{ ns.x }},"
+                       "{% endfor %}{{ ns.x }}"),
+                "11,21,21");
+    COMPARE_STR(render("{% for i in [1] %}{% set inner = 5 %}{% endfor %}{{ inner is defined }}"), "False");
+    COMPARE_STR(render("{% set x = 1 %}{% if true %}{% set x = 2 %}{% endif %}{{ x }}"), "2");  // if has no scope
+  }
+
+  void negative_slicing_of_lists_and_strings() {
+    json context = {{"xs", {1, 2, 3, 4, 5}}, {"s", "añb€"}};
+    COMPARE_STR(render("{{ xs[-2:] }}|{{ xs[::-1] }}|{{ xs[1:-1] }}|{{ xs[::-2] }}", context),
+                "[4, 5]|[5, 4, 3, 2, 1]|[2, 3, 4]|[5, 3, 1]");
+    // Strings slice by code point, not by byte.
+    COMPARE_STR(render("{{ s[::-1] }}|{{ s[-2:] }}|{{ s[-1] }}", context), "€bña|b€|€");
+  }
+
+  void undefined_and_none_behave_as_in_jinja2() {
+    COMPARE_STR(render("[{{ nothing }}][{{ nothing | trim }}][{{ nothing | length }}][{{ nothing is defined }}]"
+                       "[{{ none }}][{{ none | trim }}][{{ 'a' ~ nothing ~ 'b' }}][{{ d.missing is defined }}]",
+                       {{"d", json::object()}}),
+                "[][][0][False][None][None][ab][False]");
+    COMPARE_STR(render("{{ 'Hi' if false }}|{{ ('x' if false) is defined }}"), "|False");
+    // Using an undefined value, or adding None to a string, is an error.
+    QVERIFY(!error_of("{{ nothing.attribute }}").empty());
+    QVERIFY(!error_of("{{ messages[0].role }}", {{"messages", json::array()}}).empty());
+    QVERIFY(!error_of("{{ 'a' + none }}").empty());
+    QVERIFY(!error_of("{{ m['role'] + 'x' }}", {{"m", {{"content", "c"}}}}).empty());
+    QVERIFY(!error_of("{{ c.startswith('x') }}", {{"c", nullptr}}).empty());
+  }
+
+  void tojson_keeps_key_order_and_does_not_escape_html() {
+    json context = json::parse(R"({"d": {"z": 1, "a": [true, null, 2.5], "é": "x"}, "s": "<a href='x'>&</a>\n"})");
+    COMPARE_STR(render("{{ d | tojson }}|{{ s | tojson }}", context),
+                "{\"z\": 1, \"a\": [true, null, 2.5], \"é\": \"x\"}|\"<a href='x'>&</a>\\n\"");
+    json nested = json::parse(R"({"d": {"b": {"c": [1, 2]}, "a": []}})");
+    COMPARE_STR(render("{{ d | tojson(indent=2) }}", nested),
+                "{\n  \"b\": {\n    \"c\": [\n      1,\n      2\n    ]\n  },\n  \"a\": []\n}");
+  }
+
+  void python_str_and_number_formatting() {
+    COMPARE_STR(render("{{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 1e16 }} {{ 0.1 + 0.2 }} {{ 2 ** 10 }}"),
+                "3.5 3 -4 2 1e+16 0.30000000000000004 1024");
+    COMPARE_STR(render("{{ [1, 'a', none, true, ('t',), {'k': 1.0}] }}"), "[1, 'a', None, True, ('t',), {'k': 1.0}]");
+  }
+
+  void loops_with_loop_variables_filters_else_and_loop_controls() {
+    COMPARE_STR(render("{% for x in xs %}{{ loop.index }}/{{ loop.length }}{{ '!' if loop.first }}"
+                       "{{ '.' if loop.last }} {% endfor %}",
+                       {{"xs", "abc"}}),
+                "1/3! 2/3 3/3. ");
+    COMPARE_STR(render("{% for x in xs if x is odd %}{{ x }}{% else %}none{% endfor %}|"
+                       "{% for x in [] %}{{ x }}{% else %}empty{% endfor %}",
+                       {{"xs", {1, 2, 3}}}),
+                "13|empty");
+    COMPARE_STR(render("{% for x in xs %}{% if x == 2 %}{% continue %}{% elif x == 4 %}{% break %}{% endif %}"
+                       "{{ x }}{% endfor %}",
+                       {{"xs", {1, 2, 3, 4, 5}}}),
+                "13");
+  }
+
+  void python_string_methods_and_unicode_whitespace() {
+    json context = {{"c", "<think>\nx\n</think>\n\nanswer"}, {"w", "\u00a0\u3000 padded\u2028\x0b"}};
+    COMPARE_STR(render("{{ c.split('</think>')[-1].lstrip('\\n') }}", context), "answer");
+    COMPARE_STR(render("[{{ w | trim }}][{{ w.strip() }}]", context), "[padded][padded]");
+  }
+
+  void strftime_now_uses_the_fixed_date() {
+    COMPARE_STR(render("{{ strftime_now('%d %b %Y') }}", json::object(), "2026-07-26"), "26 Jul 2026");
+  }
+
+  void raise_exception_is_a_template_error_with_its_message() {
+    COMPARE_STR(error_of("{{ raise_exception('Roles must alternate') }}"), "Roles must alternate");
+  }
+
+  void unknown_filter_is_reported_with_its_position_when_parsed() {
+    try {
+      ChatTemplate("a\n{{ x | frobnicate }}");
+      QFAIL("an unknown filter must not parse");
+    } catch (const TemplateError& error) {
+      COMPARE_STR(std::string(error.what()), "2:8: no filter named 'frobnicate'");
+    }
+  }
+
+  void syntax_error_is_reported_with_its_position() {
+    try {
+      ChatTemplate("{% if x %}\n  {{ 1 + }}\n{% endif %}");
+      QFAIL("a syntax error must not parse");
+    } catch (const TemplateError& error) {
+      QVERIFY2(std::string(error.what()).rfind("2:10: ", 0) == 0, error.what());
+    }
+    try {
+      ChatTemplate("{% for m in messages %}{{ m }}");
+      QFAIL("an unclosed for must not parse");
+    } catch (const TemplateError& error) {
+      QVERIFY2(std::string(error.what()).rfind("1:4: ", 0) == 0, error.what());
+      QVERIFY2(std::string(error.what()).find("endfor") != std::string::npos, error.what());
+    }
+  }
+
+  void unsupported_constructs_fail_instead_of_rendering_differently() {
+    QVERIFY(error_of("{% macro m() %}x{% endmacro %}").find("'macro' tag is not supported") != std::string::npos);
+    QVERIFY(error_of("{{ x | safe }}").find("'safe' is not supported") != std::string::npos);
+    QVERIFY(error_of("{{ 'x'.zfill(3) }}").find("str.zfill") != std::string::npos);
+    QVERIFY(error_of("{{ d.items() }}", {{"d", {{"a", 1}}}}).find("cannot print") != std::string::npos);
+  }
+};
+
+QTEST_APPLESS_MAIN(ChatTemplateSemanticsTest)
+#include "test_chat_template_semantics.moc"
