@@ -5,7 +5,7 @@
 //
 // Build (from the repository root, after building kvchat_kernels in build/):
 //   g++ -O2 -std=c++17 -I. bench/kernels_bench.cpp build/engine/libkvchat_kernels.a -pthread -o kernels_bench
-// Usage: kernels_bench [--portable] [--layers N] [threads...]   (default threads: 1 2; layers: 4)
+// Usage: kernels_bench [--portable] [--tiny] [--layers N] [threads...]   (default threads: 1 2; layers: 4)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -151,8 +151,10 @@ void bench_tiny(std::int64_t rows, std::int64_t cols) {
 int main(int argc, char** argv) {
   std::vector<int> thread_counts;
   int layers = 4;
+  bool tiny_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--portable") == 0) set_avx2_kernels_enabled(false);
+    else if (std::strcmp(argv[i], "--tiny") == 0) tiny_only = true;
     else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) layers = std::atoi(argv[++i]);
     else thread_counts.push_back(std::atoi(argv[i]));
   }
@@ -160,6 +162,13 @@ int main(int argc, char** argv) {
   std::printf("avx2 kernels: %s\n", use_avx2_kernels() ? "yes" : "no");
   for (int threads : thread_counts) {
     set_default_threads(threads);
+    if (tiny_only) {
+      std::printf("threads=%d\n", threads);
+      for (std::int64_t size : {1, 8, 64}) bench_tiny(size, size);
+      bench_tiny(172, 64);
+      bench_tiny(512, 64);
+      continue;
+    }
     const BandwidthResult bw = measure_read_bandwidth(threads);
     std::printf("threads=%d read bandwidth: best %.2f GB/s, median %.2f GB/s\n", threads, bw.best, bw.median);
     bench_shape(8192, 2048, 1);
@@ -170,6 +179,8 @@ int main(int argc, char** argv) {
     bench_shape(8192, 2048, 4);
     bench_model<float>(layers, "f32", matvec_f32);
     bench_model<std::uint16_t>(layers, "bf16", matvec_bf16);
+    bench_tiny(1, 1);
+    bench_tiny(8, 8);
     bench_tiny(64, 64);
     bench_tiny(172, 64);
     bench_tiny(512, 64);

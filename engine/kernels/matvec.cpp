@@ -24,6 +24,8 @@ constexpr std::int64_t kBlockBytes = 256 * 1024;
 // Blocks are whole multiples of this many rows, so that two threads never write the same cache line
 // of the output.
 constexpr std::int64_t kRowGrain = 16;
+// Rows up to this long are computed four at a time (see dot4_avx2).
+constexpr std::int64_t kShortRowColumns = 256;
 
 KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const float* w) { return *w; }
 KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const std::uint16_t* w) {
@@ -98,6 +100,14 @@ KVCHAT_ISA_AVX2 inline void prefetch_ahead(const Weight* w) {
   for (std::size_t offset = 0; offset < 64 * sizeof(Weight); offset += 64) _mm_prefetch(line + offset, _MM_HINT_T0);
 }
 
+// Horizontal sums of four vectors -> one 128-bit vector [sum(a), sum(b), sum(c), sum(d)].
+KVCHAT_ISA_AVX2 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 KVCHAT_ISA_AVX2 inline float hsum(__m256 a) {
   const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
@@ -120,6 +130,53 @@ KVCHAT_ISA_AVX2 inline float dot_row_avx2(const Weight* w, std::int64_t cols, co
   float result = hsum(sum);
   for (; c < cols; ++c) result += load1(w + c) * x[c];
   return result;
+}
+
+// Four consecutive rows against one vector: out[k] = dot(W[row + k], x). For short rows (tiny
+// models), where the matrix is in cache and the per-row reduction would dominate: the four
+// horizontal sums share one reduction.
+template <typename Weight>
+KVCHAT_ISA_AVX2 inline __m128 dot4_avx2(const Weight* w0, std::int64_t cols, const float* x) {
+  const Weight* w1 = w0 + cols;
+  const Weight* w2 = w1 + cols;
+  const Weight* w3 = w2 + cols;
+  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m256 xa = _mm256_loadu_ps(x + c);
+    const __m256 xb = _mm256_loadu_ps(x + c + 8);
+    a0 = _mm256_fmadd_ps(load8(w0 + c), xa, a0);
+    b0 = _mm256_fmadd_ps(load8(w0 + c + 8), xb, b0);
+    a1 = _mm256_fmadd_ps(load8(w1 + c), xa, a1);
+    b1 = _mm256_fmadd_ps(load8(w1 + c + 8), xb, b1);
+    a2 = _mm256_fmadd_ps(load8(w2 + c), xa, a2);
+    b2 = _mm256_fmadd_ps(load8(w2 + c + 8), xb, b2);
+    a3 = _mm256_fmadd_ps(load8(w3 + c), xa, a3);
+    b3 = _mm256_fmadd_ps(load8(w3 + c + 8), xb, b3);
+  }
+  if (c + 8 <= cols) {
+    const __m256 xa = _mm256_loadu_ps(x + c);
+    a0 = _mm256_fmadd_ps(load8(w0 + c), xa, a0);
+    a1 = _mm256_fmadd_ps(load8(w1 + c), xa, a1);
+    a2 = _mm256_fmadd_ps(load8(w2 + c), xa, a2);
+    a3 = _mm256_fmadd_ps(load8(w3 + c), xa, a3);
+    c += 8;
+  }
+  __m128 sums = hsum4(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), _mm256_add_ps(a2, b2), _mm256_add_ps(a3, b3));
+  if (c < cols) {
+    float t0 = 0.f, t1 = 0.f, t2 = 0.f, t3 = 0.f;
+    for (; c < cols; ++c) {
+      t0 += load1(w0 + c) * x[c];
+      t1 += load1(w1 + c) * x[c];
+      t2 += load1(w2 + c) * x[c];
+      t3 += load1(w3 + c) * x[c];
+    }
+    sums = _mm_add_ps(sums, _mm_setr_ps(t0, t1, t2, t3));
+  }
+  return sums;
 }
 
 // dot(W row, x_k) for four vectors x_0..x_3 at stride `ldx`: each weight load feeds four FMAs.
@@ -155,7 +212,18 @@ template <typename Weight>
 KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n,
                                       std::int64_t rows, std::int64_t cols, const float* bias,
                                       std::int64_t row_begin, std::int64_t row_end) {
-  for (std::int64_t r = row_begin; r < row_end; ++r) {
+  std::int64_t r = row_begin;
+  if (cols <= kShortRowColumns) {
+    for (; r + 4 <= row_end; r += 4) {
+      const Weight* w = weight + r * cols;
+      for (std::int64_t i = 0; i < n; ++i) {
+        __m128 sums = dot4_avx2(w, cols, x + i * cols);
+        if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias + r));
+        _mm_storeu_ps(y + i * rows + r, sums);
+      }
+    }
+  }
+  for (; r < row_end; ++r) {
     const Weight* w = weight + r * cols;
     const float b = bias ? bias[r] : 0.f;
     std::int64_t i = 0;
