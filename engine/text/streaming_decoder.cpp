@@ -12,7 +12,7 @@ constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
 
 // A text that ends in U+FFFD is held back for a few tokens, because a byte-fallback character may
 // still be completing; a run of genuinely invalid bytes must not grow the window without bound.
-constexpr std::size_t kMaxHeldTokens = 8;
+constexpr std::size_t kMaxHeldTokens = 32;
 
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;

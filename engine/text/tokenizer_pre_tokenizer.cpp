@@ -174,6 +174,26 @@ class MetaspacePreTokenizer : public PreTokenizer {
   Pattern pattern_;
 };
 
+// Digits: ASCII digits become their own pieces, one per digit or one per run of digits.
+class DigitsPreTokenizer : public PreTokenizer {
+ public:
+  explicit DigitsPreTokenizer(bool individual_digits) : individual_digits_(individual_digits) {}
+  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    for (const std::string& piece : pieces) {
+      std::vector<std::pair<std::size_t, std::size_t>> digits;
+      for (std::size_t i = 0; i < piece.size(); ++i)
+        if (piece[i] >= '0' && piece[i] <= '9') digits.emplace_back(i, i + 1);
+      auto behavior = individual_digits_ ? SplitBehavior::Isolated : SplitBehavior::Contiguous;
+      for (std::string& part : split_by(piece, digits, behavior, false)) out.push_back(std::move(part));
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  bool individual_digits_;
+};
+
 class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
@@ -214,6 +234,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config, c
     return std::make_unique<ByteLevelPreTokenizer>(config.value("add_prefix_space", true),
                                                    config.value("use_regex", true));
   }
+  if (type == "Digits") return std::make_unique<DigitsPreTokenizer>(config.value("individual_digits", false));
   if (type == "Metaspace") {
     std::string replacement = config.value("replacement", std::string("\xE2\x96\x81"));
     PrependScheme scheme = config.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;

@@ -1,5 +1,5 @@
 #pragma once
-// tokenizer.json "pre_tokenizer": Sequence, Split, ByteLevel, Metaspace. Anything else is a
+// tokenizer.json "pre_tokenizer": Sequence, Split, ByteLevel, Metaspace, Digits. Anything else is a
 // TokenizerError naming it.
 #include <memory>
 #include <string>

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer_byte_level.h"
 #include "engine/text/utf8.h"
 #include "tokenizer_test_support.h"
 
@@ -184,6 +185,33 @@ class TokenizerRobustnessTest : public QObject {
       QVERIFY(!t.add_bos_token());
       QCOMPARE(QString::fromStdString(ids_to_string(t.encode("ab"))), QString("[8,2]"));
     }
+  }
+
+  void byte_level_with_digits_and_gpt2_regex() {
+    // GPT-2 style: every byte is a token (ids 0..255), plus "ab" and "Ġab"; digits split one by one.
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) vocab[tokenization::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+    vocab["ab"] = 256;
+    vocab["\u0120a"] = 257;
+    vocab["\u0120ab"] = 258;
+    nlohmann::json file = {
+        {"added_tokens", nlohmann::json::array()},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
+                                                                    {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                                                     {"use_regex", true}}}}}},
+        {"post_processor", {{"type", "ByteLevel"}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"\u0120 a", "\u0120a b", "a b"}}}}};
+    TempDir dir;
+    dir.write("tokenizer.json", file.dump());
+    Tokenizer t = Tokenizer::from_directory(dir.path());
+    // "ab ab 42": the regex isolates " ab"; Digits isolates each digit.
+    QCOMPARE(QString::fromStdString(ids_to_string(t.encode("ab ab 42"))),
+             QString::fromStdString(ids_to_string({256, 258, ' ', '4', '2'})));
+    QCOMPARE(QString::fromStdString(t.decode({256, 258, ' ', '4', '2'})), QString("ab ab 42"));
+    // Non-ASCII goes through the byte map: "é" is two byte tokens.
+    QCOMPARE(QString::fromStdString(ids_to_string(t.encode("\xC3\xA9"))), QString("[195,169]"));
   }
 
   void special_ids_and_flags() {
