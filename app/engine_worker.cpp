@@ -128,8 +128,9 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     spdlog::debug("turn {}: {} prompt tokens ({} reused), {} generated, stop {}", turn_id,
                   outcome.stats.prompt_tokens, outcome.stats.reused_tokens, outcome.stats.generated_tokens,
                   to_string(outcome.stats.stop_reason));
-    Q_EMIT finished(turn_id, outcome.stats);
+    // Cache figures first, so that whoever handles finished() already sees the caches as they now are.
     enforce_budget(request.conversation_id, request.cache_budget_bytes);
+    Q_EMIT finished(turn_id, outcome.stats);
   } catch (const std::exception& error) {
     spdlog::error("turn {} failed: {}", turn_id, error.what());
     Q_EMIT failed(turn_id, QString::fromStdString(error.what()));
