@@ -6,13 +6,46 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/compute_options.h"
+#include "engine/kernels/bf16.h"
+#include "engine/kernels/matvec.h"
 #include "engine/rope.h"
 #include "engine/safetensors.h"
 
 namespace kvchat {
 
+// Up to this many rows of x, the weight-streaming kernels beat LibTorch's GEMM: they read W once for
+// all rows at memory bandwidth, while sgemm only pays off once there is enough reuse of each weight.
+constexpr std::int64_t kSmallBatchRows = 4;
+
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  at::Tensor w = weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat);
+  const std::int64_t rows = x.size(0), in = weight.size(1), out = weight.size(0);
+  const bool bf16 = weight.scalar_type() == at::kBFloat16;
+  if (fast_kernels_enabled() && rows <= kSmallBatchRows && weight.is_contiguous()) {
+    at::Tensor input = x.contiguous();
+    at::Tensor output = at::empty({rows, out}, at::kFloat);
+    const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
+    if (bf16) {
+      const auto* w = reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>());
+      if (rows == 1) kernels::matvec_bf16(w, input.data_ptr<float>(), output.data_ptr<float>(), out, in, bias_data);
+      else kernels::matmul_bf16_small(w, input.data_ptr<float>(), output.data_ptr<float>(), rows, out, in, bias_data);
+    } else {
+      const float* w = weight.data_ptr<float>();
+      if (rows == 1) kernels::matvec_f32(w, input.data_ptr<float>(), output.data_ptr<float>(), out, in, bias_data);
+      else kernels::matmul_f32_small(w, input.data_ptr<float>(), output.data_ptr<float>(), rows, out, in, bias_data);
+    }
+    return output;
+  }
+  at::Tensor w = weight;
+  if (bf16) {
+    // Prefill: widen bf16 weights to f32 chunk by chunk for sgemm (LibTorch's own bf16 matmul is ~40x slower).
+    w = at::empty({out, in}, at::kFloat);
+    if (fast_kernels_enabled() && weight.is_contiguous())
+      kernels::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>()), w.data_ptr<float>(),
+                           weight.numel());
+    else
+      w.copy_(weight);
+  }
   return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
 }
 

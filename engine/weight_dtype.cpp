@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "engine/kernels/thread_pool.h"
 #include "engine/model_loader.h"
 
 namespace kvchat {
@@ -20,6 +21,7 @@ WeightDtype weight_dtype_from_string(const std::string& text) {
 void set_engine_threads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
+  kernels::set_default_threads(threads);
   spdlog::debug("engine threads: {}", threads);
 }
 

@@ -11,12 +11,12 @@ std::set<std::string> with_model_options(std::set<std::string> extra) {
   return extra;
 }
 
-ModelSource open_model_source(const ArgParser& parser) {
+ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype> dtype_override) {
   const int threads = parser.int_or("threads", 0);
   if (threads < 0) throw UsageError("--threads must be 0 (all cores) or more");
-  WeightDtype dtype;
+  WeightDtype dtype = WeightDtype::Float32;
   try {
-    dtype = weight_dtype_from_string(parser.value_or("dtype", "f32"));
+    dtype = dtype_override ? *dtype_override : weight_dtype_from_string(parser.value_or("dtype", "f32"));
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }

@@ -2,6 +2,7 @@
 // Options shared by the commands that run a model: --model DIR | --random-weights CONFIG.json
 // [--weights-seed N], --threads N, --dtype f32|bf16; and the sampling options.
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -21,7 +22,8 @@ struct ModelSource {
 
 // The value options above plus `extra`.
 std::set<std::string> with_model_options(std::set<std::string> extra);
-ModelSource open_model_source(const ArgParser& parser);
+// `dtype` overrides --dtype (the bench sweeps several).
+ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype> dtype = std::nullopt);
 // --temperature --top-k --top-p --min-p --repeat-penalty --seed (validated ranges).
 SamplingParams sampling_from_options(const ArgParser& parser);
 

@@ -16,9 +16,9 @@ using kvchat::test::shared_path;
 
 namespace {
 
-std::shared_ptr<LlamaModel> load(const std::string& relative) {
+std::shared_ptr<LlamaModel> load(const std::string& relative, WeightDtype dtype = WeightDtype::Float32) {
   std::string directory = shared_path(relative);
-  return LlamaModel::from_checkpoint(directory, ModelConfig::from_directory(directory));
+  return LlamaModel::from_checkpoint(directory, ModelConfig::from_directory(directory), dtype);
 }
 
 std::vector<TokenId> ids_of(const nlohmann::json& array) { return array.get<std::vector<TokenId>>(); }
@@ -36,7 +36,9 @@ class ModelFidelityTest : public QObject {
  private Q_SLOTS:
   void stories260k_matches_run_c_data();
   void stories260k_matches_run_c();
+  void tiny_llama3_logits_match_transformers_data();
   void tiny_llama3_logits_match_transformers();
+  void tiny_llama3_greedy_continuation_data();
   void tiny_llama3_greedy_continuation();
   void rope_tables_match_transformers_data();
   void rope_tables_match_transformers();
@@ -84,8 +86,15 @@ void ModelFidelityTest::stories260k_matches_run_c() {
   QCOMPARE(result.stats.stop_reason == StopReason::Eos, reference["stopped_on_bos"].get<bool>());
 }
 
+void ModelFidelityTest::tiny_llama3_logits_match_transformers_data() {
+  QTest::addColumn<int>("dtype");
+  QTest::newRow("f32 weights") << int(WeightDtype::Float32);
+  QTest::newRow("bf16 weights") << int(WeightDtype::BFloat16);  // as stored: f32 accumulation
+}
+
 void ModelFidelityTest::tiny_llama3_logits_match_transformers() {
-  auto model = load("models/tiny-llama3-random");
+  QFETCH(int, dtype);
+  auto model = load("models/tiny-llama3-random", WeightDtype(dtype));
   auto reference = load_json(shared_path("models/tiny-llama3-random/reference_logits.json"));
   std::vector<TokenId> input = ids_of(reference["input_ids"]);
   c10::InferenceMode guard;
@@ -114,8 +123,11 @@ void ModelFidelityTest::tiny_llama3_logits_match_transformers() {
   }
 }
 
+void ModelFidelityTest::tiny_llama3_greedy_continuation_data() { tiny_llama3_logits_match_transformers_data(); }
+
 void ModelFidelityTest::tiny_llama3_greedy_continuation() {
-  auto model = load("models/tiny-llama3-random");
+  QFETCH(int, dtype);
+  auto model = load("models/tiny-llama3-random", WeightDtype(dtype));
   auto reference = load_json(shared_path("models/tiny-llama3-random/reference_logits.json"));
   std::vector<TokenId> expected = ids_of(reference["greedy_continuation_24"]);
   for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive, KvCacheMode::Off}) {

@@ -1,0 +1,131 @@
+// kvchat-cli bench: the engine's speed against the machine's ceilings, measured in the same run.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli_command.h"
+#include "app/cli/model_options.h"
+#include "engine/benchmark.h"
+#include "engine/compute_options.h"
+#include "engine/kernels/thread_pool.h"
+#include "engine/llama_model.h"
+
+namespace kvchat::cli {
+namespace {
+
+const char* kUsage =
+    "usage: kvchat-cli bench (--model DIR | --random-weights CONFIG.json [--weights-seed N])\n"
+    "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
+    "                        [--dtype f32,bf16] [--threads N] [--kernels on|off] [--json]\n"
+    "Measures memory read bandwidth and sgemm GFLOP/s first, then one generation per configuration.\n"
+    "decode %bw   = decode tok/s x weight bytes / bandwidth (how close decode is to its ceiling)\n"
+    "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
+    "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.";
+
+double mib(double bytes) { return bytes / 1048576.0; }
+
+int run_bench(const std::vector<std::string>& args) {
+  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels"}), {"json"});
+  parser.parse(args);
+  const bool json_output = parser.has("json");
+  std::vector<long long> prompt_lengths = parse_int_list("prompt-tokens", parser.value_or("prompt-tokens", "5,128,512"));
+  const int new_tokens = parser.int_or("new-tokens", 32);
+  if (new_tokens < 1) throw UsageError("--new-tokens must be at least 1");
+  std::vector<KvCacheMode> modes;
+  for (const std::string& mode : split_list(parser.value_or("kv-cache", "on,off"))) {
+    try {
+      modes.push_back(kv_cache_mode_from_string(mode));
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
+  }
+  std::vector<std::string> dtypes = split_list(parser.value_or("dtype", "f32"));
+  const std::string kernels = parser.value_or("kernels", "on");
+  if (kernels != "on" && kernels != "off") throw UsageError("--kernels must be on or off");
+  set_fast_kernels_enabled(kernels == "on");
+
+  const int threads_option = parser.int_or("threads", 0);
+  set_engine_threads(threads_option);
+  const int threads = kernels::default_threads();
+
+  // Ceilings first, before any model is in memory (the probe's buffer must not add to peak RSS).
+  HardwareCeilings ceilings = measure_hardware_ceilings(threads);
+  nlohmann::ordered_json machine = {{"machine", {{"threads", threads},
+                                                 {"read_bandwidth_gb_s", ceilings.read_bandwidth_gb_s},
+                                                 {"sgemm_gflop_s", ceilings.sgemm_gflop_s},
+                                                 {"kernels", kernels}}}};
+  if (json_output) {
+    std::cout << machine.dump() << std::endl;
+  } else {
+    std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s, kernels %s\n\n", threads,
+                ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, kernels.c_str());
+    std::printf("%-5s %-6s %7s %5s %10s %9s %10s %10s %10s %7s %8s %10s %9s %9s\n", "dtype", "cache", "prompt", "new",
+                "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "%bw", "%mm", "cache MiB", "RSS MiB", "total s");
+  }
+
+  for (const std::string& dtype_name : dtypes) {
+    WeightDtype dtype;
+    try {
+      dtype = weight_dtype_from_string(dtype_name);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
+    // Each dtype gets its own model; the previous one was released at the end of the last iteration.
+    ModelSource source = open_model_source(parser, dtype);
+    const LlamaModel& model = *source.model;
+    const double weight_bytes = static_cast<double>(model.weight_bytes());
+    const double flops_per_token = prefill_flops_per_token(model);
+    std::map<std::pair<long long, int>, BenchRun> cached_runs;  // (prompt, new) -> cache-on run
+
+    for (long long prompt_tokens : prompt_lengths) {
+      if (prompt_tokens < 1 || prompt_tokens + new_tokens > model.config().max_position_embeddings)
+        throw UsageError("--prompt-tokens " + std::to_string(prompt_tokens) + " plus --new-tokens does not fit the context");
+      for (KvCacheMode mode : modes) {
+        BenchRun run = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), new_tokens);
+        const GenerationStats& s = run.stats;
+        const double decode_fraction = s.decode_tokens_per_second * weight_bytes / (ceilings.read_bandwidth_gb_s * 1e9);
+        const double prefill_fraction = s.prefill_tokens_per_second * flops_per_token / (ceilings.sgemm_gflop_s * 1e9);
+        nlohmann::ordered_json line = {
+            {"model", source.description}, {"dtype", dtype_name}, {"kv_cache", to_string(mode)}, {"threads", threads},
+            {"prompt_tokens", prompt_tokens}, {"new_tokens", new_tokens},
+            {"prefill_tok_s", s.prefill_tokens_per_second}, {"ttft_ms", s.ttft_ms},
+            {"decode_tok_s", s.decode_tokens_per_second}, {"decode_tok_s_start", run.decode_tok_s_start},
+            {"decode_tok_s_end", run.decode_tok_s_end}, {"per_token_ms", s.decode_tokens_per_second > 0 ? 1000.0 / s.decode_tokens_per_second : 0.0},
+            {"total_ms", run.total_ms}, {"weight_bytes", model.weight_bytes()}, {"cache_bytes", s.cache_bytes},
+            {"peak_rss_bytes", run.peak_rss_bytes}, {"rss_bytes", run.rss_bytes},
+            {"decode_fraction_of_bandwidth", decode_fraction}, {"prefill_fraction_of_sgemm", prefill_fraction}};
+        if (mode == KvCacheMode::Contiguous) cached_runs[{prompt_tokens, new_tokens}] = run;
+        if (json_output) {
+          std::cout << line.dump() << std::endl;
+        } else {
+          std::printf("%-5s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f%% %7.1f%% %10.2f %9.0f %9.2f\n",
+                      dtype_name.c_str(), to_string(mode), prompt_tokens, new_tokens, s.prefill_tokens_per_second,
+                      s.ttft_ms, s.decode_tokens_per_second, run.decode_tok_s_start, run.decode_tok_s_end,
+                      100 * decode_fraction, 100 * prefill_fraction, mib(double(s.cache_bytes)),
+                      mib(double(run.peak_rss_bytes)), run.total_ms / 1000.0);
+          std::fflush(stdout);
+        }
+        auto cached = cached_runs.find({prompt_tokens, new_tokens});
+        if (mode == KvCacheMode::Off && cached != cached_runs.end()) {
+          const double ratio = run.total_ms / cached->second.total_ms;
+          const bool identical = run.generated == cached->second.generated;
+          nlohmann::ordered_json speedup = {{"speedup", {{"dtype", dtype_name}, {"prompt_tokens", prompt_tokens},
+                                                         {"new_tokens", new_tokens}, {"cached_ms", cached->second.total_ms},
+                                                         {"uncached_ms", run.total_ms}, {"cached_over_uncached", ratio},
+                                                         {"identical_tokens", identical}}}};
+          if (json_output) std::cout << speedup.dump() << std::endl;
+          else std::printf("      cache on vs off, %lld + %d tokens: %.2f s vs %.2f s = %.1fx faster, tokens %s\n",
+                           prompt_tokens, new_tokens, cached->second.total_ms / 1000, run.total_ms / 1000, ratio,
+                           identical ? "identical" : "DIFFERENT");
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+const CliRegistration registration({"bench", "measure prefill/decode speed against the machine's ceilings", kUsage, run_bench});
+
+}  // namespace
+}  // namespace kvchat::cli

@@ -1,0 +1,108 @@
+#include "engine/benchmark.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+
+#include "engine/kernels/memory_probe.h"
+#include "engine/llama_model.h"
+#include "engine/session.h"
+
+namespace kvchat {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Best of a few runs of C[m,n] = A[m,k] B[k,n] at the size of a prefill chunk of a 1B-class model.
+double measure_sgemm_gflop_s() {
+  c10::InferenceMode guard;
+  const std::int64_t m = 512, k = 2048, n = 2048;
+  at::Tensor a = at::randn({m, k}), b = at::randn({n, k}), c = at::empty({m, n});
+  at::mm_out(c, a, b.t());  // warm-up: thread start, page faults
+  double best = 0;
+  for (int run = 0; run < 5; ++run) {
+    auto start = Clock::now();
+    at::mm_out(c, a, b.t());
+    best = std::max(best, 2.0 * m * n * k / seconds_since(start) / 1e9);
+  }
+  return best;
+}
+}  // namespace
+
+HardwareCeilings measure_hardware_ceilings(int threads) {
+  HardwareCeilings ceilings;
+  ceilings.read_bandwidth_gb_s = kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 10).gigabytes_per_second;
+  ceilings.sgemm_gflop_s = measure_sgemm_gflop_s();
+  return ceilings;
+}
+
+double prefill_flops_per_token(const LlamaModel& model) {
+  const ModelConfig& c = model.config();
+  const double q = double(c.num_attention_heads * c.head_dim), kv = double(c.num_key_value_heads * c.head_dim);
+  const double per_layer = c.hidden_size * (q + 2 * kv) + q * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size;
+  return 2.0 * per_layer * double(c.num_hidden_layers);
+}
+
+std::int64_t peak_rss_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::int64_t current_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode,
+                                  int prompt_tokens, int new_tokens) {
+  std::mt19937 generator(1234);
+  std::uniform_int_distribution<TokenId> token(3, static_cast<TokenId>(model->config().vocab_size - 1));
+  std::vector<TokenId> prompt(static_cast<std::size_t>(std::max(1, prompt_tokens)));
+  prompt[0] = model->config().bos_token_id >= 0 ? static_cast<TokenId>(model->config().bos_token_id) : 1;
+  for (std::size_t i = 1; i < prompt.size(); ++i) prompt[i] = token(generator);
+
+  GenerationConfig config;
+  config.cache_mode = mode;
+  config.max_new_tokens = new_tokens;
+  config.stop_token_ids = {-1};  // never stop early: every run makes the same number of tokens
+  std::vector<Clock::time_point> token_times;
+  token_times.reserve(static_cast<std::size_t>(new_tokens));
+  Session session(model, mode);
+  auto start = Clock::now();
+  GenerationResult result = session.generate(prompt, config, nullptr, [&](TokenId) { token_times.push_back(Clock::now()); });
+
+  BenchRun run;
+  run.total_ms = seconds_since(start) * 1000.0;
+  run.stats = result.stats;
+  run.generated = result.generated;
+  // Decode speed over a window of steps at the start and at the end of the run.
+  const std::size_t steps = token_times.size() > 1 ? token_times.size() - 1 : 0;
+  const std::size_t window = std::max<std::size_t>(1, std::min<std::size_t>(16, steps / 4));
+  auto rate = [&](std::size_t first, std::size_t last) {  // tokens between two timestamps
+    double seconds = std::chrono::duration<double>(token_times[last] - token_times[first]).count();
+    return seconds > 0 ? double(last - first) / seconds : 0.0;
+  };
+  if (steps >= 1) {
+    run.decode_tok_s_start = rate(0, std::min(window, steps));
+    run.decode_tok_s_end = rate(steps - std::min(window, steps), steps);
+  }
+  run.peak_rss_bytes = peak_rss_bytes();
+  run.rss_bytes = current_rss_bytes();
+  return run;
+}
+
+}  // namespace kvchat
