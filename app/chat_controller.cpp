@@ -440,10 +440,14 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
 void ChatController::on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes,
                                       qint64 budget_bytes) {
   (void)budget_bytes;  // the gauge shows the current settings' budget
-  auto& figures = cache_figures_[conversation_id];
-  figures.tokens = tokens;
-  figures.bytes = bytes;
   total_cache_bytes_ = total_bytes;
+  if (store_->conversation(conversation_id)) {
+    auto& figures = cache_figures_[conversation_id];
+    figures.tokens = tokens;
+    figures.bytes = bytes;
+  } else {
+    cache_figures_.remove(conversation_id);  // a late report about a deleted conversation
+  }
   Q_EMIT cacheGaugeChanged();
 }
 

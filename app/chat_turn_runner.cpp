@@ -24,6 +24,22 @@ std::string too_long_message(size_t prompt_tokens, int limit) {
 
 }  // namespace
 
+void ConversationTokens::remember(std::vector<TokenId> ids, std::string text) {
+  if (text.empty() || ids.empty()) return;
+  checkpoints_.erase(std::remove_if(checkpoints_.begin(), checkpoints_.end(),
+                                    [&](const TokenCheckpoint& checkpoint) { return checkpoint.text == text; }),
+                     checkpoints_.end());
+  checkpoints_.push_back({std::move(ids), std::move(text)});
+  if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+}
+
+const TokenCheckpoint* ConversationTokens::longest_prefix_of(const std::string& text) const {
+  const TokenCheckpoint* best = nullptr;
+  for (const TokenCheckpoint& checkpoint : checkpoints_)
+    if (starts_with(text, checkpoint.text) && (!best || checkpoint.text.size() > best->text.size())) best = &checkpoint;
+  return best;
+}
+
 ChatTurnRunner::ChatTurnRunner(const LoadedModel& model) : model_(model) {}
 
 int ChatTurnRunner::effective_context_limit(int requested_limit) const {
@@ -43,10 +59,11 @@ std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessa
   const Tokenizer& tokenizer = *model_.tokenizer;
 
   // Continue the known ids when the new prompt extends the text they stand for.
-  if (!known.text.empty() && prompt.text.size() > known.text.size() && starts_with(prompt.text, known.text)) {
-    const size_t offset = known.text.size();
+  if (const TokenCheckpoint* checkpoint = known.longest_prefix_of(prompt.text)) {
+    const size_t offset = checkpoint->text.size();
     const std::string_view rest = std::string_view(prompt.text).substr(offset);
-    std::vector<TokenId> ids = known.ids;
+    std::vector<TokenId> ids = checkpoint->ids;
+    if (rest.empty()) return ids;
     std::vector<TokenId> rest_ids;
     if (prompt.uses_template) {
       std::vector<std::pair<size_t, size_t>> rest_ranges;
@@ -165,16 +182,17 @@ TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript
   // so the transcript's ids end with the reply's last real token.
   std::vector<TokenId> reply_ids = result.generated;
   if (outcome.stats.stop_reason == StopReason::Eos && !reply_ids.empty()) reply_ids.pop_back();
-  transcript.ids = fitted.ids;
-  transcript.ids.insert(transcript.ids.end(), reply_ids.begin(), reply_ids.end());
-  transcript.text = fitted.text + outcome.reply;
-
+  std::vector<TokenId> turn_ids = fitted.ids;
+  turn_ids.insert(turn_ids.end(), reply_ids.begin(), reply_ids.end());
   // Drop a cached stop token so the cache holds exactly what the next prompt starts with.
   const auto& history = session.history();
-  if (session.cache_mode() != KvCacheMode::Off && history.size() > transcript.ids.size() &&
-      std::equal(transcript.ids.begin(), transcript.ids.end(), history.begin())) {
-    session.truncate(static_cast<std::int64_t>(transcript.ids.size()));
+  if (session.cache_mode() != KvCacheMode::Off && history.size() > turn_ids.size() &&
+      std::equal(turn_ids.begin(), turn_ids.end(), history.begin())) {
+    session.truncate(static_cast<std::int64_t>(turn_ids.size()));
   }
+  // The prompt alone serves a regenerate; prompt + reply serves the next turn and an edit after it.
+  transcript.remember(fitted.ids, fitted.text);
+  transcript.remember(std::move(turn_ids), fitted.text + outcome.reply);
   outcome.stats.cache_tokens = session.cache_tokens();
   outcome.stats.cache_bytes = session.cache_bytes();
   outcome.stats.cache_capacity_tokens = session.cache_capacity_tokens();

@@ -26,17 +26,27 @@ struct ContextLimitError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The exact tokens a conversation's session has been given so far and the prompt text they stand for.
-// Re-encoding a whole transcript after every reply would not give back the ids the model sampled
-// (BPE merges differently across the reply boundary, the decoder strips a leading space), so the next
-// turn appends only the encoding of the new text to these ids: the cache is reused to the last token.
-struct ConversationTokens {
+// The exact tokens a conversation's session has been given and the prompt text they stand for, at the
+// last few turn boundaries. Re-encoding a whole transcript after every reply would not give back the ids
+// the model sampled (BPE merges differently across the reply boundary, the decoder strips a leading
+// space), so a new turn appends only the encoding of its new text to the ids of the longest remembered
+// text its prompt starts with: the cache is reused to the last token, also after an edit or a regenerate.
+struct TokenCheckpoint {
   std::vector<TokenId> ids;
   std::string text;
-  void clear() {
-    ids.clear();
-    text.clear();
-  }
+};
+
+class ConversationTokens {
+ public:
+  static constexpr size_t kMaxCheckpoints = 8;
+  void remember(std::vector<TokenId> ids, std::string text);
+  // The remembered text that is the longest prefix of `text` (null when none is).
+  const TokenCheckpoint* longest_prefix_of(const std::string& text) const;
+  const std::vector<TokenCheckpoint>& checkpoints() const { return checkpoints_; }
+  void clear() { checkpoints_.clear(); }
+
+ private:
+  std::vector<TokenCheckpoint> checkpoints_;  // oldest first
 };
 
 struct TurnOptions {

@@ -177,7 +177,8 @@ void EngineWorker::enforce_budget(qint64 active_conversation, qint64 budget_byte
 }
 
 void EngineWorker::forgetConversation(qint64 conversation_id) {
-  state_->conversations.erase(conversation_id);
+  if (state_->conversations.erase(conversation_id) == 0) return;
+  Q_EMIT cacheChanged(conversation_id, 0, 0, total_cache_bytes(), 0);
 }
 
 }  // namespace kvchat::app

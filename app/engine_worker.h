@@ -73,6 +73,7 @@ class EngineWorker : public QObject {
   void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void failed(quint64 turn_id, const QString& message);
 
+  // budget_bytes is the budget of the turn that caused the change (0 when no turn did).
   void cacheChanged(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
   void cacheEvicted(qint64 conversation_id);
 
