@@ -33,13 +33,7 @@ int run_bench(const std::vector<std::string>& args) {
   const int new_tokens = parser.int_or("new-tokens", 32);
   if (new_tokens < 1) throw UsageError("--new-tokens must be at least 1");
   std::vector<KvCacheMode> modes;
-  for (const std::string& mode : split_list(parser.value_or("kv-cache", "on,off"))) {
-    try {
-      modes.push_back(kv_cache_mode_from_string(mode));
-    } catch (const std::invalid_argument& error) {
-      throw UsageError(error.what());
-    }
-  }
+  for (const std::string& mode : split_list(parser.value_or("kv-cache", "on,off"))) modes.push_back(cache_mode_from_option(mode));
   std::vector<std::string> dtypes = split_list(parser.value_or("dtype", "f32"));
   const std::string kernels = parser.value_or("kernels", "on");
   if (kernels != "on" && kernels != "off") throw UsageError("--kernels must be on or off");

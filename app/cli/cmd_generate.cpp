@@ -26,6 +26,13 @@ int run_generate(const std::vector<std::string>& args) {
                                        "top-p", "min-p", "repeat-penalty", "seed"}),
                    {"json"});
   parser.parse(args);
+  // Every option is checked before the (possibly large) model is loaded.
+  GenerationConfig config;
+  config.max_new_tokens = parser.int_or("max-new-tokens", 64);
+  if (config.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
+  config.cache_mode = cache_mode_from_option(parser.value_or("kv-cache", "on"));
+  config.sampling = sampling_from_options(parser);
+  if (!parser.value("prompt-ids") && !parser.value("prompt")) throw UsageError("missing --prompt-ids or --prompt");
   ModelSource source = open_model_source(parser);
 
   std::vector<TokenId> prompt;
@@ -44,12 +51,6 @@ int run_generate(const std::vector<std::string>& args) {
     throw UsageError("missing --prompt-ids or --prompt");
   }
   if (prompt.empty()) throw UsageError("the prompt is empty");
-
-  GenerationConfig config;
-  config.max_new_tokens = parser.int_or("max-new-tokens", 64);
-  if (config.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
-  config.cache_mode = kv_cache_mode_from_string(parser.value_or("kv-cache", "on"));
-  config.sampling = sampling_from_options(parser);
 
   Session session(source.model, config.cache_mode);
   GenerationResult result = session.generate(prompt, config);

@@ -43,6 +43,14 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype
   return source;
 }
 
+KvCacheMode cache_mode_from_option(const std::string& text) {
+  try {
+    return kv_cache_mode_from_string(text);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+}
+
 SamplingParams sampling_from_options(const ArgParser& parser) {
   SamplingParams sampling;
   sampling.temperature = static_cast<float>(parser.double_or("temperature", 0.0));

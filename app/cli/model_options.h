@@ -26,5 +26,7 @@ std::set<std::string> with_model_options(std::set<std::string> extra);
 ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype> dtype = std::nullopt);
 // --temperature --top-k --top-p --min-p --repeat-penalty --seed (validated ranges).
 SamplingParams sampling_from_options(const ArgParser& parser);
+// "on", "naive" or "off"; anything else is a UsageError.
+KvCacheMode cache_mode_from_option(const std::string& text);
 
 }  // namespace kvchat::cli
