@@ -31,11 +31,6 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
 
 void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qint64 streaming_message_id,
                            const QString& streaming_text) {
-  while (layout_->count() > 1) {
-    QLayoutItem* item = layout_->takeAt(0);
-    if (item->widget()) item->widget()->deleteLater();
-    delete item;
-  }
   // A marker belongs just above the first message still in context, wherever it was written.
   QList<kvchat::app::MessageRecord> ordered;
   QList<kvchat::app::MessageRecord> markers;
@@ -55,7 +50,25 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
       }
     ordered.insert(position, marker);
   }
-  for (const auto& message : ordered) {
+  // Sending appends to the list: keep the widgets already shown (a long chat is not re-rendered) when
+  // they are, id for id, the start of the new list.
+  const QList<MessageWidget*> shown = messageWidgets();
+  bool shown_is_prefix = shown.size() <= ordered.size() && layout_->count() - 1 == shown.size();
+  for (int i = 0; shown_is_prefix && i < shown.size(); ++i)
+    shown_is_prefix = shown[i]->messageId() == ordered[i].id && shown[i]->text() == ordered[i].text &&
+                      ordered[i].id != streaming_message_id;
+  int first_new = 0;
+  if (shown_is_prefix) {
+    first_new = static_cast<int>(shown.size());
+  } else {
+    while (layout_->count() > 1) {
+      QLayoutItem* item = layout_->takeAt(0);
+      if (item->widget()) item->widget()->deleteLater();
+      delete item;
+    }
+  }
+  for (int i = first_new; i < ordered.size(); ++i) {
+    const auto& message = ordered[i];
     auto* widget = new MessageWidget(message, container_);
     if (message.id == streaming_message_id) {
       widget->setStreaming(true);

@@ -1,0 +1,303 @@
+// The main window, offscreen, over a real controller, store, settings file and stories260K (greedy):
+// typing and Enter sends and streams, Shift+Enter is a new line, Esc stops, the settings dialog's cache
+// toggle persists and applies on the next turn, a corrupt model directory shows an error and keeps the
+// model, deleting asks first. Also measures the worst event-loop stall while generating (printed only).
+#include <QtTest>
+
+#include <QCheckBox>
+#include <QElapsedTimer>
+#include <QLabel>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTimer>
+#include <QToolButton>
+
+#include <memory>
+
+#include "app/chat_controller.h"
+#include "app/stats_json.h"
+#include "common/test_paths.h"
+#include "ui/chat_view.h"
+#include "ui/main_window.h"
+#include "ui/message_input.h"
+#include "ui/message_widget.h"
+#include "ui/settings_dialog.h"
+
+using kvchat::app::ChatController;
+using kvchat::app::ChatSettings;
+using kvchat::ui::MainWindow;
+
+namespace {
+
+QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
+
+}  // namespace
+
+class MainWindowTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void init();
+  void cleanup();
+  void typing_and_enter_sends_and_streams_the_reply();
+  void escape_stops_the_reply();
+  void settings_cache_toggle_persists_and_applies_next_turn();
+  void corrupt_model_directory_shows_an_error_and_keeps_the_model();
+  void deleting_a_chat_asks_first();
+  void event_loop_stall_while_generating();
+
+ private:
+  void open_window(const ChatSettings& settings);
+  bool wait_idle() {
+    return QTest::qWaitFor([&] { return !controller_->isGenerating(); }, 120000);
+  }
+  void type_and_send(const QString& text) {
+    QTest::keyClicks(window_->messageInput(), text);
+    QTest::keyClick(window_->messageInput(), Qt::Key_Return);
+  }
+
+  std::unique_ptr<QTemporaryDir> dir_;
+  std::unique_ptr<QSettings> ini_;
+  std::unique_ptr<ChatController> controller_;
+  std::unique_ptr<MainWindow> window_;
+};
+
+void MainWindowTest::init() {
+  dir_ = std::make_unique<QTemporaryDir>();
+  ini_ = std::make_unique<QSettings>(dir_->filePath("kvchat.ini"), QSettings::IniFormat);
+}
+
+void MainWindowTest::cleanup() {
+  window_.reset();
+  controller_.reset();
+  ini_.reset();
+  dir_.reset();
+}
+
+void MainWindowTest::open_window(const ChatSettings& settings) {
+  settings.save(*ini_);
+  ini_->sync();
+  controller_ = std::make_unique<ChatController>(dir_->filePath("chats.sqlite3"), ini_.get());
+  window_ = std::make_unique<MainWindow>(controller_.get());
+  window_->show();
+  QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  controller_->loadModel(QString());
+  QVERIFY(loaded.wait(60000));
+  window_->messageInput()->setFocus();
+}
+
+ChatSettings greedy_settings() {
+  ChatSettings settings;
+  settings.temperature = 0.0;
+  settings.repetition_penalty = 1.0;
+  settings.max_new_tokens = 48;
+  settings.model_directory = model_directory();
+  settings.threads = 1;
+  return settings;
+}
+
+void MainWindowTest::typing_and_enter_sends_and_streams_the_reply() {
+  open_window(greedy_settings());
+  auto* send_button = window_->findChild<QPushButton*>("sendButton");
+  QVERIFY(send_button);
+  QCOMPARE(send_button->text(), QStringLiteral("Send"));
+
+  // Shift+Enter is a new line, not a send.
+  QTest::keyClicks(window_->messageInput(), "Once upon");
+  QTest::keyClick(window_->messageInput(), Qt::Key_Return, Qt::ShiftModifier);
+  QTest::keyClicks(window_->messageInput(), "a time");
+  QCOMPARE(window_->messageInput()->toPlainText(), QStringLiteral("Once upon\na time"));
+  QVERIFY(!controller_->isGenerating());
+  window_->messageInput()->clear();
+
+  QString shown_while_streaming;
+  QString button_while_streaming;
+  connect(controller_.get(), &ChatController::replyTextAppended, this, [&](qint64, qint64 message_id, const QString&) {
+    if (!shown_while_streaming.isEmpty()) return;
+    button_while_streaming = send_button->text();
+    if (auto* widget = window_->chatView()->messageWidget(message_id)) shown_while_streaming = widget->text();
+  });
+  type_and_send("Once upon a time");
+  QVERIFY(controller_->isGenerating());
+  QCOMPARE(window_->messageInput()->toPlainText(), QString());
+  QVERIFY(wait_idle());
+  QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 2);
+
+  const auto records = controller_->currentMessages();
+  QCOMPARE(records.size(), 2);
+  const auto widgets = window_->chatView()->messageWidgets();
+  QCOMPARE(widgets[0]->role(), QStringLiteral("user"));
+  QCOMPARE(widgets[0]->text(), QStringLiteral("Once upon a time"));
+  QCOMPARE(widgets[1]->role(), QStringLiteral("assistant"));
+  QCOMPARE(widgets[1]->text(), records[1].text);
+  QVERIFY(!shown_while_streaming.isEmpty());
+  QVERIFY(records[1].text.startsWith(shown_while_streaming));
+  QCOMPARE(button_while_streaming, QStringLiteral("Stop"));
+  QCOMPARE(send_button->text(), QStringLiteral("Send"));
+
+  const auto stats = kvchat::app::stats_from_json(records[1].stats);
+  QVERIFY(widgets[1]->statsText().contains(QStringLiteral("%1 tokens").arg(stats.generated_tokens)));
+  QVERIFY(widgets[1]->statsText().contains("TTFT"));
+  QVERIFY(window_->replyStatsLabel()->text().contains("TTFT"));
+  QVERIFY(window_->speedLabel()->text().contains("tok/s"));
+  QCOMPARE(window_->cacheBar()->format(), QStringLiteral("%1 / 512 tokens").arg(stats.cache_tokens));
+  QVERIFY(window_->cacheLabel()->text().contains(QStringLiteral("0 reused / %1 prefilled").arg(stats.prefilled_tokens)));
+  QCOMPARE(window_->conversationList()->count(), 1);
+  QCOMPARE(window_->conversationList()->item(0)->text(), QStringLiteral("Once upon a time"));
+
+  // Copy puts the reply's text on the clipboard.
+  auto* copy = widgets[1]->findChild<QToolButton*>("copyButton");
+  QVERIFY(copy);
+  QSignalSpy copied(widgets[1], &kvchat::ui::MessageWidget::copied);
+  copy->click();
+  QCOMPARE(copied.count(), 1);
+  QCOMPARE(copied.first().first().toString(), records[1].text);
+}
+
+void MainWindowTest::escape_stops_the_reply() {
+  ChatSettings settings = greedy_settings();
+  settings.max_new_tokens = 480;
+  settings.kv_cache_enabled = false;  // slow on purpose: every token recomputes the chat
+  open_window(settings);
+  QApplication::setActiveWindow(window_.get());
+  QVERIFY(QTest::qWaitForWindowActive(window_.get()));
+  bool pressed = false;
+  connect(controller_.get(), &ChatController::replyTextAppended, this, [&] {
+    if (pressed) return;
+    pressed = true;
+    QTest::keyClick(window_->messageInput(), Qt::Key_Escape);
+  });
+  type_and_send("Once upon a time");
+  QVERIFY(wait_idle());
+  QVERIFY(pressed);
+  const auto records = controller_->currentMessages();
+  QCOMPARE(records.size(), 2);
+  const auto stats = kvchat::app::stats_from_json(records[1].stats);
+  QCOMPARE(stats.stop_reason, kvchat::StopReason::Stopped);
+  QVERIFY(window_->chatView()->messageWidgets()[1]->statsText().contains("stopped"));
+}
+
+void MainWindowTest::settings_cache_toggle_persists_and_applies_next_turn() {
+  open_window(greedy_settings());
+  type_and_send("Once upon a time");
+  QVERIFY(wait_idle());
+  QVERIFY(!window_->cacheLabel()->text().contains("KV cache off"));
+
+  kvchat::ui::SettingsDialog* dialog = window_->openSettingsDialog();
+  QVERIFY(dialog->isVisible());
+  auto* toggle = dialog->findChild<QCheckBox*>("kvCacheCheck");
+  QVERIFY(toggle);
+  QVERIFY(toggle->isChecked());
+  toggle->click();
+  QVERIFY(!toggle->isChecked());
+  dialog->accept();
+
+  QSettings reread(dir_->filePath("kvchat.ini"), QSettings::IniFormat);
+  QCOMPARE(ChatSettings::load(reread).kv_cache_enabled, false);
+  QCOMPARE(window_->cacheLabel()->text(), QStringLiteral("KV cache off: recomputing"));
+
+  type_and_send("Lily went to the park");
+  QVERIFY(wait_idle());
+  const auto records = controller_->currentMessages();
+  QCOMPARE(records.size(), 4);
+  const auto first = kvchat::app::stats_from_json(records[1].stats);
+  const auto second = kvchat::app::stats_from_json(records[3].stats);
+  QCOMPARE(first.cache_mode, kvchat::KvCacheMode::Contiguous);
+  QCOMPARE(second.cache_mode, kvchat::KvCacheMode::Off);
+  QCOMPARE(second.cache_tokens, std::int64_t(0));
+  QCOMPARE(second.prefilled_tokens, second.prompt_tokens);
+  QVERIFY(window_->chatView()->messageWidgets()[3]->statsText().contains("cache off"));
+}
+
+void MainWindowTest::corrupt_model_directory_shows_an_error_and_keeps_the_model() {
+  open_window(greedy_settings());
+  const QString original = controller_->modelInfo().directory;
+  QTemporaryDir broken;
+  QFile config(broken.filePath("config.json"));
+  QVERIFY(config.open(QIODevice::WriteOnly));
+  config.write("{\"hidden_size\": 64, \"num_hidden_layers\": ");
+  config.close();
+
+  window_->openModelDirectory(broken.path());
+  QMessageBox* box = nullptr;
+  QTRY_VERIFY((box = window_->findChild<QMessageBox*>("modelLoadErrorDialog")) != nullptr);
+  QVERIFY(box->isVisible());
+  QVERIFY2(box->text().contains(broken.path()), qPrintable(box->text()));
+  QVERIFY2(box->text().contains("config.json"), qPrintable(box->text()));
+  QVERIFY2(box->text().contains("Still using " + original), qPrintable(box->text()));
+  QCOMPARE(controller_->modelInfo().directory, original);
+  box->accept();
+
+  type_and_send("Once upon a time");
+  QVERIFY(wait_idle());
+  QCOMPARE(controller_->currentMessages().size(), 2);
+  QVERIFY(!controller_->currentMessages()[1].text.isEmpty());
+}
+
+void MainWindowTest::deleting_a_chat_asks_first() {
+  open_window(greedy_settings());
+  type_and_send("Once upon a time");
+  QVERIFY(wait_idle());
+  QCOMPARE(window_->conversationList()->count(), 1);
+  QString asked;
+  window_->setConfirmHandler([&](const QString&, const QString& text) {
+    asked = text;
+    return false;
+  });
+  auto* delete_button = window_->findChild<QPushButton*>("deleteButton");
+  delete_button->click();
+  QVERIFY(asked.contains("Once upon a time"));
+  QCOMPARE(window_->conversationList()->count(), 1);
+  window_->setConfirmHandler([](const QString&, const QString&) { return true; });
+  delete_button->click();
+  QCOMPARE(window_->conversationList()->count(), 0);
+  QVERIFY(controller_->conversations().isEmpty());
+  QVERIFY(window_->chatView()->messageWidgets().isEmpty());
+}
+
+void MainWindowTest::event_loop_stall_while_generating() {
+  ChatSettings settings = greedy_settings();
+  settings.max_new_tokens = 150;
+  settings.context_overflow = kvchat::app::ContextOverflowPolicy::DropOldestTurns;  // keep going past 512 tokens
+  open_window(settings);
+  QElapsedTimer clock;
+  qint64 last_tick = -1;
+  qint64 worst_gap = 0;
+  int ticks = 0;
+  QTimer probe;
+  probe.setInterval(5);
+  connect(&probe, &QTimer::timeout, this, [&] {
+    const qint64 now = clock.nsecsElapsed();
+    if (last_tick >= 0) worst_gap = std::max(worst_gap, now - last_tick);
+    last_tick = now;
+    ++ticks;
+  });
+  int tokens = 0;
+  clock.start();
+  probe.start();
+  const char* prompts[] = {"Once upon a time", "Lily went to the park", "Tom saw a big dog",
+                           "The sun was hot",  "They ate a cake",       "The bird sang"};
+  for (const char* prompt : prompts) {
+    type_and_send(prompt);
+    QVERIFY(wait_idle());
+    const auto records = controller_->currentMessages();
+    const auto reply = std::find_if(records.crbegin(), records.crend(),
+                                    [](const kvchat::app::MessageRecord& r) { return r.role == "assistant"; });
+    QVERIFY(reply != records.crend());
+    QVERIFY2(!reply->stats.contains("error"), qPrintable(reply->stats.value("error").toString()));
+    tokens += kvchat::app::stats_from_json(reply->stats).generated_tokens;
+  }
+  probe.stop();
+  QVERIFY(ticks > 0);
+  qInfo("worst GUI event-loop stall while generating %d tokens in %.0f ms: %.1f ms (%d ticks of a 5 ms timer)",
+        tokens, clock.nsecsElapsed() / 1e6, worst_gap / 1e6, ticks);
+}
+
+QTEST_MAIN(MainWindowTest)
+#include "test_main_window.moc"
