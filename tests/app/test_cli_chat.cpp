@@ -1,0 +1,156 @@
+// kvchat-cli chat as a separate process: one turn with --message, continuing a stored conversation,
+// the interactive mode over stdin, and usage errors. Replies are checked against the same turn computed
+// in this process, so the CLI and the app share one chat path.
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/chat_history.h"
+#include "app/chat_turn_runner.h"
+#include "app/conversation_store.h"
+#include "app/stats_json.h"
+#include "common/test_paths.h"
+#include "engine/model_loader.h"
+#include "engine/session.h"
+
+using kvchat::app::ConversationStore;
+using kvchat::app::StoreOpenMode;
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  QString out;
+  QString err;
+};
+
+CliResult run_cli(const QStringList& arguments, const QByteArray& input = {}) {
+  const QString program = QString::fromStdString(kvchat::test::build_dir()) + QStringLiteral("/kvchat-cli");
+  QProcess process;
+  process.start(program, arguments);
+  CliResult result;
+  if (!process.waitForStarted(30000)) {
+    result.err = QStringLiteral("cannot start %1: %2").arg(program, process.errorString());
+    return result;
+  }
+  if (!input.isEmpty()) process.write(input);
+  process.closeWriteChannel();
+  process.waitForFinished(120000);
+  result.out = QString::fromUtf8(process.readAllStandardOutput());
+  result.err = QString::fromUtf8(process.readAllStandardError());
+  result.exit_code = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
+  return result;
+}
+
+QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
+
+}  // namespace
+
+class CliChatTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase();
+  void one_turn_with_message();
+  void continuing_a_stored_conversation();
+  void interactive_lines_from_stdin_reuse_the_cache();
+  void usage_errors_are_clear();
+
+ private:
+  std::string expected_reply(const std::vector<kvchat::ChatMessage>& messages, int max_new_tokens) const;
+  kvchat::LoadedModel model_;
+  QTemporaryDir dir_;
+};
+
+void CliChatTest::initTestCase() {
+  QVERIFY(dir_.isValid());
+  model_ = kvchat::load_model_directory(model_directory().toStdString());
+}
+
+std::string CliChatTest::expected_reply(const std::vector<kvchat::ChatMessage>& messages, int max_new_tokens) const {
+  const kvchat::app::ChatTurnRunner runner(model_);
+  kvchat::Session session(model_.model, kvchat::KvCacheMode::Contiguous);
+  kvchat::app::ConversationTokens fresh;
+  kvchat::app::TurnOptions options;
+  options.generation.max_new_tokens = max_new_tokens;
+  return runner.run(session, fresh, messages, options, nullptr, {}).reply;
+}
+
+void CliChatTest::one_turn_with_message() {
+  const QString db = dir_.filePath("one.sqlite3");
+  const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", "Once upon a time",
+                                    "--max-new-tokens", "30"});
+  QVERIFY2(result.exit_code == 0, qPrintable(result.err));
+  QVERIFY2(result.err.contains("conversation: 1\n"), qPrintable(result.err));
+
+  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  const auto messages = store.messages(1);
+  QCOMPARE(messages.size(), 2);
+  QCOMPARE(messages[0].role, QStringLiteral("user"));
+  QCOMPARE(messages[0].text, QStringLiteral("Once upon a time"));
+  QCOMPARE(messages[1].role, QStringLiteral("assistant"));
+  QVERIFY(messages[1].complete);
+  QCOMPARE(result.out, messages[1].text + "\n");
+  QCOMPARE(messages[1].text.toStdString(), expected_reply({{"user", "Once upon a time"}}, 30));
+  QCOMPARE(kvchat::app::stats_from_json(messages[1].stats).generated_tokens, 30);
+}
+
+void CliChatTest::continuing_a_stored_conversation() {
+  const QString db = dir_.filePath("continue.sqlite3");
+  const CliResult first = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", "Tom had a red ball",
+                                   "--max-new-tokens", "20"});
+  QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+  const CliResult second = run_cli({"chat", "--model", model_directory(), "--db", db, "--conversation", "1",
+                                    "--message", "Lily smiled", "--max-new-tokens", "20"});
+  QVERIFY2(second.exit_code == 0, qPrintable(second.err));
+
+  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  QCOMPARE(store.conversations().size(), 1);
+  const auto messages = store.messages(1);
+  QCOMPARE(messages.size(), 4);
+  QCOMPARE(messages[2].text, QStringLiteral("Lily smiled"));
+  const auto history = kvchat::app::chat_messages_for_engine(*store.conversation(1), messages.mid(0, 3));
+  QCOMPARE(messages[3].text.toStdString(), expected_reply(history, 20));
+  QCOMPARE(second.out, messages[3].text + "\n");
+}
+
+void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
+  const QString db = dir_.filePath("interactive.sqlite3");
+  const CliResult result =
+      run_cli({"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "16"}, "Once upon a time\n\nThe dog ran\n");
+  QVERIFY2(result.exit_code == 0, qPrintable(result.err));
+  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  const auto messages = store.messages(1);
+  QCOMPARE(messages.size(), 4);  // the blank line is skipped
+  QCOMPARE(result.out, messages[1].text + "\n" + messages[3].text + "\n");
+  // Per-turn stats on stderr: the second turn reads only its new tokens.
+  const QRegularExpression stats_line(R"(\[(\d+) prompt tokens: (\d+) reused, (\d+) prefilled)");
+  auto matches = stats_line.globalMatch(result.err);
+  QList<QRegularExpressionMatch> turns;
+  while (matches.hasNext()) turns << matches.next();
+  QCOMPARE(turns.size(), 2);
+  QCOMPARE(turns[0].captured(2).toInt(), 0);
+  const auto first_stats = kvchat::app::stats_from_json(messages[1].stats);
+  QCOMPARE(static_cast<qint64>(turns[1].captured(2).toInt()), first_stats.cache_tokens);
+}
+
+void CliChatTest::usage_errors_are_clear() {
+  const QString db = dir_.filePath("errors.sqlite3");
+  CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--conversation", "999",
+                              "--message", "hi"});
+  QCOMPARE(result.exit_code, 2);
+  QVERIFY2(result.err.contains("no conversation with id 999"), qPrintable(result.err));
+  result = run_cli({"chat", "--model", model_directory(), "--db", db, "--kv-cache", "sometimes", "--message", "hi"});
+  QCOMPARE(result.exit_code, 2);
+  QVERIFY2(result.err.contains("sometimes"), qPrintable(result.err));
+  result = run_cli({"chat", "--db", db, "--message", "hi"});
+  QCOMPARE(result.exit_code, 2);
+  QVERIFY2(result.err.contains("model"), qPrintable(result.err));
+  result = run_cli({"chat", "--model", dir_.filePath("no-such-model"), "--db", db, "--message", "hi"});
+  QCOMPARE(result.exit_code, 1);
+  QVERIFY2(result.err.contains("no-such-model"), qPrintable(result.err));
+}
+
+QTEST_GUILESS_MAIN(CliChatTest)
+#include "test_cli_chat.moc"
