@@ -11,6 +11,7 @@
 #include "common/test_paths.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/chat_template_config.h"
+#include "engine/text/tokenizer.h"
 
 using kvchat::ChatTemplate;
 using kvchat::TemplateError;
@@ -118,10 +119,11 @@ class ChatTemplateFixtureTest : public QObject {
     QVERIFY(errors > 0);
   }
 
-  void renders_llama3_tokenizer_conversations() {
+  void renders_and_encodes_llama3_tokenizer_conversations() {
     const std::string folder = kvchat::test::shared_path("fixtures/tokenizers/llama3");
     kvchat::ChatFormatter formatter = kvchat::ChatFormatter::from_tokenizer_config(folder + "/tokenizer_config.json");
     QVERIFY(formatter.has_template());
+    kvchat::Tokenizer tokenizer = kvchat::Tokenizer::from_directory(folder);
     json cases = read_json(folder + "/chat_template.json");
     QVERIFY(!cases.empty());
     std::vector<std::string> failures;
@@ -129,9 +131,16 @@ class ChatTemplateFixtureTest : public QObject {
       std::vector<kvchat::ChatMessage> messages;
       for (const json& m : c["messages"])
         messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-      std::string actual = formatter.render(messages, c["add_generation_prompt"].get<bool>());
-      if (actual != c["text"].get<std::string>())
-        failures.push_back(c["id"].get<std::string>() + ": " + diff(c["text"].get<std::string>(), actual));
+      kvchat::RenderedPrompt prompt = formatter.render_prompt(messages, c["add_generation_prompt"].get<bool>());
+      const std::string label = c["id"].get<std::string>() + (c["add_generation_prompt"].get<bool>() ? "+gen" : "");
+      if (prompt.text != c["text"].get<std::string>()) {
+        failures.push_back(label + ": " + diff(c["text"].get<std::string>(), prompt.text));
+        continue;
+      }
+      // The chat path of the tokenizer (user text protected) gives the reference ids, since
+      // none of these conversations types anything that looks like a control token.
+      std::vector<kvchat::TokenId> ids = tokenizer.encode_chat(prompt.text, prompt.content_ranges, false);
+      if (ids != c["ids"].get<std::vector<kvchat::TokenId>>()) failures.push_back(label + ": token ids differ");
     }
     for (const std::string& failure : failures) qWarning("%s", failure.c_str());
     QVERIFY2(failures.empty(), (std::to_string(failures.size()) + " llama3 conversation(s) differ").c_str());
