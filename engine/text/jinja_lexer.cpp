@@ -227,10 +227,10 @@ class Lexer {
       } else if (is_digit(c)) {
         pos = lex_integer(pos);
       } else if (is_name_start(c)) {
-        std::size_t end = pos;
-        while (end < src_.size() && is_name_char(src_[end])) ++end;
-        emit(TokenType::Name, src_.substr(pos, end - pos), pos);
-        pos = end;
+        std::size_t name_end = pos;
+        while (name_end < src_.size() && is_name_char(src_[name_end])) ++name_end;
+        emit(TokenType::Name, src_.substr(pos, name_end - pos), pos);
+        pos = name_end;
       } else if (c == '\'' || c == '"') {
         pos = lex_string(pos);
       } else {
