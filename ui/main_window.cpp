@@ -15,6 +15,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
+#include <QRegularExpression>
 #include <QPushButton>
 #include <QShortcut>
 #include <QSplitter>
@@ -157,8 +158,8 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
     refresh_buttons();
   });
   connect(controller_, &ChatController::decodeSpeedChanged, this, [this](double rate, int tokens) {
-    const QString prefix = controller_->isGenerating() ? tr("Decoding") : tr("Last decode");
-    speed_label_->setText(QStringLiteral("%1: %2 (%3 tokens)").arg(prefix, format_rate(rate)).arg(tokens));
+    const QString prefix = controller_->isGenerating() ? tr("decoding") : tr("decode");
+    speed_label_->setText(QStringLiteral("%1 %2 \u00b7 %3 tok").arg(prefix, format_rate(rate)).arg(tokens));
   });
   connect(controller_, &ChatController::lastReplyStatsChanged, this, &MainWindow::refresh_reply_stats);
   connect(controller_, &ChatController::cacheGaugeChanged, this, &MainWindow::refresh_cache_gauge);
@@ -178,7 +179,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   });
   connect(controller_, &ChatController::modelLoaded, this, [this](const kvchat::app::ModelInfo& info) {
     load_busy_->hide();
-    model_label_->setText(tr("Model: %1").arg(info.name));
+    model_label_->setText(info.name);
     model_label_->setToolTip(tr("%1\n%2 parameters, %3 layers, context %4 tokens, %5 of K/V per token")
                                  .arg(info.directory)
                                  .arg(info.parameter_count)
@@ -192,8 +193,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   connect(controller_, &ChatController::modelLoadFailed, this,
           [this](const QString& directory, const QString& message) {
             load_busy_->hide();
-            model_label_->setText(controller_->isModelLoaded() ? tr("Model: %1").arg(controller_->modelInfo().name)
-                                                               : tr("No model"));
+            model_label_->setText(controller_->isModelLoaded() ? controller_->modelInfo().name : tr("No model"));
             refresh_buttons();
             QString text = tr("Could not load the model directory\n%1\n\n%2").arg(directory, message);
             if (controller_->isModelLoaded())
@@ -209,9 +209,9 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   reload_messages();
   refresh_cache_gauge();
   refresh_reply_stats();
-  if (controller_->isModelLoaded()) model_label_->setText(tr("Model: %1").arg(controller_->modelInfo().name));
+  if (controller_->isModelLoaded()) model_label_->setText(controller_->modelInfo().name);
   else if (controller_->isModelLoading()) load_busy_->show();
-  resize(1100, 760);
+  resize(1240, 780);
   input_->setFocus();
 }
 
@@ -263,7 +263,7 @@ void MainWindow::build_status_bar() {
   reply_stats_label_->setObjectName("replyStatsLabel");
   cache_bar_ = new QProgressBar(this);
   cache_bar_->setObjectName("cacheGauge");
-  cache_bar_->setMaximumWidth(180);
+  cache_bar_->setFixedWidth(130);
   cache_bar_->setTextVisible(true);
   cache_label_ = new QLabel(this);
   cache_label_->setObjectName("cacheLabel");
@@ -355,10 +355,13 @@ void MainWindow::refresh_cache_gauge() {
     return;
   }
   cache_bar_->setValue(static_cast<int>(std::min<qint64>(gauge.conversation_tokens, std::max(1, gauge.context_limit))));
-  cache_bar_->setFormat(QStringLiteral("%1 / %2 tokens").arg(gauge.conversation_tokens).arg(gauge.context_limit));
-  QString text = tr("cache %1").arg(format_bytes(gauge.conversation_bytes));
+  cache_bar_->setFormat(QStringLiteral("%1/%2 tok").arg(gauge.conversation_tokens).arg(gauge.context_limit));
+  cache_bar_->setToolTip(tr("This chat's KV cache: %1 of the %2-token context")
+                             .arg(gauge.conversation_tokens)
+                             .arg(gauge.context_limit));
+  QString text = tr("KV %1").arg(format_bytes(gauge.conversation_bytes));
   if (gauge.has_turn)
-    text += tr(" \u00b7 turn: %1 reused / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
+    text += tr(" \u00b7 %1 reused / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
   text += tr(" \u00b7 all chats %1 of %2").arg(format_bytes(gauge.total_bytes), format_bytes(gauge.budget_bytes));
   cache_label_->setText(text);
 }
@@ -369,7 +372,7 @@ void MainWindow::refresh_reply_stats() {
     reply_stats_label_->clear();
     return;
   }
-  reply_stats_label_->setText(tr("Last reply: prefill %1 \u00b7 TTFT %2 ms \u00b7 %3 tokens")
+  reply_stats_label_->setText(tr("last: prefill %1 \u00b7 TTFT %2 ms \u00b7 %3 tok")
                                   .arg(format_rate(stats->prefill_tokens_per_second))
                                   .arg(stats->ttft_ms, 0, 'f', 1)
                                   .arg(stats->generated_tokens));
