@@ -1,0 +1,93 @@
+// SettingsDialog: every field shows the given settings and edits map back onto ChatSettings.
+#include <QtTest>
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QSpinBox>
+
+#include "ui/settings_dialog.h"
+
+using kvchat::app::ChatSettings;
+using kvchat::app::ContextOverflowPolicy;
+using kvchat::ui::SettingsDialog;
+
+class SettingsDialogTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void unchanged_dialog_returns_the_same_settings();
+  void edits_map_onto_the_settings();
+};
+
+namespace {
+ChatSettings unusual_settings() {
+  ChatSettings settings;
+  settings.kv_cache_enabled = false;
+  settings.temperature = 1.35;
+  settings.top_k = 17;
+  settings.top_p = 0.875;
+  settings.min_p = 0.125;
+  settings.repetition_penalty = 1.25;
+  settings.seed = 18446744073709551557ull;
+  settings.max_new_tokens = 333;
+  settings.default_system_prompt = "Be brief.\nAnswer kindly.";
+  settings.model_directory = "/models/llama";
+  settings.threads = 3;
+  settings.context_limit = 1000;
+  settings.context_overflow = ContextOverflowPolicy::DropOldestTurns;
+  settings.cache_budget_bytes = 123456789;  // not a whole number of MiB: kept exactly when untouched
+  return settings;
+}
+}  // namespace
+
+void SettingsDialogTest::unchanged_dialog_returns_the_same_settings() {
+  const ChatSettings original = unusual_settings();
+  SettingsDialog dialog(original);
+  const ChatSettings shown = dialog.settings();
+  QCOMPARE(shown.kv_cache_enabled, original.kv_cache_enabled);
+  QCOMPARE(shown.temperature, original.temperature);
+  QCOMPARE(shown.top_k, original.top_k);
+  QCOMPARE(shown.top_p, original.top_p);
+  QCOMPARE(shown.min_p, original.min_p);
+  QCOMPARE(shown.repetition_penalty, original.repetition_penalty);
+  QCOMPARE(shown.seed, original.seed);
+  QCOMPARE(shown.max_new_tokens, original.max_new_tokens);
+  QCOMPARE(shown.default_system_prompt, original.default_system_prompt);
+  QCOMPARE(shown.model_directory, original.model_directory);
+  QCOMPARE(shown.threads, original.threads);
+  QCOMPARE(shown.context_limit, original.context_limit);
+  QCOMPARE(shown.context_overflow, original.context_overflow);
+  QCOMPARE(shown.cache_budget_bytes, original.cache_budget_bytes);
+}
+
+void SettingsDialogTest::edits_map_onto_the_settings() {
+  SettingsDialog dialog(unusual_settings());
+  dialog.findChild<QCheckBox*>("kvCacheCheck")->setChecked(true);
+  dialog.findChild<QDoubleSpinBox*>("temperatureSpin")->setValue(0.0);
+  dialog.findChild<QSpinBox*>("topKSpin")->setValue(0);
+  dialog.findChild<QLineEdit*>("seedEdit")->setText("42");
+  dialog.findChild<QSpinBox*>("maxNewTokensSpin")->setValue(64);
+  dialog.findChild<QPlainTextEdit*>("systemPromptEdit")->setPlainText("Tell stories.");
+  dialog.findChild<QLineEdit*>("modelDirectoryEdit")->setText("  ");
+  dialog.findChild<QSpinBox*>("contextLimitSpin")->setValue(0);
+  dialog.findChild<QComboBox*>("overflowCombo")->setCurrentIndex(0);
+  dialog.findChild<QSpinBox*>("cacheBudgetSpin")->setValue(256);
+  const ChatSettings edited = dialog.settings();
+  QCOMPARE(edited.kv_cache_enabled, true);
+  QCOMPARE(edited.temperature, 0.0);
+  QCOMPARE(edited.top_k, 0);
+  QCOMPARE(edited.seed, quint64(42));
+  QCOMPARE(edited.max_new_tokens, 64);
+  QCOMPARE(edited.default_system_prompt, QStringLiteral("Tell stories."));
+  QCOMPARE(edited.model_directory, QString());  // blank = the embedded model
+  QCOMPARE(edited.context_limit, 0);
+  QCOMPARE(edited.context_overflow, ContextOverflowPolicy::Stop);
+  QCOMPARE(edited.cache_budget_bytes, qint64(256) * 1024 * 1024);
+  QCOMPARE(edited.top_p, 0.875);  // untouched fields stay
+}
+
+QTEST_MAIN(SettingsDialogTest)
+#include "test_settings_dialog.moc"
