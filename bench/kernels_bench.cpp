@@ -5,18 +5,20 @@
 //
 // Build (from the repository root, after building kvchat_kernels in build/):
 //   g++ -O2 -std=c++17 -I. bench/kernels_bench.cpp build/engine/libkvchat_kernels.a -pthread -o kernels_bench
-// Usage: kernels_bench [--portable] [--tiny] [--layers N] [threads...]   (default threads: 1 2; layers: 4)
+// Usage: kernels_bench [--portable] [--tiny] [--small-pages] [--layers N] [threads...]   (default threads: 1 2; layers: 4)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/kernels/cpu_features.h"
+#include "engine/kernels/huge_pages.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/memory_probe.h"
 
@@ -37,17 +39,36 @@ Timing summarize(std::vector<double> times) {
   return {times.front(), times[times.size() / 2]};
 }
 
-template <typename Weight>
-std::vector<Weight> filled(std::size_t count) {
-  std::vector<Weight> values(count);
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (auto& v : values) {
-    if constexpr (sizeof(Weight) == 4) v = dist(rng);
-    else v = float_to_bf16(dist(rng));
+bool g_huge_pages = true;
+
+// Random values in a buffer on huge pages (the default, as the engine should hold weights) or on
+// ordinary 4 KiB pages (--small-pages), to show what the page size costs.
+template <typename T>
+class Buffer {
+ public:
+  explicit Buffer(std::size_t count) : count_(count), huge_(g_huge_pages) {
+    data_ = static_cast<T*>(huge_ ? allocate_huge_page_buffer(count * sizeof(T)) : std::malloc(count * sizeof(T) + 1));
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    for (std::size_t i = 0; i < count; ++i) {
+      if constexpr (sizeof(T) == 4) data_[i] = dist(rng);
+      else data_[i] = float_to_bf16(dist(rng));
+    }
   }
-  return values;
-}
+  ~Buffer() {
+    if (huge_) free_huge_page_buffer(data_, count_ * sizeof(T));
+    else std::free(data_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  T* data() const { return data_; }
+
+ private:
+  std::size_t count_;
+  bool huge_;
+  T* data_;
+};
+
 
 // Times `product(copy)` over `copies` distinct matrices, `rounds` times round-robin.
 Timing time_round_robin(int copies, int rounds, const std::function<void(int)>& product) {
@@ -65,9 +86,9 @@ Timing time_round_robin(int copies, int rounds, const std::function<void(int)>& 
 void bench_shape(std::int64_t rows, std::int64_t cols, std::int64_t n) {
   const std::size_t elements = static_cast<std::size_t>(rows * cols);
   const int copies = static_cast<int>(std::max<std::size_t>(2, (512ull << 20) / (elements * 4) + 1));
-  const std::vector<float> w32 = filled<float>(elements * copies);
-  const std::vector<std::uint16_t> w16 = filled<std::uint16_t>(elements * copies);
-  const std::vector<float> x = filled<float>(static_cast<std::size_t>(cols * n));
+  const Buffer<float> w32(elements * copies);
+  const Buffer<std::uint16_t> w16(elements * copies);
+  const Buffer<float> x(static_cast<std::size_t>(cols * n));
   std::vector<float> y(static_cast<std::size_t>(rows * n));
   const int rounds = std::max(3, 2000 / copies / std::max<int>(1, static_cast<int>(elements >> 20)));
   const Timing f32 = time_round_robin(copies, rounds, [&](int copy) {
@@ -100,11 +121,12 @@ void bench_model(int layers, const char* dtype,
   const Shape layer_shapes[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
                                 {8192, 2048}, {8192, 2048}, {2048, 8192}};
   const Shape head{128256, 2048};
-  std::vector<std::vector<Weight>> matrices;
+  std::vector<std::unique_ptr<Buffer<Weight>>> matrices;
   for (int layer = 0; layer < layers; ++layer)
-    for (const Shape& s : layer_shapes) matrices.push_back(filled<Weight>(static_cast<std::size_t>(s.rows * s.cols)));
-  const std::vector<Weight> head_weights = filled<Weight>(static_cast<std::size_t>(head.rows * head.cols));
-  const std::vector<float> x = filled<float>(8192);
+    for (const Shape& s : layer_shapes)
+      matrices.push_back(std::make_unique<Buffer<Weight>>(static_cast<std::size_t>(s.rows * s.cols)));
+  const Buffer<Weight> head_weights(static_cast<std::size_t>(head.rows * head.cols));
+  const Buffer<float> x(8192);
   std::vector<float> y(static_cast<std::size_t>(head.rows));
 
   std::vector<double> layer_times, head_times;
@@ -112,7 +134,7 @@ void bench_model(int layers, const char* dtype,
     auto start = Clock::now();
     std::size_t index = 0;
     for (int layer = 0; layer < layers; ++layer)
-      for (const Shape& s : layer_shapes) matvec(matrices[index++].data(), x.data(), y.data(), s.rows, s.cols, nullptr);
+      for (const Shape& s : layer_shapes) matvec(matrices[index++]->data(), x.data(), y.data(), s.rows, s.cols, nullptr);
     layer_times.push_back(seconds_since(start) / layers);
     start = Clock::now();
     matvec(head_weights.data(), x.data(), y.data(), head.rows, head.cols, nullptr);
@@ -131,8 +153,8 @@ void bench_model(int layers, const char* dtype,
 }
 
 void bench_tiny(std::int64_t rows, std::int64_t cols) {
-  const std::vector<float> w = filled<float>(static_cast<std::size_t>(rows * cols));
-  const std::vector<float> x = filled<float>(static_cast<std::size_t>(cols));
+  const Buffer<float> w(static_cast<std::size_t>(rows * cols));
+  const Buffer<float> x(static_cast<std::size_t>(cols));
   std::vector<float> y(static_cast<std::size_t>(rows));
   const int calls = 100000;
   std::vector<double> times;
@@ -155,11 +177,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--portable") == 0) set_avx2_kernels_enabled(false);
     else if (std::strcmp(argv[i], "--tiny") == 0) tiny_only = true;
+    else if (std::strcmp(argv[i], "--small-pages") == 0) g_huge_pages = false;
     else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) layers = std::atoi(argv[++i]);
     else thread_counts.push_back(std::atoi(argv[i]));
   }
   if (thread_counts.empty()) thread_counts = {1, 2};
-  std::printf("avx2 kernels: %s\n", use_avx2_kernels() ? "yes" : "no");
+  std::printf("avx2 kernels: %s, weights on %s pages\n", use_avx2_kernels() ? "yes" : "no",
+              g_huge_pages ? "huge" : "4 KiB");
   for (int threads : thread_counts) {
     set_default_threads(threads);
     if (tiny_only) {

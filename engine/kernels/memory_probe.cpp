@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/kernels/cpu_features.h"
+#include "engine/kernels/huge_pages.h"
 #include "engine/kernels/isa_attributes.h"
 #include "engine/kernels/thread_pool.h"
 
@@ -24,10 +25,10 @@ namespace kvchat::kernels {
 namespace {
 
 constexpr std::size_t kMinimumBytes = 4096;
-constexpr std::size_t kAlignment = 64;
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+struct HugePageBufferDeleter {
+  std::size_t bytes;
+  void operator()(void* p) const { free_huge_page_buffer(p, bytes); }
 };
 
 // Each reader folds what it reads into a checksum that is stored, so the loads cannot be elided.
@@ -80,9 +81,11 @@ BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs)
                                 std::to_string(kMinimumBytes) + "-byte minimum");
   }
   const std::size_t words = bytes / sizeof(std::uint64_t);
-  const std::size_t allocation = (words * sizeof(std::uint64_t) + kAlignment - 1) / kAlignment * kAlignment;
-  std::unique_ptr<void, FreeDeleter> buffer(std::aligned_alloc(kAlignment, allocation));
-  if (!buffer) throw std::bad_alloc();
+  // Huge pages, as for the model weights (see huge_pages.h): the probe measures what the memory
+  // system delivers to a linear reader, not the cost of 4 KiB page walks.
+  const std::size_t allocation = words * sizeof(std::uint64_t);
+  std::unique_ptr<void, HugePageBufferDeleter> buffer(allocate_huge_page_buffer(allocation),
+                                                      HugePageBufferDeleter{allocation});
   auto* data = static_cast<std::uint64_t*>(buffer.get());
 
   ThreadPool pool(threads);

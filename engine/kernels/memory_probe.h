@@ -12,8 +12,9 @@ struct BandwidthResult {
   int runs;
 };
 
-// Reads a buffer of `bytes` (much larger than the last-level cache by default) `runs` times with
-// `threads` threads, each streaming a contiguous slice with vector loads. Throws std::invalid_argument
+// Reads a buffer of `bytes` (much larger than the last-level cache by default; huge pages where the
+// system has them) `runs` times with `threads` threads, each streaming a contiguous slice with vector
+// loads. Throws std::invalid_argument
 // for threads < 1, runs < 1 or a buffer smaller than 4 KiB, std::bad_alloc if it cannot be allocated.
 BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes = 1ull << 30, int runs = 5);
 
