@@ -14,30 +14,6 @@ namespace {
 
 // ------------------------------------------------------------------ argument binding
 
-std::string python_type(const Value& v) {
-  switch (v.kind) {
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::List:
-      switch (v.sequence) {
-        case Sequence::List: return "list";
-        case Sequence::Tuple: return "tuple";
-        case Sequence::Generator: return "generator";
-        case Sequence::View: return "view";
-      }
-      return "list";
-    case Kind::Dict: return "dict";
-    case Kind::Namespace: return "Namespace";
-    case Kind::Loop: return "LoopContext";
-    case Kind::Callable: return "function";
-    case Kind::Undefined: return "Undefined";
-  }
-  return "object";
-}
-
 // Binds positional and keyword arguments to a Python-style parameter list.
 std::vector<std::optional<Value>> bind(const std::string& function, const CallArgs& args, std::size_t skip,
                                        std::initializer_list<const char*> parameters) {
@@ -62,21 +38,21 @@ bool bool_arg(const std::optional<Value>& arg, bool fallback) { return arg ? tru
 std::int64_t int_arg(const std::string& function, const std::optional<Value>& arg, std::int64_t fallback) {
   if (!arg || arg->is_none()) return fallback;
   if (!arg->is_integral())
-    throw EvalError(function + "(): expected an integer argument, got " + python_type(*arg));
+    throw EvalError(function + "(): expected an integer argument, got " + python_type_name(*arg));
   return arg->as_int();
 }
 
 std::optional<std::string> optional_str_arg(const std::string& function, const std::optional<Value>& arg) {
   if (!arg || arg->is_none()) return std::nullopt;
   if (!arg->is_string())
-    throw EvalError(function + "(): expected a string argument, got " + python_type(*arg));
+    throw EvalError(function + "(): expected a string argument, got " + python_type_name(*arg));
   return arg->text;
 }
 
 std::string str_arg(const std::string& function, const std::optional<Value>& arg, const char* name) {
   if (!arg) throw EvalError(function + "() missing required argument '" + name + "'");
   if (!arg->is_string())
-    throw EvalError(function + "(): argument '" + name + "' must be str, not " + python_type(*arg));
+    throw EvalError(function + "(): argument '" + name + "' must be str, not " + python_type_name(*arg));
   return arg->text;
 }
 
@@ -139,11 +115,11 @@ Value call_str_method(const std::string& text, const std::string& method, const 
     } else if (a[0]->kind == Kind::List && a[0]->sequence == Sequence::Tuple) {
       for (const Value& item : a[0]->items()) {
         if (!item.is_string())
-          throw EvalError("tuple for " + method + " must only contain str, not " + python_type(item));
+          throw EvalError("tuple for " + method + " must only contain str, not " + python_type_name(item));
         candidates.push_back(item.text);
       }
     } else {
-      throw EvalError(method + " first arg must be str or a tuple of str, not " + python_type(*a[0]));
+      throw EvalError(method + " first arg must be str or a tuple of str, not " + python_type_name(*a[0]));
     }
     for (const std::string& c : candidates) {
       bool hit = method == "startswith"
@@ -190,7 +166,7 @@ Value call_str_method(const std::string& text, const std::string& method, const 
     for (const Value& item : iterate(*a[0])) {
       if (!item.is_string())
         throw EvalError("sequence item " + std::to_string(index) + ": expected str instance, " +
-                        python_type(item) + " found");
+                        python_type_name(item) + " found");
       if (index++) out += text;
       out += item.text;
     }
@@ -249,7 +225,7 @@ Value call_dict_method(const Value& dict, const std::string& method, const CallA
 }
 
 Value call_list_method(const Value& list, const std::string& method, const CallArgs& args) {
-  const std::string fn = python_type(list) + "." + method;
+  const std::string fn = python_type_name(list) + "." + method;
   if (method == "count") {
     auto a = bind(fn, args, 0, {"value"});
     if (!a[0]) throw EvalError(fn + "() takes exactly one argument (0 given)");
@@ -269,7 +245,7 @@ Value call_list_method(const Value& list, const std::string& method, const CallA
 }
 
 Value bound_method(const Value& object, const std::string& method) {
-  std::string name = python_type(object) + "." + method;
+  std::string name = python_type_name(object) + "." + method;
   if (object.is_string()) {
     std::string text = object.text;
     return Value::from_callable(name, [text, method](const CallArgs& args) { return call_str_method(text, method, args); });
@@ -425,7 +401,7 @@ ValueList reversed_items(const Value& value, const std::string& filter) {
     std::reverse(items.begin(), items.end());
     return items;
   }
-  throw EvalError("'" + python_type(value) + "' object is not reversible");
+  throw EvalError("'" + python_type_name(value) + "' object is not reversible");
 }
 
 std::function<bool(const Value&)> select_predicate(const std::string& filter, const CallArgs& args, bool by_attribute) {
@@ -514,7 +490,7 @@ Value filter_sort(const Value& value, const CallArgs& args) {
 
 Value filter_dictsort(const Value& value, const CallArgs& args) {
   auto a = bind("dictsort", args, 1, {"case_sensitive", "by", "reverse"});
-  if (value.kind != Kind::Dict) throw EvalError("dictsort: expected a mapping, got " + python_type(value));
+  if (value.kind != Kind::Dict) throw EvalError("dictsort: expected a mapping, got " + python_type_name(value));
   bool case_sensitive = bool_arg(a[0], false);
   std::string by = a[1] ? str_arg("dictsort", a[1], "by") : "key";
   if (by != "key" && by != "value") throw EvalError("You can only sort by either \"key\" or \"value\"");
@@ -750,7 +726,7 @@ Value apply_filter(const std::string& name, const Value& value, const CallArgs& 
       if (value.as_int() == INT64_MIN) overflow();
       return Value::from_int(std::llabs(value.as_int()));
     }
-    throw EvalError("bad operand type for abs(): '" + python_type(value) + "'");
+    throw EvalError("bad operand type for abs(): '" + python_type_name(value) + "'");
   }
   if (name == "sum") {
     auto a = bind("sum", args, 1, {"attribute", "start"});
@@ -947,14 +923,14 @@ bool contains(const Value& container, const Value& item) {
     case Kind::Undefined: return false;  // Undefined iterates as empty
     case Kind::String:
       if (!item.is_string())
-        throw EvalError("'in <string>' requires string as left operand, not " + python_type(item));
+        throw EvalError("'in <string>' requires string as left operand, not " + python_type_name(item));
       return container.text.find(item.text) != std::string::npos;
     case Kind::List:
       return std::any_of(container.items().begin(), container.items().end(),
                          [&](const Value& v) { return equals(v, item); });
     case Kind::Dict: return dict_find(container.entries(), item) != nullptr;
     default:
-      throw EvalError("argument of type '" + python_type(container) + "' is not iterable");
+      throw EvalError("argument of type '" + python_type_name(container) + "' is not iterable");
   }
 }
 
@@ -965,10 +941,10 @@ Value binary_operator(const std::string& op, const Value& left, const Value& rig
   if (right.is_undefined()) fail_undefined(right);
   auto unsupported = [&]() -> EvalError {
     if (op == "+" && (left.is_string() || is_plain_sequence(left)) && left.kind != right.kind)
-      return EvalError("can only concatenate " + python_type(left) + " (not \"" + python_type(right) + "\") to " +
-                       python_type(left));
-    return EvalError("unsupported operand type(s) for " + op + ": '" + python_type(left) + "' and '" +
-                     python_type(right) + "'");
+      return EvalError("can only concatenate " + python_type_name(left) + " (not \"" + python_type_name(right) + "\") to " +
+                       python_type_name(left));
+    return EvalError("unsupported operand type(s) for " + op + ": '" + python_type_name(left) + "' and '" +
+                     python_type_name(right) + "'");
   };
   bool integral = left.is_integral() && right.is_integral();
   bool numeric = left.is_number() && right.is_number();
@@ -1044,7 +1020,7 @@ Value unary_minus(const Value& operand, bool negate) {
     if (negate && operand.as_int() == INT64_MIN) overflow();
     return Value::from_int(negate ? -operand.as_int() : operand.as_int());
   }
-  throw EvalError(std::string("bad operand type for unary ") + (negate ? "-" : "+") + ": '" + python_type(operand) + "'");
+  throw EvalError(std::string("bad operand type for unary ") + (negate ? "-" : "+") + ": '" + python_type_name(operand) + "'");
 }
 
 }  // namespace kvchat::jinja

@@ -187,7 +187,6 @@ bool equals(const Value& a, const Value& b) {
   }
 }
 
-namespace {
 std::string python_type_name(const Value& v) {
   switch (v.kind) {
     case Kind::None: return "NoneType";
@@ -196,7 +195,13 @@ std::string python_type_name(const Value& v) {
     case Kind::Float: return "float";
     case Kind::String: return "str";
     case Kind::List:
-      return v.sequence == Sequence::Tuple ? "tuple" : v.sequence == Sequence::List ? "list" : "generator";
+      switch (v.sequence) {
+        case Sequence::List: return "list";
+        case Sequence::Tuple: return "tuple";
+        case Sequence::Generator: return "generator";
+        case Sequence::View: return "view";
+      }
+      return "list";
     case Kind::Dict: return "dict";
     case Kind::Namespace: return "Namespace";
     case Kind::Loop: return "LoopContext";
@@ -205,7 +210,6 @@ std::string python_type_name(const Value& v) {
   }
   return "object";
 }
-}  // namespace
 
 bool less_than(const Value& a, const Value& b) {
   if (a.is_undefined()) fail_undefined(a);

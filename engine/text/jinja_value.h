@@ -103,6 +103,8 @@ struct Value {
   const DictEntries& entries() const { return *dict; }
 };
 
+// Python's type name as its error messages use it ("NoneType", "str", "list", ...).
+std::string python_type_name(const Value& value);
 // Python's type name as Jinja2's messages use it ("dict object", "None", "str object").
 std::string type_description(const Value& value);
 // Throws the undefined value's error (jinja2.exceptions.UndefinedError).
