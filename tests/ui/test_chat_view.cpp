@@ -1,0 +1,100 @@
+// ChatView and MessageWidget on their own: Markdown for replies and plain text for the user's words, a
+// context-cut marker placed above the first message still in context, streaming appends, errors shown.
+#include <QtTest>
+
+#include <QLabel>
+
+#include "app/chat_history.h"
+#include "ui/chat_view.h"
+#include "ui/message_widget.h"
+#include "ui/stats_format.h"
+
+using kvchat::app::MessageRecord;
+using kvchat::ui::ChatView;
+using kvchat::ui::MessageWidget;
+
+namespace {
+MessageRecord record(qint64 id, const QString& role, const QString& text) {
+  MessageRecord message;
+  message.id = id;
+  message.conversation_id = 1;
+  message.role = role;
+  message.text = text;
+  return message;
+}
+
+QLabel* body_of(MessageWidget* widget) { return widget->findChild<QLabel*>("messageBody"); }
+}  // namespace
+
+class ChatViewTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void replies_are_markdown_user_text_is_plain();
+  void marker_is_shown_above_the_first_message_in_context();
+  void streaming_appends_and_the_final_record_replaces();
+  void byte_sizes_are_readable();
+};
+
+void ChatViewTest::replies_are_markdown_user_text_is_plain() {
+  ChatView view;
+  const QString markdown = "Here:\n\n- one\n- two\n\n```cpp\nint x = 1;\n```\n";
+  view.setMessages({record(1, "user", "**not bold**"), record(2, "assistant", markdown)});
+  const auto widgets = view.messageWidgets();
+  QCOMPARE(widgets.size(), 2);
+  QCOMPARE(body_of(widgets[0])->textFormat(), Qt::PlainText);
+  QCOMPARE(body_of(widgets[0])->text(), QStringLiteral("**not bold**"));
+  QCOMPARE(body_of(widgets[1])->textFormat(), Qt::MarkdownText);
+  QCOMPARE(body_of(widgets[1])->text(), markdown);
+}
+
+void ChatViewTest::marker_is_shown_above_the_first_message_in_context() {
+  ChatView view;
+  MessageRecord marker = kvchat::app::context_cut_marker(1, 3, 2, 96);
+  marker.id = 6;  // written after the turn that needed the cut
+  view.setMessages({record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"),
+                    record(4, "assistant", "d"), record(5, "user", "e"), marker});
+  QList<qint64> order;
+  for (auto* widget : view.messageWidgets()) order << widget->messageId();
+  QCOMPARE(order, (QList<qint64>{1, 2, 6, 3, 4, 5}));
+  QVERIFY(body_of(view.messageWidget(6))->text().contains("96 tokens"));
+}
+
+void ChatViewTest::streaming_appends_and_the_final_record_replaces() {
+  ChatView view;
+  MessageRecord reply = record(2, "assistant", "");
+  reply.complete = false;
+  view.setMessages({record(1, "user", "hi"), reply}, /*streaming_message_id=*/2);
+  MessageWidget* streaming = view.messageWidget(2);
+  QVERIFY(streaming);
+  view.appendToMessage(2, "Once ");
+  view.appendToMessage(2, "upon");
+  QCOMPARE(streaming->text(), QStringLiteral("Once upon"));
+  QTRY_COMPARE(body_of(streaming)->text(), QStringLiteral("Once upon"));  // rendered within the coalescing interval
+
+  // Sending appends: the widgets already shown stay.
+  MessageRecord finished = record(2, "assistant", "Once upon a time");
+  finished.stats = QJsonObject{{"generated_tokens", 4}, {"prompt_tokens", 2}, {"prefilled_tokens", 2},
+                               {"cache_mode", "on"}, {"stop_reason", "eos"}};
+  view.updateMessage(finished);
+  QCOMPARE(body_of(streaming)->text(), QStringLiteral("Once upon a time"));
+  QVERIFY(streaming->statsText().contains("4 tokens"));
+  QVERIFY(streaming->statsText().contains("0 reused / 2 prefilled"));
+  view.setMessages({record(1, "user", "hi"), finished, record(3, "user", "more")});
+  QCOMPARE(view.messageWidget(2), streaming);
+  QCOMPARE(view.messageWidgets().size(), 3);
+
+  view.showError("the model refused");
+  QVERIFY(view.findChild<QLabel*>("chatError"));
+  QCOMPARE(view.findChild<QLabel*>("chatError")->text(), QStringLiteral("the model refused"));
+}
+
+void ChatViewTest::byte_sizes_are_readable() {
+  QCOMPARE(kvchat::ui::format_bytes(812), QStringLiteral("812 B"));
+  QCOMPARE(kvchat::ui::format_bytes(1280 * 323), QStringLiteral("403.8 KiB"));
+  QCOMPARE(kvchat::ui::format_bytes(3 * 1024 * 1024 + 512 * 1024), QStringLiteral("3.50 MiB"));
+  QCOMPARE(kvchat::ui::format_bytes(qint64(6) << 30), QStringLiteral("6.00 GiB"));
+}
+
+QTEST_MAIN(ChatViewTest)
+#include "test_chat_view.moc"
