@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <QCoreApplication>
 #include <QJsonArray>
 #include <QSettings>
 
@@ -73,13 +74,20 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
 }
 
 ChatController::~ChatController() {
-  if (active_) {
-    active_->stop->store(true);
-    commit_growing_reply();
-  }
+  if (active_) active_->stop->store(true);  // generate() returns within a token
   engine_thread_.quit();
   engine_thread_.wait();
   delete worker_;
+  // The stopped turn's last chunks and its finished() are still queued here: deliver them, so the reply is
+  // saved complete with its stats rather than left as an interrupted one.
+  QCoreApplication::sendPostedEvents(this, QEvent::MetaCall);
+  if (active_) {
+    try {
+      store_->finish_message(active_->message_id, active_->text, QJsonObject{{"stop_reason", "stopped"}});
+    } catch (const std::exception& error) {
+      spdlog::error("cannot save the reply being generated at exit: {}", error.what());
+    }
+  }
 }
 
 void ChatController::applySettings(const ChatSettings& settings) {

@@ -49,6 +49,7 @@ class ChatControllerTest : public QObject {
   void conversations_new_rename_delete();
   void context_cut_leaves_a_marker();
   void export_writes_the_conversation();
+  void closing_mid_reply_saves_it();
 
  private:
   void make_controller(const ChatSettings& settings);
@@ -262,6 +263,25 @@ void ChatControllerTest::export_writes_the_conversation() {
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                            controller_->exportConversation(987654, dir_->filePath("x.md"),
                                                            kvchat::app::ExportFormat::Markdown));
+}
+
+void ChatControllerTest::closing_mid_reply_saves_it() {
+  ChatSettings settings = greedy_settings();
+  settings.max_new_tokens = 480;
+  settings.kv_cache_enabled = false;  // slow on purpose
+  make_controller(settings);
+  QSignalSpy chunks(controller_.get(), &ChatController::replyTextAppended);
+  QVERIFY(controller_->send("Once upon a time"));
+  QVERIFY(chunks.wait(60000));
+  const qint64 conversation = controller_->currentConversationId();
+  controller_.reset();  // as when the window closes mid-reply
+
+  kvchat::app::ConversationStore store(dir_->filePath("chats.sqlite3"), kvchat::app::StoreOpenMode::ExistingOnly);
+  const auto records = store.messages(conversation);
+  QCOMPARE(records.size(), 2);
+  QVERIFY(records[1].complete);
+  QVERIFY(!records[1].text.isEmpty());
+  QCOMPARE(records[1].stats.value("stop_reason").toString(), QStringLiteral("stopped"));
 }
 
 QTEST_GUILESS_MAIN(ChatControllerTest)
