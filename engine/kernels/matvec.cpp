@@ -290,9 +290,19 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
   // holds one core, the other threads take over its share instead of waiting for it.
   const std::int64_t row_bytes = cols * static_cast<std::int64_t>(sizeof(Weight));
   const std::int64_t block_rows = std::max(kRowGrain, (kBlockBytes / row_bytes + kRowGrain - 1) / kRowGrain * kRowGrain);
+  // One captured pointer keeps the std::function in its small-object buffer (no allocation per call).
+  struct Problem {
+    const Weight* weight;
+    const float* x;
+    float* y;
+    std::int64_t n, rows, cols;
+    const float* bias;
+  } const problem{weight, x, y, n, rows, cols, bias};
   pool.parallel_for_blocks(
       rows,
-      [&](std::int64_t begin, std::int64_t end) { matmul_rows(weight, x, y, n, rows, cols, bias, begin, end); },
+      [p = &problem](std::int64_t begin, std::int64_t end) {
+        matmul_rows(p->weight, p->x, p->y, p->n, p->rows, p->cols, p->bias, begin, end);
+      },
       block_rows);
 }
 
