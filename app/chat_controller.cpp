@@ -47,11 +47,19 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     model_loading_ = false;
     cache_figures_.clear();
     total_cache_bytes_ = 0;
+    if (!remember_model_directory_.isEmpty() && remember_model_directory_ == info.directory) {
+      settings_.model_directory = info.directory;
+      settings_.save(*settings_storage_);
+      settings_storage_->sync();
+      spdlog::info("model directory {} saved in the settings", info.directory.toStdString());
+    }
+    remember_model_directory_.clear();
     Q_EMIT modelLoaded(info);
     Q_EMIT cacheGaugeChanged();
   });
   connect(worker_, &EngineWorker::loadFailed, this, [this](const QString& directory, const QString& message) {
     model_loading_ = false;
+    remember_model_directory_.clear();  // the previous model stays, and so does the setting
     Q_EMIT modelLoadFailed(directory, message);
   });
   connect(worker_, &EngineWorker::textReady, this, &ChatController::on_text_ready);
@@ -102,8 +110,9 @@ void ChatController::applySettings(const ChatSettings& settings) {
   if (resolve_model_directory(settings_.model_directory) != old_model || !model_loaded_) loadModel(QString());
 }
 
-void ChatController::loadModel(const QString& directory) {
+void ChatController::loadModel(const QString& directory, bool remember) {
   const QString resolved = directory.isEmpty() ? resolve_model_directory(settings_.model_directory) : directory;
+  remember_model_directory_ = remember ? resolved : QString();
   model_loading_ = true;
   Q_EMIT modelLoading(resolved);
   const int threads = settings_.threads;

@@ -54,7 +54,9 @@ class ChatController : public QObject {
   // Saves the settings; they apply from the next turn. A changed model directory is loaded.
   void applySettings(const ChatSettings& settings);
 
-  void loadModel(const QString& directory);  // empty = the settings' model (or the embedded one)
+  // empty = the settings' model (or the embedded one). With remember, a successful load becomes the
+  // settings' model directory, so the next start opens it again (File > Open model directory).
+  void loadModel(const QString& directory, bool remember = false);
   bool isModelLoaded() const { return model_loaded_; }
   bool isModelLoading() const { return model_loading_; }
   const ModelInfo& modelInfo() const { return model_info_; }
@@ -144,6 +146,7 @@ class ChatController : public QObject {
   ModelInfo model_info_;
   bool model_loaded_ = false;
   bool model_loading_ = false;
+  QString remember_model_directory_;  // a user-chosen directory to save once it has loaded
 
   qint64 current_conversation_ = 0;
   std::optional<ActiveTurn> active_;

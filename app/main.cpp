@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 
+#include "engine/process_setup.h"
 #include "app/chat_controller.h"
 #include "app/conversation_store.h"
 #include "app/logging.h"
@@ -46,6 +47,7 @@ void script_session(kvchat::app::ChatController* controller, kvchat::ui::MainWin
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvchat::ensure_passive_openmp_threads(argv);
   QApplication application(argc, argv);
   QApplication::setApplicationName("kvchat");
   QApplication::setApplicationVersion(KVCHAT_VERSION);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "engine/compute_options.h"
 #include "engine/kernels/memory_probe.h"
 #include "engine/llama_model.h"
 #include "engine/session.h"
@@ -41,6 +42,7 @@ double measure_sgemm_gflop_s() {
 }  // namespace
 
 HardwareCeilings measure_hardware_ceilings(int threads) {
+  enter_compute_phase(ComputePhase::Parallel);  // every BLAS thread, as a prefill gets
   HardwareCeilings ceilings;
   ceilings.read_bandwidth_gb_s = kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 10).gigabytes_per_second;
   ceilings.sgemm_gflop_s = measure_sgemm_gflop_s();

@@ -1,38 +1,51 @@
 #include "engine/llama_model.h"
 
+#include <c10/core/InferenceMode.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
 #include "engine/compute_options.h"
 #include "engine/kernels/bf16.h"
+#include "engine/kernels/huge_pages.h"
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/thread_pool.h"
 #include "engine/rope.h"
 #include "engine/safetensors.h"
 
 namespace kvchat {
 
-// Up to this many rows of x, the weight-streaming kernels beat LibTorch's GEMM: they read W once for
-// all rows at memory bandwidth, while sgemm only pays off once there is enough reuse of each weight.
-constexpr std::int64_t kSmallBatchRows = 4;
+// Up to kStreamingRows rows of x, the weight-streaming kernels beat LibTorch's GEMM, which only pays
+// off once each weight is reused enough; they take the rows kGroupRows at a time, one pass over W each.
+constexpr std::int64_t kStreamingRows = 8;
+constexpr std::int64_t kGroupRows = 4;
+// From this many attended positions on, a streaming forward splits attention over the kernels' pool.
+constexpr std::int64_t kParallelAttentionTokens = 256;
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   const std::int64_t rows = x.size(0), in = weight.size(1), out = weight.size(0);
   const bool bf16 = weight.scalar_type() == at::kBFloat16;
-  if (fast_kernels_enabled() && rows <= kSmallBatchRows && weight.is_contiguous()) {
+  if (fast_kernels_enabled() && rows <= kStreamingRows && weight.is_contiguous()) {
     at::Tensor input = x.contiguous();
     at::Tensor output = at::empty({rows, out}, at::kFloat);
     const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
-    if (bf16) {
-      const auto* w = reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>());
-      if (rows == 1) kernels::matvec_bf16(w, input.data_ptr<float>(), output.data_ptr<float>(), out, in, bias_data);
-      else kernels::matmul_bf16_small(w, input.data_ptr<float>(), output.data_ptr<float>(), rows, out, in, bias_data);
-    } else {
-      const float* w = weight.data_ptr<float>();
-      if (rows == 1) kernels::matvec_f32(w, input.data_ptr<float>(), output.data_ptr<float>(), out, in, bias_data);
-      else kernels::matmul_f32_small(w, input.data_ptr<float>(), output.data_ptr<float>(), rows, out, in, bias_data);
+    // Groups of up to kGroupRows rows share one pass over W.
+    for (std::int64_t first = 0; first < rows; first += kGroupRows) {
+      const std::int64_t n = std::min(kGroupRows, rows - first);
+      const float* in_rows = input.data_ptr<float>() + first * in;
+      float* out_rows = output.data_ptr<float>() + first * out;
+      if (bf16) {
+        const auto* w = reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>());
+        if (n == 1) kernels::matvec_bf16(w, in_rows, out_rows, out, in, bias_data);
+        else kernels::matmul_bf16_small(w, in_rows, out_rows, n, out, in, bias_data);
+      } else {
+        const float* w = weight.data_ptr<float>();
+        if (n == 1) kernels::matvec_f32(w, in_rows, out_rows, out, in, bias_data);
+        else kernels::matmul_f32_small(w, in_rows, out_rows, n, out, in, bias_data);
+      }
     }
     return output;
   }
@@ -94,6 +107,9 @@ at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t sta
     if (id < 0 || id >= config_.vocab_size)
       throw std::out_of_range("forward: token id " + std::to_string(id) + " outside the vocabulary");
 
+  const bool streaming = fast_kernels_enabled() && steps <= kStreamingRows;
+  enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
+
   const std::int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
   const std::int64_t head_dim = config_.head_dim, group = heads / kv_heads;
   const std::int64_t total = start_pos + steps;  // keys attended to
@@ -124,10 +140,24 @@ at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t sta
     // GQA without repeating K/V: query heads h = g*group + j share kv head g, so fold the group into
     // the query rows: [KVH, group*T, d] x [KVH, d, total].
     at::Tensor grouped_q = q.reshape({kv_heads, group * steps, head_dim});
-    at::Tensor scores = at::matmul(grouped_q, keys.transpose(1, 2)).mul_(scale);  // [KVH, group*T, total]
-    if (mask.defined()) scores = scores.view({kv_heads, group, steps, total}).add_(mask).view({kv_heads, group * steps, total});
-    at::Tensor probabilities = at::softmax(scores, -1);
-    at::Tensor attended = at::matmul(probabilities, values);                 // [KVH, group*T, d]
+    at::Tensor attended = at::empty({kv_heads, group * steps, head_dim}, at::kFloat);
+    auto attend = [&](std::int64_t first, std::int64_t count) {
+      at::Tensor k_heads = keys.narrow(0, first, count), v_heads = values.narrow(0, first, count);
+      at::Tensor scores = at::matmul(grouped_q.narrow(0, first, count), k_heads.transpose(1, 2)).mul_(scale);
+      if (mask.defined())
+        scores = scores.view({count, group, steps, total}).add_(mask).view({count, group * steps, total});
+      attended.narrow(0, first, count).copy_(at::matmul(at::softmax(scores, -1), v_heads));  // [n, group*T, d]
+    };
+    if (streaming && total >= kParallelAttentionTokens && kv_heads > 1) {
+      // A long context makes attention a real share of a decode step: split it by KV head over the
+      // kernels' pool (LibTorch's own threads are parked while streaming).
+      kernels::default_thread_pool().parallel_for(kv_heads, [&](std::int64_t begin, std::int64_t end) {
+        c10::InferenceMode worker_guard;  // the mode is per thread
+        attend(begin, end - begin);
+      });
+    } else {
+      attend(0, kv_heads);
+    }
     attended = attended.view({heads, steps, head_dim}).transpose(0, 1).reshape({steps, heads * head_dim});
     x = x + layer.o.forward(attended);
 
@@ -150,13 +180,33 @@ namespace {
 
 at::ScalarType storage_type(WeightDtype dtype) { return dtype == WeightDtype::BFloat16 ? at::kBFloat16 : at::kFloat; }
 
+// Weight storage on transparent huge pages: decode streams every weight once per token, and 4 KiB
+// pages cost about a tenth of the read bandwidth in TLB misses and prefetcher restarts.
+at::Tensor empty_weight(const std::vector<std::int64_t>& shape, at::ScalarType type) {
+  std::size_t bytes = c10::elementSize(type);
+  for (std::int64_t dim : shape) bytes *= static_cast<std::size_t>(dim);
+  if (bytes < (std::size_t(4) << 20)) return at::empty(shape, at::TensorOptions().dtype(type));
+  void* buffer = kernels::allocate_huge_page_buffer(bytes);
+  return at::from_blob(buffer, shape, [bytes](void* data) { kernels::free_huge_page_buffer(data, bytes); },
+                       at::TensorOptions().dtype(type));
+}
+
+// `source` in `type`: the source itself when it already is (a memory-mapped checkpoint stays
+// mapped, not copied), else a converted copy on huge pages.
+at::Tensor as_weight(const at::Tensor& source, at::ScalarType type) {
+  if (source.scalar_type() == type) return source;
+  at::Tensor weight = empty_weight(source.sizes().vec(), type);
+  weight.copy_(source);
+  return weight;
+}
+
 class CheckpointReader {
  public:
   CheckpointReader(const std::string& directory, WeightDtype dtype) : checkpoint_(directory), dtype_(dtype) {}
 
   // A weight matrix kept in the storage dtype; a checkpoint already in that dtype is not copied.
   at::Tensor matrix(const std::string& name, std::vector<std::int64_t> shape) {
-    return checked(name, shape).to(storage_type(dtype_));
+    return as_weight(checked(name, shape), storage_type(dtype_));
   }
   // Norm weights and biases are tiny: always f32.
   at::Tensor vector(const std::string& name, std::int64_t size) { return checked(name, {size}).to(at::kFloat); }
@@ -232,16 +282,17 @@ std::shared_ptr<LlamaModel> LlamaModel::random(const ModelConfig& config, std::u
   const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
   const std::int64_t q_out = config.num_attention_heads * config.head_dim;
   const std::int64_t kv_out = config.num_key_value_heads * config.head_dim;
-  // Uniform in +-sqrt(3/in): unit-variance activations, so logits stay in a realistic range.
+  // Normal(0, 0.02), transformers' initializer_range: layer outputs dominate the residual stream, so
+  // a random model's greedy tokens vary like a real model's instead of echoing the input.
   auto matrix = [&](std::int64_t out, std::int64_t in) {
-    const double bound = std::sqrt(3.0 / static_cast<double>(in));
-    return at::empty({out, in}, at::kFloat).uniform_(-bound, bound).to(type);
+    at::Tensor weight = empty_weight({out, in}, at::kFloat).normal_(0.0, 0.02);
+    return type == at::kFloat ? weight : as_weight(weight, type);
   };
   auto linear = [&](std::int64_t out, std::int64_t in) { return Linear{matrix(out, in), at::Tensor()}; };
   auto norm = [&]() { return at::ones({hidden}, at::kFloat); };
 
   ModelWeights weights;
-  weights.embedding = at::empty({config.vocab_size, hidden}, at::kFloat).uniform_(-1.0, 1.0).to(type);
+  weights.embedding = matrix(config.vocab_size, hidden);
   for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
     LayerWeights layer;
     layer.attention_norm = norm();

@@ -39,7 +39,7 @@ struct GenerationConfig {
   int max_new_tokens = 256;
   SamplingParams sampling;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
-  int prefill_chunk_tokens = 256;      // prefill runs in chunks of at most this many tokens
+  int prefill_chunk_tokens = 512;      // prefill runs in chunks of at most this many tokens
   std::vector<TokenId> stop_token_ids; // empty = the model's end-of-sequence ids
 };
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/kernels/thread_pool.h"
+#include "engine/compute_options.h"
 #include "engine/model_loader.h"
 
 namespace kvchat {
@@ -18,11 +18,6 @@ WeightDtype weight_dtype_from_string(const std::string& text) {
   throw std::invalid_argument("unknown weight dtype '" + text + "' (expected f32 or bf16)");
 }
 
-void set_engine_threads(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
-  kernels::set_default_threads(threads);
-  spdlog::debug("engine threads: {}", threads);
-}
+void set_engine_threads(int threads) { set_compute_threads(threads); }
 
 }  // namespace kvchat

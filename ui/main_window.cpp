@@ -388,7 +388,7 @@ void MainWindow::show_error_dialog(const QString& title, const QString& text, co
 
 void MainWindow::openModelDirectory(const QString& directory) {
   spdlog::info("opening model directory {}", directory.toStdString());
-  controller_->loadModel(directory);
+  controller_->loadModel(directory, /*remember=*/true);
 }
 
 bool MainWindow::exportCurrentConversation(const QString& path) {

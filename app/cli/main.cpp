@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/process_setup.h"
 #include "app/cli/cli_command.h"
 
 namespace {
@@ -21,6 +22,7 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvchat::ensure_passive_openmp_threads(argv);
   // Logs go to stderr so that stdout stays machine-readable (--json, JSON lines).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvchat-cli"));
   spdlog::set_level(spdlog::level::warn);

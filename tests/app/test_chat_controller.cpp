@@ -3,6 +3,8 @@
 // the context cut marker, the cache gauge, export.
 #include <QtTest>
 
+#include <QDir>
+#include <QFile>
 #include <QJsonObject>
 #include <QSettings>
 #include <QSignalSpy>
@@ -50,6 +52,7 @@ class ChatControllerTest : public QObject {
   void context_cut_leaves_a_marker();
   void export_writes_the_conversation();
   void closing_mid_reply_saves_it();
+  void opened_model_directory_is_remembered();
 
  private:
   void make_controller(const ChatSettings& settings);
@@ -285,4 +288,35 @@ void ChatControllerTest::closing_mid_reply_saves_it() {
 }
 
 QTEST_GUILESS_MAIN(ChatControllerTest)
+// File > Open model directory: a directory that loads becomes the settings' model (the next start
+// opens it); one that fails leaves both the loaded model and the setting as they were.
+void ChatControllerTest::opened_model_directory_is_remembered() {
+  make_controller(greedy_settings());
+  const QString copy = dir_->filePath("my-model");
+  QVERIFY(QDir().mkpath(copy));
+  for (const char* file : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                           "tokenizer_config.json"})
+    QVERIFY(QFile::copy(QString::fromStdString(kvchat::test::shared_path(std::string("models/stories260K/") + file)),
+                        copy + "/" + file));
+
+  const QString configured = greedy_settings().model_directory;
+  QSignalSpy failed(controller_.get(), &ChatController::modelLoadFailed);
+  controller_->loadModel(dir_->filePath("no-such-model"), /*remember=*/true);
+  QVERIFY(failed.wait(60000));
+  ini_->sync();
+  QCOMPARE(ChatSettings::load(*ini_).model_directory, configured);
+
+  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  controller_->loadModel(copy, /*remember=*/true);
+  QVERIFY(loaded.wait(60000));
+  ini_->sync();
+  QCOMPARE(ChatSettings::load(*ini_).model_directory, copy);
+
+  // A plain reload (not chosen by the user) changes nothing.
+  controller_->loadModel(QString::fromStdString(kvchat::test::shared_path("models/stories260K")));
+  QVERIFY(loaded.wait(60000));
+  ini_->sync();
+  QCOMPARE(ChatSettings::load(*ini_).model_directory, copy);
+}
+
 #include "test_chat_controller.moc"

@@ -1,0 +1,16 @@
+#include "engine/process_setup.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace kvchat {
+
+void ensure_passive_openmp_threads(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("KVCHAT_NO_REEXEC")) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  execv("/proc/self/exe", argv);
+  // Still here: exec failed (no /proc, say). Run on with the default policy; only speed differs.
+}
+
+}  // namespace kvchat
