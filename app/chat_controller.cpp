@@ -218,20 +218,18 @@ void ChatController::setSystemPrompt(qint64 conversation_id, const QString& syst
   }
 }
 
-bool ChatController::can_start_turn(QString* reason) const {
-  if (active_) *reason = QStringLiteral("A reply is still being generated: stop it first.");
-  else if (model_loading_ && !model_loaded_) *reason = QStringLiteral("The model is still loading.");
-  else if (!model_loaded_) *reason = QStringLiteral("No model is loaded: open a model directory first.");
+bool ChatController::can_start_turn() {
+  QString reason;
+  if (active_) reason = QStringLiteral("A reply is still being generated: stop it first.");
+  else if (model_loading_ && !model_loaded_) reason = QStringLiteral("The model is still loading.");
+  else if (!model_loaded_) reason = QStringLiteral("No model is loaded: open a model directory first.");
   else return true;
+  Q_EMIT errorOccurred(reason);
   return false;
 }
 
 bool ChatController::send(const QString& text) {
-  QString reason;
-  if (!can_start_turn(&reason)) {
-    Q_EMIT errorOccurred(reason);
-    return false;
-  }
+  if (!can_start_turn()) return false;
   if (text.trimmed().isEmpty()) return false;
   try {
     if (current_conversation_ == 0 || !store_->conversation(current_conversation_)) newConversation();
@@ -255,11 +253,7 @@ bool ChatController::send(const QString& text) {
 }
 
 bool ChatController::regenerate() {
-  QString reason;
-  if (!can_start_turn(&reason)) {
-    Q_EMIT errorOccurred(reason);
-    return false;
-  }
+  if (!can_start_turn()) return false;
   try {
     const QList<MessageRecord> records = currentMessages();
     const MessageRecord* last_assistant = nullptr;
@@ -281,11 +275,7 @@ bool ChatController::regenerate() {
 }
 
 bool ChatController::editLastUserMessage(const QString& text) {
-  QString reason;
-  if (!can_start_turn(&reason)) {
-    Q_EMIT errorOccurred(reason);
-    return false;
-  }
+  if (!can_start_turn()) return false;
   if (text.trimmed().isEmpty()) return false;
   try {
     const QList<MessageRecord> records = currentMessages();

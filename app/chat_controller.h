@@ -125,7 +125,7 @@ class ChatController : public QObject {
   };
 
   bool start_turn(qint64 conversation_id);
-  bool can_start_turn(QString* reason) const;
+  bool can_start_turn();  // false (and errorOccurred says why) while a turn cannot start
   void commit_growing_reply();
   void end_turn();
 

@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <QApplication>
+#include <QIcon>
 #include <QCommandLineParser>
 #include <QMessageBox>
 #include <QSettings>
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
   QApplication application(argc, argv);
   QApplication::setApplicationName("kvchat");
   QApplication::setApplicationVersion(KVCHAT_VERSION);
+  QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/kvchat.png")));
+  QApplication::setDesktopFileName(QStringLiteral("kvchat"));
 
   QCommandLineParser parser;
   parser.setApplicationDescription("Local Llama chat with a visible KV cache");

@@ -8,6 +8,7 @@
 #include "app/cli/model_options.h"
 #include "engine/benchmark.h"
 #include "engine/compute_options.h"
+#include "engine/kernels/memory_probe.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/llama_model.h"
 
@@ -19,7 +20,7 @@ const char* kUsage =
     "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
     "                        [--dtype f32,bf16] [--threads N] [--kernels on|off] [--json]\n"
     "Measures memory read bandwidth and sgemm GFLOP/s first, then one generation per configuration.\n"
-    "decode %bw   = decode tok/s x weight bytes / bandwidth (how close decode is to its ceiling)\n"
+    "decode %bw   = decode tok/s x weight bytes / bandwidth probed just before that row (GB/s column)\n"
     "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
     "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.";
 
@@ -54,8 +55,9 @@ int run_bench(const std::vector<std::string>& args) {
   } else {
     std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s, kernels %s\n\n", threads,
                 ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, kernels.c_str());
-    std::printf("%-5s %-6s %7s %5s %10s %9s %10s %10s %10s %7s %8s %10s %9s %9s\n", "dtype", "cache", "prompt", "new",
-                "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "%bw", "%mm", "cache MiB", "RSS MiB", "total s");
+    std::printf("%-5s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %10s %9s %9s\n", "dtype", "cache", "prompt", "new",
+                "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw", "%mm", "cache MiB", "RSS MiB",
+                "total s");
   }
 
   for (const std::string& dtype_name : dtypes) {
@@ -76,9 +78,12 @@ int run_bench(const std::vector<std::string>& args) {
       if (prompt_tokens < 1 || prompt_tokens + new_tokens > model.config().max_position_embeddings)
         throw UsageError("--prompt-tokens " + std::to_string(prompt_tokens) + " plus --new-tokens does not fit the context");
       for (KvCacheMode mode : modes) {
+        // This machine's bandwidth drifts by tens of percent within minutes (other tenants), so each
+        // decode figure is read against a probe taken just before it.
+        const double bandwidth = kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 5).gigabytes_per_second;
         BenchRun run = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), new_tokens);
         const GenerationStats& s = run.stats;
-        const double decode_fraction = s.decode_tokens_per_second * weight_bytes / (ceilings.read_bandwidth_gb_s * 1e9);
+        const double decode_fraction = s.decode_tokens_per_second * weight_bytes / (bandwidth * 1e9);
         const double prefill_fraction = s.prefill_tokens_per_second * flops_per_token / (ceilings.sgemm_gflop_s * 1e9);
         nlohmann::ordered_json line = {
             {"model", source.description}, {"dtype", dtype_name}, {"kv_cache", to_string(mode)}, {"threads", threads},
@@ -88,14 +93,14 @@ int run_bench(const std::vector<std::string>& args) {
             {"decode_tok_s_end", run.decode_tok_s_end}, {"per_token_ms", s.decode_tokens_per_second > 0 ? 1000.0 / s.decode_tokens_per_second : 0.0},
             {"total_ms", run.total_ms}, {"weight_bytes", model.weight_bytes()}, {"cache_bytes", s.cache_bytes},
             {"peak_rss_bytes", run.peak_rss_bytes}, {"rss_bytes", run.rss_bytes},
-            {"decode_fraction_of_bandwidth", decode_fraction}, {"prefill_fraction_of_sgemm", prefill_fraction}};
+            {"read_bandwidth_gb_s", bandwidth}, {"decode_fraction_of_bandwidth", decode_fraction}, {"prefill_fraction_of_sgemm", prefill_fraction}};
         if (mode == KvCacheMode::Contiguous) cached_runs[{prompt_tokens, new_tokens}] = run;
         if (json_output) {
           std::cout << line.dump() << std::endl;
         } else {
-          std::printf("%-5s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f%% %7.1f%% %10.2f %9.0f %9.2f\n",
+          std::printf("%-5s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %10.2f %9.0f %9.2f\n",
                       dtype_name.c_str(), to_string(mode), prompt_tokens, new_tokens, s.prefill_tokens_per_second,
-                      s.ttft_ms, s.decode_tokens_per_second, run.decode_tok_s_start, run.decode_tok_s_end,
+                      s.ttft_ms, s.decode_tokens_per_second, run.decode_tok_s_start, run.decode_tok_s_end, bandwidth,
                       100 * decode_fraction, 100 * prefill_fraction, mib(double(s.cache_bytes)),
                       mib(double(run.peak_rss_bytes)), run.total_ms / 1000.0);
           std::fflush(stdout);
@@ -124,7 +129,7 @@ int run_bench(const std::vector<std::string>& args) {
                                                             {"sgemm_gflop_s", after.sgemm_gflop_s}}}}).dump()
               << std::endl;
   } else {
-    std::printf("\nmachine at the end: read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (fractions above use the start)\n",
+    std::printf("\nmachine at the end: read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (%%bw uses the GB/s probed before each row, %%mm the start)\n",
                 after.read_bandwidth_gb_s, after.sgemm_gflop_s);
   }
   return 0;
