@@ -1,7 +1,6 @@
 // kvchat-cli chat as a separate process: one turn with --message, continuing a stored conversation,
 // the interactive mode over stdin, and usage errors. Replies are checked against the same turn computed
 // in this process, so the CLI and the app share one chat path.
-#include <QProcess>
 #include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -10,38 +9,17 @@
 #include "app/chat_turn_runner.h"
 #include "app/conversation_store.h"
 #include "app/stats_json.h"
+#include "common/cli_runner.h"
 #include "common/test_paths.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
 using kvchat::app::ConversationStore;
 using kvchat::app::StoreOpenMode;
+using kvchat::test::CliResult;
+using kvchat::test::run_cli;
 
 namespace {
-
-struct CliResult {
-  int exit_code = -1;
-  QString out;
-  QString err;
-};
-
-CliResult run_cli(const QStringList& arguments, const QByteArray& input = {}) {
-  const QString program = QString::fromStdString(kvchat::test::build_dir()) + QStringLiteral("/kvchat-cli");
-  QProcess process;
-  process.start(program, arguments);
-  CliResult result;
-  if (!process.waitForStarted(30000)) {
-    result.err = QStringLiteral("cannot start %1: %2").arg(program, process.errorString());
-    return result;
-  }
-  if (!input.isEmpty()) process.write(input);
-  process.closeWriteChannel();
-  process.waitForFinished(120000);
-  result.out = QString::fromUtf8(process.readAllStandardOutput());
-  result.err = QString::fromUtf8(process.readAllStandardError());
-  result.exit_code = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-  return result;
-}
 
 QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
 
@@ -81,8 +59,8 @@ void CliChatTest::one_turn_with_message() {
   const QString db = dir_.filePath("one.sqlite3");
   const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", "Once upon a time",
                                     "--max-new-tokens", "30"});
-  QVERIFY2(result.exit_code == 0, qPrintable(result.err));
-  QVERIFY2(result.err.contains("conversation: 1\n"), qPrintable(result.err));
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  QVERIFY2(result.err.find("conversation: 1\n") != std::string::npos, result.err.c_str());
 
   ConversationStore store(db, StoreOpenMode::ExistingOnly);
   const auto messages = store.messages(1);
@@ -91,7 +69,7 @@ void CliChatTest::one_turn_with_message() {
   QCOMPARE(messages[0].text, QStringLiteral("Once upon a time"));
   QCOMPARE(messages[1].role, QStringLiteral("assistant"));
   QVERIFY(messages[1].complete);
-  QCOMPARE(result.out, messages[1].text + "\n");
+  QCOMPARE(QString::fromStdString(result.out), messages[1].text + "\n");
   QCOMPARE(messages[1].text.toStdString(), expected_reply({{"user", "Once upon a time"}}, 30));
   QCOMPARE(kvchat::app::stats_from_json(messages[1].stats).generated_tokens, 30);
 }
@@ -100,10 +78,10 @@ void CliChatTest::continuing_a_stored_conversation() {
   const QString db = dir_.filePath("continue.sqlite3");
   const CliResult first = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", "Tom had a red ball",
                                    "--max-new-tokens", "20"});
-  QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+  QVERIFY2(first.exit_code == 0, first.err.c_str());
   const CliResult second = run_cli({"chat", "--model", model_directory(), "--db", db, "--conversation", "1",
                                     "--message", "Lily smiled", "--max-new-tokens", "20"});
-  QVERIFY2(second.exit_code == 0, qPrintable(second.err));
+  QVERIFY2(second.exit_code == 0, second.err.c_str());
 
   ConversationStore store(db, StoreOpenMode::ExistingOnly);
   QCOMPARE(store.conversations().size(), 1);
@@ -112,21 +90,21 @@ void CliChatTest::continuing_a_stored_conversation() {
   QCOMPARE(messages[2].text, QStringLiteral("Lily smiled"));
   const auto history = kvchat::app::chat_messages_for_engine(*store.conversation(1), messages.mid(0, 3));
   QCOMPARE(messages[3].text.toStdString(), expected_reply(history, 20));
-  QCOMPARE(second.out, messages[3].text + "\n");
+  QCOMPARE(QString::fromStdString(second.out), messages[3].text + "\n");
 }
 
 void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
   const QString db = dir_.filePath("interactive.sqlite3");
   const CliResult result =
       run_cli({"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "16"}, "Once upon a time\n\nThe dog ran\n");
-  QVERIFY2(result.exit_code == 0, qPrintable(result.err));
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
   ConversationStore store(db, StoreOpenMode::ExistingOnly);
   const auto messages = store.messages(1);
   QCOMPARE(messages.size(), 4);  // the blank line is skipped
-  QCOMPARE(result.out, messages[1].text + "\n" + messages[3].text + "\n");
+  QCOMPARE(QString::fromStdString(result.out), messages[1].text + "\n" + messages[3].text + "\n");
   // Per-turn stats on stderr: the second turn reads only its new tokens.
   const QRegularExpression stats_line(R"(\[(\d+) prompt tokens: (\d+) reused, (\d+) prefilled)");
-  auto matches = stats_line.globalMatch(result.err);
+  auto matches = stats_line.globalMatch(QString::fromStdString(result.err));
   QList<QRegularExpressionMatch> turns;
   while (matches.hasNext()) turns << matches.next();
   QCOMPARE(turns.size(), 2);
@@ -140,16 +118,16 @@ void CliChatTest::usage_errors_are_clear() {
   CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--conversation", "999",
                               "--message", "hi"});
   QCOMPARE(result.exit_code, 2);
-  QVERIFY2(result.err.contains("no conversation with id 999"), qPrintable(result.err));
+  QVERIFY2(result.err.find("no conversation with id 999") != std::string::npos, result.err.c_str());
   result = run_cli({"chat", "--model", model_directory(), "--db", db, "--kv-cache", "sometimes", "--message", "hi"});
   QCOMPARE(result.exit_code, 2);
-  QVERIFY2(result.err.contains("sometimes"), qPrintable(result.err));
+  QVERIFY2(result.err.find("sometimes") != std::string::npos, result.err.c_str());
   result = run_cli({"chat", "--db", db, "--message", "hi"});
   QCOMPARE(result.exit_code, 2);
-  QVERIFY2(result.err.contains("model"), qPrintable(result.err));
+  QVERIFY2(result.err.find("model") != std::string::npos, result.err.c_str());
   result = run_cli({"chat", "--model", dir_.filePath("no-such-model"), "--db", db, "--message", "hi"});
   QCOMPARE(result.exit_code, 1);
-  QVERIFY2(result.err.contains("no-such-model"), qPrintable(result.err));
+  QVERIFY2(result.err.find("no-such-model") != std::string::npos, result.err.c_str());
 }
 
 QTEST_GUILESS_MAIN(CliChatTest)

@@ -2,42 +2,21 @@
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
-#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include "app/conversation_store.h"
 #include "app/exporter.h"
 #include "app/stats_json.h"
-#include "common/test_paths.h"
+#include "common/cli_runner.h"
 
 using kvchat::app::ConversationStore;
 using kvchat::app::ExportFormat;
 using kvchat::app::MessageRecord;
+using kvchat::test::CliResult;
+using kvchat::test::run_cli;
 
 namespace {
-
-struct CliResult {
-  int exit_code = -1;
-  QByteArray out;
-  QByteArray err;
-};
-
-CliResult run_cli(const QStringList& arguments) {
-  const QString program = QString::fromStdString(kvchat::test::build_dir()) + QStringLiteral("/kvchat-cli");
-  QProcess process;
-  process.start(program, arguments);
-  CliResult result;
-  if (!process.waitForStarted(30000)) {
-    result.err = QStringLiteral("cannot start %1: %2").arg(program, process.errorString()).toUtf8();
-    return result;
-  }
-  process.waitForFinished(120000);
-  result.out = process.readAllStandardOutput();
-  result.err = process.readAllStandardError();
-  result.exit_code = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-  return result;
-}
 
 MessageRecord message(qint64 conversation_id, const QString& role, const QString& text) {
   MessageRecord record;
@@ -93,8 +72,8 @@ void CliDataTest::initTestCase() {
 
 void CliDataTest::list_prints_one_line_per_conversation() {
   const CliResult result = run_cli({QStringLiteral("list"), QStringLiteral("--db"), db_path_});
-  QVERIFY2(result.exit_code == 0, result.err.constData());
-  const QStringList lines = QString::fromUtf8(result.out).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  const QStringList lines = QString::fromStdString(result.out).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
   ConversationStore store(db_path_);
   const auto conversations = store.conversations();
   QCOMPARE(lines.size(), 3);
@@ -124,13 +103,16 @@ void CliDataTest::export_to_stdout_in_each_format() {
                                      std::pair{QStringLiteral("txt"), ExportFormat::Text}}) {
     const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
                                       QStringLiteral("--conversation"), id, QStringLiteral("--format"), name});
-    QVERIFY2(result.exit_code == 0, result.err.constData());
-    QCOMPARE(QString::fromUtf8(result.out), kvchat::app::export_conversation(*conversation, messages, format));
+    QVERIFY2(result.exit_code == 0, result.err.c_str());
+    QCOMPARE(QString::fromStdString(result.out), kvchat::app::export_conversation(*conversation, messages, format));
   }
   // The JSON carries every message in order.
   const CliResult json = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
                                   QStringLiteral("--conversation"), id, QStringLiteral("--format"), QStringLiteral("json")});
-  const QJsonArray items = QJsonDocument::fromJson(json.out).object().value(QStringLiteral("messages")).toArray();
+  const QJsonArray items = QJsonDocument::fromJson(QByteArray::fromStdString(json.out))
+                               .object()
+                               .value(QStringLiteral("messages"))
+                               .toArray();
   QCOMPARE(items.size(), 4);
   QCOMPARE(items[0].toObject()[QStringLiteral("text")].toString(), QStringLiteral("Once upon a time"));
   QCOMPARE(items[1].toObject()[QStringLiteral("text")].toString(), QStringLiteral("there was a fox — Fuchs 狐."));
@@ -141,7 +123,7 @@ void CliDataTest::export_to_stdout_in_each_format() {
   const CliResult markdown = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
                                       QStringLiteral("--conversation"), id});
   QCOMPARE(markdown.exit_code, 0);
-  QVERIFY(markdown.out.startsWith("# Bedtime story\n"));
+  QVERIFY(markdown.out.rfind("# Bedtime story\n", 0) == 0);
 }
 
 void CliDataTest::export_to_file() {
@@ -150,8 +132,8 @@ void CliDataTest::export_to_file() {
   const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
                                     QStringLiteral("--conversation"), QString::number(story_id_),
                                     QStringLiteral("--format"), QStringLiteral("txt"), QStringLiteral("--out"), out});
-  QVERIFY2(result.exit_code == 0, result.err.constData());
-  QVERIFY(result.out.isEmpty());
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  QVERIFY(result.out.empty());
   QFile file(out);
   QVERIFY(file.open(QIODevice::ReadOnly));
   ConversationStore store(db_path_);
@@ -164,17 +146,17 @@ void CliDataTest::export_to_file() {
                                     QStringLiteral("--conversation"), QString::number(story_id_),
                                     QStringLiteral("--out"), blocked});
   QVERIFY(failed.exit_code != 0);
-  QVERIFY2(failed.err.contains(blocked.toUtf8()), failed.err.constData());
+  QVERIFY2(failed.err.find(blocked.toStdString()) != std::string::npos, failed.err.c_str());
 }
 
 void CliDataTest::unknown_conversation_fails_clearly() {
   const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
                                     QStringLiteral("--conversation"), QStringLiteral("424242")});
   QVERIFY(result.exit_code != 0);
-  QVERIFY(result.out.isEmpty());
-  const QList<QByteArray> lines = result.err.trimmed().split('\n');
+  QVERIFY(result.out.empty());
+  const QList<QByteArray> lines = QByteArray::fromStdString(result.err).trimmed().split('\n');
   QCOMPARE(lines.size(), 1);
-  QVERIFY2(lines[0].contains("no conversation 424242"), result.err.constData());
+  QVERIFY2(lines[0].contains("no conversation 424242"), result.err.c_str());
 }
 
 void CliDataTest::missing_database_is_reported_not_created() {
@@ -185,9 +167,9 @@ void CliDataTest::missing_database_is_reported_not_created() {
                     QStringLiteral("1")}}) {
     const CliResult result = run_cli(arguments);
     QVERIFY(result.exit_code != 0);
-    QVERIFY(result.out.isEmpty());
-    QCOMPARE(result.err.trimmed().split('\n').size(), 1);
-    QVERIFY2(result.err.contains(missing.toUtf8()), result.err.constData());
+    QVERIFY(result.out.empty());
+    QCOMPARE(QByteArray::fromStdString(result.err).trimmed().split('\n').size(), 1);
+    QVERIFY2(result.err.find(missing.toStdString()) != std::string::npos, result.err.c_str());
     QVERIFY(!QFile::exists(missing));
   }
 }
@@ -197,10 +179,10 @@ void CliDataTest::bad_format_is_a_usage_error() {
                                     QStringLiteral("--conversation"), QString::number(story_id_),
                                     QStringLiteral("--format"), QStringLiteral("pdf")});
   QCOMPARE(result.exit_code, 2);
-  QVERIFY2(result.err.contains("'pdf'"), result.err.constData());
+  QVERIFY2(result.err.find("'pdf'") != std::string::npos, result.err.c_str());
   const CliResult no_id = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_});
   QCOMPARE(no_id.exit_code, 2);
-  QVERIFY2(no_id.err.contains("--conversation"), no_id.err.constData());
+  QVERIFY2(no_id.err.find("--conversation") != std::string::npos, no_id.err.c_str());
 }
 
 QTEST_GUILESS_MAIN(CliDataTest)

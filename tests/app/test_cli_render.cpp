@@ -1,7 +1,6 @@
 // kvchat-cli render reproduces every Jinja2 reference render of ../shared/fixtures/chat_templates
 // when given the fixture's template and special tokens as a tokenizer_config.json.
 #include <QDir>
-#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -11,36 +10,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/test_paths.h"
+#include "common/cli_runner.h"
 
 using json = nlohmann::ordered_json;
+using kvchat::test::CliResult;
+using kvchat::test::run_cli;
 
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  QByteArray out;
-  QByteArray err;
-};
-
-CliResult run_cli(const QStringList& arguments, const QByteArray& input) {
-  const QString program = QString::fromStdString(kvchat::test::build_dir()) + QStringLiteral("/kvchat-cli");
-  QProcess process;
-  process.start(program, arguments);
-  CliResult result;
-  if (!process.waitForStarted(30000)) {
-    result.err = QStringLiteral("cannot start %1: %2").arg(program, process.errorString()).toUtf8();
-    return result;
-  }
-  process.write(input);
-  process.closeWriteChannel();
-  process.waitForFinished(120000);
-  result.out = process.readAllStandardOutput();
-  result.err = process.readAllStandardError();
-  result.exit_code = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-  return result;
-}
-
+// Keeps the fixture's key order (ordered_json), which the templates see; load_json would sort the keys.
 json read_json(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   std::stringstream buffer;
@@ -87,9 +65,9 @@ class CliRenderTest : public QObject {
       CliResult result = run_cli({"render", "--tokenizer-config", QString::fromStdString(config_path), "--date",
                                   QString::fromStdString(fixture["fixed_date"].get<std::string>().substr(0, 10)),
                                   "--jsonl"},
-                                 QByteArray::fromStdString(input));
-      QVERIFY2(result.exit_code == 0, result.err.constData());
-      QList<QByteArray> lines = result.out.split('\n');
+                                 input);
+      QVERIFY2(result.exit_code == 0, result.err.c_str());
+      QList<QByteArray> lines = QByteArray::fromStdString(result.out).split('\n');
       if (!lines.isEmpty() && lines.back().isEmpty()) lines.pop_back();
       QCOMPARE(lines.size(), static_cast<qsizetype>(fixture["cases"].size()));
       for (std::size_t i = 0; i < fixture["cases"].size(); ++i) {
@@ -113,9 +91,10 @@ class CliRenderTest : public QObject {
     const QString config = QString::fromStdString(kvchat::test::shared_path("fixtures/tokenizers/llama3/tokenizer_config.json"));
     CliResult result = run_cli({"render", "--tokenizer-config", config},
                                R"({"messages": [{"role": "user", "content": " Hi "}]})");
-    QVERIFY2(result.exit_code == 0, result.err.constData());
-    QCOMPARE(result.out, QByteArray("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                                    "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    QVERIFY2(result.exit_code == 0, result.err.c_str());
+    QCOMPARE(QByteArray::fromStdString(result.out),
+             QByteArray("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n"));
   }
 
   void bad_lines_answer_with_an_error_and_bad_options_are_usage_errors() {
@@ -123,7 +102,7 @@ class CliRenderTest : public QObject {
     CliResult result = run_cli({"render", "--tokenizer-config", config, "--jsonl"},
                                "{\"messages\": 3}\nnot json\n{\"messages\": []}\n");
     QCOMPARE(result.exit_code, 0);
-    QList<QByteArray> lines = result.out.trimmed().split('\n');
+    QList<QByteArray> lines = QByteArray::fromStdString(result.out).trimmed().split('\n');
     QCOMPARE(lines.size(), 3);
     QVERIFY2(json::parse(lines[0].toStdString())["error"].get<std::string>().find("messages") != std::string::npos,
              lines[0].constData());
@@ -134,10 +113,10 @@ class CliRenderTest : public QObject {
 
     CliResult bad_date = run_cli({"render", "--tokenizer-config", config, "--date", "26/07/2026"}, "");
     QCOMPARE(bad_date.exit_code, 2);
-    QVERIFY(bad_date.err.contains("--date"));
+    QVERIFY(bad_date.err.find("--date") != std::string::npos);
     CliResult missing = run_cli({"render", "--tokenizer-config", dir_.filePath(QStringLiteral("absent.json"))}, "");
     QCOMPARE(missing.exit_code, 1);
-    QVERIFY(missing.err.contains("absent.json"));
+    QVERIFY(missing.err.find("absent.json") != std::string::npos);
   }
 };
 

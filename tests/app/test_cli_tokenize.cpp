@@ -1,48 +1,19 @@
 // kvchat-cli tokenize: JSON lines in, JSON lines out, checked against the tokenizer fixtures.
-#include <QProcess>
 #include <QtTest>
 
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "common/test_paths.h"
+#include "common/cli_runner.h"
+#include "common/json_fixture.h"
 
 namespace {
 
+using kvchat::test::CliResult;
+using kvchat::test::load_json;
+using kvchat::test::run_cli;
 using nlohmann::json;
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-CliResult run_cli(const QStringList& arguments, const std::string& input = {}) {
-  const QString program = QString::fromStdString(kvchat::test::build_dir()) + QStringLiteral("/kvchat-cli");
-  QProcess process;
-  process.start(program, arguments);
-  CliResult result;
-  if (!process.waitForStarted(30000)) {
-    result.err = QStringLiteral("cannot start %1: %2").arg(program, process.errorString()).toStdString();
-    return result;
-  }
-  process.write(input.data(), static_cast<qint64>(input.size()));
-  process.closeWriteChannel();
-  process.waitForFinished(120000);
-  result.out = process.readAllStandardOutput().toStdString();
-  result.err = process.readAllStandardError().toStdString();
-  result.exit_code = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
-  return result;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return json::parse(buffer.str());
-}
 
 std::vector<json> output_lines(const std::string& out) {
   std::vector<json> lines;
@@ -68,7 +39,7 @@ class CliTokenizeTest : public QObject {
   }
   void jsonl_encode_matches_fixtures() {
     QFETCH(QString, model);
-    const json cases = read_json(fixture_dir(model.toStdString()).toStdString() + "/encode.json");
+    const json cases = load_json(fixture_dir(model.toStdString()).toStdString() + "/encode.json");
     std::string input;
     for (const auto& c : cases) {
       input += json{{"text", c["text"]}, {"add_special_tokens", c["add_special_tokens"]},
@@ -91,7 +62,7 @@ class CliTokenizeTest : public QObject {
   }
 
   void jsonl_decode_matches_fixtures() {
-    const json cases = read_json(fixture_dir("llama3").toStdString() + "/decode.json");
+    const json cases = load_json(fixture_dir("llama3").toStdString() + "/decode.json");
     std::string input;
     for (const auto& c : cases) {
       input += json{{"ids", c["ids"]}, {"skip_special_tokens", c["skip_special_tokens"]},

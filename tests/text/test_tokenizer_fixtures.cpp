@@ -74,7 +74,7 @@ class TokenizerFixturesTest : public QObject {
   }
 
   void chat_template_ids() {
-    const auto cases = read_json(tokenizer_fixture_dir("llama3") + "/chat_template.json");
+    const auto cases = load_json(tokenizer_fixture_dir("llama3") + "/chat_template.json");
     QVERIFY(!cases.empty());
     const Tokenizer& tokenizer = cached_tokenizer(tokenizer_fixture_dir("llama3"));
     int failures = 0;
@@ -94,7 +94,7 @@ class TokenizerFixturesTest : public QObject {
   }
 
   void stories260k_reference() {
-    const auto cases = read_json(shared_path("fixtures/reference/stories260K_greedy.json"));
+    const auto cases = load_json(shared_path("fixtures/reference/stories260K_greedy.json"));
     QVERIFY(!cases.empty());
     const Tokenizer& tokenizer = cached_tokenizer(shared_path("models/stories260K"));
     QVERIFY(tokenizer.add_bos_token());
@@ -123,7 +123,7 @@ class TokenizerFixturesTest : public QObject {
     static std::map<std::string, nlohmann::json> cache;
     std::string key = model.toStdString() + "/" + file;
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, read_json(tokenizer_fixture_dir(model.toStdString()) + "/" + file)).first;
+    if (it == cache.end()) it = cache.emplace(key, load_json(tokenizer_fixture_dir(model.toStdString()) + "/" + file)).first;
     return it->second;
   }
 

@@ -1,26 +1,17 @@
 #pragma once
 // Shared helpers of the tokenizer tests: fixture loading, cached tokenizers, readable id lists.
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_fixture.h"
 #include "common/test_paths.h"
 #include "engine/text/tokenizer.h"
 
 namespace kvchat::test {
-
-inline nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open fixture " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return nlohmann::json::parse(buffer.str());
-}
 
 // Loading the 128k-token Llama 3 file takes a moment: each test binary loads each folder once.
 inline const Tokenizer& cached_tokenizer(const std::string& directory) {
