@@ -35,7 +35,14 @@ int run_bench(const std::vector<std::string>& args) {
   if (new_tokens < 1) throw UsageError("--new-tokens must be at least 1");
   std::vector<KvCacheMode> modes;
   for (const std::string& mode : split_list(parser.value_or("kv-cache", "on,off"))) modes.push_back(cache_mode_from_option(mode));
-  std::vector<std::string> dtypes = split_list(parser.value_or("dtype", "f32"));
+  std::vector<std::pair<std::string, WeightDtype>> dtypes;
+  for (const std::string& name : split_list(parser.value_or("dtype", "f32"))) {
+    try {
+      dtypes.emplace_back(name, weight_dtype_from_string(name));
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
+  }
   const std::string kernels = parser.value_or("kernels", "on");
   if (kernels != "on" && kernels != "off") throw UsageError("--kernels must be on or off");
   set_fast_kernels_enabled(kernels == "on");
@@ -60,13 +67,7 @@ int run_bench(const std::vector<std::string>& args) {
                 "total s");
   }
 
-  for (const std::string& dtype_name : dtypes) {
-    WeightDtype dtype;
-    try {
-      dtype = weight_dtype_from_string(dtype_name);
-    } catch (const std::invalid_argument& error) {
-      throw UsageError(error.what());
-    }
+  for (const auto& [dtype_name, dtype] : dtypes) {
     // Each dtype gets its own model; the previous one was released at the end of the last iteration.
     ModelSource source = open_model_source(parser, dtype);
     const LlamaModel& model = *source.model;
