@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "engine/compute_options.h"
 #include "engine/kernels/bf16.h"
@@ -71,6 +72,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   at::Tensor positions = at::arange(config_.max_position_embeddings, at::kLong);
   std::tie(rope_cos_, rope_sin_) = rope_cos_sin(config_, positions);
+  fused_decode_ = fused_decode_applies();
 }
 
 KvCacheShape LlamaModel::cache_shape() const {
@@ -93,6 +95,154 @@ std::int64_t LlamaModel::weight_bytes() const {
   return bytes;
 }
 
+// Attention of grouped queries [KVH, group*T, d] over keys/values [KVH, total, d] into `out` (same
+// shape as the queries). GQA without repeating K/V: query heads h = g*group + j share kv head g, so
+// the group is folded into the query rows.
+void LlamaModel::attend(const at::Tensor& grouped_q, const at::Tensor& keys, const at::Tensor& values,
+                        const at::Tensor& mask, at::Tensor& out, bool streaming) const {
+  const std::int64_t kv_heads = keys.size(0), total = keys.size(1), rows = grouped_q.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  auto attend_heads = [&](std::int64_t first, std::int64_t count) {
+    at::Tensor k_heads = keys.narrow(0, first, count), v_heads = values.narrow(0, first, count);
+    at::Tensor scores = at::matmul(grouped_q.narrow(0, first, count), k_heads.transpose(1, 2)).mul_(scale);
+    if (mask.defined()) {
+      const std::int64_t steps = mask.size(0);
+      scores = scores.view({count, rows / steps, steps, total}).add_(mask).view({count, rows, total});
+    }
+    out.narrow(0, first, count).copy_(at::matmul(at::softmax(scores, -1), v_heads));
+  };
+  if (streaming && total >= kParallelAttentionTokens && kv_heads > 1) {
+    // A long context makes attention a real share of a decode step: split it by KV head over the
+    // kernels' pool (LibTorch's own threads are parked while streaming).
+    kernels::default_thread_pool().parallel_for(kv_heads, [&](std::int64_t begin, std::int64_t end) {
+      c10::InferenceMode worker_guard;  // the mode is per thread
+      attend_heads(begin, end - begin);
+    });
+  } else {
+    attend_heads(0, kv_heads);
+  }
+}
+
+namespace {
+
+// Buffers of the fused decode step, one set per thread that runs it: reused by every step, so a
+// decode step allocates nothing for its activations.
+struct DecodeScratch {
+  std::vector<float> x, h, q, k, v, attended, gate, up;
+  void reserve(const ModelConfig& c) {
+    const auto q_size = static_cast<std::size_t>(c.num_attention_heads * c.head_dim);
+    const auto kv_size = static_cast<std::size_t>(c.num_key_value_heads * c.head_dim);
+    const auto hidden = static_cast<std::size_t>(c.hidden_size), inter = static_cast<std::size_t>(c.intermediate_size);
+    x.resize(hidden);
+    h.resize(std::max(hidden, q_size));
+    q.resize(q_size);
+    attended.resize(q_size);
+    k.resize(kv_size);
+    v.resize(kv_size);
+    gate.resize(inter);
+    up.resize(inter);
+  }
+};
+thread_local DecodeScratch decode_scratch;
+
+// out = x * rsqrt(mean(x^2) + eps) * weight, as transformers' LlamaRMSNorm (float32).
+void rms_norm_into(const float* x, const float* weight, float* out, std::int64_t n, double eps) {
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  const float inverse = 1.0f / std::sqrt(static_cast<float>(sum / double(n)) + static_cast<float>(eps));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = (x[i] * inverse) * weight[i];
+}
+
+// y = W x (+ b) through the weight-streaming kernels.
+void linear_into(const Linear& linear, const float* x, float* y) {
+  const std::int64_t out = linear.weight.size(0), in = linear.weight.size(1);
+  const float* bias = linear.bias.defined() ? linear.bias.data_ptr<float>() : nullptr;
+  if (linear.weight.scalar_type() == at::kBFloat16)
+    kernels::matvec_bf16(reinterpret_cast<const std::uint16_t*>(linear.weight.data_ptr<at::BFloat16>()), x, y, out, in, bias);
+  else
+    kernels::matvec_f32(linear.weight.data_ptr<float>(), x, y, out, in, bias);
+}
+
+// HF rotate_half RoPE of `heads` vectors of head_dim at one position, in place.
+void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, const float* cos, const float* sin) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t head = 0; head < heads; ++head) {
+    float* v = vectors + head * head_dim;
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cos[i] - b * sin[i];
+      v[i + half] = b * cos[i + half] + a * sin[i + half];
+    }
+  }
+}
+
+}  // namespace
+
+bool LlamaModel::fused_decode_applies() const {
+  if (!weights_.embedding.is_contiguous()) return false;
+  auto ok = [](const Linear& l) { return l.weight.is_contiguous(); };
+  for (const LayerWeights& layer : weights_.layers)
+    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
+      if (!ok(*l)) return false;
+  return ok(weights_.lm_head);
+}
+
+// One token at `position` with the cache: the same computation as forward() for T = 1, written out
+// over per-thread buffers so that only attention (a few LibTorch calls on the cache views) and the
+// cache write go through LibTorch. Tiny models spend most of a step in LibTorch's per-call overhead.
+at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cache) const {
+  const ModelConfig& c = config_;
+  const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
+  DecodeScratch& s = decode_scratch;
+  s.reserve(c);
+
+  if (weights_.embedding.scalar_type() == at::kBFloat16) {
+    kernels::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(weights_.embedding.data_ptr<at::BFloat16>()) + token * hidden,
+                         s.x.data(), hidden);
+  } else {
+    const float* row = weights_.embedding.data_ptr<float>() + token * hidden;
+    std::copy(row, row + hidden, s.x.data());
+  }
+  const float* cos = rope_cos_.data_ptr<float>() + position * head_dim;
+  const float* sin = rope_sin_.data_ptr<float>() + position * head_dim;
+  auto options = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor k_step = at::from_blob(s.k.data(), {kv_heads, 1, head_dim}, options);
+  at::Tensor v_step = at::from_blob(s.v.data(), {kv_heads, 1, head_dim}, options);
+  at::Tensor grouped_q = at::from_blob(s.q.data(), {kv_heads, group, head_dim}, options);
+  at::Tensor attended = at::from_blob(s.attended.data(), {kv_heads, group, head_dim}, options);
+
+  for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
+    const LayerWeights& layer = weights_.layers[layer_index];
+    rms_norm_into(s.x.data(), layer.attention_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
+    linear_into(layer.q, s.h.data(), s.q.data());
+    linear_into(layer.k, s.h.data(), s.k.data());
+    linear_into(layer.v, s.h.data(), s.v.data());
+    rotate_into(s.q.data(), heads, head_dim, cos, sin);
+    rotate_into(s.k.data(), kv_heads, head_dim, cos, sin);
+    auto [keys, values] = cache.append(layer_index, k_step, v_step);
+    attend(grouped_q, keys, values, at::Tensor(), attended, /*streaming=*/true);
+
+    linear_into(layer.o, s.attended.data(), s.h.data());
+    for (std::int64_t i = 0; i < hidden; ++i) s.x[i] += s.h[i];
+
+    rms_norm_into(s.x.data(), layer.mlp_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
+    linear_into(layer.gate, s.h.data(), s.gate.data());
+    linear_into(layer.up, s.h.data(), s.up.data());
+    at::Tensor gate = at::from_blob(s.gate.data(), {inter}, options);
+    at::silu_(gate);  // LibTorch's vectorised exp
+    for (std::int64_t i = 0; i < inter; ++i) s.gate[i] *= s.up[i];
+    linear_into(layer.down, s.gate.data(), s.h.data());
+    for (std::int64_t i = 0; i < hidden; ++i) s.x[i] += s.h[i];
+  }
+  cache.commit(1);
+
+  rms_norm_into(s.x.data(), weights_.final_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
+  at::Tensor logits = at::empty({c.vocab_size}, options);  // the caller keeps it: not a scratch view
+  linear_into(weights_.lm_head, s.h.data(), logits.data_ptr<float>());
+  return logits;
+}
+
 at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
                                bool all_positions) const {
   const std::int64_t steps = static_cast<std::int64_t>(ids.size());
@@ -109,11 +259,11 @@ at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t sta
 
   const bool streaming = fast_kernels_enabled() && steps <= kStreamingRows;
   enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
+  if (steps == 1 && cache && streaming && fused_decode_ && !all_positions) return decode_step(ids[0], start_pos, *cache);
 
   const std::int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
   const std::int64_t head_dim = config_.head_dim, group = heads / kv_heads;
   const std::int64_t total = start_pos + steps;  // keys attended to
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
   at::Tensor token_ids = at::from_blob(const_cast<TokenId*>(ids.data()), {steps}, at::kInt).to(at::kLong);
   at::Tensor x = weights_.embedding.index_select(0, token_ids).to(at::kFloat);  // [T, hidden]
@@ -141,23 +291,7 @@ at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t sta
     // the query rows: [KVH, group*T, d] x [KVH, d, total].
     at::Tensor grouped_q = q.reshape({kv_heads, group * steps, head_dim});
     at::Tensor attended = at::empty({kv_heads, group * steps, head_dim}, at::kFloat);
-    auto attend = [&](std::int64_t first, std::int64_t count) {
-      at::Tensor k_heads = keys.narrow(0, first, count), v_heads = values.narrow(0, first, count);
-      at::Tensor scores = at::matmul(grouped_q.narrow(0, first, count), k_heads.transpose(1, 2)).mul_(scale);
-      if (mask.defined())
-        scores = scores.view({count, group, steps, total}).add_(mask).view({count, group * steps, total});
-      attended.narrow(0, first, count).copy_(at::matmul(at::softmax(scores, -1), v_heads));  // [n, group*T, d]
-    };
-    if (streaming && total >= kParallelAttentionTokens && kv_heads > 1) {
-      // A long context makes attention a real share of a decode step: split it by KV head over the
-      // kernels' pool (LibTorch's own threads are parked while streaming).
-      kernels::default_thread_pool().parallel_for(kv_heads, [&](std::int64_t begin, std::int64_t end) {
-        c10::InferenceMode worker_guard;  // the mode is per thread
-        attend(begin, end - begin);
-      });
-    } else {
-      attend(0, kv_heads);
-    }
+    attend(grouped_q, keys, values, mask, attended, streaming);
     attended = attended.view({heads, steps, head_dim}).transpose(0, 1).reshape({steps, heads * head_dim});
     x = x + layer.o.forward(attended);
 

@@ -62,8 +62,14 @@ class LlamaModel {
                      bool all_positions = false) const;
 
  private:
+  void attend(const at::Tensor& grouped_q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
+              at::Tensor& out, bool streaming) const;
+  at::Tensor decode_step(TokenId token, std::int64_t position, KvCache& cache) const;
+  bool fused_decode_applies() const;
+
   ModelConfig config_;
   ModelWeights weights_;
+  bool fused_decode_ = false;  // weights suit the fused decode step (taken while the kernels are on)
   at::Tensor rope_cos_, rope_sin_;  // [max_position_embeddings, head_dim], computed once
 };
 
