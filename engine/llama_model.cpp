@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "engine/compute_options.h"
@@ -163,6 +164,26 @@ void linear_into(const Linear& linear, const float* x, float* y) {
     kernels::matvec_f32(linear.weight.data_ptr<float>(), x, y, out, in, bias);
 }
 
+// y_i = W_i x for projections that share their input (q/k/v, gate/up), streamed as one parallel job.
+template <typename Weight>
+void shared_input_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
+  kernels::SharedInputProduct<Weight> jobs[3];  // on the stack: a decode step allocates nothing here
+  int count = 0;
+  for (auto [linear, y] : products) {
+    const void* data = linear->weight.data_ptr();
+    jobs[count++] = {static_cast<const Weight*>(data), y, linear->weight.size(0),
+                     linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
+  }
+  const std::int64_t in = products.begin()->first->weight.size(1);
+  if constexpr (std::is_same_v<Weight, float>) kernels::matvec_f32_shared_input(jobs, count, x, in);
+  else kernels::matvec_bf16_shared_input(jobs, count, x, in);
+}
+
+void shared_input_linears_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
+  if (products.begin()->first->weight.scalar_type() == at::kBFloat16) shared_input_into<std::uint16_t>(products, x);
+  else shared_input_into<float>(products, x);
+}
+
 // HF rotate_half RoPE of `heads` vectors of head_dim at one position, in place.
 void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, const float* cos, const float* sin) {
   const std::int64_t half = head_dim / 2;
@@ -215,9 +236,7 @@ at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache
   for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
     const LayerWeights& layer = weights_.layers[layer_index];
     rms_norm_into(s.x.data(), layer.attention_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
-    linear_into(layer.q, s.h.data(), s.q.data());
-    linear_into(layer.k, s.h.data(), s.k.data());
-    linear_into(layer.v, s.h.data(), s.v.data());
+    shared_input_linears_into({{&layer.q, s.q.data()}, {&layer.k, s.k.data()}, {&layer.v, s.v.data()}}, s.h.data());
     rotate_into(s.q.data(), heads, head_dim, cos, sin);
     rotate_into(s.k.data(), kv_heads, head_dim, cos, sin);
     auto [keys, values] = cache.append(layer_index, k_step, v_step);
@@ -227,8 +246,7 @@ at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache
     for (std::int64_t i = 0; i < hidden; ++i) s.x[i] += s.h[i];
 
     rms_norm_into(s.x.data(), layer.mlp_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
-    linear_into(layer.gate, s.h.data(), s.gate.data());
-    linear_into(layer.up, s.h.data(), s.up.data());
+    shared_input_linears_into({{&layer.gate, s.gate.data()}, {&layer.up, s.up.data()}}, s.h.data());
     at::Tensor gate = at::from_blob(s.gate.data(), {inter}, options);
     at::silu_(gate);  // LibTorch's vectorised exp
     for (std::int64_t i = 0; i < inter; ++i) s.gate[i] *= s.up[i];

@@ -328,4 +328,59 @@ void matmul_bf16_small(const std::uint16_t* weight, const float* x, float* y, st
   matmul_dispatch("matmul_bf16_small", weight, x, y, n, rows, cols, bias);
 }
 
+namespace {
+
+// Several products that read the same input vector, as one parallel job: the threads stream every
+// matrix's rows in one pass (one dispatch and one barrier instead of one per matrix).
+template <typename Weight>
+void shared_input_dispatch(const char* function, const SharedInputProduct<Weight>* products, int count,
+                           const float* x, std::int64_t cols) {
+  std::int64_t total_rows = 0;
+  for (int i = 0; i < count; ++i) {
+    check_args(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols);
+    total_rows += products[i].rows;
+  }
+  const std::int64_t weight_bytes = total_rows * cols * static_cast<std::int64_t>(sizeof(Weight));
+  ThreadPool& pool = default_thread_pool();
+  if (count == 1 || cols == 0 || weight_bytes < kParallelMinWeightBytes || pool.size() == 1) {
+    for (int i = 0; i < count; ++i)
+      matmul_dispatch(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols, products[i].bias);
+    return;
+  }
+  const std::int64_t row_bytes = cols * static_cast<std::int64_t>(sizeof(Weight));
+  const std::int64_t block_rows = std::max(kRowGrain, (kBlockBytes / row_bytes + kRowGrain - 1) / kRowGrain * kRowGrain);
+  struct Problem {
+    const SharedInputProduct<Weight>* products;
+    int count;
+    const float* x;
+    std::int64_t cols;
+  } const problem{products, count, x, cols};
+  pool.parallel_for_blocks(
+      total_rows,
+      [p = &problem](std::int64_t begin, std::int64_t end) {
+        // Map the block of the concatenated rows onto each product it overlaps.
+        std::int64_t offset = 0;
+        for (int i = 0; i < p->count && offset < end; ++i) {
+          const SharedInputProduct<Weight>& product = p->products[i];
+          const std::int64_t first = std::max(begin, offset), last = std::min(end, offset + product.rows);
+          if (first < last)
+            matmul_rows(product.weight, p->x, product.y, 1, product.rows, p->cols, product.bias, first - offset,
+                        last - offset);
+          offset += product.rows;
+        }
+      },
+      block_rows);
+}
+
+}  // namespace
+
+void matvec_f32_shared_input(const SharedInputProduct<float>* products, int count, const float* x, std::int64_t cols) {
+  shared_input_dispatch("matvec_f32_shared_input", products, count, x, cols);
+}
+
+void matvec_bf16_shared_input(const SharedInputProduct<std::uint16_t>* products, int count, const float* x,
+                              std::int64_t cols) {
+  shared_input_dispatch("matvec_bf16_shared_input", products, count, x, cols);
+}
+
 }  // namespace kvchat::kernels

@@ -29,4 +29,17 @@ void matmul_f32_small(const float* weight, const float* x, float* y, std::int64_
 void matmul_bf16_small(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
                        std::int64_t cols, const float* bias = nullptr);
 
+// Several matrix-vector products with one input: y_i = W_i x (+ b_i), all W_i [rows_i, cols]. Run as one
+// parallel job (one dispatch, one barrier), e.g. the q/k/v or gate/up projections of a decode step.
+template <typename Weight>
+struct SharedInputProduct {
+  const Weight* weight;
+  float* y;
+  std::int64_t rows;
+  const float* bias;  // may be null
+};
+void matvec_f32_shared_input(const SharedInputProduct<float>* products, int count, const float* x, std::int64_t cols);
+void matvec_bf16_shared_input(const SharedInputProduct<std::uint16_t>* products, int count, const float* x,
+                              std::int64_t cols);
+
 }  // namespace kvchat::kernels

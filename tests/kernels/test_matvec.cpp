@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/bf16.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/matvec.h"
 
@@ -84,6 +85,42 @@ class MatvecTest : public QObject {
   Q_OBJECT
 
  private Q_SLOTS:
+  // Products sharing one input, as one job, equal the separate matrix-vector products exactly (the same
+  // per-row code), across matrix boundaries that fall inside the threads' blocks.
+  void shared_input_products_equal_separate_ones() {
+    std::mt19937 rng(2024);
+    for_each_configuration([&](const QString& config) {
+      for (std::int64_t cols : {64, 257, 2048}) {
+        const std::int64_t rows[3] = {203, 61, 1100};  // uneven, so blocks straddle the matrices
+        std::vector<float> x = random_floats(static_cast<std::size_t>(cols), rng);
+        std::vector<std::vector<float>> weights, biases, expected(3), got(3);
+        std::vector<std::vector<std::uint16_t>> weights_bf16;
+        SharedInputProduct<float> jobs[3];
+        SharedInputProduct<std::uint16_t> jobs_bf16[3];
+        for (int i = 0; i < 3; ++i) {
+          weights.push_back(random_floats(static_cast<std::size_t>(rows[i] * cols), rng));
+          biases.push_back(random_floats(static_cast<std::size_t>(rows[i]), rng));
+          expected[i].assign(static_cast<std::size_t>(rows[i]), NAN);
+          got[i].assign(static_cast<std::size_t>(rows[i]), NAN);
+          matvec_f32(weights[i].data(), x.data(), expected[i].data(), rows[i], cols, i == 1 ? biases[i].data() : nullptr);
+          jobs[i] = {weights[i].data(), got[i].data(), rows[i], i == 1 ? biases[i].data() : nullptr};
+        }
+        matvec_f32_shared_input(jobs, 3, x.data(), cols);
+        for (int i = 0; i < 3; ++i)
+          QVERIFY2(got[i] == expected[i], qPrintable(QString("f32 product %1, cols %2, %3").arg(i).arg(cols).arg(config)));
+        for (int i = 0; i < 3; ++i) {
+          weights_bf16.emplace_back(weights[i].size());
+          f32_to_bf16(weights[i].data(), weights_bf16[i].data(), static_cast<std::int64_t>(weights[i].size()));
+          matvec_bf16(weights_bf16[i].data(), x.data(), expected[i].data(), rows[i], cols, nullptr);
+          jobs_bf16[i] = {weights_bf16[i].data(), got[i].data(), rows[i], nullptr};
+        }
+        matvec_bf16_shared_input(jobs_bf16, 3, x.data(), cols);
+        for (int i = 0; i < 3; ++i)
+          QVERIFY2(got[i] == expected[i], qPrintable(QString("bf16 product %1, cols %2, %3").arg(i).arg(cols).arg(config)));
+      }
+    });
+  }
+
   void matvec_f32_matches_reference() {
     std::mt19937 rng(1234);
     for_each_configuration([&](const QString& config) {
