@@ -1,8 +1,11 @@
 #include "app/stats_json.h"
 
+#include "engine/stats_json.h"
+
 #include <stdexcept>
 #include <string>
 
+#include <QJsonDocument>
 #include <QJsonValue>
 #include <QStringList>
 
@@ -28,23 +31,9 @@ double number_or(const QJsonObject& json, const char* key, double fallback) {
 }  // namespace
 
 QJsonObject stats_to_json(const kvchat::GenerationStats& stats) {
-  QJsonObject json;
-  json.insert(QStringLiteral("prompt_tokens"), stats.prompt_tokens);
-  json.insert(QStringLiteral("reused_tokens"), stats.reused_tokens);
-  json.insert(QStringLiteral("prefilled_tokens"), stats.prefilled_tokens);
-  json.insert(QStringLiteral("generated_tokens"), stats.generated_tokens);
-  json.insert(QStringLiteral("prefill_ms"), stats.prefill_ms);
-  json.insert(QStringLiteral("ttft_ms"), stats.ttft_ms);
-  json.insert(QStringLiteral("decode_ms"), stats.decode_ms);
-  json.insert(QStringLiteral("prefill_tok_s"), stats.prefill_tokens_per_second);
-  json.insert(QStringLiteral("decode_tok_s"), stats.decode_tokens_per_second);
-  // JSON numbers are doubles: exact for integers up to 2^53 bytes, far beyond any cache.
-  json.insert(QStringLiteral("cache_tokens"), static_cast<qint64>(stats.cache_tokens));
-  json.insert(QStringLiteral("cache_bytes"), static_cast<qint64>(stats.cache_bytes));
-  json.insert(QStringLiteral("cache_capacity_tokens"), static_cast<qint64>(stats.cache_capacity_tokens));
-  json.insert(QStringLiteral("cache_mode"), QString::fromLatin1(kvchat::to_string(stats.cache_mode)));
-  json.insert(QStringLiteral("stop_reason"), QString::fromLatin1(kvchat::to_string(stats.stop_reason)));
-  return json;
+  // The engine owns the field names (kvchat-cli prints the same object); this is its Qt form.
+  const std::string text = kvchat::generation_stats_to_json(stats).dump();
+  return QJsonDocument::fromJson(QByteArray::fromStdString(text)).object();
 }
 
 kvchat::GenerationStats stats_from_json(const QJsonObject& json) {
