@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/compute_options.h"
+#include "engine/kernels/attention.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/huge_pages.h"
 #include "engine/kernels/matvec.h"
@@ -130,6 +131,7 @@ namespace {
 // decode step allocates nothing for its activations.
 struct DecodeScratch {
   std::vector<float> x, h, q, k, v, attended, gate, up;
+  std::vector<float> scores;  // [heads, positions]: grows with the context, never shrinks
   void reserve(const ModelConfig& c) {
     const auto q_size = static_cast<std::size_t>(c.num_attention_heads * c.head_dim);
     const auto kv_size = static_cast<std::size_t>(c.num_key_value_heads * c.head_dim);
@@ -209,8 +211,8 @@ bool LlamaModel::fused_decode_applies() const {
 }
 
 // One token at `position` with the cache: the same computation as forward() for T = 1, written out
-// over per-thread buffers so that only attention (a few LibTorch calls on the cache views) and the
-// cache write go through LibTorch. Tiny models spend most of a step in LibTorch's per-call overhead.
+// over per-thread buffers (attention too, with the engine kernels), so that only the cache write and
+// the SiLU go through LibTorch. Tiny models spent most of a step in LibTorch's per-call overhead.
 at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cache) const {
   const ModelConfig& c = config_;
   const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
@@ -240,7 +242,26 @@ at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache
     rotate_into(s.q.data(), heads, head_dim, cos, sin);
     rotate_into(s.k.data(), kv_heads, head_dim, cos, sin);
     auto [keys, values] = cache.append(layer_index, k_step, v_step);
-    attend(grouped_q, keys, values, at::Tensor(), attended, /*streaming=*/true);
+    const bool rows_contiguous = keys.stride(2) == 1 && keys.stride(1) == head_dim && values.strides() == keys.strides();
+    if (rows_contiguous && keys.scalar_type() == at::kFloat) {
+      // Each KV head's keys and values are rows of head_dim floats: attend without LibTorch.
+      const std::int64_t n = position + 1, head_stride = keys.stride(0);
+      const float* key_base = keys.data_ptr<float>();
+      const float* value_base = values.data_ptr<float>();
+      const auto needed = static_cast<std::size_t>(heads * n);
+      if (s.scores.size() < needed) s.scores.resize(std::max(needed, 2 * s.scores.size()));  // grows geometrically
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      auto attend_heads = [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t g = first; g < last; ++g)
+          kernels::attention_decode_head(s.q.data() + g * group * head_dim, key_base + g * head_stride,
+                                         value_base + g * head_stride, n, head_dim, group, head_dim, scale,
+                                         s.scores.data() + g * group * n, s.attended.data() + g * group * head_dim);
+      };
+      if (n >= kParallelAttentionTokens && kv_heads > 1) kernels::default_thread_pool().parallel_for(kv_heads, attend_heads);
+      else attend_heads(0, kv_heads);
+    } else {
+      attend(grouped_q, keys, values, at::Tensor(), attended, /*streaming=*/true);
+    }
 
     linear_into(layer.o, s.attended.data(), s.h.data());
     for (std::int64_t i = 0; i < hidden; ++i) s.x[i] += s.h[i];

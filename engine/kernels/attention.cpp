@@ -1,0 +1,167 @@
+#include "engine/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/isa_attributes.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#include <immintrin.h>
+#endif
+
+namespace kvchat::kernels {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Portable version.
+
+KVCHAT_ISA_BASELINE void attention_portable(const float* q, const float* keys, const float* values, std::int64_t n,
+                                            std::int64_t row_stride, std::int64_t group, std::int64_t head_dim,
+                                            float scale, float* scores, float* out) {
+  for (std::int64_t j = 0; j < group; ++j) {
+    const float* query = q + j * head_dim;
+    float* row = scores + j * n;
+    float top = -INFINITY;
+    for (std::int64_t t = 0; t < n; ++t) {
+      const float* key = keys + t * row_stride;
+      float dot = 0.f;
+      for (std::int64_t d = 0; d < head_dim; ++d) dot += query[d] * key[d];
+      row[t] = dot * scale;
+      top = std::max(top, row[t]);
+    }
+    float sum = 0.f;
+    for (std::int64_t t = 0; t < n; ++t) sum += row[t] = std::exp(row[t] - top);
+    const float inverse = 1.f / sum;
+    float* result = out + j * head_dim;
+    std::fill(result, result + head_dim, 0.f);
+    for (std::int64_t t = 0; t < n; ++t) {
+      const float weight = row[t] * inverse;
+      const float* value = values + t * row_stride;
+      for (std::int64_t d = 0; d < head_dim; ++d) result[d] += weight * value[d];
+    }
+  }
+}
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+// ---------------------------------------------------------------------------------------------
+// AVX2 + FMA version.
+
+// exp(x) for 8 floats: range reduction x = k ln2 + r, a degree-6 polynomial for exp(r) on
+// |r| <= ln2/2, and 2^k through the exponent bits. Relative error about 2e-7; inputs below -87
+// (softmax tails) give 0.
+KVCHAT_ISA_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 max_input = _mm256_set1_ps(88.3762626647949f);
+  const __m256 min_input = _mm256_set1_ps(-87.3365447505531f);
+  const __m256 underflow = _mm256_cmp_ps(x, min_input, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, min_input), max_input);
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - k ln2, with ln2 split in two for accuracy.
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  const __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+  return _mm256_andnot_ps(underflow, result);
+}
+
+KVCHAT_ISA_AVX2 inline float hsum8(__m256 a) {
+  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+KVCHAT_ISA_AVX2 inline float hmax8(__m256 a) {
+  const __m128 folded = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 pairs = _mm_max_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_max_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+KVCHAT_ISA_AVX2 float dot_avx2(const float* a, const float* b, std::int64_t size) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  std::int64_t d = 0;
+  for (; d + 16 <= size; d += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), acc1);
+  }
+  for (; d + 8 <= size; d += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
+  float result = hsum8(_mm256_add_ps(acc0, acc1));
+  for (; d < size; ++d) result += a[d] * b[d];
+  return result;
+}
+
+KVCHAT_ISA_AVX2 void attention_avx2(const float* q, const float* keys, const float* values, std::int64_t n,
+                                    std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                                    float* scores, float* out) {
+  // Scores: each key row is read once for the whole group.
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* key = keys + t * row_stride;
+    for (std::int64_t j = 0; j < group; ++j) scores[j * n + t] = dot_avx2(q + j * head_dim, key, head_dim) * scale;
+  }
+  for (std::int64_t j = 0; j < group; ++j) {
+    float* row = scores + j * n;
+    // Softmax over the row.
+    __m256 top8 = _mm256_set1_ps(-INFINITY);
+    std::int64_t t = 0;
+    for (; t + 8 <= n; t += 8) top8 = _mm256_max_ps(top8, _mm256_loadu_ps(row + t));
+    float top = hmax8(top8);
+    for (; t < n; ++t) top = std::max(top, row[t]);
+    const __m256 top_v = _mm256_set1_ps(top);
+    __m256 sum8 = _mm256_setzero_ps();
+    t = 0;
+    for (; t + 8 <= n; t += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + t), top_v));
+      _mm256_storeu_ps(row + t, e);
+      sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = hsum8(sum8);
+    for (; t < n; ++t) sum += row[t] = std::exp(row[t] - top);
+    const float inverse = 1.f / sum;
+    // Weighted sum of the value rows, head_dim at a time in registers where it fits.
+    float* result = out + j * head_dim;
+    for (std::int64_t d0 = 0; d0 < head_dim; d0 += 64) {
+      const std::int64_t width = std::min<std::int64_t>(64, head_dim - d0);
+      if (width == 64) {
+        __m256 acc[8];
+        for (__m256& a : acc) a = _mm256_setzero_ps();
+        for (std::int64_t s = 0; s < n; ++s) {
+          const __m256 w = _mm256_set1_ps(row[s]);
+          const float* value = values + s * row_stride + d0;
+          for (int k = 0; k < 8; ++k) acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * k), acc[k]);
+        }
+        const __m256 inverse_v = _mm256_set1_ps(inverse);
+        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(result + d0 + 8 * k, _mm256_mul_ps(acc[k], inverse_v));
+      } else {
+        for (std::int64_t d = d0; d < d0 + width; ++d) {
+          float acc = 0.f;
+          for (std::int64_t s = 0; s < n; ++s) acc += row[s] * values[s * row_stride + d];
+          result[d] = acc * inverse;
+        }
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void attention_decode_head(const float* q, const float* keys, const float* values, std::int64_t n,
+                           std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                           float* scores, float* out) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) {
+    attention_avx2(q, keys, values, n, row_stride, group, head_dim, scale, scores, out);
+    return;
+  }
+#endif
+  attention_portable(q, keys, values, n, row_stride, group, head_dim, scale, scores, out);
+}
+
+}  // namespace kvchat::kernels

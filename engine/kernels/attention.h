@@ -1,0 +1,16 @@
+#pragma once
+// Decode-step attention for one KV head: the queries of its group (one position each) against the
+// head's cached keys and values. Written out so that a decode step needs no LibTorch call and no
+// allocation for attention.
+#include <cstdint>
+
+namespace kvchat::kernels {
+
+// q: [group, head_dim]; keys, values: n rows of head_dim floats, `row_stride` floats apart;
+// scores: scratch of [group, n]; out: [group, head_dim].
+// out[j] = sum_t softmax_t(scale * q[j] . keys[t]) * values[t]  (all positions t < n are visible).
+void attention_decode_head(const float* q, const float* keys, const float* values, std::int64_t n,
+                           std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                           float* scores, float* out);
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,83 @@
+// Decode attention for one KV head against a double-precision reference, for the AVX2 and the
+// portable versions, with strided cache rows and GQA groups.
+#include <QtTest>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/kernels/attention.h"
+#include "engine/kernels/cpu_features.h"
+
+using namespace kvchat::kernels;
+
+class AttentionTest : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void matches_reference_data();
+  void matches_reference();
+  void a_dominant_key_selects_its_value();
+};
+
+void AttentionTest::matches_reference_data() {
+  QTest::addColumn<int>("n");
+  QTest::addColumn<int>("group");
+  QTest::addColumn<int>("head_dim");
+  QTest::addColumn<bool>("avx2");
+  for (bool avx2 : {true, false})
+    for (auto [n, group, head_dim] : std::vector<std::tuple<int, int, int>>{{1, 1, 8}, {5, 2, 8}, {37, 4, 64}, {300, 3, 64}, {129, 2, 32}, {17, 1, 80}})
+      QTest::newRow(QString("n%1 g%2 d%3 %4").arg(n).arg(group).arg(head_dim).arg(avx2 ? "avx2" : "portable").toUtf8())
+          << n << group << head_dim << avx2;
+}
+
+void AttentionTest::matches_reference() {
+  QFETCH(int, n);
+  QFETCH(int, group);
+  QFETCH(int, head_dim);
+  QFETCH(bool, avx2);
+  if (avx2 && !cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
+  set_avx2_kernels_enabled(avx2);
+  std::mt19937 rng(n * 131 + group * 7 + head_dim);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const int stride = head_dim + 3;  // cache rows need not be packed
+  std::vector<float> q(group * head_dim), keys(n * stride), values(n * stride);
+  for (float& v : q) v = normal(rng);
+  for (float& v : keys) v = normal(rng);
+  for (float& v : values) v = normal(rng);
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+  std::vector<float> scores(group * n), out(group * head_dim, NAN);
+  attention_decode_head(q.data(), keys.data(), values.data(), n, stride, group, head_dim, scale, scores.data(), out.data());
+  set_avx2_kernels_enabled(true);
+  for (int j = 0; j < group; ++j) {
+    std::vector<double> p(n);
+    double top = -INFINITY, sum = 0;
+    for (int t = 0; t < n; ++t) {
+      double dot = 0;
+      for (int d = 0; d < head_dim; ++d) dot += double(q[j * head_dim + d]) * keys[t * stride + d];
+      p[t] = dot * scale;
+      top = std::max(top, p[t]);
+    }
+    for (double& v : p) sum += v = std::exp(v - top);
+    for (int d = 0; d < head_dim; ++d) {
+      double expected = 0;
+      for (int t = 0; t < n; ++t) expected += p[t] / sum * values[t * stride + d];
+      const double got = out[j * head_dim + d];
+      QVERIFY2(std::fabs(got - expected) <= 1e-5 + 1e-5 * std::fabs(expected),
+               qPrintable(QString("query %1 dim %2: %3 vs %4").arg(j).arg(d).arg(got).arg(expected)));
+    }
+  }
+}
+
+void AttentionTest::a_dominant_key_selects_its_value() {
+  // Softmax extremes: one key far above the others (the others' exp underflows to 0).
+  const int n = 20, head_dim = 16;
+  std::vector<float> q(head_dim, 1.f), keys(n * head_dim, 0.f), values(n * head_dim);
+  for (int t = 0; t < n; ++t)
+    for (int d = 0; d < head_dim; ++d) values[t * head_dim + d] = float(t);
+  for (int d = 0; d < head_dim; ++d) keys[13 * head_dim + d] = 100.f;
+  std::vector<float> scores(n), out(head_dim);
+  attention_decode_head(q.data(), keys.data(), values.data(), n, head_dim, 1, head_dim, 1.f, scores.data(), out.data());
+  for (float v : out) QCOMPARE(v, 13.f);
+}
+
+QTEST_APPLESS_MAIN(AttentionTest)
+#include "test_attention.moc"
