@@ -156,16 +156,6 @@ void rms_norm_into(const float* x, const float* weight, float* out, std::int64_t
   for (std::int64_t i = 0; i < n; ++i) out[i] = (x[i] * inverse) * weight[i];
 }
 
-// y = W x (+ b) through the weight-streaming kernels.
-void linear_into(const Linear& linear, const float* x, float* y) {
-  const std::int64_t out = linear.weight.size(0), in = linear.weight.size(1);
-  const float* bias = linear.bias.defined() ? linear.bias.data_ptr<float>() : nullptr;
-  if (linear.weight.scalar_type() == at::kBFloat16)
-    kernels::matvec_bf16(reinterpret_cast<const std::uint16_t*>(linear.weight.data_ptr<at::BFloat16>()), x, y, out, in, bias);
-  else
-    kernels::matvec_f32(linear.weight.data_ptr<float>(), x, y, out, in, bias);
-}
-
 // y_i = W_i x for projections that share their input (q/k/v, gate/up), streamed as one parallel job.
 template <typename Weight>
 void shared_input_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
@@ -185,6 +175,9 @@ void shared_input_linears_into(std::initializer_list<std::pair<const Linear*, fl
   if (products.begin()->first->weight.scalar_type() == at::kBFloat16) shared_input_into<std::uint16_t>(products, x);
   else shared_input_into<float>(products, x);
 }
+
+// y = W x (+ b) through the weight-streaming kernels: a one-product job.
+void linear_into(const Linear& linear, const float* x, float* y) { shared_input_linears_into({{&linear, y}}, x); }
 
 // HF rotate_half RoPE of `heads` vectors of head_dim at one position, in place.
 void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, const float* cos, const float* sin) {

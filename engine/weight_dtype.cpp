@@ -1,9 +1,4 @@
-#include <ATen/Parallel.h>
-#include <spdlog/spdlog.h>
-
-#include <algorithm>
 #include <stdexcept>
-#include <thread>
 
 #include "engine/compute_options.h"
 #include "engine/model_loader.h"
