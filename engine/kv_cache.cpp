@@ -81,6 +81,17 @@ std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer, 
   return {keys_[layer].narrow(1, 0, size_ + steps), values_[layer].narrow(1, 0, size_ + steps)};
 }
 
+bool ContiguousKvCache::prepare_rows(std::int64_t tokens) {
+  if (shape_.dtype != at::kFloat) return false;
+  reserve(size_ + tokens);
+  return true;
+}
+
+KvLayerRows ContiguousKvCache::layer_rows(std::int64_t layer) {
+  // [kv_heads, capacity, head_dim], contiguous: heads are capacity rows apart.
+  return {keys_[layer].data_ptr<float>(), values_[layer].data_ptr<float>(), capacity_ * shape_.head_dim};
+}
+
 std::pair<at::Tensor, at::Tensor> ContiguousKvCache::view(std::int64_t layer, std::int64_t n) const {
   return {keys_.at(layer).narrow(1, 0, n), values_.at(layer).narrow(1, 0, n)};
 }

@@ -17,6 +17,14 @@
 
 namespace kvchat {
 
+// Raw f32 storage of one layer, for the fused decode step: KV head h's row at position p starts at
+// keys + h * head_stride + p * head_dim (values likewise), head_dim floats long.
+struct KvLayerRows {
+  float* keys = nullptr;
+  float* values = nullptr;
+  std::int64_t head_stride = 0;
+};
+
 struct KvCacheShape {
   std::int64_t layers = 0;
   std::int64_t kv_heads = 0;
@@ -39,6 +47,14 @@ class KvCache {
   virtual void truncate(std::int64_t n) = 0;
   // Capacity in tokens before the next growth.
   virtual std::int64_t capacity() const = 0;
+
+  // Direct row access, for writing `tokens` new positions in place (a decode step: no LibTorch call,
+  // no allocation): makes room for size() + tokens positions and returns true if this cache keeps its
+  // layers as KvLayerRows, false if it does not (then use append). Positions written past size() count
+  // only after commit(), as with append.
+  virtual bool prepare_rows(std::int64_t tokens) { (void)tokens; return false; }
+  // Valid after prepare_rows returned true, until the next prepare_rows, append or truncate.
+  virtual KvLayerRows layer_rows(std::int64_t layer) { (void)layer; return {}; }
 
   std::int64_t size() const { return size_; }
   // 2 (K and V) x layers x kv_heads x head_dim x tokens x element size.
@@ -76,6 +92,8 @@ class ContiguousKvCache final : public KvCache {
   std::pair<at::Tensor, at::Tensor> view(std::int64_t layer, std::int64_t n) const override;
   void truncate(std::int64_t n) override;
   std::int64_t capacity() const override { return capacity_; }
+  bool prepare_rows(std::int64_t tokens) override;
+  KvLayerRows layer_rows(std::int64_t layer) override;
   void reserve(std::int64_t tokens);
 
  private:

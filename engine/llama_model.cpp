@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/compute_options.h"
+#include "engine/kernels/activation.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/huge_pages.h"
@@ -203,10 +204,28 @@ bool LlamaModel::fused_decode_applies() const {
   return ok(weights_.lm_head);
 }
 
+// The attention of one decode step over the cache rows of a layer, KV head by KV head. Passed to the
+// pool by pointer so that the job fits std::function's small buffer (no allocation per layer).
+struct DecodeAttention {
+  const float* q;
+  const KvLayerRows* rows;
+  std::int64_t positions, head_dim, group;
+  float scale;
+  float* scores;  // [heads, positions]
+  float* out;     // [heads, head_dim]
+  void heads(std::int64_t first, std::int64_t last) const {
+    for (std::int64_t g = first; g < last; ++g)
+      kernels::attention_decode_head(q + g * group * head_dim, rows->keys + g * rows->head_stride,
+                                     rows->values + g * rows->head_stride, positions, head_dim, group, head_dim, scale,
+                                     scores + g * group * positions, out + g * group * head_dim);
+  }
+};
+
 // One token at `position` with the cache: the same computation as forward() for T = 1, written out
-// over per-thread buffers (attention too, with the engine kernels), so that only the cache write and
-// the SiLU go through LibTorch. Tiny models spent most of a step in LibTorch's per-call overhead.
-at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cache) const {
+// over per-thread buffers, the cache's rows and the engine kernels, so that a steady-state step makes
+// no LibTorch call and no allocation (tiny models spent most of a step in LibTorch's per-call cost).
+// A cache without direct rows (the naive one) gets its K/V through append and LibTorch attention.
+void LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cache, float* logits) const {
   const ModelConfig& c = config_;
   const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
@@ -222,11 +241,11 @@ at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache
   }
   const float* cos = rope_cos_.data_ptr<float>() + position * head_dim;
   const float* sin = rope_sin_.data_ptr<float>() + position * head_dim;
-  auto options = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor k_step = at::from_blob(s.k.data(), {kv_heads, 1, head_dim}, options);
-  at::Tensor v_step = at::from_blob(s.v.data(), {kv_heads, 1, head_dim}, options);
-  at::Tensor grouped_q = at::from_blob(s.q.data(), {kv_heads, group, head_dim}, options);
-  at::Tensor attended = at::from_blob(s.attended.data(), {kv_heads, group, head_dim}, options);
+  const bool direct_rows = cache.prepare_rows(1);  // grows the cache, if it must, before any layer runs
+  const std::int64_t positions = position + 1;     // attended: the cached ones and this one
+  // Scores for as many positions as the cache can hold: the buffer grows when the cache does, not per token.
+  const auto needed_scores = static_cast<std::size_t>(heads * std::max(positions, cache.capacity()));
+  if (s.scores.size() < needed_scores) s.scores.resize(std::max(needed_scores, 2 * s.scores.size()));
 
   for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
     const LayerWeights& layer = weights_.layers[layer_index];
@@ -234,26 +253,28 @@ at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache
     shared_input_linears_into({{&layer.q, s.q.data()}, {&layer.k, s.k.data()}, {&layer.v, s.v.data()}}, s.h.data());
     rotate_into(s.q.data(), heads, head_dim, cos, sin);
     rotate_into(s.k.data(), kv_heads, head_dim, cos, sin);
-    auto [keys, values] = cache.append(layer_index, k_step, v_step);
-    const bool rows_contiguous = keys.stride(2) == 1 && keys.stride(1) == head_dim && values.strides() == keys.strides();
-    if (rows_contiguous && keys.scalar_type() == at::kFloat) {
-      // Each KV head's keys and values are rows of head_dim floats: attend without LibTorch.
-      const std::int64_t n = position + 1, head_stride = keys.stride(0);
-      const float* key_base = keys.data_ptr<float>();
-      const float* value_base = values.data_ptr<float>();
-      const auto needed = static_cast<std::size_t>(heads * n);
-      if (s.scores.size() < needed) s.scores.resize(std::max(needed, 2 * s.scores.size()));  // grows geometrically
-      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-      auto attend_heads = [&](std::int64_t first, std::int64_t last) {
-        for (std::int64_t g = first; g < last; ++g)
-          kernels::attention_decode_head(s.q.data() + g * group * head_dim, key_base + g * head_stride,
-                                         value_base + g * head_stride, n, head_dim, group, head_dim, scale,
-                                         s.scores.data() + g * group * n, s.attended.data() + g * group * head_dim);
-      };
-      if (n >= kParallelAttentionTokens && kv_heads > 1) kernels::default_thread_pool().parallel_for(kv_heads, attend_heads);
-      else attend_heads(0, kv_heads);
+    if (direct_rows) {
+      const KvLayerRows rows = cache.layer_rows(layer_index);
+      for (std::int64_t g = 0; g < kv_heads; ++g) {
+        const std::int64_t slot = g * rows.head_stride + position * head_dim;
+        std::copy_n(s.k.data() + g * head_dim, head_dim, rows.keys + slot);
+        std::copy_n(s.v.data() + g * head_dim, head_dim, rows.values + slot);
+      }
+      const DecodeAttention attention{s.q.data(), &rows, positions, head_dim, group,
+                                      1.0f / std::sqrt(static_cast<float>(head_dim)), s.scores.data(), s.attended.data()};
+      // A long context makes attention a real share of the step: split it by KV head over the pool.
+      if (positions >= kParallelAttentionTokens && kv_heads > 1)
+        kernels::default_thread_pool().parallel_for(
+            kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->heads(first, last); });
+      else
+        attention.heads(0, kv_heads);
     } else {
-      attend(grouped_q, keys, values, at::Tensor(), attended, /*streaming=*/true);
+      auto options = at::TensorOptions().dtype(at::kFloat);
+      auto [keys, values] = cache.append(layer_index, at::from_blob(s.k.data(), {kv_heads, 1, head_dim}, options),
+                                         at::from_blob(s.v.data(), {kv_heads, 1, head_dim}, options));
+      at::Tensor attended = at::from_blob(s.attended.data(), {kv_heads, group, head_dim}, options);
+      attend(at::from_blob(s.q.data(), {kv_heads, group, head_dim}, options), keys.to(at::kFloat),
+             values.to(at::kFloat), at::Tensor(), attended, /*streaming=*/true);
     }
 
     linear_into(layer.o, s.attended.data(), s.h.data());
@@ -261,23 +282,30 @@ at::Tensor LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache
 
     rms_norm_into(s.x.data(), layer.mlp_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
     shared_input_linears_into({{&layer.gate, s.gate.data()}, {&layer.up, s.up.data()}}, s.h.data());
-    at::Tensor gate = at::from_blob(s.gate.data(), {inter}, options);
-    at::silu_(gate);  // LibTorch's vectorised exp
-    for (std::int64_t i = 0; i < inter; ++i) s.gate[i] *= s.up[i];
+    kernels::silu_mul(s.gate.data(), s.up.data(), inter);
     linear_into(layer.down, s.gate.data(), s.h.data());
     for (std::int64_t i = 0; i < hidden; ++i) s.x[i] += s.h[i];
   }
   cache.commit(1);
 
   rms_norm_into(s.x.data(), weights_.final_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
-  at::Tensor logits = at::empty({c.vocab_size}, options);  // the caller keeps it: not a scratch view
-  linear_into(weights_.lm_head, s.h.data(), logits.data_ptr<float>());
-  return logits;
+  linear_into(weights_.lm_head, s.h.data(), logits);
 }
 
-at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
-                               bool all_positions) const {
-  const std::int64_t steps = static_cast<std::int64_t>(ids.size());
+void LlamaModel::decode(TokenId token, std::int64_t position, KvCache& cache, float* logits) const {
+  if (fused_decode_ && fast_kernels_enabled()) {
+    check_positions(1, position, &cache);
+    if (token < 0 || token >= config_.vocab_size)
+      throw std::out_of_range("decode: token id " + std::to_string(token) + " outside the vocabulary");
+    enter_compute_phase(ComputePhase::Streaming);
+    decode_step(token, position, cache, logits);
+    return;
+  }
+  const at::Tensor row = forward({token}, position, &cache).contiguous();
+  std::copy_n(row.data_ptr<float>(), config_.vocab_size, logits);
+}
+
+void LlamaModel::check_positions(std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const {
   if (steps == 0) throw std::invalid_argument("forward: no tokens");
   if (cache ? start_pos != cache->size() : start_pos != 0)
     throw std::invalid_argument("forward: start position " + std::to_string(start_pos) +
@@ -285,13 +313,23 @@ at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t sta
   if (start_pos + steps > config_.max_position_embeddings)
     throw std::length_error("forward: positions up to " + std::to_string(start_pos + steps) +
                             " exceed the context limit of " + std::to_string(config_.max_position_embeddings));
+}
+
+at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
+                               bool all_positions) const {
+  const std::int64_t steps = static_cast<std::int64_t>(ids.size());
+  check_positions(steps, start_pos, cache);
   for (TokenId id : ids)
     if (id < 0 || id >= config_.vocab_size)
       throw std::out_of_range("forward: token id " + std::to_string(id) + " outside the vocabulary");
 
   const bool streaming = fast_kernels_enabled() && steps <= kStreamingRows;
   enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
-  if (steps == 1 && cache && streaming && fused_decode_ && !all_positions) return decode_step(ids[0], start_pos, *cache);
+  if (steps == 1 && cache && streaming && fused_decode_ && !all_positions) {
+    at::Tensor logits = at::empty({config_.vocab_size}, at::kFloat);
+    decode_step(ids[0], start_pos, *cache, logits.data_ptr<float>());
+    return logits;
+  }
 
   const std::int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
   const std::int64_t head_dim = config_.head_dim, group = heads / kv_heads;

@@ -61,10 +61,16 @@ class LlamaModel {
   at::Tensor forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
                      bool all_positions = false) const;
 
+  // One decode step: `token` at `position` (== cache.size()), committed to the cache, its logits
+  // written to `logits` ([vocab] floats, owned by the caller and reused every step). With the fast
+  // kernels on, a steady-state step allocates nothing. Same results as forward({token}, position, &cache).
+  void decode(TokenId token, std::int64_t position, KvCache& cache, float* logits) const;
+
  private:
   void attend(const at::Tensor& grouped_q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
               at::Tensor& out, bool streaming) const;
-  at::Tensor decode_step(TokenId token, std::int64_t position, KvCache& cache) const;
+  void decode_step(TokenId token, std::int64_t position, KvCache& cache, float* logits) const;
+  void check_positions(std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const;
   bool fused_decode_applies() const;
 
   ModelConfig config_;

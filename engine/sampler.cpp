@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <unordered_set>
 
 namespace kvchat {
 
@@ -16,53 +15,60 @@ TokenId argmax(const float* values, std::int64_t size) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), generator_(params.seed) {}
 
-std::vector<float> Sampler::penalised(const float* logits, std::int64_t vocab_size,
-                                      const std::vector<TokenId>& recent) const {
-  std::vector<float> values(logits, logits + vocab_size);
-  if (params_.repetition_penalty != 1.0f && !recent.empty()) {
-    const std::size_t window = params_.repetition_window > 0
-                                   ? std::min<std::size_t>(recent.size(), static_cast<std::size_t>(params_.repetition_window))
-                                   : recent.size();
-    std::unordered_set<TokenId> seen(recent.end() - static_cast<std::ptrdiff_t>(window), recent.end());
-    for (TokenId id : seen) {
-      if (id < 0 || id >= vocab_size) continue;
-      float& v = values[static_cast<std::size_t>(id)];
-      v = v > 0 ? v / params_.repetition_penalty : v * params_.repetition_penalty;  // CTRL-style
-    }
+const float* Sampler::penalised(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) const {
+  if (params_.repetition_penalty == 1.0f || recent.empty()) return logits;
+  penalised_.assign(logits, logits + vocab_size);
+  const std::size_t window = params_.repetition_window > 0
+                                 ? std::min<std::size_t>(recent.size(), static_cast<std::size_t>(params_.repetition_window))
+                                 : recent.size();
+  // Each distinct id of the window is penalised once.
+  window_ids_.assign(recent.end() - static_cast<std::ptrdiff_t>(window), recent.end());
+  std::sort(window_ids_.begin(), window_ids_.end());
+  window_ids_.erase(std::unique(window_ids_.begin(), window_ids_.end()), window_ids_.end());
+  for (TokenId id : window_ids_) {
+    if (id < 0 || id >= vocab_size) continue;
+    float& v = penalised_[static_cast<std::size_t>(id)];
+    v = v > 0 ? v / params_.repetition_penalty : v * params_.repetition_penalty;  // CTRL-style
   }
-  return values;
+  return penalised_.data();
 }
 
 std::vector<double> Sampler::probabilities(const float* logits, std::int64_t vocab_size,
                                            const std::vector<TokenId>& recent) const {
-  std::vector<float> values = penalised(logits, vocab_size, recent);
-  std::vector<double> probs(static_cast<std::size_t>(vocab_size), 0.0);
+  compute_probabilities(logits, vocab_size, recent);
+  return probabilities_;
+}
+
+void Sampler::compute_probabilities(const float* logits, std::int64_t vocab_size,
+                                    const std::vector<TokenId>& recent) const {
+  const float* values = penalised(logits, vocab_size, recent);
+  probabilities_.assign(static_cast<std::size_t>(vocab_size), 0.0);
   if (greedy()) {
-    probs[static_cast<std::size_t>(argmax(values.data(), vocab_size))] = 1.0;
-    return probs;
+    probabilities_[static_cast<std::size_t>(argmax(values, vocab_size))] = 1.0;
+    return;
   }
   // Candidates sorted by logit, best first (stable: ties keep the lower id first).
-  std::vector<TokenId> order(static_cast<std::size_t>(vocab_size));
-  std::iota(order.begin(), order.end(), 0);
+  order_.resize(static_cast<std::size_t>(vocab_size));
+  std::iota(order_.begin(), order_.end(), 0);
   auto better = [&](TokenId a, TokenId b) { return values[a] > values[b] || (values[a] == values[b] && a < b); };
-  std::size_t keep = order.size();
+  std::size_t keep = order_.size();
   if (params_.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(params_.top_k));
   // Only the kept candidates need ordering (a full sort of a 128k vocabulary costs milliseconds).
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), better);
+  std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.end(), better);
 
   // Softmax with temperature over the kept candidates (max subtracted for stability).
   const double temperature = params_.temperature;
-  const double top = values[order[0]];
-  std::vector<double> weights(keep);
+  const double top = values[order_[0]];
+  weights_.resize(keep);
   double sum = 0;
-  for (std::size_t i = 0; i < keep; ++i) sum += weights[i] = std::exp((values[order[i]] - top) / temperature);
-  for (double& w : weights) w /= sum;
+  for (std::size_t i = 0; i < keep; ++i) sum += weights_[i] = std::exp((values[order_[i]] - top) / temperature);
+  for (std::size_t i = 0; i < keep; ++i) weights_[i] /= sum;
 
   if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (at least one token)
     double cumulative = 0;
     std::size_t cut = keep;
     for (std::size_t i = 0; i < keep; ++i) {
-      cumulative += weights[i];
+      cumulative += weights_[i];
       if (cumulative >= params_.top_p) {
         cut = i + 1;
         break;
@@ -71,23 +77,20 @@ std::vector<double> Sampler::probabilities(const float* logits, std::int64_t voc
     keep = cut;
   }
   if (params_.min_p > 0.0f) {  // drop tokens less likely than min_p x the most likely one
-    const double threshold = params_.min_p * weights[0];
+    const double threshold = params_.min_p * weights_[0];
     std::size_t cut = 1;
-    while (cut < keep && weights[cut] >= threshold) ++cut;
+    while (cut < keep && weights_[cut] >= threshold) ++cut;
     keep = cut;
   }
   double kept_mass = 0;
-  for (std::size_t i = 0; i < keep; ++i) kept_mass += weights[i];
-  for (std::size_t i = 0; i < keep; ++i) probs[static_cast<std::size_t>(order[i])] = weights[i] / kept_mass;
-  return probs;
+  for (std::size_t i = 0; i < keep; ++i) kept_mass += weights_[i];
+  for (std::size_t i = 0; i < keep; ++i) probabilities_[static_cast<std::size_t>(order_[i])] = weights_[i] / kept_mass;
 }
 
 TokenId Sampler::sample(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) {
-  if (greedy()) {
-    std::vector<float> values = penalised(logits, vocab_size, recent);
-    return argmax(values.data(), vocab_size);
-  }
-  std::vector<double> probs = probabilities(logits, vocab_size, recent);
+  if (greedy()) return argmax(penalised(logits, vocab_size, recent), vocab_size);
+  compute_probabilities(logits, vocab_size, recent);
+  const std::vector<double>& probs = probabilities_;
   // Inverse-CDF draw from the seeded generator: same seed and logits, same token.
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(generator_);
   double cumulative = 0;

@@ -25,10 +25,17 @@ class Sampler {
   bool greedy() const { return params_.temperature <= 0.0f || params_.top_k == 1; }
 
  private:
-  std::vector<float> penalised(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) const;
+  // The logits after the repetition penalty: `logits` itself when no penalty applies, else a copy in
+  // penalised_. The distribution goes into probabilities_.
+  const float* penalised(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) const;
+  void compute_probabilities(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) const;
 
   SamplingParams params_;
   std::mt19937_64 generator_;
+  // Scratch reused by every call, so that sampling a token allocates nothing once they are sized.
+  mutable std::vector<float> penalised_;
+  mutable std::vector<TokenId> window_ids_, order_;
+  mutable std::vector<double> weights_, probabilities_;
 };
 
 // Index of the largest value; the first one on ties (as llama2.c's argmax).

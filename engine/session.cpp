@@ -101,17 +101,28 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     stats.prefill_tokens_per_second = stats.prefilled_tokens * 1000.0 / stats.prefill_ms;
 
   // --- decode: one token per step ---
+  // Steady state allocates nothing: every buffer below is sized before the first step, and the
+  // cached path's steps write their logits into logits_ in place.
   Sampler sampler(config.sampling);
-  std::vector<TokenId> recent = prompt;  // what the repetition penalty looks at
+  const auto token_budget = static_cast<std::size_t>(std::max(0, config.max_new_tokens));
+  std::vector<TokenId> recent;  // what the repetition penalty looks at
+  recent.reserve(prompt.size() + token_budget);
+  recent = prompt;
+  result.generated.reserve(token_budget);
+  if (cache_) history_.reserve(prompt.size() + token_budget);
+  else sequence.reserve(prompt.size() + token_budget);
   const bool prefill_complete = logits.defined() &&
                                 (cache_ ? static_cast<std::size_t>(cache_->size()) == prompt.size() : true);
   stats.stop_reason = StopReason::Stopped;
   Clock::time_point first_token_time = Clock::now();
   if (prefill_complete) {
+    const std::int64_t vocab_size = model_config.vocab_size;
+    logits_.resize(static_cast<std::size_t>(vocab_size));
+    const at::Tensor last_row = logits.contiguous();
+    std::copy_n(last_row.data_ptr<float>(), vocab_size, logits_.data());
     std::int64_t position = static_cast<std::int64_t>(prompt.size());  // where the next fed token goes
     while (true) {
-      at::Tensor row = logits.contiguous();
-      TokenId token = sampler.sample(row.data_ptr<float>(), row.numel(), recent);
+      TokenId token = sampler.sample(logits_.data(), vocab_size, recent);
       if (result.generated.empty()) {
         first_token_time = Clock::now();
         stats.ttft_ms = milliseconds_since(started);
@@ -137,11 +148,12 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
         break;
       }
       if (cache_) {
-        logits = model_->forward({token}, position, cache_.get());
+        model_->decode(token, position, *cache_, logits_.data());
         history_.push_back(token);
       } else {
         sequence.push_back(token);
-        logits = model_->forward(sequence, 0, nullptr);  // the O(n^2) path: recompute everything
+        const at::Tensor row = model_->forward(sequence, 0, nullptr).contiguous();  // the O(n^2) path: recompute everything
+        std::copy_n(row.data_ptr<float>(), vocab_size, logits_.data());
       }
       ++position;
     }

@@ -57,6 +57,7 @@ class Session {
   KvCacheMode cache_mode_;
   std::unique_ptr<KvCache> cache_;  // null when the cache is off
   std::vector<TokenId> history_;
+  std::vector<float> logits_;  // the last step's logits [vocab], reused by every step
 };
 
 }  // namespace kvchat

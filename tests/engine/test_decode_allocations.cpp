@@ -1,0 +1,135 @@
+// A steady-state decode step allocates nothing: no tensor, no buffer, no std::function. Every
+// operator new of the process is counted (LibTorch's tensor headers and the engine's buffers go
+// through it), and the count over many decode steps after a warm-up must be zero, on models whose
+// products run inline (stories260K) and on one large enough for the thread pool and the parallel
+// attention, with f32 and bf16 weights. The session's generate must not allocate per token either.
+#include <QtTest>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "common/test_paths.h"
+#include "engine/kernels/thread_pool.h"
+#include "engine/kv_cache.h"
+#include "engine/llama_model.h"
+#include "engine/session.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace kvchat;
+using kvchat::test::shared_path;
+
+namespace {
+
+// Allocations made while `work` runs.
+template <typename Work>
+long allocations_during(Work&& work) {
+  g_allocations = 0;
+  g_counting = true;
+  work();
+  g_counting = false;
+  return g_allocations.load();
+}
+
+// hidden 512 / intermediate 2048: every product is over the kernels' parallel threshold.
+const char* kMidConfig = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 8, "num_key_value_heads": 2,
+  "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 2000, "max_position_embeddings": 1024,
+  "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true,
+  "bos_token_id": 1, "eos_token_id": 2
+})";
+
+// Runs `warm_up` decode steps, then counts the allocations of `counted` more.
+long decode_allocations(const LlamaModel& model, std::int64_t start, int warm_up, int counted) {
+  ContiguousKvCache cache(model.cache_shape(), start + warm_up + counted + 1);
+  std::vector<float> logits(static_cast<std::size_t>(model.config().vocab_size));
+  std::vector<TokenId> prompt(static_cast<std::size_t>(start), 5);
+  model.forward(prompt, 0, &cache);
+  std::int64_t position = start;
+  TokenId token = 7;
+  auto step = [&] {
+    model.decode(token, position++, cache, logits.data());
+    token = static_cast<TokenId>((token * 31 + 11) % model.config().vocab_size);
+  };
+  for (int i = 0; i < warm_up; ++i) step();
+  return allocations_during([&] {
+    for (int i = 0; i < counted; ++i) step();
+  });
+}
+
+}  // namespace
+
+class DecodeAllocationsTest : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void initTestCase() { kernels::set_default_threads(2); }
+  void the_counter_sees_tensor_allocations();
+  void stories260k_decode_step_allocates_nothing();
+  void parallel_decode_step_allocates_nothing_data();
+  void parallel_decode_step_allocates_nothing();
+  void generate_allocates_nothing_per_token();
+};
+
+void DecodeAllocationsTest::the_counter_sees_tensor_allocations() {
+  // The zero counts below mean something only if a LibTorch call is seen.
+  const long seen = allocations_during([] { at::Tensor t = at::empty({4}, at::kFloat); });
+  QVERIFY2(seen >= 1, "operator new is not interposed");
+}
+
+void DecodeAllocationsTest::stories260k_decode_step_allocates_nothing() {
+  const std::string directory = shared_path("models/stories260K");
+  auto model = LlamaModel::from_checkpoint(directory, ModelConfig::from_directory(directory));
+  QCOMPARE(decode_allocations(*model, 3, 4, 200), 0L);
+}
+
+void DecodeAllocationsTest::parallel_decode_step_allocates_nothing_data() {
+  QTest::addColumn<bool>("bf16");
+  QTest::newRow("f32") << false;
+  QTest::newRow("bf16") << true;
+}
+
+void DecodeAllocationsTest::parallel_decode_step_allocates_nothing() {
+  QFETCH(bool, bf16);
+  auto model = LlamaModel::random(ModelConfig::from_json_text(kMidConfig, "mid-size test config"), 3,
+                                  bf16 ? WeightDtype::BFloat16 : WeightDtype::Float32);
+  // Crossing 256 positions switches attention to the thread pool.
+  QCOMPARE(decode_allocations(*model, 240, 4, 40), 0L);
+}
+
+void DecodeAllocationsTest::generate_allocates_nothing_per_token() {
+  const std::string directory = shared_path("models/stories260K");
+  auto model = LlamaModel::from_checkpoint(directory, ModelConfig::from_directory(directory));
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  GenerationConfig config;
+  config.cache_mode = KvCacheMode::Contiguous;
+  config.stop_token_ids = {-1};  // exactly max_new_tokens tokens
+  auto generate = [&](int tokens) {
+    config.max_new_tokens = tokens;
+    Session session(model, KvCacheMode::Contiguous);
+    return allocations_during([&] { QCOMPARE(int(session.generate(prompt, config).generated.size()), tokens); });
+  };
+  generate(60);  // sizes the per-thread decode buffers for this context
+  const long short_run = generate(10);
+  const long long_run = generate(60);
+  QVERIFY2(short_run > 0, "a generate call sets up its buffers");
+  QCOMPARE(long_run, short_run);
+}
+
+QTEST_APPLESS_MAIN(DecodeAllocationsTest)
+#include "test_decode_allocations.moc"
