@@ -21,18 +21,35 @@ HardwareCeilings measure_hardware_ceilings(int threads);
 
 struct BenchRun {
   GenerationStats stats;
-  double decode_tok_s_start = 0;  // over the first tokens of the run
-  double decode_tok_s_end = 0;    // over the last tokens of the run
-  double total_ms = 0;            // prefill + decode, what a user waits
+  // Decode speed from the steps' own durations (token to token, minus any probe in between).
+  double decode_tok_s = 0;
+  double decode_tok_s_start = 0;  // over the first steps of the run
+  double decode_tok_s_end = 0;    // over the last steps of the run
+  double total_ms = 0;            // prefill + decode as a user waits for it (no probes)
   std::vector<TokenId> generated;
   std::int64_t peak_rss_bytes = 0;  // of the process so far
   std::int64_t rss_bytes = 0;       // resident after the run
+  // With probe_between_steps: the read bandwidth probed just before each step, weighted by the
+  // step's duration, and the bytes the steps read (weights once per step) over the bytes the machine
+  // could have read in the same time at those rates. 0 without.
+  double paired_bandwidth_gb_s = 0;
+  double decode_fraction_of_paired_bandwidth = 0;
+  int bandwidth_probes = 0;
 };
 
 // Runs `prompt_tokens` seeded random ids (after BOS) through a fresh session, then exactly
 // `new_tokens` greedy tokens (end-of-sequence ids do not stop it).
+// probe_between_steps: before every decode step, measure the read bandwidth over the first
+// kPairedProbeBytes (or all) of the model's own lm_head weights (no extra memory; read last in a step, so the
+// step gains nothing from it being in cache). For a machine whose bandwidth drifts while it runs,
+// each step is then compared with the bandwidth of its own moment. Meant for models whose weights
+// are far beyond the last-level cache (see pairs_bandwidth_probes).
 BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode,
-                                  int prompt_tokens, int new_tokens);
+                                  int prompt_tokens, int new_tokens, bool probe_between_steps = false);
+constexpr std::size_t kPairedProbeBytes = std::size_t(256) << 20;
+// Whether the model is large enough for probe_between_steps to measure main memory (>= 1 GiB of
+// weights, an lm_head of at least kPairedProbeBytes). Smaller models may still use it (tests).
+bool pairs_bandwidth_probes(const LlamaModel& model);
 
 // 2 x the parameters a prefill token multiplies (every layer; not the embedding lookup, and the
 // lm_head only once per prefill since only the last position gets logits).

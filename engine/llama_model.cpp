@@ -28,6 +28,8 @@ constexpr std::int64_t kStreamingRows = 8;
 constexpr std::int64_t kGroupRows = 4;
 // From this many attended positions on, a streaming forward splits attention over the kernels' pool.
 constexpr std::int64_t kParallelAttentionTokens = 256;
+// The scores of a prefill's attention are computed in chunks of KV heads of about this many bytes.
+constexpr std::int64_t kAttentionScoreBytes = 16 << 20;
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   const std::int64_t rows = x.size(0), in = weight.size(1), out = weight.size(0);
@@ -122,7 +124,13 @@ void LlamaModel::attend(const at::Tensor& grouped_q, const at::Tensor& keys, con
       attend_heads(begin, end - begin);
     });
   } else {
-    attend_heads(0, kv_heads);
+    // A few KV heads at a time: all heads' scores at once would be [KVH, group*T, total] floats, twice
+    // with the softmax (256 MiB for a 1B model's 512-token chunk against 2,048 positions), a large
+    // share of peak memory next to the weights. Each chunk's matrix products stay large.
+    const std::int64_t bytes_per_head = rows * total * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t heads_per_chunk = std::clamp<std::int64_t>(kAttentionScoreBytes / bytes_per_head, 1, kv_heads);
+    for (std::int64_t first = 0; first < kv_heads; first += heads_per_chunk)
+      attend_heads(first, std::min(heads_per_chunk, kv_heads - first));
   }
 }
 

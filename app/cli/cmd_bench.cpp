@@ -18,16 +18,21 @@ namespace {
 const char* kUsage =
     "usage: kvchat-cli bench (--model DIR | --random-weights CONFIG.json [--weights-seed N])\n"
     "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
-    "                        [--dtype f32,bf16] [--threads N] [--kernels on|off] [--json]\n"
+    "                        [--dtype f32,bf16] [--threads N] [--kernels on|off] [--bandwidth-probe auto|step|row]\n"
+    "                        [--json]\n"
     "Measures memory read bandwidth and sgemm GFLOP/s first, then one generation per configuration.\n"
-    "decode %bw   = decode tok/s x weight bytes / bandwidth probed just before that row (GB/s column)\n"
+    "decode %bw   = weight bytes read by the decode steps / bytes the machine could read in the same time\n"
+    "               step: bandwidth probed before every decode step, over the model's own weights (the\n"
+    "                     default for models of 1 GiB or more, whose decode is bound by memory)\n"
+    "               row:  one probe of a 256 MiB buffer just before the row (the default below 1 GiB)\n"
+    "               GB/s column: the bandwidth used (step: the steps' time-weighted mean)\n"
     "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
     "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.";
 
 double mib(double bytes) { return bytes / 1048576.0; }
 
 int run_bench(const std::vector<std::string>& args) {
-  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels"}), {"json"});
+  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe"}), {"json"});
   parser.parse(args);
   const bool json_output = parser.has("json");
   std::vector<long long> prompt_lengths = parse_int_list("prompt-tokens", parser.value_or("prompt-tokens", "5,128,512"));
@@ -46,6 +51,9 @@ int run_bench(const std::vector<std::string>& args) {
   const std::string kernels = parser.value_or("kernels", "on");
   if (kernels != "on" && kernels != "off") throw UsageError("--kernels must be on or off");
   set_fast_kernels_enabled(kernels == "on");
+  const std::string probe_option = parser.value_or("bandwidth-probe", "auto");
+  if (probe_option != "auto" && probe_option != "step" && probe_option != "row")
+    throw UsageError("--bandwidth-probe must be auto, step or row");
 
   const int threads_option = parser.int_or("threads", 0);
   set_engine_threads(threads_option);
@@ -79,29 +87,35 @@ int run_bench(const std::vector<std::string>& args) {
       if (prompt_tokens < 1 || prompt_tokens + new_tokens > model.config().max_position_embeddings)
         throw UsageError("--prompt-tokens " + std::to_string(prompt_tokens) + " plus --new-tokens does not fit the context");
       for (KvCacheMode mode : modes) {
-        // This machine's bandwidth drifts by tens of percent within minutes (other tenants), so each
-        // decode figure is read against a probe taken just before it.
-        const double bandwidth = kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 5).gigabytes_per_second;
-        BenchRun run = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), new_tokens);
+        // This machine's bandwidth drifts by tens of percent within seconds (other tenants), so each
+        // decode figure is read against bandwidth probed at its own moment: before every step for a
+        // model bound by memory, else just before the row.
+        const bool per_step = probe_option == "step" || (probe_option == "auto" && pairs_bandwidth_probes(model));
+        const double row_bandwidth =
+            per_step ? 0.0 : kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 5).gigabytes_per_second;
+        BenchRun run = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), new_tokens, per_step);
         const GenerationStats& s = run.stats;
-        const double decode_fraction = s.decode_tokens_per_second * weight_bytes / (bandwidth * 1e9);
+        const double bandwidth = per_step ? run.paired_bandwidth_gb_s : row_bandwidth;
+        const double decode_fraction = per_step ? run.decode_fraction_of_paired_bandwidth
+                                                : run.decode_tok_s * weight_bytes / (bandwidth * 1e9);
         const double prefill_fraction = s.prefill_tokens_per_second * flops_per_token / (ceilings.sgemm_gflop_s * 1e9);
         nlohmann::ordered_json line = {
             {"model", source.description}, {"dtype", dtype_name}, {"kv_cache", to_string(mode)}, {"threads", threads},
             {"prompt_tokens", prompt_tokens}, {"new_tokens", new_tokens},
             {"prefill_tok_s", s.prefill_tokens_per_second}, {"ttft_ms", s.ttft_ms},
-            {"decode_tok_s", s.decode_tokens_per_second}, {"decode_tok_s_start", run.decode_tok_s_start},
-            {"decode_tok_s_end", run.decode_tok_s_end}, {"per_token_ms", s.decode_tokens_per_second > 0 ? 1000.0 / s.decode_tokens_per_second : 0.0},
+            {"decode_tok_s", run.decode_tok_s}, {"decode_tok_s_start", run.decode_tok_s_start},
+            {"decode_tok_s_end", run.decode_tok_s_end}, {"per_token_ms", run.decode_tok_s > 0 ? 1000.0 / run.decode_tok_s : 0.0},
             {"total_ms", run.total_ms}, {"weight_bytes", model.weight_bytes()}, {"cache_bytes", s.cache_bytes},
             {"peak_rss_bytes", run.peak_rss_bytes}, {"rss_bytes", run.rss_bytes},
-            {"read_bandwidth_gb_s", bandwidth}, {"decode_fraction_of_bandwidth", decode_fraction}, {"prefill_fraction_of_sgemm", prefill_fraction}};
+            {"read_bandwidth_gb_s", bandwidth}, {"bandwidth_probe", per_step ? "step" : "row"},
+            {"bandwidth_probes", per_step ? run.bandwidth_probes : 1}, {"decode_fraction_of_bandwidth", decode_fraction}, {"prefill_fraction_of_sgemm", prefill_fraction}};
         if (mode == KvCacheMode::Contiguous) cached_runs[{prompt_tokens, new_tokens}] = run;
         if (json_output) {
           std::cout << line.dump() << std::endl;
         } else {
           std::printf("%-5s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %10.2f %9.0f %9.2f\n",
                       dtype_name.c_str(), to_string(mode), prompt_tokens, new_tokens, s.prefill_tokens_per_second,
-                      s.ttft_ms, s.decode_tokens_per_second, run.decode_tok_s_start, run.decode_tok_s_end, bandwidth,
+                      s.ttft_ms, run.decode_tok_s, run.decode_tok_s_start, run.decode_tok_s_end, bandwidth,
                       100 * decode_fraction, 100 * prefill_fraction, mib(double(s.cache_bytes)),
                       mib(double(run.peak_rss_bytes)), run.total_ms / 1000.0);
           std::fflush(stdout);
@@ -130,7 +144,7 @@ int run_bench(const std::vector<std::string>& args) {
                                                             {"sgemm_gflop_s", after.sgemm_gflop_s}}}}).dump()
               << std::endl;
   } else {
-    std::printf("\nmachine at the end: read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (%%bw uses the GB/s probed before each row, %%mm the start)\n",
+    std::printf("\nmachine at the end: read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (%%bw uses the GB/s column, %%mm the start)\n",
                 after.read_bandwidth_gb_s, after.sgemm_gflop_s);
   }
   return 0;

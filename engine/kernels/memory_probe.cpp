@@ -73,29 +73,19 @@ std::uint64_t read_words(const std::uint64_t* data, std::size_t words) {
 
 }  // namespace
 
-BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs) {
-  if (threads < 1) throw std::invalid_argument("measure_read_bandwidth: threads must be >= 1, got " + std::to_string(threads));
-  if (runs < 1) throw std::invalid_argument("measure_read_bandwidth: runs must be >= 1, got " + std::to_string(runs));
+namespace {
+
+void check_probe_arguments(const char* function, std::size_t bytes, int runs) {
+  if (runs < 1) throw std::invalid_argument(std::string(function) + ": runs must be >= 1, got " + std::to_string(runs));
   if (bytes < kMinimumBytes) {
-    throw std::invalid_argument("measure_read_bandwidth: buffer of " + std::to_string(bytes) + " bytes is below the " +
-                                std::to_string(kMinimumBytes) + "-byte minimum");
+    throw std::invalid_argument(std::string(function) + ": buffer of " + std::to_string(bytes) +
+                                " bytes is below the " + std::to_string(kMinimumBytes) + "-byte minimum");
   }
-  const std::size_t words = bytes / sizeof(std::uint64_t);
-  // Huge pages, as for the model weights (see huge_pages.h): the probe measures what the memory
-  // system delivers to a linear reader, not the cost of 4 KiB page walks.
-  const std::size_t allocation = words * sizeof(std::uint64_t);
-  std::unique_ptr<void, HugePageBufferDeleter> buffer(allocate_huge_page_buffer(allocation),
-                                                      HugePageBufferDeleter{allocation});
-  auto* data = static_cast<std::uint64_t*>(buffer.get());
+}
 
-  ThreadPool pool(threads);
-  // Touch every page from the thread that will read it (first-touch placement), with a non-zero
-  // pattern so that no page stays backed by the shared zero page.
+// One warm-up pass, then `runs` timed passes over data[0, words) split among the pool's threads.
+BandwidthResult time_reads(const std::uint64_t* data, std::size_t words, ThreadPool& pool, int runs) {
   const std::int64_t word_count = static_cast<std::int64_t>(words);
-  pool.parallel_for(word_count, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) data[i] = static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull;
-  });
-
   std::atomic<std::uint64_t> checksum{0};
   std::vector<double> rates;
   rates.reserve(static_cast<std::size_t>(runs));
@@ -104,7 +94,7 @@ BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs)
       checksum.fetch_xor(read_words(data + begin, static_cast<std::size_t>(end - begin)), std::memory_order_relaxed);
     });
   };
-  read_all();  // warm-up: wakes the workers and faults in any page the fill missed
+  read_all();  // warm-up: wakes the workers and faults in any page not yet touched
   for (int run = 0; run < runs; ++run) {
     const auto start = std::chrono::steady_clock::now();
     read_all();
@@ -124,6 +114,34 @@ BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs)
   result.gigabytes_per_second = result.best;
   result.runs = runs;
   return result;
+}
+
+}  // namespace
+
+BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs) {
+  if (threads < 1) throw std::invalid_argument("measure_read_bandwidth: threads must be >= 1, got " + std::to_string(threads));
+  check_probe_arguments("measure_read_bandwidth", bytes, runs);
+  const std::size_t words = bytes / sizeof(std::uint64_t);
+  // Huge pages, as for the model weights (see huge_pages.h): the probe measures what the memory
+  // system delivers to a linear reader, not the cost of 4 KiB page walks.
+  const std::size_t allocation = words * sizeof(std::uint64_t);
+  std::unique_ptr<void, HugePageBufferDeleter> buffer(allocate_huge_page_buffer(allocation),
+                                                      HugePageBufferDeleter{allocation});
+  auto* data = static_cast<std::uint64_t*>(buffer.get());
+
+  ThreadPool pool(threads);
+  // Touch every page from the thread that will read it (first-touch placement), with a non-zero
+  // pattern so that no page stays backed by the shared zero page.
+  pool.parallel_for(static_cast<std::int64_t>(words), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) data[i] = static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+  });
+  return time_reads(data, words, pool, runs);
+}
+
+BandwidthResult measure_read_bandwidth_of(const void* data, std::size_t bytes, ThreadPool& pool, int runs) {
+  check_probe_arguments("measure_read_bandwidth_of", bytes, runs);
+  if (data == nullptr) throw std::invalid_argument("measure_read_bandwidth_of: null buffer");
+  return time_reads(static_cast<const std::uint64_t*>(data), bytes / sizeof(std::uint64_t), pool, runs);
 }
 
 }  // namespace kvchat::kernels

@@ -18,4 +18,11 @@ struct BandwidthResult {
 // for threads < 1, runs < 1 or a buffer smaller than 4 KiB, std::bad_alloc if it cannot be allocated.
 BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes = 1ull << 30, int runs = 5);
 
+class ThreadPool;
+
+// The same reader over memory that already exists (e.g. a model's weights, so that the probe needs
+// no memory of its own and reads pages like the ones decode reads), with the threads of `pool`,
+// after one warm-up pass. Same exceptions as above, and for a null `data`.
+BandwidthResult measure_read_bandwidth_of(const void* data, std::size_t bytes, ThreadPool& pool, int runs);
+
 }  // namespace kvchat::kernels

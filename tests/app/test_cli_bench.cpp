@@ -14,6 +14,7 @@ class CliBenchTest : public QObject {
  private Q_SLOTS:
   void json_lines_cover_every_configuration();
   void bad_options_are_refused_before_measuring();
+  void bandwidth_probed_before_every_step();
 };
 
 void CliBenchTest::json_lines_cover_every_configuration() {
@@ -43,6 +44,8 @@ void CliBenchTest::json_lines_cover_every_configuration() {
       const long long expected_cache = json["kv_cache"] == "off" ? 0 : 2LL * 4 * 2 * 32 * (prompt + 8 - 1) * 4;
       QCOMPARE(json["cache_bytes"].get<long long>(), expected_cache);
       QVERIFY(json["weight_bytes"].get<long long>() > 0);
+      // A model this small is not bound by memory: one probe before the row.
+      QCOMPARE(json["bandwidth_probe"].get<std::string>(), std::string("row"));
       ++rows;
     }
   }
@@ -57,6 +60,34 @@ void CliBenchTest::bad_options_are_refused_before_measuring() {
   QCOMPARE(result.exit_code, 2);
   QVERIFY2(result.err.find("unknown weight dtype 'q8'") != std::string::npos, result.err.c_str());
   QVERIFY(result.out.empty());  // nothing measured or printed first
+}
+
+void CliBenchTest::bandwidth_probed_before_every_step() {
+  // Forced on a small model (the default for models of 1 GiB or more): one probe per decode step,
+  // and the row's bandwidth and fraction come from them.
+  auto result = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")),
+                         "--prompt-tokens", "5", "--new-tokens", "6", "--kv-cache", "on", "--threads", "1",
+                         "--bandwidth-probe", "step", "--json"});
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  std::istringstream lines(result.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    auto json = nlohmann::json::parse(line);
+    if (!json.contains("kv_cache")) continue;
+    QCOMPARE(json["bandwidth_probe"].get<std::string>(), std::string("step"));
+    QCOMPARE(json["bandwidth_probes"].get<int>(), 5);  // before each of the 5 steps after the first token
+    QVERIFY(json["read_bandwidth_gb_s"].get<double>() > 0);
+    QVERIFY(json["decode_fraction_of_bandwidth"].get<double>() > 0);
+    QVERIFY(json["decode_tok_s"].get<double>() > 0);
+    ++rows;
+  }
+  QCOMPARE(rows, 1);
+
+  auto bad = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")),
+                      "--bandwidth-probe", "sometimes"});
+  QCOMPARE(bad.exit_code, 2);
+  QVERIFY2(bad.err.find("--bandwidth-probe must be auto, step or row") != std::string::npos, bad.err.c_str());
 }
 
 QTEST_GUILESS_MAIN(CliBenchTest)

@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "engine/kernels/memory_probe.h"
+#include "engine/kernels/thread_pool.h"
 
 using namespace kvchat::kernels;
 
@@ -26,6 +28,21 @@ class MemoryProbeTest : public QObject {
   void odd_sized_buffer_is_fine() {
     const BandwidthResult result = measure_read_bandwidth(3, (1u << 20) + 13, 2);
     QVERIFY(std::isfinite(result.best) && result.best > 0);
+  }
+
+  void existing_buffer_is_read_as_is() {
+    // Memory that is not the probe's own (as a model's weights are), left unchanged.
+    std::vector<std::uint64_t> data(1u << 20);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = i * 7;
+    ThreadPool pool(2);
+    const BandwidthResult result = measure_read_bandwidth_of(data.data(), data.size() * 8, pool, 3);
+    QCOMPARE(result.runs, 3);
+    QVERIFY(std::isfinite(result.best) && result.best > 0 && result.median <= result.best);
+    for (std::size_t i = 0; i < data.size(); ++i)
+      if (data[i] != i * 7) QFAIL("the probe wrote to the buffer it measured");
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, measure_read_bandwidth_of(nullptr, 1u << 20, pool, 1));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, measure_read_bandwidth_of(data.data(), 100, pool, 1));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, measure_read_bandwidth_of(data.data(), 1u << 20, pool, 0));
   }
 
   void bad_arguments_throw() {
