@@ -18,13 +18,13 @@ namespace {
 // Weight bytes below which a product runs inline: waking a worker costs about as much as streaming
 // this much from cache, and the tiny models call these ~35 times per token.
 constexpr std::int64_t kParallelMinWeightBytes = 256 * 1024;
-// Threads claim rows in blocks of weight bytes between these bounds, aiming at four blocks per thread
-// per product: each block starts a new stream that the hardware prefetcher must ramp up on, so long
-// blocks read faster (on the target class 2 MiB blocks stream 3-5 % faster than 256 KiB ones), while
-// several blocks per thread still balance the load when a core is busy with something else.
+// Threads claim rows under guided scheduling (ThreadPool::parallel_for_guided), in blocks of weight
+// bytes between these bounds. Each block starts a new stream that the hardware prefetcher must ramp
+// up on, so long blocks read faster (on the target class 2 MiB blocks stream 3-5 % faster than
+// 256 KiB ones); blocks shrinking toward the end let the threads finish together, and claiming as
+// they go lets the others take over when a core is busy with something else.
 constexpr std::int64_t kMinBlockBytes = 256 * 1024;
 constexpr std::int64_t kMaxBlockBytes = 2048 * 1024;
-constexpr std::int64_t kBlocksPerThread = 4;
 // Blocks are whole multiples of this many rows, so that two threads never write the same cache line
 // of the output.
 constexpr std::int64_t kRowGrain = 16;
@@ -243,10 +243,10 @@ KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, floa
 
 // ---------------------------------------------------------------------------------------------
 
-// Rows per block for `rows` rows of `row_bytes` each, shared by `threads` threads (see kMinBlockBytes).
-std::int64_t block_rows_for(std::int64_t rows, std::int64_t row_bytes, int threads) {
-  const std::int64_t target = std::clamp(rows * row_bytes / (threads * kBlocksPerThread), kMinBlockBytes, kMaxBlockBytes);
-  return std::max(kRowGrain, (target / row_bytes + kRowGrain - 1) / kRowGrain * kRowGrain);
+// Rows per block for the bounds above: (min, max), whole multiples of kRowGrain.
+std::pair<std::int64_t, std::int64_t> block_rows_for(std::int64_t row_bytes) {
+  auto rows_for = [&](std::int64_t bytes) { return std::max(kRowGrain, bytes / row_bytes / kRowGrain * kRowGrain); };
+  return {rows_for(kMinBlockBytes), rows_for(kMaxBlockBytes)};
 }
 
 template <typename Weight>
@@ -298,7 +298,7 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
   }
   // Threads claim blocks of rows as they go rather than a fixed half each: when another process
   // holds one core, the other threads take over its share instead of waiting for it.
-  const std::int64_t block_rows = block_rows_for(rows, cols * static_cast<std::int64_t>(sizeof(Weight)), pool.size());
+  const auto [min_rows, max_rows] = block_rows_for(cols * static_cast<std::int64_t>(sizeof(Weight)));
   // One captured pointer keeps the std::function in its small-object buffer (no allocation per call).
   struct Problem {
     const Weight* weight;
@@ -307,12 +307,12 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
     std::int64_t n, rows, cols;
     const float* bias;
   } const problem{weight, x, y, n, rows, cols, bias};
-  pool.parallel_for_blocks(
+  pool.parallel_for_guided(
       rows,
       [p = &problem](std::int64_t begin, std::int64_t end) {
         matmul_rows(p->weight, p->x, p->y, p->n, p->rows, p->cols, p->bias, begin, end);
       },
-      block_rows);
+      min_rows, max_rows);
 }
 
 }  // namespace
@@ -356,14 +356,14 @@ void shared_input_dispatch(const char* function, const SharedInputProduct<Weight
       matmul_dispatch(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols, products[i].bias);
     return;
   }
-  const std::int64_t block_rows = block_rows_for(total_rows, cols * static_cast<std::int64_t>(sizeof(Weight)), pool.size());
+  const auto [min_rows, max_rows] = block_rows_for(cols * static_cast<std::int64_t>(sizeof(Weight)));
   struct Problem {
     const SharedInputProduct<Weight>* products;
     int count;
     const float* x;
     std::int64_t cols;
   } const problem{products, count, x, cols};
-  pool.parallel_for_blocks(
+  pool.parallel_for_guided(
       total_rows,
       [p = &problem](std::int64_t begin, std::int64_t end) {
         // Map the block of the concatenated rows onto each product it overlaps.
@@ -377,7 +377,7 @@ void shared_input_dispatch(const char* function, const SharedInputProduct<Weight
           offset += product.rows;
         }
       },
-      block_rows);
+      min_rows, max_rows);
 }
 
 }  // namespace

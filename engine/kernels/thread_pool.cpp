@@ -75,14 +75,45 @@ struct ThreadPool::State {
   std::int64_t grain = 1;
   std::int64_t units = 0;
   std::int64_t chunks = 0;
+  std::int64_t guided_max_block = 0;  // > 0: guided claims of grain..guided_max_block indices
   std::atomic<std::int64_t> next_chunk{0};
+  std::atomic<std::int64_t> next_index{0};  // guided: the first index not yet claimed
   std::atomic<bool> failed{false};
 
   std::mutex error_mutex;
   std::exception_ptr error;
 
+  // Claims [begin, end) under guided scheduling; false when nothing is left.
+  bool claim_guided(std::int64_t& begin, std::int64_t& end) {
+    std::int64_t first = next_index.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::int64_t left = n - first;
+      if (left <= 0) return false;
+      const std::int64_t share = (left / (2 * threads) + grain - 1) / grain * grain;
+      const std::int64_t size = std::min(left, std::clamp(share, grain, guided_max_block));
+      if (next_index.compare_exchange_weak(first, first + size, std::memory_order_relaxed)) {
+        begin = first;
+        end = first + size;
+        return true;
+      }
+    }
+  }
+
   void run_chunks() {
     ChunkScope scope;
+    if (guided_max_block > 0) {
+      std::int64_t begin = 0, end = 0;
+      while (!failed.load(std::memory_order_relaxed) && claim_guided(begin, end)) {
+        try {
+          (*body)(begin, end);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!error) error = std::current_exception();
+          failed.store(true, std::memory_order_relaxed);
+        }
+      }
+      return;
+    }
     for (;;) {
       if (failed.load(std::memory_order_relaxed)) return;
       const std::int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed);
@@ -185,10 +216,19 @@ void ThreadPool::parallel_for_blocks(std::int64_t n, const std::function<void(st
   run(n, body, block, (n + block - 1) / block);
 }
 
+void ThreadPool::parallel_for_guided(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
+                                     std::int64_t min_block, std::int64_t max_block) {
+  if (n <= 0) return;
+  if (min_block < 1) min_block = 1;
+  max_block = std::max(max_block, min_block);
+  run(n, body, min_block, (n + min_block - 1) / min_block, max_block);
+}
+
 // Runs chunk i = [(i * units / chunks) * grain, ((i + 1) * units / chunks) * grain) for i < chunks,
-// where units = ceil(n / grain), clipped to n.
+// where units = ceil(n / grain), clipped to n; or, with guided_max_block > 0, guided claims (see
+// parallel_for_guided).
 void ThreadPool::run(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
-                     std::int64_t grain, std::int64_t chunks) {
+                     std::int64_t grain, std::int64_t chunks, std::int64_t guided_max_block) {
   if (chunks <= 1 || state_->threads == 1 || t_inside_chunk) {
     body(0, n);
     return;
@@ -205,7 +245,9 @@ void ThreadPool::run(std::int64_t n, const std::function<void(std::int64_t, std:
   s.grain = grain;
   s.units = (n + grain - 1) / grain;
   s.chunks = chunks;
+  s.guided_max_block = guided_max_block;
   s.next_chunk.store(0, std::memory_order_relaxed);
+  s.next_index.store(0, std::memory_order_relaxed);
   s.failed.store(false, std::memory_order_relaxed);
   s.error = nullptr;
   s.publish(s.next_id());

@@ -35,9 +35,17 @@ class ThreadPool {
   void parallel_for_blocks(std::int64_t n, const std::function<void(std::int64_t begin, std::int64_t end)>& body,
                            std::int64_t block);
 
+  // Guided scheduling: like parallel_for_blocks, but each claim takes about (what is left) / (2 x
+  // threads) indices, rounded up to a multiple of min_block and at most max_block (>= min_block). The
+  // threads read long runs while much is left and short ones at the end, so they finish together
+  // instead of one waiting a whole long block for the other. A pool of one thread (or a call that
+  // runs inline, see parallel_for) calls body once over [0, n).
+  void parallel_for_guided(std::int64_t n, const std::function<void(std::int64_t begin, std::int64_t end)>& body,
+                           std::int64_t min_block, std::int64_t max_block);
+
  private:
   void run(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body, std::int64_t grain,
-           std::int64_t chunks);
+           std::int64_t chunks, std::int64_t guided_max_block = 0);
   struct State;
   State* state_;
 };

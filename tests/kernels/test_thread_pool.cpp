@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/kernels/thread_pool.h"
@@ -83,6 +84,45 @@ class ThreadPoolTest : public QObject {
 
   // The chunks really run at the same time: each one waits (up to a generous limit) until all three
   // have started, which a pool that ran them one after another could never satisfy.
+  void guided_blocks_cover_range_and_shrink() {
+    // Every index once; each block a multiple of min_block (but the last), at most max_block; and
+    // since claims take a share of what is left, the last blocks are shorter than the first.
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (auto [n, min_block, max_block] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
+               {1, 16, 128}, {15, 16, 128}, {1000, 16, 128}, {8192, 16, 256}, {128256, 64, 512}, {100, 7, 3}}) {
+        std::vector<std::atomic<int>> visits(static_cast<std::size_t>(n));
+        std::mutex blocks_mutex;
+        std::vector<std::pair<std::int64_t, std::int64_t>> blocks;
+        pool.parallel_for_guided(
+            n,
+            [&](std::int64_t begin, std::int64_t end) {
+              for (std::int64_t i = begin; i < end; ++i) visits[static_cast<std::size_t>(i)].fetch_add(1);
+              std::lock_guard<std::mutex> lock(blocks_mutex);
+              blocks.emplace_back(begin, end);
+            },
+            min_block, max_block);
+        for (std::int64_t i = 0; i < n; ++i) QCOMPARE(visits[static_cast<std::size_t>(i)].load(), 1);
+        std::sort(blocks.begin(), blocks.end());
+        if (threads == 1) {  // nobody to share with: one call over the whole range
+          QCOMPARE(blocks.size(), std::size_t{1});
+          QCOMPARE(blocks.front(), std::make_pair(std::int64_t{0}, n));
+          continue;
+        }
+        const std::int64_t effective_max = std::max(max_block, min_block);
+        for (std::size_t b = 0; b < blocks.size(); ++b) {
+          const std::int64_t size = blocks[b].second - blocks[b].first;
+          QVERIFY(size >= 1 && size <= effective_max);
+          if (blocks[b].second != n) QCOMPARE(size % min_block, std::int64_t{0});
+        }
+        if (n >= 8 * effective_max) {
+          QCOMPARE(blocks.front().second - blocks.front().first, effective_max);
+          QVERIFY(blocks.back().second - blocks.back().first < effective_max);
+        }
+      }
+    }
+  }
+
   void chunks_run_concurrently_on_distinct_threads() {
     ThreadPool pool(3);
     std::atomic<int> started{0};
