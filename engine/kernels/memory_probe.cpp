@@ -83,8 +83,8 @@ void check_probe_arguments(const char* function, std::size_t bytes, int runs) {
   }
 }
 
-// One warm-up pass, then `runs` timed passes over data[0, words) split among the pool's threads.
-BandwidthResult time_reads(const std::uint64_t* data, std::size_t words, ThreadPool& pool, int runs) {
+// Optionally one warm-up pass, then `runs` timed passes over data[0, words) split among the pool's threads.
+BandwidthResult time_reads(const std::uint64_t* data, std::size_t words, ThreadPool& pool, int runs, bool warm_up) {
   const std::int64_t word_count = static_cast<std::int64_t>(words);
   std::atomic<std::uint64_t> checksum{0};
   std::vector<double> rates;
@@ -94,7 +94,7 @@ BandwidthResult time_reads(const std::uint64_t* data, std::size_t words, ThreadP
       checksum.fetch_xor(read_words(data + begin, static_cast<std::size_t>(end - begin)), std::memory_order_relaxed);
     });
   };
-  read_all();  // warm-up: wakes the workers and faults in any page not yet touched
+  if (warm_up) read_all();  // wakes the workers and faults in any page not yet touched
   for (int run = 0; run < runs; ++run) {
     const auto start = std::chrono::steady_clock::now();
     read_all();
@@ -135,13 +135,13 @@ BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs)
   pool.parallel_for(static_cast<std::int64_t>(words), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) data[i] = static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull;
   });
-  return time_reads(data, words, pool, runs);
+  return time_reads(data, words, pool, runs, /*warm_up=*/true);
 }
 
 BandwidthResult measure_read_bandwidth_of(const void* data, std::size_t bytes, ThreadPool& pool, int runs) {
   check_probe_arguments("measure_read_bandwidth_of", bytes, runs);
   if (data == nullptr) throw std::invalid_argument("measure_read_bandwidth_of: null buffer");
-  return time_reads(static_cast<const std::uint64_t*>(data), bytes / sizeof(std::uint64_t), pool, runs);
+  return time_reads(static_cast<const std::uint64_t*>(data), bytes / sizeof(std::uint64_t), pool, runs, /*warm_up=*/false);
 }
 
 }  // namespace kvchat::kernels

@@ -21,8 +21,9 @@ BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes = 1ull << 
 class ThreadPool;
 
 // The same reader over memory that already exists (e.g. a model's weights, so that the probe needs
-// no memory of its own and reads pages like the ones decode reads), with the threads of `pool`,
-// after one warm-up pass. Same exceptions as above, and for a null `data`.
+// no memory of its own and reads pages like the ones decode reads), with the threads of `pool`.
+// No warm-up pass: the memory is taken to be resident and the pool in use. Same exceptions as
+// above, and for a null `data`.
 BandwidthResult measure_read_bandwidth_of(const void* data, std::size_t bytes, ThreadPool& pool, int runs);
 
 }  // namespace kvchat::kernels
