@@ -57,8 +57,12 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
   }
   at::Tensor w = weight;
   if (bf16) {
-    // Prefill: widen bf16 weights to f32 chunk by chunk for sgemm (LibTorch's own bf16 matmul is ~40x slower).
-    w = at::empty({out, in}, at::kFloat);
+    // Prefill: widen bf16 weights to f32 chunk by chunk for sgemm (LibTorch's own bf16 matmul is ~40x
+    // slower), into a buffer kept by the thread: a fresh one per product would cost a page fault and a
+    // zero fill per 4 KiB, about a second per prefill chunk of a 1B model.
+    thread_local at::Tensor widened;
+    if (!widened.defined() || widened.numel() < out * in) widened = at::empty({out * in}, at::kFloat);
+    w = widened.narrow(0, 0, out * in).view({out, in});
     if (fast_kernels_enabled() && weight.is_contiguous())
       kernels::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>()), w.data_ptr<float>(),
                            weight.numel());
