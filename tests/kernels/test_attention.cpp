@@ -24,7 +24,7 @@ void AttentionTest::matches_reference_data() {
   QTest::addColumn<int>("head_dim");
   QTest::addColumn<bool>("avx2");
   for (bool avx2 : {true, false})
-    for (auto [n, group, head_dim] : std::vector<std::tuple<int, int, int>>{{1, 1, 8}, {5, 2, 8}, {37, 4, 64}, {300, 3, 64}, {129, 2, 32}, {17, 1, 80}})
+    for (auto [n, group, head_dim] : std::vector<std::tuple<int, int, int>>{{1, 1, 8}, {5, 2, 8}, {37, 4, 64}, {300, 3, 64}, {129, 2, 32}, {17, 1, 80}, {23, 2, 12}, {9, 3, 4}, {200, 2, 8}})
       QTest::newRow(QString("n%1 g%2 d%3 %4").arg(n).arg(group).arg(head_dim).arg(avx2 ? "avx2" : "portable").toUtf8())
           << n << group << head_dim << avx2;
 }
