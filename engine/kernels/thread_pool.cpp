@@ -99,19 +99,22 @@ struct ThreadPool::State {
     }
   }
 
+  // Runs the body over [begin, end); the first exception is kept for the caller and stops the job.
+  void run_block(std::int64_t begin, std::int64_t end) {
+    try {
+      (*body)(begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      failed.store(true, std::memory_order_relaxed);
+    }
+  }
+
   void run_chunks() {
     ChunkScope scope;
     if (guided_max_block > 0) {
       std::int64_t begin = 0, end = 0;
-      while (!failed.load(std::memory_order_relaxed) && claim_guided(begin, end)) {
-        try {
-          (*body)(begin, end);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error) error = std::current_exception();
-          failed.store(true, std::memory_order_relaxed);
-        }
-      }
+      while (!failed.load(std::memory_order_relaxed) && claim_guided(begin, end)) run_block(begin, end);
       return;
     }
     for (;;) {
@@ -120,14 +123,7 @@ struct ThreadPool::State {
       if (chunk >= chunks) return;
       const std::int64_t begin = (chunk * units / chunks) * grain;
       const std::int64_t end = std::min(n, ((chunk + 1) * units / chunks) * grain);
-      if (begin >= end) continue;
-      try {
-        (*body)(begin, end);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        failed.store(true, std::memory_order_relaxed);
-      }
+      if (begin < end) run_block(begin, end);
     }
   }
 
