@@ -205,17 +205,6 @@ void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, cons
   }
 }
 
-}  // namespace
-
-bool LlamaModel::fused_decode_applies() const {
-  if (!weights_.embedding.is_contiguous()) return false;
-  auto ok = [](const Linear& l) { return l.weight.is_contiguous(); };
-  for (const LayerWeights& layer : weights_.layers)
-    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
-      if (!ok(*l)) return false;
-  return ok(weights_.lm_head);
-}
-
 // The attention of one decode step over the cache rows of a layer, KV head by KV head. Passed to the
 // pool by pointer so that the job fits std::function's small buffer (no allocation per layer).
 struct DecodeAttention {
@@ -232,6 +221,17 @@ struct DecodeAttention {
                                      scores + g * group * positions, out + g * group * head_dim);
   }
 };
+
+}  // namespace
+
+bool LlamaModel::fused_decode_applies() const {
+  if (!weights_.embedding.is_contiguous()) return false;
+  auto ok = [](const Linear& l) { return l.weight.is_contiguous(); };
+  for (const LayerWeights& layer : weights_.layers)
+    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
+      if (!ok(*l)) return false;
+  return ok(weights_.lm_head);
+}
 
 // One token at `position` with the cache: the same computation as forward() for T = 1, written out
 // over per-thread buffers, the cache's rows and the engine kernels, so that a steady-state step makes
@@ -306,9 +306,7 @@ void LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cach
 
 void LlamaModel::decode(TokenId token, std::int64_t position, KvCache& cache, float* logits) const {
   if (fused_decode_ && fast_kernels_enabled()) {
-    check_positions(1, position, &cache);
-    if (token < 0 || token >= config_.vocab_size)
-      throw std::out_of_range("decode: token id " + std::to_string(token) + " outside the vocabulary");
+    check_request(&token, 1, position, &cache);
     enter_compute_phase(ComputePhase::Streaming);
     decode_step(token, position, cache, logits);
     return;
@@ -317,7 +315,8 @@ void LlamaModel::decode(TokenId token, std::int64_t position, KvCache& cache, fl
   std::copy_n(row.data_ptr<float>(), config_.vocab_size, logits);
 }
 
-void LlamaModel::check_positions(std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const {
+void LlamaModel::check_request(const TokenId* ids, std::int64_t steps, std::int64_t start_pos,
+                               const KvCache* cache) const {
   if (steps == 0) throw std::invalid_argument("forward: no tokens");
   if (cache ? start_pos != cache->size() : start_pos != 0)
     throw std::invalid_argument("forward: start position " + std::to_string(start_pos) +
@@ -325,15 +324,15 @@ void LlamaModel::check_positions(std::int64_t steps, std::int64_t start_pos, con
   if (start_pos + steps > config_.max_position_embeddings)
     throw std::length_error("forward: positions up to " + std::to_string(start_pos + steps) +
                             " exceed the context limit of " + std::to_string(config_.max_position_embeddings));
+  for (std::int64_t i = 0; i < steps; ++i)
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size)
+      throw std::out_of_range("forward: token id " + std::to_string(ids[i]) + " outside the vocabulary");
 }
 
 at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
                                bool all_positions) const {
   const std::int64_t steps = static_cast<std::int64_t>(ids.size());
-  check_positions(steps, start_pos, cache);
-  for (TokenId id : ids)
-    if (id < 0 || id >= config_.vocab_size)
-      throw std::out_of_range("forward: token id " + std::to_string(id) + " outside the vocabulary");
+  check_request(ids.data(), steps, start_pos, cache);
 
   const bool streaming = fast_kernels_enabled() && steps <= kStreamingRows;
   enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);

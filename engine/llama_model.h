@@ -70,7 +70,8 @@ class LlamaModel {
   void attend(const at::Tensor& grouped_q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
               at::Tensor& out, bool streaming) const;
   void decode_step(TokenId token, std::int64_t position, KvCache& cache, float* logits) const;
-  void check_positions(std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const;
+  // Throws for no tokens, a start that does not follow the cache, the context limit, an id outside the vocabulary.
+  void check_request(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const;
   bool fused_decode_applies() const;
 
   ModelConfig config_;

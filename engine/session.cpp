@@ -118,8 +118,10 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   if (prefill_complete) {
     const std::int64_t vocab_size = model_config.vocab_size;
     logits_.resize(static_cast<std::size_t>(vocab_size));
-    const at::Tensor last_row = logits.contiguous();
-    std::copy_n(last_row.data_ptr<float>(), vocab_size, logits_.data());
+    auto keep_logits = [&](const at::Tensor& row) {
+      std::copy_n(row.contiguous().data_ptr<float>(), vocab_size, logits_.data());
+    };
+    keep_logits(logits);
     std::int64_t position = static_cast<std::int64_t>(prompt.size());  // where the next fed token goes
     while (true) {
       TokenId token = sampler.sample(logits_.data(), vocab_size, recent);
@@ -152,8 +154,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
         history_.push_back(token);
       } else {
         sequence.push_back(token);
-        const at::Tensor row = model_->forward(sequence, 0, nullptr).contiguous();  // the O(n^2) path: recompute everything
-        std::copy_n(row.data_ptr<float>(), vocab_size, logits_.data());
+        keep_logits(model_->forward(sequence, 0, nullptr));  // the O(n^2) path: recompute everything
       }
       ++position;
     }

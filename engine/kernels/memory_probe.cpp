@@ -71,10 +71,6 @@ std::uint64_t read_words(const std::uint64_t* data, std::size_t words) {
   return read_portable(data, words);
 }
 
-}  // namespace
-
-namespace {
-
 void check_probe_arguments(const char* function, std::size_t bytes, int runs) {
   if (runs < 1) throw std::invalid_argument(std::string(function) + ": runs must be >= 1, got " + std::to_string(runs));
   if (bytes < kMinimumBytes) {
