@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "engine/model_loader.h"
 #include "engine/session.h"
@@ -12,32 +11,51 @@ namespace kvchat::app {
 
 namespace {
 
-bool starts_with(const std::string& text, const std::string& prefix) {
-  return text.size() >= prefix.size() && text.compare(0, prefix.size(), prefix) == 0;
-}
-
 std::string too_long_message(size_t prompt_tokens, int limit) {
   return "this conversation is " + std::to_string(prompt_tokens) + " tokens long and the context limit is " +
          std::to_string(limit) +
          " tokens: start a new chat, or set the context overflow policy to drop the oldest turns";
 }
 
-}  // namespace
-
-void ConversationTokens::remember(std::vector<TokenId> ids, std::string text) {
-  if (text.empty() || ids.empty()) return;
-  checkpoints_.erase(std::remove_if(checkpoints_.begin(), checkpoints_.end(),
-                                    [&](const TokenCheckpoint& checkpoint) { return checkpoint.text == text; }),
-                     checkpoints_.end());
-  checkpoints_.push_back({std::move(ids), std::move(text)});
-  if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+template <typename Sequence>
+std::size_t common_prefix_length(const Sequence& a, const Sequence& b) {
+  const std::size_t limit = std::min(a.size(), b.size());
+  std::size_t n = 0;
+  while (n < limit && a[n] == b[n]) ++n;
+  return n;
 }
 
-const TokenCheckpoint* ConversationTokens::longest_prefix_of(const std::string& text) const {
-  const TokenCheckpoint* best = nullptr;
-  for (const TokenCheckpoint& checkpoint : checkpoints_)
-    if (starts_with(text, checkpoint.text) && (!best || checkpoint.text.size() > best->text.size())) best = &checkpoint;
-  return best;
+}  // namespace
+
+const ConversationTokens::Boundary* ConversationTokens::longest_boundary_in(const std::string& text) const {
+  const std::size_t shared = common_prefix_length(text_, text);
+  for (auto it = boundaries_.rbegin(); it != boundaries_.rend(); ++it)
+    if (it->text_length <= shared) return &*it;
+  return nullptr;
+}
+
+void ConversationTokens::record_turn(const std::vector<TokenId>& prompt_ids, const std::string& prompt_text,
+                                     const std::vector<TokenId>& reply_ids, const std::string& reply_text) {
+  std::vector<TokenId> ids = prompt_ids;
+  ids.insert(ids.end(), reply_ids.begin(), reply_ids.end());
+  std::string text = prompt_text + reply_text;
+  // A boundary stays true while both its ids and its text are unchanged.
+  const std::size_t same_ids = common_prefix_length(ids_, ids), same_text = common_prefix_length(text_, text);
+  boundaries_.erase(std::remove_if(boundaries_.begin(), boundaries_.end(),
+                                   [&](const Boundary& b) { return b.token_count > same_ids || b.text_length > same_text; }),
+                    boundaries_.end());
+  // The prompt alone serves a regenerate; prompt + reply serves the next turn and an edit after it.
+  for (const Boundary added : {Boundary{prompt_text.size(), prompt_ids.size()}, Boundary{text.size(), ids.size()}})
+    if (added.token_count > 0 && (boundaries_.empty() || boundaries_.back().text_length < added.text_length))
+      boundaries_.push_back(added);
+  ids_ = std::move(ids);
+  text_ = std::move(text);
+}
+
+void ConversationTokens::clear() {
+  ids_.clear();
+  text_.clear();
+  boundaries_.clear();
 }
 
 ChatTurnRunner::ChatTurnRunner(const LoadedModel& model) : model_(model) {}
@@ -58,11 +76,11 @@ std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessa
   *rendered_text = prompt.text;
   const Tokenizer& tokenizer = *model_.tokenizer;
 
-  // Continue the known ids when the new prompt extends the text they stand for.
-  if (const TokenCheckpoint* checkpoint = known.longest_prefix_of(prompt.text)) {
-    const size_t offset = checkpoint->text.size();
+  // Continue the exact ids of the longest turn boundary the new prompt starts with.
+  if (const ConversationTokens::Boundary* boundary = known.longest_boundary_in(prompt.text)) {
+    const size_t offset = boundary->text_length;
     const std::string_view rest = std::string_view(prompt.text).substr(offset);
-    std::vector<TokenId> ids = checkpoint->ids;
+    std::vector<TokenId> ids(known.ids().begin(), known.ids().begin() + static_cast<std::ptrdiff_t>(boundary->token_count));
     if (rest.empty()) return ids;
     std::vector<TokenId> rest_ids;
     if (prompt.uses_template) {
@@ -106,20 +124,7 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::fit_prompt(const std::vector<ChatMe
       static_cast<size_t>(std::max(1, std::min(options.generation.max_new_tokens, context_limit / 4)));
   if (fitted.ids.size() + reply_room <= limit) return fitted;
   const size_t target = limit > reply_room + limit / 4 ? limit - reply_room - limit / 4 : 1;
-
-  std::vector<ChatMessage> kept = messages;
-  size_t first_turn = 0;
-  while (first_turn < kept.size() && kept[first_turn].role == "system") ++first_turn;
-  const size_t original_count = kept.size();
-  const ConversationTokens nothing_known;
-  while (fitted.ids.size() > target && kept.size() - first_turn > 1) {
-    // Drop whole exchanges: templates expect the first turn after the system prompt to be a user's.
-    kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(first_turn));
-    while (kept.size() - first_turn > 1 && kept[first_turn].role != "user")
-      kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(first_turn));
-    fitted.ids = encode_rendered(kept, nothing_known, &fitted.text);
-  }
-  fitted.dropped_messages = static_cast<int>(original_count - kept.size());
+  fitted = drop_oldest_turns(messages, target);
   if (fitted.ids.size() >= limit)
     throw ContextLimitError("the last message alone is " + std::to_string(fitted.ids.size()) +
                             " tokens long and the context limit is " + std::to_string(context_limit) +
@@ -127,6 +132,45 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::fit_prompt(const std::vector<ChatMe
   spdlog::info("context limit {}: left out the {} oldest messages, prompt now {} tokens", context_limit,
                fitted.dropped_messages, fitted.ids.size());
   return fitted;
+}
+
+// The fewest oldest messages (after the system prompt) to leave out for the prompt to take at most
+// `target` tokens, or all but the last message when nothing smaller fits. Whole exchanges go: templates
+// expect the first turn after the system prompt to be a user's, so the kept turns start at a user
+// message (or at the last message). Leaving out more never lengthens the prompt, so the cut is found
+// by bisection: a few renders of the conversation, not one per message.
+ChatTurnRunner::FittedPrompt ChatTurnRunner::drop_oldest_turns(const std::vector<ChatMessage>& messages,
+                                                               std::size_t target) const {
+  std::size_t first_turn = 0;
+  while (first_turn < messages.size() && messages[first_turn].role == "system") ++first_turn;
+  std::vector<std::size_t> cuts;  // where the kept turns may start, ascending
+  for (std::size_t i = first_turn + 1; i < messages.size(); ++i)
+    if (messages[i].role == "user" || i + 1 == messages.size()) cuts.push_back(i);
+
+  const ConversationTokens nothing_known;
+  auto fitted_from = [&](std::size_t cut) {
+    std::vector<ChatMessage> kept(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(first_turn));
+    kept.insert(kept.end(), messages.begin() + static_cast<std::ptrdiff_t>(cut), messages.end());
+    FittedPrompt fitted;
+    fitted.ids = encode_rendered(kept, nothing_known, &fitted.text);
+    fitted.dropped_messages = static_cast<int>(cut - first_turn);
+    return fitted;
+  };
+  if (cuts.empty()) return fitted_from(first_turn);
+  // Invariant: cuts[high] is the answer if nothing before it fits.
+  std::size_t low = 0, high = cuts.size() - 1;
+  FittedPrompt best = fitted_from(cuts[high]);
+  while (low < high) {
+    const std::size_t middle = low + (high - low) / 2;
+    FittedPrompt candidate = fitted_from(cuts[middle]);
+    if (candidate.ids.size() <= target) {
+      best = std::move(candidate);
+      high = middle;
+    } else {
+      low = middle + 1;
+    }
+  }
+  return best;
 }
 
 TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript,
@@ -140,62 +184,29 @@ TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript
   outcome.prompt_ids = fitted.ids;
 
   GenerationConfig config = options.generation;
-  const int room = outcome.context_limit - static_cast<int>(fitted.ids.size());
-  const bool capped_by_context = config.max_new_tokens > room;
-  config.max_new_tokens = std::min(config.max_new_tokens, room);
+  config.context_limit = outcome.context_limit;  // the engine stops the reply there (ContextFull)
 
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point first_token_time;
-  int generated = 0;
-  auto on_token = [&](TokenId token) {
+  DecodeProgress last_progress;
+  auto on_token = [&](TokenId token, const DecodeProgress& progress) {
     const std::string chunk = decoder.push(token);
     outcome.reply += chunk;
-    ++generated;
-    const auto now = Clock::now();
-    if (generated == 1) first_token_time = now;
-    ReplyProgress progress;
-    progress.chunk = chunk;
-    progress.generated_tokens = generated;
-    const double seconds = std::chrono::duration<double>(now - first_token_time).count();
-    if (generated > 1 && seconds > 0) progress.decode_tokens_per_second = (generated - 1) / seconds;
-    if (on_progress) on_progress(progress);
+    last_progress = progress;
+    if (on_progress) on_progress(ReplyProgress{chunk, progress.generated_tokens, progress.decode_tokens_per_second});
   };
   GenerationResult result = session.generate(fitted.ids, config, stop, on_token);
   const std::string tail = decoder.finish();
   if (!tail.empty()) {
     outcome.reply += tail;
-    if (on_progress) {
-      ReplyProgress progress;
-      progress.chunk = tail;
-      progress.generated_tokens = generated;
-      progress.decode_tokens_per_second = result.stats.decode_tokens_per_second;
-      on_progress(progress);
-    }
+    if (on_progress)
+      on_progress(ReplyProgress{tail, last_progress.generated_tokens, result.stats.decode_tokens_per_second});
   }
   outcome.generated_ids = result.generated;
   outcome.stats = result.stats;
-  if (capped_by_context && outcome.stats.stop_reason == StopReason::MaxTokens)
-    outcome.stats.stop_reason = StopReason::ContextFull;
 
-  // The next turn's text carries the reply but not the stop token (a template writes its own turn end),
-  // so the transcript's ids end with the reply's last real token.
   std::vector<TokenId> reply_ids = result.generated;
   if (outcome.stats.stop_reason == StopReason::Eos && !reply_ids.empty()) reply_ids.pop_back();
-  std::vector<TokenId> turn_ids = fitted.ids;
-  turn_ids.insert(turn_ids.end(), reply_ids.begin(), reply_ids.end());
-  // Drop a cached stop token so the cache holds exactly what the next prompt starts with.
-  const auto& history = session.history();
-  if (session.cache_mode() != KvCacheMode::Off && history.size() > turn_ids.size() &&
-      std::equal(turn_ids.begin(), turn_ids.end(), history.begin())) {
-    session.truncate(static_cast<std::int64_t>(turn_ids.size()));
-  }
-  // The prompt alone serves a regenerate; prompt + reply serves the next turn and an edit after it.
-  transcript.remember(fitted.ids, fitted.text);
-  transcript.remember(std::move(turn_ids), fitted.text + outcome.reply);
-  outcome.stats.cache_tokens = session.cache_tokens();
-  outcome.stats.cache_bytes = session.cache_bytes();
-  outcome.stats.cache_capacity_tokens = session.cache_capacity_tokens();
+  transcript.record_turn(fitted.ids, fitted.text, reply_ids, outcome.reply);
   return outcome;
 }
 

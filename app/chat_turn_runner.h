@@ -26,27 +26,35 @@ struct ContextLimitError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The exact tokens a conversation's session has been given and the prompt text they stand for, at the
-// last few turn boundaries. Re-encoding a whole transcript after every reply would not give back the ids
-// the model sampled (BPE merges differently across the reply boundary, the decoder strips a leading
-// space), so a new turn appends only the encoding of its new text to the ids of the longest remembered
-// text its prompt starts with: the cache is reused to the last token, also after an edit or a regenerate.
-struct TokenCheckpoint {
-  std::vector<TokenId> ids;
-  std::string text;
-};
-
+// The exact ids a conversation has given the model and the rendered text they stand for, with the
+// turn boundaries marked. Re-encoding a whole transcript after every reply would not give back the ids
+// the model sampled (BPE merges differently across the reply boundary, a decoder strips a leading
+// space), so a new turn's prompt is the exact ids up to the longest boundary its text starts with, then
+// the encoding of the rest. Which of those ids are still cached is the Session's decision alone (token
+// ids compared exactly); this only answers which ids stand for a rendered text. Kept by the caller, so
+// it survives the cache being switched off or evicted.
 class ConversationTokens {
  public:
-  static constexpr size_t kMaxCheckpoints = 8;
-  void remember(std::vector<TokenId> ids, std::string text);
-  // The remembered text that is the longest prefix of `text` (null when none is).
-  const TokenCheckpoint* longest_prefix_of(const std::string& text) const;
-  const std::vector<TokenCheckpoint>& checkpoints() const { return checkpoints_; }
-  void clear() { checkpoints_.clear(); }
+  struct Boundary {
+    std::size_t text_length = 0;  // bytes of text() ...
+    std::size_t token_count = 0;  // ... that ids()[0, token_count) stand for
+  };
+  // The longest boundary whose text is a prefix of `text` (null when none is).
+  const Boundary* longest_boundary_in(const std::string& text) const;
+  const std::vector<TokenId>& ids() const { return ids_; }
+  const std::string& text() const { return text_; }
+
+  // A turn ran on `prompt_ids` (the rendered `prompt_text`) and produced `reply_ids`, whose text is
+  // `reply_text` (a final end-of-sequence id left out: a template writes its own turn end). Boundaries
+  // of earlier turns that the new ids and text still start with are kept.
+  void record_turn(const std::vector<TokenId>& prompt_ids, const std::string& prompt_text,
+                   const std::vector<TokenId>& reply_ids, const std::string& reply_text);
+  void clear();
 
  private:
-  std::vector<TokenCheckpoint> checkpoints_;  // oldest first
+  std::vector<TokenId> ids_;
+  std::string text_;
+  std::vector<Boundary> boundaries_;  // ascending
 };
 
 struct TurnOptions {
@@ -60,7 +68,7 @@ struct TurnOptions {
 struct ReplyProgress {
   std::string_view chunk;
   int generated_tokens = 0;
-  double decode_tokens_per_second = 0.0;  // since the first token; 0 until the second
+  double decode_tokens_per_second = 0.0;  // the engine's DecodeRate: 0 until the second token
 };
 using ReplyProgressCallback = std::function<void(const ReplyProgress& progress)>;
 
@@ -68,7 +76,7 @@ struct TurnOutcome {
   std::string reply;                  // the whole reply text (concatenation of every chunk)
   std::vector<TokenId> prompt_ids;    // what was given to Session::generate
   std::vector<TokenId> generated_ids; // sampled ids (a final stop token included)
-  GenerationStats stats;              // cache figures as they are after the turn's bookkeeping
+  GenerationStats stats;              // as the engine reported them
   int context_limit = 0;              // the effective limit this turn ran under
   int dropped_messages = 0;           // leading non-system messages left out to fit the window
 };
@@ -80,14 +88,14 @@ class ChatTurnRunner {
 
   int effective_context_limit(int requested_limit) const;
 
-  // The prompt ids for `messages` (the generation prompt added), continuing `known` when the rendered
-  // text extends the text `known` stands for.
+  // The prompt ids for `messages` (the generation prompt added), continuing `known`'s exact ids up to
+  // the longest turn boundary the rendered text starts with.
   std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages,
                                        const ConversationTokens& known) const;
 
   // Runs one turn. `messages` ends with the new user message. Throws ContextLimitError,
-  // std::invalid_argument (no tokenizer, empty prompt) and whatever the engine throws; on success
-  // `transcript` describes the session's tokens for the next turn.
+  // std::invalid_argument (no tokenizer, empty prompt) and whatever the engine throws; on success the
+  // turn is recorded in `transcript` for the next one.
   TurnOutcome run(Session& session, ConversationTokens& transcript, const std::vector<ChatMessage>& messages,
                   const TurnOptions& options, const std::atomic<bool>* stop,
                   const ReplyProgressCallback& on_progress) const;
@@ -100,6 +108,7 @@ class ChatTurnRunner {
   };
   FittedPrompt fit_prompt(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
                           const TurnOptions& options, int context_limit) const;
+  FittedPrompt drop_oldest_turns(const std::vector<ChatMessage>& messages, std::size_t target) const;
   std::vector<TokenId> encode_rendered(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
                                        std::string* rendered_text) const;
 

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "app/chat_turn_runner.h"
+#include "engine/compute_options.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -90,7 +91,7 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     if (!state_->model) throw std::runtime_error("no model is loaded");
     const std::shared_ptr<const LoadedModel> model = state_->model;
     if (request.threads != state_->threads) {
-      set_engine_threads(request.threads);
+      set_compute_threads(request.threads);
       state_->threads = request.threads;
     }
     ConversationCache& cache = state_->conversations[request.conversation_id];

@@ -107,7 +107,7 @@ BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model
   const void* probe_data = model->weights().lm_head.weight.data_ptr();
   Session session(model, mode);
   auto start = Clock::now();
-  GenerationResult result = session.generate(prompt, config, nullptr, [&](TokenId) {
+  GenerationResult result = session.generate(prompt, config, nullptr, [&](TokenId, const DecodeProgress&) {
     arrived.push_back(Clock::now());
     if (probe_between_steps && static_cast<int>(arrived.size()) < new_tokens) {
       enter_compute_phase(ComputePhase::Streaming);  // as during decode: the kernels' threads only

@@ -16,6 +16,10 @@ void check_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor&
 }
 }  // namespace
 
+void KvCache::write_rows(std::int64_t, std::int64_t, const float*, const float*) {
+  throw std::logic_error("kv cache: write_rows on a cache without direct rows");
+}
+
 NaiveKvCache::NaiveKvCache(const KvCacheShape& shape) : KvCache(shape) {
   auto empty = at::empty({shape.kv_heads, 0, shape.head_dim}, at::TensorOptions().dtype(shape.dtype));
   keys_.assign(shape.layers, empty);
@@ -87,9 +91,20 @@ bool ContiguousKvCache::prepare_rows(std::int64_t tokens) {
   return true;
 }
 
-KvLayerRows ContiguousKvCache::layer_rows(std::int64_t layer) {
+KvLayerRows ContiguousKvCache::layer_rows(std::int64_t layer) const {
   // [kv_heads, capacity, head_dim], contiguous: heads are capacity rows apart.
   return {keys_[layer].data_ptr<float>(), values_[layer].data_ptr<float>(), capacity_ * shape_.head_dim};
+}
+
+void ContiguousKvCache::write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v) {
+  const std::int64_t head_dim = shape_.head_dim, head_stride = capacity_ * head_dim;
+  float* keys = keys_[layer].data_ptr<float>();
+  float* values = values_[layer].data_ptr<float>();
+  for (std::int64_t head = 0; head < shape_.kv_heads; ++head) {
+    const std::int64_t slot = head * head_stride + position * head_dim;
+    std::copy_n(k + head * head_dim, head_dim, keys + slot);
+    std::copy_n(v + head * head_dim, head_dim, values + slot);
+  }
 }
 
 std::pair<at::Tensor, at::Tensor> ContiguousKvCache::view(std::int64_t layer, std::int64_t n) const {

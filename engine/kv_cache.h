@@ -17,12 +17,15 @@
 
 namespace kvchat {
 
-// Raw f32 storage of one layer, for the fused decode step: KV head h's row at position p starts at
-// keys + h * head_stride + p * head_dim (values likewise), head_dim floats long.
+// Raw f32 storage of one layer, for the fused decode step's attention: KV head h's keys (values
+// likewise) are head_keys(h)[p * head_dim + i] for position p, head_dim floats a position. Writing goes
+// through KvCache::write_rows, so the cache alone knows its layout.
 struct KvLayerRows {
-  float* keys = nullptr;
-  float* values = nullptr;
+  const float* keys = nullptr;
+  const float* values = nullptr;
   std::int64_t head_stride = 0;
+  const float* head_keys(std::int64_t head) const { return keys + head * head_stride; }
+  const float* head_values(std::int64_t head) const { return values + head * head_stride; }
 };
 
 struct KvCacheShape {
@@ -54,7 +57,10 @@ class KvCache {
   // only after commit(), as with append.
   virtual bool prepare_rows(std::int64_t tokens) { (void)tokens; return false; }
   // Valid after prepare_rows returned true, until the next prepare_rows, append or truncate.
-  virtual KvLayerRows layer_rows(std::int64_t layer) { (void)layer; return {}; }
+  virtual KvLayerRows layer_rows(std::int64_t layer) const { (void)layer; return {}; }
+  // Writes one position's K and V of a layer ([kv_heads, head_dim] floats each, heads in order) into
+  // the rows made ready by prepare_rows. Counts only after commit(), as with append.
+  virtual void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v);
 
   std::int64_t size() const { return size_; }
   // 2 (K and V) x layers x kv_heads x head_dim x tokens x element size.
@@ -93,7 +99,8 @@ class ContiguousKvCache final : public KvCache {
   void truncate(std::int64_t n) override;
   std::int64_t capacity() const override { return capacity_; }
   bool prepare_rows(std::int64_t tokens) override;
-  KvLayerRows layer_rows(std::int64_t layer) override;
+  KvLayerRows layer_rows(std::int64_t layer) const override;
+  void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v) override;
   void reserve(std::int64_t tokens);
 
  private:

@@ -1,8 +1,12 @@
 #pragma once
 // The Llama forward pass (llama2.c's shape, in ATen): embedding, RMSNorm, RoPE at explicit absolute
 // positions, grouped-query attention with one rectangular causal mask for prefill and decode, SwiGLU
-// MLP, final norm, tied or separate lm_head. Config, weights and run state (the KvCache) are kept apart:
-// the model is immutable after construction and can be shared by many sessions.
+// MLP, final norm, tied or separate lm_head. Config, weights (model_weights.h) and run state (the
+// KvCache, the DecodeContext) are kept apart: the model is immutable after construction and is shared
+// by many sessions.
+//
+// Files: llama_model.cpp (construction, the ATen forward, the choice of decode path),
+// llama_decode_step.cpp (the fused decode step over the engine kernels), model_weights.cpp (loading).
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -10,32 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/decode_context.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
-#include "engine/model_loader.h"
+#include "engine/model_weights.h"
+#include "engine/types.h"
 
 namespace kvchat {
-
-// y = x W^T (+ b). Weights stay in the dtype they are kept in (f32 or bf16); compute is f32.
-struct Linear {
-  at::Tensor weight;  // [out, in]
-  at::Tensor bias;    // [out] or undefined
-  at::Tensor forward(const at::Tensor& x) const;  // x [T, in] f32 -> [T, out] f32
-};
-
-struct LayerWeights {
-  at::Tensor attention_norm;  // [hidden] f32
-  Linear q, k, v, o;
-  at::Tensor mlp_norm;        // [hidden] f32
-  Linear gate, up, down;
-};
-
-struct ModelWeights {
-  at::Tensor embedding;       // [vocab, hidden] (f32 or bf16)
-  std::vector<LayerWeights> layers;
-  at::Tensor final_norm;      // [hidden] f32
-  Linear lm_head;             // shares `embedding` when tie_word_embeddings
-};
 
 class LlamaModel {
  public:
@@ -54,22 +39,31 @@ class LlamaModel {
   std::int64_t weight_bytes() const;
   WeightDtype weight_dtype() const;
 
-  // Runs `ids`, the tokens at absolute positions start_pos .. start_pos + T - 1.
-  // With a cache: start_pos must equal cache->size(); attends to the cached positions plus these, and
-  // commits them to the cache. Without (null): start_pos must be 0 and ids the whole sequence.
-  // Returns f32 logits of the last position [vocab], or of every position [T, vocab] if all_positions.
+  // Runs `ids`, the tokens at absolute positions start_pos .. start_pos + T - 1, through the ATen
+  // path. With a cache: start_pos must equal cache->size(); attends to the cached positions plus
+  // these, and commits them to the cache. Without (null): start_pos must be 0 and ids the whole
+  // sequence. Returns f32 logits of the last position [vocab], or of every position [T, vocab] if
+  // all_positions.
   at::Tensor forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
                      bool all_positions = false) const;
 
   // One decode step: `token` at `position` (== cache.size()), committed to the cache, its logits
-  // written to `logits` ([vocab] floats, owned by the caller and reused every step). With the fast
-  // kernels on, a steady-state step allocates nothing. Same results as forward({token}, position, &cache).
-  void decode(TokenId token, std::int64_t position, KvCache& cache, float* logits) const;
+  // written to context.logits. The one place that chooses the decode path: the fused step over the
+  // engine kernels when they are on and the cache has direct rows (then a steady-state step allocates
+  // nothing), else forward({token}). Both give the same results.
+  void decode(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& context) const;
 
  private:
+  // From this many attended positions on, attention of a streaming forward or a decode step is split
+  // by KV head over the kernels' pool.
+  static constexpr std::int64_t kParallelAttentionTokens = 256;
+
+  at::Tensor forward_checked(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
+                             bool all_positions) const;
   void attend(const at::Tensor& grouped_q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
               at::Tensor& out, bool streaming) const;
-  void decode_step(TokenId token, std::int64_t position, KvCache& cache, float* logits) const;
+  // The fused step (llama_decode_step.cpp); the cache's rows must be prepared for one token.
+  void decode_step(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& context) const;
   // Throws for no tokens, a start that does not follow the cache, the context limit, an id outside the vocabulary.
   void check_request(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const;
   bool fused_decode_applies() const;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "engine/compute_options.h"
 #include "engine/llama_model.h"
 
 namespace kvchat {
@@ -15,7 +16,7 @@ LoadedModel load_model_directory(const std::string& directory, const LoadOptions
   namespace fs = std::filesystem;
   const auto started = std::chrono::steady_clock::now();
   if (!fs::is_directory(directory)) throw ModelError("model directory not found: " + directory);
-  set_engine_threads(options.threads);
+  set_compute_threads(options.threads);
 
   LoadedModel loaded;
   loaded.directory = directory;

@@ -7,14 +7,11 @@
 #include "engine/model_config.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
+#include "engine/weight_dtype.h"
 
 namespace kvchat {
 
 class LlamaModel;
-
-enum class WeightDtype { Float32, BFloat16 };
-const char* to_string(WeightDtype dtype);
-WeightDtype weight_dtype_from_string(const std::string& text);  // "f32"/"float32", "bf16"/"bfloat16"
 
 struct LoadOptions {
   WeightDtype dtype = WeightDtype::Float32;  // how weights are kept in memory (compute is f32)
@@ -31,8 +28,5 @@ struct LoadedModel {
 
 // Throws ModelError / TokenizerError / TemplateError with a message naming the bad file.
 LoadedModel load_model_directory(const std::string& directory, const LoadOptions& options = {});
-
-// Sets LibTorch's intra-op threads and the engine kernels' threads (0 = the machine's cores).
-void set_engine_threads(int threads);
 
 }  // namespace kvchat

@@ -1,15 +1,18 @@
 #pragma once
-// One conversation: its token history and its KV cache. After every call history().size() equals
-// the number of tokens the cache holds (when the cache is on).
+// One conversation's run state: its token history and its KV cache. A generation is two phases, each
+// its own class: the Prefiller (prompt tokens the cache lacks) and the TokenGenerator (one token per
+// step); the Session matches the prompt against what it holds, runs them and assembles the stats.
 //
-// Ownership: a Session shares the (immutable) model and owns its cache. It is used from one thread
-// at a time (the engine worker); the stop flag is the only thing other threads touch.
+// Ownership: a Session shares the (immutable) model and owns its cache and its decode buffers. It is
+// used from one thread at a time (the engine worker); the stop flag is the only thing other threads
+// touch. After every call history().size() equals the number of tokens the cache holds (when on).
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
+#include "engine/decode_context.h"
+#include "engine/token_generator.h"
 #include "engine/types.h"
 
 namespace kvchat {
@@ -22,9 +25,6 @@ struct GenerationResult {
   GenerationStats stats;
 };
 
-// Called with each new token as soon as it is sampled. Runs on the generating thread.
-using TokenCallback = std::function<void(TokenId token)>;
-
 class Session {
  public:
   Session(std::shared_ptr<const LlamaModel> model, KvCacheMode cache_mode);
@@ -32,11 +32,14 @@ class Session {
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
 
-  // Continues the conversation whose full token sequence is `prompt` (every turn so far). Keeps the
-  // longest common prefix of `prompt` and history() in the cache, prefills only the rest (in chunks,
-  // checking `stop` between them), then samples up to config.max_new_tokens tokens. The cache mode
-  // of `config` applies from this call on (switching drops the cache).
-  // `stop` may be null. Throws std::invalid_argument for an empty prompt or one longer than the context.
+  // Continues the conversation whose full token sequence is `prompt` (every turn so far). The one
+  // place a prompt is matched against the cache: the longest common prefix of `prompt` and history()
+  // stays cached (token ids compared exactly), only the rest is prefilled; then up to
+  // config.max_new_tokens tokens are sampled. The last sampled token is never fed, so after a stop on
+  // an end-of-sequence id the cache ends with the reply's last real token: the next turn's prompt
+  // continues from there. The cache mode of `config` applies from this call on (switching drops the
+  // cache). `stop` may be null. Throws std::invalid_argument for an empty prompt or one longer than the
+  // context limit.
   GenerationResult generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
                             const std::atomic<bool>* stop = nullptr, const TokenCallback& on_token = {});
 
@@ -52,12 +55,16 @@ class Session {
 
  private:
   void set_cache_mode(KvCacheMode mode);
+  std::int64_t context_limit(const GenerationConfig& config) const;
+  // Keeps the prompt's longest common prefix with history() (at least one token left to run, since
+  // logits come from running one); returns how many tokens were reused.
+  int keep_common_prefix(const std::vector<TokenId>& prompt);
 
   std::shared_ptr<const LlamaModel> model_;
   KvCacheMode cache_mode_;
   std::unique_ptr<KvCache> cache_;  // null when the cache is off
   std::vector<TokenId> history_;
-  std::vector<float> logits_;  // the last step's logits [vocab], reused by every step
+  DecodeContext decode_context_;    // decode steps' buffers and the current logits, reused by every step
 };
 
 }  // namespace kvchat

@@ -40,13 +40,14 @@ struct GenerationConfig {
   SamplingParams sampling;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
   int prefill_chunk_tokens = 512;      // prefill runs in chunks of at most this many tokens
+  int context_limit = 0;               // prompt + generated tokens never exceed it (0 or more = the model's)
   std::vector<TokenId> stop_token_ids; // empty = the model's end-of-sequence ids
 };
 
 enum class StopReason {
   Eos,          // the model produced an end-of-sequence id
   MaxTokens,    // max_new_tokens reached
-  ContextFull,  // the model's context limit reached
+  ContextFull,  // the context limit reached (the model's, or a smaller one of GenerationConfig)
   Stopped,      // the caller's stop flag was set
 };
 

@@ -1,7 +1,6 @@
-#include <stdexcept>
+#include "engine/weight_dtype.h"
 
-#include "engine/compute_options.h"
-#include "engine/model_loader.h"
+#include <stdexcept>
 
 namespace kvchat {
 
@@ -12,7 +11,5 @@ WeightDtype weight_dtype_from_string(const std::string& text) {
   if (text == "bf16" || text == "bfloat16") return WeightDtype::BFloat16;
   throw std::invalid_argument("unknown weight dtype '" + text + "' (expected f32 or bf16)");
 }
-
-void set_engine_threads(int threads) { set_compute_threads(threads); }
 
 }  // namespace kvchat

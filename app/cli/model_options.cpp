@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/compute_options.h"
 #include "engine/llama_model.h"
 
 namespace kvchat::cli {
@@ -31,7 +32,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype
     source.tokenizer = loaded.tokenizer;
     source.formatter = loaded.formatter;
   } else if (random_config) {
-    set_engine_threads(threads);
+    set_compute_threads(threads);
     ModelConfig config = ModelConfig::from_file(*random_config);
     const long long seed = parser.int64_or("weights-seed", 0);
     source.description = "random weights of " + *random_config;

@@ -46,6 +46,7 @@ class ChatTurnRunnerTest : public QObject {
   void reply_text_is_the_decoded_greedy_continuation();
   void second_turn_reuses_the_whole_cache();
   void stopped_turn_then_next_turn_matches_a_fresh_session();
+  void regenerated_and_edited_turns_reuse_the_cache();
   void cache_off_gives_the_same_tokens();
   void context_limit_stop_policy_throws_a_clear_error();
   void context_limit_drop_policy_leaves_out_the_oldest_turns();
@@ -137,6 +138,60 @@ void ChatTurnRunnerTest::stopped_turn_then_next_turn_matches_a_fresh_session() {
   Session fresh(model_.model, KvCacheMode::Contiguous);
   const auto expected = fresh.generate(next.prompt_ids, greedy(40).generation);
   QCOMPARE(next.generated_ids, expected.generated);
+}
+
+// A regenerate sends the same messages again, an edit changes the last user message: both reuse the
+// cache up to the exact ids of the last turn boundary they share, and reply as a fresh session would.
+void ChatTurnRunnerTest::regenerated_and_edited_turns_reuse_the_cache() {
+  const ChatTurnRunner runner(model_);
+  Session session(model_.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  auto fresh_reply = [&](const std::vector<TokenId>& prompt) {
+    Session fresh(model_.model, KvCacheMode::Contiguous);
+    return fresh.generate(prompt, greedy(20).generation).generated;
+  };
+  std::vector<ChatMessage> messages = {{"user", "Tom had a red ball"}};
+  const TurnOutcome first = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+
+  // Regenerate: the very same prompt ids; all but the last prompt token come from the cache.
+  const TurnOutcome again = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  QCOMPARE(again.prompt_ids, first.prompt_ids);
+  QCOMPARE(again.stats.reused_tokens, static_cast<int>(first.prompt_ids.size()) - 1);
+  QCOMPARE(again.stats.prefilled_tokens, 1);
+  QCOMPARE(again.generated_ids, first.generated_ids);
+
+  messages.push_back({"assistant", again.reply});
+  messages.push_back({"user", "The sun was hot"});
+  const TurnOutcome second = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  // The turn continues the exact ids of the first turn: prompt and reply as sampled.
+  std::vector<TokenId> first_turn = first.prompt_ids;
+  first_turn.insert(first_turn.end(), first.generated_ids.begin(), first.generated_ids.end());
+  if (first.stats.stop_reason == StopReason::Eos) first_turn.pop_back();
+  QVERIFY(std::equal(first_turn.begin(), first_turn.end(), second.prompt_ids.begin()));
+  // Everything cached is reused: the first turn's ids but a last sampled token that was never fed.
+  QCOMPARE(static_cast<std::int64_t>(second.stats.reused_tokens), again.stats.cache_tokens);
+  QVERIFY(second.stats.reused_tokens >= static_cast<int>(first_turn.size()) - 1);
+
+  // Edit the last message: everything up to the end of the first reply is reused, and more if the
+  // edited text's ids still agree.
+  messages.back().content = "The moon was bright";
+  const auto cached_before_edit = session.history();
+  const TurnOutcome edited = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  QVERIFY(std::equal(first_turn.begin(), first_turn.end(), edited.prompt_ids.begin()));
+  std::size_t shared = 0;
+  while (shared < cached_before_edit.size() && shared < edited.prompt_ids.size() &&
+         cached_before_edit[shared] == edited.prompt_ids[shared])
+    ++shared;
+  QVERIFY(shared >= first_turn.size());
+  QCOMPARE(edited.stats.reused_tokens, static_cast<int>(shared));
+  QCOMPARE(edited.stats.prefilled_tokens, static_cast<int>(edited.prompt_ids.size() - shared));
+  QCOMPARE(edited.generated_ids, fresh_reply(edited.prompt_ids));
+
+  // Regenerate the edited turn: its own prompt boundary serves it.
+  const TurnOutcome edited_again = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  QCOMPARE(edited_again.prompt_ids, edited.prompt_ids);
+  QCOMPARE(edited_again.stats.reused_tokens, static_cast<int>(edited.prompt_ids.size()) - 1);
+  QCOMPARE(edited_again.generated_ids, edited.generated_ids);
 }
 
 void ChatTurnRunnerTest::cache_off_gives_the_same_tokens() {

@@ -309,11 +309,9 @@ void EngineWorkerTest::stop_after_the_first_chunk_then_continue_consistently() {
   kvchat::GenerationConfig config;
   config.max_new_tokens = stopped.stats->generated_tokens;
   const auto first_ids = replay.generate(first_prompt, config).generated;
-  std::vector<TokenId> first_turn_ids = first_prompt;
-  first_turn_ids.insert(first_turn_ids.end(), first_ids.begin(), first_ids.end());
   kvchat::app::ConversationTokens history;
-  history.remember(first_turn_ids,
-                   reference_.formatter.render_prompt(first_messages, true).text + stopped.text.toStdString());
+  history.record_turn(first_prompt, reference_.formatter.render_prompt(first_messages, true).text, first_ids,
+                      stopped.text.toStdString());
   const auto next_prompt = runner.encode_messages(next_messages, history);
   QCOMPARE(next.stats->prompt_tokens, static_cast<int>(next_prompt.size()));
   kvchat::Session fresh(reference_.model, KvCacheMode::Contiguous);

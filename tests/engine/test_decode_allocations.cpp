@@ -58,13 +58,13 @@ const char* kMidConfig = R"({
 // Runs `warm_up` decode steps, then counts the allocations of `counted` more.
 long decode_allocations(const LlamaModel& model, std::int64_t start, int warm_up, int counted) {
   ContiguousKvCache cache(model.cache_shape(), start + warm_up + counted + 1);
-  std::vector<float> logits(static_cast<std::size_t>(model.config().vocab_size));
+  DecodeContext context;
   std::vector<TokenId> prompt(static_cast<std::size_t>(start), 5);
   model.forward(prompt, 0, &cache);
   std::int64_t position = start;
   TokenId token = 7;
   auto step = [&] {
-    model.decode(token, position++, cache, logits.data());
+    model.decode(token, position++, cache, context);
     token = static_cast<TokenId>((token * 31 + 11) % model.config().vocab_size);
   };
   for (int i = 0; i < warm_up; ++i) step();

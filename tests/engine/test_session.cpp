@@ -46,6 +46,7 @@ class SessionTest : public QObject {
   void stop_flag_from_another_thread();
   void stop_during_prefill_keeps_cache_consistent();
   void context_limit_stops_generation();
+  void end_of_sequence_token_is_never_cached();
   void over_long_prompt_is_rejected();
 };
 
@@ -152,7 +153,7 @@ void SessionTest::stop_flag_from_another_thread() {
     stop = true;
   });
   std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
-  auto result = session.generate(prompt, config, &stop, [&](TokenId) {
+  auto result = session.generate(prompt, config, &stop, [&](TokenId, const kvchat::DecodeProgress&) {
     ++tokens_seen;
     // Give the stopper time to act, as a slow consumer would.
     if (tokens_seen.load() >= 10) std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -200,8 +201,45 @@ void SessionTest::context_limit_stops_generation() {
   prompt[0] = 1;
   auto result = session.generate(prompt, config);
   QCOMPARE(result.stats.stop_reason, StopReason::ContextFull);
-  QCOMPARE(session.cache_tokens(), int64_t(512));
-  QCOMPARE(result.generated.size(), size_t(512 - 500 + 1));
+  // Every generated token has a position inside the context: prompt + reply fill it exactly, and the
+  // cache holds all but the last (never fed).
+  QCOMPARE(result.generated.size(), size_t(512 - 500));
+  QCOMPARE(session.cache_tokens(), int64_t(511));
+
+  // A smaller limit of the caller's stops the same way, and bounds the prompt too.
+  config.context_limit = 505;
+  Session limited(model, KvCacheMode::Contiguous);
+  auto short_result = limited.generate(prompt, config);
+  QCOMPARE(short_result.stats.stop_reason, StopReason::ContextFull);
+  QCOMPARE(short_result.generated.size(), size_t(5));
+  QCOMPARE(std::vector<TokenId>(short_result.generated.begin(), short_result.generated.end()),
+           std::vector<TokenId>(result.generated.begin(), result.generated.begin() + 5));
+  config.context_limit = 499;
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, limited.generate(prompt, config));
+}
+
+void SessionTest::end_of_sequence_token_is_never_cached() {
+  auto model = load("models/stories260K");
+  std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  // The 6th greedy token, made the stop id: the reply ends on it.
+  const auto free_run = run(model, KvCacheMode::Off, prompt, 6).generated;
+  QCOMPARE(free_run.size(), size_t(6));
+  for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
+    GenerationConfig config;
+    config.max_new_tokens = 50;
+    config.cache_mode = mode;
+    config.stop_token_ids = {free_run.back()};
+    Session session(model, mode);
+    auto result = session.generate(prompt, config);
+    QCOMPARE(result.stats.stop_reason, StopReason::Eos);
+    QVERIFY(result.generated.size() <= free_run.size());
+    QCOMPARE(result.generated.back(), free_run.back());
+    // The cache ends with the reply's last real token: what the next turn's prompt continues from.
+    std::vector<TokenId> expected = prompt;
+    expected.insert(expected.end(), result.generated.begin(), result.generated.end() - 1);
+    QCOMPARE(session.history(), expected);
+    QCOMPARE(session.cache_tokens(), int64_t(expected.size()));
+  }
 }
 
 void SessionTest::over_long_prompt_is_rejected() {

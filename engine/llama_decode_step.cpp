@@ -1,0 +1,155 @@
+// The fused decode step of LlamaModel: one token through every layer over the engine kernels, the
+// session's DecodeContext and the cache's rows, so that a steady-state step makes no LibTorch call and
+// no allocation (tiny models spent most of a step in LibTorch's per-call cost). The same computation
+// as LlamaModel::forward for one token; the fidelity tests compare the two.
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <type_traits>
+#include <utility>
+
+#include "engine/kernels/activation.h"
+#include "engine/kernels/attention.h"
+#include "engine/kernels/bf16.h"
+#include "engine/kernels/matvec.h"
+#include "engine/kernels/thread_pool.h"
+#include "engine/llama_model.h"
+
+namespace kvchat {
+
+void DecodeContext::reserve(const ModelConfig& c, std::int64_t positions) {
+  const auto q_size = static_cast<std::size_t>(c.num_attention_heads * c.head_dim);
+  const auto kv_size = static_cast<std::size_t>(c.num_key_value_heads * c.head_dim);
+  const auto hidden = static_cast<std::size_t>(c.hidden_size), inter = static_cast<std::size_t>(c.intermediate_size);
+  logits.resize(static_cast<std::size_t>(c.vocab_size));
+  x.resize(hidden);
+  h.resize(std::max(hidden, q_size));
+  q.resize(q_size);
+  attended.resize(q_size);
+  k.resize(kv_size);
+  v.resize(kv_size);
+  gate.resize(inter);
+  up.resize(inter);
+  // Sized for what the cache can hold, so the buffer grows when the cache does, not per token.
+  const auto needed_scores = static_cast<std::size_t>(c.num_attention_heads * positions);
+  if (scores.size() < needed_scores) scores.resize(std::max(needed_scores, 2 * scores.size()));
+}
+
+namespace {
+
+// out = x * rsqrt(mean(x^2) + eps) * weight, as transformers' LlamaRMSNorm (float32).
+void rms_norm_into(const float* x, const float* weight, float* out, std::int64_t n, double eps) {
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  const float inverse = 1.0f / std::sqrt(static_cast<float>(sum / double(n)) + static_cast<float>(eps));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = (x[i] * inverse) * weight[i];
+}
+
+// y_i = W_i x for projections that share their input (q/k/v, gate/up), streamed as one parallel job.
+template <typename Weight>
+void shared_input_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
+  kernels::SharedInputProduct<Weight> jobs[3];  // on the stack: a decode step allocates nothing here
+  int count = 0;
+  for (auto [linear, y] : products) {
+    const void* data = linear->weight.data_ptr();
+    jobs[count++] = {static_cast<const Weight*>(data), y, linear->weight.size(0),
+                     linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
+  }
+  const std::int64_t in = products.begin()->first->weight.size(1);
+  if constexpr (std::is_same_v<Weight, float>) kernels::matvec_f32_shared_input(jobs, count, x, in);
+  else kernels::matvec_bf16_shared_input(jobs, count, x, in);
+}
+
+void shared_input_linears_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
+  if (products.begin()->first->weight.scalar_type() == at::kBFloat16) shared_input_into<std::uint16_t>(products, x);
+  else shared_input_into<float>(products, x);
+}
+
+// y = W x (+ b) through the weight-streaming kernels: a one-product job.
+void linear_into(const Linear& linear, const float* x, float* y) { shared_input_linears_into({{&linear, y}}, x); }
+
+// HF rotate_half RoPE of `heads` vectors of head_dim at one position, in place.
+void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, const float* cos, const float* sin) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t head = 0; head < heads; ++head) {
+    float* v = vectors + head * head_dim;
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cos[i] - b * sin[i];
+      v[i + half] = b * cos[i + half] + a * sin[i + half];
+    }
+  }
+}
+
+void embedding_row_into(const at::Tensor& embedding, TokenId token, float* out, std::int64_t hidden) {
+  if (embedding.scalar_type() == at::kBFloat16) {
+    kernels::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(embedding.data_ptr<at::BFloat16>()) + token * hidden,
+                         out, hidden);
+  } else {
+    const float* row = embedding.data_ptr<float>() + token * hidden;
+    std::copy(row, row + hidden, out);
+  }
+}
+
+// The attention of one decode step over the cache rows of a layer, KV head by KV head. Passed to the
+// pool by pointer so that the job fits std::function's small buffer (no allocation per layer).
+struct DecodeAttention {
+  const float* q;
+  const KvLayerRows* rows;
+  std::int64_t positions, head_dim, group;
+  float scale;
+  float* scores;  // [heads, positions]
+  float* out;     // [heads, head_dim]
+  void heads(std::int64_t first, std::int64_t last) const {
+    for (std::int64_t g = first; g < last; ++g)
+      kernels::attention_decode_head(q + g * group * head_dim, rows->head_keys(g), rows->head_values(g), positions,
+                                     head_dim, group, head_dim, scale, scores + g * group * positions,
+                                     out + g * group * head_dim);
+  }
+};
+
+}  // namespace
+
+void LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& s) const {
+  const ModelConfig& c = config_;
+  const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
+  const float* cos = rope_cos_.data_ptr<float>() + position * head_dim;
+  const float* sin = rope_sin_.data_ptr<float>() + position * head_dim;
+  const std::int64_t positions = position + 1;  // attended: the cached ones and this one
+  embedding_row_into(weights_.embedding, token, s.x.data(), hidden);
+
+  for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
+    const LayerWeights& layer = weights_.layers[layer_index];
+    rms_norm_into(s.x.data(), layer.attention_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
+    shared_input_linears_into({{&layer.q, s.q.data()}, {&layer.k, s.k.data()}, {&layer.v, s.v.data()}}, s.h.data());
+    rotate_into(s.q.data(), heads, head_dim, cos, sin);
+    rotate_into(s.k.data(), kv_heads, head_dim, cos, sin);
+    cache.write_rows(layer_index, position, s.k.data(), s.v.data());
+
+    const KvLayerRows rows = cache.layer_rows(layer_index);
+    const DecodeAttention attention{s.q.data(), &rows, positions, head_dim, group,
+                                    1.0f / std::sqrt(static_cast<float>(head_dim)), s.scores.data(), s.attended.data()};
+    // A long context makes attention a real share of the step: split it by KV head over the pool.
+    if (positions >= kParallelAttentionTokens && kv_heads > 1)
+      kernels::default_thread_pool().parallel_for(
+          kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->heads(first, last); });
+    else
+      attention.heads(0, kv_heads);
+
+    linear_into(layer.o, s.attended.data(), s.h.data());
+    for (std::int64_t i = 0; i < hidden; ++i) s.x[i] += s.h[i];
+
+    rms_norm_into(s.x.data(), layer.mlp_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
+    shared_input_linears_into({{&layer.gate, s.gate.data()}, {&layer.up, s.up.data()}}, s.h.data());
+    kernels::silu_mul(s.gate.data(), s.up.data(), inter);
+    linear_into(layer.down, s.gate.data(), s.h.data());
+    for (std::int64_t i = 0; i < hidden; ++i) s.x[i] += s.h[i];
+  }
+  cache.commit(1);
+
+  rms_norm_into(s.x.data(), weights_.final_norm.data_ptr<float>(), s.h.data(), hidden, c.rms_norm_eps);
+  linear_into(weights_.lm_head, s.h.data(), s.logits.data());
+}
+
+}  // namespace kvchat

@@ -1,0 +1,155 @@
+#include "engine/model_weights.h"
+
+#include <memory>
+#include <stdexcept>
+
+#include "engine/kernels/huge_pages.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+
+namespace kvchat {
+
+namespace {
+
+at::ScalarType storage_type(WeightDtype dtype) { return dtype == WeightDtype::BFloat16 ? at::kBFloat16 : at::kFloat; }
+
+// Weight storage on transparent huge pages: decode streams every weight once per token, and 4 KiB
+// pages cost about a tenth of the read bandwidth in TLB misses and prefetcher restarts.
+at::Tensor empty_weight(const std::vector<std::int64_t>& shape, at::ScalarType type) {
+  std::size_t bytes = c10::elementSize(type);
+  for (std::int64_t dim : shape) bytes *= static_cast<std::size_t>(dim);
+  if (bytes < (std::size_t(4) << 20)) return at::empty(shape, at::TensorOptions().dtype(type));
+  void* buffer = kernels::allocate_huge_page_buffer(bytes);
+  return at::from_blob(buffer, shape, [bytes](void* data) { kernels::free_huge_page_buffer(data, bytes); },
+                       at::TensorOptions().dtype(type));
+}
+
+// `source` in `type`: the source itself when it already is (a memory-mapped checkpoint stays
+// mapped, not copied), else a converted copy on huge pages.
+at::Tensor as_weight(const at::Tensor& source, at::ScalarType type) {
+  if (source.scalar_type() == type) return source;
+  at::Tensor weight = empty_weight(source.sizes().vec(), type);
+  weight.copy_(source);
+  return weight;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+class CheckpointReader {
+ public:
+  CheckpointReader(const std::string& directory, WeightDtype dtype) : checkpoint_(directory), dtype_(dtype) {}
+
+  // A weight matrix kept in the storage dtype; a checkpoint already in that dtype is not copied.
+  at::Tensor matrix(const std::string& name, std::vector<std::int64_t> shape) {
+    return as_weight(checked(name, shape), storage_type(dtype_));
+  }
+  // Norm weights and biases are tiny: always f32.
+  at::Tensor vector(const std::string& name, std::int64_t size) { return checked(name, {size}).to(at::kFloat); }
+
+ private:
+  at::Tensor checked(const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (!checkpoint_.contains(name)) throw ModelError("checkpoint is missing tensor '" + name + "'");
+    const SafetensorsEntry& entry = checkpoint_.entry(name);
+    if (entry.shape != shape)
+      throw ModelError(checkpoint_.file_of(name) + ": tensor '" + name + "' has shape " + shape_text(entry.shape) +
+                       " but the config needs " + shape_text(shape));
+    return checkpoint_.tensor(name);
+  }
+
+  SafetensorsCheckpoint checkpoint_;
+  WeightDtype dtype_;
+};
+
+// The matrix shapes of one layer, from the config.
+struct LayerShapes {
+  std::int64_t hidden, inter, q_out, kv_out;
+  explicit LayerShapes(const ModelConfig& c)
+      : hidden(c.hidden_size),
+        inter(c.intermediate_size),
+        q_out(c.num_attention_heads * c.head_dim),
+        kv_out(c.num_key_value_heads * c.head_dim) {}
+};
+
+}  // namespace
+
+ModelWeights load_model_weights(const std::string& directory, const ModelConfig& config, WeightDtype dtype) {
+  CheckpointReader reader(directory, dtype);
+  const LayerShapes s(config);
+  auto linear = [&](const std::string& prefix, std::int64_t out, std::int64_t in, bool has_bias) {
+    Linear l;
+    l.weight = reader.matrix(prefix + ".weight", {out, in});
+    if (has_bias) l.bias = reader.vector(prefix + ".bias", out);
+    return l;
+  };
+
+  ModelWeights weights;
+  weights.embedding = reader.matrix("model.embed_tokens.weight", {config.vocab_size, s.hidden});
+  for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    LayerWeights layer;
+    layer.attention_norm = reader.vector(p + ".input_layernorm.weight", s.hidden);
+    layer.q = linear(p + ".self_attn.q_proj", s.q_out, s.hidden, config.attention_bias);
+    layer.k = linear(p + ".self_attn.k_proj", s.kv_out, s.hidden, config.attention_bias);
+    layer.v = linear(p + ".self_attn.v_proj", s.kv_out, s.hidden, config.attention_bias);
+    layer.o = linear(p + ".self_attn.o_proj", s.hidden, s.q_out, config.attention_bias);
+    layer.mlp_norm = reader.vector(p + ".post_attention_layernorm.weight", s.hidden);
+    layer.gate = linear(p + ".mlp.gate_proj", s.inter, s.hidden, config.mlp_bias);
+    layer.up = linear(p + ".mlp.up_proj", s.inter, s.hidden, config.mlp_bias);
+    layer.down = linear(p + ".mlp.down_proj", s.hidden, s.inter, config.mlp_bias);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.final_norm = reader.vector("model.norm.weight", s.hidden);
+  if (config.tie_word_embeddings) weights.lm_head.weight = weights.embedding;
+  else weights.lm_head = linear("lm_head", config.vocab_size, s.hidden, false);
+  return weights;
+}
+
+ModelWeights random_model_weights(const ModelConfig& config, std::uint64_t seed, WeightDtype dtype) {
+  at::manual_seed(seed);
+  const at::ScalarType type = storage_type(dtype);
+  const LayerShapes s(config);
+  // Normal(0, 0.02), transformers' initializer_range: layer outputs dominate the residual stream, so
+  // a random model's greedy tokens vary like a real model's instead of echoing the input.
+  auto matrix = [&](std::int64_t out, std::int64_t in) {
+    at::Tensor weight = empty_weight({out, in}, at::kFloat).normal_(0.0, 0.02);
+    return type == at::kFloat ? weight : as_weight(weight, type);
+  };
+  auto linear = [&](std::int64_t out, std::int64_t in) { return Linear{matrix(out, in), at::Tensor()}; };
+  auto norm = [&]() { return at::ones({s.hidden}, at::kFloat); };
+
+  ModelWeights weights;
+  weights.embedding = matrix(config.vocab_size, s.hidden);
+  for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    LayerWeights layer;
+    layer.attention_norm = norm();
+    layer.q = linear(s.q_out, s.hidden);
+    layer.k = linear(s.kv_out, s.hidden);
+    layer.v = linear(s.kv_out, s.hidden);
+    layer.o = linear(s.hidden, s.q_out);
+    layer.mlp_norm = norm();
+    layer.gate = linear(s.inter, s.hidden);
+    layer.up = linear(s.inter, s.hidden);
+    layer.down = linear(s.hidden, s.inter);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.final_norm = norm();
+  weights.lm_head = config.tie_word_embeddings ? Linear{weights.embedding, at::Tensor()} : linear(config.vocab_size, s.hidden);
+  return weights;
+}
+
+std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head) {
+  std::int64_t bytes = weights.embedding.nbytes() + weights.final_norm.nbytes();
+  auto add = [&](const Linear& l) { bytes += l.weight.nbytes() + (l.bias.defined() ? l.bias.nbytes() : 0); };
+  for (const LayerWeights& layer : weights.layers) {
+    bytes += layer.attention_norm.nbytes() + layer.mlp_norm.nbytes();
+    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) add(*l);
+  }
+  if (!tied_lm_head) add(weights.lm_head);
+  return bytes;
+}
+
+}  // namespace kvchat

@@ -1,0 +1,42 @@
+#pragma once
+// A Llama model's weights, apart from its config and run state: what they are (the structs), where
+// they come from (a safetensors checkpoint, or seeded random values of a config's exact shape) and how
+// much memory they take. Immutable once loaded; a model shares them with every session.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/linear.h"
+#include "engine/model_config.h"
+#include "engine/weight_dtype.h"
+
+namespace kvchat {
+
+struct LayerWeights {
+  at::Tensor attention_norm;  // [hidden] f32
+  Linear q, k, v, o;
+  at::Tensor mlp_norm;        // [hidden] f32
+  Linear gate, up, down;
+};
+
+struct ModelWeights {
+  at::Tensor embedding;       // [vocab, hidden] (f32 or bf16)
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm;      // [hidden] f32
+  Linear lm_head;             // shares `embedding` when tie_word_embeddings
+};
+
+// DIR's safetensors (one file or shards), every tensor checked against the config's shapes. Matrices
+// are kept in `dtype`; a checkpoint already in that dtype stays memory-mapped, not copied. Norm
+// weights and biases are always f32. Throws ModelError naming the file and tensor.
+ModelWeights load_model_weights(const std::string& directory, const ModelConfig& config, WeightDtype dtype);
+
+// Normal(0, 0.02) matrices and unit norms, seeded: benchmarks of real model sizes without a download.
+ModelWeights random_model_weights(const ModelConfig& config, std::uint64_t seed, WeightDtype dtype);
+
+// Bytes of every weight (a tied lm_head counted once).
+std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head);
+
+}  // namespace kvchat

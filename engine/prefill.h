@@ -1,0 +1,39 @@
+#pragma once
+// The prefill phase of a generation: runs the prompt tokens the cache does not hold yet, in chunks
+// (checking the stop flag between them), and leaves the last position's logits for the first sample.
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace kvchat {
+
+class KvCache;
+class LlamaModel;
+
+struct PrefillResult {
+  int prefilled_tokens = 0;
+  double milliseconds = 0.0;
+  bool complete = false;  // every prompt token ran and `logits` holds the last one's logits
+};
+
+class Prefiller {
+ public:
+  // Keeps a reference: `model` must outlive the prefiller.
+  Prefiller(const LlamaModel& model, int chunk_tokens);
+
+  // Cached: runs prompt[cache.size() ..] into the cache (the caller has truncated the cache to the
+  // prefix it shares with the prompt, and left at least one token to run).
+  PrefillResult run(const std::vector<TokenId>& prompt, KvCache& cache, std::vector<float>& logits,
+                    const std::atomic<bool>* stop) const;
+  // Uncached: the whole sequence in one forward (the O(n^2) path's first step).
+  PrefillResult run_uncached(const std::vector<TokenId>& sequence, std::vector<float>& logits,
+                             const std::atomic<bool>* stop) const;
+
+ private:
+  const LlamaModel& model_;
+  std::size_t chunk_tokens_;
+};
+
+}  // namespace kvchat
