@@ -91,8 +91,9 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   const std::int64_t limit = context_limit(config);
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty");
   if (static_cast<std::int64_t>(prompt.size()) > limit)
-    throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) +
-                                " tokens, more than the context limit of " + std::to_string(limit));
+    throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens, more than " +
+                                (limit == model_config.max_position_embeddings ? "the model's context" : "the context limit") +
+                                " of " + std::to_string(limit));
   set_cache_mode(config.cache_mode);
   const auto started = std::chrono::steady_clock::now();
   const std::int64_t vocab_size = model_config.vocab_size;
