@@ -122,6 +122,10 @@ void ChatController::loadModel(const QString& directory, bool remember) {
 
 QList<ConversationRecord> ChatController::conversations() const { return store_->conversations(); }
 
+std::optional<ConversationRecord> ChatController::conversation(qint64 conversation_id) const {
+  return store_->conversation(conversation_id);
+}
+
 QList<MessageRecord> ChatController::currentMessages() const {
   if (current_conversation_ == 0) return {};
   return store_->messages(current_conversation_);
@@ -371,6 +375,18 @@ void ChatController::end_turn() {
   Q_EMIT generatingChanged(false);
 }
 
+void ChatController::emit_reply_finished(qint64 message_id) {
+  // Read back, not rebuilt from the turn: listeners get the record as saved (after a failed save, the
+  // text last committed), the same as a reload would show.
+  std::optional<MessageRecord> reply;
+  try {
+    reply = store_->message(message_id);
+  } catch (const std::exception& error) {
+    spdlog::error("cannot read back the finished reply {}: {}", message_id, error.what());
+  }
+  if (reply) Q_EMIT replyFinished(*reply);
+}
+
 void ChatController::on_text_ready(quint64 turn_id, const QString& chunk) {
   if (!active_ || active_->turn_id != turn_id) return;  // a stale turn (deleted conversation)
   active_->text += chunk;
@@ -422,7 +438,7 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
   if (conversation_id == current_conversation_) last_stats_ = stats;
   end_turn();
   Q_EMIT decodeSpeedChanged(live_decode_rate_, live_generated_);
-  Q_EMIT replyFinished(conversation_id, message_id);
+  emit_reply_finished(message_id);
   Q_EMIT lastReplyStatsChanged();
   Q_EMIT cacheGaugeChanged();
   Q_EMIT conversationsChanged();
@@ -430,7 +446,6 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
 
 void ChatController::on_failed(quint64 turn_id, const QString& message) {
   if (!active_ || active_->turn_id != turn_id) return;
-  const qint64 conversation_id = active_->conversation_id;
   const qint64 message_id = active_->message_id;
   try {
     QJsonObject stats;
@@ -440,7 +455,7 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
     spdlog::error("cannot save the failed reply: {}", error.what());
   }
   end_turn();
-  Q_EMIT replyFinished(conversation_id, message_id);
+  emit_reply_finished(message_id);
   Q_EMIT errorOccurred(message);
 }
 

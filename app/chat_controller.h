@@ -49,7 +49,6 @@ class ChatController : public QObject {
   ChatController(const QString& database_path, QSettings* settings_storage, QObject* parent = nullptr);
   ~ChatController() override;
 
-  ConversationStore& store() { return *store_; }
   const ChatSettings& settings() const { return settings_; }
   // Saves the settings; they apply from the next turn. A changed model directory is loaded.
   void applySettings(const ChatSettings& settings);
@@ -63,6 +62,7 @@ class ChatController : public QObject {
 
   qint64 currentConversationId() const { return current_conversation_; }
   QList<ConversationRecord> conversations() const;
+  std::optional<ConversationRecord> conversation(qint64 conversation_id) const;  // nullopt: no such conversation
   QList<MessageRecord> currentMessages() const;
   // The chat messages the engine gets for a conversation: its system prompt, then every user/assistant
   // message after the last context cut (markers and empty replies left out).
@@ -101,7 +101,7 @@ class ChatController : public QObject {
   void currentConversationChanged(qint64 conversation_id);
   void messagesReset();  // the current conversation's message list changed: reload it
   void replyTextAppended(qint64 conversation_id, qint64 message_id, const QString& chunk);
-  void replyFinished(qint64 conversation_id, qint64 message_id);  // its record now has text and stats
+  void replyFinished(const kvchat::app::MessageRecord& reply);  // as saved: final text and stats
   void generatingChanged(bool generating);
   void decodeSpeedChanged(double tokens_per_second, int generated_tokens);
   void lastReplyStatsChanged();
@@ -128,6 +128,7 @@ class ChatController : public QObject {
   bool can_start_turn();  // false (and errorOccurred says why) while a turn cannot start
   void commit_growing_reply();
   void end_turn();
+  void emit_reply_finished(qint64 message_id);
 
   void on_text_ready(quint64 turn_id, const QString& chunk);
   void on_token_stats(quint64 turn_id, int generated_tokens, double tokens_per_second);

@@ -148,9 +148,9 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
           [this](qint64 conversation_id, qint64 message_id, const QString& chunk) {
             if (conversation_id == controller_->currentConversationId()) chat_view_->appendToMessage(message_id, chunk);
           });
-  connect(controller_, &ChatController::replyFinished, this, [this](qint64 conversation_id, qint64 message_id) {
-    if (conversation_id != controller_->currentConversationId()) return;
-    if (const auto record = controller_->store().message(message_id)) chat_view_->updateMessage(*record);
+  connect(controller_, &ChatController::replyFinished, this, [this](const kvchat::app::MessageRecord& reply) {
+    if (reply.conversation_id != controller_->currentConversationId()) return;
+    chat_view_->updateMessage(reply);
     refresh_buttons();
   });
   connect(controller_, &ChatController::generatingChanged, this, [this](bool generating) {
@@ -166,7 +166,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   connect(controller_, &ChatController::settingsChanged, this, &MainWindow::refresh_cache_gauge);
   connect(controller_, &ChatController::cacheEvicted, this, [this](qint64 conversation_id) {
     QString title = QString::number(conversation_id);
-    if (const auto record = controller_->store().conversation(conversation_id)) title = record->title;
+    if (const auto record = controller_->conversation(conversation_id)) title = record->title;
     statusBar()->showMessage(tr("The cache of \u201c%1\u201d was dropped to stay within the memory budget; "
                                 "it is rebuilt on that chat's next turn.")
                                  .arg(title),
@@ -231,7 +231,7 @@ void MainWindow::build_menus() {
   connect(export_action, &QAction::triggered, this, [this] {
     if (controller_->currentConversationId() <= 0) return;
     QString title = QStringLiteral("chat");
-    if (const auto record = controller_->store().conversation(controller_->currentConversationId()))
+    if (const auto record = controller_->conversation(controller_->currentConversationId()))
       title = record->title;
     title.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9 _-]")), QStringLiteral("_"));
     const QString path = QFileDialog::getSaveFileName(this, tr("Export chat"), title + ".md",
@@ -419,7 +419,7 @@ SettingsDialog* MainWindow::openSettingsDialog() {
 void MainWindow::rename_selected_conversation() {
   const qint64 id = selected_conversation_id();
   if (id <= 0) return;
-  const auto record = controller_->store().conversation(id);
+  const auto record = controller_->conversation(id);
   bool ok = false;
   const QString title = QInputDialog::getText(this, tr("Rename chat"), tr("Title:"), QLineEdit::Normal,
                                               record ? record->title : QString(), &ok);
@@ -429,7 +429,7 @@ void MainWindow::rename_selected_conversation() {
 void MainWindow::delete_selected_conversation() {
   const qint64 id = selected_conversation_id();
   if (id <= 0) return;
-  const auto record = controller_->store().conversation(id);
+  const auto record = controller_->conversation(id);
   const QString title = record ? record->title : QString::number(id);
   if (!confirm_(tr("Delete chat"), tr("Delete \u201c%1\u201d and all its messages? This cannot be undone.").arg(title)))
     return;
@@ -440,7 +440,7 @@ void MainWindow::edit_system_prompt() {
   qint64 id = controller_->currentConversationId();
   if (id <= 0) id = controller_->newConversation();
   if (id <= 0) return;
-  const auto record = controller_->store().conversation(id);
+  const auto record = controller_->conversation(id);
   bool ok = false;
   const QString prompt = QInputDialog::getMultiLineText(this, tr("System prompt"),
                                                         tr("This chat's system prompt (applies from the next reply):"),
