@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <QCoreApplication>
-#include <QJsonArray>
 #include <QSettings>
 
 #include <exception>

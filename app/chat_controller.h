@@ -72,8 +72,6 @@ class ChatController : public QObject {
   qint64 generatingConversationId() const { return active_ ? active_->conversation_id : 0; }
   qint64 generatingMessageId() const { return active_ ? active_->message_id : 0; }
   QString generatingText() const { return active_ ? active_->text : QString(); }
-  double liveDecodeTokensPerSecond() const { return live_decode_rate_; }
-  int liveGeneratedTokens() const { return live_generated_; }
   std::optional<GenerationStats> lastReplyStats() const { return last_stats_; }
   CacheGauge cacheGauge() const;
 

@@ -8,10 +8,8 @@
 
 #include "app/chat_controller.h"
 
-class QAction;
 class QLabel;
 class QListWidget;
-class QMessageBox;
 class QProgressBar;
 class QPushButton;
 
