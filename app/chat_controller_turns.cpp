@@ -1,5 +1,4 @@
-// ChatController, the turn lifecycle: send, regenerate, edit and stop; the reply streaming in and being
-// saved; its stats.
+// ChatController, the turn lifecycle: send, regenerate, edit, stop; the reply streaming in, saved, its stats.
 #include "app/chat_controller.h"
 
 #include <spdlog/spdlog.h>
