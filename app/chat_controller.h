@@ -2,7 +2,15 @@
 // The chat's brain on the GUI thread (Qt Core only): owns the conversation store and the engine's thread,
 // turns user actions (send, stop, regenerate, edit, conversation management, export) into store writes
 // and engine turns, and exposes what the window shows (live speed, last reply's stats, cache gauges).
-// Widgets only observe it; tests drive it directly.
+// Widgets only observe it, through its signals and queries (records by value, never the store itself);
+// tests drive it directly.
+//
+// One class, implemented in three files: chat_controller.cpp (engine thread, model, settings, cache
+// gauge), chat_controller_conversations.cpp (create, select, rename, delete, list, export) and
+// chat_controller_turns.cpp (send, stop, regenerate, edit, streaming, stats). Not two classes, because the
+// halves share state both ways: deleting a conversation ends its turn and drops its cache figures, a turn
+// creates and retitles conversations and reports only for the selected one. Two classes would need
+// back-references and forwarded signals, and the window would still want one object to observe.
 #include <QHash>
 #include <QJsonObject>
 #include <QList>
@@ -49,7 +57,6 @@ class ChatController : public QObject {
   ChatController(const QString& database_path, QSettings* settings_storage, QObject* parent = nullptr);
   ~ChatController() override;
 
-  ConversationStore& store() { return *store_; }
   const ChatSettings& settings() const { return settings_; }
   // Saves the settings; they apply from the next turn. A changed model directory is loaded.
   void applySettings(const ChatSettings& settings);
@@ -63,6 +70,7 @@ class ChatController : public QObject {
 
   qint64 currentConversationId() const { return current_conversation_; }
   QList<ConversationRecord> conversations() const;
+  std::optional<ConversationRecord> conversation(qint64 conversation_id) const;  // nullopt: no such conversation
   QList<MessageRecord> currentMessages() const;
   // The chat messages the engine gets for a conversation: its system prompt, then every user/assistant
   // message after the last context cut (markers and empty replies left out).
@@ -72,8 +80,6 @@ class ChatController : public QObject {
   qint64 generatingConversationId() const { return active_ ? active_->conversation_id : 0; }
   qint64 generatingMessageId() const { return active_ ? active_->message_id : 0; }
   QString generatingText() const { return active_ ? active_->text : QString(); }
-  double liveDecodeTokensPerSecond() const { return live_decode_rate_; }
-  int liveGeneratedTokens() const { return live_generated_; }
   std::optional<GenerationStats> lastReplyStats() const { return last_stats_; }
   CacheGauge cacheGauge() const;
 
@@ -101,7 +107,7 @@ class ChatController : public QObject {
   void currentConversationChanged(qint64 conversation_id);
   void messagesReset();  // the current conversation's message list changed: reload it
   void replyTextAppended(qint64 conversation_id, qint64 message_id, const QString& chunk);
-  void replyFinished(qint64 conversation_id, qint64 message_id);  // its record now has text and stats
+  void replyFinished(const kvchat::app::MessageRecord& reply);  // as saved: final text and stats
   void generatingChanged(bool generating);
   void decodeSpeedChanged(double tokens_per_second, int generated_tokens);
   void lastReplyStatsChanged();
@@ -124,16 +130,20 @@ class ChatController : public QObject {
     std::shared_ptr<std::atomic<bool>> stop;
   };
 
+  // chat_controller_turns.cpp
+  void set_up_turns();  // the worker's turn signals and the turn timers (constructor)
   bool start_turn(qint64 conversation_id);
   bool can_start_turn();  // false (and errorOccurred says why) while a turn cannot start
   void commit_growing_reply();
   void end_turn();
-
+  void emit_reply_finished(qint64 message_id);
   void on_text_ready(quint64 turn_id, const QString& chunk);
   void on_token_stats(quint64 turn_id, int generated_tokens, double tokens_per_second);
   void on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit);
   void on_finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void on_failed(quint64 turn_id, const QString& message);
+
+  // chat_controller.cpp
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
   void on_cache_evicted(qint64 conversation_id);
 

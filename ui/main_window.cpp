@@ -40,7 +40,31 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
            QMessageBox::Yes;
   };
 
-  // --- conversations ---
+  QWidget* sidebar = build_sidebar();
+  QWidget* chat_panel = build_chat_panel();
+  auto* splitter = new QSplitter(this);
+  splitter->addWidget(sidebar);
+  splitter->addWidget(chat_panel);
+  splitter->setStretchFactor(1, 1);
+  splitter->setSizes({240, 760});
+  setCentralWidget(splitter);
+
+  build_shortcuts();
+  build_menus();
+  build_status_bar();
+  connect_controller();
+
+  refresh_conversations();
+  reload_messages();
+  refresh_cache_gauge();
+  refresh_reply_stats();
+  if (controller_->isModelLoaded()) model_label_->setText(controller_->modelInfo().name);
+  else if (controller_->isModelLoading()) load_busy_->show();
+  resize(1240, 780);
+  input_->setFocus();
+}
+
+QWidget* MainWindow::build_sidebar() {
   auto* sidebar = new QWidget(this);
   auto* sidebar_layout = new QVBoxLayout(sidebar);
   sidebar_layout->setContentsMargins(6, 6, 6, 6);
@@ -65,8 +89,10 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
     if (item) controller_->selectConversation(item->data(Qt::UserRole).toLongLong());
   });
   connect(conversation_list_, &QListWidget::itemDoubleClicked, this, &MainWindow::rename_selected_conversation);
+  return sidebar;
+}
 
-  // --- chat ---
+QWidget* MainWindow::build_chat_panel() {
   auto* chat_panel = new QWidget(this);
   auto* chat_layout = new QVBoxLayout(chat_panel);
   chat_layout->setContentsMargins(6, 6, 6, 6);
@@ -113,14 +139,10 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   });
   connect(regenerate_button_, &QPushButton::clicked, controller_, &ChatController::regenerate);
   connect(edit_button_, &QPushButton::clicked, this, &MainWindow::start_editing_last_message);
+  return chat_panel;
+}
 
-  auto* splitter = new QSplitter(this);
-  splitter->addWidget(sidebar);
-  splitter->addWidget(chat_panel);
-  splitter->setStretchFactor(1, 1);
-  splitter->setSizes({240, 760});
-  setCentralWidget(splitter);
-
+void MainWindow::build_shortcuts() {
   auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
   escape->setContext(Qt::WindowShortcut);
   connect(escape, &QShortcut::activated, this, [this] {
@@ -132,11 +154,9 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
       refresh_buttons();
     }
   });
+}
 
-  build_menus();
-  build_status_bar();
-
-  // --- controller -> window ---
+void MainWindow::connect_controller() {
   connect(controller_, &ChatController::conversationsChanged, this, &MainWindow::refresh_conversations);
   connect(controller_, &ChatController::currentConversationChanged, this, [this] {
     editing_last_message_ = false;
@@ -148,9 +168,9 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
           [this](qint64 conversation_id, qint64 message_id, const QString& chunk) {
             if (conversation_id == controller_->currentConversationId()) chat_view_->appendToMessage(message_id, chunk);
           });
-  connect(controller_, &ChatController::replyFinished, this, [this](qint64 conversation_id, qint64 message_id) {
-    if (conversation_id != controller_->currentConversationId()) return;
-    if (const auto record = controller_->store().message(message_id)) chat_view_->updateMessage(*record);
+  connect(controller_, &ChatController::replyFinished, this, [this](const kvchat::app::MessageRecord& reply) {
+    if (reply.conversation_id != controller_->currentConversationId()) return;
+    chat_view_->updateMessage(reply);
     refresh_buttons();
   });
   connect(controller_, &ChatController::generatingChanged, this, [this](bool generating) {
@@ -164,55 +184,52 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   connect(controller_, &ChatController::lastReplyStatsChanged, this, &MainWindow::refresh_reply_stats);
   connect(controller_, &ChatController::cacheGaugeChanged, this, &MainWindow::refresh_cache_gauge);
   connect(controller_, &ChatController::settingsChanged, this, &MainWindow::refresh_cache_gauge);
-  connect(controller_, &ChatController::cacheEvicted, this, [this](qint64 conversation_id) {
-    QString title = QString::number(conversation_id);
-    if (const auto record = controller_->store().conversation(conversation_id)) title = record->title;
-    statusBar()->showMessage(tr("The cache of \u201c%1\u201d was dropped to stay within the memory budget; "
-                                "it is rebuilt on that chat's next turn.")
-                                 .arg(title),
-                             8000);
-  });
-  connect(controller_, &ChatController::modelLoading, this, [this](const QString& directory) {
-    load_busy_->show();
-    model_label_->setText(tr("Loading %1\u2026").arg(QFileInfo(directory).fileName()));
-    refresh_buttons();
-  });
-  connect(controller_, &ChatController::modelLoaded, this, [this](const kvchat::app::ModelInfo& info) {
-    load_busy_->hide();
-    model_label_->setText(info.name);
-    model_label_->setToolTip(tr("%1\n%2 parameters, %3 layers, context %4 tokens, %5 of K/V per token")
-                                 .arg(info.directory)
-                                 .arg(info.parameter_count)
-                                 .arg(info.layers)
-                                 .arg(info.context_length)
-                                 .arg(format_bytes(info.kv_bytes_per_token)));
-    setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
-    refresh_buttons();
-    refresh_cache_gauge();
-  });
-  connect(controller_, &ChatController::modelLoadFailed, this,
-          [this](const QString& directory, const QString& message) {
-            load_busy_->hide();
-            model_label_->setText(controller_->isModelLoaded() ? controller_->modelInfo().name : tr("No model"));
-            refresh_buttons();
-            QString text = tr("Could not load the model directory\n%1\n\n%2").arg(directory, message);
-            if (controller_->isModelLoaded())
-              text += tr("\n\nStill using %1.").arg(controller_->modelInfo().directory);
-            show_error_dialog(tr("Model not loaded"), text, "modelLoadErrorDialog");
-          });
+  connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
+  connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
+  connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);
+  connect(controller_, &ChatController::modelLoadFailed, this, &MainWindow::show_model_load_failed);
   connect(controller_, &ChatController::errorOccurred, this, [this](const QString& message) {
     chat_view_->showError(message);
     statusBar()->showMessage(message, 8000);
   });
+}
 
-  refresh_conversations();
-  reload_messages();
+void MainWindow::show_cache_evicted(qint64 conversation_id) {
+  QString title = QString::number(conversation_id);
+  if (const auto record = controller_->conversation(conversation_id)) title = record->title;
+  statusBar()->showMessage(tr("The cache of \u201c%1\u201d was dropped to stay within the memory budget; "
+                              "it is rebuilt on that chat's next turn.")
+                               .arg(title),
+                           8000);
+}
+
+void MainWindow::show_model_loading(const QString& directory) {
+  load_busy_->show();
+  model_label_->setText(tr("Loading %1\u2026").arg(QFileInfo(directory).fileName()));
+  refresh_buttons();
+}
+
+void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
+  load_busy_->hide();
+  model_label_->setText(info.name);
+  model_label_->setToolTip(tr("%1\n%2 parameters, %3 layers, context %4 tokens, %5 of K/V per token")
+                               .arg(info.directory)
+                               .arg(info.parameter_count)
+                               .arg(info.layers)
+                               .arg(info.context_length)
+                               .arg(format_bytes(info.kv_bytes_per_token)));
+  setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
+  refresh_buttons();
   refresh_cache_gauge();
-  refresh_reply_stats();
-  if (controller_->isModelLoaded()) model_label_->setText(controller_->modelInfo().name);
-  else if (controller_->isModelLoading()) load_busy_->show();
-  resize(1240, 780);
-  input_->setFocus();
+}
+
+void MainWindow::show_model_load_failed(const QString& directory, const QString& message) {
+  load_busy_->hide();
+  model_label_->setText(controller_->isModelLoaded() ? controller_->modelInfo().name : tr("No model"));
+  refresh_buttons();
+  QString text = tr("Could not load the model directory\n%1\n\n%2").arg(directory, message);
+  if (controller_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(controller_->modelInfo().directory);
+  show_error_dialog(tr("Model not loaded"), text, "modelLoadErrorDialog");
 }
 
 void MainWindow::build_menus() {
@@ -231,7 +248,7 @@ void MainWindow::build_menus() {
   connect(export_action, &QAction::triggered, this, [this] {
     if (controller_->currentConversationId() <= 0) return;
     QString title = QStringLiteral("chat");
-    if (const auto record = controller_->store().conversation(controller_->currentConversationId()))
+    if (const auto record = controller_->conversation(controller_->currentConversationId()))
       title = record->title;
     title.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9 _-]")), QStringLiteral("_"));
     const QString path = QFileDialog::getSaveFileName(this, tr("Export chat"), title + ".md",
@@ -419,7 +436,7 @@ SettingsDialog* MainWindow::openSettingsDialog() {
 void MainWindow::rename_selected_conversation() {
   const qint64 id = selected_conversation_id();
   if (id <= 0) return;
-  const auto record = controller_->store().conversation(id);
+  const auto record = controller_->conversation(id);
   bool ok = false;
   const QString title = QInputDialog::getText(this, tr("Rename chat"), tr("Title:"), QLineEdit::Normal,
                                               record ? record->title : QString(), &ok);
@@ -429,7 +446,7 @@ void MainWindow::rename_selected_conversation() {
 void MainWindow::delete_selected_conversation() {
   const qint64 id = selected_conversation_id();
   if (id <= 0) return;
-  const auto record = controller_->store().conversation(id);
+  const auto record = controller_->conversation(id);
   const QString title = record ? record->title : QString::number(id);
   if (!confirm_(tr("Delete chat"), tr("Delete \u201c%1\u201d and all its messages? This cannot be undone.").arg(title)))
     return;
@@ -440,7 +457,7 @@ void MainWindow::edit_system_prompt() {
   qint64 id = controller_->currentConversationId();
   if (id <= 0) id = controller_->newConversation();
   if (id <= 0) return;
-  const auto record = controller_->store().conversation(id);
+  const auto record = controller_->conversation(id);
   bool ok = false;
   const QString prompt = QInputDialog::getMultiLineText(this, tr("System prompt"),
                                                         tr("This chat's system prompt (applies from the next reply):"),

@@ -8,10 +8,8 @@
 
 #include "app/chat_controller.h"
 
-class QAction;
 class QLabel;
 class QListWidget;
-class QMessageBox;
 class QProgressBar;
 class QPushButton;
 
@@ -46,8 +44,16 @@ class MainWindow : public QMainWindow {
   void closeEvent(QCloseEvent* event) override;
 
  private:
+  QWidget* build_sidebar();     // the conversation list and its buttons
+  QWidget* build_chat_panel();  // title row, transcript, input box and its buttons
+  void build_shortcuts();
   void build_menus();
   void build_status_bar();
+  void connect_controller();  // controller -> window
+  void show_cache_evicted(qint64 conversation_id);
+  void show_model_loading(const QString& directory);
+  void show_model_loaded(const kvchat::app::ModelInfo& info);
+  void show_model_load_failed(const QString& directory, const QString& message);
   void submit_input();
   void start_editing_last_message();
   void refresh_conversations();

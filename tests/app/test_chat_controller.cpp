@@ -203,7 +203,7 @@ void ChatControllerTest::conversations_new_rename_delete() {
   QCOMPARE(controller_->conversations().first().id, second);  // most recent first
 
   controller_->renameConversation(first, "  Stories  ");
-  QCOMPARE(controller_->store().conversation(first)->title, QStringLiteral("Stories"));
+  QCOMPARE(controller_->conversation(first)->title, QStringLiteral("Stories"));
   controller_->selectConversation(first);
   QCOMPARE(controller_->currentMessages().size(), 2);
   QVERIFY(controller_->cacheGauge().conversation_tokens > 0);
@@ -212,7 +212,7 @@ void ChatControllerTest::conversations_new_rename_delete() {
   QVERIFY(controller_->send("Lily smiled"));
   controller_->deleteConversation(first);
   QVERIFY(!controller_->isGenerating());
-  QVERIFY(!controller_->store().conversation(first));
+  QVERIFY(!controller_->conversation(first));
   QCOMPARE(controller_->currentConversationId(), second);
   QCOMPARE(controller_->cacheGauge().total_bytes, qint64(0));
   QTest::qWait(200);  // late signals of the deleted turn arrive and are dropped

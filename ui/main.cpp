@@ -1,4 +1,4 @@
-// kvchat: the desktop program.
+// kvchat, the desktop program's entry point: the composition root that wires ui/ onto app/.
 #include <spdlog/spdlog.h>
 
 #include <QApplication>

@@ -1,0 +1,99 @@
+// ChatController, conversation management: create, select, rename, delete, list and export conversations.
+#include "app/chat_controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace kvchat::app {
+
+QString ChatController::newConversationTitle() { return QStringLiteral("New chat"); }
+
+QList<ConversationRecord> ChatController::conversations() const { return store_->conversations(); }
+
+std::optional<ConversationRecord> ChatController::conversation(qint64 conversation_id) const {
+  return store_->conversation(conversation_id);
+}
+
+QList<MessageRecord> ChatController::currentMessages() const {
+  if (current_conversation_ == 0) return {};
+  return store_->messages(current_conversation_);
+}
+
+qint64 ChatController::newConversation() {
+  try {
+    const qint64 id = store_->create_conversation(newConversationTitle(), settings_.default_system_prompt);
+    spdlog::info("new conversation {}", id);
+    Q_EMIT conversationsChanged();
+    selectConversation(id);
+    return id;
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return 0;
+  }
+}
+
+void ChatController::selectConversation(qint64 conversation_id) {
+  if (conversation_id == current_conversation_) return;
+  current_conversation_ = conversation_id;
+  last_stats_.reset();
+  Q_EMIT currentConversationChanged(conversation_id);
+  Q_EMIT messagesReset();
+  Q_EMIT cacheGaugeChanged();
+  Q_EMIT lastReplyStatsChanged();
+}
+
+void ChatController::renameConversation(qint64 conversation_id, const QString& title) {
+  try {
+    store_->rename_conversation(conversation_id, title.trimmed().isEmpty() ? newConversationTitle() : title.trimmed());
+    Q_EMIT conversationsChanged();
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+}
+
+void ChatController::deleteConversation(qint64 conversation_id) {
+  try {
+    if (active_ && active_->conversation_id == conversation_id) {
+      // Nothing of this turn may be written any more: forget it (its late signals are then stale).
+      active_->stop->store(true);
+      end_turn();
+    }
+    store_->delete_conversation(conversation_id);
+    QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
+                              Qt::QueuedConnection);
+    if (cache_figures_.contains(conversation_id)) {
+      total_cache_bytes_ -= cache_figures_.value(conversation_id).bytes;
+      cache_figures_.remove(conversation_id);
+    }
+    spdlog::info("deleted conversation {}", conversation_id);
+    Q_EMIT conversationsChanged();
+    if (conversation_id == current_conversation_) {
+      const auto remaining = store_->conversations();
+      current_conversation_ = -1;  // force the change notification below
+      selectConversation(remaining.isEmpty() ? 0 : remaining.first().id);
+    }
+    Q_EMIT cacheGaugeChanged();
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+}
+
+void ChatController::setSystemPrompt(qint64 conversation_id, const QString& system_prompt) {
+  try {
+    store_->set_system_prompt(conversation_id, system_prompt);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+}
+
+void ChatController::exportConversation(qint64 conversation_id, const QString& path, ExportFormat format) const {
+  const auto conversation = store_->conversation(conversation_id);
+  if (!conversation) throw std::invalid_argument("no conversation with id " + std::to_string(conversation_id));
+  write_text_file(path, export_conversation(*conversation, store_->messages(conversation_id), format));
+  spdlog::info("exported conversation {} to {}", conversation_id, path.toStdString());
+}
+
+}  // namespace kvchat::app
