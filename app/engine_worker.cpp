@@ -47,7 +47,6 @@ void EngineWorker::register_meta_types() {
 }
 
 void EngineWorker::loadModel(const QString& directory, int threads) {
-  Q_EMIT loadStarted(directory);
   QElapsedTimer timer;
   timer.start();
   try {
@@ -86,7 +85,6 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
 
 void EngineWorker::runTurn(const TurnRequest& request) {
   const quint64 turn_id = request.turn_id;
-  Q_EMIT turnStarted(turn_id);
   try {
     if (!state_->model) throw std::runtime_error("no model is loaded");
     const std::shared_ptr<const LoadedModel> model = state_->model;

@@ -60,11 +60,9 @@ class EngineWorker : public QObject {
   void forgetConversation(qint64 conversation_id);
 
  Q_SIGNALS:
-  void loadStarted(const QString& directory);
   void loaded(const kvchat::app::ModelInfo& info);
   void loadFailed(const QString& directory, const QString& message);
 
-  void turnStarted(quint64 turn_id);
   // The reply's new text, batched (at least one per sampled token's worth of waiting: every ~30 ms).
   void textReady(quint64 turn_id, const QString& chunk);
   void tokenStats(quint64 turn_id, int generated_tokens, double decode_tokens_per_second);
