@@ -1,7 +1,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_impl.h"
+#include "engine/text/tokenizer/tokenizer_impl.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat {

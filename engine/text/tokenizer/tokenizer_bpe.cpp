@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_bpe.h"
+#include "engine/text/tokenizer/tokenizer_bpe.h"
 
 #include <cstdio>
 #include <queue>

@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 #include <nlohmann/json.hpp>
 

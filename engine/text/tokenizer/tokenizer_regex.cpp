@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_regex.h"
+#include "engine/text/tokenizer/tokenizer_regex.h"
 
 #include <pcre2.h>
 

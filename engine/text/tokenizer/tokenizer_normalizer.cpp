@@ -1,11 +1,11 @@
-#include "engine/text/tokenizer_normalizer.h"
+#include "engine/text/tokenizer/tokenizer_normalizer.h"
 
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 namespace kvchat::tokenization {
 

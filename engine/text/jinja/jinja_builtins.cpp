@@ -1,4 +1,4 @@
-#include "engine/text/jinja_builtins.h"
+#include "engine/text/jinja/jinja_builtins.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <optional>
 #include <set>
 
-#include "engine/text/jinja_pystr.h"
+#include "engine/text/jinja/jinja_pystr.h"
 
 namespace kvchat::jinja {
 

@@ -1,10 +1,10 @@
-#include "engine/text/tokenizer_decoder.h"
+#include "engine/text/tokenizer/tokenizer_decoder.h"
 
 #include <nlohmann/json.hpp>
 
 #include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_byte_level.h"
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_byte_level.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 namespace kvchat::tokenization {
 

@@ -1,11 +1,11 @@
-#include "engine/text/jinja_interpreter.h"
+#include "engine/text/jinja/jinja_interpreter.h"
 
 #include <chrono>
 #include <ctime>
 #include <unordered_map>
 
 #include "engine/text/chat_template.h"
-#include "engine/text/jinja_builtins.h"
+#include "engine/text/jinja/jinja_builtins.h"
 
 namespace kvchat::jinja {
 

@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_post_processor.h"
+#include "engine/text/tokenizer/tokenizer_post_processor.h"
 
 #include <nlohmann/json.hpp>
 

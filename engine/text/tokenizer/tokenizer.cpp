@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "engine/text/tokenizer_impl.h"
+#include "engine/text/tokenizer/tokenizer_impl.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat {

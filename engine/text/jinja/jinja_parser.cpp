@@ -1,10 +1,10 @@
-#include "engine/text/jinja_parser.h"
+#include "engine/text/jinja/jinja_parser.h"
 
 #include <initializer_list>
 
 #include "engine/text/chat_template.h"
-#include "engine/text/jinja_builtins.h"
-#include "engine/text/jinja_lexer.h"
+#include "engine/text/jinja/jinja_builtins.h"
+#include "engine/text/jinja/jinja_lexer.h"
 
 namespace kvchat::jinja {
 

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/text/jinja_value.h"
+#include "engine/text/jinja/jinja_value.h"
 
 namespace kvchat::jinja {
 

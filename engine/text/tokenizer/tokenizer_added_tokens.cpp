@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_added_tokens.h"
+#include "engine/text/tokenizer/tokenizer_added_tokens.h"
 
 #include <nlohmann/json.hpp>
 

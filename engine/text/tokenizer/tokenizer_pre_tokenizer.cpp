@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_pre_tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_pre_tokenizer.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_byte_level.h"
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_byte_level.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 namespace kvchat::tokenization {
 
