@@ -4,8 +4,8 @@
 #include <ctime>
 #include <unordered_map>
 
-#include "engine/text/chat_template.h"
 #include "engine/text/jinja/jinja_builtins.h"
+#include "engine/text/jinja/jinja_error.h"
 
 namespace kvchat::jinja {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/text/chat_template.h"
+#include "engine/text/jinja/jinja_error.h"
 #include "engine/text/jinja/jinja_pystr.h"
 #include "engine/text/utf8.h"
 

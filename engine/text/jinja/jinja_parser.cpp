@@ -2,8 +2,8 @@
 
 #include <initializer_list>
 
-#include "engine/text/chat_template.h"
 #include "engine/text/jinja/jinja_builtins.h"
+#include "engine/text/jinja/jinja_error.h"
 #include "engine/text/jinja/jinja_lexer.h"
 
 namespace kvchat::jinja {

@@ -5,20 +5,15 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace kvchat::jinja {
+#include "engine/text/jinja/jinja_error.h"
 
-// A failure while evaluating, without a position yet: the interpreter adds line:column of the
-// expression being evaluated and turns it into a TemplateError.
-struct EvalError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace kvchat::jinja {
 
 struct Value;
 using ValueList = std::vector<Value>;

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
 #include "engine/text/tokenizer/tokenizer_pattern.h"
 
 namespace kvchat::tokenization {

@@ -2,7 +2,7 @@
 
 #include <pcre2.h>
 
-#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
 
 namespace kvchat::tokenization {
 
