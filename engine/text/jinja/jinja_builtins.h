@@ -1,7 +1,8 @@
 #pragma once
 // Jinja2's filters and tests, the Python methods templates call on strings, dicts and lists, and
 // attribute/item lookup with the sandbox's rules (x.y tries the attribute first, x['y'] the item).
-#include <functional>
+// Implemented in jinja_filters.cpp, jinja_methods.cpp (attributes and methods) and
+// jinja_operators.cpp (operators, subscription and tests).
 #include <string>
 
 #include "engine/text/jinja/jinja_value.h"
