@@ -1,3 +1,4 @@
+// StreamingDecoder (declared in tokenizer.h): detokenizes a reply token by token without breaking a character.
 #include <spdlog/spdlog.h>
 
 #include "engine/text/tokenizer.h"

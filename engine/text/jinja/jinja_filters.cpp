@@ -1,4 +1,4 @@
-// Jinja2's filters ({{ x | name(args) }}): one table maps each name to its implementation.
+// Jinja2's filters ({{ x | name(args) }}), dispatched through one table of name -> implementation.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>

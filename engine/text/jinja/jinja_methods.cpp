@@ -1,5 +1,4 @@
-// The Python methods templates call on str, dict and list (one table), the loop variable's
-// attributes, and attribute lookup (x.y) with the sandbox's rules.
+// Attribute lookup (x.y): the methods of str, dict and list (one table) and the loop variable's attributes.
 #include <cstdint>
 #include <memory>
 #include <optional>

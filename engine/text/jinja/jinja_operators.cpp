@@ -1,5 +1,4 @@
-// Python's operators on template values (arithmetic, `in`, subscription, slicing) and Jinja2's
-// tests (`x is name`), each kind dispatched through one table.
+// Python's operators on template values (arithmetic, `in`, subscripts, slices) and Jinja2's tests (`is`).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,3 +1,4 @@
+// Tokenizer (declared in engine/text/tokenizer.h): loading the tokenizer files, encoding and decoding.
 #include "engine/text/tokenizer.h"
 
 #include <algorithm>
