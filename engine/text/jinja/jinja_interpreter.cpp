@@ -380,18 +380,6 @@ class Interpreter {
     throw EvalError("unknown expression");
   }
 
-  static bool compare(const std::string& op, const Value& left, const Value& right) {
-    if (op == "==") return equals(left, right);
-    if (op == "!=") return !equals(left, right);
-    if (op == "<") return less_than(left, right);
-    if (op == ">") return less_than(right, left);
-    if (op == "<=") return less_than(left, right) || equals(left, right);
-    if (op == ">=") return less_than(right, left) || equals(left, right);
-    if (op == "in") return contains(right, left);
-    if (op == "not in") return !contains(right, left);
-    throw EvalError("unknown comparison '" + op + "'");
-  }
-
   std::string today_;
   Frame root_;
   Frame* current_ = &root_;

@@ -1,4 +1,4 @@
-// Python's operators on template values (arithmetic, `in`, subscripts, slices) and Jinja2's tests (`is`).
+// Python's operators on template values (arithmetic, comparisons, subscripts, slices) and Jinja2's tests (`is`).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -144,6 +144,26 @@ const std::unordered_map<std::string_view, BinaryFn>& binary_operators() {
   return table;
 }
 
+// ------------------------------------------------------------------ comparisons
+
+// The comparison operators; the comparison tests (`x is gt 3`, ...) use the same functions.
+using CompareFn = bool (*)(const Value& left, const Value& right);
+
+bool not_equal(const Value& a, const Value& b) { return !equals(a, b); }
+bool greater(const Value& a, const Value& b) { return less_than(b, a); }
+bool greater_or_equal(const Value& a, const Value& b) { return less_than(b, a) || equals(a, b); }
+bool less_or_equal(const Value& a, const Value& b) { return less_than(a, b) || equals(a, b); }
+bool contained_in(const Value& item, const Value& container) { return contains(container, item); }
+bool not_contained_in(const Value& item, const Value& container) { return !contains(container, item); }
+
+const std::unordered_map<std::string_view, CompareFn>& comparisons() {
+  static const std::unordered_map<std::string_view, CompareFn> table = {
+      {"==", equals}, {"!=", not_equal}, {"<", less_than}, {">", greater},
+      {"<=", less_or_equal}, {">=", greater_or_equal}, {"in", contained_in}, {"not in", not_contained_in},
+  };
+  return table;
+}
+
 // ------------------------------------------------------------------ tests
 
 // `name` is the name the template used (messages show an alias such as "eq" as written).
@@ -185,11 +205,6 @@ bool test_compare(const std::string& name, const Value& value, const CallArgs& a
   return kCompare(value, test_argument(name, args, "other"));
 }
 
-bool not_equal(const Value& a, const Value& b) { return !equals(a, b); }
-bool greater(const Value& a, const Value& b) { return less_than(b, a); }
-bool greater_or_equal(const Value& a, const Value& b) { return less_than(b, a) || equals(a, b); }
-bool less_or_equal(const Value& a, const Value& b) { return less_than(a, b) || equals(a, b); }
-
 // Every test Jinja2 has, under all its names. Tests without a parameter ignore extra arguments,
 // as Jinja2's do.
 const std::unordered_map<std::string_view, TestFn>& tests() {
@@ -219,7 +234,7 @@ const std::unordered_map<std::string_view, TestFn>& tests() {
       {"filter", [](Name, const Value& v, Args) { return v.is_string() && filter_support(v.text) == Support::Supported; }},
       {"test", [](Name, const Value& v, Args) { return v.is_string() && test_support(v.text) == Support::Supported; }},
       {"sameas", test_sameas},
-      {"in", [](Name name, const Value& v, Args args) { return contains(test_argument(name, args, "seq"), v); }},
+      {"in", [](Name name, const Value& v, Args args) { return contained_in(v, test_argument(name, args, "seq")); }},
       {"==", test_compare<equals>},
       {"eq", test_compare<equals>},
       {"equalto", test_compare<equals>},
@@ -275,6 +290,12 @@ bool contains(const Value& container, const Value& item) {
     default:
       throw EvalError("argument of type '" + python_type_name(container) + "' is not iterable");
   }
+}
+
+bool compare(const std::string& op, const Value& left, const Value& right) {
+  auto found = comparisons().find(op);
+  if (found == comparisons().end()) throw EvalError("unknown comparison '" + op + "'");
+  return found->second(left, right);
 }
 
 // ------------------------------------------------------------------ subscription
