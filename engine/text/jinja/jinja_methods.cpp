@@ -179,8 +179,8 @@ Value list_copy(const Value& self, const std::string&, const CallArgs&) { return
 
 // ------------------------------------------------------------------ the table
 
-// Every attribute Python's str, dict, list and tuple have, keyed "type.name". nullptr: Python has
-// the method and this interpreter does not; x.name still gives a bound method (so `is defined`
+// Every public method of Python's str, dict, list and tuple, keyed "type.name". nullptr: Python
+// has the method and this interpreter does not; x.name still gives a bound method (so `is defined`
 // and `is callable` answer as in Jinja2), and calling it is the error.
 const std::unordered_map<std::string_view, MethodFn>& methods() {
   static const std::unordered_map<std::string_view, MethodFn> table = {

@@ -205,8 +205,7 @@ bool test_compare(const std::string& name, const Value& value, const CallArgs& a
   return kCompare(value, test_argument(name, args, "other"));
 }
 
-// Every test Jinja2 has, under all its names. Tests without a parameter ignore extra arguments,
-// as Jinja2's do.
+// Every test Jinja2 has, under all its names. Tests without a parameter ignore extra arguments.
 const std::unordered_map<std::string_view, TestFn>& tests() {
   using Name = const std::string&;
   using Args = const CallArgs&;

@@ -1,6 +1,6 @@
 #pragma once
-// The tokenizer's error, apart from its front door (tokenizer.h) so that the parts that read
-// tokenizer.json (model, normalizer, pre-tokenizer, decoder, ...) need not include the Tokenizer class.
+// The tokenizer's error, apart from its front door (tokenizer.h) so that the parts reading
+// tokenizer.json (model, normalizer, pre-tokenizer, decoder, ...) need not see the Tokenizer class.
 #include <stdexcept>
 
 namespace kvchat {
