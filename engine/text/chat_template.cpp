@@ -6,9 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/text/chat_template_config.h"
-#include "engine/text/jinja_interpreter.h"
-#include "engine/text/jinja_parser.h"
-#include "engine/text/jinja_pystr.h"
+#include "engine/text/jinja/jinja_interpreter.h"
+#include "engine/text/jinja/jinja_parser.h"
+#include "engine/text/jinja/jinja_pystr.h"
 
 namespace kvchat {
 

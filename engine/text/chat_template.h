@@ -4,21 +4,16 @@
 // transformers does (trim_blocks, lstrip_blocks, loopcontrols). No Qt, no torch.
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/text/jinja/jinja_error.h"  // TemplateError
 #include "engine/types.h"
 
 namespace kvchat {
-
-// A template that cannot be parsed or rendered; the message names the position (line:column).
-struct TemplateError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 class ChatTemplate {
  public:

@@ -1,7 +1,8 @@
+// StreamingDecoder (declared in tokenizer.h): detokenizes a reply token by token without breaking a character.
 #include <spdlog/spdlog.h>
 
 #include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_impl.h"
+#include "engine/text/tokenizer/tokenizer_impl.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat {

@@ -6,19 +6,15 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "engine/text/tokenizer/tokenizer_error.h"  // TokenizerError
 #include "engine/types.h"
 
 namespace kvchat {
-
-struct TokenizerError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 class Tokenizer {
  public:

@@ -9,7 +9,7 @@
 
 #include "common/test_paths.h"
 #include "engine/text/chat_template.h"
-#include "engine/text/jinja_pystr.h"
+#include "engine/text/jinja/jinja_pystr.h"
 
 using kvchat::ChatFormatter;
 using kvchat::ChatMessage;

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_byte_level.h"
+#include "engine/text/tokenizer/tokenizer_byte_level.h"
 #include "engine/text/utf8.h"
 #include "tokenizer_test_support.h"
 

@@ -3,7 +3,7 @@
 // binding tighter than arithmetic, `if` tests without inline if-expressions, ...).
 #include <string>
 
-#include "engine/text/jinja_ast.h"
+#include "engine/text/jinja/jinja_ast.h"
 
 namespace kvchat::jinja {
 

@@ -1,10 +1,11 @@
 #pragma once
 // Jinja2's filters and tests, the Python methods templates call on strings, dicts and lists, and
 // attribute/item lookup with the sandbox's rules (x.y tries the attribute first, x['y'] the item).
-#include <functional>
+// Implemented in jinja_filters.cpp, jinja_methods.cpp (attributes and methods) and
+// jinja_operators.cpp (operators, comparisons, subscription and tests).
 #include <string>
 
-#include "engine/text/jinja_value.h"
+#include "engine/text/jinja/jinja_value.h"
 
 namespace kvchat::jinja {
 
@@ -26,6 +27,8 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
 
 // Python's `in` operator (str: substring, list: membership, dict: key).
 bool contains(const Value& container, const Value& item);
+// `left op right` for the comparison operators: "==", "!=", "<", ">", "<=", ">=", "in", "not in".
+bool compare(const std::string& op, const Value& left, const Value& right);
 
 // Operators with Python's rules: "+", "-", "*", "/", "//", "%", "**".
 Value binary_operator(const std::string& op, const Value& left, const Value& right);

@@ -1,8 +1,8 @@
-#include "engine/text/tokenizer_regex.h"
+#include "engine/text/tokenizer/tokenizer_regex.h"
 
 #include <pcre2.h>
 
-#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
 
 namespace kvchat::tokenization {
 

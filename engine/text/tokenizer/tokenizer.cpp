@@ -1,3 +1,4 @@
+// Tokenizer (declared in engine/text/tokenizer.h): loading the tokenizer files, encoding and decoding.
 #include "engine/text/tokenizer.h"
 
 #include <algorithm>
@@ -9,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "engine/text/tokenizer_impl.h"
+#include "engine/text/tokenizer/tokenizer_impl.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat {

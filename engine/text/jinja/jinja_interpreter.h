@@ -4,7 +4,7 @@
 // opens no scope, namespace() objects are shared, and the sandbox's globals are available.
 #include <string>
 
-#include "engine/text/jinja_ast.h"
+#include "engine/text/jinja/jinja_ast.h"
 
 namespace kvchat::jinja {
 

@@ -1,13 +1,14 @@
-#include "engine/text/tokenizer_pre_tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_pre_tokenizer.h"
 
 #include <algorithm>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_byte_level.h"
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_byte_level.h"
+#include "engine/text/tokenizer/tokenizer_component.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 namespace kvchat::tokenization {
 
@@ -205,50 +206,46 @@ class SequencePreTokenizer : public PreTokenizer {
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
 
+std::unique_ptr<PreTokenizer> make_split_pre_tokenizer(const nlohmann::json& config, const std::string& where) {
+  if (!config.contains("pattern")) throw TokenizerError(where + " Split has no 'pattern'");
+  return std::make_unique<SplitPreTokenizer>(Pattern(config["pattern"], where + " Split"),
+                                             parse_behavior(config, where + " Split"),
+                                             config.value("invert", false));
+}
+
+std::unique_ptr<PreTokenizer> make_byte_level_pre_tokenizer(const nlohmann::json& config, const std::string&) {
+  return std::make_unique<ByteLevelPreTokenizer>(config.value("add_prefix_space", true),
+                                                 config.value("use_regex", true));
+}
+
+std::unique_ptr<PreTokenizer> make_digits_pre_tokenizer(const nlohmann::json& config, const std::string&) {
+  return std::make_unique<DigitsPreTokenizer>(config.value("individual_digits", false));
+}
+
+std::unique_ptr<PreTokenizer> make_metaspace_pre_tokenizer(const nlohmann::json& config, const std::string& where) {
+  std::string replacement = config.value("replacement", std::string("\xE2\x96\x81"));
+  PrependScheme scheme = config.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;
+  if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
+    std::string name = config["prepend_scheme"].get<std::string>();
+    if (name == "always") scheme = PrependScheme::Always;
+    else if (name == "first") scheme = PrependScheme::First;
+    else if (name == "never") scheme = PrependScheme::Never;
+    else throw TokenizerError(where + " Metaspace: unsupported prepend_scheme '" + name + "'");
+  }
+  if (replacement.empty()) throw TokenizerError(where + " Metaspace: empty replacement");
+  return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, config.value("split", true));
+}
+
 }  // namespace
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config, const std::string& source) {
-  if (config.is_null()) return nullptr;
-  const std::string where = source + " pre_tokenizer";
-  if (!config.is_object() || !config.contains("type") || !config["type"].is_string()) {
-    throw TokenizerError(where + " has no 'type'");
-  }
-  const std::string type = config["type"].get<std::string>();
-  if (type == "Sequence") {
-    if (!config.contains("pretokenizers") || !config["pretokenizers"].is_array()) {
-      throw TokenizerError(where + " Sequence has no 'pretokenizers' array");
-    }
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (const auto& step : config["pretokenizers"]) {
-      if (auto made = make_pre_tokenizer(step, source)) steps.push_back(std::move(made));
-    }
-    return std::make_unique<SequencePreTokenizer>(std::move(steps));
-  }
-  if (type == "Split") {
-    if (!config.contains("pattern")) throw TokenizerError(where + " Split has no 'pattern'");
-    return std::make_unique<SplitPreTokenizer>(Pattern(config["pattern"], where + " Split"),
-                                               parse_behavior(config, where + " Split"),
-                                               config.value("invert", false));
-  }
-  if (type == "ByteLevel") {
-    return std::make_unique<ByteLevelPreTokenizer>(config.value("add_prefix_space", true),
-                                                   config.value("use_regex", true));
-  }
-  if (type == "Digits") return std::make_unique<DigitsPreTokenizer>(config.value("individual_digits", false));
-  if (type == "Metaspace") {
-    std::string replacement = config.value("replacement", std::string("\xE2\x96\x81"));
-    PrependScheme scheme = config.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;
-    if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
-      std::string name = config["prepend_scheme"].get<std::string>();
-      if (name == "always") scheme = PrependScheme::Always;
-      else if (name == "first") scheme = PrependScheme::First;
-      else if (name == "never") scheme = PrependScheme::Never;
-      else throw TokenizerError(where + " Metaspace: unsupported prepend_scheme '" + name + "'");
-    }
-    if (replacement.empty()) throw TokenizerError(where + " Metaspace: empty replacement");
-    return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, config.value("split", true));
-  }
-  throw TokenizerError("unsupported pre_tokenizer type '" + type + "' in " + source);
+  static const ComponentTable<PreTokenizer> table{
+      "pre_tokenizer", "pretokenizers", make_sequence<PreTokenizer, SequencePreTokenizer>,
+      {{"Split", make_split_pre_tokenizer},
+       {"ByteLevel", make_byte_level_pre_tokenizer},
+       {"Digits", make_digits_pre_tokenizer},
+       {"Metaspace", make_metaspace_pre_tokenizer}}};
+  return make_component(config, source, table);
 }
 
 }  // namespace kvchat::tokenization

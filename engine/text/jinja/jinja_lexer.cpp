@@ -1,10 +1,10 @@
-#include "engine/text/jinja_lexer.h"
+#include "engine/text/jinja/jinja_lexer.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "engine/text/chat_template.h"
-#include "engine/text/jinja_pystr.h"
+#include "engine/text/jinja/jinja_error.h"
+#include "engine/text/jinja/jinja_pystr.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat::jinja {

@@ -1,11 +1,11 @@
-#include "engine/text/jinja_interpreter.h"
+#include "engine/text/jinja/jinja_interpreter.h"
 
 #include <chrono>
 #include <ctime>
 #include <unordered_map>
 
-#include "engine/text/chat_template.h"
-#include "engine/text/jinja_builtins.h"
+#include "engine/text/jinja/jinja_builtins.h"
+#include "engine/text/jinja/jinja_error.h"
 
 namespace kvchat::jinja {
 
@@ -378,18 +378,6 @@ class Interpreter {
       }
     }
     throw EvalError("unknown expression");
-  }
-
-  static bool compare(const std::string& op, const Value& left, const Value& right) {
-    if (op == "==") return equals(left, right);
-    if (op == "!=") return !equals(left, right);
-    if (op == "<") return less_than(left, right);
-    if (op == ">") return less_than(right, left);
-    if (op == "<=") return less_than(left, right) || equals(left, right);
-    if (op == ">=") return less_than(right, left) || equals(left, right);
-    if (op == "in") return contains(right, left);
-    if (op == "not in") return !contains(right, left);
-    throw EvalError("unknown comparison '" + op + "'");
   }
 
   std::string today_;

@@ -5,20 +5,15 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace kvchat::jinja {
+#include "engine/text/jinja/jinja_error.h"
 
-// A failure while evaluating, without a position yet: the interpreter adds line:column of the
-// expression being evaluated and turns it into a TemplateError.
-struct EvalError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace kvchat::jinja {
 
 struct Value;
 using ValueList = std::vector<Value>;
@@ -109,6 +104,8 @@ std::string python_type_name(const Value& value);
 std::string type_description(const Value& value);
 // Throws the undefined value's error (jinja2.exceptions.UndefinedError).
 [[noreturn]] void fail_undefined(const Value& value);
+// Throws for an int result beyond 64 bits, where Python would carry on with a big integer.
+[[noreturn]] void fail_integer_overflow();
 
 bool truthy(const Value& value);
 // Python ==, with Jinja2's Undefined.__eq__ (undefined equals only undefined).
@@ -139,5 +136,9 @@ std::string to_json(const Value& value, const JsonFormat& format);
 
 // Looks a string key up in a dict; nullptr when absent.
 const Value* dict_find(const DictEntries& entries, const Value& key);
+// dict.items(): (key, value) tuples in insertion order.
+ValueList dict_items_as_tuples(const DictEntries& entries);
+// A list or tuple: what Python can index, slice, concatenate and repeat (not a generator or view).
+bool is_plain_sequence(const Value& value);
 
 }  // namespace kvchat::jinja

@@ -1,11 +1,11 @@
-#include "engine/text/jinja_value.h"
+#include "engine/text/jinja/jinja_value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-#include "engine/text/jinja_pystr.h"
+#include "engine/text/jinja/jinja_pystr.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat::jinja {
@@ -134,6 +134,10 @@ std::string type_description(const Value& value) {
 
 void fail_undefined(const Value& value) { throw EvalError(value.text); }
 
+void fail_integer_overflow() {
+  throw EvalError("integer overflow (Python integers are unbounded; this interpreter uses 64 bits)");
+}
+
 bool truthy(const Value& value) {
   switch (value.kind) {
     case Kind::Undefined:
@@ -152,6 +156,17 @@ const Value* dict_find(const DictEntries& entries, const Value& key) {
   for (const auto& entry : entries)
     if (equals(entry.first, key)) return &entry.second;
   return nullptr;
+}
+
+ValueList dict_items_as_tuples(const DictEntries& entries) {
+  ValueList items;
+  items.reserve(entries.size());
+  for (const auto& [key, value] : entries) items.push_back(Value::from_list({key, value}, Sequence::Tuple));
+  return items;
+}
+
+bool is_plain_sequence(const Value& v) {
+  return v.kind == Kind::List && (v.sequence == Sequence::List || v.sequence == Sequence::Tuple);
 }
 
 bool equals(const Value& a, const Value& b) {

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/text/jinja_value.h"
+#include "engine/text/jinja/jinja_value.h"
 
 namespace kvchat::jinja {
 

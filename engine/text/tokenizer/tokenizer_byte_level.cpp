@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_byte_level.h"
+#include "engine/text/tokenizer/tokenizer_byte_level.h"
 
 #include <array>
 #include <cstdint>

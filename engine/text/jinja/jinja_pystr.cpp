@@ -1,11 +1,11 @@
-#include "engine/text/jinja_pystr.h"
+#include "engine/text/jinja/jinja_pystr.h"
 
 #include <algorithm>
 #include <clocale>
 #include <cwctype>
 #include <locale.h>
 
-#include "engine/text/jinja_value.h"
+#include "engine/text/jinja/jinja_value.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat::jinja::pystr {

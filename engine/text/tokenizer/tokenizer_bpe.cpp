@@ -1,4 +1,4 @@
-#include "engine/text/tokenizer_bpe.h"
+#include "engine/text/tokenizer/tokenizer_bpe.h"
 
 #include <cstdio>
 #include <queue>
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat::tokenization {

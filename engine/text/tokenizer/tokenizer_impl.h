@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_added_tokens.h"
-#include "engine/text/tokenizer_bpe.h"
-#include "engine/text/tokenizer_decoder.h"
-#include "engine/text/tokenizer_normalizer.h"
-#include "engine/text/tokenizer_post_processor.h"
-#include "engine/text/tokenizer_pre_tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_added_tokens.h"
+#include "engine/text/tokenizer/tokenizer_bpe.h"
+#include "engine/text/tokenizer/tokenizer_decoder.h"
+#include "engine/text/tokenizer/tokenizer_normalizer.h"
+#include "engine/text/tokenizer/tokenizer_post_processor.h"
+#include "engine/text/tokenizer/tokenizer_pre_tokenizer.h"
 
 namespace kvchat {
 

@@ -1,8 +1,8 @@
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 #include <nlohmann/json.hpp>
 
-#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
 
 namespace kvchat::tokenization {
 

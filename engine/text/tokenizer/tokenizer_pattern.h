@@ -10,7 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "engine/text/tokenizer_regex.h"
+#include "engine/text/tokenizer/tokenizer_regex.h"
 
 namespace kvchat::tokenization {
 

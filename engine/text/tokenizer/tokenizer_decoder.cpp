@@ -1,10 +1,11 @@
-#include "engine/text/tokenizer_decoder.h"
+#include "engine/text/tokenizer/tokenizer_decoder.h"
 
 #include <nlohmann/json.hpp>
 
-#include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_byte_level.h"
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_byte_level.h"
+#include "engine/text/tokenizer/tokenizer_component.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 namespace kvchat::tokenization {
 
@@ -137,48 +138,40 @@ class SequenceDecoder : public Decoder {
   std::vector<std::unique_ptr<Decoder>> steps_;
 };
 
+std::unique_ptr<Decoder> make_replace_decoder(const nlohmann::json& config, const std::string& where) {
+  if (!config.contains("pattern") || !config.contains("content") || !config["content"].is_string()) {
+    throw TokenizerError(where + " Replace needs 'pattern' and a string 'content'");
+  }
+  return std::make_unique<ReplaceDecoder>(Pattern(config["pattern"], where + " Replace"),
+                                          config["content"].get<std::string>());
+}
+
+std::unique_ptr<Decoder> make_strip_decoder(const nlohmann::json& config, const std::string& where) {
+  std::string content = config.value("content", std::string(" "));
+  if (content.empty()) throw TokenizerError(where + " Strip: empty content");
+  return std::make_unique<StripDecoder>(content, config.value("start", 0), config.value("stop", 0));
+}
+
+std::unique_ptr<Decoder> make_metaspace_decoder(const nlohmann::json& config, const std::string&) {
+  bool strip_first = config.value("add_prefix_space", true);
+  if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
+    strip_first = config["prepend_scheme"].get<std::string>() != "never";
+  }
+  return std::make_unique<MetaspaceDecoder>(config.value("replacement", std::string("\xE2\x96\x81")), strip_first);
+}
+
 }  // namespace
 
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config, const std::string& source) {
-  if (config.is_null()) return nullptr;
-  const std::string where = source + " decoder";
-  if (!config.is_object() || !config.contains("type") || !config["type"].is_string()) {
-    throw TokenizerError(where + " has no 'type'");
-  }
-  const std::string type = config["type"].get<std::string>();
-  if (type == "Sequence") {
-    if (!config.contains("decoders") || !config["decoders"].is_array()) {
-      throw TokenizerError(where + " Sequence has no 'decoders' array");
-    }
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (const auto& step : config["decoders"]) {
-      if (auto made = make_decoder(step, source)) steps.push_back(std::move(made));
-    }
-    return std::make_unique<SequenceDecoder>(std::move(steps));
-  }
-  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
-  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
-  if (type == "Fuse") return std::make_unique<FuseDecoder>();
-  if (type == "Replace") {
-    if (!config.contains("pattern") || !config.contains("content") || !config["content"].is_string()) {
-      throw TokenizerError(where + " Replace needs 'pattern' and a string 'content'");
-    }
-    return std::make_unique<ReplaceDecoder>(Pattern(config["pattern"], where + " Replace"),
-                                            config["content"].get<std::string>());
-  }
-  if (type == "Strip") {
-    std::string content = config.value("content", std::string(" "));
-    if (content.empty()) throw TokenizerError(where + " Strip: empty content");
-    return std::make_unique<StripDecoder>(content, config.value("start", 0), config.value("stop", 0));
-  }
-  if (type == "Metaspace") {
-    bool strip_first = config.value("add_prefix_space", true);
-    if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
-      strip_first = config["prepend_scheme"].get<std::string>() != "never";
-    }
-    return std::make_unique<MetaspaceDecoder>(config.value("replacement", std::string("\xE2\x96\x81")), strip_first);
-  }
-  throw TokenizerError("unsupported decoder type '" + type + "' in " + source);
+  static const ComponentTable<Decoder> table{
+      "decoder", "decoders", make_sequence<Decoder, SequenceDecoder>,
+      {{"ByteLevel", make_plain<Decoder, ByteLevelDecoder>},
+       {"ByteFallback", make_plain<Decoder, ByteFallbackDecoder>},
+       {"Fuse", make_plain<Decoder, FuseDecoder>},
+       {"Replace", make_replace_decoder},
+       {"Strip", make_strip_decoder},
+       {"Metaspace", make_metaspace_decoder}}};
+  return make_component(config, source, table);
 }
 
 std::string clean_up_tokenization(std::string_view text) {

@@ -1,11 +1,12 @@
-#include "engine/text/tokenizer_normalizer.h"
+#include "engine/text/tokenizer/tokenizer_normalizer.h"
 
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/text/tokenizer.h"
-#include "engine/text/tokenizer_pattern.h"
+#include "engine/text/tokenizer/tokenizer_component.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
+#include "engine/text/tokenizer/tokenizer_pattern.h"
 
 namespace kvchat::tokenization {
 
@@ -52,32 +53,24 @@ std::string string_field(const nlohmann::json& config, const char* field, const 
   return config[field].get<std::string>();
 }
 
+std::unique_ptr<Normalizer> make_prepend_normalizer(const nlohmann::json& config, const std::string& where) {
+  return std::make_unique<PrependNormalizer>(string_field(config, "prepend", where));
+}
+
+std::unique_ptr<Normalizer> make_replace_normalizer(const nlohmann::json& config, const std::string& where) {
+  if (!config.contains("pattern")) throw TokenizerError(where + " Replace has no 'pattern'");
+  return std::make_unique<ReplaceNormalizer>(Pattern(config["pattern"], where + " Replace"),
+                                             string_field(config, "content", where + " Replace"));
+}
+
 }  // namespace
 
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& config, const std::string& source) {
-  if (config.is_null()) return nullptr;
-  const std::string where = source + " normalizer";
-  if (!config.is_object() || !config.contains("type") || !config["type"].is_string()) {
-    throw TokenizerError(where + " has no 'type'");
-  }
-  const std::string type = config["type"].get<std::string>();
-  if (type == "Sequence") {
-    if (!config.contains("normalizers") || !config["normalizers"].is_array()) {
-      throw TokenizerError(where + " Sequence has no 'normalizers' array");
-    }
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (const auto& step : config["normalizers"]) {
-      if (auto made = make_normalizer(step, source)) steps.push_back(std::move(made));
-    }
-    return std::make_unique<SequenceNormalizer>(std::move(steps));
-  }
-  if (type == "Prepend") return std::make_unique<PrependNormalizer>(string_field(config, "prepend", where));
-  if (type == "Replace") {
-    if (!config.contains("pattern")) throw TokenizerError(where + " Replace has no 'pattern'");
-    return std::make_unique<ReplaceNormalizer>(Pattern(config["pattern"], where + " Replace"),
-                                               string_field(config, "content", where + " Replace"));
-  }
-  throw TokenizerError("unsupported normalizer type '" + type + "' in " + source);
+  static const ComponentTable<Normalizer> table{
+      "normalizer", "normalizers", make_sequence<Normalizer, SequenceNormalizer>,
+      {{"Prepend", make_prepend_normalizer},
+       {"Replace", make_replace_normalizer}}};
+  return make_component(config, source, table);
 }
 
 }  // namespace kvchat::tokenization
