@@ -116,7 +116,7 @@ std::pair<GgufValueType, std::uint64_t> read_array_header(Cursor& cursor, int de
   std::uint64_t min_bytes = 0;
   if (!checked_mul(count, min_element_bytes, min_bytes) || min_bytes > cursor.remaining())
     cursor.fail_at(at, "array length " + std::to_string(count) + " of " + to_string(element_type) +
-                           " does not fit in the remaining " + std::to_string(cursor.remaining()) + " bytes");
+                           " cannot fit in the remaining " + std::to_string(cursor.remaining()) + " bytes");
   return {element_type, count};
 }
 
@@ -230,7 +230,8 @@ void read_tensor_shape(Cursor& cursor, GgufTensor& tensor) {
     tensor.ne.push_back(static_cast<std::int64_t>(dim));
     if (!checked_mul(elements, dim, elements) ||
         elements > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      cursor.fail_at(dims_at, "element count of shape " + shape_string(tensor.ne) + "... overflows");
+      cursor.fail_at(dims_at, "element count overflows: dimensions " + shape_string(tensor.ne) +
+                                  " multiply past 2^63 - 1");
   }
   tensor.n_elements = static_cast<std::int64_t>(elements);
 
