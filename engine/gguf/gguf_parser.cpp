@@ -66,21 +66,26 @@ class Cursor {
     throw ModelError(path_ + ": " + context_ + " at offset " + std::to_string(offset) + ": " + problem);
   }
   [[noreturn]] void fail(const std::string& problem) const { fail_at(offset_, problem); }
+  [[noreturn]] void fail_past_end(const std::string& what, std::uint64_t n) const {
+    fail(what + " (" + std::to_string(n) + " bytes) runs past the end of the file (" + std::to_string(size_) +
+         " bytes)");
+  }
 
-  const std::uint8_t* take(std::uint64_t n, const std::string& what) {
-    if (n > remaining())
-      fail(what + " (" + std::to_string(n) + " bytes) runs past the end of the file (" + std::to_string(size_) +
-           " bytes)");
+  // `what` names the field in the message; it is a literal so that the hot path builds no strings.
+  const std::uint8_t* take(std::uint64_t n, const char* what) {
+    if (n > remaining()) fail_past_end(what, n);
     const std::uint8_t* at = bytes_ + offset_;
     offset_ += n;
     return at;
   }
-  std::uint32_t u32(const std::string& what) { return load<std::uint32_t>(take(4, what)); }
-  std::uint64_t u64(const std::string& what) { return load<std::uint64_t>(take(8, what)); }
-  std::string_view string(const std::string& what) {
-    const std::uint64_t length = u64(what + " length");
+  std::uint32_t u32(const char* what) { return load<std::uint32_t>(take(4, what)); }
+  std::uint64_t u64(const char* what) { return load<std::uint64_t>(take(8, what)); }
+  std::string_view string(const char* what) {
+    if (remaining() < 8) fail_past_end(std::string(what) + " length", 8);
+    const auto length = load<std::uint64_t>(bytes_ + offset_);
+    offset_ += 8;
     if (length > remaining())
-      fail(what + " of " + std::to_string(length) + " bytes runs past the end of the file (" +
+      fail(std::string(what) + " of " + std::to_string(length) + " bytes runs past the end of the file (" +
            std::to_string(size_) + " bytes)");
     return {reinterpret_cast<const char*>(take(length, what)), static_cast<std::size_t>(length)};
   }
@@ -93,10 +98,10 @@ class Cursor {
   std::string context_ = "header";
 };
 
-GgufValueType read_value_type(Cursor& cursor, const std::string& what) {
+GgufValueType read_value_type(Cursor& cursor, const char* what) {
   const std::uint64_t at = cursor.offset();
   const std::uint32_t id = cursor.u32(what);
-  if (!is_known_value_type(id)) cursor.fail_at(at, "unknown " + what + " " + std::to_string(id));
+  if (!is_known_value_type(id)) cursor.fail_at(at, std::string("unknown ") + what + " " + std::to_string(id));
   return static_cast<GgufValueType>(id);
 }
 
@@ -136,7 +141,7 @@ void skip_value(Cursor& cursor, GgufValueType type, int depth) {
     const auto [element_type, count] = read_array_header(cursor, depth);
     skip_array_elements(cursor, element_type, count, depth);
   } else {
-    cursor.take(fixed_value_size(type), std::string(to_string(type)) + " value");
+    cursor.take(fixed_value_size(type), "value");
   }
 }
 
@@ -281,10 +286,11 @@ void check_data_layout(Cursor& cursor, Header& header, const std::vector<std::ui
       cursor.fail_at(offset_fields[i], "data offset " + std::to_string(tensor.offset) +
                                            " is not a multiple of the alignment " + std::to_string(header.alignment));
     std::uint64_t begin = 0;
-    if (!checked_add(header.data_offset, tensor.offset, begin) || begin > size || tensor.n_bytes > size - begin)
-      cursor.fail_at(offset_fields[i], "data offset " + std::to_string(tensor.offset) + " + " +
-                                           std::to_string(tensor.n_bytes) + " bytes (from file offset " +
-                                           std::to_string(header.data_offset) + ") is past the end of the file (" +
+    const bool begin_fits = checked_add(header.data_offset, tensor.offset, begin);
+    if (!begin_fits || begin > size || tensor.n_bytes > size - begin)
+      cursor.fail_at(offset_fields[i], "data offset " + std::to_string(tensor.offset) + " (file offset " +
+                                           (begin_fits ? std::to_string(begin) : "beyond 2^64") + ") with " +
+                                           std::to_string(tensor.n_bytes) + " bytes is past the end of the file (" +
                                            std::to_string(size) + " bytes)");
     tensor.data += begin;
   }

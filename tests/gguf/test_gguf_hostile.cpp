@@ -114,7 +114,7 @@ const std::vector<Corruption>& corruptions() {
        },
        "must be an integer, not string"},
       {"tensor offset past the end", [](GgufPieces& p) { p.tensors.back().offset = 1ull << 40; },
-       "data offset 1099511627776 + "},
+       "data offset 1099511627776 (file offset "},
       {"tensor data running past the end", [](GgufPieces& p) { p.tensors[0].offset = p.data.size() - 32; },
        "is past the end of the file"},
       {"tensor offset misaligned", [](GgufPieces& p) { p.tensors[1].offset += 1; },
@@ -220,6 +220,15 @@ class GgufHostileTest : public QObject {
     expect_refused(fifo, {"is a FIFO, not a regular file"});  // must not block waiting for a writer
     expect_refused("/dev/null", {"is a character device, not a regular file"});
     expect_refused(directory_.filePath("missing.gguf").toStdString(), {"file not found"});
+  }
+
+  // Version 2 has the same layout as version 3 (which only added big-endian files).
+  void version_2() {
+    GgufPieces pieces = pieces_;
+    set_version(pieces, 2);
+    const GgufFile gguf(write("v2.gguf", pieces.bytes()));
+    QCOMPARE(gguf.version(), 2u);
+    QCOMPARE(gguf.tensors().size(), std::size_t(47));
   }
 
   // general.alignment 16 with the data section laid out for it is valid, and so are nested arrays.
