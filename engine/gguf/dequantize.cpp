@@ -262,8 +262,8 @@ void dequantize(GgufType type, const void* blocks, std::int64_t n_elements, floa
 void dequantize_rows(const GgufTensor& tensor, std::int64_t first_row, std::int64_t n_rows, float* out) {
   const GgufTypeInfo& info = gguf_type_info(tensor.type);
   if (!info.dequantizable)
-    throw ModelError("tensor '" + tensor.name + "' has type " + info.name + ", which cannot be dequantized (supported: " +
-                     dequantizable_gguf_type_names() + ")");
+    throw ModelError("tensor '" + tensor.name + "' has type " + info.name +
+                     ", which cannot be dequantized (supported: " + dequantizable_gguf_type_names() + ")");
   const std::int64_t total_rows = tensor.n_rows();
   if (first_row < 0 || n_rows < 0 || first_row > total_rows || n_rows > total_rows - first_row)
     throw std::out_of_range("rows [" + std::to_string(first_row) + ", +" + std::to_string(n_rows) +

@@ -276,6 +276,7 @@ void read_tensor_infos(Cursor& cursor, const std::uint8_t* bytes, std::uint64_t 
 // Each tensor's data aligned, inside the file and overlapping no other tensor's.
 void check_data_layout(Cursor& cursor, Header& header, const std::vector<std::uint64_t>& offset_fields) {
   const std::uint64_t size = cursor.size();
+  cursor.set_context("data section");
   if (!header.tensors.empty() && header.data_offset > size)
     cursor.fail_at(cursor.offset(), "the data section would start at offset " + std::to_string(header.data_offset) +
                                         ", past the end of the file (" + std::to_string(size) + " bytes)");

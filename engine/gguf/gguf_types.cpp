@@ -54,7 +54,8 @@ const GgufTypeInfo* find_gguf_type(std::uint32_t id) {
 
 const GgufTypeInfo& gguf_type_info(GgufType type) {
   const GgufTypeInfo* info = find_gguf_type(static_cast<std::uint32_t>(type));
-  if (!info) throw std::invalid_argument("unknown GGUF tensor type id " + std::to_string(static_cast<std::uint32_t>(type)));
+  if (!info)
+    throw std::invalid_argument("unknown GGUF tensor type id " + std::to_string(static_cast<std::uint32_t>(type)));
   return *info;
 }
 

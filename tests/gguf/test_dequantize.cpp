@@ -226,8 +226,8 @@ class DequantizeTest : public QObject {
       dequantize(GgufType::Q2_K, block.data(), 256, out.data());
       QFAIL("Q2_K dequantized");
     } catch (const ModelError& error) {
-      QVERIFY2(std::string(error.what()).find("cannot dequantize tensor type Q2_K (supported: F32,") != std::string::npos,
-               error.what());
+      const std::string expected = "cannot dequantize tensor type Q2_K (supported: F32,";
+      QVERIFY2(std::string(error.what()).find(expected) != std::string::npos, error.what());
     }
     QVERIFY_THROWS_EXCEPTION(ModelError, dequantize(GgufType::IQ4_XS, block.data(), 256, out.data()));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, dequantize(GgufType::Q4_0, block.data(), 33, out.data()));

@@ -31,7 +31,7 @@ std::string sha256_hex(const std::vector<float>& values) {
   return QCryptographicHash::hash(bytes, QCryptographicHash::Sha256).toHex().toStdString();
 }
 
-// llama.cpp's general.file_type ids of the fixtures' "general_file_type" names.
+// general.file_type ids (the file's "mostly" type label) of the fixtures' "general_file_type" names.
 std::uint32_t file_type_id(const std::string& name) {
   static const std::map<std::string, std::uint32_t> ids = {
       {"ALL_F32", 0},        {"MOSTLY_F16", 1},     {"MOSTLY_Q4_0", 2}, {"MOSTLY_Q8_0", 7},
