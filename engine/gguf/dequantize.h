@@ -1,0 +1,30 @@
+#pragma once
+// Exact f32 values of GGUF tensor data. Each type is decoded with the same float operations as the
+// format's reference decoder (f16 scales widened exactly, then d*q, or d*sc*q - dmin*m, in f32 in that
+// order), so the results are bit-identical to it. Plain portable C++; no torch.
+#include <cstdint>
+#include <vector>
+
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_types.h"
+
+namespace kvchat {
+
+// Exact conversions of 16-bit float bit patterns (every f16 and bf16 value is an f32 value).
+float f16_to_f32(std::uint16_t bits);
+float bf16_to_f32(std::uint16_t bits);
+
+// Decodes `n_elements` values of `type` (a whole number of blocks) starting at `blocks` into `out`.
+// Throws ModelError naming the type when it is not dequantizable (see GgufTypeInfo::dequantizable),
+// std::invalid_argument when n_elements is not a whole number of blocks.
+void dequantize(GgufType type, const void* blocks, std::int64_t n_elements, float* out);
+
+// Rows [first_row, first_row + n_rows) of `tensor` (a row is ne[0] values; higher dims are flattened
+// into rows) into `out`, which holds n_rows * tensor.row_length() floats. Throws ModelError naming
+// the tensor for an unsupported type, std::out_of_range for rows outside the tensor.
+void dequantize_rows(const GgufTensor& tensor, std::int64_t first_row, std::int64_t n_rows, float* out);
+
+// The whole tensor.
+std::vector<float> dequantize_tensor(const GgufTensor& tensor);
+
+}  // namespace kvchat
