@@ -97,6 +97,17 @@ class ChatTemplateSemanticsTest : public QObject {
                 "{\n  \"b\": {\n    \"c\": [\n      1,\n      2\n    ]\n  },\n  \"a\": []\n}");
   }
 
+  // Integer edge cases that C++ would trap on or loop over: Python's answers, or a clear overflow error.
+  void integer_edge_cases_give_python_results_or_a_clear_error() {
+    COMPARE_STR(render("{{ (-9223372036854775807 - 1) % -1 }}|{{ 7 % -1 }}|{{ -7 % -1 }}"), "0|0|0");
+    COMPARE_STR(render("{{ 1 ** 1000000000000 }}|{{ (-1) ** 1000000000001 }}|{{ 0 ** 1000000000000 }}"), "1|-1|0");
+    COMPARE_STR(render("{{ 2 ** 62 }}|{{ (-2) ** 63 }}|{{ 3 ** 39 }}"),
+                "4611686018427387904|-9223372036854775808|4052555153018976267");
+    for (const char* source : {"{{ 2 ** 63 }}", "{{ 3 ** 40 }}", "{{ 4294967296 ** 2 }}", "{{ 10 ** 1000000000000 }}",
+                               "{{ (-9223372036854775807 - 1) // -1 }}"})
+      QVERIFY2(error_of(source).find("integer overflow") != std::string::npos, source);
+  }
+
   void python_str_and_number_formatting() {
     COMPARE_STR(render("{{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 1e16 }} {{ 0.1 + 0.2 }} {{ 2 ** 10 }}"),
                 "3.5 3 -4 2 1e+16 0.30000000000000004 1024");

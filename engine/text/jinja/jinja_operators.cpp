@@ -25,6 +25,7 @@ double python_float_mod(double a, double b) {
 }
 
 std::int64_t python_int_mod(std::int64_t a, std::int64_t b) {
+  if (b == -1) return 0;  // exact in Python; INT64_MIN % -1 traps (SIGFPE) in C++
   std::int64_t m = a % b;
   if (m != 0 && ((m < 0) != (b < 0))) m += b;
   return m;
@@ -123,13 +124,21 @@ Value divide(const std::string& op, const Value& left, const Value& right) {
   return Value::from_float(std::round((left.as_float() - mod) / right.as_float()));
 }
 
-Value power(const std::string& op, const Value& left, const Value& right) {
-  if (both_integral(left, right) && right.as_int() >= 0) {
-    std::int64_t result = 1, base = left.as_int();
-    for (std::int64_t e = right.as_int(); e > 0; --e)
-      if (__builtin_mul_overflow(result, base, &result)) fail_integer_overflow();
-    return Value::from_int(result);
+// base ** exponent by squaring: O(log exponent) steps, so `1 ** 10**12` does not run 10^12 loops. A square
+// that overflows while bits of the exponent remain means the result overflows too.
+std::int64_t python_int_pow(std::int64_t base, std::int64_t exponent) {
+  std::int64_t result = 1;
+  while (exponent > 0) {
+    if ((exponent & 1) && __builtin_mul_overflow(result, base, &result)) fail_integer_overflow();
+    exponent >>= 1;
+    if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) fail_integer_overflow();
   }
+  return result;
+}
+
+Value power(const std::string& op, const Value& left, const Value& right) {
+  if (both_integral(left, right) && right.as_int() >= 0)
+    return Value::from_int(python_int_pow(left.as_int(), right.as_int()));
   if (both_numbers(left, right)) {
     if (left.as_float() == 0.0 && right.as_float() < 0) throw EvalError("0.0 cannot be raised to a negative power");
     return Value::from_float(std::pow(left.as_float(), right.as_float()));
