@@ -104,6 +104,22 @@ void scale_and_min(int sub_block, const std::uint8_t* packed, int& scale, int& m
   }
 }
 
+// The scale and offset of the two 32-element sub-blocks of a K-quant pair: (d*scale, dmin*min) each.
+struct PairScales {
+  float d1, m1, d2, m2;
+};
+PairScales pair_scales(float d, float dmin, const std::uint8_t* scales, int pair) {
+  int scale = 0, min = 0;
+  PairScales result{};
+  scale_and_min(2 * pair, scales, scale, min);
+  result.d1 = d * static_cast<float>(scale);
+  result.m1 = dmin * static_cast<float>(min);
+  scale_and_min(2 * pair + 1, scales, scale, min);
+  result.d2 = d * static_cast<float>(scale);
+  result.m2 = dmin * static_cast<float>(min);
+  return result;
+}
+
 // Q4_K: f16 d, f16 dmin, 12 bytes of scales and mins, 128 bytes of nibbles. Each 64 elements share 32
 // bytes: the low nibbles are one sub-block, the high nibbles the next. x = (d*scale) * q - (dmin*min).
 void decode_q4_k(const std::uint8_t* block, float* out) {
@@ -112,14 +128,7 @@ void decode_q4_k(const std::uint8_t* block, float* out) {
   const std::uint8_t* scales = block + 4;
   const std::uint8_t* q = block + 16;
   for (int pair = 0; pair < 4; ++pair, q += 32, out += 64) {
-    int scale = 0;
-    int min = 0;
-    scale_and_min(2 * pair, scales, scale, min);
-    const float d1 = d * static_cast<float>(scale);
-    const float m1 = dmin * static_cast<float>(min);
-    scale_and_min(2 * pair + 1, scales, scale, min);
-    const float d2 = d * static_cast<float>(scale);
-    const float m2 = dmin * static_cast<float>(min);
+    const auto [d1, m1, d2, m2] = pair_scales(d, dmin, scales, pair);
     for (int l = 0; l < 32; ++l) out[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
     for (int l = 0; l < 32; ++l) out[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
   }
@@ -134,14 +143,7 @@ void decode_q5_k(const std::uint8_t* block, float* out) {
   const std::uint8_t* qh = block + 16;
   const std::uint8_t* ql = block + 48;
   for (int pair = 0; pair < 4; ++pair, ql += 32, out += 64) {
-    int scale = 0;
-    int min = 0;
-    scale_and_min(2 * pair, scales, scale, min);
-    const float d1 = d * static_cast<float>(scale);
-    const float m1 = dmin * static_cast<float>(min);
-    scale_and_min(2 * pair + 1, scales, scale, min);
-    const float d2 = d * static_cast<float>(scale);
-    const float m2 = dmin * static_cast<float>(min);
+    const auto [d1, m1, d2, m2] = pair_scales(d, dmin, scales, pair);
     const int low_bit = 1 << (2 * pair);
     const int high_bit = 2 << (2 * pair);
     for (int l = 0; l < 32; ++l)
