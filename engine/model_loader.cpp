@@ -28,6 +28,13 @@ LoadedModel load_model_directory(const std::string& directory, const LoadOptions
     loaded.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_files(
         tokenizer_path.string(), fs::exists(tokenizer_config_path) ? tokenizer_config_path.string() : std::string()));
   }
+  // Every id the tokenizer (and so the chat template) can emit must have an embedding row: a tokenizer
+  // from another model would otherwise load fine and fail on the first message.
+  if (loaded.tokenizer && loaded.tokenizer->vocab_size() > loaded.config.vocab_size)
+    throw ModelError(tokenizer_path.string() + " has token ids up to " +
+                     std::to_string(loaded.tokenizer->vocab_size() - 1) + " but the model's vocabulary (vocab_size in " +
+                     (fs::path(directory) / "config.json").string() + ") has " + std::to_string(loaded.config.vocab_size) +
+                     " ids: the tokenizer does not belong to these weights");
   loaded.formatter = fs::exists(tokenizer_config_path)
                          ? ChatFormatter::from_tokenizer_config(tokenizer_config_path.string())
                          : ChatFormatter::plain();

@@ -8,6 +8,7 @@
 #include "common/json_fixture.h"
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
+#include "engine/model_loader.h"
 #include "engine/safetensors.h"
 
 using namespace kvchat;
@@ -98,6 +99,7 @@ class CheckpointErrorsTest : public QObject {
   void invalid_config_json();
   void incomplete_config();
   void unsupported_architecture_fields();
+  void tokenizer_larger_than_the_vocabulary();
 };
 
 void CheckpointErrorsTest::intact_copy_loads() {
@@ -249,6 +251,25 @@ void CheckpointErrorsTest::unsupported_architecture_fields() {
   config["hidden_act"] = "gelu";
   write_bytes(copy.config(), config.dump());
   expect_model_error(copy.directory, {"unsupported hidden_act 'gelu'"});
+}
+
+// A tokenizer whose ids do not all have an embedding row is refused at load, before the weights are read.
+void CheckpointErrorsTest::tokenizer_larger_than_the_vocabulary() {
+  ModelCopy copy;
+  const std::string tokenizer = copy.directory + "/tokenizer.json";
+  fs::copy_file(shared_path("models/stories260K/tokenizer.json"), tokenizer);
+  fs::permissions(tokenizer, fs::perms::owner_write, fs::perm_options::add);
+  QCOMPARE(load_model_directory(copy.directory).tokenizer->vocab_size(), 512);  // its own tokenizer fits
+
+  fs::copy_file(shared_path("fixtures/tokenizers/llama3/tokenizer.json"), tokenizer, fs::copy_options::overwrite_existing);
+  try {
+    load_model_directory(copy.directory);
+    QFAIL("a 128,256-token tokenizer on a 512-token model must be refused");
+  } catch (const ModelError& error) {
+    const std::string message = error.what();
+    for (const std::string& fragment : std::vector<std::string>{tokenizer, "token ids up to 128255", "has 512 ids", "does not belong"})
+      QVERIFY2(message.find(fragment) != std::string::npos, error.what());
+  }
 }
 
 QTEST_APPLESS_MAIN(CheckpointErrorsTest)
