@@ -11,6 +11,8 @@
 #include <QFile>
 #include <QRandomGenerator>
 
+#include "engine/compute_options.h"
+
 namespace kvchat::app {
 
 const char* to_string(ContextOverflowPolicy policy) {
@@ -89,6 +91,8 @@ bool read_bool(QSettings& settings, const char* key, bool fallback) {
 
 }  // namespace
 
+int ChatSettings::max_threads() { return max_compute_threads(); }
+
 ChatSettings ChatSettings::load(QSettings& settings) {
   ChatSettings defaults;
   ChatSettings loaded;
@@ -104,7 +108,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.default_system_prompt =
       settings.value(QStringLiteral("default_system_prompt"), defaults.default_system_prompt).toString();
   loaded.model_directory = settings.value(QStringLiteral("model_directory"), defaults.model_directory).toString();
-  loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, 1024);
+  loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, max_threads());
   loaded.context_limit = read_clamped(settings, "context_limit", defaults.context_limit, 0, 1 << 24);
   const QVariant overflow = settings.value(QStringLiteral("context_overflow"));
   if (overflow.isValid()) {

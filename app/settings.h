@@ -31,6 +31,7 @@ struct ChatSettings {
   ContextOverflowPolicy context_overflow = ContextOverflowPolicy::Stop;
   qint64 cache_budget_bytes = 0;  // 0 = default: a share of physical memory (see effective_cache_budget_bytes)
 
+  static int max_threads();  // the engine's limit: 4x the machine's cores
   static ChatSettings load(QSettings& settings);  // missing keys keep the defaults; out-of-range values clamped, logged
   void save(QSettings& settings) const;
   kvchat::GenerationConfig to_generation_config() const;  // sampling + max tokens + cache mode (Contiguous or Off)

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <cstdlib>
 #include <cstring>
@@ -42,7 +44,12 @@ void set_blas_threads(int threads) {
 }
 }  // namespace
 
+int max_compute_threads() { return 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
 void set_compute_threads(int threads) {
+  if (threads > max_compute_threads())
+    throw std::invalid_argument(std::to_string(threads) + " threads is more than " +
+                                std::to_string(max_compute_threads()) + " (4x this machine's cores)");
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   configured_threads = threads;
   current_phase = -1;

@@ -10,7 +10,10 @@ void set_fast_kernels_enabled(bool enabled);
 
 // The engine's thread count (0 = the machine's cores) for LibTorch's intra-op pool, OpenBLAS and the
 // engine kernels' pool.
+// More than max_compute_threads() (4x the machine's cores) is refused with std::invalid_argument: it
+// only adds contention, and absurd counts would allocate per-thread buffers until memory runs out.
 void set_compute_threads(int threads);
+int max_compute_threads();
 int compute_threads();
 
 // Who gets the cores during one forward. Batch-1 decode runs its big products on the engine kernels'

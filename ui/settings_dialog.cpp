@@ -91,7 +91,7 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   model_row->addWidget(browse);
   form->addRow(tr("Model directory"), model_row);
 
-  threads_ = make_int(0, 1024, settings.threads, this);
+  threads_ = make_int(0, kvchat::app::ChatSettings::max_threads(), settings.threads, this);
   threads_->setObjectName("threadsSpin");
   threads_->setSpecialValueText(tr("all cores"));
   form->addRow(tr("Threads"), threads_);

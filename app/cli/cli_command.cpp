@@ -1,5 +1,7 @@
 #include "app/cli/cli_command.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -97,8 +99,9 @@ double ArgParser::double_or(const std::string& name, double fallback) const {
   errno = 0;
   char* end = nullptr;
   double parsed = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0' || errno != 0)
-    throw UsageError("option --" + name + " expects a number, got '" + *v + "'");
+  // nan and inf parse as numbers but mean nothing as a setting (a NaN temperature samples garbage).
+  if (v->empty() || *end != '\0' || errno != 0 || !std::isfinite(parsed))
+    throw UsageError("option --" + name + " expects a finite number, got '" + *v + "'");
   return parsed;
 }
 

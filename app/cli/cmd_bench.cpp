@@ -164,7 +164,7 @@ int run_bench(const std::vector<std::string>& args) {
   parser.parse(args);
   const BenchOptions options = parse_bench_options(parser);
   set_fast_kernels_enabled(options.kernels == "on");
-  set_compute_threads(parser.int_or("threads", 0));
+  set_compute_threads(threads_from_option(parser));
   const int threads = kernels::default_threads();
 
   // Ceilings first, before any model is in memory (the probe's buffer must not add to peak RSS).

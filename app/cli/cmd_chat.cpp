@@ -14,6 +14,7 @@
 #include "app/chat_history.h"
 #include "app/chat_turn_runner.h"
 #include "app/cli/cli_command.h"
+#include "app/cli/model_options.h"
 #include "app/cli/store_access.h"
 #include "app/conversation_store.h"
 #include "app/stats_json.h"
@@ -130,8 +131,7 @@ int run_chat(const std::vector<std::string>& args) {
   options.generation.sampling.seed = static_cast<std::uint64_t>(parser.int64_or("seed", 0));
   options.context_limit = parser.int_or("context-limit", 0);
   if (options.context_limit < 0) throw UsageError("--context-limit must be 0 (the model's) or more");
-  const int threads = parser.int_or("threads", 0);
-  if (threads < 0) throw UsageError("--threads must be 0 (all cores) or more");
+  const int threads = threads_from_option(parser);
 
   ensure_core_application();
   // The desktop app's name, so that the default database is the one the app uses.

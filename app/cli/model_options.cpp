@@ -13,8 +13,7 @@ std::set<std::string> with_model_options(std::set<std::string> extra) {
 }
 
 ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype> dtype_override) {
-  const int threads = parser.int_or("threads", 0);
-  if (threads < 0) throw UsageError("--threads must be 0 (all cores) or more");
+  const int threads = threads_from_option(parser);
   WeightDtype dtype = WeightDtype::Float32;
   try {
     dtype = dtype_override ? *dtype_override : weight_dtype_from_string(parser.value_or("dtype", "f32"));
@@ -50,6 +49,14 @@ KvCacheMode cache_mode_from_option(const std::string& text) {
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
+}
+
+int threads_from_option(const ArgParser& parser) {
+  const int threads = parser.int_or("threads", 0);
+  if (threads < 0 || threads > max_compute_threads())
+    throw UsageError("--threads must be from 0 (all cores) to " + std::to_string(max_compute_threads()) +
+                     " (4x this machine's cores)");
+  return threads;
 }
 
 SamplingParams sampling_from_options(const ArgParser& parser) {

@@ -24,6 +24,8 @@ struct ModelSource {
 std::set<std::string> with_model_options(std::set<std::string> extra);
 // `dtype` overrides --dtype (the bench sweeps several).
 ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype> dtype = std::nullopt);
+// --threads: 0 (all cores) up to engine max_compute_threads(); anything else is a UsageError.
+int threads_from_option(const ArgParser& parser);
 // --temperature --top-k --top-p --min-p --repeat-penalty --seed (validated ranges).
 SamplingParams sampling_from_options(const ArgParser& parser);
 // "on", "naive" or "off"; anything else is a UsageError.

@@ -105,6 +105,12 @@ void CliGenerateTest::bad_input_gives_one_clear_line() {
                "unknown weight dtype 'q4'");
   expect_error({"generate", "--random-weights", shared("fixtures/configs/missing.json"), "--prompt-ids", "1"}, 1,
                "missing.json");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--temperature", "nan"}, 2,
+               "--temperature expects a finite number, got 'nan'");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--top-p", "inf"}, 2,
+               "--top-p expects a finite number");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--threads", "1000000000"}, 2,
+               "--threads must be from 0 (all cores) to");
   std::string long_prompt = "1";
   for (int i = 0; i < 600; ++i) long_prompt += ",5";
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", QString::fromStdString(long_prompt)},

@@ -112,7 +112,7 @@ void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
   QCOMPARE(loaded.min_p, defaults.min_p);
   QCOMPARE(loaded.top_k, 0);
   QCOMPARE(loaded.max_new_tokens, 1);
-  QCOMPARE(loaded.threads, 1024);
+  QCOMPARE(loaded.threads, ChatSettings::max_threads());
   QCOMPARE(loaded.kv_cache_enabled, defaults.kv_cache_enabled);
   QCOMPARE(loaded.context_overflow, ContextOverflowPolicy::Stop);
   QCOMPARE(loaded.cache_budget_bytes, qint64(0));
