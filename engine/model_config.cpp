@@ -1,4 +1,5 @@
 #include "engine/model_config.h"
+#include "engine/text/regular_file.h"
 
 #include <spdlog/spdlog.h>
 
@@ -14,11 +15,9 @@ namespace {
 using nlohmann::json;
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ModelError("cannot open " + path + ": " + (std::filesystem::exists(path) ? "permission denied or unreadable" : "file not found"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  std::string contents, error;
+  if (!read_regular_file(path, contents, error)) throw ModelError("cannot open " + path + ": " + error);
+  return contents;
 }
 
 // Typed field access whose errors name the file and the field.

@@ -1,4 +1,5 @@
 #include "engine/safetensors.h"
+#include "engine/text/regular_file.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -52,9 +53,13 @@ struct SafetensorsFile::Mapping {
 };
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open_model_file(path);
   if (fd < 0)
     throw ModelError("cannot open " + path + ": " + (errno == ENOENT ? "file not found" : std::strerror(errno)));
+  if (!is_regular_file_descriptor(fd)) {
+    ::close(fd);
+    throw ModelError("cannot open " + path + ": not a regular file");
+  }
   struct stat info {};
   if (fstat(fd, &info) != 0) {
     int saved = errno;
@@ -163,12 +168,11 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& directory) {
   fs::path index_path = fs::path(directory) / "model.safetensors.index.json";
   fs::path single_path = fs::path(directory) / "model.safetensors";
   if (fs::exists(index_path)) {
-    std::ifstream in(index_path);
-    std::stringstream text;
-    text << in.rdbuf();
+    std::string text, why;
+    if (!read_regular_file(index_path.string(), text, why)) throw ModelError("cannot open " + index_path.string() + ": " + why);
     json index;
     try {
-      index = json::parse(text.str());
+      index = json::parse(text);
     } catch (const json::parse_error& error) {
       throw ModelError(index_path.string() + ": invalid JSON: " + error.what());
     }

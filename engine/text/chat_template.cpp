@@ -1,4 +1,5 @@
 #include "engine/text/chat_template.h"
+#include "engine/text/regular_file.h"
 
 #include <fstream>
 #include <sstream>
@@ -97,13 +98,12 @@ ChatTemplateConfig chat_template_config_from_json(const nlohmann::ordered_json& 
 }
 
 ChatTemplateConfig read_chat_template_config(const std::string& tokenizer_config_path) {
-  std::ifstream file(tokenizer_config_path, std::ios::binary);
-  if (!file) throw TemplateError(tokenizer_config_path + ": cannot open the tokenizer config");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
+  std::string contents, error;
+  if (!read_regular_file(tokenizer_config_path, contents, error))
+    throw TemplateError(tokenizer_config_path + ": cannot open the tokenizer config: " + error);
   nlohmann::ordered_json config;
   try {
-    config = nlohmann::ordered_json::parse(buffer.str());
+    config = nlohmann::ordered_json::parse(contents);
   } catch (const nlohmann::json::exception& error) {
     throw TemplateError(tokenizer_config_path + ": invalid JSON: " + error.what());
   }

@@ -2,6 +2,7 @@
 // build the bad files from the real stories260K checkpoint.
 #include <QTemporaryDir>
 #include <QtTest>
+#include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
 
@@ -100,6 +101,7 @@ class CheckpointErrorsTest : public QObject {
   void incomplete_config();
   void unsupported_architecture_fields();
   void tokenizer_larger_than_the_vocabulary();
+  void fifos_and_directories_are_refused_without_blocking();
 };
 
 void CheckpointErrorsTest::intact_copy_loads() {
@@ -269,6 +271,33 @@ void CheckpointErrorsTest::tokenizer_larger_than_the_vocabulary() {
     const std::string message = error.what();
     for (const std::string& fragment : std::vector<std::string>{tokenizer, "token ids up to 128255", "has 512 ids", "does not belong"})
       QVERIFY2(message.find(fragment) != std::string::npos, error.what());
+  }
+}
+
+// A FIFO named like a model file would block open() forever; a directory reads as nonsense. Both are
+// refused at once with the file named.
+void CheckpointErrorsTest::fifos_and_directories_are_refused_without_blocking() {
+  ModelCopy copy;
+  fs::remove(copy.weights());
+  QCOMPARE(mkfifo(copy.weights().c_str(), 0600), 0);
+  expect_model_error(copy.directory, {copy.weights(), "not a regular file"});
+  fs::remove(copy.weights());
+  fs::create_directory(copy.weights());
+  expect_model_error(copy.directory, {copy.weights(), "not a regular file"});
+
+  ModelCopy config_fifo;
+  fs::remove(config_fifo.config());
+  QCOMPARE(mkfifo(config_fifo.config().c_str(), 0600), 0);
+  expect_model_error(config_fifo.directory, {config_fifo.config(), "not a regular file"});
+
+  ModelCopy tokenizer_fifo;
+  const std::string tokenizer = tokenizer_fifo.directory + "/tokenizer.json";
+  QCOMPARE(mkfifo(tokenizer.c_str(), 0600), 0);
+  try {
+    load_model_directory(tokenizer_fifo.directory);
+    QFAIL("a FIFO tokenizer.json must be refused");
+  } catch (const TokenizerError& error) {
+    QVERIFY2(std::string(error.what()).find("not a regular file") != std::string::npos, error.what());
   }
 }
 

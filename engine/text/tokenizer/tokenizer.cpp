@@ -1,5 +1,6 @@
 // Tokenizer (declared in engine/text/tokenizer.h): loading the tokenizer files, encoding and decoding.
 #include "engine/text/tokenizer.h"
+#include "engine/text/regular_file.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -21,12 +22,10 @@ using namespace tokenization;
 namespace {
 
 json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TokenizerError("cannot open '" + path + "'");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  std::string contents, error;
+  if (!read_regular_file(path, contents, error)) throw TokenizerError("cannot open '" + path + "': " + error);
   try {
-    return json::parse(buffer.str());
+    return json::parse(contents);
   } catch (const json::parse_error& e) {
     throw TokenizerError(path + ": invalid JSON: " + e.what());
   }
