@@ -33,9 +33,12 @@ at::Tensor as_weight(const at::Tensor& source, at::ScalarType type) {
   return weight;
 }
 
+// "[64, 512]"; a shape of more than 8 dimensions is shown by its first 8 and its rank, so a hostile
+// header cannot make the message huge.
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size() && i < 8; ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() > 8) out += ", ... (" + std::to_string(shape.size()) + " dimensions)";
   return out + "]";
 }
 

@@ -26,6 +26,8 @@ using nlohmann::json;
 
 // Safetensors' format allows a header up to 100 MB; anything bigger is a corrupt length field.
 constexpr std::uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+// Real tensors have a handful of dimensions; more only serves to make error messages and loops huge.
+constexpr std::size_t kMaxDimensions = 8;
 
 at::ScalarType scalar_type_of(const std::string& dtype, const std::string& context) {
   if (dtype == "F32") return at::kFloat;
@@ -88,8 +90,19 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const std::uint64_t data_size = file_size - 8 - header_length;
 
   json header;
+  // JSON objects keep the last of two equal keys; a tensor listed twice must be an error, not a silent
+  // choice, so the top-level keys are checked as they are parsed.
+  std::set<std::string> tensor_names;
+  std::string duplicate;
+  auto note_key = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && !tensor_names.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(data_));
+    header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(data_), note_key);
+    if (!duplicate.empty()) throw ModelError(path + ": tensor '" + duplicate + "' is listed twice in the header");
   } catch (const json::parse_error& error) {
     throw ModelError(path + ": header is not valid JSON: " + error.what());
   }
@@ -107,12 +120,18 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     std::size_t element_size = safetensors_dtype_size(entry.dtype);
     if (element_size == 0) throw ModelError(context + ": unknown dtype '" + entry.dtype + "'");
     if (!value["shape"].is_array()) throw ModelError(context + ": shape must be an array");
-    std::uint64_t elements = 1;
+    if (value["shape"].size() > kMaxDimensions)
+      throw ModelError(context + ": shape has " + std::to_string(value["shape"].size()) + " dimensions (at most " +
+                       std::to_string(kMaxDimensions) + ")");
+    std::uint64_t elements = 1, byte_size = 0;
     for (const json& dim : value["shape"]) {
       if (!dim.is_number_integer() || dim.get<std::int64_t>() < 0)
         throw ModelError(context + ": shape must hold non-negative integers");
       entry.shape.push_back(dim.get<std::int64_t>());
-      elements *= static_cast<std::uint64_t>(entry.shape.back());
+      // A product that wraps could match a small byte range by accident: [2^62, 2^62] would be 0 bytes.
+      if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(entry.shape.back()), &elements) ||
+          __builtin_mul_overflow(elements, static_cast<std::uint64_t>(element_size), &byte_size))
+        throw ModelError(context + ": shape has more elements than a file can hold");
     }
     const json& offsets = value["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())

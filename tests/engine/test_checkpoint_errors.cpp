@@ -102,6 +102,7 @@ class CheckpointErrorsTest : public QObject {
   void unsupported_architecture_fields();
   void tokenizer_larger_than_the_vocabulary();
   void fifos_and_directories_are_refused_without_blocking();
+  void duplicate_names_and_absurd_shapes();
 };
 
 void CheckpointErrorsTest::intact_copy_loads() {
@@ -298,6 +299,36 @@ void CheckpointErrorsTest::fifos_and_directories_are_refused_without_blocking() 
     QFAIL("a FIFO tokenizer.json must be refused");
   } catch (const TokenizerError& error) {
     QVERIFY2(std::string(error.what()).find("not a regular file") != std::string::npos, error.what());
+  }
+}
+
+// A tensor listed twice (JSON would keep the last), a shape whose element count wraps around 2^64 (it
+// would match an empty byte range), and a 100,000-dimension shape (a short error, not a 300 KB one).
+void CheckpointErrorsTest::duplicate_names_and_absurd_shapes() {
+  ModelCopy copy;
+  const Checkpoint original = read_checkpoint(copy.weights());
+  std::string text = original.header.dump();
+  const std::string entry = "\"model.norm.weight\":" + original.header["model.norm.weight"].dump();
+  text.insert(1, entry + ",");
+  std::string length_bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xFF);
+  write_bytes(copy.weights(), length_bytes + text + original.data);
+  expect_model_error(copy.directory, {copy.weights(), "'model.norm.weight' is listed twice"});
+
+  Checkpoint wrapped = original;
+  wrapped.header["unused.weight"] = {{"dtype", "F32"}, {"shape", {int64_t(1) << 62, int64_t(1) << 62}}, {"data_offsets", {0, 0}}};
+  write_bytes(copy.weights(), encode(wrapped.header, wrapped.data));
+  expect_model_error(copy.directory, {"'unused.weight'", "more elements than a file can hold"});
+
+  Checkpoint deep = original;
+  deep.header["model.norm.weight"]["shape"] = std::vector<int64_t>(100000, 1);
+  write_bytes(copy.weights(), encode(deep.header, deep.data));
+  try {
+    LlamaModel::from_checkpoint(copy.directory, ModelConfig::from_directory(copy.directory));
+    QFAIL("a 100,000-dimension shape must be refused");
+  } catch (const ModelError& error) {
+    QVERIFY2(std::string(error.what()).find("100000 dimensions") != std::string::npos, error.what());
+    QVERIFY(std::strlen(error.what()) < 1000);
   }
 }
 
