@@ -1,6 +1,10 @@
 #include "engine/token_generator.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "engine/sampler.h"
 
@@ -14,6 +18,23 @@ double DecodeRate::tokens_per_second(int generated_tokens, Clock::time_point now
   const double ms = elapsed_ms(now);
   return generated_tokens > 1 && ms > 0 ? (generated_tokens - 1) * 1000.0 / ms : 0.0;
 }
+
+namespace {
+
+// Whether every logit is finite: a NaN or infinite logit means corrupt weights or an overflow, and
+// sampling from it would give garbage tokens that look like output. Tests the exponent bits, so the
+// loop vectorises (one pass over the vocabulary costs far less than the step that made it).
+bool all_finite(const float* values, std::int64_t size) {
+  std::uint32_t worst = 0;
+  for (std::int64_t i = 0; i < size; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, values + i, sizeof bits);
+    worst |= ((bits & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
+  }
+  return worst == 0;
+}
+
+}  // namespace
 
 TokenGenerator::TokenGenerator(const GenerationConfig& config, std::vector<TokenId> stop_ids, std::int64_t context_limit)
     : config_(config), stop_ids_(std::move(stop_ids)), context_limit_(context_limit) {}
@@ -32,6 +53,9 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
   DecodeRate rate;
   auto position = static_cast<std::int64_t>(prompt.size());  // where the next fed token goes
   while (true) {
+    if (!all_finite(logits, vocab_size))
+      throw std::runtime_error("the model produced NaN or infinite logits at position " + std::to_string(position - 1) +
+                               ": its weights are corrupt or out of range");
     const TokenId token = sampler.sample(logits, vocab_size, recent);
     const auto now = DecodeRate::Clock::now();
     if (result.generated.empty()) {

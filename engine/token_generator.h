@@ -54,6 +54,7 @@ class TokenGenerator {
   TokenGenerator(const GenerationConfig& config, std::vector<TokenId> stop_ids, std::int64_t context_limit);
 
   // Starts from `logits`, the prompt's last position's. `started` is when the generation began (TTFT).
+  // Throws std::runtime_error if any logits are NaN or infinite (corrupt weights): never garbage tokens.
   DecodeResult run(const std::vector<TokenId>& prompt, const float* logits, std::int64_t vocab_size,
                    const FeedToken& feed, const std::atomic<bool>* stop, const TokenCallback& on_token,
                    std::chrono::steady_clock::time_point started) const;

@@ -2,6 +2,7 @@
 // prefix, the stop flag from another thread, and the context limit.
 #include <QtTest>
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "common/test_paths.h"
@@ -48,6 +49,7 @@ class SessionTest : public QObject {
   void context_limit_stops_generation();
   void end_of_sequence_token_is_never_cached();
   void over_long_prompt_is_rejected();
+  void non_finite_logits_stop_with_an_error();
 };
 
 void SessionTest::cached_equals_uncached_data() {
@@ -253,6 +255,28 @@ void SessionTest::over_long_prompt_is_rejected() {
     QVERIFY2(QString(error.what()).contains("513 tokens"), error.what());
   }
   QCOMPARE(session.cache_tokens(), int64_t(0));
+}
+
+// Weights that turn the logits into NaN (or infinity) end the generation with an error naming the
+// problem, on every cache path, instead of sampling garbage.
+void SessionTest::non_finite_logits_stop_with_an_error() {
+  auto healthy = load("models/stories260K");
+  for (float poison : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    ModelWeights weights = random_model_weights(healthy->config(), 1, WeightDtype::Float32);
+    weights.final_norm = weights.final_norm.clone().fill_(poison);
+    auto broken = std::make_shared<LlamaModel>(healthy->config(), std::move(weights));
+    for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive, KvCacheMode::Off}) {
+      GenerationConfig config;
+      config.cache_mode = mode;
+      Session session(broken, mode);
+      try {
+        session.generate({1, 403, 407}, config);
+        QFAIL("non-finite logits must be an error");
+      } catch (const std::runtime_error& error) {
+        QVERIFY2(QString(error.what()).contains("NaN or infinite logits at position 2"), error.what());
+      }
+    }
+  }
 }
 
 QTEST_APPLESS_MAIN(SessionTest)
