@@ -144,6 +144,20 @@ ChatFormatter ChatFormatter::from_tokenizer_config(const std::string& tokenizer_
   return formatter;
 }
 
+ChatFormatter ChatFormatter::from_template(const std::string& chat_template, const std::optional<std::string>& bos_token,
+                                           const std::optional<std::string>& eos_token, const std::string& origin) {
+  ChatFormatter formatter;
+  // Tokens that are not set stay out of the context, so the template sees them as undefined.
+  if (bos_token) formatter.special_tokens_["bos_token"] = *bos_token;
+  if (eos_token) formatter.special_tokens_["eos_token"] = *eos_token;
+  try {
+    formatter.template_ = std::make_shared<const ChatTemplate>(chat_template);
+  } catch (const TemplateError& error) {
+    throw TemplateError(origin + ": chat_template: " + error.what());
+  }
+  return formatter;
+}
+
 ChatFormatter ChatFormatter::plain() { return ChatFormatter(); }
 
 bool ChatFormatter::has_template() const { return template_ != nullptr; }

@@ -46,6 +46,11 @@ class ChatFormatter {
   // Reads tokenizer_config.json (chat_template as a string, or a list of {name, template} where
   // "default" is used; bos_token/eos_token/... as strings or {content} objects).
   static ChatFormatter from_tokenizer_config(const std::string& tokenizer_config_path);
+  // From a template string and the BOS/EOS token texts it may refer to (a GGUF file's
+  // tokenizer.chat_template with its bos/eos tokens). `origin` names it in errors.
+  static ChatFormatter from_template(const std::string& chat_template, const std::optional<std::string>& bos_token,
+                                     const std::optional<std::string>& eos_token,
+                                     const std::string& origin = "chat template");
   // A model without a template (stories260K): turns are joined as plain text.
   static ChatFormatter plain();
 

@@ -16,12 +16,20 @@
 
 namespace kvchat {
 
+class GgufFile;
+
 class Tokenizer {
  public:
   // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json.
   static Tokenizer from_directory(const std::string& directory);
   // tokenizer_config_path may be empty.
   static Tokenizer from_files(const std::string& tokenizer_json_path, const std::string& tokenizer_config_path);
+  // From a GGUF file's tokenizer.ggml.* metadata, tokenizing exactly as llama.cpp does:
+  // tokenizer.ggml.model "gpt2" (byte-level BPE; tokenizer.ggml.pre llama-bpe/llama3, qwen2,
+  // gpt-2, smollm, default) or "llama" (SentencePiece pieces merged by score, byte fallback).
+  // Control/unknown tokens are special; user-defined tokens are matched in any text. Throws
+  // TokenizerError naming the key for missing, inconsistent or unsupported metadata.
+  static Tokenizer from_gguf(const GgufFile& file);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -52,6 +60,15 @@ class Tokenizer {
   std::optional<TokenId> bos_id() const;        // from tokenizer_config.json bos_token, else none
   std::optional<TokenId> eos_id() const;        // from tokenizer_config.json eos_token, else none
   bool add_bos_token() const;                   // whether encode(add_special_tokens=true) prepends BOS
+  bool add_eos_token() const;                   // whether encode(add_special_tokens=true) appends EOS
+  // GGUF files only (none from tokenizer.json): end of turn (tokenizer.ggml.eot_token_id, else found
+  // by its text as llama.cpp does: <|eot_id|>, <|im_end|>, ...), padding, unknown.
+  std::optional<TokenId> eot_id() const;
+  std::optional<TokenId> pad_id() const;
+  std::optional<TokenId> unk_id() const;
+  // A GGUF file's tokenizer.chat_template (for ChatFormatter::from_template); none from tokenizer.json,
+  // whose template lives in tokenizer_config.json.
+  const std::optional<std::string>& chat_template() const;
 
   struct Impl;
  private:

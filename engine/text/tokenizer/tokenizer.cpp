@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "engine/text/tokenizer/tokenizer_bpe.h"
 #include "engine/text/tokenizer/tokenizer_impl.h"
 #include "engine/text/utf8.h"
 
@@ -139,8 +140,8 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
     for (TokenId id : *ids) impl->check_id(id);
   }
 
-  spdlog::info("tokenizer {}: BPE, {} vocabulary entries, {} merges, {} added tokens, ids below {}", source,
-               impl->model->vocab_entries(), impl->model->merge_count(), impl->added.all().size(), impl->id_limit);
+  spdlog::info("tokenizer {}: {}, {} added tokens, ids below {}", source, impl->model->describe(),
+               impl->added.all().size(), impl->id_limit);
   return Tokenizer(std::move(impl));
 }
 
@@ -303,6 +304,16 @@ std::string Tokenizer::id_to_token(TokenId id) const {
 bool Tokenizer::is_special(TokenId id) const { return impl_->is_special(id); }
 std::optional<TokenId> Tokenizer::bos_id() const { return impl_->bos; }
 std::optional<TokenId> Tokenizer::eos_id() const { return impl_->eos; }
+
+std::optional<TokenId> Tokenizer::eot_id() const { return impl_->eot; }
+std::optional<TokenId> Tokenizer::pad_id() const { return impl_->pad; }
+std::optional<TokenId> Tokenizer::unk_id() const { return impl_->unk; }
+const std::optional<std::string>& Tokenizer::chat_template() const { return impl_->chat_template; }
+
+bool Tokenizer::add_eos_token() const {
+  const auto& suffix = impl_->special_template.suffix;
+  return impl_->eos && !suffix.empty() && suffix.back() == *impl_->eos;
+}
 
 bool Tokenizer::add_bos_token() const {
   const auto& prefix = impl_->special_template.prefix;

@@ -60,30 +60,17 @@ BpeModel::BpeModel(const json& model, const std::string& source) {
     used[id] = true;
     id_to_token_[id] = it.key();
   }
-  present_ = used;
-  // The views are taken only now: id_to_token_ no longer reallocates.
-  vocab_.reserve(id_to_token_.size());
-  for (std::size_t id = 0; id < id_to_token_.size(); ++id) {
-    if (used[id]) vocab_.emplace(std::string_view(id_to_token_[id]), static_cast<TokenId>(id));
-  }
+  present_ = std::move(used);
 
+  BpeOptions options;
   if (model.contains("unk_token") && !model["unk_token"].is_null()) {
     if (!model["unk_token"].is_string()) fail("model.unk_token is not a string");
-    auto unk = model["unk_token"].get<std::string>();
-    auto id = token_to_id(unk);
-    if (!id) fail("model.unk_token '" + unk + "' is not in the vocabulary");
-    unk_id_ = *id;
+    options.unk_token = model["unk_token"].get<std::string>();
   }
-  fuse_unk_ = model.value("fuse_unk", false);
-  byte_fallback_ = model.value("byte_fallback", false);
-  ignore_merges_ = model.value("ignore_merges", false);
-
-  byte_tokens_.assign(256, -1);
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    if (auto id = token_to_id(name)) byte_tokens_[b] = *id;
-  }
+  options.fuse_unk = model.value("fuse_unk", false);
+  options.byte_fallback = model.value("byte_fallback", false);
+  options.ignore_merges = model.value("ignore_merges", false);
+  finish_vocab(options, source);
 
   if (!model.contains("merges")) fail("model has no 'merges'");
   const json& merges = model["merges"];
@@ -103,16 +90,67 @@ BpeModel::BpeModel(const json& model, const std::string& source) {
     } else {
       fail(where + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
-    auto left_id = token_to_id(left);
-    auto right_id = token_to_id(right);
-    if (!left_id) fail(where + " names unknown token '" + left + "'");
-    if (!right_id) fail(where + " names unknown token '" + right + "'");
-    auto merged_id = token_to_id(left + right);
-    if (!merged_id) fail(where + " produces '" + left + right + "', which is not in the vocabulary");
-    // A repeated merge takes its last rank: both reference implementations build their rank map
-    // by inserting in order, so later entries overwrite earlier ones.
-    merges_.insert_or_assign(pair_key(*left_id, *right_id), Merge{static_cast<std::int32_t>(rank), *merged_id});
+    add_merge(left, right, static_cast<std::int32_t>(rank), source + ": " + where);
   }
+}
+
+BpeModel::BpeModel(std::vector<std::string> tokens,
+                   const std::vector<std::pair<std::string_view, std::string_view>>& merges,
+                   const BpeOptions& options, const std::string& source, const std::string& merges_key)
+    : id_to_token_(std::move(tokens)), present_(id_to_token_.size(), true) {
+  finish_vocab(options, source);
+  if (vocab_.size() != id_to_token_.size()) {
+    throw TokenizerError(source + ": the vocabulary repeats a token (" + std::to_string(id_to_token_.size()) +
+                         " tokens, " + std::to_string(vocab_.size()) + " distinct)");
+  }
+  merges_.reserve(merges.size());
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    add_merge(merges[rank].first, merges[rank].second, static_cast<std::int32_t>(rank),
+              source + ": " + merges_key + "[" + std::to_string(rank) + "]");
+  }
+}
+
+void BpeModel::finish_vocab(const BpeOptions& options, const std::string& source) {
+  // The views are taken only now: id_to_token_ no longer reallocates.
+  vocab_.reserve(id_to_token_.size());
+  for (std::size_t id = 0; id < id_to_token_.size(); ++id) {
+    if (present_[id]) vocab_.emplace(std::string_view(id_to_token_[id]), static_cast<TokenId>(id));
+  }
+  if (options.unk_token) {
+    auto id = token_to_id(*options.unk_token);
+    if (!id) throw TokenizerError(source + ": model.unk_token '" + *options.unk_token + "' is not in the vocabulary");
+    unk_id_ = *id;
+  }
+  fuse_unk_ = options.fuse_unk;
+  byte_fallback_ = options.byte_fallback;
+  ignore_merges_ = options.ignore_merges;
+
+  byte_tokens_.assign(256, -1);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    if (auto id = token_to_id(name)) byte_tokens_[b] = *id;
+  }
+}
+
+void BpeModel::add_merge(std::string_view left, std::string_view right, std::int32_t rank, const std::string& where) {
+  auto left_id = token_to_id(left);
+  auto right_id = token_to_id(right);
+  if (!left_id) throw TokenizerError(where + " names unknown token '" + std::string(left) + "'");
+  if (!right_id) throw TokenizerError(where + " names unknown token '" + std::string(right) + "'");
+  std::string merged;
+  merged.reserve(left.size() + right.size());
+  merged.append(left).append(right);
+  auto merged_id = token_to_id(merged);
+  if (!merged_id) throw TokenizerError(where + " produces '" + merged + "', which is not in the vocabulary");
+  // A repeated merge takes its last rank: both reference implementations build their rank map
+  // by inserting in order, so later entries overwrite earlier ones.
+  merges_.insert_or_assign(pair_key(*left_id, *right_id), Merge{rank, *merged_id});
+}
+
+std::string BpeModel::describe() const {
+  return "BPE, " + std::to_string(vocab_.size()) + " vocabulary entries, " + std::to_string(merges_.size()) +
+         " merges";
 }
 
 std::optional<TokenId> BpeModel::token_to_id(std::string_view token) const {

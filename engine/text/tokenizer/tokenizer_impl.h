@@ -10,7 +10,7 @@
 
 #include "engine/text/tokenizer.h"
 #include "engine/text/tokenizer/tokenizer_added_tokens.h"
-#include "engine/text/tokenizer/tokenizer_bpe.h"
+#include "engine/text/tokenizer/tokenizer_model.h"
 #include "engine/text/tokenizer/tokenizer_decoder.h"
 #include "engine/text/tokenizer/tokenizer_normalizer.h"
 #include "engine/text/tokenizer/tokenizer_post_processor.h"
@@ -20,7 +20,7 @@ namespace kvchat {
 
 struct Tokenizer::Impl {
   std::string source;  // tokenizer.json path, for messages
-  std::unique_ptr<tokenization::BpeModel> model;
+  std::unique_ptr<tokenization::Model> model;
   tokenization::AddedTokens added;
   std::unique_ptr<tokenization::Normalizer> normalizer;
   std::unique_ptr<tokenization::PreTokenizer> pre_tokenizer;
@@ -28,6 +28,10 @@ struct Tokenizer::Impl {
   tokenization::SpecialTokenTemplate special_template;
   std::optional<TokenId> bos;
   std::optional<TokenId> eos;
+  std::optional<TokenId> eot;  // GGUF files only (tokenizer.json has no such notion)
+  std::optional<TokenId> pad;
+  std::optional<TokenId> unk;
+  std::optional<std::string> chat_template;  // GGUF tokenizer.chat_template
   bool clean_up_default = false;
   TokenId id_limit = 0;
 
