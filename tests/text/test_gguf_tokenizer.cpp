@@ -148,14 +148,13 @@ class GgufTokenizerTest : public QObject {
     QCOMPARE(std::count(ids.begin(), ids.end(), 128009), std::ptrdiff_t(2));  // after the system and user turns
   }
 
-  void llama3_loads_quickly() {
+  // The whole 128k vocabulary builds (its time is printed, not asserted: speed belongs to benchmarks).
+  void llama3_vocabulary_builds() {
     QElapsedTimer timer;
     timer.start();
     Tokenizer tokenizer = Tokenizer::from_gguf(GgufFile(gguf_fixture("llama3-vocab-only.gguf")));
-    const qint64 ms = timer.elapsed();
-    qInfo("llama3-vocab-only.gguf: tokenizer built in %lld ms", static_cast<long long>(ms));
-    QVERIFY(tokenizer.vocab_size() == 128256);
-    QVERIFY2(ms < 1000, "building the 128k-token vocabulary took a second or more");
+    qInfo("llama3-vocab-only.gguf: tokenizer built in %lld ms", static_cast<long long>(timer.elapsed()));
+    QCOMPARE(tokenizer.vocab_size(), 128256);
   }
 
   // stories260K's SentencePiece vocabulary encodes llama2.c's prompts (BOS included) as llama.cpp did.
