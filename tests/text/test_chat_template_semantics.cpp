@@ -168,9 +168,57 @@ class ChatTemplateSemanticsTest : public QObject {
     }
   }
 
+  // transformers' environment has autoescape off, yet `safe` makes a markupsafe.Markup, and Markup's
+  // + escapes the plain str on either side (functionary v3.1 renders its tool list that way).
+  void safe_makes_markup_that_escapes_what_is_added_to_it() {
+    json context = {{"s", "<a&\"'>"}, {"d", {{"k", "<v>"}}}};
+    COMPARE_STR(render("{{ ('<' | safe) + '<' }}|{{ '<' + ('<' | safe) }}|{{ ('x' | safe) + s }}", context),
+                "<&lt;|&lt;<|x&lt;a&amp;&#34;&#39;&gt;");
+    // The sum is Markup again; Markup + Markup escapes nothing; tojson gives a plain str, so it is escaped.
+    COMPARE_STR(render("{{ (('a' | safe) + '<') + '>' }}|{{ ('<' | safe) + ('>' | safe) }}|{{ ('f:' | safe) + d | tojson }}",
+                       context),
+                "a&lt;&gt;|<>|f:{&#34;k&#34;: &#34;&lt;v&gt;&#34;}");
+    // `~` is str concatenation with autoescape off: no escaping, and the result is a plain str.
+    COMPARE_STR(render("{{ ('<' | safe) ~ '<' }}|{{ (('<' | safe) ~ '<') + '<' }}"), "<<|<<<");
+    // safe on a non-string is Markup(str(value)); undefined gives an empty Markup.
+    COMPARE_STR(render("{{ (1 | safe) + '<' }}|{{ (none | safe) + '&' }}|{{ (nothing | safe) + '>' }}|{{ ['a' | safe] }}"),
+                "1&lt;|None&amp;|&gt;|[Markup('a')]");
+    // What keeps Markup (upper, trim, string, *, indexing) and what does not (title, replace, join, ~).
+    COMPARE_STR(render("{{ (' a ' | safe | upper | trim) + '<' }}|{{ (('a' | safe) * 2) + '<' }}|"
+                       "{{ ('ab' | safe)[0] + '<' }}|{{ ('a' | safe | string) + '<' }}"),
+                "A&lt;|aa&lt;|a&lt;|a&lt;");
+    COMPARE_STR(render("{{ ('a' | safe | title) + '<' }}|{{ ('a' | safe | replace('a', 'b')) + '<' }}|"
+                       "{{ (['a' | safe] | join) + '<' }}"),
+                "A<|b<|a<");
+    COMPARE_STR(render("{{ ('a' | safe) is escaped }}{{ 'a' is escaped }}{{ ('a' | safe) is string }}"
+                       "{{ ('a' | safe) == 'a' }}"),
+                "TrueFalseTrueTrue");
+    // markupsafe 2.1's methods: upper keeps Markup; join escapes the items; split gives Markup parts;
+    // strip escapes its argument before stripping, so '<' strips the characters of '&lt;'.
+    COMPARE_STR(render("{{ ('a' | safe).upper() + '<' }}|{{ (', ' | safe).join(['<', 'b' | safe]) }}|"
+                       "{{ ('a b' | safe).split() }}|{{ ('<a<' | safe).strip('<') }}"),
+                "A&lt;|&lt;, b|[Markup('a'), Markup('b')]|<a<");
+    COMPARE_STR(error_of("{{ ('a' | safe) + 1 }}"), "1:17: unsupported operand type(s) for +: 'Markup' and 'int'");
+    QVERIFY(error_of("{{ 'a' + none }}").find("can only concatenate str (not \"NoneType\") to str") != std::string::npos);
+  }
+
+  // select, reject, selectattr, rejectattr and map begin with `if value:`: a falsy value (None,
+  // undefined, "", 0) is an empty sequence, whatever the arguments.
+  void select_and_map_of_none_or_undefined_are_empty() {
+    COMPARE_STR(render("{{ none | select | list }}{{ nothing | reject('odd') | list }}"
+                       "{{ none | selectattr('type', 'equalto', 'x') | list }}{{ nothing | rejectattr('a') | list }}"
+                       "{{ none | map('upper') | list }}{{ none | map(attribute='a') | list | length }}"
+                       "{{ 0 | select('nosuchtest') | list }}"),
+                "[][][][][]0[]");
+    COMPARE_STR(render("{{ tools | selectattr('type', 'equalto', 'code') | list | length > 0 }}",
+                       {{"tools", nullptr}}),
+                "False");
+    QVERIFY(!error_of("{{ 5 | select | list }}").empty());  // a truthy non-iterable still fails
+  }
+
   void unsupported_constructs_fail_instead_of_rendering_differently() {
     QVERIFY(error_of("{% macro m() %}x{% endmacro %}").find("'macro' tag is not supported") != std::string::npos);
-    QVERIFY(error_of("{{ x | safe }}").find("'safe' is not supported") != std::string::npos);
+    QVERIFY(error_of("{{ x | center }}").find("'center' is not supported") != std::string::npos);
     QVERIFY(error_of("{{ 'x'.zfill(3) }}").find("str.zfill") != std::string::npos);
     QVERIFY(error_of("{{ d.items() }}", {{"d", {{"a", 1}}}}).find("cannot print") != std::string::npos);
   }
