@@ -1,8 +1,9 @@
-// Every chat template fixture rendered by the real Jinja2 (../shared/fixtures/chat_templates/*.json
-// and the Llama 3 tokenizer's chat_template.json) must come out byte for byte the same here.
+// Every chat template fixture rendered by the real Jinja2 (../shared/fixtures/chat_templates/**/*.json,
+// held-out ones where present, and the Llama 3 tokenizer's chat_template.json) must come out byte for byte the same here.
 #include <QtTest/QtTest>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -66,24 +67,29 @@ class ChatTemplateFixtureTest : public QObject {
     namespace fs = std::filesystem;
     const fs::path folder = kvchat::test::shared_path("fixtures/chat_templates");
     QVERIFY2(fs::is_directory(folder), folder.string().c_str());
-    std::vector<fs::path> files;
-    // Held-out cases of the same layout are checked too wherever they are present.
-    for (const fs::path& dir : {folder, fs::path(kvchat::test::shared_path("hidden/chat_templates")),
-                                fs::path(kvchat::test::shared_dir()) / ".." / "hidden" / "chat_templates"}) {
+    // (file, name in messages): the name is the path under its folder without ".json", so
+    // "tool_use/NAME" for a sub-folder and "hidden/..." for held-out cases.
+    std::vector<std::pair<fs::path, std::string>> files;
+    // Held-out cases of the same layout are checked too wherever they are present, sub-folders included.
+    const std::pair<fs::path, std::string> roots[] = {
+        {folder, ""},
+        {fs::path(kvchat::test::shared_path("hidden/chat_templates")), "hidden/"},
+        {fs::path(kvchat::test::shared_dir()) / ".." / "hidden" / "chat_templates", "hidden/"}};
+    for (const auto& [dir, prefix] : roots) {
       if (!fs::is_directory(dir)) continue;
-      for (const auto& entry : fs::directory_iterator(dir))
-        if (entry.path().extension() == ".json") files.push_back(entry.path());
+      for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+        if (!entry.is_regular_file() || entry.path().extension() != ".json") continue;
+        fs::path relative = entry.path().lexically_relative(dir);
+        files.emplace_back(entry.path(), prefix + relative.replace_extension().generic_string());
+      }
     }
     std::sort(files.begin(), files.end());
     QVERIFY(!files.empty());
 
     std::vector<std::string> failures;
+    std::map<std::string, std::pair<int, int>> passed;  // per file: renders identical, expected errors raised
     int rendered = 0, errors = 0;
-    for (const fs::path& path : files) {
-      const std::string name = path.parent_path().filename().string() == "chat_templates" &&
-                                       path.parent_path().parent_path().filename() == "hidden"
-                                   ? "hidden/" + path.stem().string()
-                                   : path.stem().string();
+    for (const auto& [path, name] : files) {
       json fixture = read_json(path.string());
       std::unique_ptr<ChatTemplate> chat_template;
       try {
@@ -109,10 +115,12 @@ class ChatTemplateFixtureTest : public QObject {
             failures.push_back(label + ": " + diff(c["rendered"].get<std::string>(), actual));
           } else {
             ++rendered;
+            ++passed[name].first;
           }
         } catch (const TemplateError& error) {
           if (expect_error) {
             ++errors;
+            ++passed[name].second;
           } else {
             failures.push_back(label + ": unexpected TemplateError: " + error.what());
           }
@@ -120,6 +128,8 @@ class ChatTemplateFixtureTest : public QObject {
       }
     }
     for (const std::string& failure : failures) qWarning("%s", failure.c_str());
+    for (const auto& [name, counts] : passed)
+      qInfo("%s: %d identical, %d expected errors", name.c_str(), counts.first, counts.second);
     qInfo("%d renders identical, %d expected errors raised, %zu failures, %zu files", rendered, errors,
           failures.size(), files.size());
     QVERIFY2(failures.empty(), (std::to_string(failures.size()) + " chat template fixture case(s) differ").c_str());

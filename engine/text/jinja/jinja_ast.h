@@ -67,6 +67,9 @@ struct Stmt {
     SetBlock,  // {% set target %}body{% endset %}, optionally | filters (expr applies them to a placeholder)
     Break,
     Continue,
+    Macro,       // {% macro name(parameters) %}body{% endmacro %}: assigns a callable to `name`
+    CallBlock,   // {% call(parameters) expr %}body{% endcall %}: expr (a Call) gets caller= the body as a macro
+    FilterBlock, // {% filter f(args)|g %}body{% endfilter %}: expr applies the filters to a placeholder
   };
   Kind kind;
   Position pos;
@@ -77,6 +80,12 @@ struct Stmt {
   std::vector<std::pair<ExprPtr, Body>> branches;
   Body body;
   Body else_body;
+  // Macro and CallBlock: the parameters in order, each with its default (null: none); the names the
+  // body reads that make Jinja2 accept extra arguments or a caller.
+  std::vector<std::pair<std::string, ExprPtr>> parameters;
+  bool catch_varargs = false;  // the body reads `varargs`
+  bool catch_kwargs = false;   // the body reads `kwargs`
+  bool takes_caller = false;   // the body reads `caller`
 };
 
 }  // namespace kvchat::jinja

@@ -445,9 +445,10 @@ std::string ExpressionParser::dotted_name(const Token& first) {
   return name;
 }
 
-ExprPtr ExpressionParser::parse_filters(ExprPtr node) {
-  while (is_op("|")) {
-    next();
+ExprPtr ExpressionParser::parse_filters(ExprPtr node, bool start_inline) {
+  while (start_inline || is_op("|")) {
+    if (!start_inline) next();
+    start_inline = false;
     const Token& token = expect_name();
     std::string name = dotted_name(token);
     Support support = filter_support(name);

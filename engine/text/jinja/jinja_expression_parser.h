@@ -44,7 +44,9 @@ class ExpressionParser {
   // ---- the expressions statements are made of
   ExprPtr parse_tuple(bool simplified, bool with_condexpr, EndTags extra_end, bool explicit_parentheses);
   ExprPtr parse_expression(bool with_condexpr);
-  ExprPtr parse_filters(ExprPtr node);
+  // `| name(args) | ...` applied to node; start_inline: the first name comes without its `|`
+  // ({% filter upper|trim %}).
+  ExprPtr parse_filters(ExprPtr node, bool start_inline = false);
 
  private:
   bool is_tuple_end(EndTags extra_end) const;

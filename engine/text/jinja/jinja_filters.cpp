@@ -153,7 +153,7 @@ Value filter_reverse(const std::string& name, const Value& value, const CallArgs
   if (value.is_string()) {
     std::u32string cps = pystr::decode(value.text);
     std::reverse(cps.begin(), cps.end());
-    return Value::from_string(pystr::encode(cps));
+    return string_like(value, pystr::encode(cps));  // value[::-1]
   }
   if (value.kind == Kind::List && value.sequence == Sequence::Generator) {
     ValueList items = value.items();
@@ -224,6 +224,9 @@ std::function<bool(const Value&)> select_predicate(const std::string& filter, co
 // select / reject / selectattr / rejectattr: `kKeep` is what the test must give for an item to stay.
 template <bool kByAttribute, bool kKeep>
 Value filter_select(const std::string& name, const Value& value, const CallArgs& args) {
+  // Jinja2 starts with `if value:`: None, undefined or any falsy value is an empty generator, and
+  // the arguments are not even looked at.
+  if (!truthy(value)) return make_generator({});
   auto predicate = select_predicate(name, args, kByAttribute);
   ValueList kept;
   for (const Value& item : iterate(value))
@@ -232,6 +235,7 @@ Value filter_select(const std::string& name, const Value& value, const CallArgs&
 }
 
 Value filter_map(const std::string&, const Value& value, const CallArgs& args) {
+  if (!truthy(value)) return make_generator({});  // as select: `if value:` comes first
   ValueList out;
   if (args.positional.size() == 1) {
     auto attribute = std::find_if(args.keyword.begin(), args.keyword.end(), [](const auto& k) { return k.first == "attribute"; });
@@ -333,14 +337,20 @@ Value filter_unique(const std::string& name, const Value& value, const CallArgs&
 
 Value filter_string(const std::string& name, const Value& value, const CallArgs& args) {
   bind(name, args, 1, {});
-  return Value::from_string(to_str(value));
+  return string_like(value, to_str(value));  // soft_str: a Markup stays one
+}
+
+// Markup(value): str() of anything, flagged so that `+` escapes the plain strings added to it.
+Value filter_safe(const std::string& name, const Value& value, const CallArgs& args) {
+  bind(name, args, 1, {});
+  return Value::from_markup(to_str(value));
 }
 
 // upper, lower and capitalize: `kMap` is the pystr case mapping.
 template <std::string (*kMap)(std::string_view)>
 Value filter_case(const std::string& name, const Value& value, const CallArgs& args) {
   bind(name, args, 1, {});
-  return Value::from_string(kMap(to_str(value)));
+  return string_like(value, kMap(to_str(value)));  // Markup's upper/lower/capitalize return Markup
 }
 
 Value filter_title(const std::string& name, const Value& value, const CallArgs& args) {
@@ -365,7 +375,7 @@ Value filter_title(const std::string& name, const Value& value, const CallArgs& 
 
 Value filter_trim(const std::string& name, const Value& value, const CallArgs& args) {
   auto a = bind(name, args, 1, {"chars"});
-  return Value::from_string(pystr::strip(to_str(value), optional_str_arg(name, a[0]), true, true));
+  return string_like(value, pystr::strip(to_str(value), optional_str_arg(name, a[0]), true, true));
 }
 
 Value filter_replace(const std::string& name, const Value& value, const CallArgs& args) {
@@ -390,7 +400,7 @@ Value filter_indent(const std::string& name, const Value& value, const CallArgs&
     out = lines.empty() ? "" : lines[0];
     for (std::size_t i = 1; i < lines.size(); ++i) out += "\n" + (lines[i].empty() ? "" : indentation + lines[i]);
   }
-  return Value::from_string(first ? indentation + out : out);
+  return string_like(value, first ? indentation + out : out);
 }
 
 Value filter_tojson(const std::string& name, const Value& value, const CallArgs& args) {
@@ -497,7 +507,7 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
       {"replace", filter_replace},
       {"reverse", filter_reverse},
       {"round", nullptr},
-      {"safe", nullptr},
+      {"safe", filter_safe},
       {"select", filter_select<false, true>},
       {"selectattr", filter_select<true, true>},
       {"slice", nullptr},

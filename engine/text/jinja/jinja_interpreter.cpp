@@ -2,19 +2,29 @@
 
 #include <chrono>
 #include <ctime>
+#include <memory>
 #include <unordered_map>
 
 #include "engine/text/jinja/jinja_builtins.h"
 #include "engine/text/jinja/jinja_error.h"
+#include "engine/text/jinja/jinja_macros.h"
 
 namespace kvchat::jinja {
 
 namespace {
 
+// Frames are shared: a macro keeps the scope it was defined in (it reads the names there when it is
+// called, as a Python closure does), and may outlive it (stored in a namespace, called later).
+struct Frame;
+using FramePtr = std::shared_ptr<Frame>;
 struct Frame {
   std::unordered_map<std::string, Value> variables;
-  Frame* parent = nullptr;
+  FramePtr parent;
 };
+
+// Nested macro calls (recursion included) beyond this fail instead of exhausting the C++ stack;
+// Python's own recursion limit stops Jinja2 at a similar depth.
+constexpr int kMaxMacroDepth = 256;
 
 enum class Flow { Normal, Break, Continue };
 
@@ -44,12 +54,19 @@ std::tm date_for_strftime(const std::string& today) {
 class Interpreter {
  public:
   Interpreter(const Value& context, std::string today) : today_(std::move(today)) {
-    for (const auto& [key, value] : context.entries()) root_.variables[key.text] = value;
+    for (const auto& [key, value] : context.entries()) root_->variables[key.text] = value;
     install_globals();
   }
 
+  // A macro stored in a scope it closes over is a reference cycle: cut the scopes that macros kept.
+  ~Interpreter() {
+    for (const FramePtr& captured : captured_)
+      for (Frame* frame = captured.get(); frame; frame = frame->parent.get()) frame->variables.clear();
+    for (const FramePtr& captured : captured_) captured->parent.reset();
+  }
+
   void run(const Body& body, std::string& out) {
-    current_ = &root_;
+    current_ = root_;
     exec(body, out);
   }
 
@@ -130,7 +147,7 @@ class Interpreter {
 
   // ------------------------------------------------------------ variables
   Value lookup(const std::string& name) const {
-    for (const Frame* frame = current_; frame; frame = frame->parent) {
+    for (const Frame* frame = current_.get(); frame; frame = frame->parent.get()) {
       auto it = frame->variables.find(name);
       if (it != frame->variables.end()) return it->second;
     }
@@ -188,19 +205,26 @@ class Interpreter {
         return Flow::Normal;
       }
       case Stmt::Kind::SetBlock: {
-        std::string text;
-        {
-          Frame frame{{}, current_};
-          Scope scope(*this, frame);
-          exec(stmt.body, text);
-        }
-        Value value = Value::from_string(std::move(text));
-        if (stmt.filter) {
-          Frame frame{{{"", value}}, current_};
-          Scope scope(*this, frame);
-          value = eval(*stmt.filter);
-        }
+        Value value = render_block(stmt);
         guarded(stmt.pos, [&] { set_target(stmt.target, value); });
+        return Flow::Normal;
+      }
+      case Stmt::Kind::FilterBlock: {
+        Value value = render_block(stmt);
+        out += guarded(stmt.pos, [&] { return to_str(value); });
+        return Flow::Normal;
+      }
+      case Stmt::Kind::Macro:
+        current_->variables[stmt.target.names[0]] = make_macro(stmt, stmt.target.names[0]);
+        return Flow::Normal;
+      case Stmt::Kind::CallBlock: {
+        // The call expression gets one more keyword argument: the block's body as `caller`.
+        const Expr& call = *stmt.expr;
+        Value callee = eval(*call.object);
+        CallArgs args = eval_args(call, nullptr);
+        args.keyword.emplace_back("caller", make_macro(stmt, "caller"));
+        Value result = guarded(call.pos, [&] { return call_value(callee, args); });
+        out += guarded(call.pos, [&] { return to_str(result); });
         return Flow::Normal;
       }
       case Stmt::Kind::Break: return Flow::Break;
@@ -208,6 +232,72 @@ class Interpreter {
     }
     return Flow::Normal;
   }
+
+  // The body of a set or filter block rendered in a scope of its own, then through the block's
+  // filters if any (they apply to the placeholder name "").
+  Value render_block(const Stmt& stmt) {
+    std::string text;
+    {
+      Scope scope(*this, inner());
+      exec(stmt.body, text);
+    }
+    Value value = Value::from_string(std::move(text));
+    if (stmt.filter) {
+      FramePtr frame = inner();
+      frame->variables[""] = value;
+      Scope scope(*this, frame);
+      value = eval(*stmt.filter);
+    }
+    return value;
+  }
+
+  // ------------------------------------------------------------ macros
+  // A macro (or a call block's body, named "caller") as a callable that closes over the current scope.
+  Value make_macro(const Stmt& stmt, const std::string& name) {
+    MacroSignature signature;
+    signature.name = name;
+    for (const auto& parameter : stmt.parameters) signature.parameters.push_back(parameter.first);
+    signature.catch_varargs = stmt.catch_varargs;
+    signature.catch_kwargs = stmt.catch_kwargs;
+    signature.takes_caller = stmt.takes_caller;
+    FramePtr closure = current_;
+    if (captured_.empty() || captured_.back() != closure) captured_.push_back(closure);
+    const Stmt* definition = &stmt;
+    return Value::from_callable(name, [this, definition, closure, signature](const CallArgs& args) {
+      return invoke_macro(*definition, signature, closure, args);
+    });
+  }
+
+  // Jinja2's macro call: arguments bound, then the missing ones given their defaults (evaluated now, in
+  // the macro's scope, so a default can use an earlier parameter), then the body rendered to a str.
+  Value invoke_macro(const Stmt& stmt, const MacroSignature& signature, const FramePtr& closure, const CallArgs& args) {
+    if (macro_depth_ >= kMaxMacroDepth)
+      throw EvalError("maximum recursion depth exceeded: more than " + std::to_string(kMaxMacroDepth) +
+                      " nested macro calls (calling '" + signature.name + "')");
+    BoundArguments bound = bind_macro_arguments(signature, args);
+    auto frame = std::make_shared<Frame>();
+    frame->parent = closure;
+    Scope scope(*this, frame);
+    DepthGuard depth(macro_depth_);
+    for (std::size_t i = 0; i < stmt.parameters.size(); ++i) {
+      const auto& [name, fallback] = stmt.parameters[i];
+      if (bound.values[i]) frame->variables[name] = *bound.values[i];
+      else if (fallback) frame->variables[name] = eval(*fallback);
+      else frame->variables[name] = Value::undefined("parameter '" + name + "' was not provided");
+    }
+    if (bound.caller) frame->variables["caller"] = *bound.caller;
+    if (bound.varargs) frame->variables["varargs"] = *bound.varargs;
+    if (bound.kwargs) frame->variables["kwargs"] = *bound.kwargs;
+    std::string out;
+    exec(stmt.body, out);  // break/continue cannot leave a macro: the parser rejects them there
+    return Value::from_string(std::move(out));
+  }
+
+  struct DepthGuard {
+    explicit DepthGuard(int& depth) : depth(depth) { ++depth; }
+    ~DepthGuard() { --depth; }
+    int& depth;
+  };
 
   void set_target(const AssignTarget& target, const Value& value) {
     if (target.namespace_attribute.empty()) {
@@ -227,13 +317,20 @@ class Interpreter {
 
   // Makes `frame` the current scope for the lifetime of the object.
   struct Scope {
-    Scope(Interpreter& interpreter, Frame& frame) : self(interpreter), saved(interpreter.current_) {
-      self.current_ = &frame;
+    Scope(Interpreter& interpreter, FramePtr frame) : self(interpreter), saved(interpreter.current_) {
+      self.current_ = std::move(frame);
     }
     ~Scope() { self.current_ = saved; }
     Interpreter& self;
-    Frame* saved;
+    FramePtr saved;
   };
+
+  // A new scope inside the current one.
+  FramePtr inner() const {
+    auto frame = std::make_shared<Frame>();
+    frame->parent = current_;
+    return frame;
+  }
 
   Flow exec_for(const Stmt& stmt, std::string& out) {
     Value iterable = eval(*stmt.expr);
@@ -241,16 +338,14 @@ class Interpreter {
     if (stmt.filter) {
       ValueList kept;
       for (const Value& item : items) {
-        Frame frame{{}, current_};
-        Scope scope(*this, frame);
+        Scope scope(*this, inner());
         guarded(stmt.pos, [&] { assign(stmt.target, item); });
         if (truthy(eval(*stmt.filter))) kept.push_back(item);
       }
       items = std::move(kept);
     }
     if (items.empty()) {
-      Frame frame{{}, current_};
-      Scope scope(*this, frame);
+      Scope scope(*this, inner());
       exec(stmt.else_body, out);
       return Flow::Normal;
     }
@@ -260,10 +355,10 @@ class Interpreter {
     loop.loop->items = std::make_shared<const ValueList>(items);
     for (std::size_t i = 0; i < items.size(); ++i) {
       loop.loop->index0 = static_cast<std::int64_t>(i);
-      Frame frame{{}, current_};
+      FramePtr frame = inner();
       Scope scope(*this, frame);
       guarded(stmt.pos, [&] { assign(stmt.target, items[i]); });
-      frame.variables["loop"] = loop;
+      frame->variables["loop"] = loop;
       if (exec(stmt.body, out) == Flow::Break) break;
     }
     return Flow::Normal;
@@ -289,6 +384,12 @@ class Interpreter {
     for (const ExprPtr& item : expr.items) args.positional.push_back(eval(*item));
     for (const auto& [key, value] : expr.keywords) args.keyword.emplace_back(key, eval(*value));
     return args;
+  }
+
+  static Value call_value(const Value& callee, const CallArgs& args) {
+    if (callee.is_undefined()) fail_undefined(callee);
+    if (callee.kind != Kind::Callable) throw EvalError("'" + type_description(callee) + "' is not callable");
+    return callee.callable->call(args);
   }
 
   Value eval_unguarded(const Expr& expr) {
@@ -332,10 +433,7 @@ class Interpreter {
       case Expr::Kind::Slice: throw EvalError("a slice is only valid inside [...]");
       case Expr::Kind::Call: {
         Value callee = eval(*expr.object);
-        CallArgs args = eval_args(expr, nullptr);
-        if (callee.is_undefined()) fail_undefined(callee);
-        if (callee.kind != Kind::Callable) throw EvalError("'" + type_description(callee) + "' is not callable");
-        return callee.callable->call(args);
+        return call_value(callee, eval_args(expr, nullptr));
       }
       case Expr::Kind::Filter: {
         Value value = eval(*expr.object);
@@ -381,9 +479,11 @@ class Interpreter {
   }
 
   std::string today_;
-  Frame root_;
-  Frame* current_ = &root_;
+  FramePtr root_ = std::make_shared<Frame>();
+  FramePtr current_ = root_;
   std::unordered_map<std::string, Value> globals_;
+  std::vector<FramePtr> captured_;  // scopes macros closed over (see the destructor)
+  int macro_depth_ = 0;
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Attribute lookup (x.y): the methods of str, dict and list (one table) and the loop variable's attributes.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -262,13 +263,46 @@ const std::unordered_map<std::string_view, MethodFn>& methods() {
   return table;
 }
 
+// A method of str called on a Markup, as markupsafe (2.1, the version the reference renders used)
+// overrides them: the case and strip methods and replace escape their string arguments and return
+// Markup; split and friends return lists of Markup; join escapes the items. Everything else answers
+// as for a str (removeprefix, for one, returns a plain str there).
+Value call_markup_method(const Value& self, const std::string& name, const std::string& fn, MethodFn method,
+                         CallArgs args) {
+  static const char* const kEscaping[] = {"capitalize", "title", "lower", "upper", "replace", "lstrip", "rstrip",
+                                          "strip"};
+  bool escaping = std::find(std::begin(kEscaping), std::end(kEscaping), name) != std::end(kEscaping);
+  if (escaping) {
+    for (Value& arg : args.positional)
+      if (arg.is_string()) arg = escape_to_markup(arg);
+    for (auto& keyword : args.keyword)
+      if (keyword.second.is_string()) keyword.second = escape_to_markup(keyword.second);
+    return Value::from_markup(method(self, fn, args).text);
+  }
+  if (name == "join" && !args.positional.empty()) {
+    ValueList escaped;
+    for (const Value& item : iterate(args.positional[0])) escaped.push_back(escape_to_markup(item));
+    args.positional[0] = Value::from_list(std::move(escaped));
+    return Value::from_markup(method(self, fn, args).text);
+  }
+  Value result = method(self, fn, args);
+  if (name == "split" || name == "rsplit" || name == "splitlines") {
+    ValueList parts = result.items();
+    for (Value& part : parts) part.markup = true;
+    return Value::from_list(std::move(parts));
+  }
+  return result;
+}
+
 // x.name as a callable when `object`'s type has a method of that name, else nullopt.
 std::optional<Value> bound_method(const Value& object, const std::string& name) {
-  std::string fn = python_type_name(object) + "." + name;
+  // Markup is a str subclass: it has str's methods (call_markup_method adds its overrides).
+  std::string fn = (object.is_string() ? std::string("str") : python_type_name(object)) + "." + name;
   auto found = methods().find(fn);
   if (found == methods().end()) return std::nullopt;
   MethodFn method = found->second;
-  return Value::from_callable(fn, [object, fn, method](const CallArgs& args) {
+  return Value::from_callable(fn, [object, name, fn, method](const CallArgs& args) {
+    if (method && object.markup) return call_markup_method(object, name, fn, method, args);
     if (method) return method(object, fn, args);
     // Templates only read values: a dict's or list's missing methods are the mutating ones.
     std::string why = object.is_string() ? "" : " (templates cannot modify a " + python_type_name(object) + ")";

@@ -42,7 +42,7 @@ Value repeat(const Value& sequence, std::int64_t times) {
   if (sequence.is_string()) {
     std::string out;
     for (std::int64_t i = 0; i < times; ++i) out += sequence.text;
-    return Value::from_string(std::move(out));
+    return string_like(sequence, std::move(out));  // Markup * n is Markup
   }
   ValueList items;
   for (std::int64_t i = 0; i < times; ++i) items.insert(items.end(), sequence.items().begin(), sequence.items().end());
@@ -55,7 +55,8 @@ Value repeat(const Value& sequence, std::int64_t times) {
 using BinaryFn = Value (*)(const std::string& op, const Value& left, const Value& right);
 
 EvalError unsupported_operands(const std::string& op, const Value& left, const Value& right) {
-  if (op == "+" && (left.is_string() || is_plain_sequence(left)) && left.kind != right.kind)
+  // Markup defines __add__, which declines other types, so Python reports the pair of types for it.
+  if (op == "+" && (left.is_string() || is_plain_sequence(left)) && left.kind != right.kind && !left.markup)
     return EvalError("can only concatenate " + python_type_name(left) + " (not \"" + python_type_name(right) + "\") to " +
                      python_type_name(left));
   return EvalError("unsupported operand type(s) for " + op + ": '" + python_type_name(left) + "' and '" +
@@ -86,7 +87,12 @@ double float_mul(double a, double b) { return a * b; }
 
 Value add(const std::string& op, const Value& left, const Value& right) {
   if (auto sum = numeric_operator<checked_add, float_add>(left, right)) return *sum;
-  if (left.is_string() && right.is_string()) return Value::from_string(left.text + right.text);
+  if (left.is_string() && right.is_string()) {
+    // Markup.__add__ / __radd__: a Markup operand escapes the plain one and the sum stays Markup.
+    if (left.markup || right.markup)
+      return Value::from_markup(escape_to_markup(left).text + escape_to_markup(right).text);
+    return Value::from_string(left.text + right.text);
+  }
   if (is_plain_sequence(left) && is_plain_sequence(right) && left.sequence == right.sequence) {
     ValueList items = left.items();
     items.insert(items.end(), right.items().begin(), right.items().end());
@@ -233,7 +239,7 @@ const std::unordered_map<std::string_view, TestFn>& tests() {
       {"sequence", [](Name, const Value& v, Args) { return is_sequence(v); }},
       {"iterable", [](Name, const Value& v, Args) { return is_iterable(v); }},
       {"callable", [](Name, const Value& v, Args) { return v.kind == Kind::Callable || v.kind == Kind::Loop; }},
-      {"escaped", [](Name, const Value&, Args) { return false; }},  // nothing here is markup
+      {"escaped", [](Name, const Value& v, Args) { return v.is_string() && v.markup; }},
       {"lower", [](Name, const Value& v, Args) { return pystr::is_lower(to_str(v)); }},
       {"upper", [](Name, const Value& v, Args) { return pystr::is_upper(to_str(v)); }},
       {"odd", [](Name, const Value& v, Args) { return !is_divisible(v, Value::from_int(2)); }},
@@ -323,7 +329,7 @@ Value get_item(const Value& object, const Value& key) {
       return Value::undefined(type_description(object) + " has no element " + std::to_string(key.as_int()));
     if (object.is_string()) {
       std::u32string cps = pystr::decode(object.text);
-      return Value::from_string(pystr::encode(std::u32string(1, cps[static_cast<std::size_t>(index)])));
+      return string_like(object, pystr::encode(std::u32string(1, cps[static_cast<std::size_t>(index)])));
     }
     return object.items()[static_cast<std::size_t>(index)];
   }
@@ -367,7 +373,7 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
   if (object.is_string()) {
     std::u32string cps = pystr::decode(object.text), out;
     for (std::size_t i : indices) out.push_back(cps[i]);
-    return Value::from_string(pystr::encode(out));
+    return string_like(object, pystr::encode(out));  // Markup keeps itself through [i] and [a:b]
   }
   ValueList out;
   for (std::size_t i : indices) out.push_back(object.items()[i]);

@@ -9,6 +9,42 @@ namespace kvchat::jinja {
 
 namespace {
 
+// Whether an expression or statement list reads the variable `name` anywhere (Jinja2 decides from
+// this whether a macro takes varargs, kwargs or a caller).
+bool reads_name(const Body& body, const std::string& name);
+
+bool reads_name(const Expr* expr, const std::string& name) {
+  if (!expr) return false;
+  if (expr->kind == Expr::Kind::Name && expr->name == name) return true;
+  if (reads_name(expr->object.get(), name)) return true;
+  for (const ExprPtr& item : expr->items)
+    if (reads_name(item.get(), name)) return true;
+  for (const auto& keyword : expr->keywords)
+    if (reads_name(keyword.second.get(), name)) return true;
+  return false;
+}
+
+bool reads_name(const Body& body, const std::string& name) {
+  for (const StmtPtr& stmt : body) {
+    if (reads_name(stmt->expr.get(), name) || reads_name(stmt->filter.get(), name)) return true;
+    for (const auto& [condition, branch] : stmt->branches)
+      if (reads_name(condition.get(), name) || reads_name(branch, name)) return true;
+    for (const auto& parameter : stmt->parameters)
+      if (reads_name(parameter.second.get(), name)) return true;
+    if (reads_name(stmt->body, name) || reads_name(stmt->else_body, name)) return true;
+  }
+  return false;
+}
+
+// A placeholder for the rendered body of a block that filters it ({% set x | f %}, {% filter f %}).
+ExprPtr block_placeholder(Position pos) {
+  auto placeholder = std::make_unique<Expr>();
+  placeholder->kind = Expr::Kind::Name;
+  placeholder->name = "";
+  placeholder->pos = pos;
+  return placeholder;
+}
+
 // The template body and its statements ({% if %}, {% for %}, {% set %}, ...), over the expression parser.
 class Parser : public ExpressionParser {
  public:
@@ -88,9 +124,11 @@ class Parser : public ExpressionParser {
       next();
       return stmt;
     }
-    static const char* const kKnownUnsupported[] = {"macro", "call",    "filter", "block",   "extends",
-                                                    "include", "import", "from",  "with",    "autoescape",
-                                                    "print",   "do",     "trans", "pluralize"};
+    if (tag == "macro") return parse_macro();
+    if (tag == "call") return parse_call_block();
+    if (tag == "filter") return parse_filter_block();
+    static const char* const kKnownUnsupported[] = {"block", "extends", "include", "import", "from", "with",
+                                                    "autoescape", "print", "do", "trans", "pluralize"};
     for (const char* known : kKnownUnsupported)
       if (tag == known) fail(token, "the '" + tag + "' tag is not supported");
     fail(token, "unknown tag '" + tag + "'");
@@ -141,14 +179,71 @@ class Parser : public ExpressionParser {
       return stmt;
     }
     stmt->kind = Stmt::Kind::SetBlock;
-    if (is_op("|")) {
-      auto placeholder = std::make_unique<Expr>();
-      placeholder->kind = Expr::Kind::Name;
-      placeholder->name = "";  // the rendered block body
-      placeholder->pos = position(current());
-      stmt->filter = parse_filters(std::move(placeholder));
-    }
+    if (is_op("|")) stmt->filter = parse_filters(block_placeholder(position(current())));
     stmt->body = parse_statements({"endset"}, true, opening);
+    return stmt;
+  }
+
+  // (a, b=default, ...): Jinja2's parse_signature.
+  void parse_signature(Stmt& stmt) {
+    expect_op("(");
+    while (!is_op(")")) {
+      if (!stmt.parameters.empty()) expect_op(",");
+      std::string name = expect_name().value;
+      ExprPtr fallback;
+      if (skip_op("=")) {
+        fallback = parse_expression(true);
+      } else if (!stmt.parameters.empty() && stmt.parameters.back().second) {
+        fail(current(), "non-default argument follows default argument");
+      }
+      stmt.parameters.emplace_back(std::move(name), std::move(fallback));
+    }
+    expect_op(")");
+  }
+
+  // The body of a macro or call block: a new function, so break/continue of an enclosing loop do not
+  // reach into it; the names it reads decide which extra arguments it takes.
+  void parse_function_body(Stmt& stmt, const char* end_tag, const Token& opening) {
+    int saved_loop_depth = loop_depth_;
+    loop_depth_ = 0;
+    stmt.body = parse_statements({end_tag}, true, opening);
+    loop_depth_ = saved_loop_depth;
+    stmt.catch_varargs = reads_name(stmt.body, "varargs");
+    stmt.catch_kwargs = reads_name(stmt.body, "kwargs");
+    stmt.takes_caller = reads_name(stmt.body, "caller");
+  }
+
+  StmtPtr parse_macro() {
+    const Token& opening = next();
+    auto stmt = std::make_unique<Stmt>();
+    stmt->kind = Stmt::Kind::Macro;
+    stmt->pos = position(opening);
+    stmt->target.names.push_back(expect_name().value);
+    parse_signature(*stmt);
+    parse_function_body(*stmt, "endmacro", opening);
+    return stmt;
+  }
+
+  StmtPtr parse_call_block() {
+    const Token& opening = next();
+    auto stmt = std::make_unique<Stmt>();
+    stmt->kind = Stmt::Kind::CallBlock;
+    stmt->pos = position(opening);
+    if (is_op("(")) parse_signature(*stmt);
+    const Token& call_at = current();
+    stmt->expr = parse_expression(true);
+    if (stmt->expr->kind != Expr::Kind::Call) fail(call_at, "expected call");
+    parse_function_body(*stmt, "endcall", opening);
+    return stmt;
+  }
+
+  StmtPtr parse_filter_block() {
+    const Token& opening = next();
+    auto stmt = std::make_unique<Stmt>();
+    stmt->kind = Stmt::Kind::FilterBlock;
+    stmt->pos = position(opening);
+    stmt->filter = parse_filters(block_placeholder(position(current())), true);
+    stmt->body = parse_statements({"endfilter"}, true, opening);
     return stmt;
   }
 

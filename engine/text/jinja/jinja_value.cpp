@@ -51,6 +51,12 @@ Value Value::from_string(std::string s) {
   return v;
 }
 
+Value Value::from_markup(std::string s) {
+  Value v = from_string(std::move(s));
+  v.markup = true;
+  return v;
+}
+
 Value Value::from_list(ValueList items, Sequence sequence) {
   Value v;
   v.kind = Kind::List;
@@ -115,7 +121,7 @@ std::string type_description(const Value& value) {
     case Kind::Bool: return "bool object";
     case Kind::Int: return "int object";
     case Kind::Float: return "float object";
-    case Kind::String: return "str object";
+    case Kind::String: return value.markup ? "Markup object" : "str object";
     case Kind::List:
       switch (value.sequence) {
         case Sequence::List: return "list object";
@@ -208,7 +214,7 @@ std::string python_type_name(const Value& v) {
     case Kind::Bool: return "bool";
     case Kind::Int: return "int";
     case Kind::Float: return "float";
-    case Kind::String: return "str";
+    case Kind::String: return v.markup ? "Markup" : "str";
     case Kind::List:
       switch (v.sequence) {
         case Sequence::List: return "list";
@@ -328,7 +334,7 @@ std::string string_repr(const std::string& text) {
 
 std::string to_repr(const Value& value) {
   switch (value.kind) {
-    case Kind::String: return string_repr(value.text);
+    case Kind::String: return value.markup ? "Markup(" + string_repr(value.text) + ")" : string_repr(value.text);
     case Kind::List: {
       if (value.sequence == Sequence::Generator || value.sequence == Sequence::View) fail_unprintable(value);
       bool tuple = value.sequence == Sequence::Tuple;
@@ -368,6 +374,31 @@ std::string to_str(const Value& value) {
     case Kind::Dict: return to_repr(value);
     default: fail_unprintable(value);
   }
+}
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+Value escape_to_markup(const Value& value) {
+  if (value.is_string() && value.markup) return value;
+  return Value::from_markup(html_escape(to_str(value)));
+}
+
+Value string_like(const Value& like, std::string text) {
+  return like.markup ? Value::from_markup(std::move(text)) : Value::from_string(std::move(text));
 }
 
 ValueList iterate(const Value& value) {

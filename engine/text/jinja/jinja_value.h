@@ -68,6 +68,9 @@ struct Value {
   std::int64_t integer = 0;
   double number = 0.0;
   std::string text;  // String: the text; Undefined: the error to raise when it is used
+  // String only: a markupsafe.Markup (what `safe` returns). Output is unchanged, since autoescape is
+  // off, but plain strings combined with it by `+` or its methods get HTML-escaped (see html_escape).
+  bool markup = false;
   Sequence sequence = Sequence::List;
   std::shared_ptr<const ValueList> list;
   std::shared_ptr<const DictEntries> dict;
@@ -81,6 +84,7 @@ struct Value {
   static Value from_int(std::int64_t i);
   static Value from_float(double f);
   static Value from_string(std::string s);
+  static Value from_markup(std::string s);
   static Value from_list(ValueList items, Sequence sequence = Sequence::List);
   static Value from_dict(DictEntries entries);
   static Value from_callable(std::string name, std::function<Value(const CallArgs&)> call);
@@ -133,6 +137,13 @@ struct JsonFormat {
 };
 // json.dumps(value, ensure_ascii=False, ...) as transformers' tojson filter calls it.
 std::string to_json(const Value& value, const JsonFormat& format);
+
+// markupsafe's escape of plain text: & < > " ' become &amp; &lt; &gt; &#34; &#39;.
+std::string html_escape(const std::string& text);
+// markupsafe.escape(value): a Markup stays as it is, anything else is str() and then escaped.
+Value escape_to_markup(const Value& value);
+// `text` as a Markup when `like` is one, else a plain str: for operations Markup keeps itself through.
+Value string_like(const Value& like, std::string text);
 
 // Looks a string key up in a dict; nullptr when absent.
 const Value* dict_find(const DictEntries& entries, const Value& key);
