@@ -54,6 +54,52 @@ struct SafetensorsFile::Mapping {
   }
 };
 
+namespace {
+
+// One header entry, every field checked against the data section of `data_size` bytes.
+SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& value,
+                             std::uint64_t data_size) {
+  const std::string context = path + ": tensor '" + name + "'";
+  if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") || !value.contains("data_offsets"))
+    throw ModelError(context + ": entry needs dtype, shape and data_offsets");
+  SafetensorsEntry entry;
+  entry.name = name;
+  if (!value["dtype"].is_string()) throw ModelError(context + ": dtype must be a string");
+  entry.dtype = value["dtype"].get<std::string>();
+  std::size_t element_size = safetensors_dtype_size(entry.dtype);
+  if (element_size == 0) throw ModelError(context + ": unknown dtype '" + entry.dtype + "'");
+  if (!value["shape"].is_array()) throw ModelError(context + ": shape must be an array");
+  if (value["shape"].size() > kMaxDimensions)
+    throw ModelError(context + ": shape has " + std::to_string(value["shape"].size()) + " dimensions (at most " +
+                     std::to_string(kMaxDimensions) + ")");
+  std::uint64_t elements = 1, byte_size = element_size;  // a shape of [] is one element
+  for (const json& dim : value["shape"]) {
+    if (!dim.is_number_integer() || dim.get<std::int64_t>() < 0)
+      throw ModelError(context + ": shape must hold non-negative integers");
+    entry.shape.push_back(dim.get<std::int64_t>());
+    // A product that wraps could match a small byte range by accident: [2^62, 2^62] would be 0 bytes.
+    if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(entry.shape.back()), &elements) ||
+        __builtin_mul_overflow(elements, static_cast<std::uint64_t>(element_size), &byte_size))
+      throw ModelError(context + ": shape has more elements than a file can hold");
+  }
+  const json& offsets = value["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+    throw ModelError(context + ": data_offsets must be two non-negative integers");
+  entry.begin = offsets[0].get<std::uint64_t>();
+  entry.end = offsets[1].get<std::uint64_t>();
+  if (entry.begin > entry.end) throw ModelError(context + ": data_offsets begin after they end");
+  if (entry.end > data_size)
+    throw ModelError(context + ": data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
+                     ") lie outside the data section (" + std::to_string(data_size) +
+                     " bytes); the file is truncated or corrupt");
+  if (byte_size != entry.end - entry.begin)
+    throw ModelError(context + ": shape x dtype size is " + std::to_string(byte_size) +
+                     " bytes but data_offsets span " + std::to_string(entry.end - entry.begin) + " bytes");
+  return entry;
+}
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   int fd = open_model_file(path);
   if (fd < 0)
@@ -110,43 +156,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 
   for (auto& [name, value] : header.items()) {
     if (name == "__metadata__") continue;
-    const std::string context = path + ": tensor '" + name + "'";
-    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") || !value.contains("data_offsets"))
-      throw ModelError(context + ": entry needs dtype, shape and data_offsets");
-    SafetensorsEntry entry;
-    entry.name = name;
-    if (!value["dtype"].is_string()) throw ModelError(context + ": dtype must be a string");
-    entry.dtype = value["dtype"].get<std::string>();
-    std::size_t element_size = safetensors_dtype_size(entry.dtype);
-    if (element_size == 0) throw ModelError(context + ": unknown dtype '" + entry.dtype + "'");
-    if (!value["shape"].is_array()) throw ModelError(context + ": shape must be an array");
-    if (value["shape"].size() > kMaxDimensions)
-      throw ModelError(context + ": shape has " + std::to_string(value["shape"].size()) + " dimensions (at most " +
-                       std::to_string(kMaxDimensions) + ")");
-    std::uint64_t elements = 1, byte_size = 0;
-    for (const json& dim : value["shape"]) {
-      if (!dim.is_number_integer() || dim.get<std::int64_t>() < 0)
-        throw ModelError(context + ": shape must hold non-negative integers");
-      entry.shape.push_back(dim.get<std::int64_t>());
-      // A product that wraps could match a small byte range by accident: [2^62, 2^62] would be 0 bytes.
-      if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(entry.shape.back()), &elements) ||
-          __builtin_mul_overflow(elements, static_cast<std::uint64_t>(element_size), &byte_size))
-        throw ModelError(context + ": shape has more elements than a file can hold");
-    }
-    const json& offsets = value["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
-      throw ModelError(context + ": data_offsets must be two non-negative integers");
-    entry.begin = offsets[0].get<std::uint64_t>();
-    entry.end = offsets[1].get<std::uint64_t>();
-    if (entry.begin > entry.end) throw ModelError(context + ": data_offsets begin after they end");
-    if (entry.end > data_size)
-      throw ModelError(context + ": data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
-                       ") lie outside the data section (" + std::to_string(data_size) +
-                       " bytes); the file is truncated or corrupt");
-    if (elements * element_size != entry.end - entry.begin)
-      throw ModelError(context + ": shape x dtype size is " + std::to_string(elements * element_size) +
-                       " bytes but data_offsets span " + std::to_string(entry.end - entry.begin) + " bytes");
-    entries_.emplace(name, std::move(entry));
+    entries_.emplace(name, parse_entry(path, name, value, data_size));
   }
 
   std::vector<const SafetensorsEntry*> by_offset;
