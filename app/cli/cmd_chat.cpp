@@ -116,6 +116,9 @@ int run_chat(const std::vector<std::string>& args) {
                    {});
   parser.parse(args);
   const std::string model_directory = parser.required("model");
+  // Checked before anything is created: an empty message must not leave an empty conversation behind.
+  if (auto message = parser.value("message"); message && message->find_first_not_of(" \t\r\n") == std::string::npos)
+    throw UsageError("--message is empty");
 
   app::TurnOptions options;
   options.generation.max_new_tokens = parser.int_or("max-new-tokens", 256);
@@ -170,10 +173,7 @@ int run_chat(const std::vector<std::string>& args) {
   chat.session = &session;
   chat.options = options;
 
-  if (auto message = parser.value("message")) {
-    if (message->empty()) throw UsageError("--message is empty");
-    return run_turn(chat, *message) ? 0 : 1;
-  }
+  if (auto message = parser.value("message")) return run_turn(chat, *message) ? 0 : 1;
   const bool interactive = isatty(STDIN_FILENO);
   bool all_ok = true;
   std::string line;
@@ -181,6 +181,13 @@ int run_chat(const std::vector<std::string>& args) {
     if (interactive) std::fputs("> ", stderr);
     if (!std::getline(std::cin, line)) break;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // A NUL would end the text at the C boundaries below it: keep the rest, mark where it was.
+    if (line.find('\0') != std::string::npos) {
+      std::string replaced;
+      for (char c : line) replaced += c == '\0' ? std::string("\xEF\xBF\xBD") : std::string(1, c);  // U+FFFD
+      line = std::move(replaced);
+      spdlog::warn("a NUL byte in the message was replaced by U+FFFD");
+    }
     all_ok = run_turn(chat, line) && all_ok;
   }
   return all_ok ? 0 : 1;

@@ -11,14 +11,27 @@ namespace {
 
 // One conversation per line, tab-separated so that scripts can cut it: id, updated (UTC, ISO 8601),
 // message count, title (tabs and line breaks in the title become spaces).
+// A title as one safe field: tabs and line breaks become spaces, and any other control character (an
+// escape sequence could recolour or retitle the terminal) is shown as \xNN instead of reaching it raw.
+QString printable_title(const QString& title) {
+  QString out;
+  out.reserve(title.size());
+  for (const QChar c : title) {
+    const char16_t code = c.unicode();
+    if (code == '\t' || code == '\n' || code == '\r') out += QLatin1Char(' ');
+    else if (code < 0x20 || (code >= 0x7F && code <= 0x9F))
+      out += QStringLiteral("\\x%1").arg(static_cast<int>(code), 2, 16, QLatin1Char('0'));
+    else out += c;
+  }
+  return out;
+}
+
 int run_list(const std::vector<std::string>& args) {
   ArgParser parser({"db"}, {});
   parser.parse(args);
   auto store = open_existing_store(parser.required("db"));
   for (const app::ConversationRecord& conversation : store->conversations()) {
-    QString title = conversation.title;
-    title.replace(QLatin1Char('\t'), QLatin1Char(' ')).replace(QLatin1Char('\n'), QLatin1Char(' '))
-        .replace(QLatin1Char('\r'), QLatin1Char(' '));
+    const QString title = printable_title(conversation.title);
     const QByteArray line = QStringLiteral("%1\t%2\t%3\t%4\n")
                                 .arg(conversation.id)
                                 .arg(conversation.updated_at.toUTC().toString(Qt::ISODateWithMs))

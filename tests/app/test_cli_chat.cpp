@@ -34,6 +34,7 @@ class CliChatTest : public QObject {
   void continuing_a_stored_conversation();
   void interactive_lines_from_stdin_reuse_the_cache();
   void usage_errors_are_clear();
+  void empty_messages_and_nul_bytes();
 
  private:
   std::string expected_reply(const std::vector<kvchat::ChatMessage>& messages, int max_new_tokens) const;
@@ -128,6 +129,26 @@ void CliChatTest::usage_errors_are_clear() {
   result = run_cli({"chat", "--model", dir_.filePath("no-such-model"), "--db", db, "--message", "hi"});
   QCOMPARE(result.exit_code, 1);
   QVERIFY2(result.err.find("no-such-model") != std::string::npos, result.err.c_str());
+}
+
+// An empty --message is refused before a conversation is created; a NUL byte read from stdin keeps the
+// rest of the line (marked by U+FFFD) instead of cutting the message there.
+void CliChatTest::empty_messages_and_nul_bytes() {
+  const QString db = dir_.filePath("edge.sqlite3");
+  for (const QString empty : {QString(), QStringLiteral("  ")}) {
+    const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", empty});
+    QCOMPARE(result.exit_code, 2);
+    QVERIFY2(result.err.find("--message is empty") != std::string::npos, result.err.c_str());
+  }
+  QVERIFY(!QFile::exists(db) || ConversationStore(db, StoreOpenMode::ExistingOnly).conversations().isEmpty());
+
+  const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "4"},
+                                   std::string("Once upon\0 a time\n", 18));
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  const auto conversations = store.conversations();
+  QCOMPARE(conversations.size(), 1);
+  QCOMPARE(store.messages(conversations[0].id)[0].text, QStringLiteral("Once upon\uFFFD a time"));
 }
 
 QTEST_GUILESS_MAIN(CliChatTest)

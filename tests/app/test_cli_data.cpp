@@ -34,6 +34,7 @@ class CliDataTest : public QObject {
  private Q_SLOTS:
   void initTestCase();
   void list_prints_one_line_per_conversation();
+  void list_escapes_control_characters_in_titles();
   void export_to_stdout_in_each_format();
   void export_to_file();
   void unknown_conversation_fails_clearly();
@@ -90,6 +91,17 @@ void CliDataTest::list_prints_one_line_per_conversation() {
                          .arg(conversations[0].updated_at.toUTC().toString(Qt::ISODateWithMs)));
   QVERIFY(lines[1].endsWith(QStringLiteral("\t1\tTabs and breaks")));
   QVERIFY(lines[2].endsWith(QStringLiteral("\t0\tNothing yet")));
+}
+
+// A title with a terminal escape sequence and a bell reaches the terminal as visible text, not raw.
+void CliDataTest::list_escapes_control_characters_in_titles() {
+  const QString db = dir_.filePath(QStringLiteral("controls.sqlite3"));
+  ConversationStore(db).create_conversation(QStringLiteral("Red\x1b[31m alert\x07 \u0085end\x7f"));
+  const CliResult result = run_cli({QStringLiteral("list"), QStringLiteral("--db"), db});
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  QVERIFY2(QString::fromStdString(result.out).endsWith(QStringLiteral("\t0\tRed\\x1b[31m alert\\x07 \\x85end\\x7f\n")),
+           result.out.c_str());
+  QVERIFY(result.out.find('\x1b') == std::string::npos);
 }
 
 void CliDataTest::export_to_stdout_in_each_format() {
