@@ -1,5 +1,7 @@
 #include "engine/model_weights.h"
 
+#include <unistd.h>
+
 #include <memory>
 #include <stdexcept>
 
@@ -77,6 +79,24 @@ struct LayerShapes {
         kv_out(c.num_key_value_heads * c.head_dim) {}
 };
 
+// The bytes the config's weights take (in double: absurd configs must not overflow the estimate), checked
+// against the machine's memory before anything is allocated: a config with 10^9 layers fails at once
+// with its size instead of after gigabytes of allocation.
+void check_fits_in_memory(const ModelConfig& config, WeightDtype dtype) {
+  const LayerShapes s(config);
+  const double element = dtype == WeightDtype::BFloat16 ? 2.0 : 4.0;
+  const double per_layer = double(s.hidden) * double(s.q_out + 2 * s.kv_out) + double(s.q_out) * double(s.hidden) +
+                           3.0 * double(s.hidden) * double(s.inter);
+  const double matrices = double(config.vocab_size) * double(s.hidden) * (config.tie_word_embeddings ? 1.0 : 2.0) +
+                          double(config.num_hidden_layers) * per_layer;
+  const double bytes = matrices * element;
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0 && bytes > memory)
+    throw ModelError("the weights of this config need " + std::to_string(static_cast<long long>(bytes / 1073741824.0)) +
+                     " GiB, more than this machine's " + std::to_string(static_cast<long long>(memory / 1073741824.0)) +
+                     " GiB of memory");
+}
+
 }  // namespace
 
 ModelWeights load_model_weights(const std::string& directory, const ModelConfig& config, WeightDtype dtype) {
@@ -112,6 +132,7 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
 }
 
 ModelWeights random_model_weights(const ModelConfig& config, std::uint64_t seed, WeightDtype dtype) {
+  check_fits_in_memory(config, dtype);
   at::manual_seed(seed);
   const at::ScalarType type = storage_type(dtype);
   const LayerShapes s(config);

@@ -20,6 +20,7 @@ class ModelConfigTest : public QObject {
   void real_configs();
   void generation_config_eos_wins();
   void random_weights_of_a_gqa_3_to_1_shape();
+  void random_weights_larger_than_memory_are_refused_before_allocating();
 };
 
 void ModelConfigTest::real_configs_data() {
@@ -67,6 +68,18 @@ void ModelConfigTest::generation_config_eos_wins() {
   ModelConfig config = ModelConfig::from_directory(shared_path("models/stories260K"));
   auto generation = load_json(shared_path("models/stories260K/generation_config.json"));
   QVERIFY(config.eos_token_ids == generation["eos_token_id"].get<std::vector<TokenId>>());
+}
+
+// A billion layers of a 1B model's shape: refused with the size, before a byte is allocated.
+void ModelConfigTest::random_weights_larger_than_memory_are_refused_before_allocating() {
+  ModelConfig config = ModelConfig::from_file(shared_path("fixtures/configs/llama-3.2-1b.json"));
+  config.num_hidden_layers = 1000000000;
+  try {
+    LlamaModel::random(config, 1);
+    QFAIL("weights larger than memory must be refused");
+  } catch (const ModelError& error) {
+    QVERIFY2(QString(error.what()).contains("GiB, more than this machine's"), error.what());
+  }
 }
 
 // SmolLM2's shape (9 query heads over 3 KV heads, head_dim from hidden/heads), scaled down in depth
