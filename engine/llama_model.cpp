@@ -23,6 +23,11 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return x * at::rsqrt(variance + eps) * weight;
 }
 
+void copy_logits(const at::Tensor& row, std::vector<float>& logits) {
+  const at::Tensor values = row.contiguous();
+  logits.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
+}
+
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   at::Tensor positions = at::arange(config_.max_position_embeddings, at::kLong);
@@ -86,8 +91,7 @@ void LlamaModel::decode(TokenId token, std::int64_t position, KvCache& cache, De
     decode_step(token, position, cache, context);
     return;
   }
-  const at::Tensor row = forward_checked(&token, 1, position, &cache, /*all_positions=*/false).contiguous();
-  std::copy_n(row.data_ptr<float>(), config_.vocab_size, context.logits.data());
+  copy_logits(forward_checked(&token, 1, position, &cache, /*all_positions=*/false), context.logits);
 }
 
 // Attention of grouped queries [KVH, group*T, d] over keys/values [KVH, total, d] into `out` (same

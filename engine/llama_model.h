@@ -76,4 +76,7 @@ class LlamaModel {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// Copies a logits row [vocab] (forward()'s result) into `logits`, which keeps its storage when sized.
+void copy_logits(const at::Tensor& row, std::vector<float>& logits);
+
 }  // namespace kvchat

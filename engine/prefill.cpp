@@ -13,11 +13,6 @@ namespace kvchat {
 namespace {
 using Clock = std::chrono::steady_clock;
 bool stop_requested(const std::atomic<bool>* stop) { return stop && stop->load(std::memory_order_relaxed); }
-
-void copy_logits(const at::Tensor& row, std::vector<float>& logits) {
-  const at::Tensor values = row.contiguous();
-  logits.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
-}
 }  // namespace
 
 Prefiller::Prefiller(const LlamaModel& model, int chunk_tokens)

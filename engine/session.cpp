@@ -130,8 +130,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
       sequence.reserve(total);
       feed = [&](TokenId token, std::int64_t) {
         sequence.push_back(token);
-        const at::Tensor row = model_->forward(sequence, 0, nullptr).contiguous();
-        std::copy_n(row.data_ptr<float>(), vocab_size, logits.data());
+        copy_logits(model_->forward(sequence, 0, nullptr), logits);
         return logits.data();
       };
     }
