@@ -70,8 +70,7 @@ std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessa
                                                      const ConversationTokens& known,
                                                      std::string* rendered_text) const {
   if (!model_.tokenizer)
-    throw std::invalid_argument("model directory " + model_.directory +
-                                " has no tokenizer.json, so it cannot be used for chat");
+    throw std::invalid_argument("model " + model_.path + " has no tokenizer, so it cannot be used for chat");
   const RenderedPrompt prompt = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/true);
   *rendered_text = prompt.text;
   const Tokenizer& tokenizer = *model_.tokenizer;

@@ -11,6 +11,7 @@
 
 #include "app/chat_turn_runner.h"
 #include "engine/compute_options.h"
+#include "engine/llama_model.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -52,10 +53,10 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
   try {
     LoadOptions options;
     options.threads = threads;
-    auto model = std::make_shared<LoadedModel>(load_model_directory(directory.toStdString(), options));
+    auto model = std::make_shared<LoadedModel>(load_model(directory.toStdString(), options));
     if (!model->tokenizer)
-      throw std::invalid_argument("model directory " + directory.toStdString() +
-                                  " has no tokenizer.json, so it cannot be used for chat");
+      throw std::invalid_argument("model " + directory.toStdString() +
+                                  " has no tokenizer (tokenizer.json or GGUF tokenizer metadata), so it cannot be used for chat");
     state_->threads = threads;
     // Caches belong to the model that filled them (listeners drop theirs on loaded()).
     state_->conversations.clear();
@@ -63,8 +64,13 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
 
     ModelInfo info;
     info.directory = directory;
-    info.name = QString::fromStdString(model->directory);
+    info.name = QString::fromStdString(model->path);
     info.name = info.name.section('/', -1, -1, QString::SectionSkipEmpty);
+    info.architecture = QString::fromStdString(model->config.model_type);
+    info.format = QString::fromStdString(model->format);
+    info.weight_format = QString::fromStdString(model->weight_format);
+    info.file_bytes = model->file_bytes;
+    info.weight_bytes = model->model->weight_bytes();
     info.parameter_count = model->config.parameter_count();
     info.context_length = static_cast<int>(model->config.max_position_embeddings);
     info.layers = static_cast<int>(model->config.num_hidden_layers);
@@ -75,7 +81,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
                  info.parameter_count, info.context_length, info.load_seconds);
     Q_EMIT loaded(info);
   } catch (const std::exception& error) {
-    spdlog::error("cannot load model directory {}: {}", directory.toStdString(), error.what());
+    spdlog::error("cannot load model {}: {}", directory.toStdString(), error.what());
     Q_EMIT loadFailed(directory, QString::fromStdString(error.what()));
   } catch (...) {
     spdlog::error("cannot load model directory {}: unknown error", directory.toStdString());

@@ -21,8 +21,13 @@
 namespace kvchat::app {
 
 struct ModelInfo {
-  QString directory;
-  QString name;  // the directory's folder name
+  QString directory;  // the model's path: a Hugging Face directory or a .gguf file
+  QString name;  // the directory's folder name, or the file's name
+  QString architecture;   // "llama", "qwen2"
+  QString format;         // "safetensors" or "gguf"
+  QString weight_format;  // "f32", "bf16", "Q4_K_M", "Q8_0", ...
+  qint64 file_bytes = 0;      // of the weights on disk
+  qint64 weight_bytes = 0;    // of the weights in memory
   qint64 parameter_count = 0;
   int context_length = 0;  // max_position_embeddings
   int layers = 0;

@@ -73,8 +73,9 @@ std::int64_t current_rss_bytes() {
 
 namespace {
 std::size_t paired_probe_bytes(const LlamaModel& model) {
-  const at::Tensor& head = model.weights().lm_head.weight;
-  return head.is_contiguous() ? std::min(kPairedProbeBytes, static_cast<std::size_t>(head.nbytes())) : 0;
+  const Linear& head = model.weights().lm_head;
+  const bool contiguous = head.is_quantized() || head.weight.is_contiguous();
+  return contiguous ? std::min(kPairedProbeBytes, static_cast<std::size_t>(head.bytes())) : 0;
 }
 }  // namespace
 
@@ -104,7 +105,7 @@ BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model
   arrived.reserve(static_cast<std::size_t>(new_tokens));
   resumed.reserve(static_cast<std::size_t>(new_tokens));
   probed_gb_s.reserve(static_cast<std::size_t>(new_tokens));
-  const void* probe_data = model->weights().lm_head.weight.data_ptr();
+  const void* probe_data = model->weights().lm_head.data();
   Session session(model, mode);
   auto start = Clock::now();
   GenerationResult result = session.generate(prompt, config, nullptr, [&](TokenId, const DecodeProgress&) {

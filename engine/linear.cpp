@@ -1,8 +1,11 @@
 #include "engine/linear.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 
 #include "engine/compute_options.h"
+#include "engine/gguf/dequantize.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/matvec.h"
 
@@ -10,39 +13,94 @@ namespace kvchat {
 
 // The streaming kernels take the rows kGroupRows at a time, one pass over W each.
 constexpr std::int64_t kGroupRows = 4;
+// A prefill product decodes a quantized matrix into f32 blocks of about this many bytes for sgemm: the
+// whole matrix at once would be an lm_head of a gigabyte.
+constexpr std::int64_t kDecodedBlockBytes = 32 << 20;
 
-at::Tensor Linear::forward(const at::Tensor& x) const {
-  const std::int64_t rows = x.size(0), in = weight.size(1), out = weight.size(0);
-  const bool bf16 = weight.scalar_type() == at::kBFloat16;
-  if (fast_kernels_enabled() && rows <= kStreamingRows && weight.is_contiguous()) {
-    at::Tensor input = x.contiguous();
-    at::Tensor output = at::empty({rows, out}, at::kFloat);
-    const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
-    // Groups of up to kGroupRows rows share one pass over W.
-    for (std::int64_t first = 0; first < rows; first += kGroupRows) {
-      const std::int64_t n = std::min(kGroupRows, rows - first);
-      const float* in_rows = input.data_ptr<float>() + first * in;
-      float* out_rows = output.data_ptr<float>() + first * out;
-      if (bf16) {
-        const auto* w = reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>());
-        if (n == 1) kernels::matvec_bf16(w, in_rows, out_rows, out, in, bias_data);
-        else kernels::matmul_bf16_small(w, in_rows, out_rows, n, out, in, bias_data);
-      } else {
-        const float* w = weight.data_ptr<float>();
-        if (n == 1) kernels::matvec_f32(w, in_rows, out_rows, out, in, bias_data);
-        else kernels::matmul_f32_small(w, in_rows, out_rows, n, out, in, bias_data);
-      }
-    }
+namespace {
+
+// f32 scratch kept by the thread: a fresh buffer per product would cost a page fault and a zero fill
+// per 4 KiB, about a second per prefill chunk of a 1B model.
+float* thread_buffer(std::int64_t floats) {
+  thread_local at::Tensor buffer;
+  if (!buffer.defined() || buffer.numel() < floats) buffer = at::empty({floats}, at::kFloat);
+  return buffer.data_ptr<float>();
+}
+
+at::Tensor streaming_forward(const Linear& linear, const at::Tensor& x) {
+  const std::int64_t rows = x.size(0), in = linear.in_features(), out = linear.out_features();
+  at::Tensor input = x.contiguous();
+  at::Tensor output = at::empty({rows, out}, at::kFloat);
+  const float* bias_data = linear.bias.defined() ? linear.bias.data_ptr<float>() : nullptr;
+  if (linear.is_quantized()) {
+    kernels::matmul_quantized(linear.quantized.view, input.data_ptr<float>(), output.data_ptr<float>(), rows, bias_data);
     return output;
   }
+  const bool bf16 = linear.weight.scalar_type() == at::kBFloat16;
+  // Groups of up to kGroupRows rows share one pass over W.
+  for (std::int64_t first = 0; first < rows; first += kGroupRows) {
+    const std::int64_t n = std::min(kGroupRows, rows - first);
+    const float* in_rows = input.data_ptr<float>() + first * in;
+    float* out_rows = output.data_ptr<float>() + first * out;
+    if (bf16) {
+      const auto* w = reinterpret_cast<const std::uint16_t*>(linear.weight.data_ptr<at::BFloat16>());
+      if (n == 1) kernels::matvec_bf16(w, in_rows, out_rows, out, in, bias_data);
+      else kernels::matmul_bf16_small(w, in_rows, out_rows, n, out, in, bias_data);
+    } else {
+      const float* w = linear.weight.data_ptr<float>();
+      if (n == 1) kernels::matvec_f32(w, in_rows, out_rows, out, in, bias_data);
+      else kernels::matmul_f32_small(w, in_rows, out_rows, n, out, in, bias_data);
+    }
+  }
+  return output;
+}
+
+// Prefill over a quantized matrix: blocks of rows decoded to f32 (in parallel), each block one sgemm.
+at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& x) {
+  const kernels::QuantizedMatrixView& w = linear.quantized.view;
+  const std::int64_t block_rows = std::clamp<std::int64_t>(kDecodedBlockBytes / (w.cols * 4), 1, w.rows);
+  float* decoded = thread_buffer(block_rows * w.cols);
+  at::Tensor output = at::empty({x.size(0), w.rows}, at::kFloat);
+  for (std::int64_t first = 0; first < w.rows; first += block_rows) {
+    const std::int64_t count = std::min(block_rows, w.rows - first);
+    at::parallel_for(0, count, 16, [&](std::int64_t begin, std::int64_t end) {
+      dequantize(w.type, w.data + (first + begin) * w.row_bytes, (end - begin) * w.cols, decoded + begin * w.cols);
+    });
+    at::Tensor block = at::from_blob(decoded, {count, w.cols}, at::kFloat);
+    output.narrow(1, first, count).copy_(at::linear(x, block));
+  }
+  if (linear.bias.defined()) output.add_(linear.bias);
+  return output;
+}
+
+}  // namespace
+
+std::int64_t Linear::out_features() const { return is_quantized() ? quantized.view.rows : weight.size(0); }
+std::int64_t Linear::in_features() const { return is_quantized() ? quantized.view.cols : weight.size(1); }
+
+std::int64_t Linear::bytes() const {
+  const std::int64_t matrix = is_quantized() ? quantized.view.rows * quantized.view.row_bytes
+                                             : static_cast<std::int64_t>(weight.nbytes());
+  return matrix + (bias.defined() ? static_cast<std::int64_t>(bias.nbytes()) : 0);
+}
+
+const void* Linear::data() const { return is_quantized() ? quantized.view.data : weight.data_ptr(); }
+
+std::string Linear::type_name() const {
+  if (is_quantized()) return to_string(quantized.view.type);
+  return weight.scalar_type() == at::kBFloat16 ? "bf16" : "f32";
+}
+
+at::Tensor Linear::forward(const at::Tensor& x) const {
+  const std::int64_t rows = x.size(0);
+  if (fast_kernels_enabled() && rows <= kStreamingRows && (is_quantized() || weight.is_contiguous()))
+    return streaming_forward(*this, x);
+  if (is_quantized()) return quantized_gemm_forward(*this, x);
   at::Tensor w = weight;
-  if (bf16) {
-    // Prefill: widen bf16 weights to f32 chunk by chunk for sgemm (LibTorch's own bf16 matmul is ~40x
-    // slower), into a buffer kept by the thread: a fresh one per product would cost a page fault and a
-    // zero fill per 4 KiB, about a second per prefill chunk of a 1B model.
-    thread_local at::Tensor widened;
-    if (!widened.defined() || widened.numel() < out * in) widened = at::empty({out * in}, at::kFloat);
-    w = widened.narrow(0, 0, out * in).view({out, in});
+  if (weight.scalar_type() == at::kBFloat16) {
+    // Prefill: widen bf16 weights to f32 for sgemm (LibTorch's own bf16 matmul is ~40x slower).
+    const std::int64_t out = weight.size(0), in = weight.size(1);
+    w = at::from_blob(thread_buffer(out * in), {out, in}, at::kFloat);
     if (fast_kernels_enabled() && weight.is_contiguous())
       kernels::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>()), w.data_ptr<float>(),
                            weight.numel());
@@ -50,6 +108,30 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
       w.copy_(weight);
   }
   return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+}
+
+void Linear::row_into(std::int64_t row, float* out) const {
+  if (is_quantized()) {
+    dequantize(quantized.view.type, quantized.view.data + row * quantized.view.row_bytes, quantized.view.cols, out);
+  } else if (!weight.is_contiguous()) {
+    const at::Tensor values = weight[row].to(at::kFloat).contiguous();
+    std::copy(values.data_ptr<float>(), values.data_ptr<float>() + values.numel(), out);
+  } else if (weight.scalar_type() == at::kBFloat16) {
+    kernels::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>()) + row * weight.size(1),
+                         out, weight.size(1));
+  } else {
+    const float* values = weight.data_ptr<float>() + row * weight.size(1);
+    std::copy(values, values + weight.size(1), out);
+  }
+}
+
+at::Tensor Linear::rows(const at::Tensor& ids) const {
+  if (!is_quantized()) return weight.index_select(0, ids).to(at::kFloat);
+  const at::Tensor indices = ids.contiguous();
+  at::Tensor out = at::empty({indices.size(0), in_features()}, at::kFloat);
+  for (std::int64_t i = 0; i < indices.size(0); ++i)
+    row_into(indices.data_ptr<std::int64_t>()[i], out.data_ptr<float>() + i * in_features());
+  return out;
 }
 
 }  // namespace kvchat

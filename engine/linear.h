@@ -1,16 +1,43 @@
 #pragma once
-// One weight matrix and its product: y = x W^T (+ b). The weights stay in the dtype they are kept in
-// (f32 or bf16); compute and the result are f32. forward() picks the implementation by the number of
-// rows: the weight-streaming kernels for a few rows (decode, short chunks), LibTorch's GEMM for a
-// prefill chunk.
+// One weight matrix and its product: y = x W^T (+ b). The matrix stays in the type it is kept in: an
+// f32 or bf16 tensor, or the blocks of a GGUF type (F16 or a quantization such as Q8_0 or Q4_K) as the
+// file stores them, usually still inside the memory-mapped file. Compute and results are f32.
+// forward() picks the implementation by the number of rows: the weight-streaming kernels for a few
+// rows (decode, short chunks), LibTorch's GEMM for a prefill chunk (quantized rows are decoded to f32
+// a block of rows at a time for it, never the whole model).
 #include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/kernels/quantized_matvec.h"
 
 namespace kvchat {
 
+// A matrix as a GGUF file stores it: rows of whole blocks of one type.
+struct QuantizedMatrix {
+  kernels::QuantizedMatrixView view;  // view.data is null when the Linear holds a tensor instead
+  std::shared_ptr<const void> owner;  // keeps view.data alive: the mapped file, or a buffer of copied rows
+};
+
 struct Linear {
-  at::Tensor weight;  // [out, in]
-  at::Tensor bias;    // [out] or undefined
+  at::Tensor weight;           // [out, in] f32 or bf16; undefined when `quantized` holds the matrix
+  QuantizedMatrix quantized;   // the matrix in a GGUF type
+  at::Tensor bias;             // [out] f32, or undefined
+
+  bool is_quantized() const { return quantized.view.data != nullptr; }
+  std::int64_t out_features() const;
+  std::int64_t in_features() const;
+  std::int64_t bytes() const;  // of the matrix and the bias
+  const void* data() const;    // the matrix's first byte
+  std::string type_name() const;  // "f32", "bf16", or the GGUF type's name ("Q4_K", "F16", ...)
+
   at::Tensor forward(const at::Tensor& x) const;  // x [T, in] f32 -> [T, out] f32
+  // Rows `ids` (int64 [n]) of the matrix as f32 [n, in]: the embedding lookup.
+  at::Tensor rows(const at::Tensor& ids) const;
+  // Row `row` as f32 into out[in].
+  void row_into(std::int64_t row, float* out) const;
 };
 
 // Up to this many rows of x the weight-streaming kernels beat LibTorch's GEMM, which only pays off

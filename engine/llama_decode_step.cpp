@@ -12,6 +12,7 @@
 #include "engine/kernels/attention.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/quantized_matvec.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/llama_model.h"
 
@@ -60,9 +61,31 @@ void shared_input_into(std::initializer_list<std::pair<const Linear*, float*>> p
   else kernels::matvec_bf16_shared_input(jobs, count, x, in);
 }
 
+// The view of a matrix for the quantized kernels; f32 and bf16 tensors are GGUF F32 and BF16 rows.
+kernels::QuantizedMatrixView quantized_view(const Linear& linear) {
+  if (linear.is_quantized()) return linear.quantized.view;
+  const bool bf16 = linear.weight.scalar_type() == at::kBFloat16;
+  const std::int64_t in = linear.weight.size(1);
+  return {bf16 ? GgufType::BF16 : GgufType::F32, static_cast<const std::uint8_t*>(linear.weight.data_ptr()),
+          linear.weight.size(0), in, in * (bf16 ? 2 : 4)};
+}
+
+// Products that share their input go to the kernels of their common storage type; a mix (or a GGUF
+// type) goes to the quantized kernels, which take each matrix in its own type.
 void shared_input_linears_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
-  if (products.begin()->first->weight.scalar_type() == at::kBFloat16) shared_input_into<std::uint16_t>(products, x);
-  else shared_input_into<float>(products, x);
+  bool all_f32 = true, all_bf16 = true;
+  for (const auto& [linear, y] : products) {
+    all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
+    all_bf16 = all_bf16 && !linear->is_quantized() && linear->weight.scalar_type() == at::kBFloat16;
+  }
+  if (all_f32) return shared_input_into<float>(products, x);
+  if (all_bf16) return shared_input_into<std::uint16_t>(products, x);
+  kernels::SharedInputQuantizedProduct jobs[3];
+  int count = 0;
+  for (auto [linear, y] : products)
+    jobs[count++] = {quantized_view(*linear), y,
+                     linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
+  kernels::matvec_quantized_shared_input(jobs, count, x);
 }
 
 // y = W x (+ b) through the weight-streaming kernels: a one-product job.
@@ -78,16 +101,6 @@ void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, cons
       v[i] = a * cos[i] - b * sin[i];
       v[i + half] = b * cos[i + half] + a * sin[i + half];
     }
-  }
-}
-
-void embedding_row_into(const at::Tensor& embedding, TokenId token, float* out, std::int64_t hidden) {
-  if (embedding.scalar_type() == at::kBFloat16) {
-    kernels::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(embedding.data_ptr<at::BFloat16>()) + token * hidden,
-                         out, hidden);
-  } else {
-    const float* row = embedding.data_ptr<float>() + token * hidden;
-    std::copy(row, row + hidden, out);
   }
 }
 
@@ -117,7 +130,7 @@ void LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cach
   const float* cos = rope_cos_.data_ptr<float>() + position * head_dim;
   const float* sin = rope_sin_.data_ptr<float>() + position * head_dim;
   const std::int64_t positions = position + 1;  // attended: the cached ones and this one
-  embedding_row_into(weights_.embedding, token, s.x.data(), hidden);
+  weights_.embedding.row_into(token, s.x.data());
 
   for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
     const LayerWeights& layer = weights_.layers[layer_index];

@@ -40,7 +40,7 @@ std::shared_ptr<LlamaModel> LlamaModel::from_checkpoint(const std::string& direc
   auto model = std::make_shared<LlamaModel>(config, load_model_weights(directory, config, dtype));
   spdlog::info("loaded {}: {} layers, hidden {}, heads {}/{} (kv), vocab {}, {:.1f} MiB of {} weights", directory,
                config.num_hidden_layers, config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
-               config.vocab_size, model->weight_bytes() / 1048576.0, to_string(dtype));
+               config.vocab_size, model->weight_bytes() / 1048576.0, model->weight_types());
   return model;
 }
 
@@ -53,15 +53,30 @@ KvCacheShape LlamaModel::cache_shape() const {
                       config_.max_position_embeddings, at::kFloat};
 }
 
-WeightDtype LlamaModel::weight_dtype() const {
-  return weights_.embedding.scalar_type() == at::kBFloat16 ? WeightDtype::BFloat16 : WeightDtype::Float32;
+std::string LlamaModel::weight_types() const {
+  // Bytes per type name over every matrix, largest share first.
+  std::vector<std::pair<std::string, std::int64_t>> shares;
+  auto add = [&](const Linear& l) {
+    const std::string name = l.type_name();
+    auto found = std::find_if(shares.begin(), shares.end(), [&](const auto& share) { return share.first == name; });
+    if (found == shares.end()) shares.emplace_back(name, l.bytes());
+    else found->second += l.bytes();
+  };
+  add(weights_.embedding);
+  for (const LayerWeights& layer : weights_.layers)
+    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) add(*l);
+  if (!config_.tie_word_embeddings) add(weights_.lm_head);
+  std::stable_sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string text;
+  for (const auto& share : shares) text += (text.empty() ? "" : "+") + share.first;
+  return text;
 }
 
 std::int64_t LlamaModel::weight_bytes() const { return kvchat::weight_bytes(weights_, config_.tie_word_embeddings); }
 
 bool LlamaModel::fused_decode_applies() const {
-  if (!weights_.embedding.is_contiguous()) return false;
-  auto ok = [](const Linear& l) { return l.weight.is_contiguous(); };
+  auto ok = [](const Linear& l) { return l.is_quantized() || l.weight.is_contiguous(); };
+  if (!ok(weights_.embedding)) return false;
   for (const LayerWeights& layer : weights_.layers)
     for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
       if (!ok(*l)) return false;
@@ -145,7 +160,7 @@ at::Tensor LlamaModel::forward_checked(const TokenId* ids, std::int64_t steps, s
   const std::int64_t total = start_pos + steps;  // keys attended to
 
   at::Tensor token_ids = at::from_blob(const_cast<TokenId*>(ids), {steps}, at::kInt).to(at::kLong);
-  at::Tensor x = weights_.embedding.index_select(0, token_ids).to(at::kFloat);  // [T, hidden]
+  at::Tensor x = weights_.embedding.rows(token_ids);  // [T, hidden] f32
   at::Tensor cos = rope_cos_.narrow(0, start_pos, steps), sin = rope_sin_.narrow(0, start_pos, steps);
 
   // One rectangular causal mask: query i sits at absolute position start_pos + i and sees keys

@@ -37,7 +37,8 @@ class LlamaModel {
   const ModelWeights& weights() const { return weights_; }
   KvCacheShape cache_shape() const;
   std::int64_t weight_bytes() const;
-  WeightDtype weight_dtype() const;
+  // The matrices' storage types, largest share of bytes first: "f32", "bf16", "Q4_K+Q6_K", ...
+  std::string weight_types() const;
 
   // Runs `ids`, the tokens at absolute positions start_pos .. start_pos + T - 1, through the ATen
   // path. With a cache: start_pos must equal cache->size(); attends to the cached positions plus

@@ -91,9 +91,12 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
 
   ModelConfig config;
   config.model_type = read.string_or("model_type", "llama");
-  // Architectures that share the Llama computation exactly; anything else would run silently wrong.
-  if (config.model_type != "llama" && config.model_type != "mistral")
-    throw ModelError(source + ": unsupported model_type '" + config.model_type + "' (supported: llama, mistral)");
+  // Architectures that share the Llama computation exactly (Qwen2 adds q/k/v biases); anything else
+  // would run silently wrong.
+  if (config.model_type == "mistral") config.model_type = "llama";
+  const bool qwen2 = config.model_type == "qwen2";
+  if (config.model_type != "llama" && !qwen2)
+    throw ModelError(source + ": unsupported model_type '" + config.model_type + "' (supported: llama, mistral, qwen2)");
 
   config.hidden_size = read.positive_int("hidden_size");
   config.intermediate_size = read.positive_int("intermediate_size");
@@ -105,7 +108,13 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   config.rms_norm_eps = read.positive_number_or("rms_norm_eps", 1e-6);
   config.rope_theta = read.positive_number_or("rope_theta", 10000.0);
   config.tie_word_embeddings = read.bool_or("tie_word_embeddings", false);
-  config.attention_bias = read.bool_or("attention_bias", false);
+  const bool attention_bias = read.bool_or("attention_bias", false);
+  config.qkv_bias = qwen2 || attention_bias;
+  config.output_bias = !qwen2 && attention_bias;
+  // Qwen2's sliding window is off in the released models; a checkpoint that turns it on attends
+  // differently from what this engine computes.
+  if (qwen2 && read.bool_or("use_sliding_window", false))
+    throw ModelError(source + ": use_sliding_window is true: sliding-window attention is not supported");
   config.mlp_bias = read.bool_or("mlp_bias", false);
   config.torch_dtype = read.string_or("torch_dtype", "float32");
   config.hidden_act = read.string_or("hidden_act", "silu");
@@ -139,8 +148,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
           scaling_read.positive_int_or("original_max_position_embeddings", 8192);
       if (config.rope_scaling.high_freq_factor <= config.rope_scaling.low_freq_factor)
         throw ModelError(source + ": rope_scaling high_freq_factor must exceed low_freq_factor");
+    } else if (type == "linear") {
+      config.rope_scaling.rope_type = "linear";
+      config.rope_scaling.factor = scaling_read.positive_number_or("factor", 1.0);
     } else if (type != "default") {
-      throw ModelError(source + ": unsupported rope_scaling type '" + type + "' (supported: default, llama3)");
+      throw ModelError(source + ": unsupported rope_scaling type '" + type + "' (supported: default, linear, llama3)");
     }
   }
 

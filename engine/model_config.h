@@ -16,7 +16,7 @@ struct ModelError : std::runtime_error {
 };
 
 struct RopeScaling {
-  std::string rope_type = "default";  // "default" or "llama3"
+  std::string rope_type = "default";  // "default", "linear" (frequencies / factor) or "llama3"
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -24,7 +24,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";
+  std::string model_type = "llama";  // "llama" (also Mistral, TinyLlama, SmolLM) or "qwen2"
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
@@ -36,8 +36,12 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Per-pair divisors of the RoPE frequencies (a GGUF file's rope_freqs tensor: Llama 3's scaling as
+  // llama.cpp stores it), head_dim / 2 of them; empty for none.
+  std::vector<double> rope_frequency_factors;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool qkv_bias = false;     // q/k/v projections have biases (Llama's attention_bias; always for Qwen2)
+  bool output_bias = false;  // the attention output projection has one (Llama's attention_bias; never Qwen2)
   bool mlp_bias = false;
   std::string hidden_act = "silu";
   std::string torch_dtype = "float32";

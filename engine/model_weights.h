@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf/gguf_types.h"
 #include "engine/linear.h"
 #include "engine/model_config.h"
 #include "engine/weight_dtype.h"
@@ -22,7 +23,7 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  at::Tensor embedding;       // [vocab, hidden] (f32 or bf16)
+  Linear embedding;           // [vocab, hidden]: row i is token i's embedding (any storage type, no bias)
   std::vector<LayerWeights> layers;
   at::Tensor final_norm;      // [hidden] f32
   Linear lm_head;             // shares `embedding` when tie_word_embeddings
@@ -35,6 +36,9 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
 
 // Normal(0, 0.02) matrices and unit norms, seeded: benchmarks of real model sizes without a download.
 ModelWeights random_model_weights(const ModelConfig& config, std::uint64_t seed, WeightDtype dtype);
+// The same shapes with every matrix in a GGUF block type (Q8_0, Q4_K, F16, ...) made of random blocks
+// with small finite scales: decode speed does not depend on the values, only on the bytes per weight.
+ModelWeights random_quantized_model_weights(const ModelConfig& config, std::uint64_t seed, GgufType type);
 
 // Bytes of every weight (a tied lm_head counted once).
 std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head);

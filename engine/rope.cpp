@@ -8,6 +8,9 @@ at::Tensor rope_inverse_frequencies(const ModelConfig& config) {
   const std::int64_t dim = config.head_dim;
   at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
   at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, exponents);  // float32, as transformers
+  if (!config.rope_frequency_factors.empty())
+    inv_freq = inv_freq / at::tensor(config.rope_frequency_factors, at::kDouble).to(at::kFloat);
+  if (config.rope_scaling.rope_type == "linear") return inv_freq / config.rope_scaling.factor;
   if (config.rope_scaling.rope_type != "llama3") return inv_freq;
 
   // Llama 3.1 scaling: long wavelengths slowed by `factor`, short ones kept, a smooth blend between.

@@ -16,7 +16,7 @@ namespace kvchat::cli {
 namespace {
 
 const char* kUsage =
-    "usage: kvchat-cli bench (--model DIR | --random-weights CONFIG.json [--weights-seed N])\n"
+    "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
     "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
     "                        [--dtype f32,bf16] [--threads N] [--kernels on|off] [--bandwidth-probe auto|step|row]\n"
     "                        [--json]\n"

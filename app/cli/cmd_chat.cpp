@@ -25,7 +25,7 @@ namespace kvchat::cli {
 namespace {
 
 const char* kUsage =
-    "usage: kvchat-cli chat --model DIR [--db PATH] [--conversation ID|new] [--message TEXT]\n"
+    "usage: kvchat-cli chat --model DIR|FILE.gguf [--db PATH] [--conversation ID|new] [--message TEXT]\n"
     "                       [--kv-cache on|off] [--max-new-tokens N] [--temperature T] [--seed S]\n"
     "                       [--context-limit N] [--overflow stop|drop_oldest_turns] [--threads N]\n"
     "                       [--system TEXT]\n"
@@ -63,7 +63,7 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   app::MessageRecord reply;
   reply.conversation_id = chat.conversation_id;
   reply.role = "assistant";
-  reply.model = QString::fromStdString(chat.model->directory).section('/', -1, -1, QString::SectionSkipEmpty);
+  reply.model = QString::fromStdString(chat.model->path).section('/', -1, -1, QString::SectionSkipEmpty);
   reply.complete = false;
   const qint64 reply_id = chat.store->add_message(reply);
 
@@ -143,8 +143,8 @@ int run_chat(const std::vector<std::string>& args) {
                                                     : app::ConversationStore::default_database_path();
   app::ConversationStore store(database_path);
 
-  const LoadedModel model = load_model_directory(model_directory, LoadOptions{WeightDtype::Float32, threads});
-  if (!model.tokenizer) throw UsageError("model directory " + model_directory + " has no tokenizer.json");
+  const LoadedModel model = load_model(model_directory, LoadOptions{WeightDtype::Float32, threads});
+  if (!model.tokenizer) throw UsageError("model " + model_directory + " has no tokenizer (tokenizer.json or GGUF tokenizer metadata)");
 
   qint64 conversation_id = 0;
   const std::string conversation_arg = parser.value_or("conversation", "new");

@@ -13,7 +13,7 @@ namespace kvchat::cli {
 namespace {
 
 const char* kUsage =
-    "usage: kvchat-cli generate (--model DIR | --random-weights CONFIG.json [--weights-seed N])\n"
+    "usage: kvchat-cli generate (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
     "                           (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N]\n"
     "                           [--kv-cache on|naive|off] [--temperature T] [--top-k K] [--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"

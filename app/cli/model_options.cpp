@@ -25,7 +25,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype
   auto random_config = parser.value("random-weights");
   if (model_dir && random_config) throw UsageError("give --model or --random-weights, not both");
   if (model_dir) {
-    LoadedModel loaded = load_model_directory(*model_dir, LoadOptions{dtype, threads});
+    LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads});
     source.description = *model_dir;
     source.model = loaded.model;
     source.tokenizer = loaded.tokenizer;
@@ -38,7 +38,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype
     source.model = LlamaModel::random(config, static_cast<std::uint64_t>(seed), dtype);
     spdlog::info("random model of {}: {:.1f} MiB of weights", *random_config, source.model->weight_bytes() / 1048576.0);
   } else {
-    throw UsageError("missing --model DIR or --random-weights CONFIG.json");
+    throw UsageError("missing --model DIR|FILE.gguf or --random-weights CONFIG.json");
   }
   return source;
 }

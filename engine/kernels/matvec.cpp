@@ -286,19 +286,6 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
       for (std::int64_t r = 0; r < rows; ++r) y[i * rows + r] = bias ? bias[r] : 0.f;
     return;
   }
-  const std::int64_t weight_bytes = rows * cols * static_cast<std::int64_t>(sizeof(Weight));
-  if (weight_bytes < kParallelMinWeightBytes) {
-    matmul_rows(weight, x, y, n, rows, cols, bias, 0, rows);
-    return;
-  }
-  ThreadPool& pool = default_thread_pool();
-  if (pool.size() == 1) {
-    matmul_rows(weight, x, y, n, rows, cols, bias, 0, rows);
-    return;
-  }
-  // Threads claim blocks of rows as they go rather than a fixed half each: when another process
-  // holds one core, the other threads take over its share instead of waiting for it.
-  const auto [min_rows, max_rows] = block_rows_for(cols * static_cast<std::int64_t>(sizeof(Weight)));
   // One captured pointer keeps the std::function in its small-object buffer (no allocation per call).
   struct Problem {
     const Weight* weight;
@@ -307,15 +294,34 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
     std::int64_t n, rows, cols;
     const float* bias;
   } const problem{weight, x, y, n, rows, cols, bias};
-  pool.parallel_for_guided(
-      rows,
-      [p = &problem](std::int64_t begin, std::int64_t end) {
-        matmul_rows(p->weight, p->x, p->y, p->n, p->rows, p->cols, p->bias, begin, end);
-      },
-      min_rows, max_rows);
+  for_row_blocks(rows, cols * static_cast<std::int64_t>(sizeof(Weight)), [p = &problem](std::int64_t begin, std::int64_t end) {
+    matmul_rows(p->weight, p->x, p->y, p->n, p->rows, p->cols, p->bias, begin, end);
+  });
 }
 
 }  // namespace
+
+void for_row_blocks(std::int64_t rows, std::int64_t row_bytes,
+                    const std::function<void(std::int64_t begin, std::int64_t end)>& body) {
+  if (rows <= 0) return;
+  row_bytes = std::max<std::int64_t>(row_bytes, 1);
+  ThreadPool& pool = default_thread_pool();
+  if (rows * row_bytes < kParallelMinWeightBytes || pool.size() == 1) {
+    body(0, rows);
+    return;
+  }
+  // Threads claim blocks of rows as they go rather than a fixed half each: when another process
+  // holds one core, the other threads take over its share instead of waiting for it.
+  const auto [min_rows, max_rows] = block_rows_for(row_bytes);
+  pool.parallel_for_guided(rows, body, min_rows, max_rows);
+}
+
+float dot_f32(const float* a, const float* b, std::int64_t n) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) return dot_row_avx2(a, n, b);
+#endif
+  return dot_portable(a, b, n);
+}
 
 void matvec_f32(const float* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,
                 const float* bias) {
@@ -349,23 +355,19 @@ void shared_input_dispatch(const char* function, const SharedInputProduct<Weight
     check_args(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols);
     total_rows += products[i].rows;
   }
-  const std::int64_t weight_bytes = total_rows * cols * static_cast<std::int64_t>(sizeof(Weight));
-  ThreadPool& pool = default_thread_pool();
-  if (count == 1 || cols == 0 || weight_bytes < kParallelMinWeightBytes || pool.size() == 1) {
+  if (cols == 0) {
     for (int i = 0; i < count; ++i)
       matmul_dispatch(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols, products[i].bias);
     return;
   }
-  const auto [min_rows, max_rows] = block_rows_for(cols * static_cast<std::int64_t>(sizeof(Weight)));
   struct Problem {
     const SharedInputProduct<Weight>* products;
     int count;
     const float* x;
     std::int64_t cols;
   } const problem{products, count, x, cols};
-  pool.parallel_for_guided(
-      total_rows,
-      [p = &problem](std::int64_t begin, std::int64_t end) {
+  for_row_blocks(
+      total_rows, cols * static_cast<std::int64_t>(sizeof(Weight)), [p = &problem](std::int64_t begin, std::int64_t end) {
         // Map the block of the concatenated rows onto each product it overlaps.
         std::int64_t offset = 0;
         for (int i = 0; i < p->count && offset < end; ++i) {
@@ -376,8 +378,7 @@ void shared_input_dispatch(const char* function, const SharedInputProduct<Weight
                         last - offset);
           offset += product.rows;
         }
-      },
-      min_rows, max_rows);
+      });
 }
 
 }  // namespace

@@ -9,11 +9,21 @@
 // Problems smaller than a few hundred KiB of weights run inline on the calling thread, so tiny models
 // pay no dispatch cost. Negative sizes or null buffers throw std::invalid_argument.
 #include <cstdint>
+#include <functional>
 
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/thread_pool.h"
 
 namespace kvchat::kernels {
+
+// Runs body(begin, end) over the rows [0, rows) of a weight matrix of row_bytes per row: inline when
+// the matrix is small (waking a worker costs about as much as streaming it) or the pool has one
+// thread, else in guided blocks of rows claimed by the default pool's threads.
+void for_row_blocks(std::int64_t rows, std::int64_t row_bytes,
+                    const std::function<void(std::int64_t begin, std::int64_t end)>& body);
+
+// sum_c a[c] * b[c] in float32.
+float dot_f32(const float* a, const float* b, std::int64_t n);
 
 // y[r] = sum_c W[r, c] * x[c] (+ bias[r])
 void matvec_f32(const float* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,

@@ -11,7 +11,7 @@ using kvchat::test::shared_path;
 namespace {
 
 std::vector<at::Tensor> all_weights(const LlamaModel& model) {
-  std::vector<at::Tensor> tensors = {model.weights().embedding};
+  std::vector<at::Tensor> tensors = {model.weights().embedding.weight};
   for (const LayerWeights& layer : model.weights().layers)
     for (const Linear* linear : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
       tensors.push_back(linear->weight);
@@ -59,7 +59,7 @@ void WeightStorageTest::a_dtype_change_copies_once() {
     QVERIFY(!views_the_file(tensor));
   }
   // Tied embeddings: the lm_head is the embedding itself, not a second copy.
-  QCOMPARE(model->weights().lm_head.weight.data_ptr(), model->weights().embedding.data_ptr());
+  QCOMPARE(model->weights().lm_head.data(), model->weights().embedding.data());
 }
 
 void WeightStorageTest::weight_bytes_count_the_kept_dtype() {

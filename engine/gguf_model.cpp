@@ -1,0 +1,234 @@
+#include "engine/gguf_model.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/gguf/dequantize.h"
+
+namespace kvchat {
+
+namespace {
+
+[[noreturn]] void fail(const GgufFile& file, const std::string& problem) { throw ModelError(file.path() + ": " + problem); }
+
+std::int64_t positive(const GgufFile& file, const std::string& key) {
+  const std::int64_t value = file.get_int64(key);
+  if (value <= 0) fail(file, "metadata " + key + " must be positive, got " + std::to_string(value));
+  return value;
+}
+
+std::int64_t positive_or(const GgufFile& file, const std::string& key, std::int64_t fallback) {
+  return file.has_metadata(key) ? positive(file, key) : fallback;
+}
+
+double positive_float_or(const GgufFile& file, const std::string& key, double fallback) {
+  if (!file.has_metadata(key)) return fallback;
+  const double value = file.get_float(key);
+  if (!(value > 0) || value > 1e30) fail(file, "metadata " + key + " must be a positive number");
+  return value;
+}
+
+void read_rope_scaling(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+  const std::string type_key = arch + ".rope.scaling.type";
+  const std::string type = file.has_metadata(type_key) ? std::string(file.get_string(type_key)) : "none";
+  if (type == "linear") {
+    config.rope_scaling.rope_type = "linear";
+    config.rope_scaling.factor = positive_float_or(file, arch + ".rope.scaling.factor", 1.0);
+  } else if (type != "none") {
+    fail(file, "metadata " + type_key + " is '" + type + "': only none and linear RoPE scaling are supported");
+  }
+  // Llama 3's frequency scaling: llama.cpp's converter stores it as one factor per rotated pair.
+  if (const GgufTensor* factors = file.find_tensor("rope_freqs.weight")) {
+    if (factors->n_elements != config.head_dim / 2)
+      fail(file, "tensor rope_freqs.weight has " + std::to_string(factors->n_elements) + " values, expected head_dim/2 = " +
+                     std::to_string(config.head_dim / 2));
+    const std::vector<float> values = dequantize_tensor(*factors);
+    for (float value : values)
+      if (!(value > 0) || value > 1e30f) fail(file, "tensor rope_freqs.weight holds a factor that is not positive");
+    config.rope_frequency_factors.assign(values.begin(), values.end());
+  }
+}
+
+// Reads the tensors of one file into the engine's layers.
+class GgufWeightReader {
+ public:
+  explicit GgufWeightReader(std::shared_ptr<const GgufFile> file) : file_(std::move(file)) {}
+
+  // Matrix y = W x with W [out, in] (GGUF ne = [in, out]), in its stored type. `head_dim` > 0 undoes
+  // the converter's Q/K row permutation within each head of that size.
+  Linear matrix(const std::string& name, std::int64_t out, std::int64_t in, std::int64_t head_dim = 0) const {
+    const GgufTensor& tensor = checked(name, {in, out});
+    const GgufTypeInfo& info = gguf_type_info(tensor.type);
+    if (!info.dequantizable)
+      fail(*file_, "tensor " + name + " has type " + info.name + ", which kvchat cannot decode (supported: " +
+                       dequantizable_gguf_type_names() + ")");
+    const std::vector<std::int64_t> source_rows = head_dim > 0 ? unpermuted_rows(out, head_dim) : std::vector<std::int64_t>();
+    Linear linear;
+    if (tensor.type == GgufType::F32 || tensor.type == GgufType::BF16) {
+      // Plain tensors over the mapping (the deleter keeps the file mapped): the f32/bf16 kernels.
+      const at::ScalarType type = tensor.type == GgufType::F32 ? at::kFloat : at::kBFloat16;
+      std::shared_ptr<const GgufFile> keep = file_;
+      linear.weight = at::from_blob(const_cast<std::uint8_t*>(tensor.data), {out, in}, [keep](void*) {},
+                                    at::TensorOptions().dtype(type));
+      if (!source_rows.empty()) linear.weight = linear.weight.index_select(0, at::tensor(source_rows, at::kLong));
+      return linear;
+    }
+    const auto row_bytes = static_cast<std::int64_t>(tensor.row_bytes());
+    linear.quantized.view = kernels::QuantizedMatrixView{tensor.type, tensor.data, out, in, row_bytes};
+    linear.quantized.owner = file_;
+    if (!source_rows.empty()) {
+      // The permuted matrix's rows in Hugging Face's order, copied (Q and K are a small part of a model).
+      auto rows = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(out * row_bytes));
+      for (std::int64_t r = 0; r < out; ++r)
+        std::memcpy(rows->data() + r * row_bytes, tensor.data + source_rows[r] * row_bytes, row_bytes);
+      linear.quantized.view.data = rows->data();
+      linear.quantized.owner = rows;
+    }
+    return linear;
+  }
+
+  // A 1-D tensor of `size` values (norm weights, biases) as f32, in HF row order for a permuted bias.
+  at::Tensor vector(const std::string& name, std::int64_t size, std::int64_t head_dim = 0) const {
+    const GgufTensor& tensor = checked(name, {size});
+    const std::vector<float> values = dequantize_tensor(tensor);
+    at::Tensor result = at::tensor(values, at::kFloat);
+    if (head_dim > 0) result = result.index_select(0, at::tensor(unpermuted_rows(size, head_dim), at::kLong));
+    return result;
+  }
+
+  bool has(const std::string& name) const { return file_->find_tensor(name) != nullptr; }
+
+ private:
+  const GgufTensor& checked(const std::string& name, const std::vector<std::int64_t>& ne) const {
+    const GgufTensor* tensor = file_->find_tensor(name);
+    if (tensor == nullptr) fail(*file_, "tensor " + name + " is missing");
+    if (tensor->ne != ne) {
+      auto text = [](const std::vector<std::int64_t>& dims) {
+        std::string out;
+        for (std::int64_t dim : dims) out += (out.empty() ? "" : ", ") + std::to_string(dim);
+        return "[" + out + "]";
+      };
+      fail(*file_, "tensor " + name + " has dimensions " + text(tensor->ne) + " but the metadata needs " + text(ne));
+    }
+    return *tensor;
+  }
+
+  // llama.cpp's converter stores HF row (h, i, j) of a head (i in {0, 1} the half, j < head_dim/2) at
+  // h*head_dim + 2j + i, so that its RoPE rotates adjacent pairs. Returns, for each HF row, its row in
+  // the file.
+  static std::vector<std::int64_t> unpermuted_rows(std::int64_t rows, std::int64_t head_dim) {
+    std::vector<std::int64_t> source(static_cast<std::size_t>(rows));
+    const std::int64_t half = head_dim / 2;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t head = r / head_dim, i = (r % head_dim) / half, j = r % half;
+      source[static_cast<std::size_t>(r)] = head * head_dim + 2 * j + i;
+    }
+    return source;
+  }
+
+  std::shared_ptr<const GgufFile> file_;
+};
+
+}  // namespace
+
+ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, const ModelConfig& config) {
+  const GgufWeightReader reader(file);
+  const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
+  const std::int64_t q_out = config.num_attention_heads * config.head_dim;
+  const std::int64_t kv_out = config.num_key_value_heads * config.head_dim;
+  // llama files carry Q/K permuted for interleaved RoPE; qwen2 files are in HF order (NEOX RoPE).
+  const std::int64_t permuted_head = config.model_type == "llama" ? config.head_dim : 0;
+  auto with_bias = [&](Linear linear, const std::string& prefix, std::int64_t out, std::int64_t head_dim) {
+    if (config.qkv_bias) linear.bias = reader.vector(prefix + ".bias", out, head_dim);
+    return linear;
+  };
+
+  ModelWeights weights;
+  weights.embedding = reader.matrix("token_embd.weight", config.vocab_size, hidden);
+  for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i);
+    LayerWeights layer;
+    layer.attention_norm = reader.vector(p + ".attn_norm.weight", hidden);
+    layer.q = with_bias(reader.matrix(p + ".attn_q.weight", q_out, hidden, permuted_head), p + ".attn_q", q_out, permuted_head);
+    layer.k = with_bias(reader.matrix(p + ".attn_k.weight", kv_out, hidden, permuted_head), p + ".attn_k", kv_out, permuted_head);
+    layer.v = with_bias(reader.matrix(p + ".attn_v.weight", kv_out, hidden), p + ".attn_v", kv_out, 0);
+    layer.o = reader.matrix(p + ".attn_output.weight", hidden, q_out);
+    layer.mlp_norm = reader.vector(p + ".ffn_norm.weight", hidden);
+    layer.gate = reader.matrix(p + ".ffn_gate.weight", inter, hidden);
+    layer.up = reader.matrix(p + ".ffn_up.weight", inter, hidden);
+    layer.down = reader.matrix(p + ".ffn_down.weight", hidden, inter);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.final_norm = reader.vector("output_norm.weight", hidden);
+  // Without output.weight the embedding is the output matrix too, in its stored type.
+  weights.lm_head = config.tie_word_embeddings ? weights.embedding : reader.matrix("output.weight", config.vocab_size, hidden);
+  return weights;
+}
+
+ModelConfig model_config_from_gguf(const GgufFile& file) {
+  const std::string arch(file.get_string("general.architecture"));
+  if (arch != "llama" && arch != "qwen2")
+    fail(file, "unsupported architecture '" + arch + "' (general.architecture; supported: llama, qwen2)");
+  ModelConfig config;
+  config.model_type = arch;
+  config.hidden_size = positive(file, arch + ".embedding_length");
+  config.intermediate_size = positive(file, arch + ".feed_forward_length");
+  config.num_hidden_layers = positive(file, arch + ".block_count");
+  config.num_attention_heads = positive(file, arch + ".attention.head_count");
+  config.num_key_value_heads = positive_or(file, arch + ".attention.head_count_kv", config.num_attention_heads);
+  config.max_position_embeddings = positive_or(file, arch + ".context_length", 2048);
+  config.rms_norm_eps = positive_float_or(file, arch + ".attention.layer_norm_rms_eps", 1e-5);
+  config.rope_theta = positive_float_or(file, arch + ".rope.freq_base", 10000.0);
+  config.qkv_bias = arch == "qwen2";
+
+  if (config.hidden_size % config.num_attention_heads != 0 && !file.has_metadata(arch + ".attention.key_length"))
+    fail(file, arch + ".embedding_length is not a multiple of " + arch + ".attention.head_count");
+  config.head_dim = positive_or(file, arch + ".attention.key_length", config.hidden_size / config.num_attention_heads);
+  if (positive_or(file, arch + ".attention.value_length", config.head_dim) != config.head_dim)
+    fail(file, arch + ".attention.value_length differs from the key length: not supported");
+  if (config.head_dim % 2 != 0) fail(file, "the head dimension must be even for RoPE");
+  if (positive_or(file, arch + ".rope.dimension_count", config.head_dim) != config.head_dim)
+    fail(file, arch + ".rope.dimension_count differs from the head dimension: partial RoPE is not supported");
+  if (config.num_attention_heads % config.num_key_value_heads != 0)
+    fail(file, arch + ".attention.head_count is not a multiple of " + arch + ".attention.head_count_kv");
+  read_rope_scaling(file, arch, config);
+
+  const GgufTensor* embedding = file.find_tensor("token_embd.weight");
+  if (embedding == nullptr) fail(file, "tensor token_embd.weight is missing");
+  if (embedding->ne.size() != 2) fail(file, "tensor token_embd.weight must have 2 dimensions");
+  config.vocab_size = embedding->ne[1];
+  config.tie_word_embeddings = file.find_tensor("output.weight") == nullptr;
+
+  // Generation ends at the file's end-of-sequence and end-of-turn tokens.
+  auto id_of = [&](const char* key) -> std::int64_t {
+    if (!file.has_metadata(key)) return -1;
+    const std::int64_t id = file.get_int64(key);
+    if (id < 0 || id >= config.vocab_size) fail(file, std::string("metadata ") + key + " is outside the vocabulary");
+    return id;
+  };
+  config.bos_token_id = id_of("tokenizer.ggml.bos_token_id");
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+    if (const std::int64_t id = id_of(key); id >= 0 && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
+                                                                 static_cast<TokenId>(id)) == config.eos_token_ids.end())
+      config.eos_token_ids.push_back(static_cast<TokenId>(id));
+  return config;
+}
+
+std::string gguf_file_type_name(const GgufFile& file) {
+  if (!file.has_metadata("general.file_type")) return "";
+  // llama.cpp's llama_ftype values.
+  static const std::pair<int, const char*> names[] = {
+      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},    {8, "Q5_0"},
+      {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {13, "Q3_K_L"}, {14, "Q4_K_S"},
+      {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},   {32, "BF16"},
+  };
+  const std::int64_t value = file.get_int64("general.file_type");
+  for (const auto& [id, name] : names)
+    if (id == value) return name;
+  return "";
+}
+
+}  // namespace kvchat

@@ -1,0 +1,272 @@
+#include "engine/kernels/quantized_matvec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/dequantize.h"
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/isa_attributes.h"
+#include "engine/kernels/matvec.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#include <immintrin.h>
+#endif
+
+namespace kvchat::kernels {
+namespace {
+
+// dot(row, x) for one row of `blocks` blocks of a type.
+using RowDot = float (*)(const std::uint8_t* row, const float* x, std::int64_t blocks);
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+// ---------------------------------------------------------------------------------------------
+// AVX2 kernels. A block's integers are widened to f32 in registers and multiplied by x; the block's
+// scale multiplies the block's sum once (sum d*q_j*x_j = d * sum q_j*x_j). Block layouts are those of
+// engine/gguf/dequantize.cpp, which documents them.
+
+// Bytes read ahead of the current block: the rows are one linear stream per thread, and a software
+// prefetch keeps enough misses in flight (as for the f32/bf16 kernels).
+constexpr std::int64_t kPrefetchBytes = 1024;
+
+KVCHAT_ISA_AVX2 inline float load_f16_scale(const std::uint8_t* at) {
+  std::uint16_t bits;
+  std::memcpy(&bits, at, 2);
+  return _cvtsh_ss(bits);
+}
+
+KVCHAT_ISA_AVX2 inline float horizontal_sum(__m256 v) {
+  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+// The low 8 signed bytes of v as 8 floats.
+KVCHAT_ISA_AVX2 inline __m256 widen_signed(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+// The low 8 unsigned bytes of v as 8 floats.
+KVCHAT_ISA_AVX2 inline __m256 widen_unsigned(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+// sum_j q_j x_j over 16 bytes of (signed or unsigned) integers and 16 floats.
+template <bool Signed>
+KVCHAT_ISA_AVX2 inline __m256 dot16(__m128i q, const float* x, __m256 acc) {
+  const __m128i upper = _mm_srli_si128(q, 8);
+  const __m256 a = Signed ? widen_signed(q) : widen_unsigned(q);
+  const __m256 b = Signed ? widen_signed(upper) : widen_unsigned(upper);
+  acc = _mm256_fmadd_ps(a, _mm256_loadu_ps(x), acc);
+  return _mm256_fmadd_ps(b, _mm256_loadu_ps(x + 8), acc);
+}
+
+KVCHAT_ISA_AVX2 inline __m256 sum16(const float* x, __m256 acc) {
+  return _mm256_add_ps(acc, _mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)));
+}
+
+// Q8_0: f16 d, 32 signed bytes.
+KVCHAT_ISA_AVX2 float dot_q8_0_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, row += 34, x += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    const auto* q = reinterpret_cast<const __m128i*>(row + 2);
+    __m256 sum = dot16<true>(_mm_loadu_si128(q), x, _mm256_setzero_ps());
+    sum = dot16<true>(_mm_loadu_si128(q + 1), x + 16, sum);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row)), sum, acc);
+  }
+  return horizontal_sum(acc);
+}
+
+// Q4_0: f16 d, 16 bytes of nibbles (low: elements 0-15, high: 16-31), x = d * (q - 8).
+KVCHAT_ISA_AVX2 float dot_q4_0_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, row += 18, x += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2));
+    const __m128i low = _mm_sub_epi8(_mm_and_si128(packed, low_mask), eight);
+    const __m128i high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), eight);
+    __m256 sum = dot16<true>(low, x, _mm256_setzero_ps());
+    sum = dot16<true>(high, x + 16, sum);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row)), sum, acc);
+  }
+  return horizontal_sum(acc);
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (see dequantize.cpp).
+inline void k_scale_and_min(int j, const std::uint8_t* packed, int& scale, int& min) {
+  if (j < 4) {
+    scale = packed[j] & 63;
+    min = packed[j + 4] & 63;
+  } else {
+    scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
+    min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+// Q4_K: super-blocks of 256: f16 d, f16 dmin, 12 bytes of scales/mins, 128 bytes of nibbles; each 64
+// elements share 32 bytes (low nibbles: one sub-block, high: the next). x = d*sc*q - dmin*m, so a
+// sub-block's dot product is d*sc * sum(q x) - dmin*m * sum(x).
+KVCHAT_ISA_AVX2 float dot_q4_k_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, row += 144) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + 64, _MM_HINT_T0);
+    const float d = load_f16_scale(row), dmin = load_f16_scale(row + 2);
+    const std::uint8_t* scales = row + 4;
+    const std::uint8_t* q = row + 16;
+    for (int pair = 0; pair < 4; ++pair, q += 32, x += 64) {
+      int scale1, min1, scale2, min2;
+      k_scale_and_min(2 * pair, scales, scale1, min1);
+      k_scale_and_min(2 * pair + 1, scales, scale2, min2);
+      const __m128i packed0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i packed1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+      __m256 low = dot16<false>(_mm_and_si128(packed0, low_mask), x, _mm256_setzero_ps());
+      low = dot16<false>(_mm_and_si128(packed1, low_mask), x + 16, low);
+      __m256 high = dot16<false>(_mm_and_si128(_mm_srli_epi16(packed0, 4), low_mask), x + 32, _mm256_setzero_ps());
+      high = dot16<false>(_mm_and_si128(_mm_srli_epi16(packed1, 4), low_mask), x + 48, high);
+      const __m256 low_sum = sum16(x + 16, sum16(x, _mm256_setzero_ps()));
+      const __m256 high_sum = sum16(x + 48, sum16(x + 32, _mm256_setzero_ps()));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale1)), low, acc);
+      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(min1)), low_sum, acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale2)), high, acc);
+      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(min2)), high_sum, acc);
+    }
+  }
+  return horizontal_sum(acc);
+}
+
+// Q6_K: super-blocks of 256: 128 bytes of low nibbles, 64 bytes of 2-bit tops, 16 signed scales (one
+// per 16 elements), f16 d; x = d*sc*(q - 32). Each half of 128 elements: element l + 32k (k = 0..3)
+// takes a nibble of low byte l (k even) or l + 32 (k odd) (low nibble for k < 2) and bits 2k..2k+1 of
+// top byte l.
+KVCHAT_ISA_AVX2 float dot_q6_k_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F), top_mask = _mm_set1_epi8(0x30), bias = _mm_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, row += 210) {
+    for (int ahead = 0; ahead < 256; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const std::uint8_t* ql = row;
+    const std::uint8_t* qh = row + 128;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
+    const float d = load_f16_scale(row + 208);
+    for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, x += 128) {
+      for (int l0 = 0; l0 < 32; l0 += 16) {
+        const int is = l0 / 16;
+        const __m128i low_a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + l0));
+        const __m128i low_b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 32 + l0));
+        const __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + l0));
+        const __m128i q[4] = {
+            _mm_or_si128(_mm_and_si128(low_a, low_mask), _mm_and_si128(_mm_slli_epi16(top, 4), top_mask)),
+            _mm_or_si128(_mm_and_si128(low_b, low_mask), _mm_and_si128(_mm_slli_epi16(top, 2), top_mask)),
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low_a, 4), low_mask), _mm_and_si128(top, top_mask)),
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low_b, 4), low_mask),
+                         _mm_and_si128(_mm_srli_epi16(top, 2), top_mask)),
+        };
+        for (int k = 0; k < 4; ++k) {
+          const __m256 sum = dot16<true>(_mm_sub_epi8(q[k], bias), x + l0 + 32 * k, _mm256_setzero_ps());
+          acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[is + 2 * k])), sum, acc);
+        }
+      }
+    }
+  }
+  return horizontal_sum(acc);
+}
+#endif  // KVCHAT_HAVE_AVX2_KERNELS
+
+// The fused kernel for a type, or null: then rows are decoded into a buffer first.
+RowDot fused_row_dot(GgufType type) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) {
+    switch (type) {
+      case GgufType::Q8_0: return dot_q8_0_avx2;
+      case GgufType::Q4_0: return dot_q4_0_avx2;
+      case GgufType::Q4_K: return dot_q4_k_avx2;
+      case GgufType::Q6_K: return dot_q6_k_avx2;
+      default: break;
+    }
+  }
+#endif
+  (void)type;
+  return nullptr;
+}
+
+void check_view(const char* function, const QuantizedMatrixView& w, std::int64_t n, const float* x, const float* y) {
+  const auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(function) + ": " + what); };
+  const GgufTypeInfo* info = find_gguf_type(static_cast<std::uint32_t>(w.type));
+  if (info == nullptr || !info->dequantizable) fail("weights of a type that cannot be decoded");
+  if (n < 0 || w.rows < 0 || w.cols < 0) fail("negative size");
+  if (w.cols % info->block_size != 0) fail(std::to_string(w.cols) + " columns are not a whole number of blocks");
+  if (w.row_bytes != w.cols / info->block_size * info->block_bytes) fail("row_bytes does not match the type");
+  if (n > 0 && w.rows > 0 && (y == nullptr || (w.cols > 0 && (w.data == nullptr || x == nullptr))))
+    fail("null buffer");
+}
+
+// Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows).
+void quantized_rows(const QuantizedMatrixView& w, const float* x, float* y, std::int64_t n, const float* bias,
+                    std::int64_t begin, std::int64_t end) {
+  const GgufTypeInfo& info = gguf_type_info(w.type);
+  const std::int64_t blocks = w.cols / info.block_size;
+  if (RowDot dot = fused_row_dot(w.type)) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::uint8_t* row = w.data + r * w.row_bytes;
+      const float b = bias ? bias[r] : 0.f;
+      for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot(row, x + i * w.cols, blocks) + b;
+    }
+    return;
+  }
+  // One row decoded at a time into a buffer the thread keeps (it stays in L1/L2 for the n products).
+  thread_local std::vector<float> decoded;
+  if (decoded.size() < static_cast<std::size_t>(w.cols)) decoded.resize(static_cast<std::size_t>(w.cols));
+  for (std::int64_t r = begin; r < end; ++r) {
+    dequantize(w.type, w.data + r * w.row_bytes, w.cols, decoded.data());
+    const float b = bias ? bias[r] : 0.f;
+    for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot_f32(decoded.data(), x + i * w.cols, w.cols) + b;
+  }
+}
+
+}  // namespace
+
+void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n,
+                      const float* bias) {
+  check_view("matmul_quantized", weight, n, x, y);
+  if (n == 0 || weight.rows == 0) return;
+  struct Problem {
+    const QuantizedMatrixView* weight;
+    const float* x;
+    float* y;
+    std::int64_t n;
+    const float* bias;
+  } const problem{&weight, x, y, n, bias};
+  for_row_blocks(weight.rows, weight.row_bytes, [p = &problem](std::int64_t begin, std::int64_t end) {
+    quantized_rows(*p->weight, p->x, p->y, p->n, p->bias, begin, end);
+  });
+}
+
+void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, int count, const float* x) {
+  std::int64_t total_rows = 0, total_bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    check_view("matvec_quantized_shared_input", products[i].weight, 1, x, products[i].y);
+    if (products[i].weight.cols != products[0].weight.cols)
+      throw std::invalid_argument("matvec_quantized_shared_input: the products' column counts differ");
+    total_rows += products[i].weight.rows;
+    total_bytes += products[i].weight.rows * products[i].weight.row_bytes;
+  }
+  if (total_rows == 0) return;
+  struct Problem {
+    const SharedInputQuantizedProduct* products;
+    int count;
+    const float* x;
+  } const problem{products, count, x};
+  // Blocks are sized by the average row: the products' rows differ in bytes only by their types.
+  for_row_blocks(total_rows, total_bytes / total_rows, [p = &problem](std::int64_t begin, std::int64_t end) {
+    std::int64_t offset = 0;
+    for (int i = 0; i < p->count && offset < end; ++i) {
+      const SharedInputQuantizedProduct& product = p->products[i];
+      const std::int64_t first = std::max(begin, offset), last = std::min(end, offset + product.weight.rows);
+      if (first < last) quantized_rows(product.weight, p->x, product.y, 1, product.bias, first - offset, last - offset);
+      offset += product.weight.rows;
+    }
+  });
+}
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,37 @@
+#pragma once
+// Matrix products over weights kept as a GGUF file stores them (F16, BF16, F32 or a block
+// quantization: Q8_0, Q4_0, Q4_K, Q6_K, ...), for decode and short chunks. Each row is read from memory
+// once: the common types have AVX2 kernels that dequantize a block in registers and multiply it at once
+// (the dot product of a block is its scale times the dot product of its integers); the others decode a
+// row into a small per-thread buffer and take its f32 dot product. Never a whole matrix in f32.
+//
+// Threading, argument checks and the small-problem rule are those of matvec.h.
+#include <cstdint>
+
+#include "engine/gguf/gguf_types.h"
+
+namespace kvchat::kernels {
+
+// Rows of whole blocks of `type`, row r at data + r * row_bytes. Not owned.
+struct QuantizedMatrixView {
+  GgufType type = GgufType::F32;
+  const std::uint8_t* data = nullptr;
+  std::int64_t rows = 0, cols = 0;
+  std::int64_t row_bytes = 0;
+};
+
+// Y[i, r] = dot(row r of W, X[i]) (+ bias[r]) for n input vectors X [n, cols] -> Y [n, rows].
+// Throws std::invalid_argument for a type that cannot be decoded, or cols not a whole number of blocks.
+void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n,
+                      const float* bias = nullptr);
+
+// Several products with one input vector (q/k/v, gate/up), as one parallel job; the matrices may be of
+// different types (a Q4_K_M file keeps some attn_v in Q6_K next to Q4_K q and k).
+struct SharedInputQuantizedProduct {
+  QuantizedMatrixView weight;
+  float* y;
+  const float* bias;  // may be null
+};
+void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, int count, const float* x);
+
+}  // namespace kvchat::kernels
