@@ -1,0 +1,193 @@
+// The quantized products against a plain reference: every row decoded exactly (engine/gguf's
+// dequantize) and multiplied in double. Each type through the AVX2 kernels and the portable path,
+// one and several input vectors, with and without bias, small (inline) and large (threaded) matrices,
+// and shared-input jobs that mix types.
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/gguf/dequantize.h"
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/quantized_matvec.h"
+
+using namespace kvchat;
+using kvchat::kernels::QuantizedMatrixView;
+
+namespace {
+
+std::uint16_t f16_bits(float value) {
+  // Exact for the values used here (normal f16 range, few mantissa bits); checked below.
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const int exponent = static_cast<int>((bits >> 23) & 0xFF) - 127 + 15;
+  return static_cast<std::uint16_t>(sign | (static_cast<std::uint32_t>(exponent) << 10) | ((bits >> 13) & 0x3FFu));
+}
+
+// Offsets of the f16 scale fields of a block (the rest of a block may hold any bits).
+std::vector<int> scale_fields(GgufType type) {
+  switch (type) {
+    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: case GgufType::F16: return {0};
+    case GgufType::Q4_1: case GgufType::Q5_1: case GgufType::Q4_K: case GgufType::Q5_K: return {0, 2};
+    case GgufType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+struct RandomMatrix {
+  std::vector<std::uint8_t> bytes;
+  QuantizedMatrixView view;
+};
+
+RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  const GgufTypeInfo& info = gguf_type_info(type);
+  RandomMatrix m;
+  const std::int64_t row_bytes = cols / info.block_size * info.block_bytes;
+  m.bytes.resize(static_cast<std::size_t>(rows * row_bytes));
+  for (auto& byte : m.bytes) byte = static_cast<std::uint8_t>(rng());
+  std::uniform_real_distribution<float> unit(0.25f, 1.0f);
+  for (std::size_t block = 0; block < m.bytes.size(); block += info.block_bytes) {
+    if (type == GgufType::F32 || type == GgufType::BF16) {
+      const float value = (rng() & 1 ? 1.f : -1.f) * unit(rng);
+      if (type == GgufType::F32) std::memcpy(&m.bytes[block], &value, 4);
+      else {
+        std::uint32_t bits;
+        std::memcpy(&bits, &value, 4);
+        const auto top = static_cast<std::uint16_t>(bits >> 16);
+        std::memcpy(&m.bytes[block], &top, 2);
+      }
+    }
+    for (int field : scale_fields(type)) {
+      const std::uint16_t bits = f16_bits((rng() & 1 ? 1.f : -1.f) * std::ldexp(unit(rng), -6));
+      std::memcpy(&m.bytes[block + field], &bits, 2);
+    }
+  }
+  m.view = QuantizedMatrixView{type, m.bytes.data(), rows, cols, row_bytes};
+  return m;
+}
+
+// Reference Y [n, rows] in double from the exactly decoded rows; also sum |w x| per output for the
+// tolerance.
+void reference_product(const QuantizedMatrixView& w, const std::vector<float>& x, std::int64_t n, const float* bias,
+                       std::vector<double>& y, std::vector<double>& magnitude) {
+  std::vector<float> row(static_cast<std::size_t>(w.cols));
+  y.assign(static_cast<std::size_t>(n * w.rows), 0.0);
+  magnitude.assign(y.size(), 0.0);
+  for (std::int64_t r = 0; r < w.rows; ++r) {
+    dequantize(w.type, w.data + r * w.row_bytes, w.cols, row.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      double sum = bias ? bias[r] : 0.0, size = bias ? std::fabs(bias[r]) : 0.0;
+      for (std::int64_t c = 0; c < w.cols; ++c) {
+        sum += double(row[c]) * x[i * w.cols + c];
+        size += std::fabs(double(row[c]) * x[i * w.cols + c]);
+      }
+      y[i * w.rows + r] = sum;
+      magnitude[i * w.rows + r] = size;
+    }
+  }
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& expected, const std::vector<double>& magnitude,
+                  const QString& what) {
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const double tolerance = 1e-5 * magnitude[k] + 1e-6;
+    if (std::fabs(got[k] - expected[k]) > tolerance)
+      QFAIL(qPrintable(QString("%1: output %2 is %3, expected %4").arg(what).arg(k).arg(got[k]).arg(expected[k])));
+  }
+}
+
+const GgufType kTypes[] = {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q4_K,
+                           GgufType::Q5_K, GgufType::Q6_K, GgufType::F16, GgufType::BF16, GgufType::F32};
+
+}  // namespace
+
+class QuantizedMatvecTest : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void cleanup() { kernels::set_avx2_kernels_enabled(true); }
+  void matches_decoded_rows_data();
+  void matches_decoded_rows();
+  void shared_input_mixes_types();
+  void rejects_bad_arguments();
+};
+
+void QuantizedMatvecTest::matches_decoded_rows_data() {
+  QTest::addColumn<int>("type");
+  QTest::addColumn<bool>("avx2");
+  QTest::addColumn<int>("rows");
+  for (GgufType type : kTypes)
+    for (bool avx2 : {true, false})
+      for (int rows : {37, 1200})  // inline, and over the threshold where the pool's threads share it
+        QTest::newRow(qPrintable(QString("%1 %2 %3 rows").arg(to_string(type), avx2 ? "avx2" : "portable").arg(rows)))
+            << int(type) << avx2 << rows;
+}
+
+void QuantizedMatvecTest::matches_decoded_rows() {
+  QFETCH(int, type);
+  QFETCH(bool, avx2);
+  QFETCH(int, rows);
+  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
+  kernels::set_avx2_kernels_enabled(avx2);
+  std::mt19937 rng(static_cast<unsigned>(type * 131 + rows));
+  const std::int64_t cols = 768;  // three K-quant super-blocks, 24 small blocks
+  const RandomMatrix m = random_matrix(GgufType(type), rows, cols, rng);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (std::int64_t n : {1, 3, 5}) {
+    std::vector<float> x(static_cast<std::size_t>(n * cols)), bias(static_cast<std::size_t>(rows));
+    for (float& v : x) v = normal(rng);
+    for (float& v : bias) v = normal(rng);
+    for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+      std::vector<float> y(static_cast<std::size_t>(n * rows), -1.f);
+      kernels::matmul_quantized(m.view, x.data(), y.data(), n, b);
+      std::vector<double> expected, magnitude;
+      reference_product(m.view, x, n, b, expected, magnitude);
+      expect_close(y, expected, magnitude, QString("n=%1 bias=%2").arg(n).arg(b != nullptr));
+    }
+  }
+}
+
+// q/k/v of a Q4_K_M file: Q4_K q and k, Q6_K v; and an f32 matrix in the same job.
+void QuantizedMatvecTest::shared_input_mixes_types() {
+  std::mt19937 rng(5);
+  const std::int64_t cols = 512;
+  const RandomMatrix q = random_matrix(GgufType::Q4_K, 700, cols, rng), k = random_matrix(GgufType::Q4_K, 300, cols, rng);
+  const RandomMatrix v = random_matrix(GgufType::Q6_K, 300, cols, rng), f = random_matrix(GgufType::F32, 90, cols, rng);
+  std::vector<float> x(static_cast<std::size_t>(cols));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (float& value : x) value = normal(rng);
+  std::vector<float> bias(700, 0.5f);
+  std::vector<std::vector<float>> outputs(3);
+  for (const RandomMatrix* third : {&v, &f}) {
+    const RandomMatrix* matrices[] = {&q, &k, third};
+    kernels::SharedInputQuantizedProduct jobs[3];
+    for (int i = 0; i < 3; ++i) {
+      outputs[i].assign(static_cast<std::size_t>(matrices[i]->view.rows), 0.f);
+      jobs[i] = {matrices[i]->view, outputs[i].data(), i == 0 ? bias.data() : nullptr};
+    }
+    kernels::matvec_quantized_shared_input(jobs, 3, x.data());
+    for (int i = 0; i < 3; ++i) {
+      std::vector<double> expected, magnitude;
+      reference_product(matrices[i]->view, x, 1, i == 0 ? bias.data() : nullptr, expected, magnitude);
+      expect_close(outputs[i], expected, magnitude, QString("product %1").arg(i));
+    }
+  }
+}
+
+void QuantizedMatvecTest::rejects_bad_arguments() {
+  std::mt19937 rng(9);
+  RandomMatrix m = random_matrix(GgufType::Q4_K, 4, 256, rng);
+  std::vector<float> x(256), y(4);
+  QuantizedMatrixView ragged = m.view;
+  ragged.cols = 200;  // not a whole number of 256-element super-blocks
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::matmul_quantized(ragged, x.data(), y.data(), 1));
+  QuantizedMatrixView unknown = m.view;
+  unknown.type = GgufType::IQ2_XS;  // a type that cannot be decoded
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::matmul_quantized(unknown, x.data(), y.data(), 1));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::matmul_quantized(m.view, x.data(), nullptr, 1));
+}
+
+QTEST_GUILESS_MAIN(QuantizedMatvecTest)
+#include "test_quantized_matvec.moc"
