@@ -64,7 +64,7 @@ at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& x) {
   for (std::int64_t first = 0; first < w.rows; first += block_rows) {
     const std::int64_t count = std::min(block_rows, w.rows - first);
     at::parallel_for(0, count, 16, [&](std::int64_t begin, std::int64_t end) {
-      dequantize(w.type, w.data + (first + begin) * w.row_bytes, (end - begin) * w.cols, decoded + begin * w.cols);
+      kernels::dequantize_rows(w, first + begin, end - begin, decoded + begin * w.cols);
     });
     at::Tensor block = at::from_blob(decoded, {count, w.cols}, at::kFloat);
     output.narrow(1, first, count).copy_(at::linear(x, block));

@@ -23,7 +23,8 @@ using RowDot = float (*)(const std::uint8_t* row, const float* x, std::int64_t b
 
 #if KVCHAT_HAVE_AVX2_KERNELS
 // ---------------------------------------------------------------------------------------------
-// AVX2 kernels. A block's integers are widened to f32 in registers and multiplied by x; the block's
+// AVX2 kernels (every type of the Q4_K_M / Q5_K_M / Q6_K / Q8_0 / Q4_0 files, and F16). A block's
+// integers are widened to f32 in registers and multiplied by x; the block's
 // scale multiplies the block's sum once (sum d*q_j*x_j = d * sum q_j*x_j). Block layouts are those of
 // engine/gguf/dequantize.cpp, which documents them.
 
@@ -91,6 +92,77 @@ KVCHAT_ISA_AVX2 float dot_q4_0_avx2(const std::uint8_t* row, const float* x, std
   return horizontal_sum(acc);
 }
 
+// Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = d * q + m, so a block's dot product is
+// d * sum(q x) + m * sum(x).
+KVCHAT_ISA_AVX2 float dot_q4_1_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, row += 20, x += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 4));
+    __m256 sum = dot16<false>(_mm_and_si128(packed, low_mask), x, _mm256_setzero_ps());
+    sum = dot16<false>(_mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), x + 16, sum);
+    const __m256 x_sum = sum16(x + 16, sum16(x, _mm256_setzero_ps()));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row)), sum, acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 2)), x_sum, acc);
+  }
+  return horizontal_sum(acc);
+}
+
+// 16 bits of `bits` (from bit 0) as 16 bytes: 0x10 where the bit is set, else 0 (the fifth bits of
+// Q5_0/Q5_1 quants).
+KVCHAT_ISA_AVX2 inline __m128i fifth_bits(std::uint32_t bits) {
+  const __m128i spread = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(bits)),
+                                          _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+  const __m128i bit = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(spread, bit), bit), _mm_set1_epi8(0x10));
+}
+
+// Q5_0 (f16 d, 4 bytes of fifth bits, 16 bytes of nibbles; x = d * (q - 16)) and Q5_1 (f16 d, f16 m,
+// fifth bits, nibbles; x = d * q + m).
+template <bool WithMin>
+KVCHAT_ISA_AVX2 float dot_q5_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  constexpr int kHeader = WithMin ? 4 : 2, kBlockBytes = WithMin ? 24 : 22;
+  const __m128i low_mask = _mm_set1_epi8(0x0F), sixteen = _mm_set1_epi8(16);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, row += kBlockBytes, x += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    std::uint32_t high_bits;
+    std::memcpy(&high_bits, row + kHeader, 4);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + kHeader + 4));
+    __m128i low = _mm_or_si128(_mm_and_si128(packed, low_mask), fifth_bits(high_bits));
+    __m128i high = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), fifth_bits(high_bits >> 16));
+    __m256 sum;
+    if constexpr (WithMin) {
+      sum = dot16<false>(high, x + 16, dot16<false>(low, x, _mm256_setzero_ps()));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 2)), sum16(x + 16, sum16(x, _mm256_setzero_ps())), acc);
+    } else {
+      low = _mm_sub_epi8(low, sixteen);
+      high = _mm_sub_epi8(high, sixteen);
+      sum = dot16<true>(high, x + 16, dot16<true>(low, x, _mm256_setzero_ps()));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row)), sum, acc);
+  }
+  return horizontal_sum(acc);
+}
+
+// F16 rows: eight halves at a time through the F16C converter.
+KVCHAT_ISA_AVX2 float dot_f16_avx2(const std::uint8_t* row, const float* x, std::int64_t count) {
+  const auto* w = reinterpret_cast<const std::uint16_t*>(row);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 16 <= count; c += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + c) + 2 * kPrefetchBytes, _MM_HINT_T0);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c))),
+                           _mm256_loadu_ps(x + c), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c + 8))),
+                           _mm256_loadu_ps(x + c + 8), acc1);
+  }
+  float result = horizontal_sum(_mm256_add_ps(acc0, acc1));
+  for (; c < count; ++c) result += _cvtsh_ss(w[c]) * x[c];
+  return result;
+}
+
 // The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (see dequantize.cpp).
 inline void k_scale_and_min(int j, const std::uint8_t* packed, int& scale, int& min) {
   if (j < 4) {
@@ -124,6 +196,49 @@ KVCHAT_ISA_AVX2 float dot_q4_k_avx2(const std::uint8_t* row, const float* x, std
       low = dot16<false>(_mm_and_si128(packed1, low_mask), x + 16, low);
       __m256 high = dot16<false>(_mm_and_si128(_mm_srli_epi16(packed0, 4), low_mask), x + 32, _mm256_setzero_ps());
       high = dot16<false>(_mm_and_si128(_mm_srli_epi16(packed1, 4), low_mask), x + 48, high);
+      const __m256 low_sum = sum16(x + 16, sum16(x, _mm256_setzero_ps()));
+      const __m256 high_sum = sum16(x + 48, sum16(x + 32, _mm256_setzero_ps()));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale1)), low, acc);
+      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(min1)), low_sum, acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale2)), high, acc);
+      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(min2)), high_sum, acc);
+    }
+  }
+  return horizontal_sum(acc);
+}
+
+// Q5_K: as Q4_K with 32 bytes of fifth bits after the scales: bit 2p of byte l is the fifth bit of
+// low-nibble element l of pair p, bit 2p+1 that of high-nibble element l.
+KVCHAT_ISA_AVX2 float dot_q5_k_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F), sixteen = _mm_set1_epi8(16);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, row += 176) {
+    for (int ahead = 0; ahead < 192; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const float d = load_f16_scale(row), dmin = load_f16_scale(row + 2);
+    const std::uint8_t* scales = row + 4;
+    const __m128i high_bits0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16));
+    const __m128i high_bits1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 32));
+    const std::uint8_t* q = row + 48;
+    for (int pair = 0; pair < 4; ++pair, q += 32, x += 64) {
+      int scale1, min1, scale2, min2;
+      k_scale_and_min(2 * pair, scales, scale1, min1);
+      k_scale_and_min(2 * pair + 1, scales, scale2, min2);
+      const __m128i low_bit = _mm_set1_epi8(static_cast<char>(1 << (2 * pair)));
+      const __m128i high_bit = _mm_set1_epi8(static_cast<char>(2 << (2 * pair)));
+      auto fifth = [&](__m128i bits, __m128i bit) {
+        return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(bits, bit), bit), sixteen);
+      };
+      const __m128i packed0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i packed1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+      __m256 low = dot16<false>(_mm_or_si128(_mm_and_si128(packed0, low_mask), fifth(high_bits0, low_bit)), x,
+                                _mm256_setzero_ps());
+      low = dot16<false>(_mm_or_si128(_mm_and_si128(packed1, low_mask), fifth(high_bits1, low_bit)), x + 16, low);
+      __m256 high = dot16<false>(
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(packed0, 4), low_mask), fifth(high_bits0, high_bit)), x + 32,
+          _mm256_setzero_ps());
+      high = dot16<false>(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(packed1, 4), low_mask), fifth(high_bits1, high_bit)),
+                          x + 48, high);
       const __m256 low_sum = sum16(x + 16, sum16(x, _mm256_setzero_ps()));
       const __m256 high_sum = sum16(x + 48, sum16(x + 32, _mm256_setzero_ps()));
       acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale1)), low, acc);
@@ -171,6 +286,70 @@ KVCHAT_ISA_AVX2 float dot_q6_k_avx2(const std::uint8_t* row, const float* x, std
   }
   return horizontal_sum(acc);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Row decoders for the prefill GEMM (whole rows to f32, as engine/gguf's dequantize computes them;
+// a K-quant's d*sc*q - dmin*m may round once instead of twice).
+
+using RowDecoder = void (*)(const std::uint8_t* row, float* out, std::int64_t blocks);
+
+KVCHAT_ISA_AVX2 inline void store16(__m128i q, __m256 scale, float* out, bool is_signed) {
+  const __m128i upper = _mm_srli_si128(q, 8);
+  _mm256_storeu_ps(out, _mm256_mul_ps(is_signed ? widen_signed(q) : widen_unsigned(q), scale));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(is_signed ? widen_signed(upper) : widen_unsigned(upper), scale));
+}
+
+KVCHAT_ISA_AVX2 void decode_q8_0_avx2(const std::uint8_t* row, float* out, std::int64_t blocks) {
+  for (std::int64_t b = 0; b < blocks; ++b, row += 34, out += 32) {
+    const __m256 d = _mm256_set1_ps(load_f16_scale(row));
+    store16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2)), d, out, true);
+    store16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 18)), d, out + 16, true);
+  }
+}
+
+KVCHAT_ISA_AVX2 void decode_q4_0_avx2(const std::uint8_t* row, float* out, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  for (std::int64_t b = 0; b < blocks; ++b, row += 18, out += 32) {
+    const __m256 d = _mm256_set1_ps(load_f16_scale(row));
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2));
+    store16(_mm_sub_epi8(_mm_and_si128(packed, low_mask), eight), d, out, true);
+    store16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), eight), d, out + 16, true);
+  }
+}
+
+KVCHAT_ISA_AVX2 void decode_q4_k_avx2(const std::uint8_t* row, float* out, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F);
+  for (std::int64_t b = 0; b < blocks; ++b, row += 144) {
+    const float d = load_f16_scale(row), dmin = load_f16_scale(row + 2);
+    const std::uint8_t* q = row + 16;
+    for (int pair = 0; pair < 4; ++pair, q += 32, out += 64) {
+      int scale1, min1, scale2, min2;
+      k_scale_and_min(2 * pair, row + 4, scale1, min1);
+      k_scale_and_min(2 * pair + 1, row + 4, scale2, min2);
+      const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(scale1)), m1 = _mm256_set1_ps(dmin * static_cast<float>(min1));
+      const __m256 d2 = _mm256_set1_ps(d * static_cast<float>(scale2)), m2 = _mm256_set1_ps(dmin * static_cast<float>(min2));
+      for (int half = 0; half < 2; ++half) {
+        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * half));
+        const __m128i low = _mm_and_si128(packed, low_mask);
+        const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
+        float* low_out = out + 16 * half;
+        float* high_out = out + 32 + 16 * half;
+        _mm256_storeu_ps(low_out, _mm256_sub_ps(_mm256_mul_ps(d1, widen_unsigned(low)), m1));
+        _mm256_storeu_ps(low_out + 8, _mm256_sub_ps(_mm256_mul_ps(d1, widen_unsigned(_mm_srli_si128(low, 8))), m1));
+        _mm256_storeu_ps(high_out, _mm256_sub_ps(_mm256_mul_ps(d2, widen_unsigned(high)), m2));
+        _mm256_storeu_ps(high_out + 8, _mm256_sub_ps(_mm256_mul_ps(d2, widen_unsigned(_mm_srli_si128(high, 8))), m2));
+      }
+    }
+  }
+}
+
+KVCHAT_ISA_AVX2 void decode_f16_avx2(const std::uint8_t* row, float* out, std::int64_t count) {
+  const auto* w = reinterpret_cast<const std::uint16_t*>(row);
+  std::int64_t c = 0;
+  for (; c + 8 <= count; c += 8)
+    _mm256_storeu_ps(out + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c))));
+  for (; c < count; ++c) out[c] = _cvtsh_ss(w[c]);
+}
 #endif  // KVCHAT_HAVE_AVX2_KERNELS
 
 // The fused kernel for a type, or null: then rows are decoded into a buffer first.
@@ -182,6 +361,27 @@ RowDot fused_row_dot(GgufType type) {
       case GgufType::Q4_0: return dot_q4_0_avx2;
       case GgufType::Q4_K: return dot_q4_k_avx2;
       case GgufType::Q6_K: return dot_q6_k_avx2;
+      case GgufType::Q5_K: return dot_q5_k_avx2;
+      case GgufType::Q4_1: return dot_q4_1_avx2;
+      case GgufType::Q5_0: return dot_q5_avx2<false>;
+      case GgufType::Q5_1: return dot_q5_avx2<true>;
+      case GgufType::F16: return dot_f16_avx2;
+      default: break;
+    }
+  }
+#endif
+  (void)type;
+  return nullptr;
+}
+
+RowDecoder fast_row_decoder(GgufType type) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) {
+    switch (type) {
+      case GgufType::Q8_0: return decode_q8_0_avx2;
+      case GgufType::Q4_0: return decode_q4_0_avx2;
+      case GgufType::Q4_K: return decode_q4_k_avx2;
+      case GgufType::F16: return decode_f16_avx2;
       default: break;
     }
   }
@@ -240,6 +440,18 @@ void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* 
   for_row_blocks(weight.rows, weight.row_bytes, [p = &problem](std::int64_t begin, std::int64_t end) {
     quantized_rows(*p->weight, p->x, p->y, p->n, p->bias, begin, end);
   });
+}
+
+void dequantize_rows(const QuantizedMatrixView& weight, std::int64_t first, std::int64_t count, float* out) {
+  check_view("dequantize_rows", weight, count, out, out);
+  if (first < 0 || count < 0 || first + count > weight.rows) throw std::invalid_argument("dequantize_rows: rows outside the matrix");
+  const std::int64_t blocks = weight.cols / gguf_type_info(weight.type).block_size;
+  const RowDecoder decoder = fast_row_decoder(weight.type);
+  for (std::int64_t r = 0; r < count; ++r) {
+    const std::uint8_t* row = weight.data + (first + r) * weight.row_bytes;
+    if (decoder) decoder(row, out + r * weight.cols, blocks);
+    else dequantize(weight.type, row, weight.cols, out + r * weight.cols);
+  }
 }
 
 void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, int count, const float* x) {

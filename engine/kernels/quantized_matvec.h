@@ -25,6 +25,11 @@ struct QuantizedMatrixView {
 void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n,
                       const float* bias = nullptr);
 
+// Rows [first, first + count) decoded to f32 into out [count, cols] (the prefill GEMM's blocks of
+// rows): AVX2 for the common types, engine/gguf's dequantize for the others. The values are those of
+// dequantize, except that a K-quant's d*sc*q - dmin*m may round once instead of twice.
+void dequantize_rows(const QuantizedMatrixView& weight, std::int64_t first, std::int64_t count, float* out);
+
 // Several products with one input vector (q/k/v, gate/up), as one parallel job; the matrices may be of
 // different types (a Q4_K_M file keeps some attn_v in Q6_K next to Q4_K q and k).
 struct SharedInputQuantizedProduct {

@@ -111,6 +111,8 @@ class QuantizedMatvecTest : public QObject {
   void matches_decoded_rows_data();
   void matches_decoded_rows();
   void shared_input_mixes_types();
+  void decoded_rows_match_dequantize_data();
+  void decoded_rows_match_dequantize();
   void rejects_bad_arguments();
 };
 
@@ -174,6 +176,33 @@ void QuantizedMatvecTest::shared_input_mixes_types() {
       expect_close(outputs[i], expected, magnitude, QString("product %1").arg(i));
     }
   }
+}
+
+void QuantizedMatvecTest::decoded_rows_match_dequantize_data() {
+  QTest::addColumn<int>("type");
+  QTest::addColumn<bool>("avx2");
+  for (GgufType type : kTypes)
+    for (bool avx2 : {true, false})
+      QTest::newRow(qPrintable(QString("%1 %2").arg(to_string(type), avx2 ? "avx2" : "portable"))) << int(type) << avx2;
+}
+
+// The prefill's decoded blocks of rows: the values of engine/gguf's dequantize (a K-quant's
+// d*sc*q - dmin*m may round once instead of twice).
+void QuantizedMatvecTest::decoded_rows_match_dequantize() {
+  QFETCH(int, type);
+  QFETCH(bool, avx2);
+  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
+  kernels::set_avx2_kernels_enabled(avx2);
+  std::mt19937 rng(static_cast<unsigned>(type + 77));
+  const std::int64_t rows = 9, cols = 512;
+  const RandomMatrix m = random_matrix(GgufType(type), rows, cols, rng);
+  std::vector<float> got(static_cast<std::size_t>(5 * cols)), expected(got.size());
+  kernels::dequantize_rows(m.view, 3, 5, got.data());
+  dequantize(GgufType(type), m.view.data + 3 * m.view.row_bytes, 5 * cols, expected.data());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(got[i] - expected[i]) > 1e-6f * std::fabs(expected[i]) + 1e-12f)
+      QFAIL(qPrintable(QString("value %1 is %2, expected %3").arg(i).arg(got[i]).arg(expected[i])));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::dequantize_rows(m.view, 6, 5, got.data()));
 }
 
 void QuantizedMatvecTest::rejects_bad_arguments() {
