@@ -401,12 +401,16 @@ void check_view(const char* function, const QuantizedMatrixView& w, std::int64_t
     fail("null buffer");
 }
 
-// Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows).
+// Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows). One vector: the fused
+// kernel. Several: each row is decoded once into a buffer the thread keeps (it stays in L1/L2) and
+// multiplied by every vector in f32, unless only the fused kernel is fast for the type.
 void quantized_rows(const QuantizedMatrixView& w, const float* x, float* y, std::int64_t n, const float* bias,
                     std::int64_t begin, std::int64_t end) {
   const GgufTypeInfo& info = gguf_type_info(w.type);
   const std::int64_t blocks = w.cols / info.block_size;
-  if (RowDot dot = fused_row_dot(w.type)) {
+  const RowDot dot = fused_row_dot(w.type);
+  const RowDecoder decoder = fast_row_decoder(w.type);
+  if (dot && (n == 1 || !decoder)) {
     for (std::int64_t r = begin; r < end; ++r) {
       const std::uint8_t* row = w.data + r * w.row_bytes;
       const float b = bias ? bias[r] : 0.f;
@@ -414,11 +418,12 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, float* y, std:
     }
     return;
   }
-  // One row decoded at a time into a buffer the thread keeps (it stays in L1/L2 for the n products).
   thread_local std::vector<float> decoded;
   if (decoded.size() < static_cast<std::size_t>(w.cols)) decoded.resize(static_cast<std::size_t>(w.cols));
   for (std::int64_t r = begin; r < end; ++r) {
-    dequantize(w.type, w.data + r * w.row_bytes, w.cols, decoded.data());
+    const std::uint8_t* row = w.data + r * w.row_bytes;
+    if (decoder) decoder(row, decoded.data(), blocks);
+    else dequantize(w.type, row, w.cols, decoded.data());
     const float b = bias ? bias[r] : 0.f;
     for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot_f32(decoded.data(), x + i * w.cols, w.cols) + b;
   }
