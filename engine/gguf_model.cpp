@@ -180,6 +180,9 @@ ModelConfig model_config_from_gguf(const GgufFile& file) {
   config.num_attention_heads = positive(file, arch + ".attention.head_count");
   config.num_key_value_heads = positive_or(file, arch + ".attention.head_count_kv", config.num_attention_heads);
   config.max_position_embeddings = positive_or(file, arch + ".context_length", 2048);
+  if (config.max_position_embeddings > kMaxContextPositions)
+    fail(file, "metadata " + arch + ".context_length is " + std::to_string(config.max_position_embeddings) +
+                   ", more than the " + std::to_string(kMaxContextPositions) + " positions kvchat accepts");
   config.rms_norm_eps = positive_float_or(file, arch + ".attention.layer_norm_rms_eps", 1e-5);
   config.rope_theta = positive_float_or(file, arch + ".rope.freq_base", 10000.0);
   config.qkv_bias = arch == "qwen2";

@@ -127,8 +127,9 @@ void LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cach
   const ModelConfig& c = config_;
   const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
-  const float* cos = rope_cos_.data_ptr<float>() + position * head_dim;
-  const float* sin = rope_sin_.data_ptr<float>() + position * head_dim;
+  rope_.ensure(position + 1);
+  const float* cos = rope_.cos_row(position);
+  const float* sin = rope_.sin_row(position);
   const std::int64_t positions = position + 1;  // attended: the cached ones and this one
   weights_.embedding.row_into(token, s.x.data());
 

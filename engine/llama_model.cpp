@@ -29,9 +29,7 @@ void copy_logits(const at::Tensor& row, std::vector<float>& logits) {
 }
 
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
-  at::Tensor positions = at::arange(config_.max_position_embeddings, at::kLong);
-  std::tie(rope_cos_, rope_sin_) = rope_cos_sin(config_, positions);
+    : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {
   fused_decode_ = fused_decode_applies();
 }
 
@@ -161,7 +159,7 @@ at::Tensor LlamaModel::forward_checked(const TokenId* ids, std::int64_t steps, s
 
   at::Tensor token_ids = at::from_blob(const_cast<TokenId*>(ids), {steps}, at::kInt).to(at::kLong);
   at::Tensor x = weights_.embedding.rows(token_ids);  // [T, hidden] f32
-  at::Tensor cos = rope_cos_.narrow(0, start_pos, steps), sin = rope_sin_.narrow(0, start_pos, steps);
+  auto [cos, sin] = rope_.rows(start_pos, steps);
 
   // One rectangular causal mask: query i sits at absolute position start_pos + i and sees keys
   // 0 .. start_pos + i. A single decode query sees everything, so it needs none.

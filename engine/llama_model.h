@@ -18,6 +18,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
+#include "engine/rope.h"
 #include "engine/types.h"
 
 namespace kvchat {
@@ -36,6 +37,7 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   KvCacheShape cache_shape() const;
+  const RopeTable& rope() const { return rope_; }
   std::int64_t weight_bytes() const;
   // The matrices' storage types, largest share of bytes first: "f32", "bf16", "Q4_K+Q6_K", ...
   std::string weight_types() const;
@@ -72,7 +74,7 @@ class LlamaModel {
   ModelConfig config_;
   ModelWeights weights_;
   bool fused_decode_ = false;  // weights suit the fused decode step (taken while the kernels are on)
-  at::Tensor rope_cos_, rope_sin_;  // [max_position_embeddings, head_dim], computed once
+  RopeTable rope_;  // cos/sin rows, grown as positions are first used
 };
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);

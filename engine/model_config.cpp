@@ -105,6 +105,10 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   config.num_key_value_heads = read.positive_int_or("num_key_value_heads", config.num_attention_heads);
   config.vocab_size = read.positive_int("vocab_size");
   config.max_position_embeddings = read.positive_int_or("max_position_embeddings", 2048);
+  if (config.max_position_embeddings > kMaxContextPositions)
+    read.fail("max_position_embeddings", "is " + std::to_string(config.max_position_embeddings) +
+                                             ", more than the " + std::to_string(kMaxContextPositions) +
+                                             " positions kvchat accepts");
   config.rms_norm_eps = read.positive_number_or("rms_norm_eps", 1e-6);
   config.rope_theta = read.positive_number_or("rope_theta", 10000.0);
   config.tie_word_embeddings = read.bool_or("tie_word_embeddings", false);

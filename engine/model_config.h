@@ -23,6 +23,10 @@ struct RopeScaling {
   std::int64_t original_max_position_embeddings = 8192;
 };
 
+// The longest context a config may claim (2^24 positions): beyond it a value is a corrupt or hostile
+// file, not a model (the largest real contexts are a few million).
+constexpr std::int64_t kMaxContextPositions = std::int64_t(1) << 24;
+
 struct ModelConfig {
   std::string model_type = "llama";  // "llama" (also Mistral, TinyLlama, SmolLM) or "qwen2"
   std::int64_t hidden_size = 0;

@@ -1,6 +1,8 @@
 #include "engine/rope.h"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace kvchat {
 
@@ -37,6 +39,42 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   const std::int64_t half = x.size(-1) / 2;
   at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
+}
+
+RopeTable::RopeTable(const ModelConfig& config)
+    : config_(config),
+      head_dim_(config.head_dim),
+      cos_chunks_(static_cast<std::size_t>((config.max_position_embeddings + kChunkPositions - 1) / kChunkPositions)),
+      sin_chunks_(cos_chunks_.size()) {}
+
+void RopeTable::ensure(std::int64_t end) const {
+  const std::int64_t needed = (end + kChunkPositions - 1) / kChunkPositions;
+  if (needed <= ready_chunks_.load(std::memory_order_acquire)) return;
+  if (needed > static_cast<std::int64_t>(cos_chunks_.size()))
+    throw std::length_error("RoPE rows up to position " + std::to_string(end) + " exceed the context limit of " +
+                            std::to_string(config_.max_position_embeddings));
+  std::lock_guard<std::mutex> lock(grow_mutex_);
+  for (std::int64_t chunk = ready_chunks_.load(std::memory_order_relaxed); chunk < needed; ++chunk) {
+    at::Tensor positions = at::arange(chunk * kChunkPositions, (chunk + 1) * kChunkPositions, at::kLong);
+    auto [cos, sin] = rope_cos_sin(config_, positions);
+    cos_chunks_[static_cast<std::size_t>(chunk)] = cos.contiguous();
+    sin_chunks_[static_cast<std::size_t>(chunk)] = sin.contiguous();
+    ready_chunks_.store(chunk + 1, std::memory_order_release);
+  }
+}
+
+std::int64_t RopeTable::ready_positions() const { return ready_chunks_.load() * kChunkPositions; }
+
+std::pair<at::Tensor, at::Tensor> RopeTable::rows(std::int64_t start, std::int64_t steps) const {
+  ensure(start + steps);
+  const std::int64_t first_chunk = start / kChunkPositions, last_chunk = (start + steps - 1) / kChunkPositions;
+  auto gather = [&](const std::vector<at::Tensor>& chunks) {
+    if (first_chunk == last_chunk)
+      return chunks[static_cast<std::size_t>(first_chunk)].narrow(0, start % kChunkPositions, steps);
+    std::vector<at::Tensor> parts(chunks.begin() + first_chunk, chunks.begin() + last_chunk + 1);
+    return at::cat(parts, 0).narrow(0, start % kChunkPositions, steps);
+  };
+  return {gather(cos_chunks_), gather(sin_chunks_)};
 }
 
 }  // namespace kvchat

@@ -11,6 +11,7 @@
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
 #include "engine/safetensors.h"
+#include "engine/session.h"
 
 using namespace kvchat;
 using kvchat::test::shared_path;
@@ -100,6 +101,7 @@ class CheckpointErrorsTest : public QObject {
   void invalid_config_json();
   void incomplete_config();
   void unsupported_architecture_fields();
+  void huge_context_costs_nothing_until_used();
   void tokenizer_larger_than_the_vocabulary();
   void fifos_and_directories_are_refused_without_blocking();
   void duplicate_names_and_absurd_shapes();
@@ -254,6 +256,32 @@ void CheckpointErrorsTest::unsupported_architecture_fields() {
   config["hidden_act"] = "gelu";
   write_bytes(copy.config(), config.dump());
   expect_model_error(copy.directory, {"unsupported hidden_act 'gelu'"});
+}
+
+// A config that claims a huge context costs nothing until positions are used (RoPE rows grow on
+// demand, the cache grows with its contents), and gives the same tokens; an absurd one is refused.
+void CheckpointErrorsTest::huge_context_costs_nothing_until_used() {
+  ModelCopy copy;
+  auto config = kvchat::test::load_json(shared_path("models/stories260K/config.json"));
+  config["max_position_embeddings"] = 10000000;
+  write_bytes(copy.config(), config.dump());
+  auto model = LlamaModel::from_checkpoint(copy.directory, ModelConfig::from_directory(copy.directory));
+  QCOMPARE(model->rope().ready_positions(), std::int64_t(0));
+  auto original = LlamaModel::from_checkpoint(shared_path("models/stories260K"),
+                                              ModelConfig::from_directory(shared_path("models/stories260K")));
+  GenerationConfig generation;
+  generation.max_new_tokens = 40;
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  Session huge_session(model, KvCacheMode::Contiguous), original_session(original, KvCacheMode::Contiguous);
+  QCOMPARE(huge_session.generate(prompt, generation).generated, original_session.generate(prompt, generation).generated);
+  QVERIFY(model->rope().ready_positions() <= 4096);
+
+  for (const std::int64_t absurd : {std::int64_t(1) << 25, std::int64_t(1000000000000)}) {
+    config["max_position_embeddings"] = absurd;
+    write_bytes(copy.config(), config.dump());
+    expect_model_error(copy.directory, {"'max_position_embeddings' is " + std::to_string(absurd),
+                                        "more than the 16777216 positions kvchat accepts"});
+  }
 }
 
 // A tokenizer whose ids do not all have an embedding row is refused at load, before the weights are read.
