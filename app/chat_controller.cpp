@@ -27,19 +27,19 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     model_loading_ = false;
     cache_figures_.clear();
     total_cache_bytes_ = 0;
-    if (!remember_model_directory_.isEmpty() && remember_model_directory_ == info.directory) {
-      settings_.model_directory = info.directory;
+    if (!remember_model_path_.isEmpty() && remember_model_path_ == info.directory) {
+      settings_.model_path = info.directory;
       settings_.save(*settings_storage_);
       settings_storage_->sync();
-      spdlog::info("model directory {} saved in the settings", info.directory.toStdString());
+      spdlog::info("model {} saved in the settings", info.directory.toStdString());
     }
-    remember_model_directory_.clear();
+    remember_model_path_.clear();
     Q_EMIT modelLoaded(info);
     Q_EMIT cacheGaugeChanged();
   });
   connect(worker_, &EngineWorker::loadFailed, this, [this](const QString& directory, const QString& message) {
     model_loading_ = false;
-    remember_model_directory_.clear();  // the previous model stays, and so does the setting
+    remember_model_path_.clear();  // the previous model stays, and so does the setting
     Q_EMIT modelLoadFailed(directory, message);
   });
   connect(worker_, &EngineWorker::cacheChanged, this, &ChatController::on_cache_changed);
@@ -69,7 +69,7 @@ ChatController::~ChatController() {
 }
 
 void ChatController::applySettings(const ChatSettings& settings) {
-  const QString old_model = resolve_model_directory(settings_.model_directory);
+  const QString old_model = resolve_model_path(settings_.model_path);
   settings_ = settings;
   settings_.save(*settings_storage_);
   settings_storage_->sync();
@@ -77,12 +77,12 @@ void ChatController::applySettings(const ChatSettings& settings) {
                settings_.kv_cache_enabled ? "on" : "off", settings_.temperature, settings_.context_limit);
   Q_EMIT settingsChanged();
   Q_EMIT cacheGaugeChanged();
-  if (resolve_model_directory(settings_.model_directory) != old_model || !model_loaded_) loadModel(QString());
+  if (resolve_model_path(settings_.model_path) != old_model || !model_loaded_) loadModel(QString());
 }
 
-void ChatController::loadModel(const QString& directory, bool remember) {
-  const QString resolved = directory.isEmpty() ? resolve_model_directory(settings_.model_directory) : directory;
-  remember_model_directory_ = remember ? resolved : QString();
+void ChatController::loadModel(const QString& path, bool remember) {
+  const QString resolved = path.isEmpty() ? resolve_model_path(settings_.model_path) : path;
+  remember_model_path_ = remember ? resolved : QString();
   model_loading_ = true;
   Q_EMIT modelLoading(resolved);
   const int threads = settings_.threads;

@@ -58,12 +58,13 @@ class ChatController : public QObject {
   ~ChatController() override;
 
   const ChatSettings& settings() const { return settings_; }
-  // Saves the settings; they apply from the next turn. A changed model directory is loaded.
+  // Saves the settings; they apply from the next turn. A changed model path is loaded.
   void applySettings(const ChatSettings& settings);
 
-  // empty = the settings' model (or the embedded one). With remember, a successful load becomes the
-  // settings' model directory, so the next start opens it again (File > Open model directory).
-  void loadModel(const QString& directory, bool remember = false);
+  // `path` is a model directory or a .gguf file; empty = the settings' model (or the embedded one). With
+  // remember, a successful load becomes the settings' model path, so the next start opens it again
+  // (File > Open model file / Open model directory).
+  void loadModel(const QString& path, bool remember = false);
   bool isModelLoaded() const { return model_loaded_; }
   bool isModelLoading() const { return model_loading_; }
   const ModelInfo& modelInfo() const { return model_info_; }
@@ -113,9 +114,9 @@ class ChatController : public QObject {
   void lastReplyStatsChanged();
   void cacheGaugeChanged();
   void cacheEvicted(qint64 conversation_id);
-  void modelLoading(const QString& directory);
+  void modelLoading(const QString& path);
   void modelLoaded(const kvchat::app::ModelInfo& info);
-  void modelLoadFailed(const QString& directory, const QString& message);
+  void modelLoadFailed(const QString& path, const QString& message);
   void errorOccurred(const QString& message);
   void settingsChanged();
 
@@ -156,7 +157,7 @@ class ChatController : public QObject {
   ModelInfo model_info_;
   bool model_loaded_ = false;
   bool model_loading_ = false;
-  QString remember_model_directory_;  // a user-chosen directory to save once it has loaded
+  QString remember_model_path_;  // a user-chosen directory or file to save once it has loaded
 
   qint64 current_conversation_ = 0;
   std::optional<ActiveTurn> active_;

@@ -84,7 +84,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
     spdlog::error("cannot load model {}: {}", directory.toStdString(), error.what());
     Q_EMIT loadFailed(directory, QString::fromStdString(error.what()));
   } catch (...) {
-    spdlog::error("cannot load model directory {}: unknown error", directory.toStdString());
+    spdlog::error("cannot load model {}: unknown error", directory.toStdString());
     Q_EMIT loadFailed(directory, QStringLiteral("unknown error while loading %1").arg(directory));
   }
 }

@@ -58,8 +58,8 @@ class EngineWorker : public QObject {
   static void register_meta_types();
 
  public Q_SLOTS:
-  // Loads a model directory. On failure the previous model (and its caches) stays in use.
-  void loadModel(const QString& directory, int threads);
+  // Loads a model directory or a .gguf file. On failure the previous model (and its caches) stays in use.
+  void loadModel(const QString& path, int threads);
   void runTurn(const kvchat::app::TurnRequest& request);
   // Drops a conversation's cache and tokens (the conversation was deleted).
   void forgetConversation(qint64 conversation_id);

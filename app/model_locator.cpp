@@ -21,7 +21,7 @@ QString embedded_model_directory() {
   return QStringLiteral(KVCHAT_SOURCE_MODEL_DIR);
 }
 
-QString resolve_model_directory(const QString& configured) {
+QString resolve_model_path(const QString& configured) {
   return configured.trimmed().isEmpty() ? embedded_model_directory() : configured;
 }
 

@@ -9,7 +9,7 @@ namespace kvchat::app {
 // (loading it then fails with a message that names it).
 QString embedded_model_directory();
 
-// `configured` when it is not empty, else the embedded model.
-QString resolve_model_directory(const QString& configured);
+// `configured` (a model directory or a .gguf file) when it is not empty, else the embedded model.
+QString resolve_model_path(const QString& configured);
 
 }  // namespace kvchat::app

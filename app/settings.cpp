@@ -107,7 +107,11 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.max_new_tokens = read_clamped(settings, "max_new_tokens", defaults.max_new_tokens, 1, 1 << 20);
   loaded.default_system_prompt =
       settings.value(QStringLiteral("default_system_prompt"), defaults.default_system_prompt).toString();
-  loaded.model_directory = settings.value(QStringLiteral("model_directory"), defaults.model_directory).toString();
+  // "model_path" replaced "model_directory" when GGUF files became loadable: a file written before keeps its model.
+  const QVariant model_path = settings.value(QStringLiteral("model_path"));
+  loaded.model_path = (model_path.isValid() ? model_path : settings.value(QStringLiteral("model_directory"),
+                                                                          defaults.model_path))
+                          .toString();
   loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, max_threads());
   loaded.context_limit = read_clamped(settings, "context_limit", defaults.context_limit, 0, 1 << 24);
   const QVariant overflow = settings.value(QStringLiteral("context_overflow"));
@@ -137,7 +141,8 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("seed"), QString::number(seed));
   settings.setValue(QStringLiteral("max_new_tokens"), max_new_tokens);
   settings.setValue(QStringLiteral("default_system_prompt"), default_system_prompt);
-  settings.setValue(QStringLiteral("model_directory"), model_directory);
+  settings.setValue(QStringLiteral("model_path"), model_path);
+  settings.remove(QStringLiteral("model_directory"));  // superseded by model_path
   settings.setValue(QStringLiteral("threads"), threads);
   settings.setValue(QStringLiteral("context_limit"), context_limit);
   settings.setValue(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
@@ -204,7 +209,7 @@ QJsonObject ChatSettings::to_json() const {
   json.insert(QStringLiteral("threads"), threads);
   json.insert(QStringLiteral("context_limit"), context_limit);
   json.insert(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
-  json.insert(QStringLiteral("model_directory"), model_directory);
+  json.insert(QStringLiteral("model_path"), model_path);
   return json;
 }
 

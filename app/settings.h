@@ -25,7 +25,7 @@ struct ChatSettings {
   quint64 seed = 0;  // 0 = a fresh random seed each turn
   int max_new_tokens = 256;
   QString default_system_prompt;
-  QString model_directory;  // empty = the embedded stories260K
+  QString model_path;       // a model directory or a .gguf file; empty = the embedded stories260K
   int threads = 0;          // 0 = the machine's cores
   int context_limit = 0;    // 0 = the model's max_position_embeddings
   ContextOverflowPolicy context_overflow = ContextOverflowPolicy::Stop;

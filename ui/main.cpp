@@ -60,8 +60,10 @@ int main(int argc, char** argv) {
   parser.addHelpOption();
   parser.addVersionOption();
   QCommandLineOption verbose_option("verbose", "Log debug output.");
-  QCommandLineOption model_option("model", "Model directory to load (default: the settings', else the embedded stories260K).",
-                                  "DIR");
+  QCommandLineOption model_option("model",
+                                  "Model to load: a Hugging Face directory or a .gguf file (default: the settings', "
+                                  "else the embedded stories260K).",
+                                  "DIR|FILE.gguf");
   QCommandLineOption db_option("db", "Conversation database (default: kvchat.sqlite3 in the app-data folder).", "PATH");
   QCommandLineOption settings_option("settings", "Read and save settings in this INI file instead of the user's.",
                                      "FILE");

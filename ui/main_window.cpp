@@ -58,7 +58,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   reload_messages();
   refresh_cache_gauge();
   refresh_reply_stats();
-  if (controller_->isModelLoaded()) model_label_->setText(controller_->modelInfo().name);
+  if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
   else if (controller_->isModelLoading()) load_busy_->show();
   resize(1240, 780);
   input_->setFocus();
@@ -203,31 +203,26 @@ void MainWindow::show_cache_evicted(qint64 conversation_id) {
                            8000);
 }
 
-void MainWindow::show_model_loading(const QString& directory) {
+void MainWindow::show_model_loading(const QString& path) {
   load_busy_->show();
-  model_label_->setText(tr("Loading %1\u2026").arg(QFileInfo(directory).fileName()));
+  model_label_->setText(tr("Loading %1\u2026").arg(QFileInfo(path).fileName()));
   refresh_buttons();
 }
 
 void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
   load_busy_->hide();
-  model_label_->setText(info.name);
-  model_label_->setToolTip(tr("%1\n%2 parameters, %3 layers, context %4 tokens, %5 of K/V per token")
-                               .arg(info.directory)
-                               .arg(info.parameter_count)
-                               .arg(info.layers)
-                               .arg(info.context_length)
-                               .arg(format_bytes(info.kv_bytes_per_token)));
+  model_label_->setText(format_model_summary(info));
+  model_label_->setToolTip(format_model_details(info));
   setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
   refresh_buttons();
   refresh_cache_gauge();
 }
 
-void MainWindow::show_model_load_failed(const QString& directory, const QString& message) {
+void MainWindow::show_model_load_failed(const QString& path, const QString& message) {
   load_busy_->hide();
-  model_label_->setText(controller_->isModelLoaded() ? controller_->modelInfo().name : tr("No model"));
+  model_label_->setText(controller_->isModelLoaded() ? format_model_summary(controller_->modelInfo()) : tr("No model"));
   refresh_buttons();
-  QString text = tr("Could not load the model directory\n%1\n\n%2").arg(directory, message);
+  QString text = tr("Could not load the model\n%1\n\n%2").arg(path, message);
   if (controller_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(controller_->modelInfo().directory);
   show_error_dialog(tr("Model not loaded"), text, "modelLoadErrorDialog");
 }
@@ -237,12 +232,13 @@ void MainWindow::build_menus() {
   QAction* new_chat = file->addAction(tr("&New chat"));
   new_chat->setShortcut(QKeySequence(QStringLiteral("Ctrl+N")));
   connect(new_chat, &QAction::triggered, controller_, &ChatController::newConversation);
-  QAction* open_model = file->addAction(tr("&Open model directory\u2026"));
-  connect(open_model, &QAction::triggered, this, [this] {
-    const QString directory = QFileDialog::getExistingDirectory(this, tr("Open model directory"),
-                                                                controller_->modelInfo().directory);
-    if (!directory.isEmpty()) openModelDirectory(directory);
-  });
+  QAction* open_file = file->addAction(tr("&Open model file\u2026"));
+  open_file->setObjectName("openModelFileAction");
+  open_file->setShortcut(QKeySequence::Open);
+  connect(open_file, &QAction::triggered, this, &MainWindow::openModelFileDialog);
+  QAction* open_directory = file->addAction(tr("Open model &directory\u2026"));
+  open_directory->setObjectName("openModelDirectoryAction");
+  connect(open_directory, &QAction::triggered, this, &MainWindow::openModelDirectoryDialog);
   QAction* export_action = file->addAction(tr("&Export\u2026"));
   export_action->setShortcut(QKeySequence(QStringLiteral("Ctrl+E")));
   connect(export_action, &QAction::triggered, this, [this] {
@@ -403,9 +399,46 @@ void MainWindow::show_error_dialog(const QString& title, const QString& text, co
   box->open();
 }
 
-void MainWindow::openModelDirectory(const QString& directory) {
-  spdlog::info("opening model directory {}", directory.toStdString());
-  controller_->loadModel(directory, /*remember=*/true);
+void MainWindow::openModel(const QString& path) {
+  spdlog::info("opening model {}", path.toStdString());
+  controller_->loadModel(path, /*remember=*/true);
+}
+
+namespace {
+
+// Where a picker starts: the current model's folder (a file's own folder).
+QString picker_start(const kvchat::app::ModelInfo& info) {
+  const QFileInfo current(info.directory);
+  return current.isFile() ? current.absolutePath() : info.directory;
+}
+
+}  // namespace
+
+QFileDialog* MainWindow::openModelFileDialog() {
+  // open(), not exec(): the engine's signals keep arriving, and tests can find the dialog.
+  auto* dialog = new QFileDialog(this, tr("Open model file"), picker_start(controller_->modelInfo()));
+  dialog->setObjectName("openModelFileDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setFileMode(QFileDialog::ExistingFile);
+  dialog->setNameFilters({tr("GGUF models (*.gguf)"), tr("All files (*)")});
+  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
+    if (!path.isEmpty()) openModel(path);
+  });
+  dialog->open();
+  return dialog;
+}
+
+QFileDialog* MainWindow::openModelDirectoryDialog() {
+  auto* dialog = new QFileDialog(this, tr("Open model directory"), picker_start(controller_->modelInfo()));
+  dialog->setObjectName("openModelDirectoryDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setFileMode(QFileDialog::Directory);
+  dialog->setOption(QFileDialog::ShowDirsOnly, true);
+  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
+    if (!path.isEmpty()) openModel(path);
+  });
+  dialog->open();
+  return dialog;
 }
 
 bool MainWindow::exportCurrentConversation(const QString& path) {

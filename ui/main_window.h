@@ -8,6 +8,7 @@
 
 #include "app/chat_controller.h"
 
+class QFileDialog;
 class QLabel;
 class QListWidget;
 class QProgressBar;
@@ -28,7 +29,12 @@ class MainWindow : public QMainWindow {
   using ConfirmHandler = std::function<bool(const QString& title, const QString& text)>;
   void setConfirmHandler(ConfirmHandler handler) { confirm_ = std::move(handler); }
 
-  void openModelDirectory(const QString& directory);  // the model stays if the new one fails to load
+  // A model directory or a .gguf file; the model stays if the new one fails to load. A loaded one is remembered.
+  void openModel(const QString& path);
+  // File > Open model file / Open model directory: non-modal pickers (object names "openModelFileDialog",
+  // "openModelDirectoryDialog"); the chosen path goes to openModel().
+  QFileDialog* openModelFileDialog();
+  QFileDialog* openModelDirectoryDialog();
   bool exportCurrentConversation(const QString& path);  // format from the extension (.md, .json, .txt)
   SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
 
@@ -38,6 +44,7 @@ class MainWindow : public QMainWindow {
   QLabel* speedLabel() const { return speed_label_; }
   QLabel* replyStatsLabel() const { return reply_stats_label_; }
   QLabel* cacheLabel() const { return cache_label_; }
+  QLabel* modelLabel() const { return model_label_; }
   QProgressBar* cacheBar() const { return cache_bar_; }
 
  protected:
@@ -51,9 +58,9 @@ class MainWindow : public QMainWindow {
   void build_status_bar();
   void connect_controller();  // controller -> window
   void show_cache_evicted(qint64 conversation_id);
-  void show_model_loading(const QString& directory);
+  void show_model_loading(const QString& path);
   void show_model_loaded(const kvchat::app::ModelInfo& info);
-  void show_model_load_failed(const QString& directory, const QString& message);
+  void show_model_load_failed(const QString& path, const QString& message);
   void submit_input();
   void start_editing_last_message();
   void refresh_conversations();

@@ -5,6 +5,7 @@
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLineEdit>
@@ -82,14 +83,21 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   form->addRow(tr("System prompt"), system_prompt_);
 
   auto* model_row = new QHBoxLayout;
-  model_directory_ = new QLineEdit(settings.model_directory, this);
-  model_directory_->setObjectName("modelDirectoryEdit");
-  model_directory_->setPlaceholderText(tr("empty = the embedded stories260K"));
-  auto* browse = new QPushButton(tr("Browse\u2026"), this);
-  connect(browse, &QPushButton::clicked, this, &SettingsDialog::browse_model_directory);
-  model_row->addWidget(model_directory_);
-  model_row->addWidget(browse);
-  form->addRow(tr("Model directory"), model_row);
+  model_path_ = new QLineEdit(settings.model_path, this);
+  model_path_->setObjectName("modelPathEdit");
+  model_path_->setPlaceholderText(tr("a .gguf file or a model directory; empty = the embedded stories260K"));
+  auto* browse_file = new QPushButton(tr("File\u2026"), this);
+  browse_file->setObjectName("browseModelFileButton");
+  browse_file->setToolTip(tr("Choose a GGUF model file"));
+  connect(browse_file, &QPushButton::clicked, this, &SettingsDialog::browseModelFile);
+  auto* browse_directory = new QPushButton(tr("Folder\u2026"), this);
+  browse_directory->setObjectName("browseModelDirectoryButton");
+  browse_directory->setToolTip(tr("Choose a Hugging Face model directory (config.json, safetensors)"));
+  connect(browse_directory, &QPushButton::clicked, this, &SettingsDialog::browseModelDirectory);
+  model_row->addWidget(model_path_);
+  model_row->addWidget(browse_file);
+  model_row->addWidget(browse_directory);
+  form->addRow(tr("Model"), model_row);
 
   threads_ = make_int(0, kvchat::app::ChatSettings::max_threads(), settings.threads, this);
   threads_->setObjectName("threadsSpin");
@@ -132,7 +140,7 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.seed = seed_->text().toULongLong();
   settings.max_new_tokens = max_new_tokens_->value();
   settings.default_system_prompt = system_prompt_->toPlainText();
-  settings.model_directory = model_directory_->text().trimmed();
+  settings.model_path = model_path_->text().trimmed();
   settings.threads = threads_->value();
   settings.context_limit = context_limit_->value();
   settings.context_overflow = kvchat::app::context_overflow_policy_from_string(overflow_->currentData().toString());
@@ -142,10 +150,39 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   return settings;
 }
 
-void SettingsDialog::browse_model_directory() {
-  const QString directory =
-      QFileDialog::getExistingDirectory(this, tr("Model directory"), model_directory_->text());
-  if (!directory.isEmpty()) model_directory_->setText(directory);
+namespace {
+
+// A picker that starts where the field points (a file's folder) and fills the field when accepted.
+QFileDialog* open_model_picker(QWidget* parent, QLineEdit* field, const QString& title, bool file) {
+  const QFileInfo current(field->text().trimmed());
+  auto* dialog = new QFileDialog(parent, title, current.isFile() ? current.absolutePath() : current.filePath());
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  if (file) {
+    dialog->setFileMode(QFileDialog::ExistingFile);
+    dialog->setNameFilters({QObject::tr("GGUF models (*.gguf)"), QObject::tr("All files (*)")});
+  } else {
+    dialog->setFileMode(QFileDialog::Directory);
+    dialog->setOption(QFileDialog::ShowDirsOnly, true);
+  }
+  QObject::connect(dialog, &QFileDialog::fileSelected, field, [field](const QString& path) {
+    if (!path.isEmpty()) field->setText(path);
+  });
+  dialog->open();  // not exec(): tests find it among the dialog's children
+  return dialog;
+}
+
+}  // namespace
+
+QFileDialog* SettingsDialog::browseModelFile() {
+  QFileDialog* dialog = open_model_picker(this, model_path_, tr("Model file"), true);
+  dialog->setObjectName("modelFileDialog");
+  return dialog;
+}
+
+QFileDialog* SettingsDialog::browseModelDirectory() {
+  QFileDialog* dialog = open_model_picker(this, model_path_, tr("Model directory"), false);
+  dialog->setObjectName("modelDirectoryDialog");
+  return dialog;
 }
 
 }  // namespace kvchat::ui

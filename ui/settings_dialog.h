@@ -1,5 +1,6 @@
 #pragma once
-// The settings dialog: KV cache on/off, sampling, limits, the default system prompt, the model directory,
+// The settings dialog: KV cache on/off, sampling, limits, the default system prompt, the model (a directory
+// or a .gguf file),
 // threads, the context limit and its overflow policy, the cache memory budget. It edits a copy of the
 // settings; the caller applies settings() when the dialog is accepted (from the next turn on).
 #include <QDialog>
@@ -9,6 +10,7 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QFileDialog;
 class QLineEdit;
 class QPlainTextEdit;
 class QSpinBox;
@@ -21,8 +23,12 @@ class SettingsDialog : public QDialog {
   explicit SettingsDialog(const kvchat::app::ChatSettings& settings, QWidget* parent = nullptr);
   kvchat::app::ChatSettings settings() const;
 
+  // The model field's pickers, non-modal (object names "modelFileDialog", "modelDirectoryDialog"): the
+  // chosen path fills the field. Also behind the "File…" and "Folder…" buttons.
+  QFileDialog* browseModelFile();
+  QFileDialog* browseModelDirectory();
+
  private:
-  void browse_model_directory();
   kvchat::app::ChatSettings original_;
   QCheckBox* kv_cache_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
@@ -33,7 +39,7 @@ class SettingsDialog : public QDialog {
   QLineEdit* seed_ = nullptr;
   QSpinBox* max_new_tokens_ = nullptr;
   QPlainTextEdit* system_prompt_ = nullptr;
-  QLineEdit* model_directory_ = nullptr;
+  QLineEdit* model_path_ = nullptr;
   QSpinBox* threads_ = nullptr;
   QSpinBox* context_limit_ = nullptr;
   QComboBox* overflow_ = nullptr;

@@ -43,6 +43,28 @@ QString format_reply_stats(const kvchat::GenerationStats& stats) {
   return parts.join(QStringLiteral(" \u00b7 "));
 }
 
+QString format_model_summary(const kvchat::app::ModelInfo& info) {
+  QStringList parts{info.name};
+  if (!info.architecture.isEmpty()) parts << info.architecture;
+  if (!info.weight_format.isEmpty()) parts << info.weight_format;
+  const qint64 size = info.file_bytes > 0 ? info.file_bytes : info.weight_bytes;
+  if (size > 0) parts << format_bytes(size);
+  return parts.join(QStringLiteral(" \u00b7 "));
+}
+
+QString format_model_details(const kvchat::app::ModelInfo& info) {
+  QStringList lines{info.directory};
+  lines << QStringLiteral("%1, %2 weights (%3): %4 on disk, %5 in memory")
+               .arg(info.architecture.isEmpty() ? QStringLiteral("unknown architecture") : info.architecture,
+                    info.weight_format, info.format, format_bytes(info.file_bytes), format_bytes(info.weight_bytes));
+  lines << QStringLiteral("%1 parameters, %2 layers, context %3 tokens, %4 of K/V per token")
+               .arg(info.parameter_count)
+               .arg(info.layers)
+               .arg(info.context_length)
+               .arg(format_bytes(info.kv_bytes_per_token));
+  return lines.join(QLatin1Char('\n'));
+}
+
 QString format_stored_stats(const QJsonObject& stats) {
   if (stats.isEmpty()) return QString();
   if (stats.contains("error")) return QStringLiteral("Error: %1").arg(stats.value("error").toString());

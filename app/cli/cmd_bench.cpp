@@ -18,8 +18,13 @@ namespace {
 const char* kUsage =
     "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
     "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
-    "                        [--dtype f32,bf16] [--threads N] [--kernels on|off] [--bandwidth-probe auto|step|row]\n"
-    "                        [--json]\n"
+    "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
+    "                        [--bandwidth-probe auto|step|row] [--json]\n"
+    "--dtype      how the weights are kept, one run each: f32, bf16 (a directory's weights converted on load,\n"
+    "             or random ones), or, with --random-weights only, a GGUF block type the random weights are\n"
+    "             made in: f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (case-insensitive; every row\n"
+    "             length must be a multiple of the type's block). A GGUF file keeps its own types: leave\n"
+    "             --dtype out (or f32) with --model FILE.gguf.\n"
     "Measures memory read bandwidth and sgemm GFLOP/s first, then one generation per configuration.\n"
     "decode %bw   = weight bytes read by the decode steps / bytes the machine could read in the same time\n"
     "               step: bandwidth probed before every decode step, over the model's own weights (the\n"
@@ -36,7 +41,7 @@ struct BenchOptions {
   std::vector<long long> prompt_lengths;
   int new_tokens = 32;
   std::vector<KvCacheMode> modes;
-  std::vector<std::pair<std::string, WeightDtype>> dtypes;
+  std::vector<WeightStorage> dtypes;
   std::string kernels = "on";
   std::string bandwidth_probe = "auto";
 };
@@ -51,11 +56,10 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   for (const std::string& mode : split_list(parser.value_or("kv-cache", "on,off")))
     options.modes.push_back(cache_mode_from_option(mode));
   for (const std::string& name : split_list(parser.value_or("dtype", "f32"))) {
-    try {
-      options.dtypes.emplace_back(name, weight_dtype_from_string(name));
-    } catch (const std::invalid_argument& error) {
-      throw UsageError(error.what());
-    }
+    options.dtypes.push_back(weight_storage_from_string(name));
+    if (options.dtypes.back().gguf_type && parser.has("model"))
+      throw UsageError("--dtype " + options.dtypes.back().name +
+                       " is for --random-weights only: a model keeps its own types (a GGUF file its stored ones)");
   }
   options.kernels = parser.value_or("kernels", "on");
   if (options.kernels != "on" && options.kernels != "off") throw UsageError("--kernels must be on or off");
@@ -77,9 +81,9 @@ void print_machine(const BenchOptions& options, int threads, const HardwareCeili
   }
   std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s, kernels %s\n\n", threads,
               ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, options.kernels.c_str());
-  std::printf("%-5s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %10s %9s %9s\n", "dtype", "cache", "prompt", "new",
-              "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw", "%mm", "cache MiB", "RSS MiB",
-              "total s");
+  std::printf("%-5s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %9s %9s\n", "dtype", "cache", "prompt",
+              "new", "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw", "%mm", "weights MiB",
+              "cache MiB", "RSS MiB", "total s");
 }
 
 // One configuration's run, and where its figures are read against.
@@ -97,16 +101,18 @@ void print_row(const BenchOptions& options, const ModelSource& source, int threa
   const GenerationStats& s = row.run.stats;
   const BenchRun& run = row.run;
   if (!options.json_output) {
-    std::printf("%-5s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %10.2f %9.0f %9.2f\n",
+    std::printf("%-5s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %11.2f %10.2f %9.0f %9.2f\n",
                 row.dtype_name.c_str(), to_string(row.mode), row.prompt_tokens, options.new_tokens,
                 s.prefill_tokens_per_second, s.ttft_ms, run.decode_tok_s, run.decode_tok_s_start, run.decode_tok_s_end,
-                row.bandwidth, 100 * row.decode_fraction, 100 * row.prefill_fraction, mib(double(s.cache_bytes)),
-                mib(double(run.peak_rss_bytes)), run.total_ms / 1000.0);
+                row.bandwidth, 100 * row.decode_fraction, 100 * row.prefill_fraction,
+                mib(double(source.model->weight_bytes())), mib(double(s.cache_bytes)), mib(double(run.peak_rss_bytes)),
+                run.total_ms / 1000.0);
     std::fflush(stdout);
     return;
   }
   nlohmann::ordered_json line = {
-      {"model", source.description}, {"dtype", row.dtype_name}, {"kv_cache", to_string(row.mode)}, {"threads", threads},
+      {"model", source.description}, {"dtype", row.dtype_name}, {"weight_types", source.model->weight_types()},
+      {"kv_cache", to_string(row.mode)}, {"threads", threads},
       {"prompt_tokens", row.prompt_tokens}, {"new_tokens", options.new_tokens},
       {"prefill_tok_s", s.prefill_tokens_per_second}, {"ttft_ms", s.ttft_ms},
       {"decode_tok_s", run.decode_tok_s}, {"decode_tok_s_start", run.decode_tok_s_start},
@@ -171,9 +177,10 @@ int run_bench(const std::vector<std::string>& args) {
   const HardwareCeilings ceilings = measure_hardware_ceilings(threads);
   print_machine(options, threads, ceilings);
 
-  for (const auto& [dtype_name, dtype] : options.dtypes) {
+  for (const WeightStorage& storage : options.dtypes) {
     // Each dtype gets its own model; the previous one was released at the end of the last iteration.
-    const ModelSource source = open_model_source(parser, dtype);
+    const std::string& dtype_name = storage.name;
+    const ModelSource source = open_model_source(parser, storage);
     std::map<long long, BenchRun> cached_runs;  // prompt tokens -> cache-on run
     for (long long prompt_tokens : options.prompt_lengths) {
       if (prompt_tokens < 1 || prompt_tokens + options.new_tokens > source.model->config().max_position_embeddings)

@@ -18,8 +18,8 @@ const char* kUsage =
     "                           [--kv-cache on|naive|off] [--temperature T] [--top-k K] [--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"
     "                           [--dtype f32|bf16] [--json]\n"
-    "Greedy by default (temperature 0). --prompt needs a model directory with tokenizer.json;\n"
-    "it is encoded as plain text with BOS as the tokenizer config says.";
+    "Greedy by default (temperature 0). --prompt needs the model's tokenizer (a directory's tokenizer.json\n"
+    "or a GGUF file's tokenizer metadata); it is encoded as plain text with BOS as the tokenizer says.";
 
 int run_generate(const std::vector<std::string>& args) {
   ArgParser parser(with_model_options({"prompt-ids", "prompt", "max-new-tokens", "kv-cache", "temperature", "top-k",
@@ -45,7 +45,7 @@ int run_generate(const std::vector<std::string>& args) {
       prompt.push_back(static_cast<TokenId>(id));
     }
   } else if (auto text = parser.value("prompt")) {
-    if (!source.tokenizer) throw UsageError("--prompt needs a model directory with a tokenizer.json");
+    if (!source.tokenizer) throw UsageError("--prompt needs a tokenizer: a model directory with tokenizer.json or a GGUF file with tokenizer metadata");
     prompt = source.tokenizer->encode(*text, /*add_special_tokens=*/true, /*parse_special=*/false);
   } else {
     throw UsageError("missing --prompt-ids or --prompt");

@@ -1,5 +1,5 @@
-// kvchat-cli render: a model's chat template applied to conversations given as JSON, the way
-// transformers' apply_chat_template renders them (for checking templates against references).
+// kvchat-cli render: a model's chat template (tokenizer_config.json or a GGUF file's) applied to conversations
+// given as JSON, the way transformers' apply_chat_template renders them (for checking templates against references).
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "app/cli/cli_command.h"
+#include "app/cli/tokenizer_source.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/chat_template_config.h"
 
@@ -17,8 +18,9 @@ namespace kvchat::cli {
 namespace {
 
 const char* kUsage =
-    "usage: kvchat-cli render --tokenizer-config FILE [--date YYYY-MM-DD] [--jsonl]\n"
-    "Renders the chat_template of FILE (a tokenizer_config.json) with its special tokens.\n"
+    "usage: kvchat-cli render (--tokenizer-config FILE | --tokenizer DIR|FILE.gguf) [--date YYYY-MM-DD] [--jsonl]\n"
+    "Renders the chat_template of a tokenizer_config.json (--tokenizer-config FILE, or DIR/tokenizer_config.json)\n"
+    "with its special tokens, or a GGUF file's tokenizer.chat_template with its BOS/EOS tokens.\n"
     "Input on stdin: {\"messages\": [...], \"add_generation_prompt\": bool, \"tools\": [...],\n"
     "\"extra_context\": {...}} (all but messages optional); tools and the extra_context keys become\n"
     "template variables. --date fixes strftime_now (default: today).\n"
@@ -61,13 +63,22 @@ std::string render_request(const ChatTemplate& chat_template, const json& specia
 std::string dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 int run_render(const std::vector<std::string>& args) {
-  ArgParser parser({"tokenizer-config", "date"}, {"jsonl"});
+  ArgParser parser({"tokenizer-config", "tokenizer", "date"}, {"jsonl"});
   parser.parse(args);
-  const std::string config_path = parser.required("tokenizer-config");
+  if (parser.has("tokenizer-config") == parser.has("tokenizer"))
+    throw UsageError("give exactly one of --tokenizer-config FILE and --tokenizer DIR|FILE.gguf");
   const std::string date = parser.value_or("date", "");
   if (!date.empty() && !is_iso_date(date)) throw UsageError("--date must be YYYY-MM-DD, got '" + date + "'");
 
-  ChatTemplateConfig config = read_chat_template_config(config_path);
+  std::string config_path = parser.value_or("tokenizer-config", "");
+  ChatTemplateConfig config;
+  if (config_path.empty() && is_gguf_file(parser.required("tokenizer"))) {
+    config_path = parser.required("tokenizer");
+    config = chat_template_config_from_gguf(config_path);
+  } else {
+    if (config_path.empty()) config_path = parser.required("tokenizer") + "/tokenizer_config.json";
+    config = read_chat_template_config(config_path);
+  }
   if (!config.chat_template) throw std::runtime_error(config_path + " has no chat_template");
   std::unique_ptr<ChatTemplate> chat_template;
   try {
@@ -118,7 +129,7 @@ int run_render(const std::vector<std::string>& args) {
 }
 
 const CliRegistration kRegistration{CliCommand{
-    "render", "apply a tokenizer_config.json chat template to JSON conversations", kUsage, run_render}};
+    "render", "apply a chat template (tokenizer_config.json or GGUF) to JSON conversations", kUsage, run_render}};
 
 }  // namespace
 }  // namespace kvchat::cli

@@ -1,4 +1,4 @@
-// kvchat-cli tokenize: encode / decode with a tokenizer.json folder, one string or JSON lines.
+// kvchat-cli tokenize: encode / decode with a tokenizer.json folder or a GGUF file, one string or JSON lines.
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/cli_command.h"
+#include "app/cli/tokenizer_source.h"
 #include "engine/text/tokenizer.h"
 
 namespace kvchat::cli {
@@ -79,7 +80,7 @@ int run_tokenize(const std::vector<std::string>& args) {
   parser.parse(args);
   const bool decode = parser.has("decode");
   if (parser.has("jsonl") == parser.has("text")) throw UsageError("give exactly one of --jsonl and --text");
-  Tokenizer tokenizer = Tokenizer::from_directory(parser.required("tokenizer"));
+  Tokenizer tokenizer = tokenizer_from_path(parser.required("tokenizer"));
   if (parser.has("jsonl")) return run_jsonl(tokenizer, decode);
 
   const std::string text = parser.required("text");
@@ -98,9 +99,11 @@ int run_tokenize(const std::vector<std::string>& args) {
 
 const CliRegistration kRegistration{CliCommand{
     "tokenize",
-    "encode or decode text with a tokenizer.json folder",
-    "usage: kvchat-cli tokenize --tokenizer DIR [--decode] (--jsonl | --text T)\n"
+    "encode or decode text with a tokenizer.json folder or a GGUF file",
+    "usage: kvchat-cli tokenize --tokenizer DIR|FILE.gguf [--decode] (--jsonl | --text T)\n"
     "         [--parse-special] [--no-special-tokens] [--skip-special-tokens]\n\n"
+    "--tokenizer        a folder with tokenizer.json (and tokenizer_config.json), or a GGUF file\n"
+    "                   (its tokenizer.ggml.* metadata, tokenized as llama.cpp does)\n"
     "--text T           encode T and print {\"ids\": [...]}; with --decode, T is \"1,2,3\" and the\n"
     "                   output is {\"text\": ...}.\n"
     "--jsonl            read JSON lines on stdin, write one JSON line per input line:\n"

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/cli_command.h"
+#include "app/cli/tokenizer_source.h"
 #include "engine/text/tokenizer.h"
 
 namespace kvchat::cli {
@@ -68,7 +69,7 @@ int run_tokenizer_bench(const std::vector<std::string>& args) {
   if (!(megabytes > 0.0) || megabytes > 1024.0) throw UsageError("--megabytes must be in (0, 1024]");
 
   auto load_start = Clock::now();
-  Tokenizer tokenizer = Tokenizer::from_directory(parser.required("tokenizer"));
+  Tokenizer tokenizer = tokenizer_from_path(parser.required("tokenizer"));
   std::printf("load            %8.2f ms  (vocabulary %d)\n", seconds_since(load_start) * 1e3, tokenizer.vocab_size());
 
   const auto strings = corpus_strings(parser.value_or("corpus", default_corpus_path()));
@@ -123,7 +124,7 @@ int run_tokenizer_bench(const std::vector<std::string>& args) {
 const CliRegistration kRegistration{CliCommand{
     "tokenizer-bench",
     "measure tokenizer encode/decode throughput",
-    "usage: kvchat-cli tokenizer-bench --tokenizer DIR [--megabytes 1] [--corpus PATH]\n\n"
+    "usage: kvchat-cli tokenizer-bench --tokenizer DIR|FILE.gguf [--megabytes 1] [--corpus PATH]\n\n"
     "Builds about --megabytes MB of mixed text by repeating the strings of --corpus (default\n"
     "$KVCHAT_SHARED_DIR or ../shared, fixtures/tokenizers/corpus.json) and prints encode\n"
     "throughput (MB/s, tokens/s), decode and streaming-decode cost, and the time to encode 100 KB\n"

@@ -2,28 +2,62 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 
 namespace kvchat::cli {
+
+namespace {
+
+// The GGUF types random weights can be made in, by their --dtype names.
+const std::pair<const char*, GgufType> kGgufStorage[] = {
+    {"f16", GgufType::F16},   {"q8_0", GgufType::Q8_0}, {"q4_0", GgufType::Q4_0}, {"q4_1", GgufType::Q4_1},
+    {"q5_0", GgufType::Q5_0}, {"q5_1", GgufType::Q5_1}, {"q4_k", GgufType::Q4_K}, {"q5_k", GgufType::Q5_K},
+    {"q6_k", GgufType::Q6_K},
+};
+
+std::string accepted_storage_names() {
+  std::string names = "f32, bf16";
+  for (const auto& [name, type] : kGgufStorage) names += std::string(", ") + name;
+  return names;
+}
+
+}  // namespace
+
+WeightStorage weight_storage_from_string(const std::string& text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& [name, type] : kGgufStorage)
+    if (lower == name) return WeightStorage{name, WeightDtype::Float32, type};
+  try {
+    const WeightDtype dtype = weight_dtype_from_string(lower);
+    return WeightStorage{to_string(dtype), dtype, std::nullopt};
+  } catch (const std::invalid_argument&) {
+    throw UsageError("unknown weight dtype '" + text + "' (accepted: " + accepted_storage_names() + ")");
+  }
+}
 
 std::set<std::string> with_model_options(std::set<std::string> extra) {
   extra.insert({"model", "random-weights", "weights-seed", "threads", "dtype"});
   return extra;
 }
 
-ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype> dtype_override) {
+ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStorage> storage_override) {
   const int threads = threads_from_option(parser);
-  WeightDtype dtype = WeightDtype::Float32;
-  try {
-    dtype = dtype_override ? *dtype_override : weight_dtype_from_string(parser.value_or("dtype", "f32"));
-  } catch (const std::invalid_argument& error) {
-    throw UsageError(error.what());
-  }
+  const WeightStorage storage =
+      storage_override ? *storage_override : weight_storage_from_string(parser.value_or("dtype", "f32"));
+  const WeightDtype dtype = storage.dtype;
   ModelSource source;
   auto model_dir = parser.value("model");
   auto random_config = parser.value("random-weights");
   if (model_dir && random_config) throw UsageError("give --model or --random-weights, not both");
+  if (model_dir && storage.gguf_type)
+    throw UsageError("--dtype " + storage.name + " is for --random-weights only: a model keeps its own types "
+                     "(a GGUF file its stored ones, a directory f32 or bf16)");
   if (model_dir) {
     LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads});
     source.description = *model_dir;
@@ -35,8 +69,14 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype
     ModelConfig config = ModelConfig::from_file(*random_config);
     const long long seed = parser.int64_or("weights-seed", 0);
     source.description = "random weights of " + *random_config;
-    source.model = LlamaModel::random(config, static_cast<std::uint64_t>(seed), dtype);
-    spdlog::info("random model of {}: {:.1f} MiB of weights", *random_config, source.model->weight_bytes() / 1048576.0);
+    if (storage.gguf_type) {
+      source.model = std::make_shared<LlamaModel>(
+          config, random_quantized_model_weights(config, static_cast<std::uint64_t>(seed), *storage.gguf_type));
+    } else {
+      source.model = LlamaModel::random(config, static_cast<std::uint64_t>(seed), dtype);
+    }
+    spdlog::info("random model of {} ({}): {:.1f} MiB of weights ({})", *random_config, storage.name,
+                 source.model->weight_bytes() / 1048576.0, source.model->weight_types());
   } else {
     throw UsageError("missing --model DIR|FILE.gguf or --random-weights CONFIG.json");
   }

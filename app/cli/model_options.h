@@ -1,12 +1,13 @@
 #pragma once
-// Options shared by the commands that run a model: --model DIR | --random-weights CONFIG.json
-// [--weights-seed N], --threads N, --dtype f32|bf16; and the sampling options.
+// Options shared by the commands that run a model: --model DIR|FILE.gguf | --random-weights CONFIG.json
+// [--weights-seed N], --threads N, --dtype NAME; and the sampling options.
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 
 #include "app/cli/cli_command.h"
+#include "engine/gguf/gguf_types.h"
 #include "engine/model_config.h"
 #include "engine/model_loader.h"
 #include "engine/text/tokenizer.h"
@@ -20,10 +21,22 @@ struct ModelSource {
   ChatFormatter formatter = ChatFormatter::plain();
 };
 
+// How weights are kept, as --dtype names it: f32/bf16 (a directory's or random weights, converted on load)
+// or a GGUF block type (random weights made directly in that type; a model file keeps its own types).
+struct WeightStorage {
+  std::string name;  // lower case: "f32", "bf16", "q8_0", "q4_k", ...
+  WeightDtype dtype = WeightDtype::Float32;
+  std::optional<GgufType> gguf_type;  // set for the GGUF types
+};
+
+// Case-insensitive: f32 (float32, fp32), bf16 (bfloat16), f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
+// q6_k. Anything else is a UsageError listing the accepted names.
+WeightStorage weight_storage_from_string(const std::string& text);
+
 // The value options above plus `extra`.
 std::set<std::string> with_model_options(std::set<std::string> extra);
-// `dtype` overrides --dtype (the bench sweeps several).
-ModelSource open_model_source(const ArgParser& parser, std::optional<WeightDtype> dtype = std::nullopt);
+// `storage` overrides --dtype (the bench sweeps several). A GGUF type with --model is a UsageError.
+ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStorage> storage = std::nullopt);
 // --threads: 0 (all cores) up to engine max_compute_threads(); anything else is a UsageError.
 int threads_from_option(const ArgParser& parser);
 // --temperature --top-k --top-p --min-p --repeat-penalty --seed (validated ranges).

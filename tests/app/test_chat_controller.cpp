@@ -31,7 +31,7 @@ ChatSettings greedy_settings() {
   settings.temperature = 0.0;
   settings.repetition_penalty = 1.0;
   settings.max_new_tokens = 40;
-  settings.model_directory = model_directory();
+  settings.model_path = model_directory();
   settings.threads = 1;
   return settings;
 }
@@ -299,24 +299,24 @@ void ChatControllerTest::opened_model_directory_is_remembered() {
     QVERIFY(QFile::copy(QString::fromStdString(kvchat::test::shared_path(std::string("models/stories260K/") + file)),
                         copy + "/" + file));
 
-  const QString configured = greedy_settings().model_directory;
+  const QString configured = greedy_settings().model_path;
   QSignalSpy failed(controller_.get(), &ChatController::modelLoadFailed);
   controller_->loadModel(dir_->filePath("no-such-model"), /*remember=*/true);
   QVERIFY(failed.wait(60000));
   ini_->sync();
-  QCOMPARE(ChatSettings::load(*ini_).model_directory, configured);
+  QCOMPARE(ChatSettings::load(*ini_).model_path, configured);
 
   QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
   controller_->loadModel(copy, /*remember=*/true);
   QVERIFY(loaded.wait(60000));
   ini_->sync();
-  QCOMPARE(ChatSettings::load(*ini_).model_directory, copy);
+  QCOMPARE(ChatSettings::load(*ini_).model_path, copy);
 
   // A plain reload (not chosen by the user) changes nothing.
   controller_->loadModel(QString::fromStdString(kvchat::test::shared_path("models/stories260K")));
   QVERIFY(loaded.wait(60000));
   ini_->sync();
-  QCOMPARE(ChatSettings::load(*ini_).model_directory, copy);
+  QCOMPARE(ChatSettings::load(*ini_).model_path, copy);
 }
 
 #include "test_chat_controller.moc"

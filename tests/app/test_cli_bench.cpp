@@ -1,6 +1,12 @@
 // kvchat-cli bench: the machine-readable output carries every figure, one line per configuration,
-// and its cache-on/cache-off comparisons show identical tokens. (Speeds are printed, never asserted.)
+// and its cache-on/cache-off comparisons show identical tokens; --dtype q8_0,q4_k,... makes random weights in
+// those GGUF types (exact weight bytes per type). (Speeds are printed, never asserted.)
 #include <QtTest>
+
+#include <QFile>
+#include <QTemporaryDir>
+
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -15,7 +21,26 @@ class CliBenchTest : public QObject {
   void json_lines_cover_every_configuration();
   void bad_options_are_refused_before_measuring();
   void bandwidth_probed_before_every_step();
+  void gguf_dtypes_make_random_weights_in_that_type();
+  void gguf_dtype_errors();
+
+ private:
+  QString write_tiny_config();
+  QTemporaryDir dir_;
 };
+
+// hidden 256, intermediate 512: every row a whole number of 256-element K-quant blocks.
+QString CliBenchTest::write_tiny_config() {
+  const QString path = dir_.filePath("tiny-256.json");
+  QFile file(path);
+  if (!file.open(QIODevice::WriteOnly)) return QString();
+  file.write(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "vocab_size": 512, "max_position_embeddings": 256, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": false, "bos_token_id": 1,
+    "eos_token_id": 2, "torch_dtype": "float32"})");
+  return path;
+}
 
 void CliBenchTest::json_lines_cover_every_configuration() {
   auto result = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")),
@@ -88,6 +113,63 @@ void CliBenchTest::bandwidth_probed_before_every_step() {
                       "--bandwidth-probe", "sometimes"});
   QCOMPARE(bad.exit_code, 2);
   QVERIFY2(bad.err.find("--bandwidth-probe must be auto, step or row") != std::string::npos, bad.err.c_str());
+}
+
+void CliBenchTest::gguf_dtypes_make_random_weights_in_that_type() {
+  const QString config = write_tiny_config();
+  QVERIFY(!config.isEmpty());
+  auto result = run_cli({"bench", "--random-weights", config, "--prompt-tokens", "5", "--new-tokens", "4", "--kv-cache",
+                         "on", "--dtype", "Q8_0,q4_k,f32", "--threads", "1", "--json"});
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  std::map<std::string, nlohmann::json> rows;
+  std::istringstream lines(result.out);
+  for (std::string line; std::getline(lines, line);) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("kv_cache")) rows[json["dtype"].get<std::string>()] = json;
+  }
+  QCOMPARE(rows.size(), std::size_t(3));
+  QVERIFY(rows.count("q8_0") && rows.count("q4_k") && rows.count("f32"));  // the names, lower case
+  QCOMPARE(rows["q8_0"]["weight_types"].get<std::string>(), std::string("Q8_0"));
+  QCOMPARE(rows["q4_k"]["weight_types"].get<std::string>(), std::string("Q4_K"));
+  QCOMPARE(rows["f32"]["weight_types"].get<std::string>(), std::string("f32"));
+  // Weights in memory: every matrix in its block type (the norms are 256-element f32 vectors).
+  // Matrices: embedding + lm_head 2 x 512 x 256, per layer q/o 256x256, k/v 128x256, gate/up/down 512x256.
+  const long long matrix_elements = 2LL * 512 * 256 + 2LL * (2 * 256 * 256 + 2 * 128 * 256 + 3 * 512 * 256);
+  const long long norm_bytes = (2LL * 2 + 1) * 256 * 4;
+  QCOMPARE(rows["q8_0"]["weight_bytes"].get<long long>(), matrix_elements / 32 * 34 + norm_bytes);
+  QCOMPARE(rows["q4_k"]["weight_bytes"].get<long long>(), matrix_elements / 256 * 144 + norm_bytes);
+  QCOMPARE(rows["f32"]["weight_bytes"].get<long long>(), matrix_elements * 4 + norm_bytes);
+  QVERIFY(rows["q4_k"]["weight_bytes"].get<long long>() < rows["q8_0"]["weight_bytes"].get<long long>());
+  QVERIFY(rows["q8_0"]["peak_rss_bytes"].get<long long>() > rows["q8_0"]["weight_bytes"].get<long long>());
+
+  // The text table: one row per dtype, its name in the first column.
+  auto table = run_cli({"bench", "--random-weights", config, "--prompt-tokens", "5", "--new-tokens", "2", "--kv-cache",
+                        "on", "--dtype", "q6_k", "--threads", "1"});
+  QVERIFY2(table.exit_code == 0, table.err.c_str());
+  QVERIFY2(table.out.find("\nq6_k  on ") != std::string::npos, table.out.c_str());
+  QVERIFY(table.out.find("weights MiB") != std::string::npos);
+}
+
+void CliBenchTest::gguf_dtype_errors() {
+  const QString config = write_tiny_config();
+  auto unknown = run_cli({"bench", "--random-weights", config, "--dtype", "q8_0,q3_k"});
+  QCOMPARE(unknown.exit_code, 2);
+  QCOMPARE(QString::fromStdString(unknown.err),
+           QStringLiteral("kvchat-cli bench: unknown weight dtype 'q3_k' (accepted: f32, bf16, f16, q8_0, q4_0, q4_1, "
+                          "q5_0, q5_1, q4_k, q5_k, q6_k)\n"));
+  QVERIFY(unknown.out.empty());
+
+  auto with_model = run_cli({"bench", "--model", QString::fromStdString(shared_path("fixtures/gguf/stories260K-Q8_0.gguf")),
+                             "--dtype", "q4_k"});
+  QCOMPARE(with_model.exit_code, 2);
+  QVERIFY2(with_model.err.find("--dtype q4_k is for --random-weights only") != std::string::npos, with_model.err.c_str());
+  QVERIFY(with_model.out.empty());
+
+  // A row length that is not a whole number of blocks: the engine's error, before anything is printed per row.
+  auto odd = run_cli({"bench", "--random-weights", QString::fromStdString(shared_path("models/stories260K/config.json")),
+                      "--dtype", "q4_k", "--prompt-tokens", "5", "--new-tokens", "2", "--kv-cache", "on", "--threads", "1"});
+  QCOMPARE(odd.exit_code, 1);
+  QVERIFY2(odd.err.find("kvchat-cli bench: error: ") == 0, odd.err.c_str());
 }
 
 QTEST_GUILESS_MAIN(CliBenchTest)

@@ -17,6 +17,7 @@ class SettingsTest : public QObject {
   void defaults_from_an_empty_file();
   void save_load_round_trip();
   void out_of_range_and_garbage_are_clamped_or_ignored();
+  void model_path_reads_the_old_model_directory_key();
   void generation_config_mapping();
   void zero_seed_draws_a_fresh_seed_each_turn();
   void cache_budget();
@@ -39,7 +40,7 @@ void SettingsTest::defaults_from_an_empty_file() {
   QCOMPARE(loaded.seed, quint64(0));
   QCOMPARE(loaded.max_new_tokens, defaults.max_new_tokens);
   QCOMPARE(loaded.default_system_prompt, QString());
-  QCOMPARE(loaded.model_directory, QString());
+  QCOMPARE(loaded.model_path, QString());
   QCOMPARE(loaded.threads, 0);
   QCOMPARE(loaded.context_limit, 0);
   QCOMPARE(loaded.context_overflow, ContextOverflowPolicy::Stop);
@@ -59,7 +60,7 @@ void SettingsTest::save_load_round_trip() {
   saved.seed = 18446744073709551557ull;  // the largest 64-bit prime: must not pass through a double
   saved.max_new_tokens = 999;
   saved.default_system_prompt = QStringLiteral("Be kind.\nUse \"quotes\", commas, = signs; and ünïcode.");
-  saved.model_directory = QStringLiteral("/models/My Llama, v2");
+  saved.model_path = QStringLiteral("/models/My Llama, v2");
   saved.threads = 3;
   saved.context_limit = 2048;
   saved.context_overflow = ContextOverflowPolicy::DropOldestTurns;
@@ -79,7 +80,7 @@ void SettingsTest::save_load_round_trip() {
   QCOMPARE(loaded.seed, saved.seed);
   QCOMPARE(loaded.max_new_tokens, saved.max_new_tokens);
   QCOMPARE(loaded.default_system_prompt, saved.default_system_prompt);
-  QCOMPARE(loaded.model_directory, saved.model_directory);
+  QCOMPARE(loaded.model_path, saved.model_path);
   QCOMPARE(loaded.threads, saved.threads);
   QCOMPARE(loaded.context_limit, saved.context_limit);
   QCOMPARE(loaded.context_overflow, saved.context_overflow);
@@ -117,6 +118,37 @@ void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
   QCOMPARE(loaded.context_overflow, ContextOverflowPolicy::Stop);
   QCOMPARE(loaded.cache_budget_bytes, qint64(0));
   QCOMPARE(loaded.seed, quint64(0));
+}
+
+void SettingsTest::model_path_reads_the_old_model_directory_key() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("old.ini"));
+  {
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write("[chat]\nmodel_directory=/models/old llama\ntemperature=0.5\n");
+  }
+  {
+    QSettings ini(path, QSettings::IniFormat);
+    ChatSettings loaded = ChatSettings::load(ini);
+    QCOMPARE(loaded.model_path, QStringLiteral("/models/old llama"));  // a file written before model_path existed
+    QCOMPARE(loaded.temperature, 0.5);
+    loaded.model_path = QStringLiteral("/models/stories-Q8_0.gguf");
+    loaded.save(ini);
+  }
+  QSettings ini(path, QSettings::IniFormat);
+  QCOMPARE(ChatSettings::load(ini).model_path, QStringLiteral("/models/stories-Q8_0.gguf"));
+  QCOMPARE(ini.value(QStringLiteral("chat/model_path")).toString(), QStringLiteral("/models/stories-Q8_0.gguf"));
+  QVERIFY(!ini.contains(QStringLiteral("chat/model_directory")));  // the old key is gone once saved
+
+  // Both keys present (an older version wrote its key again): the new one wins.
+  ini.setValue(QStringLiteral("chat/model_directory"), QStringLiteral("/models/other"));
+  QCOMPARE(ChatSettings::load(ini).model_path, QStringLiteral("/models/stories-Q8_0.gguf"));
+  // Saved empty (the embedded model) is not replaced by the old key.
+  ChatSettings embedded;
+  embedded.save(ini);
+  ini.setValue(QStringLiteral("chat/model_directory"), QStringLiteral("/models/other"));
+  QCOMPARE(ChatSettings::load(ini).model_path, QString());
 }
 
 void SettingsTest::generation_config_mapping() {
@@ -180,6 +212,7 @@ void SettingsTest::settings_json_for_messages() {
   QCOMPARE(json.value(QStringLiteral("seed")).toString(), QStringLiteral("9007199254740993"));
   QCOMPARE(json.value(QStringLiteral("context_overflow")).toString(), QStringLiteral("drop_oldest_turns"));
   QCOMPARE(json.value(QStringLiteral("max_new_tokens")).toInt(), settings.max_new_tokens);
+  QCOMPARE(json.value(QStringLiteral("model_path")).toString(), QString());
   QCOMPARE(kvchat::app::context_overflow_policy_from_string(QStringLiteral("drop_oldest_turns")),
            ContextOverflowPolicy::DropOldestTurns);
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,

@@ -98,7 +98,7 @@ ChatSettings greedy_settings() {
   settings.temperature = 0.0;
   settings.repetition_penalty = 1.0;
   settings.max_new_tokens = 48;
-  settings.model_directory = model_directory();
+  settings.model_path = model_directory();
   settings.threads = 1;
   return settings;
 }
@@ -226,7 +226,7 @@ void MainWindowTest::corrupt_model_directory_shows_an_error_and_keeps_the_model(
   config.write("{\"hidden_size\": 64, \"num_hidden_layers\": ");
   config.close();
 
-  window_->openModelDirectory(broken.path());
+  window_->openModel(broken.path());
   QMessageBox* box = nullptr;
   QTRY_VERIFY((box = window_->findChild<QMessageBox*>("modelLoadErrorDialog")) != nullptr);
   QVERIFY(box->isVisible());

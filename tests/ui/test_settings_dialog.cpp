@@ -3,10 +3,15 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
 #include <QDoubleSpinBox>
+#include <QFile>
+#include <QFileDialog>
 #include <QLineEdit>
 #include <QPlainTextEdit>
+#include <QPushButton>
 #include <QSpinBox>
+#include <QTemporaryDir>
 
 #include "ui/settings_dialog.h"
 
@@ -20,6 +25,7 @@ class SettingsDialogTest : public QObject {
  private Q_SLOTS:
   void unchanged_dialog_returns_the_same_settings();
   void edits_map_onto_the_settings();
+  void model_field_browses_for_a_gguf_file_or_a_directory();
 };
 
 namespace {
@@ -34,7 +40,7 @@ ChatSettings unusual_settings() {
   settings.seed = 18446744073709551557ull;
   settings.max_new_tokens = 333;
   settings.default_system_prompt = "Be brief.\nAnswer kindly.";
-  settings.model_directory = "/models/llama";
+  settings.model_path = "/models/llama";
   settings.threads = 3;
   settings.context_limit = 1000;
   settings.context_overflow = ContextOverflowPolicy::DropOldestTurns;
@@ -56,7 +62,7 @@ void SettingsDialogTest::unchanged_dialog_returns_the_same_settings() {
   QCOMPARE(shown.seed, original.seed);
   QCOMPARE(shown.max_new_tokens, original.max_new_tokens);
   QCOMPARE(shown.default_system_prompt, original.default_system_prompt);
-  QCOMPARE(shown.model_directory, original.model_directory);
+  QCOMPARE(shown.model_path, original.model_path);
   QCOMPARE(shown.threads, original.threads);
   QCOMPARE(shown.context_limit, original.context_limit);
   QCOMPARE(shown.context_overflow, original.context_overflow);
@@ -71,7 +77,7 @@ void SettingsDialogTest::edits_map_onto_the_settings() {
   dialog.findChild<QLineEdit*>("seedEdit")->setText("42");
   dialog.findChild<QSpinBox*>("maxNewTokensSpin")->setValue(64);
   dialog.findChild<QPlainTextEdit*>("systemPromptEdit")->setPlainText("Tell stories.");
-  dialog.findChild<QLineEdit*>("modelDirectoryEdit")->setText("  ");
+  dialog.findChild<QLineEdit*>("modelPathEdit")->setText("  ");
   dialog.findChild<QSpinBox*>("contextLimitSpin")->setValue(0);
   dialog.findChild<QComboBox*>("overflowCombo")->setCurrentIndex(0);
   dialog.findChild<QSpinBox*>("cacheBudgetSpin")->setValue(256);
@@ -82,11 +88,49 @@ void SettingsDialogTest::edits_map_onto_the_settings() {
   QCOMPARE(edited.seed, quint64(42));
   QCOMPARE(edited.max_new_tokens, 64);
   QCOMPARE(edited.default_system_prompt, QStringLiteral("Tell stories."));
-  QCOMPARE(edited.model_directory, QString());  // blank = the embedded model
+  QCOMPARE(edited.model_path, QString());  // blank = the embedded model
   QCOMPARE(edited.context_limit, 0);
   QCOMPARE(edited.context_overflow, ContextOverflowPolicy::Stop);
   QCOMPARE(edited.cache_budget_bytes, qint64(256) * 1024 * 1024);
   QCOMPARE(edited.top_p, 0.875);  // untouched fields stay
+}
+
+void SettingsDialogTest::model_field_browses_for_a_gguf_file_or_a_directory() {
+  QTemporaryDir dir;
+  const QString gguf = dir.filePath("tiny-Q8_0.gguf");
+  {
+    QFile file(gguf);
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write("GGUF");
+  }
+  SettingsDialog dialog(unusual_settings());
+  auto* field = dialog.findChild<QLineEdit*>("modelPathEdit");
+  QVERIFY(field);
+
+  // The file button: a picker filtered to GGUF files; the chosen file fills the field.
+  auto* file_button = dialog.findChild<QPushButton*>("browseModelFileButton");
+  QVERIFY(file_button);
+  file_button->click();
+  auto* file_picker = dialog.findChild<QFileDialog*>("modelFileDialog");
+  QVERIFY(file_picker);
+  QCOMPARE(file_picker->fileMode(), QFileDialog::ExistingFile);
+  QCOMPARE(file_picker->nameFilters().first(), QStringLiteral("GGUF models (*.gguf)"));
+  Q_EMIT file_picker->fileSelected(gguf);
+  file_picker->close();
+  QCOMPARE(field->text(), gguf);
+  QCOMPARE(dialog.settings().model_path, gguf);
+
+  // The folder button: a directory picker.
+  auto* folder_button = dialog.findChild<QPushButton*>("browseModelDirectoryButton");
+  QVERIFY(folder_button);
+  folder_button->click();
+  auto* folder_picker = dialog.findChild<QFileDialog*>("modelDirectoryDialog");
+  QVERIFY(folder_picker);
+  QCOMPARE(folder_picker->fileMode(), QFileDialog::Directory);
+  QCOMPARE(QDir(folder_picker->directory()).absolutePath(), QDir(dir.path()).absolutePath());  // the file's folder
+  Q_EMIT folder_picker->fileSelected(dir.path());
+  folder_picker->close();
+  QCOMPARE(dialog.settings().model_path, dir.path());
 }
 
 QTEST_MAIN(SettingsDialogTest)

@@ -1,0 +1,21 @@
+#pragma once
+// Where `tokenize` and `render` read a tokenizer and a chat template from: a Hugging Face folder
+// (tokenizer.json, tokenizer_config.json) or a single GGUF file (tokenizer.ggml.*, tokenizer.chat_template).
+#include <string>
+
+#include "engine/text/chat_template_config.h"
+#include "engine/text/tokenizer.h"
+
+namespace kvchat::cli {
+
+// A regular file that starts with the GGUF magic (whatever its name).
+bool is_gguf_file(const std::string& path);
+
+// DIR: DIR/tokenizer.json (and tokenizer_config.json); a GGUF file: its tokenizer metadata.
+Tokenizer tokenizer_from_path(const std::string& path);
+
+// A GGUF file's tokenizer.chat_template, with its BOS/EOS token texts as the template's bos_token and
+// eos_token. Throws std::runtime_error when the file has no chat template.
+ChatTemplateConfig chat_template_config_from_gguf(const std::string& path);
+
+}  // namespace kvchat::cli
