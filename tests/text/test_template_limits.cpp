@@ -95,7 +95,7 @@ class TemplateLimitsTest : public QObject {
     std::string source = "{% macro m(n) %}{% if n > 0 %}{{ m(n - 1)" + repeated(" ~ 'a'", 200) +
                          " }}{% endif %}{% endmacro %}{{ m(100) }}";
     COMPARE_STR(error_of(source),
-                "1:1153: evaluation nested too deeply (more than 2048 statements and expressions at once, "
+                "1:1207: evaluation nested too deeply (more than 1024 statements and expressions at once, "
                 "macro calls included)");
   }
 

@@ -312,7 +312,7 @@ class Interpreter {
 
   // Statements and expressions under evaluation, macro calls included: past kMaxRenderDepth the
   // render fails instead of exhausting the stack (each template is bounded by the parser, but macros
-  // can stack up deep templates).
+  // can stack up deep templates). About 1.5 KB of stack each: 1024 fit in a 2 MiB stack.
   struct Depth {
     Depth(Interpreter& interpreter, const Position& pos) : depth(interpreter.render_depth_) {
       if (depth >= kMaxRenderDepth)

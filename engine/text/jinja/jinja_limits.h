@@ -21,7 +21,7 @@ constexpr int kMaxStatementDepth = 256;
 constexpr int kMaxMacroDepth = 256;
 // Rendering: statements and expressions being evaluated at once, macro calls included. The two
 // parse limits bound one template's tree; this bounds the stack of macros calling deep trees.
-constexpr int kMaxRenderDepth = 2048;
+constexpr int kMaxRenderDepth = 1024;
 
 // Rendering: evaluation steps in total, every expression evaluated, statement executed, loop
 // iteration, comparison and item or 64 bytes of a value produced counting one.
