@@ -3,6 +3,7 @@
 #include <QtTest/QtTest>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
@@ -145,6 +146,41 @@ class TokenizerRobustnessTest : public QObject {
     std::string error = load_error(tokenizer_json.toStdString(), config.toStdString());
     QVERIFY2(!error.empty(), "loading succeeded");
     QVERIFY2(error.find(message.toStdString()) != std::string::npos, error.c_str());
+  }
+
+  // Ids index vectors: one huge id in a small file must not allocate gigabytes (10^8 took 4 GB,
+  // 5 * 10^8 threw bad_alloc). The error names the file, the token and the id.
+  void sparse_ids_are_rejected() {
+    struct Case {
+      std::function<void(nlohmann::json&)> edit;
+      std::string message;
+    };
+    const Case cases[] = {
+        {[](auto& j) { j["model"]["vocab"]["b"] = 100000000; },
+         "model.vocab entry 'b': id 100000000 is too large for 9 tokens (ids must be below 1042)"},
+        {[](auto& j) { j["model"]["vocab"]["b"] = 500000000; },
+         "model.vocab entry 'b': id 500000000 is too large for 9 tokens (ids must be below 1042)"},
+        {[](auto& j) { j["added_tokens"][3]["id"] = 100000000; },
+         "added token '[SEP]': id 100000000 is too large for 13 tokens (ids must be below 1050)"},
+    };
+    for (const Case& c : cases) {
+      TempDir dir;
+      nlohmann::json j = tiny_tokenizer_json();
+      c.edit(j);
+      std::string path = dir.write("tokenizer.json", j.dump());
+      std::string error;
+      try {
+        Tokenizer::from_files(path, "");
+      } catch (const TokenizerError& e) {
+        error = e.what();
+      }
+      QCOMPARE(QString::fromStdString(error), QString::fromStdString(path + ": " + c.message));
+    }
+    // Gaps within the limit stay accepted (added tokens often sit past the model's vocabulary).
+    TempDir dir;
+    nlohmann::json j = tiny_tokenizer_json();
+    j["added_tokens"][3]["id"] = 1049;
+    QCOMPARE(Tokenizer::from_files(dir.write("tokenizer.json", j.dump()), "").vocab_size(), 1050);
   }
 
   void missing_directory_names_it() {

@@ -44,6 +44,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> keywords;
   std::vector<std::string> ops;
   bool negated = false;
+  int depth = 1;  // levels of the tree below and including this node (the parser bounds it)
 };
 
 struct Stmt;

@@ -3,6 +3,7 @@
 // attribute/item lookup with the sandbox's rules (x.y tries the attribute first, x['y'] the item).
 // Implemented in jinja_filters.cpp, jinja_methods.cpp (attributes and methods) and
 // jinja_operators.cpp (operators, comparisons, subscription and tests).
+#include <cstdint>
 #include <string>
 
 #include "engine/text/jinja/jinja_value.h"
@@ -33,5 +34,7 @@ bool compare(const std::string& op, const Value& left, const Value& right);
 // Operators with Python's rules: "+", "-", "*", "/", "//", "%", "**".
 Value binary_operator(const std::string& op, const Value& left, const Value& right);
 Value unary_minus(const Value& operand, bool negate);
+// len(range(start, stop, step)) for step != 0, without overflow for any int64 bounds.
+std::uint64_t range_length(std::int64_t start, std::int64_t stop, std::int64_t step);
 
 }  // namespace kvchat::jinja

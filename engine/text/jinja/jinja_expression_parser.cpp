@@ -2,6 +2,7 @@
 
 #include "engine/text/jinja/jinja_builtins.h"
 #include "engine/text/jinja/jinja_error.h"
+#include "engine/text/jinja/jinja_limits.h"
 
 namespace kvchat::jinja {
 
@@ -55,6 +56,37 @@ void ExpressionParser::expect(TokenType type) {
   next();
 }
 
+// ---- depth
+
+namespace {
+
+std::string too_deep_message() {
+  return "expression nested too deeply (more than " + std::to_string(kMaxExpressionDepth) +
+         " levels of brackets, operators, filters or attribute lookups)";
+}
+
+}  // namespace
+
+ExpressionParser::Nesting::Nesting(ExpressionParser& parser, const Token& at) : parser_(parser) {
+  if (parser_.nesting_ >= kMaxExpressionDepth) parser_.fail(at, too_deep_message());
+  ++parser_.nesting_;
+}
+
+ExprPtr ExpressionParser::sealed(ExprPtr node) const {
+  int deepest = 0;
+  auto visit = [&deepest](const ExprPtr& child) {
+    if (child) deepest = std::max(deepest, child->depth);
+  };
+  visit(node->object);
+  for (const ExprPtr& item : node->items) visit(item);
+  for (const auto& keyword : node->keywords) visit(keyword.second);
+  node->depth = deepest + 1;
+  if (node->depth > kMaxExpressionDepth)
+    throw TemplateError(std::to_string(node->pos.line) + ":" + std::to_string(node->pos.column) + ": " +
+                        too_deep_message());
+  return node;
+}
+
 // ---- expressions
 
 bool ExpressionParser::is_tuple_end(EndTags extra_end) const {
@@ -87,10 +119,13 @@ ExprPtr ExpressionParser::parse_tuple(bool simplified, bool with_condexpr, EndTa
   tuple->kind = Expr::Kind::Tuple;
   tuple->pos = pos;
   tuple->items = std::move(items);
-  return tuple;
+  return sealed(std::move(tuple));
 }
 
-ExprPtr ExpressionParser::parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
+ExprPtr ExpressionParser::parse_expression(bool with_condexpr) {
+  Nesting nesting(*this, current());
+  return with_condexpr ? parse_condexpr() : parse_or();
+}
 
 ExprPtr ExpressionParser::parse_condexpr() {
   ExprPtr expr = parse_or();
@@ -98,14 +133,17 @@ ExprPtr ExpressionParser::parse_condexpr() {
     Position pos = position(next());
     ExprPtr condition = parse_or();
     ExprPtr otherwise;
-    if (skip_name("else")) otherwise = parse_condexpr();
+    if (skip_name("else")) {
+      Nesting nesting(*this, current());
+      otherwise = parse_condexpr();
+    }
     auto node = std::make_unique<Expr>();
     node->kind = Expr::Kind::CondExpr;
     node->pos = pos;
     node->items.push_back(std::move(expr));
     node->items.push_back(std::move(condition));
     node->items.push_back(std::move(otherwise));
-    expr = std::move(node);
+    expr = sealed(std::move(node));
   }
   return expr;
 }
@@ -117,7 +155,7 @@ ExprPtr ExpressionParser::binary(const std::string& op, Position pos, ExprPtr le
   node->name = op;
   node->object = std::move(left);
   node->items.push_back(std::move(right));
-  return node;
+  return sealed(std::move(node));
 }
 
 ExprPtr ExpressionParser::parse_or() {
@@ -144,8 +182,9 @@ ExprPtr ExpressionParser::parse_not() {
     node->kind = Expr::Kind::Unary;
     node->pos = position(next());
     node->name = "not";
+    Nesting nesting(*this, current());
     node->object = parse_not();
-    return node;
+    return sealed(std::move(node));
   }
   return parse_compare();
 }
@@ -176,7 +215,7 @@ ExprPtr ExpressionParser::parse_compare() {
   }
   if (node->ops.empty()) return expr;
   node->object = std::move(expr);
-  return node;
+  return sealed(std::move(node));
 }
 
 ExprPtr ExpressionParser::parse_math1() {
@@ -223,7 +262,9 @@ ExprPtr ExpressionParser::parse_unary(bool with_filter) {
     node->kind = Expr::Kind::Unary;
     node->pos = position(op);
     node->name = op.value;
+    Nesting nesting(*this, current());
     node->object = parse_unary(false);
+    node = sealed(std::move(node));
   } else {
     node = parse_primary();
   }
@@ -293,7 +334,7 @@ ExprPtr ExpressionParser::parse_list() {
     node->items.push_back(parse_expression(true));
   }
   expect_op("]");
-  return node;
+  return sealed(std::move(node));
 }
 
 ExprPtr ExpressionParser::parse_dict() {
@@ -308,7 +349,7 @@ ExprPtr ExpressionParser::parse_dict() {
     node->items.push_back(parse_expression(true));
   }
   expect_op("}");
-  return node;
+  return sealed(std::move(node));
 }
 
 ExprPtr ExpressionParser::parse_postfix(ExprPtr node) {
@@ -347,12 +388,12 @@ ExprPtr ExpressionParser::parse_subscript(ExprPtr node) {
     if (attribute.type == TokenType::Name) {
       result->kind = Expr::Kind::Getattr;
       result->name = attribute.value;
-      return result;
+      return sealed(std::move(result));
     }
     if (attribute.type != TokenType::Integer) fail(attribute, "expected name or number after '.'");
     result->kind = Expr::Kind::Getitem;
     result->items.push_back(literal(position(attribute), Value::from_int(std::stoll(attribute.value))));
-    return result;
+    return sealed(std::move(result));
   }
   result->kind = Expr::Kind::Getitem;
   std::vector<ExprPtr> args;
@@ -368,9 +409,9 @@ ExprPtr ExpressionParser::parse_subscript(ExprPtr node) {
     tuple->kind = Expr::Kind::Tuple;
     tuple->pos = result->pos;
     tuple->items = std::move(args);
-    result->items.push_back(std::move(tuple));
+    result->items.push_back(sealed(std::move(tuple)));
   }
-  return result;
+  return sealed(std::move(result));
 }
 
 ExprPtr ExpressionParser::parse_subscribed() {
@@ -402,7 +443,7 @@ ExprPtr ExpressionParser::parse_subscribed() {
   slice->kind = Expr::Kind::Slice;
   slice->pos = pos;
   slice->items = std::move(parts);
-  return slice;
+  return sealed(std::move(slice));
 }
 
 void ExpressionParser::parse_call_args(Expr& node) {
@@ -433,7 +474,7 @@ ExprPtr ExpressionParser::parse_call(ExprPtr callee) {
   node->pos = position(current());
   node->object = std::move(callee);
   parse_call_args(*node);
-  return node;
+  return sealed(std::move(node));
 }
 
 std::string ExpressionParser::dotted_name(const Token& first) {
@@ -460,7 +501,7 @@ ExprPtr ExpressionParser::parse_filters(ExprPtr node, bool start_inline) {
     filter->name = name;
     filter->object = std::move(node);
     if (is_op("(")) parse_call_args(*filter);
-    node = std::move(filter);
+    node = sealed(std::move(filter));
   }
   return node;
 }
@@ -490,7 +531,7 @@ ExprPtr ExpressionParser::parse_test(ExprPtr node) {
     if (is_name("is")) fail(after, "you cannot chain multiple tests with 'is'");
     test->items.push_back(parse_postfix(parse_primary()));
   }
-  return test;
+  return sealed(std::move(test));
 }
 
 }  // namespace kvchat::jinja

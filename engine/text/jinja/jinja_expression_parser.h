@@ -48,6 +48,19 @@ class ExpressionParser {
   // ({% filter upper|trim %}).
   ExprPtr parse_filters(ExprPtr node, bool start_inline = false);
 
+  // Counts one level of recursion into a nested expression for its lifetime: past
+  // kMaxExpressionDepth the parser fails instead of exhausting the stack.
+  class Nesting {
+   public:
+    Nesting(ExpressionParser& parser, const Token& at);
+    ~Nesting() { --parser_.nesting_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    ExpressionParser& parser_;
+  };
+
  private:
   bool is_tuple_end(EndTags extra_end) const;
   // One function per precedence level, loosest first: x if c else y, or, and, not, comparisons,
@@ -75,9 +88,13 @@ class ExpressionParser {
   ExprPtr parse_call(ExprPtr callee);
   std::string dotted_name(const Token& first);
   ExprPtr parse_test(ExprPtr node);
+  // Every node with children is returned through here: sets its depth and fails past
+  // kMaxExpressionDepth, so chains built by loops (a ~ b ~ c ..., x.a.b.c ..., x|f|g ...) are bounded too.
+  ExprPtr sealed(ExprPtr node) const;
 
   std::vector<Token> tokens_;
   std::size_t index_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace kvchat::jinja

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/text/jinja/jinja_arguments.h"
+#include "engine/text/jinja/jinja_budget.h"
 #include "engine/text/jinja/jinja_builtins.h"
 #include "engine/text/jinja/jinja_pystr.h"
 
@@ -82,7 +83,8 @@ std::optional<double> parse_python_float(const std::string& raw) {
   return value;
 }
 
-std::optional<std::int64_t> parse_python_int(const std::string& raw, int base) {
+std::optional<std::int64_t> parse_python_int(const std::string& raw, std::int64_t base) {
+  if (base < 2 || base > 36) return std::nullopt;  // Python raises ValueError, which int() turns into its default
   std::string text = pystr::strip(raw, std::nullopt, true, true);
   std::string cleaned;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -105,7 +107,7 @@ std::optional<std::int64_t> parse_python_int(const std::string& raw, int base) {
   }
   errno = 0;
   char* end = nullptr;
-  long long value = std::strtoll(cleaned.c_str(), &end, base);
+  long long value = std::strtoll(cleaned.c_str(), &end, static_cast<int>(base));
   if (errno == ERANGE) fail_integer_overflow();
   return value;
 }
@@ -176,9 +178,11 @@ Value filter_join(const std::string& name, const Value& value, const CallArgs& a
   std::string out;
   bool first = true;
   for (const Value& item : iterate(value)) {
+    std::string text = to_str(item_or_attribute(item, a[1]));
+    check_size(saturating_add(out.size(), saturating_add(separator.size(), text.size())), "string");
     if (!first) out += separator;
     first = false;
-    out += to_str(item_or_attribute(item, a[1]));
+    out += text;
   }
   return Value::from_string(std::move(out));
 }
@@ -384,15 +388,23 @@ Value filter_replace(const std::string& name, const Value& value, const CallArgs
   return Value::from_string(pystr::replace(to_str(value), to_str(*a[0]), to_str(*a[1]), int_arg(name, a[2], -1)));
 }
 
+// An indentation of `width` spaces (none for a negative width), its size checked before it is made.
+std::string spaces(std::int64_t width) {
+  std::size_t size = width > 0 ? static_cast<std::size_t>(width) : 0;
+  check_size(size, "string");
+  return std::string(size, ' ');
+}
+
 Value filter_indent(const std::string& name, const Value& value, const CallArgs& args) {
   auto a = bind(name, args, 1, {"width", "first", "blank"});
   std::string indentation;
   if (a[0] && a[0]->is_string()) indentation = a[0]->text;
-  else indentation = std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, int_arg(name, a[0], 4))), ' ');
+  else indentation = spaces(int_arg(name, a[0], 4));
   bool first = bool_arg(a[1], false);
   bool blank = bool_arg(a[2], false);
   std::string text = to_str(value) + "\n";  // Jinja2 appends a newline so that splitlines keeps the last line
   std::vector<std::string> lines = pystr::splitlines(text);
+  check_size(saturating_add(text.size(), saturating_multiply(lines.size(), indentation.size())), "string");
   std::string out;
   if (blank) {
     for (std::size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" + indentation : "") + lines[i];
@@ -409,7 +421,7 @@ Value filter_tojson(const std::string& name, const Value& value, const CallArgs&
   JsonFormat format;
   if (a[1] && !a[1]->is_none()) {
     if (a[1]->is_string()) format.indent = a[1]->text;
-    else format.indent = std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, int_arg(name, a[1], 0))), ' ');
+    else format.indent = spaces(int_arg(name, a[1], 0));
     format.item_separator = ",";
   }
   if (a[2] && !a[2]->is_none()) {
@@ -431,19 +443,25 @@ Value filter_default(const std::string& name, const Value& value, const CallArgs
   return use_default ? (a[0] ? *a[0] : Value::from_string("")) : value;
 }
 
+// int(x) of a finite float; converting one outside the int64 range is undefined in C++.
+std::int64_t truncate_to_int(double x) {
+  double whole = std::trunc(x);
+  if (whole < -9223372036854775808.0 || whole >= 9223372036854775808.0) fail_integer_overflow();
+  return static_cast<std::int64_t>(whole);
+}
+
 Value filter_int(const std::string& name, const Value& value, const CallArgs& args) {
   auto a = bind(name, args, 1, {"default", "base"});
   Value fallback = a[0] ? *a[0] : Value::from_int(0);
   std::int64_t base = int_arg(name, a[1], 10);
   if (value.is_string()) {
-    if (auto parsed = parse_python_int(value.text, static_cast<int>(base))) return Value::from_int(*parsed);
+    if (auto parsed = parse_python_int(value.text, base)) return Value::from_int(*parsed);
     if (auto as_float = parse_python_float(value.text); as_float && std::isfinite(*as_float))
-      return Value::from_int(static_cast<std::int64_t>(std::trunc(*as_float)));
+      return Value::from_int(truncate_to_int(*as_float));
     return fallback;
   }
   if (value.is_integral()) return Value::from_int(value.as_int());
-  if (value.kind == Kind::Float && std::isfinite(value.number))
-    return Value::from_int(static_cast<std::int64_t>(std::trunc(value.number)));
+  if (value.kind == Kind::Float && std::isfinite(value.number)) return Value::from_int(truncate_to_int(value.number));
   return fallback;
 }
 

@@ -5,8 +5,10 @@
 #include <memory>
 #include <unordered_map>
 
+#include "engine/text/jinja/jinja_budget.h"
 #include "engine/text/jinja/jinja_builtins.h"
 #include "engine/text/jinja/jinja_error.h"
+#include "engine/text/jinja/jinja_limits.h"
 #include "engine/text/jinja/jinja_macros.h"
 
 namespace kvchat::jinja {
@@ -21,10 +23,6 @@ struct Frame {
   std::unordered_map<std::string, Value> variables;
   FramePtr parent;
 };
-
-// Nested macro calls (recursion included) beyond this fail instead of exhausting the C++ stack;
-// Python's own recursion limit stops Jinja2 at a similar depth.
-constexpr int kMaxMacroDepth = 256;
 
 enum class Flow { Normal, Break, Continue };
 
@@ -118,11 +116,14 @@ class Interpreter {
         if (args.positional.size() == 3) step = args.positional[2].as_int();
       }
       if (step == 0) throw EvalError("range() arg 3 must not be zero");
+      std::uint64_t length = range_length(start, stop, step);
+      if (length > 100000) throw EvalError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       ValueList items;
-      for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        if (items.size() >= 100000) throw EvalError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-        items.push_back(Value::from_int(i));
-      }
+      items.reserve(static_cast<std::size_t>(length));
+      // start + k * step stays between start and stop for k < length: no overflow.
+      for (std::uint64_t k = 0; k < length; ++k)
+        items.push_back(Value::from_int(static_cast<std::int64_t>(static_cast<std::uint64_t>(start) +
+                                                                  k * static_cast<std::uint64_t>(step))));
       return Value::from_list(std::move(items), Sequence::View);
     });
     std::string today = today_;
@@ -132,6 +133,7 @@ class Interpreter {
       std::tm tm = date_for_strftime(today);
       const std::string& format = args.positional[0].text;
       if (format.empty()) return Value::from_string("");
+      check_size(saturating_add(256, saturating_multiply(format.size(), 16)), "strftime_now buffer");
       std::string buffer(256 + format.size() * 16, '\0');
       std::size_t n = std::strftime(buffer.data(), buffer.size(), format.c_str(), &tm);
       buffer.resize(n);
@@ -179,18 +181,27 @@ class Interpreter {
     return Flow::Normal;
   }
 
+  // Every rendered piece goes through here, the output of macros and blocks included.
+  static void append_output(std::string& out, const std::string& text) {
+    check_size(saturating_add(out.size(), text.size()), "rendered output");
+    charge_bytes(text.size());
+    out += text;
+  }
+
   Flow exec(const Stmt& stmt, std::string& out) {
+    Depth depth(*this, stmt.pos);
+    guarded(stmt.pos, [] { charge_steps(1); });
+    return exec_unguarded(stmt, out);
+  }
+
+  Flow exec_unguarded(const Stmt& stmt, std::string& out) {
     switch (stmt.kind) {
       case Stmt::Kind::Text:
-        out += stmt.text;
+        guarded(stmt.pos, [&] { append_output(out, stmt.text); });
         return Flow::Normal;
       case Stmt::Kind::Output: {
         Value value = eval(*stmt.expr);
-        try {
-          out += to_str(value);
-        } catch (const EvalError& error) {
-          throw TemplateError(where(stmt.expr->pos) + ": " + error.what());
-        }
+        guarded(stmt.expr->pos, [&] { append_output(out, to_str(value)); });
         return Flow::Normal;
       }
       case Stmt::Kind::If:
@@ -211,7 +222,7 @@ class Interpreter {
       }
       case Stmt::Kind::FilterBlock: {
         Value value = render_block(stmt);
-        out += guarded(stmt.pos, [&] { return to_str(value); });
+        guarded(stmt.pos, [&] { append_output(out, to_str(value)); });
         return Flow::Normal;
       }
       case Stmt::Kind::Macro:
@@ -224,7 +235,7 @@ class Interpreter {
         CallArgs args = eval_args(call, nullptr);
         args.keyword.emplace_back("caller", make_macro(stmt, "caller"));
         Value result = guarded(call.pos, [&] { return call_value(callee, args); });
-        out += guarded(call.pos, [&] { return to_str(result); });
+        guarded(call.pos, [&] { append_output(out, to_str(result)); });
         return Flow::Normal;
       }
       case Stmt::Kind::Break: return Flow::Break;
@@ -299,6 +310,20 @@ class Interpreter {
     int& depth;
   };
 
+  // Statements and expressions under evaluation, macro calls included: past kMaxRenderDepth the
+  // render fails instead of exhausting the stack (each template is bounded by the parser, but macros
+  // can stack up deep templates). About 1.5 KB of stack each: 1024 fit in a 2 MiB stack.
+  struct Depth {
+    Depth(Interpreter& interpreter, const Position& pos) : depth(interpreter.render_depth_) {
+      if (depth >= kMaxRenderDepth)
+        throw TemplateError(where(pos) + ": evaluation nested too deeply (more than " +
+                            std::to_string(kMaxRenderDepth) + " statements and expressions at once, macro calls included)");
+      ++depth;
+    }
+    ~Depth() { --depth; }
+    int& depth;
+  };
+
   void set_target(const AssignTarget& target, const Value& value) {
     if (target.namespace_attribute.empty()) {
       assign(target, value);
@@ -354,6 +379,7 @@ class Interpreter {
     loop.loop = std::make_shared<LoopData>();
     loop.loop->items = std::make_shared<const ValueList>(items);
     for (std::size_t i = 0; i < items.size(); ++i) {
+      guarded(stmt.pos, [] { charge_steps(1); });
       loop.loop->index0 = static_cast<std::int64_t>(i);
       FramePtr frame = inner();
       Scope scope(*this, frame);
@@ -375,7 +401,25 @@ class Interpreter {
   }
 
   Value eval(const Expr& expr) {
-    return guarded(expr.pos, [&] { return eval_unguarded(expr); });
+    Depth depth(*this, expr.pos);
+    return guarded(expr.pos, [&] {
+      charge_steps(1);
+      Value value = eval_unguarded(expr);
+      if (produces_new_value(expr)) charge_new_value(value);
+      else if (value.is_string()) charge_bytes(value.text.size());  // a copy of an existing string
+      return value;
+    });
+  }
+
+  // Whether evaluating `expr` builds a value (its size is checked and charged) rather than looking one up.
+  static bool produces_new_value(const Expr& expr) {
+    switch (expr.kind) {
+      case Expr::Kind::Literal:
+      case Expr::Kind::Name:
+      case Expr::Kind::Getattr: return false;
+      case Expr::Kind::Getitem: return expr.items[0]->kind == Expr::Kind::Slice;
+      default: return true;
+    }
   }
 
   CallArgs eval_args(const Expr& expr, const Value* first) {
@@ -484,12 +528,14 @@ class Interpreter {
   std::unordered_map<std::string, Value> globals_;
   std::vector<FramePtr> captured_;  // scopes macros closed over (see the destructor)
   int macro_depth_ = 0;
+  int render_depth_ = 0;
 };
 
 }  // namespace
 
 std::string render(const Body& body, const Value& context, const std::string& today) {
   if (context.kind != Kind::Dict) throw TemplateError("the template context must be a JSON object");
+  RenderBudget budget;
   Interpreter interpreter(context, today);
   std::string out;
   interpreter.run(body, out);

@@ -89,9 +89,14 @@ class Lexer {
     return static_cast<int>(it - line_starts_.begin());
   }
 
+  // Tokens come in source order, so the column is counted on from the previous token's when both are
+  // on one line: counting from the line start every time made a long one-line template quadratic.
   int column_of(std::size_t pos) const {
     std::size_t start = line_starts_[static_cast<std::size_t>(line_of(pos) - 1)];
-    return static_cast<int>(pystr::code_point_count(std::string_view(src_).substr(start, pos - start))) + 1;
+    if (column_cursor_.pos < start || column_cursor_.pos > pos) column_cursor_ = {start, 1};
+    std::string_view skipped = std::string_view(src_).substr(column_cursor_.pos, pos - column_cursor_.pos);
+    column_cursor_ = {pos, column_cursor_.column + static_cast<int>(pystr::code_point_count(skipped))};
+    return column_cursor_.column;
   }
 
   [[noreturn]] void fail(std::size_t pos, const std::string& message) const {
@@ -392,9 +397,16 @@ class Lexer {
     fail(pos, "unexpected char '" + src_.substr(pos, length) + "'");
   }
 
+  // The last position whose column was computed (pos at a code point boundary of its line).
+  struct ColumnCursor {
+    std::size_t pos = 0;
+    int column = 1;
+  };
+
   std::string src_;
   std::vector<std::size_t> line_starts_;
   std::vector<Token> tokens_;
+  mutable ColumnCursor column_cursor_;
 };
 
 }  // namespace

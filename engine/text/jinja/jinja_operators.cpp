@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/text/jinja/jinja_arguments.h"
+#include "engine/text/jinja/jinja_budget.h"
 #include "engine/text/jinja/jinja_builtins.h"
 #include "engine/text/jinja/jinja_pystr.h"
 
@@ -38,14 +39,22 @@ std::int64_t python_floor_div(std::int64_t a, std::int64_t b) {
   return q;
 }
 
+// sequence * times: the result's size is checked before it is built ('x' * 10**12, [1] * 10**9).
 Value repeat(const Value& sequence, std::int64_t times) {
+  std::size_t count = times > 0 ? static_cast<std::size_t>(times) : 0;
   if (sequence.is_string()) {
+    if (sequence.text.empty()) count = 0;
+    check_size(saturating_multiply(sequence.text.size(), count), "string");
     std::string out;
-    for (std::int64_t i = 0; i < times; ++i) out += sequence.text;
+    out.reserve(sequence.text.size() * count);
+    for (std::size_t i = 0; i < count; ++i) out += sequence.text;
     return string_like(sequence, std::move(out));  // Markup * n is Markup
   }
+  if (sequence.items().empty()) count = 0;
+  check_size(saturating_multiply(value_bytes(sequence), count), "list");
   ValueList items;
-  for (std::int64_t i = 0; i < times; ++i) items.insert(items.end(), sequence.items().begin(), sequence.items().end());
+  items.reserve(sequence.items().size() * count);
+  for (std::size_t i = 0; i < count; ++i) items.insert(items.end(), sequence.items().begin(), sequence.items().end());
   return Value::from_list(std::move(items), sequence.sequence);
 }
 
@@ -272,6 +281,15 @@ const std::unordered_map<std::string_view, TestFn>& tests() {
 
 // ------------------------------------------------------------------ operators
 
+std::uint64_t range_length(std::int64_t start, std::int64_t stop, std::int64_t step) {
+  if (step > 0 ? start >= stop : start <= stop) return 0;
+  // The distance between two int64 values and the magnitude of INT64_MIN fit in a uint64.
+  std::uint64_t distance = step > 0 ? static_cast<std::uint64_t>(stop) - static_cast<std::uint64_t>(start)
+                                    : static_cast<std::uint64_t>(start) - static_cast<std::uint64_t>(stop);
+  std::uint64_t stride = step > 0 ? static_cast<std::uint64_t>(step) : 0 - static_cast<std::uint64_t>(step);
+  return (distance - 1) / stride + 1;
+}
+
 Value binary_operator(const std::string& op, const Value& left, const Value& right) {
   if (left.is_undefined()) fail_undefined(left);
   if (right.is_undefined()) fail_undefined(right);
@@ -368,8 +386,13 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
   };
   first = has_start ? clamp(first) : (stride < 0 ? upper : lower);
   last = has_stop ? clamp(last) : (stride < 0 ? lower : upper);
+  // first + k * stride for k below the count stays between first and last: `i += stride` past the
+  // last index would overflow for strides near the int64 limits (x[::-9223372036854775808]).
+  std::uint64_t count = range_length(first, last, stride);
   std::vector<std::size_t> indices;
-  for (std::int64_t i = first; stride > 0 ? i < last : i > last; i += stride) indices.push_back(static_cast<std::size_t>(i));
+  indices.reserve(static_cast<std::size_t>(count));
+  for (std::uint64_t k = 0; k < count; ++k)
+    indices.push_back(static_cast<std::size_t>(static_cast<std::uint64_t>(first) + k * static_cast<std::uint64_t>(stride)));
   if (object.is_string()) {
     std::u32string cps = pystr::decode(object.text), out;
     for (std::size_t i : indices) out.push_back(cps[i]);

@@ -4,6 +4,7 @@
 
 #include "engine/text/jinja/jinja_expression_parser.h"
 #include "engine/text/jinja/jinja_lexer.h"
+#include "engine/text/jinja/jinja_limits.h"
 
 namespace kvchat::jinja {
 
@@ -99,7 +100,13 @@ class Parser : public ExpressionParser {
 
   Body parse_statements(EndTags end_tags, bool drop_needle, const Token& opening) {
     expect(TokenType::BlockEnd);
+    // The body's statements are parsed (and later executed) recursively: bound the nesting.
+    if (statement_depth_ >= kMaxStatementDepth)
+      fail(opening, "statements nested too deeply (more than " + std::to_string(kMaxStatementDepth) +
+                        " levels of blocks such as if, for, macro or set)");
+    ++statement_depth_;
     Body body = subparse(end_tags);
+    --statement_depth_;
     if (current().type == TokenType::Eof) {
       std::string wanted;
       for (const char* tag : end_tags) wanted += std::string(wanted.empty() ? "'" : " or '") + tag + "'";
@@ -274,6 +281,7 @@ class Parser : public ExpressionParser {
   }
 
   int loop_depth_ = 0;
+  int statement_depth_ = 0;
 };
 
 }  // namespace

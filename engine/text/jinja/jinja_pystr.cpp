@@ -5,6 +5,7 @@
 #include <cwctype>
 #include <locale.h>
 
+#include "engine/text/jinja/jinja_budget.h"
 #include "engine/text/jinja/jinja_value.h"
 #include "engine/text/utf8.h"
 
@@ -184,6 +185,15 @@ std::vector<std::string> splitlines(std::string_view text) {
 
 std::string replace(std::string_view text, std::string_view old_text, std::string_view new_text,
                     std::int64_t count) {
+  if (new_text.size() > old_text.size()) {
+    // Each replacement grows the text: its final size is known before building it (a 16 MiB text with
+    // '' replaced by a 16 MiB text would be 2^48 bytes).
+    std::int64_t replaced = pystr::count(text, old_text);
+    if (count >= 0) replaced = std::min(replaced, count);
+    check_size(saturating_add(text.size(), saturating_multiply(static_cast<std::size_t>(replaced),
+                                                               new_text.size() - old_text.size())),
+               "string");
+  }
   std::string out;
   std::int64_t done = 0;
   if (old_text.empty()) {

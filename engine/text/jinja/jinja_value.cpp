@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/text/jinja/jinja_budget.h"
 #include "engine/text/jinja/jinja_pystr.h"
 #include "engine/text/utf8.h"
 
@@ -176,6 +177,7 @@ bool is_plain_sequence(const Value& v) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  charge_steps(1);  // `in`, unique, sort, dict keys: comparisons are where quadratic filters spend their time
   if (a.is_undefined() || b.is_undefined()) return a.is_undefined() && b.is_undefined();
   if (a.is_number() && b.is_number()) {
     if (a.is_integral() && b.is_integral()) return a.as_int() == b.as_int();
@@ -233,6 +235,7 @@ std::string python_type_name(const Value& v) {
 }
 
 bool less_than(const Value& a, const Value& b) {
+  charge_steps(1);
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   if (a.is_number() && b.is_number()) {
@@ -342,6 +345,7 @@ std::string to_repr(const Value& value) {
       for (std::size_t i = 0; i < value.list->size(); ++i) {
         if (i) out += ", ";
         out += to_repr((*value.list)[i]);
+        check_size(out.size(), "string");  // a list holding the same big list many times prints huge
       }
       if (tuple && value.list->size() == 1) out += ",";
       out += tuple ? ")" : "]";
@@ -354,6 +358,7 @@ std::string to_repr(const Value& value) {
         if (!first) out += ", ";
         first = false;
         out += to_repr(entry.first) + ": " + to_repr(entry.second);
+        check_size(out.size(), "string");
       }
       return out + "}";
     }
@@ -402,16 +407,21 @@ Value string_like(const Value& like, std::string text) {
 }
 
 ValueList iterate(const Value& value) {
+  // One step per item, charged before the items are made (a 16 MiB string is 16M one-character strings).
   switch (value.kind) {
     case Kind::Undefined: return {};
-    case Kind::List: return *value.list;
+    case Kind::List:
+      charge_steps(static_cast<std::int64_t>(value.list->size()));
+      return *value.list;
     case Kind::Dict: {
+      charge_steps(static_cast<std::int64_t>(value.dict->size()));
       ValueList keys;
       keys.reserve(value.dict->size());
       for (const auto& entry : *value.dict) keys.push_back(entry.first);
       return keys;
     }
     case Kind::String: {
+      charge_steps(static_cast<std::int64_t>(pystr::code_point_count(value.text)));
       ValueList chars;
       for (char32_t c : pystr::decode(value.text)) {
         std::string one;
@@ -482,6 +492,8 @@ std::string json_key(const Value& key) {
 
 void json_value(std::string& out, const Value& value, const JsonFormat& format, int level) {
   auto newline_indent = [&](int depth) {
+    check_size(saturating_add(out.size(), saturating_multiply(static_cast<std::size_t>(depth), format.indent->size())),
+               "string");
     std::string s = "\n";
     for (int i = 0; i < depth; ++i) s += *format.indent;
     return s;
@@ -507,6 +519,7 @@ void json_value(std::string& out, const Value& value, const JsonFormat& format, 
       for (std::size_t i = 0; i < value.list->size(); ++i) {
         if (i) out += separator;
         json_value(out, (*value.list)[i], format, level + 1);
+        check_size(out.size(), "string");  // the same big list many times, or deep indentation
       }
       if (format.indent) out += newline_indent(level);
       out += ']';
@@ -535,6 +548,7 @@ void json_value(std::string& out, const Value& value, const JsonFormat& format, 
         json_string(out, json_key(entry->first));
         out += format.key_separator;
         json_value(out, entry->second, format, level + 1);
+        check_size(out.size(), "string");
       }
       if (format.indent) out += newline_indent(level);
       out += '}';

@@ -93,7 +93,12 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
   impl->special_template = parse_post_processor(root.value("post_processor", json()), source);
 
   impl->id_limit = impl->model->id_limit();
-  for (const AddedToken& token : impl->added.all()) impl->id_limit = std::max(impl->id_limit, token.id + 1);
+  std::size_t token_count = static_cast<std::size_t>(impl->model->id_limit()) + impl->added.all().size();
+  for (const AddedToken& token : impl->added.all()) {
+    if (token.id >= token_id_limit(token_count))
+      throw TokenizerError(source + ": added token '" + token.content + "': " + sparse_id_message(token.id, token_count));
+    impl->id_limit = std::max(impl->id_limit, token.id + 1);
+  }
   for (const AddedToken& token : impl->added.all()) {
     if (token.normalized && impl->normalizer) {
       spdlog::warn("tokenizer {}: added token '{}' is marked normalized; it is matched in the raw text", source,

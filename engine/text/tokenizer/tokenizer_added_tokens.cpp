@@ -26,7 +26,8 @@ AddedTokens::AddedTokens(const nlohmann::json& added_tokens, const std::string& 
     const auto& entry = added_tokens[i];
     std::string where = source + ": added_tokens[" + std::to_string(i) + "]";
     if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_number_integer() ||
-        entry["id"].get<long long>() < 0 || !entry.contains("content") || !entry["content"].is_string()) {
+        entry["id"].get<long long>() < 0 || entry["id"].get<long long>() > 0x7FFFFFFF || !entry.contains("content") ||
+        !entry["content"].is_string()) {
       throw TokenizerError(where + " needs a non-negative integer 'id' and a string 'content'");
     }
     AddedToken token;

@@ -50,6 +50,8 @@ BpeModel::BpeModel(const json& model, const std::string& source) {
         it.value().get<long long>() > 0x7FFFFFFF) {
       fail("model.vocab entry '" + it.key() + "' has an id that is not a non-negative integer");
     }
+    if (it.value().get<long long>() >= token_id_limit(vocab.size()))
+      fail("model.vocab entry '" + it.key() + "': " + sparse_id_message(it.value().get<long long>(), vocab.size()));
     max_id = std::max(max_id, static_cast<TokenId>(it.value().get<long long>()));
   }
   id_to_token_.assign(static_cast<std::size_t>(max_id + 1), std::string());
