@@ -148,6 +148,7 @@ void GgufReferencesTest::logits_match() {
   const double dq = is_f32 ? 0.0 : reference["dequantized_f32"]["max_abs_diff_vs_quantized_all_positions"].get<double>();
   const nlohmann::json& exact_rows = is_f32 ? reference["teacher_forced"] : reference["dequantized_f32"]["teacher_forced"];
 
+  double worst_exact = 0, worst_llama_cpp = 0;
   for (std::size_t k = 0; k < reference["teacher_forced"].size(); ++k) {
     const nlohmann::json& llama_cpp = reference["teacher_forced"][k];
     const nlohmann::json& twin = exact_rows[k];
@@ -160,12 +161,16 @@ void GgufReferencesTest::logits_match() {
         QVERIFY2(vs_exact <= exact, qPrintable(QString("sequence %1 position %2: %3 from the f32 logits (tolerance %4)")
                                                    .arg(k).arg(positions[j]).arg(vs_exact).arg(exact)));
         const double vs_llama_cpp = max_difference(ours, llama_cpp["logits"][j]);
+        worst_exact = std::max(worst_exact, vs_exact);
+        worst_llama_cpp = std::max(worst_llama_cpp, vs_llama_cpp);
         QVERIFY2(vs_llama_cpp <= 2 * dq + exact,
                  qPrintable(QString("sequence %1 position %2: %3 from llama.cpp's logits (tolerance %4)")
                                 .arg(k).arg(positions[j]).arg(vs_llama_cpp).arg(2 * dq + exact)));
       }
     }
   }
+  qInfo("%s: largest difference %.3g from the f32 logits (tolerance %.3g), %.3g from llama.cpp's (tolerance %.3g)",
+        qPrintable(file), worst_exact, exact, worst_llama_cpp, 2 * dq + exact);
 }
 
 void GgufReferencesTest::greedy_ids_match_data() { logits_match_data(); }
