@@ -89,21 +89,6 @@ void decode_q8_0(const std::uint8_t* block, float* out) {
 // ---------------------------------------------------------------------------------------------------
 // 256-element super-blocks ("K-quants").
 
-// Q4_K and Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min, packed into 12 bytes:
-// sub-blocks 0-3 keep theirs in the low 6 bits of bytes 0-3 (scale) and 4-7 (min); sub-blocks 4-7
-// keep their low 4 bits in the nibbles of bytes 8-11 and their top 2 bits in the top bits of
-// bytes 0-3 (scale) and 4-7 (min).
-void scale_and_min(int sub_block, const std::uint8_t* packed, int& scale, int& min) {
-  const int j = sub_block;
-  if (j < 4) {
-    scale = packed[j] & 63;
-    min = packed[j + 4] & 63;
-  } else {
-    scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
-    min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-  }
-}
-
 // The scale and offset of the two 32-element sub-blocks of a K-quant pair: (d*scale, dmin*min) each.
 struct PairScales {
   float d1, m1, d2, m2;
@@ -111,10 +96,10 @@ struct PairScales {
 PairScales pair_scales(float d, float dmin, const std::uint8_t* scales, int pair) {
   int scale = 0, min = 0;
   PairScales result{};
-  scale_and_min(2 * pair, scales, scale, min);
+  k_quant_scale_and_min(2 * pair, scales, scale, min);
   result.d1 = d * static_cast<float>(scale);
   result.m1 = dmin * static_cast<float>(min);
-  scale_and_min(2 * pair + 1, scales, scale, min);
+  k_quant_scale_and_min(2 * pair + 1, scales, scale, min);
   result.d2 = d * static_cast<float>(scale);
   result.m2 = dmin * static_cast<float>(min);
   return result;

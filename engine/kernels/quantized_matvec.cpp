@@ -163,82 +163,45 @@ KVCHAT_ISA_AVX2 float dot_f16_avx2(const std::uint8_t* row, const float* x, std:
   return result;
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (see dequantize.cpp).
-inline void k_scale_and_min(int j, const std::uint8_t* packed, int& scale, int& min) {
-  if (j < 4) {
-    scale = packed[j] & 63;
-    min = packed[j + 4] & 63;
-  } else {
-    scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
-    min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-  }
-}
-
 // Q4_K: super-blocks of 256: f16 d, f16 dmin, 12 bytes of scales/mins, 128 bytes of nibbles; each 64
 // elements share 32 bytes (low nibbles: one sub-block, high: the next). x = d*sc*q - dmin*m, so a
 // sub-block's dot product is d*sc * sum(q x) - dmin*m * sum(x).
-KVCHAT_ISA_AVX2 float dot_q4_k_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
-  const __m128i low_mask = _mm_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < blocks; ++b, row += 144) {
-    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + 64, _MM_HINT_T0);
-    const float d = load_f16_scale(row), dmin = load_f16_scale(row + 2);
-    const std::uint8_t* scales = row + 4;
-    const std::uint8_t* q = row + 16;
-    for (int pair = 0; pair < 4; ++pair, q += 32, x += 64) {
-      int scale1, min1, scale2, min2;
-      k_scale_and_min(2 * pair, scales, scale1, min1);
-      k_scale_and_min(2 * pair + 1, scales, scale2, min2);
-      const __m128i packed0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-      const __m128i packed1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-      __m256 low = dot16<false>(_mm_and_si128(packed0, low_mask), x, _mm256_setzero_ps());
-      low = dot16<false>(_mm_and_si128(packed1, low_mask), x + 16, low);
-      __m256 high = dot16<false>(_mm_and_si128(_mm_srli_epi16(packed0, 4), low_mask), x + 32, _mm256_setzero_ps());
-      high = dot16<false>(_mm_and_si128(_mm_srli_epi16(packed1, 4), low_mask), x + 48, high);
-      const __m256 low_sum = sum16(x + 16, sum16(x, _mm256_setzero_ps()));
-      const __m256 high_sum = sum16(x + 48, sum16(x + 32, _mm256_setzero_ps()));
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale1)), low, acc);
-      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(min1)), low_sum, acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale2)), high, acc);
-      acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * static_cast<float>(min2)), high_sum, acc);
-    }
-  }
-  return horizontal_sum(acc);
-}
-
-// Q5_K: as Q4_K with 32 bytes of fifth bits after the scales: bit 2p of byte l is the fifth bit of
-// low-nibble element l of pair p, bit 2p+1 that of high-nibble element l.
-KVCHAT_ISA_AVX2 float dot_q5_k_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+// Q5_K: the same with 32 bytes of fifth bits between the scales and the nibbles: bit 2p of byte l is
+// the fifth bit of low-nibble element l of pair p, bit 2p+1 that of high-nibble element l.
+template <bool FifthBits>
+KVCHAT_ISA_AVX2 float dot_q4_q5_k_avx2(const std::uint8_t* row, const float* x, std::int64_t blocks) {
+  constexpr int kBlockBytes = FifthBits ? 176 : 144, kNibblesAt = FifthBits ? 48 : 16;
   const __m128i low_mask = _mm_set1_epi8(0x0F), sixteen = _mm_set1_epi8(16);
   __m256 acc = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < blocks; ++b, row += 176) {
-    for (int ahead = 0; ahead < 192; ahead += 64)
+  for (std::int64_t b = 0; b < blocks; ++b, row += kBlockBytes) {
+    for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
     const float d = load_f16_scale(row), dmin = load_f16_scale(row + 2);
     const std::uint8_t* scales = row + 4;
-    const __m128i high_bits0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16));
-    const __m128i high_bits1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 32));
-    const std::uint8_t* q = row + 48;
+    __m128i high_bits0 = _mm_setzero_si128(), high_bits1 = _mm_setzero_si128();
+    if constexpr (FifthBits) {
+      high_bits0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16));
+      high_bits1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 32));
+    }
+    const std::uint8_t* q = row + kNibblesAt;
     for (int pair = 0; pair < 4; ++pair, q += 32, x += 64) {
       int scale1, min1, scale2, min2;
-      k_scale_and_min(2 * pair, scales, scale1, min1);
-      k_scale_and_min(2 * pair + 1, scales, scale2, min2);
+      k_quant_scale_and_min(2 * pair, scales, scale1, min1);
+      k_quant_scale_and_min(2 * pair + 1, scales, scale2, min2);
       const __m128i low_bit = _mm_set1_epi8(static_cast<char>(1 << (2 * pair)));
       const __m128i high_bit = _mm_set1_epi8(static_cast<char>(2 << (2 * pair)));
-      auto fifth = [&](__m128i bits, __m128i bit) {
-        return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(bits, bit), bit), sixteen);
+      // The quant: a nibble, plus 16 where its fifth bit is set (Q5_K only).
+      auto quant = [&](__m128i nibbles, __m128i bits, __m128i bit) {
+        nibbles = _mm_and_si128(nibbles, low_mask);
+        if constexpr (!FifthBits) return nibbles;
+        return _mm_or_si128(nibbles, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(bits, bit), bit), sixteen));
       };
       const __m128i packed0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
       const __m128i packed1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-      __m256 low = dot16<false>(_mm_or_si128(_mm_and_si128(packed0, low_mask), fifth(high_bits0, low_bit)), x,
-                                _mm256_setzero_ps());
-      low = dot16<false>(_mm_or_si128(_mm_and_si128(packed1, low_mask), fifth(high_bits1, low_bit)), x + 16, low);
-      __m256 high = dot16<false>(
-          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(packed0, 4), low_mask), fifth(high_bits0, high_bit)), x + 32,
-          _mm256_setzero_ps());
-      high = dot16<false>(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(packed1, 4), low_mask), fifth(high_bits1, high_bit)),
-                          x + 48, high);
+      __m256 low = dot16<false>(quant(packed0, high_bits0, low_bit), x, _mm256_setzero_ps());
+      low = dot16<false>(quant(packed1, high_bits1, low_bit), x + 16, low);
+      __m256 high = dot16<false>(quant(_mm_srli_epi16(packed0, 4), high_bits0, high_bit), x + 32, _mm256_setzero_ps());
+      high = dot16<false>(quant(_mm_srli_epi16(packed1, 4), high_bits1, high_bit), x + 48, high);
       const __m256 low_sum = sum16(x + 16, sum16(x, _mm256_setzero_ps()));
       const __m256 high_sum = sum16(x + 48, sum16(x + 32, _mm256_setzero_ps()));
       acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(scale1)), low, acc);
@@ -324,8 +287,8 @@ KVCHAT_ISA_AVX2 void decode_q4_k_avx2(const std::uint8_t* row, float* out, std::
     const std::uint8_t* q = row + 16;
     for (int pair = 0; pair < 4; ++pair, q += 32, out += 64) {
       int scale1, min1, scale2, min2;
-      k_scale_and_min(2 * pair, row + 4, scale1, min1);
-      k_scale_and_min(2 * pair + 1, row + 4, scale2, min2);
+      k_quant_scale_and_min(2 * pair, row + 4, scale1, min1);
+      k_quant_scale_and_min(2 * pair + 1, row + 4, scale2, min2);
       const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(scale1)), m1 = _mm256_set1_ps(dmin * static_cast<float>(min1));
       const __m256 d2 = _mm256_set1_ps(d * static_cast<float>(scale2)), m2 = _mm256_set1_ps(dmin * static_cast<float>(min2));
       for (int half = 0; half < 2; ++half) {
@@ -359,9 +322,9 @@ RowDot fused_row_dot(GgufType type) {
     switch (type) {
       case GgufType::Q8_0: return dot_q8_0_avx2;
       case GgufType::Q4_0: return dot_q4_0_avx2;
-      case GgufType::Q4_K: return dot_q4_k_avx2;
+      case GgufType::Q4_K: return dot_q4_q5_k_avx2<false>;
       case GgufType::Q6_K: return dot_q6_k_avx2;
-      case GgufType::Q5_K: return dot_q5_k_avx2;
+      case GgufType::Q5_K: return dot_q4_q5_k_avx2<true>;
       case GgufType::Q4_1: return dot_q4_1_avx2;
       case GgufType::Q5_0: return dot_q5_avx2<false>;
       case GgufType::Q5_1: return dot_q5_avx2<true>;
