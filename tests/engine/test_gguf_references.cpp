@@ -12,6 +12,7 @@
 #include <QtTest>
 
 #include "common/json_fixture.h"
+#include "common/run_c_reference.h"
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -20,6 +21,7 @@
 using namespace kvchat;
 using kvchat::test::load_json;
 using kvchat::test::shared_path;
+using kvchat::test::token_list_text;
 
 namespace {
 
@@ -42,12 +44,6 @@ std::shared_ptr<const LlamaModel> model_of(const QString& name) {
 }
 
 std::vector<TokenId> ids_of(const nlohmann::json& array) { return array.get<std::vector<TokenId>>(); }
-
-std::string ids_text(const std::vector<TokenId>& ids) {
-  std::string out;
-  for (TokenId id : ids) out += std::to_string(id) + " ";
-  return out;
-}
 
 // Logits of every position of `ids`: one batched forward without a cache, and token by token through
 // the cache.
@@ -101,35 +97,15 @@ class GgufReferencesTest : public QObject {
   void greedy_ids_match();
 };
 
-void GgufReferencesTest::stories_f32_matches_run_c_data() {
-  QTest::addColumn<int>("case_index");
-  QTest::addColumn<QString>("mode");
-  auto cases = load_json(shared_path("fixtures/reference/stories260K_greedy.json"));
-  for (int i = 0; i < static_cast<int>(cases.size()); ++i)
-    for (const char* mode : {"on", "naive", "off"})
-      QTest::newRow(QString("case%1-%2").arg(i).arg(mode).toUtf8()) << i << QString(mode);
-}
+void GgufReferencesTest::stories_f32_matches_run_c_data() { kvchat::test::add_run_c_rows(); }
 
 // Acceptance: the F32 file reproduces llama2.c's greedy stories exactly (which proves the Q/K
 // un-permutation: a wrong RoPE layout drifts within a few tokens).
 void GgufReferencesTest::stories_f32_matches_run_c() {
   QFETCH(int, case_index);
   QFETCH(QString, mode);
-  const auto model = model_of("stories260K-F32");
-  auto reference = load_json(shared_path("fixtures/reference/stories260K_greedy.json"))[case_index];
-  const std::vector<TokenId> prompt = ids_of(reference["prompt_ids"]);
-  std::vector<TokenId> expected = ids_of(reference["generated_ids"]);
-  GenerationConfig config;
-  config.cache_mode = kv_cache_mode_from_string(mode.toStdString());
-  config.max_new_tokens = reference["steps"].get<int>() - static_cast<int>(prompt.size()) + 1;
-  config.stop_token_ids = {1, 2};  // stories end with BOS
-  Session session(model, config.cache_mode);
-  const GenerationResult result = session.generate(prompt, config);
-  std::vector<TokenId> generated = result.generated;
-  if (result.stats.stop_reason == StopReason::Eos) generated.pop_back();
-  if (reference["stopped_on_bos"].get<bool>() && !expected.empty() && expected.back() == 1) expected.pop_back();
-  QVERIFY2(generated == expected,
-           qPrintable(QString::fromStdString("expected " + ids_text(expected) + "\n got " + ids_text(generated))));
+  // The file's end-of-sequence id is 2; llama2.c's stories end with BOS (1) as well.
+  kvchat::test::check_greedy_matches_run_c(model_of("stories260K-F32"), case_index, mode, {1, 2});
 }
 
 void GgufReferencesTest::logits_match_data() {
@@ -203,7 +179,7 @@ void GgufReferencesTest::greedy_ids_match() {
     const std::vector<TokenId> generated = session.generate(prompt, config).generated;
     QVERIFY(generated.size() >= sure);
     QVERIFY2(std::equal(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(sure), generated.begin()),
-             qPrintable(QString::fromStdString("expected " + ids_text(expected) + "\n got " + ids_text(generated))));
+             qPrintable(QString::fromStdString("expected " + token_list_text(expected) + "\n got " + token_list_text(generated))));
   }
 }
 

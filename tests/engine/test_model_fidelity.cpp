@@ -5,6 +5,7 @@
 #include <QtTest>
 
 #include "common/json_fixture.h"
+#include "common/run_c_reference.h"
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
 #include "engine/rope.h"
@@ -13,6 +14,7 @@
 using namespace kvchat;
 using kvchat::test::load_json;
 using kvchat::test::shared_path;
+using kvchat::test::token_list_text;
 
 namespace {
 
@@ -22,12 +24,6 @@ std::shared_ptr<LlamaModel> load(const std::string& relative, WeightDtype dtype 
 }
 
 std::vector<TokenId> ids_of(const nlohmann::json& array) { return array.get<std::vector<TokenId>>(); }
-
-std::string ids_text(const std::vector<TokenId>& ids) {
-  std::string out;
-  for (TokenId id : ids) out += std::to_string(id) + " ";
-  return out;
-}
 
 }  // namespace
 
@@ -45,23 +41,15 @@ class ModelFidelityTest : public QObject {
   void prefill_then_decode_equals_one_forward();
 };
 
-void ModelFidelityTest::stories260k_matches_run_c_data() {
-  QTest::addColumn<int>("case_index");
-  QTest::addColumn<QString>("mode");
-  auto cases = load_json(shared_path("fixtures/reference/stories260K_greedy.json"));
-  for (int i = 0; i < static_cast<int>(cases.size()); ++i)
-    for (const char* mode : {"on", "naive", "off"})
-      QTest::newRow(QString("case%1-%2").arg(i).arg(mode).toUtf8()) << i << QString(mode);
-}
+void ModelFidelityTest::stories260k_matches_run_c_data() { kvchat::test::add_run_c_rows(); }
 
 // Greedy generation from prompt_ids reproduces run.c's generated_ids exactly, with every cache mode.
 void ModelFidelityTest::stories260k_matches_run_c() {
   QFETCH(int, case_index);
   QFETCH(QString, mode);
   static auto model = load("models/stories260K");
-  auto reference = load_json(shared_path("fixtures/reference/stories260K_greedy.json"))[case_index];
+  auto reference = kvchat::test::run_c_cases()[case_index];
   std::vector<TokenId> prompt = ids_of(reference["prompt_ids"]);
-  std::vector<TokenId> expected = ids_of(reference["generated_ids"]);
 
   c10::InferenceMode guard;
   // First-step logits agree with run.c's to 1e-4.
@@ -71,19 +59,7 @@ void ModelFidelityTest::stories260k_matches_run_c() {
   double worst = (logits - at::tensor(first_step)).abs().max().item<double>();
   QVERIFY2(worst < 1e-4, qPrintable(QString("first-step logits differ by %1").arg(worst)));
 
-  GenerationConfig config;
-  config.cache_mode = kv_cache_mode_from_string(mode.toStdString());
-  config.max_new_tokens = reference["steps"].get<int>() - static_cast<int>(prompt.size()) + 1;
-  Session session(model, config.cache_mode);
-  GenerationResult result = session.generate(prompt, config);
-  // Our result includes the stop token; compare the stories themselves, whichever way the reference
-  // records the final BOS, and check separately that both stopped the same way.
-  std::vector<TokenId> generated = result.generated;
-  if (result.stats.stop_reason == StopReason::Eos) generated.pop_back();
-  if (reference["stopped_on_bos"].get<bool>() && !expected.empty() && expected.back() == 1) expected.pop_back();
-  QVERIFY2(generated == expected,
-           qPrintable(QString::fromStdString("expected " + ids_text(expected) + "\n got " + ids_text(generated))));
-  QCOMPARE(result.stats.stop_reason == StopReason::Eos, reference["stopped_on_bos"].get<bool>());
+  kvchat::test::check_greedy_matches_run_c(model, case_index, mode);
 }
 
 void ModelFidelityTest::tiny_llama3_logits_match_transformers_data() {
@@ -138,8 +114,8 @@ void ModelFidelityTest::tiny_llama3_greedy_continuation() {
     Session session(model, mode);
     auto result = session.generate(ids_of(reference["greedy_prompt"]), config);
     QVERIFY2(result.generated == expected,
-             qPrintable(QString::fromStdString(std::string(to_string(mode)) + ": expected " + ids_text(expected) +
-                                               "\n got " + ids_text(result.generated))));
+             qPrintable(QString::fromStdString(std::string(to_string(mode)) + ": expected " + token_list_text(expected) +
+                                               "\n got " + token_list_text(result.generated))));
   }
 }
 
