@@ -108,7 +108,7 @@ class TemplateLimitsTest : public QObject {
 
   void growing_strings_and_lists_fail_before_allocating() {
     COMPARE_STR(error_of("{{ 'x' * 10**12 }}"), "1:8: " + too_big("string", "1000000000000"));
-    COMPARE_STR(error_of("{{ [1] * 10**9 }}"), "1:8: " + too_big("list", "144000000000"));
+    COMPARE_STR(error_of("{{ [1] * 10**9 }}"), "1:8: " + too_big("list", "152000000000"));
     COMPARE_STR(error_of("{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}"
                          "{% endfor %}{{ ns.s | length }}"),
                 "1:76: " + too_big("string", "33554432"));
@@ -118,6 +118,52 @@ class TemplateLimitsTest : public QObject {
                 "1:33: " + too_big("string", "281475010265088"));
     // A list holding the same list many times prints as the product of the two.
     COMPARE_STR(error_of("{% set l = [1] * 100000 %}{{ [l] * 100 }}"), "1:34: " + too_big("string", "16800111"));
+  }
+
+  // Lists and dicts built inside each other at one level per loop step: printing, comparing or freeing
+  // the result would recurse once per level.
+  void deeply_nested_values_fail_when_built() {
+    const std::string too_deep = "lists and dicts nested more than 256 levels deep";
+    COMPARE_STR(error_of("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}"
+                         "{% endfor %}{{ ns.l }}"),
+                "1:73: " + too_deep);
+    COMPARE_STR(error_of("{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set ns.d = {'k': ns.d} %}"
+                         "{% endfor %}{{ ns.d == ns.d }}"),
+                "1:73: " + too_deep);
+    // 255 levels are fine (one more for the outer list of the last step).
+    COMPARE_STR(render("{% set ns = namespace(l=[]) %}{% for i in range(254) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                       "{{ ns.l | tojson | length }}"),
+                "510");
+    json deep = json::array();
+    for (int i = 0; i < 100000; ++i) {
+      json outer = json::array();
+      outer.push_back(std::move(deep));
+      deep = std::move(outer);
+    }
+    json context = json::object();
+    context["messages"] = std::move(deep);  // moved: nlohmann::json copies recursively
+    COMPARE_STR(error_of("{{ messages }}", context), "template context: JSON nested more than 256 levels deep");
+  }
+
+  // Namespaces are mutable: a chain of 60,000, each holding the next, is freed without recursing once
+  // per link; a render makes at most 65,536.
+  void namespace_chains_are_freed_and_bounded() {
+    COMPARE_STR(render("{% set h = namespace(head=none) %}{% for i in range(60000) %}"
+                       "{% set h.head = namespace(next=h.head) %}{% endfor %}{% set h.self = h %}done"),
+                "done");
+    COMPARE_STR(error_of("{% set h = namespace(head=none) %}{% for i in range(70000) %}"
+                         "{% set h.head = namespace(next=h.head) %}{% endfor %}"),
+                "1:87: more than 65536 namespace() objects");
+  }
+
+  // Substring search is linear in the text (a needle matching everywhere but at its end made the
+  // library search quadratic: ~10^13 comparisons here), and each search is charged to the budget.
+  void substring_search_is_linear_and_counted() {
+    const std::string setup = "{% set a = 'a' * 8000000 %}{% set b = 'a' * 4000000 ~ 'b' %}";
+    COMPARE_STR(render(setup + "{{ b in a }}|{{ a.find(b) }}|{{ a.count(b) }}|{{ a.split(b) | length }}|"
+                               "{{ a.rsplit(b, 1) | length }}|{{ a.replace(b, 'x') | length }}"),
+                "False|-1|0|1|1|8000000");
+    COMPARE_STR(error_of(setup + "{% for i in range(1000) %}{{ 'b' in a }}{% endfor %}"), "1:90: " + kTooManySteps);
   }
 
   void output_is_bounded() {

@@ -57,7 +57,12 @@ class Interpreter {
   }
 
   // A macro stored in a scope it closes over is a reference cycle: cut the scopes that macros kept.
+  //
+  // A namespace is mutable, so it can hold itself, or a chain of namespaces each holding the next:
+  // freed the usual way, one would leak and the other recurse once per link. Every namespace of the
+  // render is held here until the end, then emptied while all are still held, so none frees another.
   ~Interpreter() {
+    for (const auto& ns : namespaces_) ns->attributes.clear();
     for (const FramePtr& captured : captured_)
       for (Frame* frame = captured.get(); frame; frame = frame->parent.get()) frame->variables.clear();
     for (const FramePtr& captured : captured_) captured->parent.reset();
@@ -75,10 +80,13 @@ class Interpreter {
       std::string message = args.positional.empty() ? "" : to_str(args.positional[0]);
       throw TemplateError(message);
     });
-    globals_["namespace"] = Value::from_callable("namespace", [](const CallArgs& args) {
+    globals_["namespace"] = Value::from_callable("namespace", [this](const CallArgs& args) {
+      if (namespaces_.size() >= static_cast<std::size_t>(kMaxNamespaces))
+        throw EvalError("more than " + std::to_string(kMaxNamespaces) + " namespace() objects");
       Value ns;
       ns.kind = Kind::Namespace;
       ns.ns = std::make_shared<NamespaceData>();
+      namespaces_.push_back(ns.ns);
       auto set = [&](const Value& key, const Value& value) {
         for (auto& entry : ns.ns->attributes)
           if (equals(entry.first, key)) {
@@ -527,6 +535,7 @@ class Interpreter {
   FramePtr current_ = root_;
   std::unordered_map<std::string, Value> globals_;
   std::vector<FramePtr> captured_;  // scopes macros closed over (see the destructor)
+  std::vector<std::shared_ptr<NamespaceData>> namespaces_;  // every namespace() made (see the destructor)
   int macro_depth_ = 0;
   int render_depth_ = 0;
 };

@@ -23,6 +23,14 @@ constexpr int kMaxMacroDepth = 256;
 // parse limits bound one template's tree; this bounds the stack of macros calling deep trees.
 constexpr int kMaxRenderDepth = 1024;
 
+// Rendering: lists and dicts nested inside each other (`{% set ns.l = [ns.l] %}` in a loop builds one
+// level per iteration at no cost, then printing, comparing or freeing it recurses once per level).
+// Also the deepest JSON a template receives (messages, tools).
+constexpr int kMaxValueNesting = 256;
+
+// Rendering: namespace() objects made by one render (real templates make one or two).
+constexpr int kMaxNamespaces = 65536;
+
 // Rendering: evaluation steps in total, every expression evaluated, statement executed, loop
 // iteration, comparison and item or 64 bytes of a value produced counting one.
 constexpr std::int64_t kMaxRenderSteps = 10'000'000;

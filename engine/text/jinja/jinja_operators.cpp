@@ -10,6 +10,7 @@
 
 #include "engine/text/jinja/jinja_arguments.h"
 #include "engine/text/jinja/jinja_budget.h"
+#include "engine/text/jinja/jinja_substring.h"
 #include "engine/text/jinja/jinja_builtins.h"
 #include "engine/text/jinja/jinja_pystr.h"
 
@@ -314,7 +315,8 @@ bool contains(const Value& container, const Value& item) {
     case Kind::String:
       if (!item.is_string())
         throw EvalError("'in <string>' requires string as left operand, not " + python_type_name(item));
-      return container.text.find(item.text) != std::string::npos;
+      charge_bytes(container.text.size());
+      return item.text.empty() || SubstringSearch(item.text).find(container.text) != std::string::npos;
     case Kind::List:
       return std::any_of(container.items().begin(), container.items().end(),
                          [&](const Value& v) { return equals(v, item); });

@@ -6,6 +6,7 @@
 #include <locale.h>
 
 #include "engine/text/jinja/jinja_budget.h"
+#include "engine/text/jinja/jinja_substring.h"
 #include "engine/text/jinja/jinja_value.h"
 #include "engine/text/utf8.h"
 
@@ -98,9 +99,11 @@ std::vector<std::string> split(std::string_view text, const std::optional<std::s
   std::vector<std::string> parts;
   if (separator) {
     if (separator->empty()) throw EvalError("empty separator");
+    charge_bytes(text.size());
+    const SubstringSearch search(*separator);
     std::size_t start = 0;
     while (max_split < 0 || static_cast<std::int64_t>(parts.size()) < max_split) {
-      std::size_t at = text.find(*separator, start);
+      std::size_t at = search.find(text, start);
       if (at == std::string_view::npos) break;
       parts.emplace_back(text.substr(start, at - start));
       start = at + separator->size();
@@ -134,10 +137,11 @@ std::vector<std::string> rsplit(std::string_view text, const std::optional<std::
   std::vector<std::string> parts;
   if (separator) {
     if (separator->empty()) throw EvalError("empty separator");
+    charge_bytes(text.size());
+    const SubstringSearch search(*separator);
     std::size_t end = text.size();
     while (static_cast<std::int64_t>(parts.size()) < max_split) {
-      if (end < separator->size()) break;
-      std::size_t at = text.rfind(*separator, end - separator->size());
+      std::size_t at = search.rfind(text, end);
       if (at == std::string_view::npos) break;
       parts.emplace_back(text.substr(at + separator->size(), end - at - separator->size()));
       end = at;
@@ -209,9 +213,11 @@ std::string replace(std::string_view text, std::string_view old_text, std::strin
     if (count < 0 || done < count) out.append(new_text);
     return out;
   }
+  charge_bytes(text.size());
+  const SubstringSearch search(old_text);
   std::size_t start = 0;
   while (count < 0 || done < count) {
-    std::size_t at = text.find(old_text, start);
+    std::size_t at = search.find(text, start);
     if (at == std::string_view::npos) break;
     out.append(text.substr(start, at - start));
     out.append(new_text);
@@ -223,15 +229,18 @@ std::string replace(std::string_view text, std::string_view old_text, std::strin
 }
 
 std::int64_t find(std::string_view text, std::string_view needle) {
-  std::size_t at = text.find(needle);
+  charge_bytes(text.size());
+  std::size_t at = needle.empty() ? 0 : SubstringSearch(needle).find(text);
   if (at == std::string_view::npos) return -1;
   return static_cast<std::int64_t>(code_point_count(text.substr(0, at)));
 }
 
 std::int64_t count(std::string_view text, std::string_view needle) {
   if (needle.empty()) return static_cast<std::int64_t>(code_point_count(text)) + 1;
+  charge_bytes(text.size());
+  const SubstringSearch search(needle);
   std::int64_t n = 0;
-  for (std::size_t at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + needle.size()))
+  for (std::size_t at = search.find(text); at != std::string_view::npos; at = search.find(text, at + needle.size()))
     ++n;
   return n;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "engine/text/jinja/jinja_budget.h"
+#include "engine/text/jinja/jinja_limits.h"
 #include "engine/text/jinja/jinja_pystr.h"
 #include "engine/text/utf8.h"
 
@@ -58,17 +59,35 @@ Value Value::from_markup(std::string s) {
   return v;
 }
 
+namespace {
+
+// The nesting of a container holding items nested up to `deepest`; EvalError past the limit, before
+// the container exists (so it is never printed, compared or freed by recursion that deep).
+int container_nesting(int deepest) {
+  if (deepest >= kMaxValueNesting)
+    throw EvalError("lists and dicts nested more than " + std::to_string(kMaxValueNesting) + " levels deep");
+  return deepest + 1;
+}
+
+}  // namespace
+
 Value Value::from_list(ValueList items, Sequence sequence) {
+  int deepest = 0;
+  for (const Value& item : items) deepest = std::max(deepest, item.nesting);
   Value v;
   v.kind = Kind::List;
   v.sequence = sequence;
+  v.nesting = container_nesting(deepest);
   v.list = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
 
 Value Value::from_dict(DictEntries entries) {
+  int deepest = 0;
+  for (const auto& [key, value] : entries) deepest = std::max({deepest, key.nesting, value.nesting});
   Value v;
   v.kind = Kind::Dict;
+  v.nesting = container_nesting(deepest);
   v.dict = std::make_shared<const DictEntries>(std::move(entries));
   return v;
 }
@@ -80,40 +99,54 @@ Value Value::from_callable(std::string name, std::function<Value(const CallArgs&
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& json) {
+namespace {
+Value from_json_at_depth(const nlohmann::ordered_json& json, int depth);
+}
+
+Value Value::from_json(const nlohmann::ordered_json& json) { return from_json_at_depth(json, 0); }
+
+namespace {
+
+// Checks the depth on the way down: from_list would refuse a too-deep result only after this
+// recursion had already gone that deep.
+Value from_json_at_depth(const nlohmann::ordered_json& json, int depth) {
+  if (json.is_structured() && depth >= kMaxValueNesting)
+    throw EvalError("JSON nested more than " + std::to_string(kMaxValueNesting) + " levels deep");
   switch (json.type()) {
     case nlohmann::ordered_json::value_t::null:
-      return none();
+      return Value::none();
     case nlohmann::ordered_json::value_t::boolean:
-      return from_bool(json.get<bool>());
+      return Value::from_bool(json.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-      return from_int(json.get<std::int64_t>());
+      return Value::from_int(json.get<std::int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       auto u = json.get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(INT64_MAX)) throw EvalError("integer " + std::to_string(u) + " is too large");
-      return from_int(static_cast<std::int64_t>(u));
+      return Value::from_int(static_cast<std::int64_t>(u));
     }
     case nlohmann::ordered_json::value_t::number_float:
-      return from_float(json.get<double>());
+      return Value::from_float(json.get<double>());
     case nlohmann::ordered_json::value_t::string:
-      return from_string(json.get<std::string>());
+      return Value::from_string(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(json.size());
-      for (const auto& item : json) items.push_back(from_json(item));
-      return from_list(std::move(items));
+      for (const auto& item : json) items.push_back(from_json_at_depth(item, depth + 1));
+      return Value::from_list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       DictEntries entries;
       entries.reserve(json.size());
       for (auto it = json.begin(); it != json.end(); ++it)
-        entries.emplace_back(from_string(it.key()), from_json(it.value()));
-      return from_dict(std::move(entries));
+        entries.emplace_back(Value::from_string(it.key()), from_json_at_depth(it.value(), depth + 1));
+      return Value::from_dict(std::move(entries));
     }
     default:
       throw EvalError("unsupported JSON value (binary or discarded)");
   }
 }
+
+}  // namespace
 
 std::string type_description(const Value& value) {
   switch (value.kind) {

@@ -72,6 +72,9 @@ struct Value {
   // off, but plain strings combined with it by `+` or its methods get HTML-escaped (see html_escape).
   bool markup = false;
   Sequence sequence = Sequence::List;
+  // List and Dict: how many lists and dicts deep this one is (1 for one holding none). Printing,
+  // comparing and freeing a value recurse through it, so kMaxValueNesting bounds their stack.
+  int nesting = 0;
   std::shared_ptr<const ValueList> list;
   std::shared_ptr<const DictEntries> dict;
   std::shared_ptr<NamespaceData> ns;
