@@ -5,14 +5,13 @@
 
 #include <exception>
 
+#include "app/reply_committer.h"
 #include "app/stats_json.h"
 
 namespace kvchat::app {
 
 namespace {
 
-// The growing reply is committed at least this often, so a crash loses under a second of it.
-constexpr int kCommitIntervalMs = 500;
 // The live speed gauge refreshes at least this often while generating.
 constexpr int kSpeedIntervalMs = 250;
 constexpr int kTitleLength = 40;
@@ -31,7 +30,8 @@ void ChatController::set_up_turns() {
   connect(worker_, &EngineWorker::contextTrimmed, this, &ChatController::on_context_trimmed);
   connect(worker_, &EngineWorker::finished, this, &ChatController::on_finished);
   connect(worker_, &EngineWorker::failed, this, &ChatController::on_failed);
-  commit_timer_.setInterval(kCommitIntervalMs);
+  // The growing reply is committed at least this often, so a crash loses at most kReplyCommitBound of it.
+  commit_timer_.setInterval(kReplyCommitInterval);
   connect(&commit_timer_, &QTimer::timeout, this, &ChatController::commit_growing_reply);
   speed_timer_.setInterval(kSpeedIntervalMs);
   connect(&speed_timer_, &QTimer::timeout, this,

@@ -40,6 +40,12 @@ QString sqlite_message(const QSqlError& error) {
   return text;
 }
 
+// SQLITE_BUSY (5) or SQLITE_LOCKED (6), with any extended code.
+bool is_busy(const QSqlError& error) {
+  const int code = error.nativeErrorCode().toInt();
+  return (code & 0xFF) == 5 || (code & 0xFF) == 6;
+}
+
 [[noreturn]] void fail(const QString& path, const QString& what, const QSqlError& error) {
   throw StoreError(QStringLiteral("conversation store %1: %2: %3").arg(path, what, sqlite_message(error)).toStdString());
 }
@@ -80,20 +86,41 @@ class StoreQuery {
   QString purpose_;
 };
 
+// How long a write waits for another connection (a second window, the CLI) to finish its own: SQLite's
+// busy timeout per attempt, and the attempts before giving up.
+constexpr int kBusyTimeoutMs = 5000;
+constexpr int kWriteAttempts = 6;
+
 // One write = one transaction: committed by commit(), rolled back if an exception leaves the scope first.
+//
+// BEGIN IMMEDIATE takes the write lock at the start. A plain (deferred) BEGIN reads first and asks for
+// the lock at the first write; in WAL mode, when another connection has committed in between, SQLite
+// answers "database is locked" at once, without waiting, because the read snapshot is stale. Waiting
+// for the lock up front lets the busy timeout work, and a write that still finds the database busy
+// tries again before it fails.
 class WriteTransaction {
  public:
   WriteTransaction(QSqlDatabase db, const QString& path, const QString& purpose)
       : db_(std::move(db)), path_(path), purpose_(purpose) {
-    if (!db_.transaction()) fail(path_, purpose_ + QStringLiteral(" (begin)"), db_.lastError());
+    for (int attempt = 1;; ++attempt) {
+      QSqlQuery begin(db_);
+      if (begin.exec(QStringLiteral("BEGIN IMMEDIATE"))) break;
+      if (attempt == kWriteAttempts || !is_busy(begin.lastError()))
+        fail(path_, purpose_ + QStringLiteral(" (begin)"), begin.lastError());
+      spdlog::warn("conversation store {}: database busy for {} s ({}); trying again", path_.toStdString(),
+                   attempt * kBusyTimeoutMs / 1000, purpose_.toStdString());
+    }
   }
   ~WriteTransaction() {
-    if (!committed_ && !db_.rollback())
+    if (committed_) return;
+    QSqlQuery rollback(db_);
+    if (!rollback.exec(QStringLiteral("ROLLBACK")))
       spdlog::warn("conversation store {}: rollback after failed {} failed: {}", path_.toStdString(),
-                   purpose_.toStdString(), sqlite_message(db_.lastError()).toStdString());
+                   purpose_.toStdString(), sqlite_message(rollback.lastError()).toStdString());
   }
   void commit() {
-    if (!db_.commit()) fail(path_, purpose_ + QStringLiteral(" (commit)"), db_.lastError());
+    QSqlQuery commit(db_);
+    if (!commit.exec(QStringLiteral("COMMIT"))) fail(path_, purpose_ + QStringLiteral(" (commit)"), commit.lastError());
     committed_ = true;
   }
 
@@ -144,13 +171,104 @@ QJsonObject parse_json_column(const QString& path, qint64 message_id, const char
 
 }  // namespace
 
+namespace {
+
+// PRAGMA application_id of kvchat's databases ("kvCh"): SQLite's way for a file to say whose it is.
+constexpr qint32 kApplicationId = 0x6B764368;
+
+// Whose database a file is, found by reading only (a foreign file must be left exactly as it was).
+enum class DatabaseOwner {
+  Empty,           // a new or zero-length file: no tables
+  Kvchat,          // carries kvchat's application_id
+  KvchatWithoutId, // kvchat's three tables, written before the application_id was set
+  Foreign,         // anything else
+};
+
+struct DatabaseIdentity {
+  DatabaseOwner owner = DatabaseOwner::Empty;
+  QString description;  // for the error: the application_id and the first tables
+};
+
+DatabaseIdentity identify_database(const QSqlDatabase& db, const QString& path) {
+  // The first statement reads the file header: garbage fails here ("file is not a database").
+  const qint32 application_id = StoreQuery(db, path, QStringLiteral("cannot read the file header"),
+                                           QStringLiteral("PRAGMA application_id"))
+                                    .single_value()
+                                    .toInt();
+  StoreQuery tables_query(db, path, QStringLiteral("cannot read the schema"),
+                          QStringLiteral("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                         " AND name NOT LIKE 'sqlite_%' ORDER BY name"));
+  QSqlQuery& rows = tables_query.run();
+  QStringList tables;
+  while (rows.next()) tables << rows.value(0).toString();
+  rows.finish();
+
+  DatabaseIdentity identity;
+  identity.description = QStringLiteral("application_id %1, tables: %2")
+                             .arg(application_id)
+                             .arg(tables.isEmpty() ? QStringLiteral("none") : tables.mid(0, 8).join(QStringLiteral(", ")));
+  const QStringList kvchat_tables = {QStringLiteral("conversations"), QStringLiteral("messages"),
+                                     QStringLiteral("schema_version")};
+  if (application_id == kApplicationId)
+    identity.owner = DatabaseOwner::Kvchat;
+  else if (application_id == 0 && tables.isEmpty())
+    identity.owner = DatabaseOwner::Empty;
+  else if (application_id == 0 && tables == kvchat_tables)
+    identity.owner = DatabaseOwner::KvchatWithoutId;
+  else
+    identity.owner = DatabaseOwner::Foreign;
+  return identity;
+}
+
+void create_schema(const QSqlDatabase& db, const QString& path) {
+  WriteTransaction transaction(db, path, QStringLiteral("cannot create the schema"));
+  for (const char* statement : kSchema)
+    StoreQuery(db, path, QStringLiteral("cannot create the schema"), QString::fromLatin1(statement)).run();
+  StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
+             QStringLiteral("INSERT INTO schema_version (version) VALUES (:version)"))
+      .bind(QStringLiteral(":version"), ConversationStore::kSchemaVersion)
+      .run();
+  StoreQuery(db, path, QStringLiteral("cannot set the application id"),
+             QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
+      .run();
+  transaction.commit();
+  spdlog::info("conversation store {}: created (schema version {})", path.toStdString(),
+               ConversationStore::kSchemaVersion);
+}
+
+void check_schema_version(const QSqlDatabase& db, const QString& path) {
+  StoreQuery version_query(db, path, QStringLiteral("cannot read the schema version"),
+                           QStringLiteral("SELECT max(version) FROM schema_version"));
+  const int version = version_query.single_value().toInt();
+  if (version > ConversationStore::kSchemaVersion)
+    fail(path, QStringLiteral("schema version %1 is newer than this program's %2")
+                   .arg(version)
+                   .arg(ConversationStore::kSchemaVersion));
+  if (version < 1) fail(path, QStringLiteral("schema_version table holds no valid version"));
+}
+
+// The connection settings of a writer: WAL journal, NORMAL sync, foreign keys.
+void configure_writer(const QSqlDatabase& db, const QString& path) {
+  StoreQuery wal(db, path, QStringLiteral("cannot enable the WAL journal"), QStringLiteral("PRAGMA journal_mode = WAL"));
+  const QString journal_mode = wal.single_value().toString();
+  if (journal_mode.compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0)
+    spdlog::warn("conversation store {}: journal mode is '{}', not WAL (file system without shared memory?)",
+                 path.toStdString(), journal_mode.toStdString());
+  // WAL + NORMAL: a commit survives a crash of the program; only a power loss may drop the latest commits.
+  StoreQuery(db, path, QStringLiteral("cannot set synchronous"), QStringLiteral("PRAGMA synchronous = NORMAL")).run();
+  StoreQuery(db, path, QStringLiteral("cannot enable foreign keys"), QStringLiteral("PRAGMA foreign_keys = ON")).run();
+}
+
+}  // namespace
+
 ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode open_mode)
     : database_path_(QFileInfo(database_path).absoluteFilePath()) {
   if (database_path.isEmpty()) throw StoreError("conversation store: empty database path");
   const QFileInfo info(database_path_);
-  if (open_mode == StoreOpenMode::ExistingOnly && !info.exists()) fail(database_path_, QStringLiteral("no such file"));
+  const bool read_only = open_mode == StoreOpenMode::ReadOnly;
+  if (read_only && !info.exists()) fail(database_path_, QStringLiteral("no such file"));
   if (info.exists() && info.isDir()) fail(database_path_, QStringLiteral("is a folder, not a database file"));
-  if (!QDir().mkpath(info.absolutePath()))
+  if (!read_only && !QDir().mkpath(info.absolutePath()))
     fail(database_path_, QStringLiteral("cannot create the folder %1").arg(info.absolutePath()));
 
   connection_name_ = QStringLiteral("kvchat-store-%1").arg(next_connection_number.fetch_add(1));
@@ -158,53 +276,29 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
     QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), connection_name_);
     if (!db.isValid()) fail(database_path_, QStringLiteral("the Qt SQLite driver (QSQLITE) is not available"));
     db.setDatabaseName(database_path_);
+    if (read_only) db.setConnectOptions(QStringLiteral("QSQLITE_OPEN_READONLY"));
     if (!db.open()) fail(database_path_, QStringLiteral("cannot open"), db.lastError());
-
-    // The first statement reads the file header: garbage or a foreign file fails here ("file is not a database").
-    StoreQuery wal(db, database_path_, QStringLiteral("cannot enable the WAL journal"),
-                   QStringLiteral("PRAGMA journal_mode = WAL"));
-    const QString journal_mode = wal.single_value().toString();
-    if (journal_mode.compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0)
-      spdlog::warn("conversation store {}: journal mode is '{}', not WAL (file system without shared memory?)",
-                   database_path_.toStdString(), journal_mode.toStdString());
-    // WAL + NORMAL: a commit survives a crash of the program; only a power loss may drop the latest commits.
-    StoreQuery(db, database_path_, QStringLiteral("cannot set synchronous"), QStringLiteral("PRAGMA synchronous = NORMAL"))
-        .run();
-    StoreQuery(db, database_path_, QStringLiteral("cannot enable foreign keys"), QStringLiteral("PRAGMA foreign_keys = ON"))
-        .run();
-    // Another process (a second window, the CLI) may hold the write lock for a moment.
+    // Before anything that may wait for a lock: another process may hold it for a moment.
     StoreQuery(db, database_path_, QStringLiteral("cannot set the busy timeout"),
-               QStringLiteral("PRAGMA busy_timeout = 5000"))
+               QStringLiteral("PRAGMA busy_timeout = %1").arg(kBusyTimeoutMs))
         .run();
 
-    StoreQuery has_schema(db, database_path_, QStringLiteral("cannot read the schema"),
-                          QStringLiteral("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"));
-    const bool schema_exists = has_schema.single_value().toInt() > 0;
-    if (!schema_exists && open_mode == StoreOpenMode::ExistingOnly)
-      fail(database_path_, QStringLiteral("not a kvchat database (no schema_version table)"));
-
-    if (!schema_exists) {
-      WriteTransaction transaction(db, database_path_, QStringLiteral("cannot create the schema"));
-      for (const char* statement : kSchema)
-        StoreQuery(db, database_path_, QStringLiteral("cannot create the schema"), QString::fromLatin1(statement)).run();
-      StoreQuery(db, database_path_, QStringLiteral("cannot record the schema version"),
-                 QStringLiteral("INSERT INTO schema_version (version) VALUES (:version)"))
-          .bind(QStringLiteral(":version"), kSchemaVersion)
-          .run();
-      transaction.commit();
-      spdlog::info("conversation store {}: created (schema version {})", database_path_.toStdString(), kSchemaVersion);
+    // Identified before the first write: another program's database is refused untouched.
+    const DatabaseIdentity identity = identify_database(db, database_path_);
+    if (identity.owner == DatabaseOwner::Foreign || (read_only && identity.owner == DatabaseOwner::Empty))
+      fail(database_path_, QStringLiteral("not a kvchat database (%1); it was left unchanged").arg(identity.description));
+    if (!read_only) configure_writer(db, database_path_);
+    if (identity.owner == DatabaseOwner::Empty) {
+      create_schema(db, database_path_);
     } else {
-      StoreQuery version_query(db, database_path_, QStringLiteral("cannot read the schema version"),
-                               QStringLiteral("SELECT max(version) FROM schema_version"));
-      const int version = version_query.single_value().toInt();
-      if (version > kSchemaVersion)
-        fail(database_path_, QStringLiteral("schema version %1 is newer than this program's %2")
-                                 .arg(version)
-                                 .arg(kSchemaVersion));
-      if (version < 1) fail(database_path_, QStringLiteral("schema_version table holds no valid version"));
+      check_schema_version(db, database_path_);
+      if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
+        StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
+                   QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
+            .run();
     }
-    spdlog::debug("conversation store {}: open (connection {})", database_path_.toStdString(),
-                  connection_name_.toStdString());
+    spdlog::debug("conversation store {}: open{} (connection {})", database_path_.toStdString(),
+                  read_only ? " read-only" : "", connection_name_.toStdString());
   } catch (...) {
     {
       QSqlDatabase db = QSqlDatabase::database(connection_name_, false);

@@ -41,13 +41,16 @@ struct MessageRecord {
 // How the constructor treats a missing database file.
 enum class StoreOpenMode {
   CreateIfMissing,  // the app: create the file, its folders and the schema
-  ExistingOnly,     // readers such as the CLI: a missing file or one without kvchat's schema is a StoreError
+  ReadOnly,         // readers (the CLI's list and export): opened read-only, nothing is ever written; a
+                    // missing file or one that is not kvchat's is a StoreError
 };
 
 class ConversationStore {
  public:
   // Opens or creates the database (WAL journal, synchronous=NORMAL, foreign keys, schema version table),
-  // creating parent folders. Each instance uses its own QSqlDatabase connection name; use it from one
+  // creating parent folders. A database is kvchat's when it carries kvchat's PRAGMA application_id (or,
+  // written before that existed, exactly kvchat's tables); any other non-empty SQLite file is refused
+  // before anything is written to it. Writes wait for other connections (busy timeout and retries). Each instance uses its own QSqlDatabase connection name; use it from one
   // thread only. Throws StoreError with the path and the SQLite message (unwritable folder, corrupt file,
   // not a database, full disk).
   explicit ConversationStore(const QString& database_path,

@@ -17,6 +17,7 @@
 #include "app/cli/model_options.h"
 #include "app/cli/store_access.h"
 #include "app/conversation_store.h"
+#include "app/reply_committer.h"
 #include "app/stats_json.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
@@ -34,9 +35,6 @@ const char* kUsage =
     "With --message, one turn is appended and the reply streamed to stdout. Without it, every line read\n"
     "from stdin is one message, until EOF. Greedy (temperature 0) unless --temperature is given.\n"
     "--system sets the system prompt of a new conversation.";
-
-// The growing reply is saved at least this often, as the desktop app does.
-constexpr qint64 kCommitIntervalMs = 1000;
 
 struct ChatContext {
   app::ConversationStore* store = nullptr;
@@ -68,21 +66,19 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   const qint64 reply_id = chat.store->add_message(reply);
 
   std::string reply_text;
-  QElapsedTimer since_commit;
-  since_commit.start();
+  // Printed text reaches the database within kReplyCommitBound, however slow the next token is.
+  app::ReplyCommitter committer(chat.store->path(), reply_id);
   auto on_progress = [&](const app::ReplyProgress& progress) {
     if (progress.chunk.empty()) return;
+    reply_text.append(progress.chunk);
+    committer.update(reply_text);
     std::fwrite(progress.chunk.data(), 1, progress.chunk.size(), stdout);
     std::fflush(stdout);
-    reply_text.append(progress.chunk);
-    if (since_commit.elapsed() >= kCommitIntervalMs) {
-      chat.store->update_message_text(reply_id, QString::fromStdString(reply_text));
-      since_commit.restart();
-    }
   };
   const app::ChatTurnRunner runner(*chat.model);
   try {
     app::TurnOutcome outcome = runner.run(*chat.session, chat.transcript, messages, chat.options, nullptr, on_progress);
+    committer.stop();
     std::fputc('\n', stdout);
     std::fflush(stdout);
     chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats));
@@ -102,6 +98,7 @@ bool run_turn(ChatContext& chat, const std::string& text) {
                  to_string(s.cache_mode), to_string(s.stop_reason));
     return true;
   } catch (const std::exception& error) {
+    committer.stop();
     QJsonObject stats;
     stats.insert("error", QString::fromUtf8(error.what()));
     chat.store->finish_message(reply_id, QString::fromStdString(reply_text), stats);

@@ -9,8 +9,6 @@
 namespace kvchat::cli {
 namespace {
 
-// One conversation per line, tab-separated so that scripts can cut it: id, updated (UTC, ISO 8601),
-// message count, title (tabs and line breaks in the title become spaces).
 // A title as one safe field: tabs and line breaks become spaces, and any other control character (an
 // escape sequence could recolour or retitle the terminal) is shown as \xNN instead of reaching it raw.
 QString printable_title(const QString& title) {
@@ -26,6 +24,8 @@ QString printable_title(const QString& title) {
   return out;
 }
 
+// One conversation per line, tab-separated so that scripts can cut it: id, updated (UTC, ISO 8601),
+// message count, title.
 int run_list(const std::vector<std::string>& args) {
   ArgParser parser({"db"}, {});
   parser.parse(args);

@@ -16,7 +16,7 @@ void ensure_core_application() {
 
 std::unique_ptr<app::ConversationStore> open_existing_store(const std::string& path) {
   ensure_core_application();
-  return std::make_unique<app::ConversationStore>(QString::fromStdString(path), app::StoreOpenMode::ExistingOnly);
+  return std::make_unique<app::ConversationStore>(QString::fromStdString(path), app::StoreOpenMode::ReadOnly);
 }
 
 }  // namespace kvchat::cli

@@ -279,7 +279,7 @@ void ChatControllerTest::closing_mid_reply_saves_it() {
   const qint64 conversation = controller_->currentConversationId();
   controller_.reset();  // as when the window closes mid-reply
 
-  kvchat::app::ConversationStore store(dir_->filePath("chats.sqlite3"), kvchat::app::StoreOpenMode::ExistingOnly);
+  kvchat::app::ConversationStore store(dir_->filePath("chats.sqlite3"), kvchat::app::StoreOpenMode::ReadOnly);
   const auto records = store.messages(conversation);
   QCOMPARE(records.size(), 2);
   QVERIFY(records[1].complete);

@@ -63,7 +63,7 @@ void CliChatTest::one_turn_with_message() {
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   QVERIFY2(result.err.find("conversation: 1\n") != std::string::npos, result.err.c_str());
 
-  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  ConversationStore store(db, StoreOpenMode::ReadOnly);
   const auto messages = store.messages(1);
   QCOMPARE(messages.size(), 2);
   QCOMPARE(messages[0].role, QStringLiteral("user"));
@@ -84,7 +84,7 @@ void CliChatTest::continuing_a_stored_conversation() {
                                     "--message", "Lily smiled", "--max-new-tokens", "20"});
   QVERIFY2(second.exit_code == 0, second.err.c_str());
 
-  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  ConversationStore store(db, StoreOpenMode::ReadOnly);
   QCOMPARE(store.conversations().size(), 1);
   const auto messages = store.messages(1);
   QCOMPARE(messages.size(), 4);
@@ -99,7 +99,7 @@ void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
   const CliResult result =
       run_cli({"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "16"}, "Once upon a time\n\nThe dog ran\n");
   QVERIFY2(result.exit_code == 0, result.err.c_str());
-  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  ConversationStore store(db, StoreOpenMode::ReadOnly);
   const auto messages = store.messages(1);
   QCOMPARE(messages.size(), 4);  // the blank line is skipped
   QCOMPARE(QString::fromStdString(result.out), messages[1].text + "\n" + messages[3].text + "\n");
@@ -140,12 +140,12 @@ void CliChatTest::empty_messages_and_nul_bytes() {
     QCOMPARE(result.exit_code, 2);
     QVERIFY2(result.err.find("--message is empty") != std::string::npos, result.err.c_str());
   }
-  QVERIFY(!QFile::exists(db) || ConversationStore(db, StoreOpenMode::ExistingOnly).conversations().isEmpty());
+  QVERIFY(!QFile::exists(db) || ConversationStore(db, StoreOpenMode::ReadOnly).conversations().isEmpty());
 
   const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "4"},
                                    std::string("Once upon\0 a time\n", 18));
   QVERIFY2(result.exit_code == 0, result.err.c_str());
-  ConversationStore store(db, StoreOpenMode::ExistingOnly);
+  ConversationStore store(db, StoreOpenMode::ReadOnly);
   const auto conversations = store.conversations();
   QCOMPARE(conversations.size(), 1);
   QCOMPARE(store.messages(conversations[0].id)[0].text, QStringLiteral("Once upon\uFFFD a time"));

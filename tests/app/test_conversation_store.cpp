@@ -10,12 +10,14 @@
 #include "app/conversation_store.h"
 #include "app/settings.h"
 #include "app/stats_json.h"
+#include "common/raw_sqlite.h"
 
 using kvchat::app::ConversationRecord;
 using kvchat::app::ConversationStore;
 using kvchat::app::MessageRecord;
 using kvchat::app::StoreError;
 using kvchat::app::StoreOpenMode;
+using kvchat::test::raw_query;
 
 namespace {
 
@@ -38,23 +40,6 @@ QList<qint64> ids_of(const QList<MessageRecord>& messages) {
   QList<qint64> ids;
   for (const auto& message : messages) ids.append(message.id);
   return ids;
-}
-
-// Runs one SQL statement on the file through a separate, raw connection (what another program would see).
-QString raw_query(const QString& path, const QString& sql) {
-  const QString name = QStringLiteral("raw-%1").arg(QRandomGenerator::global()->generate64());
-  QString result;
-  {
-    QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), name);
-    db.setDatabaseName(path);
-    if (db.open()) {
-      QSqlQuery query(db);
-      if (query.exec(sql) && query.next()) result = query.value(0).toString();
-    }
-    db.close();
-  }
-  QSqlDatabase::removeDatabase(name);
-  return result;
 }
 
 template <typename F>
@@ -367,7 +352,7 @@ void ConversationStoreTest::unwritable_folder_names_the_path() {
 void ConversationStoreTest::existing_only_does_not_create() {
   QTemporaryDir dir;
   const QString path = dir.filePath(QStringLiteral("missing.sqlite3"));
-  const QString message = store_error_of([&] { ConversationStore store(path, StoreOpenMode::ExistingOnly); });
+  const QString message = store_error_of([&] { ConversationStore store(path, StoreOpenMode::ReadOnly); });
   QVERIFY2(message.contains(path), qPrintable(message));
   QVERIFY(!QFile::exists(path));
 
@@ -375,13 +360,13 @@ void ConversationStoreTest::existing_only_does_not_create() {
   const QString foreign = dir.filePath(QStringLiteral("foreign.sqlite3"));
   raw_query(foreign, QStringLiteral("CREATE TABLE other (x INTEGER)"));
   QVERIFY(QFile::exists(foreign));
-  const QString foreign_message = store_error_of([&] { ConversationStore store(foreign, StoreOpenMode::ExistingOnly); });
+  const QString foreign_message = store_error_of([&] { ConversationStore store(foreign, StoreOpenMode::ReadOnly); });
   QVERIFY2(foreign_message.contains(QStringLiteral("not a kvchat database")), qPrintable(foreign_message));
   QCOMPARE(raw_query(foreign, QStringLiteral("SELECT count(*) FROM sqlite_master WHERE name = 'conversations'")),
            QStringLiteral("0"));
 
   { ConversationStore created(path); }
-  ConversationStore existing(path, StoreOpenMode::ExistingOnly);
+  ConversationStore existing(path, StoreOpenMode::ReadOnly);
   QVERIFY(existing.conversations().isEmpty());
 }
 
