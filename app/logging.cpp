@@ -4,10 +4,14 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+
 #include <cstdio>
 
 #include <QDir>
 #include <QStandardPaths>
+
+#include "engine/gguf/mapped_file.h"
 
 namespace kvchat::app {
 
@@ -32,9 +36,12 @@ QString setup_logging(const QString& log_directory, bool verbose) {
                                                                           5 * 1024 * 1024, 3);
       file->set_level(verbose ? spdlog::level::debug : spdlog::level::info);
       sinks.push_back(file);
+      // A model file truncated during a turn ends the process from a signal handler, which cannot use
+      // spdlog: it writes its report to this descriptor as well as to stderr.
+      set_fault_report_descriptor(::open(log_path.toLocal8Bit().constData(), O_WRONLY | O_APPEND | O_CLOEXEC));
     } catch (const spdlog::spdlog_ex& error) {
-      log_path.clear();
       std::fprintf(stderr, "kvchat: cannot open log file %s: %s\n", log_path.toLocal8Bit().constData(), error.what());
+      log_path.clear();
     }
   }
   auto logger = std::make_shared<spdlog::logger>("kvchat", sinks.begin(), sinks.end());

@@ -165,6 +165,7 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
   weights.final_norm = reader.vector("output_norm.weight", hidden);
   // Without output.weight the embedding is the output matrix too, in its stored type.
   weights.lm_head = config.tie_word_embeddings ? weights.embedding : reader.matrix("output.weight", config.vocab_size, hidden);
+  weights.mapped_files = {file->identity()};
   return weights;
 }
 

@@ -51,6 +51,15 @@ KvCacheShape LlamaModel::cache_shape() const {
                       config_.max_position_embeddings, at::kFloat};
 }
 
+void LlamaModel::check_files_unchanged() const {
+  for (const FileIdentity& file : weights_.mapped_files) {
+    const std::string change = file.change();
+    if (!change.empty())
+      throw ModelError("the model file " + file.path + " changed on disk after it was loaded (" + change +
+                       "); load the model again");
+  }
+}
+
 std::string LlamaModel::weight_types() const {
   // Bytes per type name over every matrix, largest share first.
   std::vector<std::pair<std::string, std::int64_t>> shares;

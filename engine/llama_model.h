@@ -41,6 +41,9 @@ class LlamaModel {
   std::int64_t weight_bytes() const;
   // The matrices' storage types, largest share of bytes first: "f32", "bf16", "Q4_K+Q6_K", ...
   std::string weight_types() const;
+  // Throws ModelError when a file the weights map has changed on disk since it was mapped (its
+  // weights would silently change, or a read past a truncated end would kill the process).
+  void check_files_unchanged() const;
 
   // Runs `ids`, the tokens at absolute positions start_pos .. start_pos + T - 1, through the ATen
   // path. With a cache: start_pos must equal cache->size(); attends to the cached positions plus

@@ -54,6 +54,7 @@ class CheckpointReader {
   at::Tensor matrix(const std::string& name, std::vector<std::int64_t> shape) {
     return as_weight(checked(name, shape), storage_type(dtype_));
   }
+  std::vector<FileIdentity> mapped_files() const { return checkpoint_.identities(); }
   // Norm weights and biases are tiny: always f32.
   at::Tensor vector(const std::string& name, std::int64_t size) { return checked(name, {size}).to(at::kFloat); }
 
@@ -222,6 +223,7 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
   weights.final_norm = reader.vector("model.norm.weight", s.hidden);
   if (config.tie_word_embeddings) weights.lm_head = weights.embedding;
   else weights.lm_head = linear("lm_head", config.vocab_size, s.hidden, false);
+  weights.mapped_files = reader.mapped_files();
   return weights;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf_types.h"
+#include "engine/gguf/mapped_file.h"
 #include "engine/linear.h"
 #include "engine/model_config.h"
 #include "engine/weight_dtype.h"
@@ -27,6 +28,8 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   at::Tensor final_norm;      // [hidden] f32
   Linear lm_head;             // shares `embedding` when tie_word_embeddings
+  // The files these weights map (empty for weights made in memory): checked before each turn.
+  std::vector<FileIdentity> mapped_files;
 };
 
 // DIR's safetensors (one file or shards), every tensor checked against the config's shapes. Matrices

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/gguf/mapped_file.h"
 #include "engine/model_config.h"  // ModelError
 
 namespace kvchat {
@@ -50,7 +51,9 @@ struct SafetensorsFile::Mapping {
   void* address = MAP_FAILED;
   std::size_t length = 0;
   ~Mapping() {
-    if (address != MAP_FAILED) munmap(address, length);
+    if (address == MAP_FAILED) return;
+    unregister_mapping(address);
+    munmap(address, length);
   }
 };
 
@@ -125,6 +128,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   int saved = errno;
   ::close(fd);
   if (mapping_->address == MAP_FAILED) throw ModelError("cannot map " + path + ": " + std::strerror(saved));
+  register_mapping(mapping_->address, mapping_->length, path);
+  identity_ = FileIdentity::of(path, info);
   const auto* bytes = static_cast<const std::uint8_t*>(mapping_->address);
 
   std::uint64_t header_length = 0;
@@ -247,6 +252,12 @@ at::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw ModelError("tensor '" + name + "' not found in the checkpoint");
   return it->second->tensor(name);
+}
+
+std::vector<FileIdentity> SafetensorsCheckpoint::identities() const {
+  std::vector<FileIdentity> out;
+  for (const auto& file : files_) out.push_back(file->identity());
+  return out;
 }
 
 std::vector<std::string> SafetensorsCheckpoint::names() const {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf/mapped_file.h"
+
 namespace kvchat {
 
 struct SafetensorsEntry {
@@ -27,6 +29,7 @@ class SafetensorsFile {
   // (and the tensor).
   explicit SafetensorsFile(const std::string& path);
   const std::string& path() const { return path_; }
+  const FileIdentity& identity() const { return identity_; }  // the file as it was mapped
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   // A tensor of the file's dtype viewing the mapping (no copy) when aligned, else a copy.
@@ -35,6 +38,7 @@ class SafetensorsFile {
  private:
   struct Mapping;
   std::string path_;
+  FileIdentity identity_;
   std::shared_ptr<Mapping> mapping_;
   const std::uint8_t* data_ = nullptr;  // start of the data section
   std::map<std::string, SafetensorsEntry> entries_;
@@ -50,6 +54,7 @@ class SafetensorsCheckpoint {
   const std::string& file_of(const std::string& name) const;
   at::Tensor tensor(const std::string& name) const;
   std::vector<std::string> names() const;
+  std::vector<FileIdentity> identities() const;  // of every mapped file
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

@@ -94,6 +94,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens, more than " +
                                 (limit == model_config.max_position_embeddings ? "the model's context" : "the context limit") +
                                 " of " + std::to_string(limit));
+  model_->check_files_unchanged();
   set_cache_mode(config.cache_mode);
   const auto started = std::chrono::steady_clock::now();
   const std::int64_t vocab_size = model_config.vocab_size;

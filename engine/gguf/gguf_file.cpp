@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "engine/gguf/gguf_format.h"
+#include "engine/gguf/mapped_file.h"
 #include "engine/model_config.h"  // ModelError
 
 namespace kvchat {
@@ -108,7 +109,9 @@ struct GgufFile::Mapping {
   void* address = MAP_FAILED;
   std::size_t length = 0;
   ~Mapping() {
-    if (address != MAP_FAILED) munmap(address, length);
+    if (address == MAP_FAILED) return;
+    unregister_mapping(address);
+    munmap(address, length);
   }
 };
 
@@ -159,6 +162,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   mapping_->length = static_cast<std::size_t>(file_size_);
   mapping_->address = mmap(nullptr, mapping_->length, PROT_READ, MAP_PRIVATE, file.fd, 0);
   if (mapping_->address == MAP_FAILED) fail_errno("map", path, errno);
+  register_mapping(mapping_->address, mapping_->length, path);
+  identity_ = FileIdentity::of(path, info);
   bytes_ = static_cast<const std::uint8_t*>(mapping_->address);
 
   gguf_format::Header header = gguf_format::parse_header(path_, bytes_, file_size_);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf_types.h"
+#include "engine/gguf/mapped_file.h"
 
 namespace kvchat {
 
@@ -69,6 +70,7 @@ class GgufFile {
   std::uint32_t version() const { return version_; }
   std::uint64_t alignment() const { return alignment_; }
   std::uint64_t file_size() const { return file_size_; }
+  const FileIdentity& identity() const { return identity_; }  // the file as it was mapped
   std::uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
 
   // Metadata in file order; lookups by key.
@@ -102,6 +104,7 @@ class GgufFile {
   std::unique_ptr<Mapping> mapping_;
   const std::uint8_t* bytes_ = nullptr;
   std::uint64_t file_size_ = 0;
+  FileIdentity identity_;
   std::uint32_t version_ = 0;
   std::uint64_t alignment_ = 32;
   std::uint64_t data_offset_ = 0;
