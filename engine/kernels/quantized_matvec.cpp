@@ -95,27 +95,67 @@ KVCHAT_ISA_AVX2 void decode_q4_0_avx2(const std::uint8_t* row, float* out, std::
   }
 }
 
-KVCHAT_ISA_AVX2 void decode_q4_k_avx2(const std::uint8_t* row, float* out, std::int64_t blocks) {
-  const __m128i low_mask = _mm_set1_epi8(0x0F);
-  for (std::int64_t b = 0; b < blocks; ++b, row += 144) {
+// Q4_K, and Q5_K with its fifth bits (bit 2p of byte l for the low-nibble element l of pair p, bit
+// 2p+1 for the high one).
+template <bool kFifthBits>
+KVCHAT_ISA_AVX2 void decode_q4_q5_k_avx2(const std::uint8_t* row, float* out, std::int64_t blocks) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
+  const __m128i low_mask = _mm_set1_epi8(0x0F), sixteen = _mm_set1_epi8(16);
+  for (std::int64_t b = 0; b < blocks; ++b, row += kBlockBytes) {
     const float d = load_f16_scale(row), dmin = load_f16_scale(row + 2);
-    const std::uint8_t* q = row + 16;
+    const std::uint8_t* q = row + kNibblesAt;
     for (int pair = 0; pair < 4; ++pair, q += 32, out += 64) {
       int scale1, min1, scale2, min2;
       k_quant_scale_and_min(2 * pair, row + 4, scale1, min1);
       k_quant_scale_and_min(2 * pair + 1, row + 4, scale2, min2);
       const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(scale1)), m1 = _mm256_set1_ps(dmin * static_cast<float>(min1));
       const __m256 d2 = _mm256_set1_ps(d * static_cast<float>(scale2)), m2 = _mm256_set1_ps(dmin * static_cast<float>(min2));
+      const __m128i low_bit = _mm_set1_epi8(static_cast<char>(1 << (2 * pair)));
+      const __m128i high_bit = _mm_set1_epi8(static_cast<char>(2 << (2 * pair)));
       for (int half = 0; half < 2; ++half) {
         const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * half));
-        const __m128i low = _mm_and_si128(packed, low_mask);
-        const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
+        __m128i low = _mm_and_si128(packed, low_mask);
+        __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
+        if constexpr (kFifthBits) {
+          const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 + 16 * half));
+          low = _mm_or_si128(low, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(bits, low_bit), low_bit), sixteen));
+          high = _mm_or_si128(high, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(bits, high_bit), high_bit), sixteen));
+        }
         float* low_out = out + 16 * half;
         float* high_out = out + 32 + 16 * half;
         _mm256_storeu_ps(low_out, _mm256_sub_ps(_mm256_mul_ps(d1, widen_unsigned(low)), m1));
         _mm256_storeu_ps(low_out + 8, _mm256_sub_ps(_mm256_mul_ps(d1, widen_unsigned(_mm_srli_si128(low, 8))), m1));
         _mm256_storeu_ps(high_out, _mm256_sub_ps(_mm256_mul_ps(d2, widen_unsigned(high)), m2));
         _mm256_storeu_ps(high_out + 8, _mm256_sub_ps(_mm256_mul_ps(d2, widen_unsigned(_mm_srli_si128(high, 8))), m2));
+      }
+    }
+  }
+}
+
+// Q6_K: x = (d * sc) * (q - 32); element l + 32k of each half of 128 as in dot kernels' layout note.
+KVCHAT_ISA_AVX2 void decode_q6_k_avx2(const std::uint8_t* row, float* out, std::int64_t blocks) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F), top_mask = _mm_set1_epi8(0x30), bias = _mm_set1_epi8(32);
+  for (std::int64_t b = 0; b < blocks; ++b, row += 210) {
+    const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
+    const float d = load_f16_scale(row + 208);
+    for (int half = 0; half < 2; ++half, out += 128) {
+      const std::uint8_t* ql = row + 64 * half;
+      const std::uint8_t* qh = row + 128 + 32 * half;
+      for (int l0 = 0; l0 < 32; l0 += 16) {
+        const __m128i low_a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + l0));
+        const __m128i low_b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 32 + l0));
+        const __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + l0));
+        const __m128i q[4] = {
+            _mm_or_si128(_mm_and_si128(low_a, low_mask), _mm_and_si128(_mm_slli_epi16(top, 4), top_mask)),
+            _mm_or_si128(_mm_and_si128(low_b, low_mask), _mm_and_si128(_mm_slli_epi16(top, 2), top_mask)),
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low_a, 4), low_mask), _mm_and_si128(top, top_mask)),
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low_b, 4), low_mask),
+                         _mm_and_si128(_mm_srli_epi16(top, 2), top_mask)),
+        };
+        for (int k = 0; k < 4; ++k) {
+          const __m256 scale = _mm256_set1_ps(d * static_cast<float>(sc[8 * half + 2 * k + l0 / 16]));
+          store16(_mm_sub_epi8(q[k], bias), scale, out + 32 * k + l0, true);
+        }
       }
     }
   }
@@ -145,7 +185,9 @@ RowDecoder fast_row_decoder(GgufType type) {
     switch (type) {
       case GgufType::Q8_0: return decode_q8_0_avx2;
       case GgufType::Q4_0: return decode_q4_0_avx2;
-      case GgufType::Q4_K: return decode_q4_k_avx2;
+      case GgufType::Q4_K: return decode_q4_q5_k_avx2<false>;
+      case GgufType::Q5_K: return decode_q4_q5_k_avx2<true>;
+      case GgufType::Q6_K: return decode_q6_k_avx2;
       case GgufType::F16: return decode_f16_avx2;
       default: break;
     }
