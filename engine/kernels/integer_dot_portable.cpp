@@ -1,5 +1,5 @@
 // The portable twins of the integer dot products (integer_dot.h): per block of 32 activations the
-// same exact integer sum as the AVX2 kernels, scaled by the same factors. Block layouts are those of
+// same exact integer sum as the AVX2 kernels (in 64 bits here), scaled by the same factors. Block layouts are those of
 // engine/gguf/dequantize.cpp, which documents them.
 #include <cstring>
 
@@ -17,14 +17,15 @@ KVCHAT_ISA_BASELINE_INLINE inline float scale_at(const std::uint8_t* at) {
   return f16_to_f32(bits);
 }
 
-KVCHAT_ISA_BASELINE_INLINE inline int sum32(const QuantizedActivations& x, std::int64_t block) {
-  return x.sums[2 * block] + x.sums[2 * block + 1];
+KVCHAT_ISA_BASELINE_INLINE inline std::int64_t sum32(const QuantizedActivations& x, std::int64_t block) {
+  return std::int64_t{x.sums[2 * block]} + x.sums[2 * block + 1];
 }
 
-// sum_j w[j] * q[j] over 32 integers.
-KVCHAT_ISA_BASELINE_INLINE inline int dot32(const int* w, const std::int8_t* q) {
-  int sum = 0;
-  for (int j = 0; j < 32; ++j) sum += w[j] * q[j];
+// sum_j w[j] * (254 high[j] + low[j]) over `count` integers from element `first`.
+KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_range(const int* w, const QuantizedActivations& x, std::int64_t first,
+                                                         int count) {
+  std::int64_t sum = 0;
+  for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * (kActivationRadix * x.high[first + j] + x.low[first + j]);
   return sum;
 }
 
@@ -39,10 +40,9 @@ KVCHAT_ISA_BASELINE_INLINE inline void nibbles32(const std::uint8_t* qs, std::ui
 KVCHAT_ISA_BASELINE float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   float sum = 0.f;
   for (std::int64_t b = 0; b < blocks; ++b, row += 34) {
-    const auto* w = reinterpret_cast<const std::int8_t*>(row + 2);
-    int isum = 0;
-    for (int j = 0; j < 32; ++j) isum += w[j] * x.q[32 * b + j];
-    sum += scale_at(row) * x.scales[b] * static_cast<float>(isum);
+    int w[32];
+    for (int j = 0; j < 32; ++j) w[j] = static_cast<std::int8_t>(row[2 + j]);
+    sum += scale_at(row) * x.scales[b] * static_cast<float>(dot_range(w, x, 32 * b, 32));
   }
   return sum;
 }
@@ -58,8 +58,8 @@ KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const Quantiz
     std::uint32_t fifth_bits = 0;
     if (kFifthBits) std::memcpy(&fifth_bits, row + kHeader, 4);
     nibbles32(row + kBlockBytes - 16, fifth_bits, w);
-    const int q_sum = sum32(x, b);
-    sum += scale_at(row) * x.scales[b] * static_cast<float>(dot32(w, x.q + 32 * b) - kOffset * q_sum);
+    const std::int64_t q_sum = sum32(x, b);
+    sum += scale_at(row) * x.scales[b] * static_cast<float>(dot_range(w, x, 32 * b, 32) - kOffset * q_sum);
     if (kMin) sum += scale_at(row + 2) * x.scales[b] * static_cast<float>(q_sum);
   }
   return sum;
@@ -82,7 +82,7 @@ KVCHAT_ISA_BASELINE float dot_q4_q5_k(const std::uint8_t* row, const QuantizedAc
       int scale, min;
       k_quant_scale_and_min(sub, row + 4, scale, min);
       const std::int64_t block = 8 * s + sub;
-      scaled += x.scales[block] * static_cast<float>(scale * dot32(w, x.q + 32 * block));
+      scaled += x.scales[block] * static_cast<float>(scale * dot_range(w, x, 32 * block, 32));
       mins += x.scales[block] * static_cast<float>(min * sum32(x, block));
     }
     total += scale_at(row) * scaled - scale_at(row + 2) * mins;
@@ -101,15 +101,11 @@ KVCHAT_ISA_BASELINE float dot_q6_k(const std::uint8_t* row, const QuantizedActiv
       const std::uint8_t* ql = row + 64 * half + (k % 2 == 1 ? 32 : 0);
       const std::uint8_t* qh = row + 128 + 32 * half;
       const std::int64_t block = 8 * s + sub;
-      int isum = 0;
-      for (int group = 0; group < 2; ++group) {
-        int group_sum = 0;
-        for (int l = 16 * group; l < 16 * group + 16; ++l) {
-          const int low = k < 2 ? ql[l] & 0x0F : ql[l] >> 4;
-          group_sum += (low | (((qh[l] >> (2 * k)) & 3) << 4)) * x.q[32 * block + l];
-        }
-        isum += sc[2 * sub + group] * (group_sum - 32 * x.sums[2 * block + group]);
-      }
+      int w[32];
+      for (int l = 0; l < 32; ++l) w[l] = (k < 2 ? ql[l] & 0x0F : ql[l] >> 4) | (((qh[l] >> (2 * k)) & 3) << 4);
+      std::int64_t isum = 0;
+      for (int group = 0; group < 2; ++group)
+        isum += sc[2 * sub + group] * (dot_range(w + 16 * group, x, 32 * block + 16 * group, 16) - 32 * std::int64_t{x.sums[2 * block + group]});
       scaled += x.scales[block] * static_cast<float>(isum);
     }
     total += scale_at(row + 208) * scaled;

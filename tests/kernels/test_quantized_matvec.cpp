@@ -1,7 +1,7 @@
 // The quantized products against a plain reference: every row decoded exactly (engine/gguf's
 // dequantize) and multiplied in double. The block types multiply the input rounded to 8-bit blocks
 // (activation_quantization.h): they must match the double product with the rounded input to f32
-// accuracy, and the exact product within the stated bound, sum over blocks of scale/2 * sum|w|.
+// accuracy, and the exact product within the stated bound, sum over blocks of 0.51 scale * sum|w|.
 // Each type through the AVX2 kernels and the portable twins, one and several input vectors, with and
 // without bias, small (inline) and large (threaded) matrices, and shared-input jobs that mix types.
 #include <QtTest>
@@ -73,8 +73,9 @@ RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, 
 }
 
 // The input as the block types' products see it, rounded here independently of the kernels: per block
-// of 32, scale = max|x| / 127, q = nearest integer (ties to even) of x * (1 / scale). Also each
-// element's bound on |x - x^|: scale / 2, widened by the two f32 roundings of x * (1 / scale).
+// of 32, s = max|x| / 127, t = x * (1 / s), high = nearest integer of t, low = nearest integer of
+// (t - high) * 254 (ties to even), x^ = s / 254 * (254 high + low). Also each element's bound on
+// |x - x^|: 0.51 * s / 254 (half a step, and the f32 roundings of t).
 struct RoundedInput {
   std::vector<double> values, error_bound;
 };
@@ -83,10 +84,11 @@ RoundedInput round_input(const std::vector<float>& x) {
   for (std::size_t block = 0; block < x.size(); block += 32) {
     float largest = 0.f;
     for (std::size_t j = block; j < block + 32; ++j) largest = std::max(largest, std::fabs(x[j]));
-    const float scale = largest / 127.f, inverse = scale > 0.f ? 1.f / scale : 0.f;
+    const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f, scale = unit / 254.f;
     for (std::size_t j = block; j < block + 32; ++j) {
-      rounded.values[j] = double(scale) * std::nearbyint(x[j] * inverse);
-      rounded.error_bound[j] = double(scale) / 2 * (1 + 1e-4);
+      const float t = x[j] * inverse, high = std::nearbyint(t), low = std::nearbyint((t - high) * 254.f);
+      rounded.values[j] = double(scale) * (254.0 * high + low);
+      rounded.error_bound[j] = 0.51 * double(scale);
     }
   }
   return rounded;
