@@ -6,6 +6,7 @@
 
 #include "engine/compute_options.h"
 #include "engine/gguf/dequantize.h"
+#include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/matvec.h"
 
@@ -56,8 +57,16 @@ at::Tensor streaming_forward(const Linear& linear, const at::Tensor& x) {
 }
 
 // Prefill over a quantized matrix: blocks of rows decoded to f32 (in parallel), each block one sgemm.
-at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& x) {
+// With the fast kernels on, the input is rounded as the decode kernels round it (a block type's
+// products are W x^ on every path), so a prompt and the same tokens decoded one by one agree.
+at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& input) {
   const kernels::QuantizedMatrixView& w = linear.quantized.view;
+  at::Tensor x = input;
+  if (fast_kernels_enabled() && kernels::rounds_activations(w.type)) {
+    x = at::empty_like(input, at::MemoryFormat::Contiguous);
+    const at::Tensor contiguous = input.contiguous();
+    kernels::round_activations(contiguous.data_ptr<float>(), x.size(0), x.size(1), x.data_ptr<float>());
+  }
   const std::int64_t block_rows = std::clamp<std::int64_t>(kDecodedBlockBytes / (w.cols * 4), 1, w.rows);
   float* decoded = thread_buffer(block_rows * w.cols);
   at::Tensor output = at::empty({x.size(0), w.rows}, at::kFloat);

@@ -13,6 +13,7 @@
 #include "engine/kernels/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/llama_model.h"
+#include "engine/model_weights.h"
 #include "engine/session.h"
 
 namespace {
@@ -99,15 +100,21 @@ void DecodeAllocationsTest::stories260k_decode_step_allocates_nothing() {
 }
 
 void DecodeAllocationsTest::parallel_decode_step_allocates_nothing_data() {
-  QTest::addColumn<bool>("bf16");
-  QTest::newRow("f32") << false;
-  QTest::newRow("bf16") << true;
+  QTest::addColumn<QString>("dtype");
+  QTest::addColumn<int>("gguf_type");  // -1: a torch tensor of dtype
+  QTest::newRow("f32") << "f32" << -1;
+  QTest::newRow("bf16") << "bf16" << -1;
+  // Block types, whose products round the activations into per-thread buffers, and F16.
+  for (GgufType type : {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K, GgufType::F16})
+    QTest::newRow(to_string(type)) << QString(to_string(type)) << int(type);
 }
 
 void DecodeAllocationsTest::parallel_decode_step_allocates_nothing() {
-  QFETCH(bool, bf16);
-  auto model = LlamaModel::random(ModelConfig::from_json_text(kMidConfig, "mid-size test config"), 3,
-                                  bf16 ? WeightDtype::BFloat16 : WeightDtype::Float32);
+  QFETCH(QString, dtype);
+  QFETCH(int, gguf_type);
+  const ModelConfig config = ModelConfig::from_json_text(kMidConfig, "mid-size test config");
+  const auto model = gguf_type < 0 ? LlamaModel::random(config, 3, dtype == "bf16" ? WeightDtype::BFloat16 : WeightDtype::Float32)
+                                   : std::make_shared<LlamaModel>(config, random_quantized_model_weights(config, 3, GgufType(gguf_type)));
   // Crossing 256 positions switches attention to the thread pool.
   QCOMPARE(decode_allocations(*model, 240, 4, 40), 0L);
 }

@@ -1,10 +1,16 @@
 // GGUF files made by llama.cpp's own tools against llama.cpp's own outputs on them
 // (../shared/fixtures/gguf, whose README defines the tolerances used here):
 // - stories260K F32: greedy ids equal llama2.c's run.c goldens with the cache on, naive and off;
-// - every file: teacher-forced logits within 1e-4 + 2e-5*max|logit| of the same weights dequantized to
-//   f32 (this engine computes exactly in f32), and within 2*dq of llama.cpp's own quantized logits
-//   (llama.cpp rounds the activations, this engine does not); greedy ids equal the f32 twin's wherever
-//   its margin is at least 1e-3, and llama.cpp's wherever its margin is at least 2*dq.
+// - every file: teacher-forced logits within 2*dq of llama.cpp's own quantized logits (llama.cpp rounds
+//   the activations to 8-bit blocks for its block-type products: dq is what that moves its logits), and
+//   greedy ids equal llama.cpp's wherever its margin is at least 2*dq;
+// - the exact path (f32, f16, bf16 files; every file with KVCHAT_KERNELS=off): logits within
+//   1e-4 + 2e-5*max|logit| of the same weights dequantized to f32, greedy ids equal the f32 twin's
+//   wherever its margin is at least 1e-3;
+// - the fast kernels on a block-type file round the activations too (engine/kernels/
+//   activation_quantization.h), but 254 times finer than llama.cpp's 8 bits: logits within
+//   exact + dq/64 of the f32 twin (a factor 4 to spare), the twin's greedy ids wherever its margin is at
+//   least 1e-3 + 2*dq/64.
 // Logits are checked through one batched forward (prefill kernels) and token by token through the
 // cache (decode kernels).
 #include <c10/core/InferenceMode.h>
@@ -14,6 +20,7 @@
 #include "common/json_fixture.h"
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
+#include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
@@ -44,6 +51,15 @@ std::shared_ptr<const LlamaModel> model_of(const QString& name) {
 }
 
 std::vector<TokenId> ids_of(const nlohmann::json& array) { return array.get<std::vector<TokenId>>(); }
+
+// What this run's rounding of the activations may move a logit by: the fast kernels on a file with
+// block types round to steps 254 times finer than llama.cpp's, which move its logits by dq.
+double rounding_allowance(const nlohmann::json& reference, double dq) {
+  if (!fast_kernels_enabled()) return 0.0;
+  for (const auto& [type, count] : reference["type_counts"].items())
+    if (type != "F32" && type != "F16" && type != "BF16") return dq / 64;
+  return 0.0;
+}
 
 // Logits of every position of `ids`: one batched forward without a cache, and token by token through
 // the cache.
@@ -120,8 +136,8 @@ void GgufReferencesTest::logits_match() {
   const bool is_f32 = !reference.contains("dequantized_f32");
   // The exact engine's tolerance against f32 logits, and llama.cpp's quantization step dq.
   const double max_logit = reference.value("max_abs_logit_all_positions", reference["max_abs_logit"].get<double>());
-  const double exact = 1e-4 + 2e-5 * max_logit;
   const double dq = is_f32 ? 0.0 : reference["dequantized_f32"]["max_abs_diff_vs_quantized_all_positions"].get<double>();
+  const double exact = 1e-4 + 2e-5 * max_logit + rounding_allowance(reference, dq);
   const nlohmann::json& exact_rows = is_f32 ? reference["teacher_forced"] : reference["dequantized_f32"]["teacher_forced"];
 
   double worst_exact = 0, worst_llama_cpp = 0;
@@ -163,15 +179,16 @@ void GgufReferencesTest::greedy_ids_match() {
     QVERIFY2(problem.empty(), qPrintable(QString::fromStdString("llama.cpp's path, " + problem)));
   }
   if (is_f32) return;
-  // The f32 twin's greedy path: its ids wherever its margin is at least 1e-3; and a real greedy
-  // generation through the cache follows it up to its first closer call.
+  // The f32 twin's greedy path: its ids wherever its margin is at least 1e-3 (plus twice the rounding
+  // allowance); and a real greedy generation through the cache follows it up to its first closer call.
+  const double twin_threshold = 1e-3 + 2 * rounding_allowance(reference, dq);
   for (const nlohmann::json& greedy : reference["dequantized_f32"]["greedy"]) {
-    const std::string problem = greedy_disagreement(*model, greedy, 1e-3);
+    const std::string problem = greedy_disagreement(*model, greedy, twin_threshold);
     QVERIFY2(problem.empty(), qPrintable(QString::fromStdString("the f32 twin's path, " + problem)));
     const std::vector<TokenId> prompt = ids_of(greedy["prompt_ids"]), expected = ids_of(greedy["generated_ids"]);
     const auto margins = greedy["top2_margins"].get<std::vector<double>>();
     std::size_t sure = 0;
-    while (sure < expected.size() && margins[sure] >= 1e-3) ++sure;
+    while (sure < expected.size() && margins[sure] >= twin_threshold) ++sure;
     GenerationConfig config;
     config.max_new_tokens = static_cast<int>(expected.size());
     config.stop_token_ids = greedy["stop_ids"].empty() ? std::vector<TokenId>{-1} : ids_of(greedy["stop_ids"]);

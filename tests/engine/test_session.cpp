@@ -7,6 +7,7 @@
 
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
+#include "engine/model_loader.h"
 #include "engine/session.h"
 
 using namespace kvchat;
@@ -14,12 +15,14 @@ using kvchat::test::shared_path;
 
 namespace {
 
-std::shared_ptr<LlamaModel> load(const std::string& relative) {
-  std::string directory = shared_path(relative);
-  return LlamaModel::from_checkpoint(directory, ModelConfig::from_directory(directory));
+// A model directory, or a GGUF file (its weights kept in their stored types).
+std::shared_ptr<const LlamaModel> load(const std::string& relative) {
+  const std::string path = shared_path(relative);
+  if (relative.size() > 5 && relative.compare(relative.size() - 5, 5, ".gguf") == 0) return load_model(path).model;
+  return LlamaModel::from_checkpoint(path, ModelConfig::from_directory(path));
 }
 
-GenerationResult run(const std::shared_ptr<LlamaModel>& model, KvCacheMode mode, const std::vector<TokenId>& prompt,
+GenerationResult run(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode, const std::vector<TokenId>& prompt,
                      int max_new_tokens, SamplingParams sampling = {}) {
   GenerationConfig config;
   config.cache_mode = mode;
@@ -59,6 +62,11 @@ void SessionTest::cached_equals_uncached_data() {
   QTest::newRow("stories260K-sampled") << "models/stories260K" << 0.9f;
   QTest::newRow("tiny-llama3-greedy") << "models/tiny-llama3-random" << 0.0f;
   QTest::newRow("tiny-llama3-sampled") << "models/tiny-llama3-random" << 1.0f;
+  // Quantized weights: the decode kernels, the short-chunk kernels and the prefill GEMM must compute
+  // the same products for every type.
+  for (const char* file : {"stories260K-Q8_0", "stories260K-Q4_0", "tiny-llama-k-Q4_K_M", "tiny-llama-k-Q5_K_M",
+                           "tiny-llama-k-Q6_K", "tiny-llama-k-Q4_0", "tiny-llama-k-Q8_0"})
+    QTest::newRow(qPrintable(QString(file) + "-greedy")) << QString("fixtures/gguf/%1.gguf").arg(file) << 0.0f;
 }
 
 // The cache changes nothing observable: identical token ids, compared exactly.

@@ -1,7 +1,9 @@
 // The quantized products against a plain reference: every row decoded exactly (engine/gguf's
-// dequantize) and multiplied in double. Each type through the AVX2 kernels and the portable path,
-// one and several input vectors, with and without bias, small (inline) and large (threaded) matrices,
-// and shared-input jobs that mix types.
+// dequantize) and multiplied in double. The block types multiply the input rounded to 8-bit blocks
+// (activation_quantization.h): they must match the double product with the rounded input to f32
+// accuracy, and the exact product within the stated bound, sum over blocks of 0.51 scale * sum|w|.
+// Each type through the AVX2 kernels and the portable twins, one and several input vectors, with and
+// without bias, small (inline) and large (threaded) matrices, and shared-input jobs that mix types.
 #include <QtTest>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "engine/gguf/dequantize.h"
+#include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/quantized_matvec.h"
 
@@ -69,34 +72,85 @@ RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, 
   return m;
 }
 
-// Reference Y [n, rows] in double from the exactly decoded rows; also sum |w x| per output for the
-// tolerance.
-void reference_product(const QuantizedMatrixView& w, const std::vector<float>& x, std::int64_t n, const float* bias,
-                       std::vector<double>& y, std::vector<double>& magnitude) {
+// The input as the block types' products see it, rounded here independently of the kernels: per block
+// of 32, s = max|x| / 127, t = x * (1 / s), high = nearest integer of t, low = nearest integer of
+// (t - high) * 254 (ties to even), x^ = s / 254 * (254 high + low). Also each element's bound on
+// |x - x^|: 0.51 * s / 254 (half a step, and the f32 roundings of t).
+struct RoundedInput {
+  std::vector<double> values, error_bound;
+};
+RoundedInput round_input(const std::vector<float>& x) {
+  RoundedInput rounded{std::vector<double>(x.size()), std::vector<double>(x.size())};
+  for (std::size_t block = 0; block < x.size(); block += 32) {
+    float largest = 0.f;
+    for (std::size_t j = block; j < block + 32; ++j) largest = std::max(largest, std::fabs(x[j]));
+    const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f, scale = unit / 254.f;
+    for (std::size_t j = block; j < block + 32; ++j) {
+      const float t = x[j] * inverse, high = std::nearbyint(t), low = std::nearbyint((t - high) * 254.f);
+      rounded.values[j] = double(scale) * (254.0 * high + low);
+      rounded.error_bound[j] = 0.51 * double(scale);
+    }
+  }
+  return rounded;
+}
+
+struct Reference {
+  std::vector<double> y, magnitude, bound;  // Y [n, rows]; sum |w x| per output; the rounding bound
+};
+
+// Reference Y [n, rows] in double from the exactly decoded rows, with the input `x` (exact) or, when
+// `rounded`, with the input the block types use; bound = sum |w| * |x - x^| bound (0 unrounded).
+Reference reference_product(const QuantizedMatrixView& w, const std::vector<float>& x, std::int64_t n,
+                            const float* bias, bool rounded) {
+  std::vector<double> input(x.begin(), x.end()), error(x.size(), 0.0);
+  if (rounded) {
+    RoundedInput r = round_input(x);
+    input = r.values;
+    error = r.error_bound;
+  }
   std::vector<float> row(static_cast<std::size_t>(w.cols));
-  y.assign(static_cast<std::size_t>(n * w.rows), 0.0);
-  magnitude.assign(y.size(), 0.0);
+  Reference ref;
+  ref.y.assign(static_cast<std::size_t>(n * w.rows), 0.0);
+  ref.magnitude.assign(ref.y.size(), 0.0);
+  ref.bound.assign(ref.y.size(), 0.0);
   for (std::int64_t r = 0; r < w.rows; ++r) {
     dequantize(w.type, w.data + r * w.row_bytes, w.cols, row.data());
     for (std::int64_t i = 0; i < n; ++i) {
-      double sum = bias ? bias[r] : 0.0, size = bias ? std::fabs(bias[r]) : 0.0;
+      double sum = bias ? bias[r] : 0.0, size = bias ? std::fabs(bias[r]) : 0.0, bound = 0.0;
       for (std::int64_t c = 0; c < w.cols; ++c) {
-        sum += double(row[c]) * x[i * w.cols + c];
-        size += std::fabs(double(row[c]) * x[i * w.cols + c]);
+        const std::size_t k = static_cast<std::size_t>(i * w.cols + c);
+        sum += double(row[c]) * input[k];
+        size += std::fabs(double(row[c]) * input[k]);
+        bound += std::fabs(double(row[c])) * error[k];
       }
-      y[i * w.rows + r] = sum;
-      magnitude[i * w.rows + r] = size;
+      const std::size_t out = static_cast<std::size_t>(i * w.rows + r);
+      ref.y[out] = sum;
+      ref.magnitude[out] = size;
+      ref.bound[out] = bound;
     }
+  }
+  return ref;
+}
+
+// Within f32 accumulation error of `expected` (plus a bound per output, when given).
+void expect_close(const std::vector<float>& got, const Reference& expected, const QString& what,
+                  const std::vector<double>* bound = nullptr) {
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const double tolerance = 1e-5 * expected.magnitude[k] + 1e-6 + (bound ? (*bound)[k] : 0.0);
+    if (!(std::fabs(got[k] - expected.y[k]) <= tolerance))
+      QFAIL(qPrintable(QString("%1: output %2 is %3, expected %4 (tolerance %5)")
+                           .arg(what).arg(k).arg(got[k]).arg(expected.y[k]).arg(tolerance)));
   }
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<double>& expected, const std::vector<double>& magnitude,
-                  const QString& what) {
-  for (std::size_t k = 0; k < got.size(); ++k) {
-    const double tolerance = 1e-5 * magnitude[k] + 1e-6;
-    if (std::fabs(got[k] - expected[k]) > tolerance)
-      QFAIL(qPrintable(QString("%1: output %2 is %3, expected %4").arg(what).arg(k).arg(got[k]).arg(expected[k])));
-  }
+// The product of a block type against its rounded input, then the exact one within the bound; f32
+// types against the exact product.
+void expect_product(const std::vector<float>& got, const QuantizedMatrixView& w, const std::vector<float>& x,
+                    std::int64_t n, const float* bias, const QString& what) {
+  const bool rounds = kernels::rounds_activations(w.type);
+  const Reference rounded = reference_product(w, x, n, bias, rounds);
+  expect_close(got, rounded, what + (rounds ? " (rounded input)" : ""));
+  if (rounds) expect_close(got, reference_product(w, x, n, bias, false), what + " (exact input, bound)", &rounded.bound);
 }
 
 const GgufType kTypes[] = {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q4_K,
@@ -144,9 +198,7 @@ void QuantizedMatvecTest::matches_decoded_rows() {
     for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
       std::vector<float> y(static_cast<std::size_t>(n * rows), -1.f);
       kernels::matmul_quantized(m.view, x.data(), y.data(), n, b);
-      std::vector<double> expected, magnitude;
-      reference_product(m.view, x, n, b, expected, magnitude);
-      expect_close(y, expected, magnitude, QString("n=%1 bias=%2").arg(n).arg(b != nullptr));
+      expect_product(y, m.view, x, n, b, QString("n=%1 bias=%2").arg(n).arg(b != nullptr));
     }
   }
 }
@@ -171,9 +223,7 @@ void QuantizedMatvecTest::shared_input_mixes_types() {
     }
     kernels::matvec_quantized_shared_input(jobs, 3, x.data());
     for (int i = 0; i < 3; ++i) {
-      std::vector<double> expected, magnitude;
-      reference_product(matrices[i]->view, x, 1, i == 0 ? bias.data() : nullptr, expected, magnitude);
-      expect_close(outputs[i], expected, magnitude, QString("product %1").arg(i));
+      expect_product(outputs[i], matrices[i]->view, x, 1, i == 0 ? bias.data() : nullptr, QString("product %1").arg(i));
     }
   }
 }

@@ -1,0 +1,151 @@
+#include "engine/kernels/activation_quantization.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/isa_attributes.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#include <immintrin.h>
+#endif
+
+namespace kvchat::kernels {
+namespace {
+
+// The block's unit s = max|x| / 127 (NaN when the block is not finite), and the factor that takes x to
+// t (0 for a zero or non-finite block). Shared by both versions: one definition.
+KVCHAT_ISA_BASELINE_INLINE inline void block_scale(float largest, bool finite, float& unit, float& inverse) {
+  if (!finite) {
+    unit = NAN;
+    inverse = 0.f;
+    return;
+  }
+  unit = largest / 127.f;
+  inverse = unit > 0.f ? 1.f / unit : 0.f;
+}
+
+KVCHAT_ISA_BASELINE_INLINE inline void block_sums(const std::int8_t* high, const std::int8_t* low, std::int32_t* sums) {
+  for (int half = 0; half < 2; ++half) {
+    std::int32_t sum = 0;
+    for (int j = 16 * half; j < 16 * half + 16; ++j) sum += kActivationRadix * high[j] + low[j];
+    sums[half] = sum;
+  }
+}
+
+KVCHAT_ISA_BASELINE void quantize_portable(const float* x, std::int64_t cols, std::int8_t* high, std::int8_t* low,
+                                           float* scales, std::int32_t* sums) {
+  for (std::int64_t b = 0; b < cols / kActivationBlock; ++b, x += 32, high += 32, low += 32, sums += 2) {
+    float largest = 0.f;
+    bool finite = true;
+    for (int j = 0; j < 32; ++j) {
+      finite = finite && std::isfinite(x[j]);
+      largest = std::fabs(x[j]) > largest ? std::fabs(x[j]) : largest;
+    }
+    float unit, inverse;
+    block_scale(largest, finite, unit, inverse);
+    scales[b] = unit / static_cast<float>(kActivationRadix);
+    for (int j = 0; j < 32; ++j) {
+      const float t = x[j] * inverse, rounded = inverse == 0.f ? 0.f : std::nearbyint(t);
+      high[j] = static_cast<std::int8_t>(rounded);
+      low[j] = inverse == 0.f ? 0 : static_cast<std::int8_t>(std::nearbyint((t - rounded) * static_cast<float>(kActivationRadix)));
+    }
+    block_sums(high, low, sums);
+  }
+}
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+KVCHAT_ISA_AVX2 inline float horizontal_max(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+// Four vectors of 8 int32 (each within int8) as 32 bytes in element order.
+KVCHAT_ISA_AVX2 inline void store_bytes(const __m256i* lanes, std::int8_t* out) {
+  // packs work per 128-bit lane; the permute restores element order.
+  const __m256i words = _mm256_packs_epi16(_mm256_packs_epi32(lanes[0], lanes[1]), _mm256_packs_epi32(lanes[2], lanes[3]));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), ordered);
+}
+
+KVCHAT_ISA_AVX2 void quantize_avx2(const float* x, std::int64_t cols, std::int8_t* high, std::int8_t* low,
+                                   float* scales, std::int32_t* sums) {
+  const __m256 sign = _mm256_set1_ps(-0.f), infinity = _mm256_set1_ps(INFINITY);
+  const __m256 radix = _mm256_set1_ps(static_cast<float>(kActivationRadix));
+  for (std::int64_t b = 0; b < cols / kActivationBlock; ++b, x += 32, high += 32, low += 32, sums += 2) {
+    __m256 v[4], largest = _mm256_setzero_ps(), non_finite = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      const __m256 magnitude = _mm256_andnot_ps(sign, v[k]);
+      largest = _mm256_max_ps(largest, magnitude);
+      // NaN compares unordered, infinity equal to infinity: both mark the block.
+      non_finite = _mm256_or_ps(non_finite, _mm256_cmp_ps(magnitude, infinity, _CMP_NLT_UQ));
+    }
+    float unit, inverse;
+    block_scale(horizontal_max(largest), _mm256_movemask_ps(non_finite) == 0, unit, inverse);
+    scales[b] = unit / static_cast<float>(kActivationRadix);
+    const __m256 factor = _mm256_set1_ps(inverse);
+    // Rounded to nearest even by the conversions (MXCSR's default), as std::nearbyint does.
+    __m256i high_lanes[4], low_lanes[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 t = _mm256_mul_ps(v[k], factor);
+      high_lanes[k] = _mm256_cvtps_epi32(t);
+      low_lanes[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(t, _mm256_cvtepi32_ps(high_lanes[k])), radix));
+      if (inverse == 0.f) high_lanes[k] = low_lanes[k] = _mm256_setzero_si256();
+    }
+    store_bytes(high_lanes, high);
+    store_bytes(low_lanes, low);
+    block_sums(high, low, sums);
+  }
+}
+#endif
+
+}  // namespace
+
+void quantize_activations(const float* x, std::int64_t cols, std::int8_t* high, std::int8_t* low, float* scales,
+                          std::int32_t* sums) {
+  if (cols < 0 || cols % kActivationBlock != 0)
+    throw std::invalid_argument("quantize_activations: " + std::to_string(cols) + " columns are not a whole number of blocks of 32");
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) {
+    quantize_avx2(x, cols, high, low, scales, sums);
+    return;
+  }
+#endif
+  quantize_portable(x, cols, high, low, scales, sums);
+}
+
+void round_activations(const float* x, std::int64_t n, std::int64_t cols, float* out) {
+  const ThreadActivations& rounded = ThreadActivations::quantize(x, n, cols);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const QuantizedActivations row = rounded.row(i);
+    for (std::int64_t c = 0; c < cols; ++c)
+      out[i * cols + c] = row.scales[c / kActivationBlock] * static_cast<float>(kActivationRadix * row.high[c] + row.low[c]);
+  }
+}
+
+const ThreadActivations& ThreadActivations::quantize(const float* x, std::int64_t n, std::int64_t cols) {
+  thread_local ThreadActivations buffers;
+  const auto elements = static_cast<std::size_t>(n * cols);
+  if (buffers.high_.size() < elements) {
+    buffers.high_.resize(elements);
+    buffers.low_.resize(elements);
+    buffers.scales_.resize(elements / kActivationBlock);
+    buffers.sums_.resize(elements / 16);
+  }
+  buffers.cols_ = cols;
+  for (std::int64_t i = 0; i < n; ++i)
+    quantize_activations(x + i * cols, cols, buffers.high_.data() + i * cols, buffers.low_.data() + i * cols,
+                         buffers.scales_.data() + i * cols / kActivationBlock, buffers.sums_.data() + i * cols / 16);
+  return buffers;
+}
+
+QuantizedActivations ThreadActivations::row(std::int64_t i) const {
+  return {high_.data() + i * cols_, low_.data() + i * cols_, scales_.data() + i * cols_ / kActivationBlock,
+          sums_.data() + i * cols_ / 16};
+}
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,57 @@
+#pragma once
+// Activations rounded to integers in blocks of 32, for the integer dot products of the quantized-weight
+// kernels (integer_dot.h). Decode on two cores cannot widen every 4-bit weight to f32 fast enough to
+// keep up with memory; _mm256_maddubs_epi16 multiplies 32 stored integers by 32 signed bytes at once.
+//
+// Each value is kept as two signed bytes, x ~ scale * (254 * high + low): per block of 32,
+// t = x * (1 / s) with s = max|x| / 127, high = nearest integer of t, low = nearest integer of
+// (t - high) * 254 (ties to even), scale = s / 254. So |high| <= 127, |low| <= 127, and
+// |x - x^| <= scale * 0.51 (half a step, plus the f32 roundings of t): about 1/64500 of the block's
+// largest magnitude. Eight bits alone (llama.cpp's choice) would be 254 times coarser; there a rounding
+// decision flipped by f32 noise (the last bits of a prompt's GEMM against a decode step) moves a product
+// visibly, and greedy ids of a cached and an uncached run could part on close calls.
+// An all-zero block has scale 0 and zeros. A block holding a NaN or an infinity gets scale NaN and
+// zeros, so every product that reads it is NaN, as an f32 product would be non-finite. The AVX2 and
+// the portable code give bit-identical results.
+#include <cstdint>
+#include <vector>
+
+namespace kvchat::kernels {
+
+constexpr std::int64_t kActivationBlock = 32;
+// The weight of the high byte: |low| stays within 127, so sign tricks on it cannot overflow.
+constexpr int kActivationRadix = 254;
+
+// x[cols] rounded as above; cols is a multiple of kActivationBlock.
+struct QuantizedActivations {
+  const std::int8_t* high = nullptr;   // [cols]
+  const std::int8_t* low = nullptr;    // [cols]
+  const float* scales = nullptr;       // [cols / 32]: x ~ scale * (254 * high + low)
+  const std::int32_t* sums = nullptr;  // [cols / 16]: sum of 254 * high + low over each 16 elements
+};
+
+// Rounds x[cols] into the caller's buffers high[cols], low[cols], scales[cols / 32], sums[cols / 16].
+void quantize_activations(const float* x, std::int64_t cols, std::int8_t* high, std::int8_t* low, float* scales,
+                          std::int32_t* sums);
+
+// The values the integer products multiply by, scale * (254 * high + low), for n rows of cols (out may
+// be x): the prefill GEMM rounds its input the same way, so a prompt and a decode step compute the
+// same products.
+void round_activations(const float* x, std::int64_t n, std::int64_t cols, float* out);
+
+// Rounds x[n, cols] into buffers the calling thread keeps (grown on first use, then reused: a decode
+// step allocates nothing). Row i's activations are returned by row(i); valid until the thread's next call.
+class ThreadActivations {
+ public:
+  static const ThreadActivations& quantize(const float* x, std::int64_t n, std::int64_t cols);
+  QuantizedActivations row(std::int64_t i) const;
+
+ private:
+  ThreadActivations() = default;
+  std::int64_t cols_ = 0;
+  std::vector<std::int8_t> high_, low_;
+  std::vector<float> scales_;
+  std::vector<std::int32_t> sums_;
+};
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,257 @@
+// The AVX2 integer dot products (integer_dot.h). Weights stay integers: unsigned ones (nibbles, K-quant
+// quants) go straight into _mm256_maddubs_epi16 against the activations' two signed bytes; Q8_0's
+// signed ones take the sign of the weight onto the activations first (|w| * sign(w) q). The 16-bit
+// pair sums are weighted (_mm256_madd_epi16) by 254 and 1 (times a K-quant's sub-block scale) and
+// added: each block of 32 ends as eight exact 32-bit partial sums, converted to f32 once and scaled
+// by the weight's and the activations' scales. Weight offsets (Q4_K/Q5_K mins, Q6_K's -32, Q4_0's -8,
+// Q5_0's -16, Q4_1/Q5_1's m) use the activations' block sums, once per block. Bounds: |pair sum| <=
+// 2 * 128 * 127 (no saturation), |32-bit lane| <= 2^30 (Q6_K: 2 * 63 * 127 * 254 * 128, plus the low
+// byte's share). Block layouts: engine/gguf/dequantize.cpp.
+#include <cstring>
+
+#include "engine/kernels/integer_dot.h"
+#include "engine/kernels/isa_attributes.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#include <immintrin.h>
+
+namespace kvchat::kernels {
+namespace {
+
+// Bytes read ahead of the current block: each thread reads its rows as one linear stream, and a
+// software prefetch keeps enough misses in flight (as for the f32/bf16 kernels).
+constexpr std::int64_t kPrefetchBytes = 1024;
+
+KVCHAT_ISA_AVX2 inline float scale_at(const std::uint8_t* at) {
+  std::uint16_t bits;
+  std::memcpy(&bits, at, 2);
+  return _cvtsh_ss(bits);
+}
+
+KVCHAT_ISA_AVX2 inline float horizontal_sum(__m256 v) {
+  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+KVCHAT_ISA_AVX2 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
+
+// Eight 32-bit partial sums of w * (254 high + low) over 32 elements: unsigned weights u (at most
+// 128) times the activations' two signed bytes, the 16-bit pair sums weighted by high_factor (254 times
+// a sub-block scale) and low_factor (the scale).
+KVCHAT_ISA_AVX2 inline __m256i dot_unsigned(__m256i u, __m256i high, __m256i low, __m256i high_factor, __m256i low_factor) {
+  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, high), high_factor),
+                          _mm256_madd_epi16(_mm256_maddubs_epi16(u, low), low_factor));
+}
+
+KVCHAT_ISA_AVX2 inline __m256i plain_high_factor() { return _mm256_set1_epi16(kActivationRadix); }
+KVCHAT_ISA_AVX2 inline __m256i plain_low_factor() { return _mm256_set1_epi16(1); }
+
+// The activations' two bytes from `element` on.
+KVCHAT_ISA_AVX2 inline __m256i high_at(const QuantizedActivations& x, std::int64_t element) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.high + element));
+}
+KVCHAT_ISA_AVX2 inline __m256i low_at(const QuantizedActivations& x, std::int64_t element) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.low + element));
+}
+
+// Signed weights w: |w| times the activations carrying w's sign.
+KVCHAT_ISA_AVX2 inline __m256i dot_signed(__m256i w, const QuantizedActivations& x, std::int64_t element) {
+  return dot_unsigned(_mm256_sign_epi8(w, w), _mm256_sign_epi8(high_at(x, element), w),
+                      _mm256_sign_epi8(low_at(x, element), w), plain_high_factor(), plain_low_factor());
+}
+
+// Sums of the activations over each block of 32 of a super-block (from the sums of 16), as 8 int32.
+KVCHAT_ISA_AVX2 inline __m256i block_sums8(const std::int32_t* sums) {
+  const __m256i pairs = _mm256_hadd_epi32(load256(sums), load256(sums + 8));
+  return _mm256_permute4x64_epi64(pairs, 0xD8);
+}
+
+// 16 bytes of nibbles as 32 bytes: low nibbles (elements 0-15), then high nibbles (16-31).
+KVCHAT_ISA_AVX2 inline __m256i nibbles32(const std::uint8_t* at) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+}
+
+// 32 bits as 32 bytes: 0x10 where the bit is set (the fifth bits of Q5_0/Q5_1).
+KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
+  std::uint32_t bits;
+  std::memcpy(&bits, at, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                             _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                               0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+KVCHAT_ISA_AVX2 float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  std::int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2, row += 68) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    const __m256i s0 = dot_signed(load256(row + 2), x, 32 * b);
+    const __m256i s1 = dot_signed(load256(row + 36), x, 32 * b + 32);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row + 34) * x.scales[b + 1]), _mm256_cvtepi32_ps(s1), acc1);
+  }
+  if (b < blocks) {
+    const __m256i s0 = dot_signed(load256(row + 2), x, 32 * b);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
+  }
+  return horizontal_sum(_mm256_add_ps(acc0, acc1));
+}
+
+// Q4_0, Q4_1, Q5_0, Q5_1: unsigned quants, the offset (-8 for Q4_0, -16 for Q5_0) or the min (m)
+// through the block's activation sum.
+template <int kHeader, bool kFifthBits, bool kMin, int kOffset>
+KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  constexpr int kBlockBytes = kHeader + (kFifthBits ? 4 : 0) + 16;
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0.f;
+  for (std::int64_t b = 0; b < blocks; ++b, row += kBlockBytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    __m256i quants = nibbles32(row + kBlockBytes - 16);
+    if constexpr (kFifthBits) quants = _mm256_or_si256(quants, fifth_bits32(row + kHeader));
+    const float d = scale_at(row) * x.scales[b];
+    const __m256i products = dot_unsigned(quants, high_at(x, 32 * b), low_at(x, 32 * b), plain_high_factor(), plain_low_factor());
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(products), acc);
+    const auto q_sum = static_cast<float>(std::int64_t{x.sums[2 * b]} + x.sums[2 * b + 1]);
+    if constexpr (kMin) offsets += scale_at(row + 2) * x.scales[b] * q_sum;
+    if constexpr (kOffset != 0) offsets -= d * static_cast<float>(kOffset) * q_sum;
+  }
+  return horizontal_sum(acc) + offsets;
+}
+
+// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min) as bytes: scales in
+// the low 8 bytes, mins in the high 8.
+KVCHAT_ISA_AVX2 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  const std::uint32_t scales_low = u[0] & k6, mins_low = u[1] & k6;
+  const std::uint32_t scales_high = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  const std::uint32_t mins_high = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  return _mm_setr_epi32(static_cast<int>(scales_low), static_cast<int>(scales_high), static_cast<int>(mins_low),
+                        static_cast<int>(mins_high));
+}
+
+// Shuffles that broadcast 16-bit word j of each 128-bit lane (a sub-block's scale).
+KVCHAT_ISA_AVX2 inline __m256i word_broadcast(int j) {
+  return _mm256_set1_epi16(static_cast<short>((2 * j) | ((2 * j + 1) << 8)));
+}
+
+// Q4_K / Q5_K: per sub-block d*sc * sum(q x^) - dmin*m * sum(x^). Q5_K's fifth bits: bit 2p of byte l
+// for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
+template <bool kFifthBits>
+KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
+  __m256 acc = _mm256_setzero_ps(), mins_acc = _mm256_setzero_ps();
+  for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
+    for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed_scales));
+    const __m256i radix_scales = _mm256_mullo_epi16(scales, plain_high_factor());
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(packed_scales, 8));
+    const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
+    const __m256i min_sums = _mm256_mullo_epi32(mins, block_sums8(x.sums + 16 * s));
+    mins_acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row + 2)), _mm256_mul_ps(_mm256_cvtepi32_ps(min_sums), x_scales), mins_acc);
+    __m256i high_bits = _mm256_setzero_si256();
+    if constexpr (kFifthBits) high_bits = load256(row + 16);
+    // Two sums, low and high sub-blocks, so that the FMAs do not wait on each other.
+    __m256 sum_low = _mm256_setzero_ps(), sum_high = _mm256_setzero_ps();
+    for (int pair = 0; pair < 4; ++pair) {
+      const __m256i packed = load256(row + kNibblesAt + 32 * pair);
+      __m256i low = _mm256_and_si256(packed, low_mask);
+      __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+      if constexpr (kFifthBits) {
+        // Bit 2p (low) and 2p+1 (high) of each byte moved to bit 4.
+        const __m256i bits = _mm256_srli_epi16(high_bits, 2 * pair);
+        low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(bits, 4), fifth));
+        high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(bits, 3), fifth));
+      }
+      const std::int64_t at = 256 * s + 64 * pair;
+      const __m256i low_shuffle = word_broadcast(2 * pair), high_shuffle = word_broadcast(2 * pair + 1);
+      const __m256i low_sum = dot_unsigned(low, high_at(x, at), low_at(x, at), _mm256_shuffle_epi8(radix_scales, low_shuffle),
+                                           _mm256_shuffle_epi8(scales, low_shuffle));
+      const __m256i high_sum = dot_unsigned(high, high_at(x, at + 32), low_at(x, at + 32),
+                                            _mm256_shuffle_epi8(radix_scales, high_shuffle), _mm256_shuffle_epi8(scales, high_shuffle));
+      sum_low = _mm256_fmadd_ps(_mm256_cvtepi32_ps(low_sum), _mm256_broadcast_ss(x.scales + 8 * s + 2 * pair), sum_low);
+      sum_high = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high_sum), _mm256_broadcast_ss(x.scales + 8 * s + 2 * pair + 1), sum_high);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row)), _mm256_add_ps(sum_low, sum_high), acc);
+  }
+  return horizontal_sum(acc) - horizontal_sum(mins_acc);
+}
+
+// Q6_K: per group of 16, d*sc * (sum(q x^) - 32 sum(x^)). Element l + 32k of each half of 128 takes a
+// nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2, and bits 2k..2k+1 of top
+// byte l.
+KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30);
+  // Per activation block k of a half: scale 2k in the low 128-bit lane, 2k+1 in the high one.
+  __m256i group_scale[4];
+  for (int k = 0; k < 4; ++k)
+    group_scale[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))),
+                                       _mm_set1_epi16(static_cast<short>((4 * k + 2) | ((4 * k + 3) << 8))));
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
+    for (int ahead = 0; ahead < 256; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const __m128i packed_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192));
+    const __m256i scales = _mm256_cvtepi8_epi16(packed_scales);
+    const __m256i radix_scales = _mm256_mullo_epi16(scales, plain_high_factor());
+    const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
+    // -32 * sum over the groups of a block of sc * (sum of its activations).
+    const std::int32_t* sums = x.sums + 16 * s;
+    const __m256i weighted0 = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(packed_scales), load256(sums));
+    const __m256i weighted1 = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(packed_scales, 8)), load256(sums + 8));
+    const __m256i offsets = _mm256_permute4x64_epi64(_mm256_hadd_epi32(weighted0, weighted1), 0xD8);
+    __m256 sum0 = _mm256_mul_ps(_mm256_set1_ps(-32.f), _mm256_mul_ps(_mm256_cvtepi32_ps(offsets), x_scales));
+    __m256 sum1 = _mm256_setzero_ps();
+    for (int half = 0; half < 2; ++half) {
+      const int lanes = half == 0 ? 0x00 : 0x11;
+      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, lanes);
+      const __m256i half_radix_scales = _mm256_permute2x128_si256(radix_scales, radix_scales, lanes);
+      const __m256i top = load256(row + 128 + 32 * half);
+      const __m256i low_a = load256(row + 64 * half), low_b = load256(row + 64 * half + 32);
+      const __m256i quants[4] = {
+          _mm256_or_si256(_mm256_and_si256(low_a, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 4), top_mask)),
+          _mm256_or_si256(_mm256_and_si256(low_b, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 2), top_mask)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_a, 4), low_mask), _mm256_and_si256(top, top_mask)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_b, 4), low_mask),
+                          _mm256_and_si256(_mm256_srli_epi16(top, 2), top_mask)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const std::int64_t at = 256 * s + 128 * half + 32 * k;
+        const __m256i products = dot_unsigned(quants[k], high_at(x, at), low_at(x, at),
+                                              _mm256_shuffle_epi8(half_radix_scales, group_scale[k]),
+                                              _mm256_shuffle_epi8(half_scales, group_scale[k]));
+        __m256& sum = k % 2 == 0 ? sum0 : sum1;
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_broadcast_ss(x.scales + 8 * s + 4 * half + k), sum);
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row + 208)), _mm256_add_ps(sum0, sum1), acc);
+  }
+  return horizontal_sum(acc);
+}
+
+}  // namespace
+
+IntegerRowDot avx2_integer_row_dot(GgufType type) {
+  switch (type) {
+    case GgufType::Q8_0: return dot_q8_0;
+    case GgufType::Q4_0: return dot_small_block<2, false, false, 8>;
+    case GgufType::Q4_1: return dot_small_block<4, false, true, 0>;
+    case GgufType::Q5_0: return dot_small_block<2, true, false, 16>;
+    case GgufType::Q5_1: return dot_small_block<4, true, true, 0>;
+    case GgufType::Q4_K: return dot_q4_q5_k<false>;
+    case GgufType::Q5_K: return dot_q4_q5_k<true>;
+    case GgufType::Q6_K: return dot_q6_k;
+    default: return nullptr;
+  }
+}
+
+}  // namespace kvchat::kernels
+#endif  // KVCHAT_HAVE_AVX2_KERNELS

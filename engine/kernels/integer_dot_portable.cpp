@@ -1,0 +1,139 @@
+// The portable twins of the integer dot products (integer_dot.h): per block of 32 activations the
+// same exact integer sum as the AVX2 kernels (in 64 bits here), scaled by the same factors. Block layouts are those of
+// engine/gguf/dequantize.cpp, which documents them.
+#include <cstring>
+
+#include "engine/gguf/dequantize.h"
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/integer_dot.h"
+#include "engine/kernels/isa_attributes.h"
+
+namespace kvchat::kernels {
+namespace {
+
+KVCHAT_ISA_BASELINE_INLINE inline float scale_at(const std::uint8_t* at) {
+  std::uint16_t bits;
+  std::memcpy(&bits, at, 2);
+  return f16_to_f32(bits);
+}
+
+KVCHAT_ISA_BASELINE_INLINE inline std::int64_t sum32(const QuantizedActivations& x, std::int64_t block) {
+  return std::int64_t{x.sums[2 * block]} + x.sums[2 * block + 1];
+}
+
+// sum_j w[j] * (254 high[j] + low[j]) over `count` integers from element `first`.
+KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_range(const int* w, const QuantizedActivations& x, std::int64_t first,
+                                                         int count) {
+  std::int64_t sum = 0;
+  for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * (kActivationRadix * x.high[first + j] + x.low[first + j]);
+  return sum;
+}
+
+// The 32 integers of a Q4_0/Q4_1 block (0..15), or of a Q5_0/Q5_1 block with its fifth bits (0..31).
+KVCHAT_ISA_BASELINE_INLINE inline void nibbles32(const std::uint8_t* qs, std::uint32_t fifth_bits, int* w) {
+  for (int j = 0; j < 16; ++j) {
+    w[j] = (qs[j] & 0x0F) | static_cast<int>(((fifth_bits >> j) & 1u) << 4);
+    w[j + 16] = (qs[j] >> 4) | static_cast<int>(((fifth_bits >> (j + 16)) & 1u) << 4);
+  }
+}
+
+KVCHAT_ISA_BASELINE float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  float sum = 0.f;
+  for (std::int64_t b = 0; b < blocks; ++b, row += 34) {
+    int w[32];
+    for (int j = 0; j < 32; ++j) w[j] = static_cast<std::int8_t>(row[2 + j]);
+    sum += scale_at(row) * x.scales[b] * static_cast<float>(dot_range(w, x, 32 * b, 32));
+  }
+  return sum;
+}
+
+// Q4_0, Q4_1, Q5_0, Q5_1: x = d * (q - offset) (+ m), so a block's product is
+// d * s * (sum q q_x - offset * sum q_x) (+ m * s * sum q_x), s the activations' scale.
+template <int kHeader, bool kFifthBits, bool kMin, int kOffset>
+KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  constexpr int kBlockBytes = kHeader + (kFifthBits ? 4 : 0) + 16;
+  float sum = 0.f;
+  int w[32];
+  for (std::int64_t b = 0; b < blocks; ++b, row += kBlockBytes) {
+    std::uint32_t fifth_bits = 0;
+    if (kFifthBits) std::memcpy(&fifth_bits, row + kHeader, 4);
+    nibbles32(row + kBlockBytes - 16, fifth_bits, w);
+    const std::int64_t q_sum = sum32(x, b);
+    sum += scale_at(row) * x.scales[b] * static_cast<float>(dot_range(w, x, 32 * b, 32) - kOffset * q_sum);
+    if (kMin) sum += scale_at(row + 2) * x.scales[b] * static_cast<float>(q_sum);
+  }
+  return sum;
+}
+
+// Q4_K / Q5_K: x = d*sc*q - dmin*m per sub-block of 32.
+template <bool kFifthBits>
+KVCHAT_ISA_BASELINE float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
+  float total = 0.f;
+  int w[32];
+  for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
+    float scaled = 0.f, mins = 0.f;
+    for (int sub = 0; sub < 8; ++sub) {
+      const std::uint8_t* qs = row + kNibblesAt + 32 * (sub / 2);
+      for (int l = 0; l < 32; ++l) {
+        w[l] = sub % 2 == 0 ? qs[l] & 0x0F : qs[l] >> 4;
+        if (kFifthBits) w[l] |= ((row[16 + l] >> sub) & 1) << 4;
+      }
+      int scale, min;
+      k_quant_scale_and_min(sub, row + 4, scale, min);
+      const std::int64_t block = 8 * s + sub;
+      scaled += x.scales[block] * static_cast<float>(scale * dot_range(w, x, 32 * block, 32));
+      mins += x.scales[block] * static_cast<float>(min * sum32(x, block));
+    }
+    total += scale_at(row) * scaled - scale_at(row + 2) * mins;
+  }
+  return total;
+}
+
+// Q6_K: x = d*sc*(q - 32) per group of 16.
+KVCHAT_ISA_BASELINE float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  float total = 0.f;
+  for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
+    const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
+    float scaled = 0.f;
+    for (int sub = 0; sub < 8; ++sub) {
+      const int half = sub / 4, k = sub % 4;
+      const std::uint8_t* ql = row + 64 * half + (k % 2 == 1 ? 32 : 0);
+      const std::uint8_t* qh = row + 128 + 32 * half;
+      const std::int64_t block = 8 * s + sub;
+      int w[32];
+      for (int l = 0; l < 32; ++l) w[l] = (k < 2 ? ql[l] & 0x0F : ql[l] >> 4) | (((qh[l] >> (2 * k)) & 3) << 4);
+      std::int64_t isum = 0;
+      for (int group = 0; group < 2; ++group)
+        isum += sc[2 * sub + group] * (dot_range(w + 16 * group, x, 32 * block + 16 * group, 16) - 32 * std::int64_t{x.sums[2 * block + group]});
+      scaled += x.scales[block] * static_cast<float>(isum);
+    }
+    total += scale_at(row + 208) * scaled;
+  }
+  return total;
+}
+
+}  // namespace
+
+IntegerRowDot portable_integer_row_dot(GgufType type) {
+  switch (type) {
+    case GgufType::Q8_0: return dot_q8_0;
+    case GgufType::Q4_0: return dot_small_block<2, false, false, 8>;
+    case GgufType::Q4_1: return dot_small_block<4, false, true, 0>;
+    case GgufType::Q5_0: return dot_small_block<2, true, false, 16>;
+    case GgufType::Q5_1: return dot_small_block<4, true, true, 0>;
+    case GgufType::Q4_K: return dot_q4_q5_k<false>;
+    case GgufType::Q5_K: return dot_q4_q5_k<true>;
+    case GgufType::Q6_K: return dot_q6_k;
+    default: return nullptr;
+  }
+}
+
+IntegerRowDot integer_row_dot(GgufType type) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) return avx2_integer_row_dot(type);
+#endif
+  return portable_integer_row_dot(type);
+}
+
+}  // namespace kvchat::kernels
