@@ -9,22 +9,14 @@
 #include <string>
 #include <vector>
 
-namespace kvchat {
+#include "engine/safetensors_header.h"  // SafetensorsEntry, the validation
 
-struct SafetensorsEntry {
-  std::string name;
-  std::string dtype;              // "F32", "BF16", "F16", ...
-  std::vector<std::int64_t> shape;
-  std::uint64_t begin = 0;        // byte offsets inside the data section
-  std::uint64_t end = 0;
-};
+namespace kvchat {
 
 // One mapped .safetensors file. The mapping lives as long as any tensor viewing it.
 class SafetensorsFile {
  public:
-  // Maps and validates: header length within the file, valid JSON, known dtypes, offsets inside the
-  // data section, no overlaps, shape x dtype size == byte length. Throws ModelError naming the file
-  // (and the tensor).
+  // Maps and validates (parse_safetensors_header). Throws ModelError naming the file (and the tensor).
   explicit SafetensorsFile(const std::string& path);
   const std::string& path() const { return path_; }
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
@@ -55,8 +47,5 @@ class SafetensorsCheckpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const SafetensorsFile*> where_;
 };
-
-// Element size in bytes of a safetensors dtype name; 0 if unknown.
-std::size_t safetensors_dtype_size(const std::string& dtype);
 
 }  // namespace kvchat
