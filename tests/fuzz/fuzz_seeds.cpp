@@ -36,17 +36,19 @@ struct Seeds {
 };
 
 // --- tokenizer.json: the ids below kVocabularyKept and the merges among them ---
-std::string small_tokenizer(ordered_json tokenizer) {
-  ordered_json& model = tokenizer["model"];
+// nlohmann::json, not ordered_json: an ordered object finds a key by a linear search, and a 128k-token
+// vocabulary would take minutes to parse. Key order means nothing in a vocabulary.
+std::string small_tokenizer(nlohmann::json tokenizer) {
+  nlohmann::json& model = tokenizer["model"];
   std::set<std::string> kept;
-  ordered_json vocab = ordered_json::object();
+  nlohmann::json vocab = nlohmann::json::object();
   for (auto& [token, id] : model["vocab"].items())
     if (id.get<std::int64_t>() < static_cast<std::int64_t>(kVocabularyKept)) {
       vocab[token] = id;
       kept.insert(token);
     }
   model["vocab"] = vocab;
-  ordered_json merges = ordered_json::array();
+  nlohmann::json merges = nlohmann::json::array();
   for (const auto& merge : model["merges"]) {
     std::string left, right;
     if (merge.is_string()) {
@@ -68,9 +70,9 @@ void tokenizer_seeds(const Seeds& seeds) {
                                           "  leading\tand 12345 trailing  ", ""};
   const std::string stories = seeds.read("models/stories260K/tokenizer.json");
   const std::string stories_config = seeds.read("models/stories260K/tokenizer_config.json");
-  const std::string llama2 = small_tokenizer(seeds.json("fixtures/tokenizers/llama2/tokenizer.json"));
+  const std::string llama2 = small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama2/tokenizer.json")));
   const std::string llama2_config = seeds.read("fixtures/tokenizers/llama2/tokenizer_config.json");
-  const std::string llama3 = small_tokenizer(seeds.json("fixtures/tokenizers/llama3/tokenizer.json"));
+  const std::string llama3 = small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama3/tokenizer.json")));
   const std::string llama3_config = seeds.read("fixtures/tokenizers/llama3/tokenizer_config.json");
   seeds.write("tokenizer", "stories260K", stories);
   seeds.write("tokenizer", "llama2_small", llama2);
