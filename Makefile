@@ -1,14 +1,16 @@
 # kvchat: two commands do everything on a fresh Debian 12 machine.
 #   make run   - install missing packages, build, launch the GUI on the embedded model
 #   make test  - install missing packages, build, run the test suites (ctest)
+#   make test-sanitize - the same suites on a build with AddressSanitizer + UndefinedBehaviorSanitizer
+#   make fuzz  - libFuzzer targets over every model-file parser, FUZZ_SECONDS (60) each (scripts/fuzz.sh)
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PACKAGES := build-essential cmake ninja-build pkg-config libtorch-dev libopenblas0-pthread \
             qt6-base-dev libqt6sql6-sqlite libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev \
-            libgl-dev
+            libgl-dev clang-14 libclang-rt-14-dev llvm-14
 
-.PHONY: all deps configure build test run clean bench
+.PHONY: all deps configure build test run clean bench test-sanitize fuzz
 
 all: build
 
@@ -26,6 +28,14 @@ build: configure
 test: build
 	cd $(BUILD_DIR) && QT_QPA_PLATFORM=offscreen ctest --output-on-failure -j $(JOBS)
 
+# Own build folders (build-sanitize/, build-fuzz/); the scripts say how they are built and run.
+test-sanitize: deps
+	JOBS=$(JOBS) ./scripts/test-sanitize.sh
+
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) ./scripts/fuzz.sh
+
 run: build
 	./$(BUILD_DIR)/kvchat $(ARGS)
 
@@ -33,4 +43,4 @@ bench: build
 	./$(BUILD_DIR)/kvchat-cli bench $(ARGS)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-sanitize build-fuzz

@@ -8,21 +8,14 @@
 #include <string>
 
 #include "engine/gguf/gguf_file.h"
+#include "engine/gguf_model_config.h"  // model_config_from_gguf, gguf_file_type_name
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 
 namespace kvchat {
 
-// Throws ModelError naming the file and the key for a missing, mistyped or inconsistent value, and for
-// an architecture other than llama and qwen2.
-ModelConfig model_config_from_gguf(const GgufFile& file);
-
 // Every tensor checked against the config (present, shape, a type this engine decodes). The weights
 // keep `file` alive. Throws ModelError naming the file and the tensor.
 ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, const ModelConfig& config);
-
-// What users call the file's quantization: general.file_type's name ("Q4_K_M", "Q8_0", "BF16", ...),
-// or an empty string when the file does not say.
-std::string gguf_file_type_name(const GgufFile& file);
 
 }  // namespace kvchat

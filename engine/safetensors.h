@@ -10,23 +10,14 @@
 #include <vector>
 
 #include "engine/gguf/mapped_file.h"
+#include "engine/safetensors_header.h"  // SafetensorsEntry, the validation
 
 namespace kvchat {
-
-struct SafetensorsEntry {
-  std::string name;
-  std::string dtype;              // "F32", "BF16", "F16", ...
-  std::vector<std::int64_t> shape;
-  std::uint64_t begin = 0;        // byte offsets inside the data section
-  std::uint64_t end = 0;
-};
 
 // One mapped .safetensors file. The mapping lives as long as any tensor viewing it.
 class SafetensorsFile {
  public:
-  // Maps and validates: header length within the file, valid JSON, known dtypes, offsets inside the
-  // data section, no overlaps, shape x dtype size == byte length. Throws ModelError naming the file
-  // (and the tensor).
+  // Maps and validates (parse_safetensors_header). Throws ModelError naming the file (and the tensor).
   explicit SafetensorsFile(const std::string& path);
   const std::string& path() const { return path_; }
   const FileIdentity& identity() const { return identity_; }  // the file as it was mapped
@@ -60,8 +51,5 @@ class SafetensorsCheckpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const SafetensorsFile*> where_;
 };
-
-// Element size in bytes of a safetensors dtype name; 0 if unknown.
-std::size_t safetensors_dtype_size(const std::string& dtype);
 
 }  // namespace kvchat

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# make fuzz: builds the libFuzzer targets of tests/fuzz/ with clang (ASan + UBSan) into build-fuzz/, writes
+# their seed corpora from the reference fixtures, and runs each target for FUZZ_SECONDS seconds.
+#   FUZZ_SECONDS   seconds per target (default 60)
+#   FUZZ_TARGETS   which targets (default: all five)
+#   FUZZ_BUILD_DIR build folder (default build-fuzz)
+#   FUZZ_ARGS      more libFuzzer options (e.g. "-jobs=2 -workers=2")
+# New inputs accumulate in build-fuzz/fuzz/corpus/<target>/, so later runs (a longer campaign:
+# FUZZ_SECONDS=36000 nice -n 19 scripts/fuzz.sh) continue from them. A crash, sanitizer report, timeout
+# or memory blow-up stops that target and leaves its input in build-fuzz/fuzz/artifacts/<target>/; the
+# script then goes on with the next target and fails at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
+seconds=${FUZZ_SECONDS:-60}
+targets=${FUZZ_TARGETS:-"safetensors model_config tokenizer chat_template gguf"}
+shared_dir=${KVCHAT_SHARED_DIR:-$(cd .. && pwd)/shared}
+
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DKVCHAT_FUZZ=ON -DKVCHAT_SHARED_DIR="$shared_dir"
+fi
+cmake --build "$build_dir" --target kvchat_fuzzers -j "${JOBS:-$(nproc)}"
+
+fuzz_dir=$build_dir/fuzz
+rm -rf "$fuzz_dir/seeds"
+"$fuzz_dir/fuzz_seeds" "$shared_dir" "$fuzz_dir/seeds"
+
+# halt_on_error: the first report ends the run with the input saved. Leaks are bugs here (only kvchat
+# code and system libraries run; no LibTorch).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:allocator_may_return_null=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer-14 || true)}
+
+failed=()
+for target in $targets; do
+  corpus=$fuzz_dir/corpus/$target
+  artifacts=$fuzz_dir/artifacts/$target
+  log=$fuzz_dir/logs/$target.log
+  mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
+  inputs=("$corpus" "$fuzz_dir/seeds/$target")
+  [ -d "tests/fuzz/regressions/$target" ] && inputs+=("tests/fuzz/regressions/$target")
+  echo "fuzz_$target: ${seconds}s (log: $log)"
+  # -timeout: one input may take a few seconds under ASan (the largest templates render ~10^7 steps);
+  # longer is a hang. -rss_limit_mb: more than 2 GB for one input is a memory blow-up.
+  # shellcheck disable=SC2086
+  if "$fuzz_dir/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+       -dict="tests/fuzz/dict/$target.dict" -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} "${inputs[@]}" > "$log" 2>&1; then
+    grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+ *DONE" "$log" | sed 's/^/  /' || true
+  else
+    echo "  FAILED: see $log and $artifacts/"
+    grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$log" | head -5 | sed 's/^/  /' || true
+    failed+=("$target")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz targets that failed: ${failed[*]}"
+  exit 1
+fi
+echo "all fuzz targets ran ${seconds}s without a finding"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# make test-sanitize: the whole ctest suite on a build of every kvchat target with AddressSanitizer and
+# UndefinedBehaviorSanitizer (build-sanitize/, Release optimisation, precompiled headers as in build/).
+# LibTorch, Qt and the other system libraries are not instrumented: ASan still sees every access kvchat
+# code makes, but not what happens inside them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${SANITIZE_BUILD_DIR:-build-sanitize}
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVCHAT_SANITIZE=ON
+fi
+cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"
+
+# halt_on_error: the first report fails the test that caused it (UBSan is compiled with
+# -fno-sanitize-recover, so it stops too). Leak checking stays on, with tests/sanitize/lsan.supp naming
+# the uninstrumented libraries whose process-lifetime allocations are not leaks of ours.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:check_initialization_order=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export QT_QPA_PLATFORM=offscreen
+cd "$build_dir"
+ctest --output-on-failure -j "${JOBS:-$(nproc)}" ${CTEST_ARGS:-}
