@@ -5,6 +5,7 @@
 #include <QCoreApplication>
 #include <QSettings>
 
+#include <algorithm>
 #include <exception>
 
 #include "app/model_locator.h"
@@ -106,6 +107,25 @@ CacheGauge ChatController::cacheGauge() const {
   gauge.total_bytes = total_cache_bytes_;
   gauge.budget_bytes = settings_.effective_cache_budget_bytes();
   return gauge;
+}
+
+QList<ChatController::HeldCache> ChatController::heldCaches() const {
+  QList<HeldCache> held;
+  for (auto it = cache_figures_.cbegin(); it != cache_figures_.cend(); ++it)
+    if (it->bytes > 0) held.push_back({it.key(), it->tokens, it->bytes});
+  std::sort(held.begin(), held.end(), [](const HeldCache& a, const HeldCache& b) { return a.bytes > b.bytes; });
+  return held;
+}
+
+bool ChatController::clearCache(qint64 conversation_id) {
+  if (active_ && active_->conversation_id == conversation_id) {
+    Q_EMIT errorOccurred(QStringLiteral("This chat is generating a reply: its cache cannot be cleared now."));
+    return false;
+  }
+  spdlog::info("clearing the cache of conversation {}", conversation_id);
+  QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
+                            Qt::QueuedConnection);
+  return true;
 }
 
 void ChatController::on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes,

@@ -44,6 +44,7 @@ EngineWorker::~EngineWorker() = default;
 void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::app::ModelInfo>("kvchat::app::ModelInfo");
   qRegisterMetaType<kvchat::app::TurnRequest>("kvchat::app::TurnRequest");
+  qRegisterMetaType<kvchat::app::DecodeTimings>("kvchat::app::DecodeTimings");
   qRegisterMetaType<kvchat::GenerationStats>("kvchat::GenerationStats");
 }
 
@@ -106,6 +107,7 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     options.generation = request.generation;
     options.context_limit = request.context_limit;
     options.overflow = request.overflow;
+    options.continue_reply = request.continue_reply;
 
     std::string pending;
     QElapsedTimer since_flush;
@@ -135,6 +137,11 @@ void EngineWorker::runTurn(const TurnRequest& request) {
                   to_string(outcome.stats.stop_reason));
     // Cache figures first, so that whoever handles finished() already sees the caches as they now are.
     enforce_budget(request.conversation_id, request.cache_budget_bytes);
+    DecodeTimings timings;
+    timings.first_position = static_cast<int>(outcome.prompt_ids.size()) + 1;
+    timings.step_ms = QList<double>(outcome.decode_step_ms.begin(), outcome.decode_step_ms.end());
+    timings.cache_mode = outcome.stats.cache_mode;
+    Q_EMIT decodeTimings(turn_id, timings);
     Q_EMIT finished(turn_id, outcome.stats);
   } catch (const std::exception& error) {
     spdlog::error("turn {} failed: {}", turn_id, error.what());
