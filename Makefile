@@ -6,7 +6,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PACKAGES := build-essential cmake ninja-build pkg-config libtorch-dev libopenblas0-pthread \
             qt6-base-dev libqt6sql6-sqlite libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev \
-            libgl-dev
+            libgl-dev qt6-charts-dev libqt6opengl6-dev
 
 .PHONY: all deps configure build test run clean bench
 

@@ -60,6 +60,8 @@ class ChatController : public QObject {
   const ChatSettings& settings() const { return settings_; }
   // Saves the settings; they apply from the next turn. A changed model path is loaded.
   void applySettings(const ChatSettings& settings);
+  // Saves only the chat's text size (a display choice: no reload, nothing for the next turn).
+  void setFontPointSize(int points);
 
   // `path` is a model directory or a .gguf file; empty = the settings' model (or the embedded one). With
   // remember, a successful load becomes the settings' model path, so the next start opens it again
@@ -97,6 +99,14 @@ class ChatController : public QObject {
     qint64 bytes = 0;
   };
   QList<HeldCache> heldCaches() const;
+  // What sending `draft` in the current chat would give the model, counted with its tokenizer and template.
+  struct DraftMeasure {
+    int draft_tokens = 0;   // the message alone
+    int prompt_tokens = 0;  // the whole prompt the next turn would send (history + this message)
+    int context_limit = 0;  // effective
+    bool fits = true;       // false: the turn would be refused (see ChatTurnRunner's overflow rules)
+  };
+  std::optional<DraftMeasure> measureDraft(const QString& draft) const;  // nullopt: no model loaded
   // The current chat's last reply when it can be continued (see is_continuable_reply), else nullopt.
   std::optional<MessageRecord> continuableReply() const;
 
@@ -117,7 +127,10 @@ class ChatController : public QObject {
   // While another chat's reply streams, send() saves the message and queues its turn (turnQueued): it
   // starts when that reply ends.
   bool send(const QString& text);
-  bool regenerate();                          // replaces the last assistant reply
+  // A new reply to the last message; the one it replaces is kept as an alternative (showAlternative).
+  bool regenerate();
+  // Shows that reply of its turn instead of the others (and gives it to the model from the next turn on).
+  bool showAlternative(qint64 message_id);
   // Goes on writing the last reply where it was cut short (max tokens, Stop, the app closing mid-reply):
   // the model continues its own text, and the new text is appended to the same message.
   bool continueReply();
@@ -212,6 +225,7 @@ class ChatController : public QObject {
     bool has_turn = false;
   };
   QHash<qint64, ConversationCacheFigures> cache_figures_;
+  QHash<qint64, ConversationTokens> transcripts_;  // the worker's, as of each conversation's last turn
   qint64 total_cache_bytes_ = 0;
 };
 

@@ -103,18 +103,51 @@ bool ChatController::regenerate() {
   if (!can_start_turn()) return false;
   try {
     const QList<MessageRecord> records = currentMessages();
-    const MessageRecord* last_assistant = nullptr;
+    const MessageRecord* last_reply = nullptr;
     for (auto it = records.crbegin(); it != records.crend(); ++it) {
-      if (it->role == "marker") continue;
-      if (it->role == "assistant") last_assistant = &*it;
+      if (it->role == "marker" || is_hidden_alternative(*it)) continue;
+      if (it->role == "assistant") last_reply = &*it;
       break;
     }
-    if (!last_assistant) {
+    if (!last_reply) {
       Q_EMIT errorOccurred(QStringLiteral("There is no reply to regenerate."));
       return false;
     }
-    store_->delete_messages_from(current_conversation_, last_assistant->id);
+    // Kept as an alternative of its turn (the window switches between them), no longer shown or sent.
+    QJsonObject settings = last_reply->settings;
+    settings.insert(kHiddenAlternativeKey, true);
+    store_->set_message_settings(last_reply->id, settings);
     return start_turn(current_conversation_);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return false;
+  }
+}
+
+bool ChatController::showAlternative(qint64 message_id) {
+  if (active_ && active_->conversation_id == current_conversation_) {
+    Q_EMIT errorOccurred(QStringLiteral("A reply is still being generated: stop it first."));
+    return false;
+  }
+  try {
+    const QList<MessageRecord> records = currentMessages();
+    const QList<qint64> alternatives = reply_alternatives(records, message_id);
+    if (alternatives.isEmpty()) {
+      Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a reply of this chat.").arg(message_id));
+      return false;
+    }
+    for (const MessageRecord& record : records) {
+      if (!alternatives.contains(record.id)) continue;
+      const bool hide = record.id != message_id;
+      if (is_hidden_alternative(record) == hide) continue;
+      QJsonObject settings = record.settings;
+      if (hide) settings.insert(kHiddenAlternativeKey, true);
+      else settings.remove(kHiddenAlternativeKey);
+      store_->set_message_settings(record.id, settings);
+    }
+    spdlog::info("conversation {}: showing reply {} of its turn", current_conversation_, message_id);
+    Q_EMIT messagesReset();
+    return true;
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
     return false;
@@ -125,7 +158,7 @@ std::optional<MessageRecord> ChatController::continuableReply() const {
   if (current_conversation_ == 0) return std::nullopt;
   const QList<MessageRecord> records = currentMessages();
   for (auto it = records.crbegin(); it != records.crend(); ++it) {
-    if (it->role == "marker") continue;
+    if (it->role == "marker" || is_hidden_alternative(*it)) continue;
     if (is_continuable_reply(*it)) return *it;
     break;
   }

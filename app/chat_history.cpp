@@ -19,6 +19,25 @@ QString reply_error(const MessageRecord& message) {
   return is_failed_reply(message) ? message.stats.value(kReplyErrorKey).toString() : QString();
 }
 
+bool is_hidden_alternative(const MessageRecord& message) {
+  return message.role == QLatin1String("assistant") && message.settings.value(kHiddenAlternativeKey).toBool();
+}
+
+QList<qint64> reply_alternatives(const QList<MessageRecord>& messages, qint64 reply_id) {
+  QList<qint64> turn;  // the replies since the last user message
+  bool found = false;
+  for (const MessageRecord& message : messages) {
+    if (message.role == QLatin1String("user")) {
+      if (found) break;
+      turn.clear();
+    } else if (message.role == QLatin1String("assistant")) {
+      turn.push_back(message.id);
+      found = found || message.id == reply_id;
+    }
+  }
+  return found ? turn : QList<qint64>{};
+}
+
 QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages) {
   qint64 context_start = 0;
   for (const MessageRecord& message : messages)
@@ -27,6 +46,7 @@ QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages) {
   QList<MessageRecord> in_context;
   for (const MessageRecord& message : messages) {
     if (message.id < context_start || (message.role != "user" && message.role != "assistant")) continue;
+    if (is_hidden_alternative(message)) continue;
     if (is_failed_reply(message)) {
       // The whole failed turn goes: the message it failed on would fail (or poison) every later turn.
       if (!in_context.isEmpty() && in_context.back().role == QLatin1String("user")) in_context.pop_back();
@@ -43,6 +63,7 @@ QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& messa
   QList<MessageRecord> ordered;
   QList<MessageRecord> markers;
   for (const MessageRecord& message : messages) {
+    if (is_hidden_alternative(message)) continue;
     if (message.role == "marker" && message.settings.contains(kMarkerContextStartKey)) markers.push_back(message);
     else ordered.push_back(message);
   }

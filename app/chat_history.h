@@ -30,13 +30,22 @@ inline constexpr const char* kReplyContinuedKey = "continued";
 bool is_continuable_reply(const MessageRecord& message);
 QString reply_error(const MessageRecord& message);  // empty unless is_failed_reply()
 
-// The user/assistant messages the model sees: those from the last context cut on, without empty replies and
-// without failed turns (see is_failed_reply).
+// Regenerate keeps the replies it replaces: each is marked with this settings key (true) and stays with its turn
+// as an alternative the window can switch back to. One reply per turn is shown; only the shown one is given
+// to the model, exported, continued or regenerated.
+inline constexpr const char* kHiddenAlternativeKey = "hidden_alternative";
+bool is_hidden_alternative(const MessageRecord& message);
+// The ids of the replies of `reply_id`'s turn (the assistant messages between its user message and the next),
+// oldest first, `reply_id` included; empty when there is no such reply.
+QList<qint64> reply_alternatives(const QList<MessageRecord>& messages, qint64 reply_id);
+
+// The user/assistant messages the model sees: those from the last context cut on, without empty replies,
+// hidden alternatives and failed turns (see is_failed_reply).
 QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages);
 
 // The messages in the order a reader should see them: each context-cut marker just above the first message
-// the model still saw (a marker is written after the turn that needed the cut, so its id comes later).
-// The window and every export use this order.
+// the model still saw (a marker is written after the turn that needed the cut, so its id comes later), and
+// hidden alternatives left out. The window and every export use this order.
 QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& messages);
 
 // The conversation's system prompt (if any) followed by messages_in_context().

@@ -9,7 +9,6 @@
 #include <map>
 #include <optional>
 
-#include "app/chat_turn_runner.h"
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -45,6 +44,7 @@ void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::app::ModelInfo>("kvchat::app::ModelInfo");
   qRegisterMetaType<kvchat::app::TurnRequest>("kvchat::app::TurnRequest");
   qRegisterMetaType<kvchat::app::DecodeTimings>("kvchat::app::DecodeTimings");
+  qRegisterMetaType<kvchat::app::ConversationTokens>("kvchat::app::ConversationTokens");
   qRegisterMetaType<kvchat::GenerationStats>("kvchat::GenerationStats");
 }
 
@@ -78,6 +78,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
     info.kv_bytes_per_token = model->config.kv_bytes_per_token();
     info.has_chat_template = model->formatter.has_template();
     info.load_seconds = timer.elapsed() / 1000.0;
+    info.model = model;
     spdlog::info("loaded model {} ({} parameters, context {}) in {:.2f} s", directory.toStdString(),
                  info.parameter_count, info.context_length, info.load_seconds);
     Q_EMIT loaded(info);
@@ -137,6 +138,7 @@ void EngineWorker::runTurn(const TurnRequest& request) {
                   to_string(outcome.stats.stop_reason));
     // Cache figures first, so that whoever handles finished() already sees the caches as they now are.
     enforce_budget(request.conversation_id, request.cache_budget_bytes);
+    Q_EMIT transcriptUpdated(request.conversation_id, cache.transcript);
     DecodeTimings timings;
     timings.first_position = static_cast<int>(outcome.prompt_ids.size()) + 1;
     timings.step_ms = QList<double>(outcome.decode_step_ms.begin(), outcome.decode_step_ms.end());

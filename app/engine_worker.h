@@ -15,8 +15,13 @@
 #include <memory>
 #include <vector>
 
+#include "app/chat_turn_runner.h"
 #include "app/settings.h"
 #include "engine/types.h"
+
+namespace kvchat {
+struct LoadedModel;
+}
 
 namespace kvchat::app {
 
@@ -34,6 +39,9 @@ struct ModelInfo {
   qint64 kv_bytes_per_token = 0;
   bool has_chat_template = false;
   double load_seconds = 0.0;
+  // The loaded model itself, read-only: its tokenizer and template also count the tokens of a message being
+  // typed on the GUI thread (ChatController::measureDraft). The weights are only ever used by the worker.
+  std::shared_ptr<const kvchat::LoadedModel> model;
 };
 
 struct TurnRequest {
@@ -83,6 +91,9 @@ class EngineWorker : public QObject {
   void tokenStats(quint64 turn_id, int generated_tokens, double decode_tokens_per_second);
   // The oldest `dropped_messages` non-system messages of the request were left out to fit the window.
   void contextTrimmed(quint64 turn_id, int dropped_messages, int context_limit);
+  // After a turn: the exact ids the conversation has given the model (what the next turn continues). Lets the
+  // GUI thread count a typed message's tokens exactly as the next turn will (ChatController::measureDraft).
+  void transcriptUpdated(qint64 conversation_id, const kvchat::app::ConversationTokens& transcript);
   // Just before finished(): the reply's per-step decode times.
   void decodeTimings(quint64 turn_id, const kvchat::app::DecodeTimings& timings);
   void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
@@ -104,4 +115,5 @@ class EngineWorker : public QObject {
 Q_DECLARE_METATYPE(kvchat::app::ModelInfo)
 Q_DECLARE_METATYPE(kvchat::app::TurnRequest)
 Q_DECLARE_METATYPE(kvchat::app::DecodeTimings)
+Q_DECLARE_METATYPE(kvchat::app::ConversationTokens)
 Q_DECLARE_METATYPE(kvchat::GenerationStats)

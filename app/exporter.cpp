@@ -98,6 +98,7 @@ QString to_text(const ConversationRecord& conversation, const QList<MessageRecor
   return out;
 }
 
+// Every export carries the chat as it reads: a turn's shown reply, not the alternatives Regenerate replaced.
 QString to_json(const ConversationRecord& conversation, const QList<MessageRecord>& messages) {
   QJsonObject root;
   root.insert(QStringLiteral("id"), conversation.id);

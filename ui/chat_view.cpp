@@ -76,8 +76,14 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
       }
     }
     connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
+    connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
     widget->setContinuable(message.id == continuable_message_);
     layout_->insertWidget(layout_->count() - 1, widget);
+  }
+  for (MessageWidget* widget : messageWidgets()) {
+    if (widget->role() != QLatin1String("assistant")) continue;
+    const QList<qint64> alternatives = kvchat::app::reply_alternatives(messages, widget->messageId());
+    widget->setAlternatives(alternatives, static_cast<int>(alternatives.indexOf(widget->messageId())));
   }
   refresh_placeholder();
   following_ = true;

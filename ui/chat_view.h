@@ -34,6 +34,7 @@ class ChatView : public QScrollArea {
 
  Q_SIGNALS:
   void continueRequested(qint64 message_id);
+  void alternativeRequested(qint64 message_id);
 
  public:
 

@@ -2,9 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDockWidget>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
@@ -17,7 +20,9 @@
 #include <QSplitter>
 #include <QVBoxLayout>
 
+#include "ui/caches_dialog.h"
 #include "ui/chat_view.h"
+#include "ui/decode_chart_panel.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
 #include "ui/stats_format.h"
@@ -51,6 +56,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   splitter->setSizes({240, 760});
   setCentralWidget(splitter);
 
+  build_chart_dock();
   build_shortcuts();
   build_menus();
   build_status_bar();
@@ -63,6 +69,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   refresh_reply_stats();
   if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
   else if (controller_->isModelLoading()) load_busy_->show();
+  setChatFontSize(controller_->settings().font_point_size);
   setMinimumSize(kMinimumWidth, kMinimumHeight);
   resize(1240, 780);
   input_->setFocus();
@@ -120,6 +127,7 @@ QWidget* MainWindow::build_chat_panel() {
   chat_view_ = new ChatView(chat_panel);
   chat_layout->addWidget(chat_view_, 1);
   connect(chat_view_, &ChatView::continueRequested, controller_, [this] { controller_->continueReply(); });
+  connect(chat_view_, &ChatView::alternativeRequested, controller_, &ChatController::showAlternative);
 
   editing_label_ = new QLabel(tr("Editing your last message: Send replaces it and everything after it "
                                  "(Esc cancels)."),
@@ -128,6 +136,18 @@ QWidget* MainWindow::build_chat_panel() {
   editing_label_->setWordWrap(true);
   editing_label_->hide();
   chat_layout->addWidget(editing_label_);
+  notice_label_ = new QLabel(chat_panel);
+  notice_label_->setObjectName("noticeLabel");
+  notice_label_->setWordWrap(true);
+  notice_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  notice_label_->setStyleSheet("color: palette(mid);");
+  notice_label_->hide();
+  chat_layout->addWidget(notice_label_);
+  notice_timer_.setSingleShot(true);
+  connect(&notice_timer_, &QTimer::timeout, this, [this] {
+    notice_label_->clear();
+    notice_label_->hide();
+  });
   waiting_label_ = new QLabel(chat_panel);
   waiting_label_->setObjectName("waitingLabel");
   waiting_label_->setStyleSheet("color: #8a6d00;");
@@ -151,6 +171,16 @@ QWidget* MainWindow::build_chat_panel() {
   button_column->addStretch();
   input_row->addLayout(button_column);
   chat_layout->addLayout(input_row);
+  token_counter_ = new QLabel(chat_panel);
+  token_counter_->setObjectName("tokenCounterLabel");
+  token_counter_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  token_counter_->setWordWrap(true);
+  chat_layout->addWidget(token_counter_);
+  // Counting is a tokenizer pass over the chat: once typing pauses, not per key.
+  token_count_timer_.setSingleShot(true);
+  token_count_timer_.setInterval(150);
+  connect(&token_count_timer_, &QTimer::timeout, this, &MainWindow::refresh_token_counter);
+  connect(input_, &QPlainTextEdit::textChanged, this, [this] { token_count_timer_.start(); });
   connect(input_, &MessageInput::submitted, this, &MainWindow::submit_input);
   connect(send_button_, &QPushButton::clicked, this, [this] {
     if (generating_here()) controller_->stop();
@@ -241,7 +271,10 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::replyFailed, this,
           [this](qint64 conversation_id, qint64, const QString& message) { show_reply_failed(conversation_id, message); });
   connect(controller_, &ChatController::lastReplyStatsChanged, this, &MainWindow::refresh_reply_stats);
-  connect(controller_, &ChatController::cacheGaugeChanged, this, &MainWindow::refresh_cache_gauge);
+  connect(controller_, &ChatController::cacheGaugeChanged, this, [this] {
+    refresh_cache_gauge();
+    refresh_conversations();  // the list's tooltips say which chats hold a cache
+  });
   connect(controller_, &ChatController::settingsChanged, this, &MainWindow::refresh_cache_gauge);
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
   connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
@@ -294,6 +327,11 @@ void MainWindow::build_menus() {
     if (controller_->clearCache(controller_->currentConversationId())) show_notice(tr("Cache cleared: the next reply prefills the chat again."));
   });
 
+  QAction* caches = chat->addAction(tr("Caches in &memory\u2026"));
+  caches->setObjectName("cachesAction");
+  connect(caches, &QAction::triggered, this, &MainWindow::openCachesDialog);
+
+  build_view_menu();
   QMenu* settings = menuBar()->addMenu(tr("&Settings"));
   QAction* preferences = settings->addAction(tr("&Settings\u2026"));
   preferences->setShortcut(QKeySequence(QStringLiteral("Ctrl+,")));
@@ -305,10 +343,55 @@ void MainWindow::build_menus() {
   connect(about, &QAction::triggered, this, &MainWindow::openAboutDialog);
 }
 
+void MainWindow::build_chart_dock() {
+  chart_panel_ = new DecodeChartPanel(this);
+  chart_dock_ = new QDockWidget(tr("Decode time per token"), this);
+  chart_dock_->setObjectName("decodeChartDock");
+  chart_dock_->setWidget(chart_panel_);
+  addDockWidget(Qt::RightDockWidgetArea, chart_dock_);
+  chart_dock_->hide();  // View > Decode-time chart
+  chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
+  connect(controller_, &ChatController::decodeTimingsChanged, this, [this] {
+    chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
+  });
+}
+
+void MainWindow::build_view_menu() {
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  QAction* chart = chart_dock_->toggleViewAction();
+  chart->setText(tr("&Decode-time chart"));
+  chart->setObjectName("decodeChartAction");
+  chart->setShortcut(QKeySequence(QStringLiteral("Ctrl+T")));
+  view->addAction(chart);
+  view->addSeparator();
+  const auto current_size = [this] { return chat_view_->font().pointSize(); };
+  QAction* larger = view->addAction(tr("&Larger text"));
+  larger->setShortcuts({QKeySequence::ZoomIn, QKeySequence(QStringLiteral("Ctrl+="))});
+  connect(larger, &QAction::triggered, this, [this, current_size] { setChatFontSize(current_size() + 1); });
+  QAction* smaller = view->addAction(tr("&Smaller text"));
+  smaller->setShortcut(QKeySequence::ZoomOut);
+  connect(smaller, &QAction::triggered, this, [this, current_size] { setChatFontSize(current_size() - 1); });
+  QAction* reset = view->addAction(tr("&Default text size"));
+  reset->setShortcut(QKeySequence(QStringLiteral("Ctrl+0")));
+  connect(reset, &QAction::triggered, this, [this] { setChatFontSize(0); });
+}
+
+void MainWindow::setChatFontSize(int points) {
+  using kvchat::app::ChatSettings;
+  if (points != 0) points = std::clamp(points, ChatSettings::kMinFontPointSize, ChatSettings::kMaxFontPointSize);
+  QFont font = QApplication::font();
+  if (points > 0) font.setPointSize(points);
+  // The transcript and the input box; the menus and the status bar keep the system's size.
+  chat_view_->setFont(font);
+  input_->setFont(font);
+  controller_->setFontPointSize(points);
+}
+
 void MainWindow::submit_input() {
   if (generating_here() || controller_->isQueued(controller_->currentConversationId())) return;
   const QString text = input_->toPlainText();
   if (text.trimmed().isEmpty()) return;
+  if (!editing_last_message_ && !draft_fits()) return;
   const bool accepted = editing_last_message_ ? controller_->editLastUserMessage(text) : controller_->send(text);
   if (accepted) {
     input_->clear();

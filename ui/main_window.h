@@ -14,6 +14,7 @@
 
 #include "app/chat_controller.h"
 
+class QDockWidget;
 class QFileDialog;
 class QLabel;
 class QListWidget;
@@ -23,7 +24,9 @@ class QPushButton;
 
 namespace kvchat::ui {
 
+class CachesDialog;
 class ChatView;
+class DecodeChartPanel;
 class ElidedLabel;
 class MessageInput;
 class SettingsDialog;
@@ -49,6 +52,11 @@ class MainWindow : public QMainWindow {
   QFileDialog* openExportDialog();
   SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
   QMessageBox* openAboutDialog();                       // Help > About ("aboutDialog")
+  CachesDialog* openCachesDialog();                     // Chat > Caches in memory (non-modal)
+  DecodeChartPanel* decodeChart() const { return chart_panel_; }  // View > Decode-time chart (a dock)
+  QDockWidget* decodeChartDock() const { return chart_dock_; }
+  // View > Larger / Smaller / Default text size: the chat's font, saved in the settings (0 = the system's).
+  void setChatFontSize(int points);
 
   ChatView* chatView() const { return chat_view_; }
   MessageInput* messageInput() const { return input_; }
@@ -57,7 +65,9 @@ class MainWindow : public QMainWindow {
   QLabel* replyStatsLabel() const;
   QLabel* cacheLabel() const;
   QLabel* modelLabel() const;
-  QLabel* noticeLabel() const;  // the status bar's passing messages (errors are shown in the chat)
+  QLabel* noticeLabel() const;  // passing messages, above the input (errors are shown in the chat)
+  // Under the input: the typed message's tokens against the room left in the context, red when it won't fit.
+  QLabel* tokenCounterLabel() const { return token_counter_; }
   QProgressBar* cacheBar() const { return cache_bar_; }
 
  protected:
@@ -69,6 +79,8 @@ class MainWindow : public QMainWindow {
   QWidget* build_chat_panel();  // title row, transcript, input box and its buttons
   void build_shortcuts();
   void build_menus();
+  void build_view_menu();
+  void build_chart_dock();
   void connect_controller();  // controller -> window
   void select_neighbour_conversation(int step);  // Ctrl+PgDn / Ctrl+PgUp
   void select_conversation_at(int row);          // Ctrl+1..9
@@ -92,6 +104,8 @@ class MainWindow : public QMainWindow {
   void refresh_reply_stats();
   void refresh_placeholder();
   bool generating_here() const;  // the current chat is the one generating
+  void refresh_token_counter();
+  bool draft_fits();  // false (and says why) when the typed message cannot fit the context
 
   // main_window_dialogs.cpp
   void show_error_dialog(const QString& title, const QString& text, const QString& object_name);
@@ -116,8 +130,13 @@ class MainWindow : public QMainWindow {
   QPushButton* edit_button_ = nullptr;
   QLabel* editing_label_ = nullptr;
   QLabel* waiting_label_ = nullptr;
+  QLabel* token_counter_ = nullptr;
+  QTimer token_count_timer_;
 
-  ElidedLabel* notice_label_ = nullptr;
+  DecodeChartPanel* chart_panel_ = nullptr;
+  QDockWidget* chart_dock_ = nullptr;
+
+  QLabel* notice_label_ = nullptr;
   QTimer notice_timer_;
   ElidedLabel* model_label_ = nullptr;
   QProgressBar* load_busy_ = nullptr;

@@ -13,6 +13,7 @@
 #include <QRegularExpression>
 #include <QStandardPaths>
 
+#include "ui/caches_dialog.h"
 #include "ui/settings_dialog.h"
 #include "ui/stats_format.h"
 
@@ -161,6 +162,13 @@ QMessageBox* MainWindow::openAboutDialog() {
   box->setAttribute(Qt::WA_DeleteOnClose);
   box->open();
   return box;
+}
+
+CachesDialog* MainWindow::openCachesDialog() {
+  auto* dialog = new CachesDialog(controller_, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->open();
+  return dialog;
 }
 
 void MainWindow::rename_selected_conversation() {

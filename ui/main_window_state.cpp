@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "app/chat_history.h"
 #include "ui/chat_view.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
@@ -26,17 +27,13 @@ QLabel* MainWindow::modelLabel() const { return model_label_; }
 QLabel* MainWindow::noticeLabel() const { return notice_label_; }
 
 void MainWindow::build_status_bar() {
-  // Every field elides rather than overlapping its neighbours; passing messages get a field of their own
-  // (QStatusBar's temporary message would be drawn under the permanent fields).
+  // Every field elides rather than overlapping its neighbours. Passing messages are not shown here at all
+  // (QStatusBar's temporary message is drawn under the permanent fields): they have a line above the input.
   const auto make_label = [this](const char* name) {
     auto* label = new ElidedLabel(this);
     label->setObjectName(name);
     return label;
   };
-  notice_label_ = make_label("noticeLabel");
-  notice_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  notice_timer_.setSingleShot(true);
-  connect(&notice_timer_, &QTimer::timeout, this, [this] { notice_label_->setFullText(QString()); });
   model_label_ = make_label("modelLabel");
   model_label_->setFullText(tr("No model"));
   load_busy_ = new QProgressBar(this);
@@ -52,7 +49,6 @@ void MainWindow::build_status_bar() {
   cache_bar_->setMaximumWidth(130);
   cache_bar_->setTextVisible(true);
   cache_label_ = make_label("cacheLabel");
-  statusBar()->addWidget(notice_label_, 1);
   statusBar()->addPermanentWidget(model_label_);
   statusBar()->addPermanentWidget(load_busy_);
   statusBar()->addPermanentWidget(speed_label_);
@@ -62,7 +58,8 @@ void MainWindow::build_status_bar() {
 }
 
 void MainWindow::show_notice(const QString& text, int milliseconds) {
-  notice_label_->setFullText(text);
+  notice_label_->setText(text);
+  notice_label_->show();
   notice_timer_.start(milliseconds);
 }
 
@@ -127,6 +124,8 @@ void MainWindow::refresh_conversations() {
   conversation_list_->clear();
   const qint64 current = controller_->currentConversationId();
   const qint64 generating = controller_->isGenerating() ? controller_->generatingConversationId() : 0;
+  QHash<qint64, kvchat::app::ChatController::HeldCache> held;
+  for (const auto& cache : controller_->heldCaches()) held.insert(cache.conversation_id, cache);
   for (const auto& conversation : controller_->conversations()) {
     QString text = conversation.title;
     QString state;
@@ -138,10 +137,19 @@ void MainWindow::refresh_conversations() {
     QFont font = item->font();
     font.setItalic(!state.isEmpty());
     item->setFont(font);
-    item->setToolTip(tr("%1\n%2 messages, last active %3")
-                         .arg(conversation.title)
-                         .arg(conversation.message_count)
-                         .arg(QLocale().toString(conversation.updated_at.toLocalTime(), QLocale::ShortFormat)));
+    QString tooltip = tr("%1\n%2 messages, last active %3")
+                          .arg(conversation.title)
+                          .arg(conversation.message_count)
+                          .arg(QLocale().toString(conversation.updated_at.toLocalTime(), QLocale::ShortFormat));
+    // Which chats hold a cache now, and how much (Chat > Caches in memory lists them all).
+    if (held.contains(conversation.id))
+      tooltip += tr("\nKV cache in memory: %1 tokens, %2")
+                     .arg(held.value(conversation.id).tokens)
+                     .arg(format_bytes(held.value(conversation.id).bytes));
+    else
+      tooltip += tr("\nNo KV cache in memory (the next reply prefills the chat)");
+    item->setToolTip(tooltip);
+    item->setData(Qt::UserRole + 1, held.contains(conversation.id) ? held.value(conversation.id).bytes : 0);
     if (conversation.id == current) {
       conversation_list_->setCurrentItem(item);
       title_label_->setText(QStringLiteral("<b>%1</b>").arg(conversation.title.toHtmlEscaped()));
@@ -198,7 +206,7 @@ void MainWindow::refresh_buttons() {
   bool has_user_message = false;
   const auto messages = controller_->currentMessages();
   for (auto it = messages.crbegin(); it != messages.crend(); ++it) {
-    if (it->role == "marker") continue;
+    if (it->role == "marker" || kvchat::app::is_hidden_alternative(*it)) continue;
     has_reply = it->role == "assistant";
     break;
   }
@@ -208,6 +216,38 @@ void MainWindow::refresh_buttons() {
   edit_button_->setEnabled(idle && ready && has_user_message);
   const auto continuable = controller_->continuableReply();
   chat_view_->setContinuableMessage(idle && ready && continuable ? continuable->id : 0);
+}
+
+void MainWindow::refresh_token_counter() {
+  token_count_timer_.stop();
+  const QString draft = input_->toPlainText();
+  const auto measure = draft.trimmed().isEmpty() ? std::nullopt : controller_->measureDraft(draft);
+  if (!measure) {
+    token_counter_->clear();
+    return;
+  }
+  if (measure->fits) {
+    token_counter_->setStyleSheet("color: palette(mid);");
+    token_counter_->setText(tr("%1 tokens \u00b7 %2 of %3 left in the context after it")
+                                .arg(measure->draft_tokens)
+                                .arg(std::max(0, measure->context_limit - measure->prompt_tokens))
+                                .arg(measure->context_limit));
+  } else {
+    token_counter_->setStyleSheet("color: #b00020; font-weight: bold;");
+    token_counter_->setText(tr("%1 tokens: this message does not fit (the prompt would be %2 tokens, the "
+                               "context limit is %3). Shorten it or start a new chat.")
+                                .arg(measure->draft_tokens)
+                                .arg(measure->prompt_tokens)
+                                .arg(measure->context_limit));
+  }
+}
+
+bool MainWindow::draft_fits() {
+  refresh_token_counter();
+  const auto measure = controller_->measureDraft(input_->toPlainText());
+  if (!measure || measure->fits) return true;
+  show_notice(tr("Not sent: the message does not fit the context (see under the message box)."));
+  return false;
 }
 
 void MainWindow::refresh_cache_gauge() {

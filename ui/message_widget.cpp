@@ -64,6 +64,34 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
     header_->setToolTip(QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
   header_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   header_row->addWidget(header_, 1);
+  if (!is_user) {
+    // "‹ 1/2 ›": the replies Regenerate kept for this turn.
+    previous_alternative_ = new QToolButton(this);
+    previous_alternative_->setObjectName("previousAlternativeButton");
+    previous_alternative_->setText(QStringLiteral("\u2039"));
+    previous_alternative_->setToolTip(tr("The previous reply to this message"));
+    alternative_label_ = new QLabel(this);
+    alternative_label_->setObjectName("alternativeLabel");
+    next_alternative_ = new QToolButton(this);
+    next_alternative_->setObjectName("nextAlternativeButton");
+    next_alternative_->setText(QStringLiteral("\u203a"));
+    next_alternative_->setToolTip(tr("The next reply to this message"));
+    for (QToolButton* button : {previous_alternative_, next_alternative_}) {
+      button->setAutoRaise(true);
+      button->setFocusPolicy(Qt::NoFocus);
+      button->hide();
+    }
+    alternative_label_->hide();
+    connect(previous_alternative_, &QToolButton::clicked, this, [this] {
+      if (alternative_index_ > 0) Q_EMIT alternativeRequested(alternatives_[alternative_index_ - 1]);
+    });
+    connect(next_alternative_, &QToolButton::clicked, this, [this] {
+      if (alternative_index_ + 1 < alternatives_.size()) Q_EMIT alternativeRequested(alternatives_[alternative_index_ + 1]);
+    });
+    header_row->addWidget(previous_alternative_);
+    header_row->addWidget(alternative_label_);
+    header_row->addWidget(next_alternative_);
+  }
   copy_button_ = new QToolButton(this);
   copy_button_->setObjectName("copyButton");
   copy_button_->setText(tr("Copy"));
@@ -136,6 +164,24 @@ void MessageWidget::setStreaming(bool streaming) {
 
 void MessageWidget::setContinuable(bool continuable) {
   if (continue_button_) continue_button_->setVisible(continuable && !streaming_);
+}
+
+void MessageWidget::setAlternatives(const QList<qint64>& ids, int index) {
+  if (!alternative_label_) return;
+  alternatives_ = ids;
+  alternative_index_ = index;
+  const bool several = ids.size() > 1;
+  alternative_label_->setText(several ? alternativesText() : QString());
+  for (QWidget* widget : {static_cast<QWidget*>(previous_alternative_), static_cast<QWidget*>(alternative_label_),
+                          static_cast<QWidget*>(next_alternative_)})
+    widget->setVisible(several);
+  previous_alternative_->setEnabled(index > 0);
+  next_alternative_->setEnabled(index + 1 < ids.size());
+}
+
+QString MessageWidget::alternativesText() const {
+  return alternatives_.size() > 1 ? QStringLiteral("%1/%2").arg(alternative_index_ + 1).arg(alternatives_.size())
+                                  : QString();
 }
 
 void MessageWidget::render() {

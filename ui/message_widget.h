@@ -37,10 +37,14 @@ class MessageWidget : public QFrame {
   void setStreaming(bool streaming);
   // Whether Continue is offered (the chat's last reply, cut short, nothing generating).
   void setContinuable(bool continuable);
+  // This reply is alternative `index` (0-based) of `ids` (its turn's replies, oldest first): "‹ 2/3 ›".
+  void setAlternatives(const QList<qint64>& ids, int index);
+  QString alternativesText() const;  // "2/3"; "" with a single reply
 
  Q_SIGNALS:
   void copied(const QString& text);
   void continueRequested(qint64 message_id);
+  void alternativeRequested(qint64 message_id);
 
  private:
   void build_marker();
@@ -60,6 +64,11 @@ class MessageWidget : public QFrame {
   QLabel* cut_short_ = nullptr;
   QPushButton* continue_button_ = nullptr;
   QToolButton* copy_button_ = nullptr;
+  QToolButton* previous_alternative_ = nullptr;
+  QToolButton* next_alternative_ = nullptr;
+  QLabel* alternative_label_ = nullptr;
+  QList<qint64> alternatives_;
+  int alternative_index_ = 0;
   QTimer render_timer_;
 };
 

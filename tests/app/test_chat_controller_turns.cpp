@@ -64,6 +64,13 @@ void ChatControllerTurnsTest::a_rejected_message_is_stored_as_failed_and_left_ou
   ChatFixture fixture;
   QVERIFY(fixture.open(small_window_settings()));
   const QString long_message = QString("The cat sat on the mat. ").repeated(210).left(5000);
+  // Counted before sending: it would not fit.
+  const auto measure = fixture.controller()->measureDraft(long_message);
+  QVERIFY(measure);
+  QVERIFY(!measure->fits);
+  QVERIFY(measure->draft_tokens > 128);
+  QCOMPARE(measure->context_limit, 128);
+  QVERIFY(fixture.controller()->measureDraft("Tom ran")->fits);
   const auto records = send_too_long_then_short(fixture, long_message);
   QCOMPARE(records.size(), 6);
   QCOMPARE(records[2].text, long_message);

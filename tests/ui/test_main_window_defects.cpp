@@ -19,6 +19,7 @@
 
 #include "app/chat_history.h"
 #include "app/conversation_store.h"
+#include "app/stats_json.h"
 #include "common/chat_fixture.h"
 #include "ui/chat_view.h"
 #include "ui/elided_label.h"
@@ -46,6 +47,7 @@ class MainWindowDefectsTest : public QObject {
   void tab_stays_among_the_controls_and_shortcuts_move_between_chats();
   void the_first_screen_and_about_say_what_runs();
   void a_reply_cut_short_by_a_crash_is_marked_and_continued();
+  void the_token_counter_shows_the_room_left();
 
  private:
   void open_window(const ChatSettings& settings);
@@ -83,8 +85,18 @@ void MainWindowDefectsTest::a_failed_turn_ends_cleanly_and_is_shown_once() {
   open_window(settings);
   type_and_send("Once upon a time");
   QVERIFY(wait_idle());
-  window_->messageInput()->setPlainText(QString("The cat sat on the mat. ").repeated(210).left(5000));
+  const QString too_long = QString("The cat sat on the mat. ").repeated(210).left(5000);
+  // The window warns and does not send it; the controller (the CLI, a script) still can: the window must
+  // then show the failed turn properly.
+  window_->messageInput()->setPlainText(too_long);
   QTest::keyClick(window_->messageInput(), Qt::Key_Return);
+  QVERIFY(!controller()->isGenerating());
+  QCOMPARE(controller()->currentMessages().size(), 2);
+  QVERIFY2(window_->tokenCounterLabel()->text().contains("this message does not fit"),
+           qPrintable(window_->tokenCounterLabel()->text()));
+  QVERIFY(window_->noticeLabel()->text().startsWith("Not sent"));
+  window_->messageInput()->clear();
+  QVERIFY(controller()->send(too_long));
   QVERIFY(wait_idle());
   QCoreApplication::processEvents();
 
@@ -136,7 +148,7 @@ void MainWindowDefectsTest::export_adds_the_chosen_types_extension_and_starts_in
   dialog->setDirectory(folder);
   dialog->selectNameFilter("Text (*.txt)");
   dialog->selectFile(QDir(folder).filePath("chat1_text"));
-  dialog->accept();
+  static_cast<QDialog*>(dialog)->accept();  // QFileDialog::accept() is protected; the dialog's own override runs
   const QString written = QDir(folder).filePath("chat1_text.txt");
   QTRY_VERIFY(QFile::exists(written));
   QVERIFY(!QFile::exists(QDir(folder).filePath("chat1_text")));
@@ -179,6 +191,10 @@ void MainWindowDefectsTest::the_status_bar_fits_at_800_by_500() {
   // A long passing message, as exports and evictions write them.
   QVERIFY(window_->exportCurrentConversation(fixture_->path("a-rather-long-file-name-for-an-exported-chat.md")));
   QTRY_VERIFY(window_->noticeLabel()->text().startsWith("Exported to"));
+  // Shown whole, outside the status bar's fields.
+  QVERIFY(window_->noticeLabel()->isVisible());
+  QVERIFY(!window_->statusBar()->isAncestorOf(window_->noticeLabel()));
+  QVERIFY(window_->noticeLabel()->height() >= window_->noticeLabel()->heightForWidth(window_->noticeLabel()->width()));
   QCoreApplication::processEvents();
   QCOMPARE(window_->width(), 800);
   QList<QWidget*> fields;
@@ -352,6 +368,25 @@ void MainWindowDefectsTest::a_reply_cut_short_by_a_crash_is_marked_and_continued
   QTRY_COMPARE(window_->chatView()->messageWidgets()[1]->text(), records[1].text);
   // Cut again, now by max tokens: still offered.
   QCOMPARE(window_->chatView()->messageWidgets()[1]->cutShortText(), QStringLiteral("Cut short at the max-tokens setting."));
+}
+
+void MainWindowDefectsTest::the_token_counter_shows_the_room_left() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  type_and_send("Once upon a time");
+  QVERIFY(wait_idle());
+  QTest::keyClicks(window_->messageInput(), "Lily went to the park");
+  const auto measure = controller()->measureDraft("Lily went to the park");
+  QVERIFY(measure && measure->fits);
+  const QString expected = QStringLiteral("%1 tokens \u00b7 %2 of 512 left in the context after it")
+                               .arg(measure->draft_tokens)
+                               .arg(512 - measure->prompt_tokens);
+  QTRY_COMPARE(window_->tokenCounterLabel()->text(), expected);
+  // The count is what the turn then gives the model.
+  QTest::keyClick(window_->messageInput(), Qt::Key_Return);
+  QVERIFY(wait_idle());
+  const auto stats = kvchat::app::stats_from_json(controller()->currentMessages().at(3).stats);
+  QCOMPARE(stats.prompt_tokens, measure->prompt_tokens);
+  QTRY_COMPARE(window_->tokenCounterLabel()->text(), QString());
 }
 
 QTEST_MAIN(MainWindowDefectsTest)

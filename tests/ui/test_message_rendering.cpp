@@ -66,6 +66,7 @@ class MessageRenderingTest : public QObject {
   void a_failed_reply_shows_its_error_once();
   void a_reply_cut_short_says_so_and_offers_continue();
   void a_huge_message_is_shown_cut_but_copied_whole();
+  void regenerated_replies_are_switchable_alternatives();
 };
 
 void MessageRenderingTest::long_words_and_code_lines_never_widen_the_transcript() {
@@ -249,6 +250,27 @@ void MessageRenderingTest::a_huge_message_is_shown_cut_but_copied_whole() {
   QSignalSpy copied(widget, &MessageWidget::copied);
   widget->findChild<QToolButton*>("copyButton")->click();
   QCOMPARE(copied.first().first().toString().size(), huge.size());
+}
+
+void MessageRenderingTest::regenerated_replies_are_switchable_alternatives() {
+  ChatView view;
+  MessageRecord first = record(2, "assistant", "first try");
+  first.settings.insert(kvchat::app::kHiddenAlternativeKey, true);
+  MessageRecord third = record(4, "assistant", "third try");
+  third.settings.insert(kvchat::app::kHiddenAlternativeKey, true);
+  view.setMessages({record(1, "user", "go"), first, record(3, "assistant", "second try"), third,
+                    record(5, "user", "next"), record(6, "assistant", "only one")});
+  QList<qint64> shown;
+  for (MessageWidget* widget : view.messageWidgets()) shown << widget->messageId();
+  QCOMPARE(shown, (QList<qint64>{1, 3, 5, 6}));
+  QCOMPARE(view.messageWidget(3)->alternativesText(), QStringLiteral("2/3"));
+  QCOMPARE(view.messageWidget(6)->alternativesText(), QString());
+  QSignalSpy requested(&view, &ChatView::alternativeRequested);
+  view.messageWidget(3)->findChild<QToolButton*>("previousAlternativeButton")->click();
+  view.messageWidget(3)->findChild<QToolButton*>("nextAlternativeButton")->click();
+  QCOMPARE(requested.count(), 2);
+  QCOMPARE(requested[0].first().toLongLong(), 2);
+  QCOMPARE(requested[1].first().toLongLong(), 4);
 }
 
 QTEST_MAIN(MessageRenderingTest)
