@@ -36,7 +36,9 @@ int main() {
 
 - it stops at the end of the file,
 - a missing file just reads nothing: check `in.is_open()` first.
-Single line breaks stay line breaks.', 1700000001000, 'example', '{"stop_reason":"eos","generated_tokens":92}');
+
+A single line break
+stays a line break.', 1700000001000, 'example', '{}');
 SQL
 "$app" --db "$work/markdown.sqlite3" --settings "$work/markdown.ini" --window-size 1100x760 \
   --screenshot "$out/markdown-and-code.png"

@@ -348,7 +348,9 @@ void MainWindow::build_chart_dock() {
   chart_dock_ = new QDockWidget(tr("Decode time per token"), this);
   chart_dock_->setObjectName("decodeChartDock");
   chart_dock_->setWidget(chart_panel_);
-  addDockWidget(Qt::RightDockWidgetArea, chart_dock_);
+  // Below the chat, as wide as the window: positions run along the x axis.
+  chart_panel_->setMinimumHeight(220);
+  addDockWidget(Qt::BottomDockWidgetArea, chart_dock_);
   chart_dock_->hide();  // View > Decode-time chart
   chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
   connect(controller_, &ChatController::decodeTimingsChanged, this, [this] {

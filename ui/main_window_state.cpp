@@ -261,6 +261,9 @@ void MainWindow::refresh_cache_gauge() {
   }
   cache_bar_->setValue(static_cast<int>(std::min<qint64>(gauge.conversation_tokens, std::max(1, gauge.context_limit))));
   cache_bar_->setFormat(QStringLiteral("%1/%2 tok").arg(gauge.conversation_tokens).arg(gauge.context_limit));
+  // Wide enough for its own figures at the largest count this limit allows.
+  cache_bar_->setMinimumWidth(
+      cache_bar_->fontMetrics().horizontalAdvance(QStringLiteral("%1/%1 tok").arg(gauge.context_limit)) + 16);
   cache_bar_->setToolTip(tr("This chat's KV cache: %1 of the %2-token context")
                              .arg(gauge.conversation_tokens)
                              .arg(gauge.context_limit));

@@ -23,6 +23,7 @@ class ChatControllerTurnsTest : public QObject {
  private Q_SLOTS:
   void a_rejected_message_is_stored_as_failed_and_left_out();
   void a_two_megabyte_message_does_not_brick_the_chat();
+  void at_the_models_maximum_the_error_does_not_suggest_raising_the_limit();
   void a_message_sent_while_another_chat_generates_waits_for_it();
   void new_chat_reuses_an_empty_one();
   void continue_goes_on_with_a_reply_cut_short();
@@ -106,6 +107,20 @@ void ChatControllerTurnsTest::a_two_megabyte_message_does_not_brick_the_chat() {
   QVERIFY(!kvchat::app::is_failed_reply(records[5]));
   for (const auto& message : fixture.controller()->engineMessages(fixture.controller()->currentConversationId()))
     QVERIFY(message.content.size() < 1000);
+}
+
+void ChatControllerTurnsTest::at_the_models_maximum_the_error_does_not_suggest_raising_the_limit() {
+  ChatFixture fixture;
+  ChatSettings settings = greedy_chat_settings(8);
+  settings.context_limit = 0;  // the model's 512
+  settings.context_overflow = kvchat::app::ContextOverflowPolicy::DropOldestTurns;
+  QVERIFY(fixture.open(settings));
+  QVERIFY(fixture.controller()->send(QString("The cat sat on the mat. ").repeated(210)));
+  QVERIFY(fixture.waitIdle());
+  const QString error = kvchat::app::reply_error(fixture.controller()->currentMessages().at(1));
+  QVERIFY2(error.endsWith("tokens long and the context limit is 512 tokens, the model's maximum: shorten it"),
+           qPrintable(error));
+  QVERIFY(!error.contains("raise"));
 }
 
 void ChatControllerTurnsTest::a_message_sent_while_another_chat_generates_waits_for_it() {

@@ -93,6 +93,16 @@ void MessageRenderingTest::long_words_and_code_lines_never_widen_the_transcript(
     QVERIFY(copy);
     QVERIFY(copy->mapTo(view.widget(), QPoint(copy->width(), 0)).x() <= viewport);
   }
+  // Nothing is cut off inside a bubble either: every prose view's text fits its width (it wrapped).
+  for (MessageWidget* widget : widgets)
+    for (auto* prose : widget->body()->proseViews()) {
+      QVERIFY2(prose->document()->idealWidth() <= prose->viewport()->width() + 1,
+               qPrintable(QStringLiteral("message %1: text %2 px wide in a %3 px view")
+                              .arg(widget->messageId())
+                              .arg(prose->document()->idealWidth())
+                              .arg(prose->viewport()->width())));
+      QVERIFY(prose->mapTo(widget, QPoint(prose->width(), 0)).x() <= widget->width());
+    }
   // The 500-character word wraps onto several lines; the code line scrolls inside its block.
   auto* prose = widgets[0]->body()->proseViews().first();
   QVERIFY(prose->document()->lineCount() > 1 || prose->document()->size().height() > 3 * prose->fontMetrics().height());
