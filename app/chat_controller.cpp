@@ -5,9 +5,12 @@
 #include <QCoreApplication>
 #include <QSettings>
 
+#include <algorithm>
 #include <exception>
 
+#include "app/chat_turn_runner.h"
 #include "app/model_locator.h"
+#include "engine/model_loader.h"
 
 namespace kvchat::app {
 
@@ -26,6 +29,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     model_loaded_ = true;
     model_loading_ = false;
     cache_figures_.clear();
+    transcripts_.clear();  // ids of the previous model
     total_cache_bytes_ = 0;
     if (!remember_model_path_.isEmpty() && remember_model_path_ == info.directory) {
       settings_.model_path = info.directory;
@@ -43,6 +47,10 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     Q_EMIT modelLoadFailed(directory, message);
   });
   connect(worker_, &EngineWorker::cacheChanged, this, &ChatController::on_cache_changed);
+  connect(worker_, &EngineWorker::transcriptUpdated, this,
+          [this](qint64 conversation_id, const ConversationTokens& transcript) {
+            if (store_->conversation(conversation_id)) transcripts_.insert(conversation_id, transcript);
+          });
   connect(worker_, &EngineWorker::cacheEvicted, this, &ChatController::on_cache_evicted);
   set_up_turns();
   engine_thread_.start();
@@ -80,6 +88,13 @@ void ChatController::applySettings(const ChatSettings& settings) {
   if (resolve_model_path(settings_.model_path) != old_model || !model_loaded_) loadModel(QString());
 }
 
+void ChatController::setFontPointSize(int points) {
+  if (settings_.font_point_size == points) return;
+  settings_.font_point_size = points;
+  settings_.save(*settings_storage_);
+  settings_storage_->sync();
+}
+
 void ChatController::loadModel(const QString& path, bool remember) {
   const QString resolved = path.isEmpty() ? resolve_model_path(settings_.model_path) : path;
   remember_model_path_ = remember ? resolved : QString();
@@ -106,6 +121,61 @@ CacheGauge ChatController::cacheGauge() const {
   gauge.total_bytes = total_cache_bytes_;
   gauge.budget_bytes = settings_.effective_cache_budget_bytes();
   return gauge;
+}
+
+std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const QString& draft) const {
+  if (!model_loaded_ || !model_info_.model || !model_info_.model->tokenizer) return std::nullopt;
+  const LoadedModel& model = *model_info_.model;
+  DraftMeasure measure;
+  measure.context_limit = cacheGauge().context_limit;
+  const std::string text = draft.toStdString();
+  measure.draft_tokens = static_cast<int>(model.tokenizer->encode(text, /*add_special_tokens=*/false).size());
+  std::vector<ChatMessage> messages;
+  if (current_conversation_ != 0) messages = engineMessages(current_conversation_);
+  if (messages.empty() && !settings_.default_system_prompt.trimmed().isEmpty() && current_conversation_ == 0)
+    messages.push_back({"system", settings_.default_system_prompt.toStdString()});
+  messages.push_back({"user", text});
+  const ChatTurnRunner runner(model);
+  try {
+    // Continuing the conversation's exact ids, as the next turn will: re-encoding the whole chat can differ by
+    // a token at each reply boundary.
+    measure.prompt_tokens =
+        static_cast<int>(runner.encode_messages(messages, transcripts_.value(current_conversation_)).size());
+  } catch (const std::exception& error) {
+    spdlog::debug("cannot count the draft's tokens: {}", error.what());
+    return std::nullopt;
+  }
+  // The same rules as the turn: "stop" refuses a prompt that fills the window; dropping old turns only fails
+  // when the system prompt and this message alone do not fit.
+  if (settings_.context_overflow == ContextOverflowPolicy::Stop) {
+    measure.fits = measure.prompt_tokens < measure.context_limit;
+  } else {
+    std::vector<ChatMessage> alone;
+    if (!messages.empty() && messages.front().role == "system") alone.push_back(messages.front());
+    alone.push_back(messages.back());
+    measure.fits = static_cast<int>(runner.encode_messages(alone, ConversationTokens{}).size()) < measure.context_limit;
+  }
+  return measure;
+}
+
+QList<ChatController::HeldCache> ChatController::heldCaches() const {
+  QList<HeldCache> held;
+  for (auto it = cache_figures_.cbegin(); it != cache_figures_.cend(); ++it)
+    if (it->bytes > 0) held.push_back({it.key(), it->tokens, it->bytes});
+  std::sort(held.begin(), held.end(), [](const HeldCache& a, const HeldCache& b) { return a.bytes > b.bytes; });
+  return held;
+}
+
+bool ChatController::clearCache(qint64 conversation_id) {
+  if (active_ && active_->conversation_id == conversation_id) {
+    Q_EMIT errorOccurred(QStringLiteral("This chat is generating a reply: its cache cannot be cleared now."));
+    return false;
+  }
+  spdlog::info("clearing the cache of conversation {}", conversation_id);
+  transcripts_.remove(conversation_id);  // the worker forgets its ids too
+  QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
+                            Qt::QueuedConnection);
+  return true;
 }
 
 void ChatController::on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes,

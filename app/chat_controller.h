@@ -60,6 +60,8 @@ class ChatController : public QObject {
   const ChatSettings& settings() const { return settings_; }
   // Saves the settings; they apply from the next turn. A changed model path is loaded.
   void applySettings(const ChatSettings& settings);
+  // Saves only the chat's text size (a display choice: no reload, nothing for the next turn).
+  void setFontPointSize(int points);
 
   // `path` is a model directory or a .gguf file; empty = the settings' model (or the embedded one). With
   // remember, a successful load becomes the settings' model path, so the next start opens it again
@@ -78,25 +80,60 @@ class ChatController : public QObject {
   std::vector<ChatMessage> engineMessages(qint64 conversation_id) const;
 
   bool isGenerating() const { return active_.has_value(); }
+  // Conversations whose last message waits for the reply being generated in another chat to finish
+  // (sent while that one streamed), first to be answered first.
+  QList<qint64> queuedConversationIds() const { return queued_conversations_; }
+  bool isQueued(qint64 conversation_id) const { return queued_conversations_.contains(conversation_id); }
   qint64 generatingConversationId() const { return active_ ? active_->conversation_id : 0; }
   qint64 generatingMessageId() const { return active_ ? active_->message_id : 0; }
   QString generatingText() const { return active_ ? active_->text : QString(); }
   std::optional<GenerationStats> lastReplyStats() const { return last_stats_; }
   CacheGauge cacheGauge() const;
+  // The per-step decode times of the last reply and of the one before it (any chat): the decode-time chart.
+  std::optional<DecodeTimings> lastDecodeTimings() const { return last_timings_; }
+  std::optional<DecodeTimings> previousDecodeTimings() const { return previous_timings_; }
+  // Conversations whose KV cache is held in memory now, with its size (figures the engine reported).
+  struct HeldCache {
+    qint64 conversation_id = 0;
+    qint64 tokens = 0;
+    qint64 bytes = 0;
+  };
+  QList<HeldCache> heldCaches() const;
+  // What sending `draft` in the current chat would give the model, counted with its tokenizer and template.
+  struct DraftMeasure {
+    int draft_tokens = 0;   // the message alone
+    int prompt_tokens = 0;  // the whole prompt the next turn would send (history + this message)
+    int context_limit = 0;  // effective
+    bool fits = true;       // false: the turn would be refused (see ChatTurnRunner's overflow rules)
+  };
+  std::optional<DraftMeasure> measureDraft(const QString& draft) const;  // nullopt: no model loaded
+  // The current chat's last reply when it can be continued (see is_continuable_reply), else nullopt.
+  std::optional<MessageRecord> continuableReply() const;
 
   // The default title of a new conversation; the first message replaces it.
   static QString newConversationTitle();
 
  public Q_SLOTS:
+  // Selects an existing empty "New chat" rather than saving another one; else creates one.
   qint64 newConversation();
   void selectConversation(qint64 conversation_id);
   void renameConversation(qint64 conversation_id, const QString& title);
   void deleteConversation(qint64 conversation_id);
   void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
+  // Frees the conversation's KV cache (its next turn prefills the chat again). Not while it is generating.
+  bool clearCache(qint64 conversation_id);
 
   // Each returns false (and emits errorOccurred with the reason) when it cannot start a turn now.
+  // While another chat's reply streams, send() saves the message and queues its turn (turnQueued): it
+  // starts when that reply ends.
   bool send(const QString& text);
-  bool regenerate();                          // replaces the last assistant reply
+  // A new reply to the last message; the one it replaces is kept as an alternative (showAlternative).
+  bool regenerate();
+  // Shows that reply of its turn instead of the others (and gives it to the model from the next turn on).
+  bool showAlternative(qint64 message_id);
+  // Goes on writing the last reply where it was cut short (max tokens, Stop, the app closing mid-reply):
+  // the model continues its own text, and the new text is appended to the same message.
+  bool continueReply();
   bool editLastUserMessage(const QString& text);  // replaces the last user message and everything after it
   void stop();
 
@@ -113,11 +150,16 @@ class ChatController : public QObject {
   void decodeSpeedChanged(double tokens_per_second, int generated_tokens);
   void lastReplyStatsChanged();
   void cacheGaugeChanged();
+  void decodeTimingsChanged();
   void cacheEvicted(qint64 conversation_id);
   void modelLoading(const QString& path);
   void modelLoaded(const kvchat::app::ModelInfo& info);
   void modelLoadFailed(const QString& path, const QString& message);
   void errorOccurred(const QString& message);
+  // A turn failed (see is_failed_reply): the reply was saved with the error, which replyFinished also carries.
+  void replyFailed(qint64 conversation_id, qint64 message_id, const QString& message);
+  // The conversation's message waits for `waiting_for`'s reply to finish.
+  void turnQueued(qint64 conversation_id, qint64 waiting_for);
   void settingsChanged();
 
  private:
@@ -129,12 +171,16 @@ class ChatController : public QObject {
     QString committed_text;
     std::vector<qint64> engine_message_ids;  // the request's non-system messages, in order
     std::shared_ptr<std::atomic<bool>> stop;
+    bool continuing = false;          // continueReply(): message_id is an existing reply that grows
+    QJsonObject continued_stats;      // that reply's figures before, restored if going on fails
   };
 
   // chat_controller_turns.cpp
   void set_up_turns();  // the worker's turn signals and the turn timers (constructor)
-  bool start_turn(qint64 conversation_id);
+  // A new reply, or (continued) going on with that existing reply.
+  bool start_turn(qint64 conversation_id, const MessageRecord* continued = nullptr);
   bool can_start_turn();  // false (and errorOccurred says why) while a turn cannot start
+  void start_queued_turn();  // the next queued conversation's turn, once none is running
   void commit_growing_reply();
   void end_turn();
   void emit_reply_finished(qint64 message_id);
@@ -161,12 +207,15 @@ class ChatController : public QObject {
 
   qint64 current_conversation_ = 0;
   std::optional<ActiveTurn> active_;
+  QList<qint64> queued_conversations_;
   quint64 next_turn_id_ = 1;
   QTimer commit_timer_;
   QTimer speed_timer_;
   double live_decode_rate_ = 0.0;
   int live_generated_ = 0;
   std::optional<GenerationStats> last_stats_;
+  std::optional<DecodeTimings> last_timings_;
+  std::optional<DecodeTimings> previous_timings_;
 
   struct ConversationCacheFigures {
     qint64 tokens = 0;
@@ -176,6 +225,7 @@ class ChatController : public QObject {
     bool has_turn = false;
   };
   QHash<qint64, ConversationCacheFigures> cache_figures_;
+  QHash<qint64, ConversationTokens> transcripts_;  // the worker's, as of each conversation's last turn
   qint64 total_cache_bytes_ = 0;
 };
 

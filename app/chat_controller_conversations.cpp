@@ -24,6 +24,15 @@ QList<MessageRecord> ChatController::currentMessages() const {
 
 qint64 ChatController::newConversation() {
   try {
+    // Clicking "New chat" twice must not leave a trail of saved empty chats.
+    for (const ConversationRecord& existing : store_->conversations()) {
+      // An empty chat whose system prompt was edited is the user's work in progress, not a spare one.
+      if (existing.message_count != 0 || existing.title != newConversationTitle() ||
+          existing.system_prompt != settings_.default_system_prompt)
+        continue;
+      selectConversation(existing.id);
+      return existing.id;
+    }
     const qint64 id = store_->create_conversation(newConversationTitle(), settings_.default_system_prompt);
     spdlog::info("new conversation {}", id);
     Q_EMIT conversationsChanged();
@@ -61,6 +70,8 @@ void ChatController::deleteConversation(qint64 conversation_id) {
       active_->stop->store(true);
       end_turn();
     }
+    queued_conversations_.removeAll(conversation_id);
+    transcripts_.remove(conversation_id);
     store_->delete_conversation(conversation_id);
     QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
                               Qt::QueuedConnection);
@@ -76,6 +87,7 @@ void ChatController::deleteConversation(qint64 conversation_id) {
       selectConversation(remaining.isEmpty() ? 0 : remaining.first().id);
     }
     Q_EMIT cacheGaugeChanged();
+    start_queued_turn();
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
   }

@@ -28,6 +28,12 @@ void ChatController::set_up_turns() {
   connect(worker_, &EngineWorker::textReady, this, &ChatController::on_text_ready);
   connect(worker_, &EngineWorker::tokenStats, this, &ChatController::on_token_stats);
   connect(worker_, &EngineWorker::contextTrimmed, this, &ChatController::on_context_trimmed);
+  connect(worker_, &EngineWorker::decodeTimings, this, [this](quint64 turn_id, const DecodeTimings& timings) {
+    if (!active_ || active_->turn_id != turn_id) return;
+    previous_timings_ = last_timings_;
+    last_timings_ = timings;
+    Q_EMIT decodeTimingsChanged();
+  });
   connect(worker_, &EngineWorker::finished, this, &ChatController::on_finished);
   connect(worker_, &EngineWorker::failed, this, &ChatController::on_failed);
   // The growing reply is committed at least this often, so a crash loses at most kReplyCommitBound of it.
@@ -46,7 +52,11 @@ std::vector<ChatMessage> ChatController::engineMessages(qint64 conversation_id) 
 
 bool ChatController::can_start_turn() {
   QString reason;
-  if (active_) reason = QStringLiteral("A reply is still being generated: stop it first.");
+  if (active_ && active_->conversation_id == current_conversation_)
+    reason = QStringLiteral("A reply is still being generated: stop it first.");
+  else if (active_)
+    reason = QStringLiteral("Another chat (\u201c%1\u201d) is generating a reply: wait for it or stop it there.")
+                 .arg(store_->conversation(active_->conversation_id).value_or(ConversationRecord{}).title);
   else if (model_loading_ && !model_loaded_) reason = QStringLiteral("The model is still loading.");
   else if (!model_loaded_) reason = QStringLiteral("No model is loaded: open a model directory first.");
   else return true;
@@ -55,7 +65,10 @@ bool ChatController::can_start_turn() {
 }
 
 bool ChatController::send(const QString& text) {
-  if (!can_start_turn()) return false;
+  // Another chat's reply streaming does not block this one: the message waits for it (queued below).
+  const bool queue = active_ && active_->conversation_id != current_conversation_ && current_conversation_ != 0 &&
+                     model_loaded_;
+  if (!queue && !can_start_turn()) return false;
   if (text.trimmed().isEmpty()) return false;
   try {
     if (current_conversation_ == 0 || !store_->conversation(current_conversation_)) newConversation();
@@ -71,6 +84,14 @@ bool ChatController::send(const QString& text) {
     user.complete = true;
     store_->add_message(user);
     Q_EMIT conversationsChanged();
+    if (queue) {
+      if (!queued_conversations_.contains(conversation_id)) queued_conversations_.push_back(conversation_id);
+      spdlog::info("conversation {}: message queued behind conversation {}'s reply", conversation_id,
+                   active_->conversation_id);
+      Q_EMIT messagesReset();
+      Q_EMIT turnQueued(conversation_id, active_->conversation_id);
+      return true;
+    }
     return start_turn(conversation_id);
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
@@ -82,18 +103,77 @@ bool ChatController::regenerate() {
   if (!can_start_turn()) return false;
   try {
     const QList<MessageRecord> records = currentMessages();
-    const MessageRecord* last_assistant = nullptr;
+    const MessageRecord* last_reply = nullptr;
     for (auto it = records.crbegin(); it != records.crend(); ++it) {
-      if (it->role == "marker") continue;
-      if (it->role == "assistant") last_assistant = &*it;
+      if (it->role == "marker" || is_hidden_alternative(*it)) continue;
+      if (it->role == "assistant") last_reply = &*it;
       break;
     }
-    if (!last_assistant) {
+    if (!last_reply) {
       Q_EMIT errorOccurred(QStringLiteral("There is no reply to regenerate."));
       return false;
     }
-    store_->delete_messages_from(current_conversation_, last_assistant->id);
+    // Kept as an alternative of its turn (the window switches between them), no longer shown or sent.
+    QJsonObject settings = last_reply->settings;
+    settings.insert(kHiddenAlternativeKey, true);
+    store_->set_message_settings(last_reply->id, settings);
     return start_turn(current_conversation_);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return false;
+  }
+}
+
+bool ChatController::showAlternative(qint64 message_id) {
+  if (active_ && active_->conversation_id == current_conversation_) {
+    Q_EMIT errorOccurred(QStringLiteral("A reply is still being generated: stop it first."));
+    return false;
+  }
+  try {
+    const QList<MessageRecord> records = currentMessages();
+    const QList<qint64> alternatives = reply_alternatives(records, message_id);
+    if (alternatives.isEmpty()) {
+      Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a reply of this chat.").arg(message_id));
+      return false;
+    }
+    for (const MessageRecord& record : records) {
+      if (!alternatives.contains(record.id)) continue;
+      const bool hide = record.id != message_id;
+      if (is_hidden_alternative(record) == hide) continue;
+      QJsonObject settings = record.settings;
+      if (hide) settings.insert(kHiddenAlternativeKey, true);
+      else settings.remove(kHiddenAlternativeKey);
+      store_->set_message_settings(record.id, settings);
+    }
+    spdlog::info("conversation {}: showing reply {} of its turn", current_conversation_, message_id);
+    Q_EMIT messagesReset();
+    return true;
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return false;
+  }
+}
+
+std::optional<MessageRecord> ChatController::continuableReply() const {
+  if (current_conversation_ == 0) return std::nullopt;
+  const QList<MessageRecord> records = currentMessages();
+  for (auto it = records.crbegin(); it != records.crend(); ++it) {
+    if (it->role == "marker" || is_hidden_alternative(*it)) continue;
+    if (is_continuable_reply(*it)) return *it;
+    break;
+  }
+  return std::nullopt;
+}
+
+bool ChatController::continueReply() {
+  if (!can_start_turn()) return false;
+  try {
+    const std::optional<MessageRecord> reply = continuableReply();
+    if (!reply) {
+      Q_EMIT errorOccurred(QStringLiteral("The last reply is not one that was cut short: there is nothing to continue."));
+      return false;
+    }
+    return start_turn(current_conversation_, &*reply);
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
     return false;
@@ -119,10 +199,11 @@ bool ChatController::editLastUserMessage(const QString& text) {
   }
 }
 
-bool ChatController::start_turn(qint64 conversation_id) {
+bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* continued) {
   const std::vector<ChatMessage> messages = engineMessages(conversation_id);
-  if (messages.empty() || messages.back().role != "user") {
-    Q_EMIT errorOccurred(QStringLiteral("The conversation does not end with a message to answer."));
+  if (messages.empty() || messages.back().role != (continued ? "assistant" : "user")) {
+    Q_EMIT errorOccurred(continued ? QStringLiteral("The conversation does not end with a reply to continue.")
+                                   : QStringLiteral("The conversation does not end with a message to answer."));
     Q_EMIT messagesReset();
     return false;
   }
@@ -134,13 +215,22 @@ bool ChatController::start_turn(qint64 conversation_id) {
   for (const MessageRecord& record : messages_in_context(store_->messages(conversation_id)))
     turn.engine_message_ids.push_back(record.id);
 
-  MessageRecord reply;
-  reply.conversation_id = conversation_id;
-  reply.role = "assistant";
-  reply.model = model_info_.name;
-  reply.settings = settings_.to_json();
-  reply.complete = false;
-  turn.message_id = store_->add_message(reply);
+  if (continued) {
+    // The reply grows in place: same message, its text so far, its figures kept should the turn fail.
+    turn.message_id = continued->id;
+    turn.text = continued->text;
+    turn.committed_text = continued->text;
+    turn.continued_stats = continued->stats;
+    turn.continuing = true;
+  } else {
+    MessageRecord reply;
+    reply.conversation_id = conversation_id;
+    reply.role = "assistant";
+    reply.model = model_info_.name;
+    reply.settings = settings_.to_json();
+    reply.complete = false;
+    turn.message_id = store_->add_message(reply);
+  }
 
   TurnRequest request;
   request.turn_id = turn.turn_id;
@@ -152,6 +242,7 @@ bool ChatController::start_turn(qint64 conversation_id) {
   request.cache_budget_bytes = settings_.effective_cache_budget_bytes();
   request.threads = settings_.threads;
   request.stop = turn.stop;
+  request.continue_reply = continued != nullptr;
 
   active_ = std::move(turn);
   live_decode_rate_ = 0.0;
@@ -234,7 +325,9 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
   const qint64 conversation_id = active_->conversation_id;
   const qint64 message_id = active_->message_id;
   try {
-    store_->finish_message(message_id, active_->text, stats_to_json(stats));
+    QJsonObject saved = stats_to_json(stats);
+    if (active_->continuing) saved.insert(kReplyContinuedKey, true);
+    store_->finish_message(message_id, active_->text, saved);
   } catch (const std::exception& error) {
     spdlog::error("cannot save the reply: {}", error.what());
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
@@ -257,21 +350,46 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
   Q_EMIT lastReplyStatsChanged();
   Q_EMIT cacheGaugeChanged();
   Q_EMIT conversationsChanged();
+  start_queued_turn();
 }
 
 void ChatController::on_failed(quint64 turn_id, const QString& message) {
   if (!active_ || active_->turn_id != turn_id) return;
+  const qint64 conversation_id = active_->conversation_id;
   const qint64 message_id = active_->message_id;
+  const bool continuing = active_->continuing;
   try {
-    QJsonObject stats;
-    stats.insert("error", message);
-    store_->finish_message(message_id, active_->text, stats);
+    if (continuing) {
+      // Going on with a reply failed: the reply itself stands as it was (plus anything that did arrive).
+      store_->finish_message(message_id, active_->text, active_->continued_stats);
+    } else {
+      QJsonObject stats;
+      stats.insert(kReplyErrorKey, message);
+      store_->finish_message(message_id, active_->text, stats);
+    }
   } catch (const std::exception& error) {
     spdlog::error("cannot save the failed reply: {}", error.what());
   }
   end_turn();
   emit_reply_finished(message_id);
-  Q_EMIT errorOccurred(message);
+  // Shown once: a failed turn's error is in its reply; a failed continuation has no reply of its own.
+  if (continuing) Q_EMIT errorOccurred(message);
+  else Q_EMIT replyFailed(conversation_id, message_id, message);
+  Q_EMIT conversationsChanged();
+  start_queued_turn();
+}
+
+void ChatController::start_queued_turn() {
+  while (!active_ && !queued_conversations_.isEmpty()) {
+    const qint64 conversation_id = queued_conversations_.takeFirst();
+    if (!store_->conversation(conversation_id)) continue;
+    spdlog::info("conversation {}: starting its queued turn", conversation_id);
+    try {
+      start_turn(conversation_id);
+    } catch (const std::exception& error) {
+      Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    }
+  }
 }
 
 }  // namespace kvchat::app

@@ -14,8 +14,39 @@ namespace kvchat::app {
 // A "marker" message's settings key: the id of the first message still in the model's context.
 inline constexpr const char* kMarkerContextStartKey = "context_starts_at";
 
-// The user/assistant messages the model sees: those from the last context cut on, without empty replies.
+// A reply's stats key holding why its turn failed (context full with the "stop" policy, a message longer
+// than the window, an engine error).
+inline constexpr const char* kReplyErrorKey = "error";
+
+// The one rule for a failed turn, everywhere (store, prompt, window, exports): the user message and the reply
+// are kept, the reply complete with its partial text (usually none) and stats {"error": why}; the window and
+// every export show that error instead of reply figures; and neither message is given to the model again,
+// so one rejected message cannot make every later turn of the chat fail.
+bool is_failed_reply(const MessageRecord& message);
+// A reply's stats key set when its text was written in more than one turn (Continue).
+inline constexpr const char* kReplyContinuedKey = "continued";
+// A reply that can be continued: not failed, some text, and cut short rather than finished: left incomplete
+// (the app closed mid-reply), or stopped by max tokens or the Stop button.
+bool is_continuable_reply(const MessageRecord& message);
+QString reply_error(const MessageRecord& message);  // empty unless is_failed_reply()
+
+// Regenerate keeps the replies it replaces: each is marked with this settings key (true) and stays with its turn
+// as an alternative the window can switch back to. One reply per turn is shown; only the shown one is given
+// to the model, exported, continued or regenerated.
+inline constexpr const char* kHiddenAlternativeKey = "hidden_alternative";
+bool is_hidden_alternative(const MessageRecord& message);
+// The ids of the replies of `reply_id`'s turn (the assistant messages between its user message and the next),
+// oldest first, `reply_id` included; empty when there is no such reply.
+QList<qint64> reply_alternatives(const QList<MessageRecord>& messages, qint64 reply_id);
+
+// The user/assistant messages the model sees: those from the last context cut on, without empty replies,
+// hidden alternatives and failed turns (see is_failed_reply).
 QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages);
+
+// The messages in the order a reader should see them: each context-cut marker just above the first message
+// the model still saw (a marker is written after the turn that needed the cut, so its id comes later), and
+// hidden alternatives left out. The window and every export use this order.
+QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& messages);
 
 // The conversation's system prompt (if any) followed by messages_in_context().
 std::vector<ChatMessage> chat_messages_for_engine(const ConversationRecord& conversation,

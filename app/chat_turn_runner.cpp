@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/model_loader.h"
 #include "engine/session.h"
@@ -15,6 +16,15 @@ std::string too_long_message(size_t prompt_tokens, int limit) {
   return "this conversation is " + std::to_string(prompt_tokens) + " tokens long and the context limit is " +
          std::to_string(limit) +
          " tokens: start a new chat, or set the context overflow policy to drop the oldest turns";
+}
+
+// Raising the limit helps only below the model's own maximum.
+std::string last_message_too_long(size_t prompt_tokens, int limit, int model_limit) {
+  return "the last message alone is " + std::to_string(prompt_tokens) + " tokens long and the context limit is " +
+         std::to_string(limit) + " tokens" +
+         (limit < model_limit ? ": shorten it or raise the context limit (the model reads up to " +
+                                    std::to_string(model_limit) + ")"
+                              : ", the model's maximum: shorten it");
 }
 
 template <typename Sequence>
@@ -66,12 +76,25 @@ int ChatTurnRunner::effective_context_limit(int requested_limit) const {
   return requested_limit;
 }
 
+namespace {
+
+// The rendered conversation cut right after the last message's content (the reply to continue): what the
+// template writes after it (the end of the turn) is not part of the prompt.
+void cut_after_last_content(RenderedPrompt& prompt) {
+  if (prompt.content_ranges.empty()) throw std::invalid_argument("the reply to continue is not in the rendered prompt");
+  const std::size_t end = prompt.content_ranges.back().second;
+  prompt.text.resize(end);
+}
+
+}  // namespace
+
 std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessage>& messages,
-                                                     const ConversationTokens& known,
+                                                     const ConversationTokens& known, bool continue_reply,
                                                      std::string* rendered_text) const {
   if (!model_.tokenizer)
     throw std::invalid_argument("model " + model_.path + " has no tokenizer, so it cannot be used for chat");
-  const RenderedPrompt prompt = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/true);
+  RenderedPrompt prompt = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/!continue_reply);
+  if (continue_reply) cut_after_last_content(prompt);
   *rendered_text = prompt.text;
   const Tokenizer& tokenizer = *model_.tokenizer;
 
@@ -101,16 +124,16 @@ std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessa
 }
 
 std::vector<TokenId> ChatTurnRunner::encode_messages(const std::vector<ChatMessage>& messages,
-                                                     const ConversationTokens& known) const {
+                                                     const ConversationTokens& known, bool continue_reply) const {
   std::string text;
-  return encode_rendered(messages, known, &text);
+  return encode_rendered(messages, known, continue_reply, &text);
 }
 
 ChatTurnRunner::FittedPrompt ChatTurnRunner::fit_prompt(const std::vector<ChatMessage>& messages,
                                                         const ConversationTokens& known, const TurnOptions& options,
                                                         int context_limit) const {
   FittedPrompt fitted;
-  fitted.ids = encode_rendered(messages, known, &fitted.text);
+  fitted.ids = encode_rendered(messages, known, options.continue_reply, &fitted.text);
   const size_t limit = static_cast<size_t>(context_limit);
   if (options.overflow == ContextOverflowPolicy::Stop) {
     if (fitted.ids.size() >= limit) throw ContextLimitError(too_long_message(fitted.ids.size(), context_limit));
@@ -123,11 +146,10 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::fit_prompt(const std::vector<ChatMe
       static_cast<size_t>(std::max(1, std::min(options.generation.max_new_tokens, context_limit / 4)));
   if (fitted.ids.size() + reply_room <= limit) return fitted;
   const size_t target = limit > reply_room + limit / 4 ? limit - reply_room - limit / 4 : 1;
-  fitted = drop_oldest_turns(messages, target);
+  fitted = drop_oldest_turns(messages, target, options.continue_reply);
   if (fitted.ids.size() >= limit)
-    throw ContextLimitError("the last message alone is " + std::to_string(fitted.ids.size()) +
-                            " tokens long and the context limit is " + std::to_string(context_limit) +
-                            " tokens: shorten it or raise the context limit");
+    throw ContextLimitError(last_message_too_long(fitted.ids.size(), context_limit,
+                                                  static_cast<int>(model_.config.max_position_embeddings)));
   spdlog::info("context limit {}: left out the {} oldest messages, prompt now {} tokens", context_limit,
                fitted.dropped_messages, fitted.ids.size());
   return fitted;
@@ -139,7 +161,7 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::fit_prompt(const std::vector<ChatMe
 // message (or at the last message). Leaving out more never lengthens the prompt, so the cut is found
 // by bisection: a few renders of the conversation, not one per message.
 ChatTurnRunner::FittedPrompt ChatTurnRunner::drop_oldest_turns(const std::vector<ChatMessage>& messages,
-                                                               std::size_t target) const {
+                                                               std::size_t target, bool continue_reply) const {
   std::size_t first_turn = 0;
   while (first_turn < messages.size() && messages[first_turn].role == "system") ++first_turn;
   std::vector<std::size_t> cuts;  // where the kept turns may start, ascending
@@ -151,7 +173,7 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::drop_oldest_turns(const std::vector
     std::vector<ChatMessage> kept(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(first_turn));
     kept.insert(kept.end(), messages.begin() + static_cast<std::ptrdiff_t>(cut), messages.end());
     FittedPrompt fitted;
-    fitted.ids = encode_rendered(kept, nothing_known, &fitted.text);
+    fitted.ids = encode_rendered(kept, nothing_known, continue_reply, &fitted.text);
     fitted.dropped_messages = static_cast<int>(cut - first_turn);
     return fitted;
   };
@@ -176,6 +198,9 @@ TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript
                                 const std::vector<ChatMessage>& messages, const TurnOptions& options,
                                 const std::atomic<bool>* stop, const ReplyProgressCallback& on_progress) const {
   if (messages.empty()) throw std::invalid_argument("a chat turn needs at least one message");
+  if (options.continue_reply && messages.back().role != "assistant")
+    throw std::invalid_argument("there is no reply to continue: the conversation ends with a " + messages.back().role +
+                                " message");
   TurnOutcome outcome;
   outcome.context_limit = effective_context_limit(options.context_limit);
   FittedPrompt fitted = fit_prompt(messages, transcript, options, outcome.context_limit);
@@ -186,8 +211,21 @@ TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript
   config.context_limit = outcome.context_limit;  // the engine stops the reply there (ContextFull)
 
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
+  if (options.continue_reply) {
+    // The reply goes on mid-text: the decoder must not treat its first token as the start of a text (it
+    // would strip that token's leading space), so it first sees the last ids of the reply so far.
+    constexpr std::size_t kContextIds = 8;
+    const std::size_t from = fitted.ids.size() > kContextIds ? fitted.ids.size() - kContextIds : 0;
+    for (std::size_t i = from; i < fitted.ids.size(); ++i) decoder.push(fitted.ids[i]);
+  }
   DecodeProgress last_progress;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point previous_token;
   auto on_token = [&](TokenId token, const DecodeProgress& progress) {
+    const Clock::time_point now = Clock::now();
+    if (progress.generated_tokens > 1)
+      outcome.decode_step_ms.push_back(std::chrono::duration<double, std::milli>(now - previous_token).count());
+    previous_token = now;
     const std::string chunk = decoder.push(token);
     outcome.reply += chunk;
     last_progress = progress;

@@ -61,6 +61,9 @@ struct TurnOptions {
   GenerationConfig generation;
   int context_limit = 0;  // 0 = the model's max_position_embeddings; never more than it
   ContextOverflowPolicy overflow = ContextOverflowPolicy::Stop;
+  // `messages` ends with an assistant reply that was cut short (max tokens, Stop, a crash): the prompt is
+  // the conversation up to the end of that reply's text, so the model goes on writing it.
+  bool continue_reply = false;
 };
 
 // Called for every sampled token. `chunk` is the newly completed reply text (valid UTF-8, may be empty
@@ -79,6 +82,10 @@ struct TurnOutcome {
   GenerationStats stats;              // as the engine reported them
   int context_limit = 0;              // the effective limit this turn ran under
   int dropped_messages = 0;           // leading non-system messages left out to fit the window
+  // Wall time of each decode step after the first token, measured here around Session::generate's
+  // callbacks: decode_step_ms[i] is the step that produced generated_ids[i + 1], which attended over
+  // prompt_ids.size() + i + 1 positions (all of them recomputed when the cache is off).
+  std::vector<double> decode_step_ms;
 };
 
 class ChatTurnRunner {
@@ -90,8 +97,8 @@ class ChatTurnRunner {
 
   // The prompt ids for `messages` (the generation prompt added), continuing `known`'s exact ids up to
   // the longest turn boundary the rendered text starts with.
-  std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages,
-                                       const ConversationTokens& known) const;
+  std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
+                                       bool continue_reply = false) const;
 
   // Runs one turn. `messages` ends with the new user message. Throws ContextLimitError,
   // std::invalid_argument (no tokenizer, empty prompt) and whatever the engine throws; on success the
@@ -108,9 +115,10 @@ class ChatTurnRunner {
   };
   FittedPrompt fit_prompt(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
                           const TurnOptions& options, int context_limit) const;
-  FittedPrompt drop_oldest_turns(const std::vector<ChatMessage>& messages, std::size_t target) const;
+  FittedPrompt drop_oldest_turns(const std::vector<ChatMessage>& messages, std::size_t target,
+                                 bool continue_reply) const;
   std::vector<TokenId> encode_rendered(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
-                                       std::string* rendered_text) const;
+                                       bool continue_reply, std::string* rendered_text) const;
 
   const LoadedModel& model_;
 };

@@ -561,6 +561,16 @@ void ConversationStore::delete_messages_from(qint64 conversation_id, qint64 firs
   transaction.commit();
 }
 
+void ConversationStore::set_message_settings(qint64 message_id, const QJsonObject& settings) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot update the settings of message %1").arg(message_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  StoreQuery update(db, database_path_, purpose, QStringLiteral("UPDATE messages SET settings = :settings WHERE id = :id"));
+  update.bind(QStringLiteral(":settings"), json_text(settings)).bind(QStringLiteral(":id"), message_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no message %1").arg(message_id));
+  transaction.commit();
+}
+
 QString ConversationStore::integrity_check() const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("integrity check failed"),

@@ -75,6 +75,8 @@ class ConversationStore {
   void update_message_text(qint64 message_id, const QString& text);  // streaming progress, committed (complete stays false)
   void finish_message(qint64 message_id, const QString& text, const QJsonObject& stats);  // complete = true, committed
   void delete_messages_from(qint64 conversation_id, qint64 first_message_id);  // that message and all after it
+  // Replaces a message's settings object (e.g. which of a reply's alternatives is shown), committed.
+  void set_message_settings(qint64 message_id, const QJsonObject& settings);
 
   // Runs SQLite's `PRAGMA integrity_check` and returns its first row ("ok" for a healthy file).
   QString integrity_check() const;

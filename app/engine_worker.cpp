@@ -9,7 +9,6 @@
 #include <map>
 #include <optional>
 
-#include "app/chat_turn_runner.h"
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -44,6 +43,8 @@ EngineWorker::~EngineWorker() = default;
 void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::app::ModelInfo>("kvchat::app::ModelInfo");
   qRegisterMetaType<kvchat::app::TurnRequest>("kvchat::app::TurnRequest");
+  qRegisterMetaType<kvchat::app::DecodeTimings>("kvchat::app::DecodeTimings");
+  qRegisterMetaType<kvchat::app::ConversationTokens>("kvchat::app::ConversationTokens");
   qRegisterMetaType<kvchat::GenerationStats>("kvchat::GenerationStats");
 }
 
@@ -77,6 +78,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
     info.kv_bytes_per_token = model->config.kv_bytes_per_token();
     info.has_chat_template = model->formatter.has_template();
     info.load_seconds = timer.elapsed() / 1000.0;
+    info.model = model;
     spdlog::info("loaded model {} ({} parameters, context {}) in {:.2f} s", directory.toStdString(),
                  info.parameter_count, info.context_length, info.load_seconds);
     Q_EMIT loaded(info);
@@ -106,6 +108,7 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     options.generation = request.generation;
     options.context_limit = request.context_limit;
     options.overflow = request.overflow;
+    options.continue_reply = request.continue_reply;
 
     std::string pending;
     QElapsedTimer since_flush;
@@ -135,6 +138,12 @@ void EngineWorker::runTurn(const TurnRequest& request) {
                   to_string(outcome.stats.stop_reason));
     // Cache figures first, so that whoever handles finished() already sees the caches as they now are.
     enforce_budget(request.conversation_id, request.cache_budget_bytes);
+    Q_EMIT transcriptUpdated(request.conversation_id, cache.transcript);
+    DecodeTimings timings;
+    timings.first_position = static_cast<int>(outcome.prompt_ids.size()) + 1;
+    timings.step_ms = QList<double>(outcome.decode_step_ms.begin(), outcome.decode_step_ms.end());
+    timings.cache_mode = outcome.stats.cache_mode;
+    Q_EMIT decodeTimings(turn_id, timings);
     Q_EMIT finished(turn_id, outcome.stats);
   } catch (const std::exception& error) {
     spdlog::error("turn {} failed: {}", turn_id, error.what());

@@ -15,8 +15,13 @@
 #include <memory>
 #include <vector>
 
+#include "app/chat_turn_runner.h"
 #include "app/settings.h"
 #include "engine/types.h"
+
+namespace kvchat {
+struct LoadedModel;
+}
 
 namespace kvchat::app {
 
@@ -34,6 +39,9 @@ struct ModelInfo {
   qint64 kv_bytes_per_token = 0;
   bool has_chat_template = false;
   double load_seconds = 0.0;
+  // The loaded model itself, read-only: its tokenizer and template also count the tokens of a message being
+  // typed on the GUI thread (ChatController::measureDraft). The weights are only ever used by the worker.
+  std::shared_ptr<const kvchat::LoadedModel> model;
 };
 
 struct TurnRequest {
@@ -46,6 +54,16 @@ struct TurnRequest {
   qint64 cache_budget_bytes = 0;  // total K/V bytes all conversations may keep
   int threads = 0;                // 0 = the machine's cores
   std::shared_ptr<std::atomic<bool>> stop;  // set by the GUI thread to stop this turn
+  bool continue_reply = false;  // messages end with a cut-short reply to go on with (TurnOptions)
+};
+
+// How long each decode step of one reply took, measured on the engine thread (ChatTurnRunner): the points
+// of the decode-time chart. With the cache a step costs about the same at every position; without it each
+// step recomputes the whole prefix, so the time climbs with the position.
+struct DecodeTimings {
+  int first_position = 0;       // positions attended over by the first step timed
+  QList<double> step_ms;        // step i attended over first_position + i positions
+  KvCacheMode cache_mode = KvCacheMode::Contiguous;
 };
 
 class EngineWorker : public QObject {
@@ -73,6 +91,11 @@ class EngineWorker : public QObject {
   void tokenStats(quint64 turn_id, int generated_tokens, double decode_tokens_per_second);
   // The oldest `dropped_messages` non-system messages of the request were left out to fit the window.
   void contextTrimmed(quint64 turn_id, int dropped_messages, int context_limit);
+  // After a turn: the exact ids the conversation has given the model (what the next turn continues). Lets the
+  // GUI thread count a typed message's tokens exactly as the next turn will (ChatController::measureDraft).
+  void transcriptUpdated(qint64 conversation_id, const kvchat::app::ConversationTokens& transcript);
+  // Just before finished(): the reply's per-step decode times.
+  void decodeTimings(quint64 turn_id, const kvchat::app::DecodeTimings& timings);
   void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void failed(quint64 turn_id, const QString& message);
 
@@ -91,4 +114,6 @@ class EngineWorker : public QObject {
 
 Q_DECLARE_METATYPE(kvchat::app::ModelInfo)
 Q_DECLARE_METATYPE(kvchat::app::TurnRequest)
+Q_DECLARE_METATYPE(kvchat::app::DecodeTimings)
+Q_DECLARE_METATYPE(kvchat::app::ConversationTokens)
 Q_DECLARE_METATYPE(kvchat::GenerationStats)

@@ -12,6 +12,7 @@
 #include <QSaveFile>
 #include <QStringList>
 
+#include "app/chat_history.h"
 #include "app/stats_json.h"
 
 namespace kvchat::app {
@@ -30,13 +31,18 @@ QString timestamp(const QDateTime& time) {
   return time.isValid() ? time.toUTC().toString(Qt::ISODateWithMs) : QString();
 }
 
-// "model · stats" under a reply; empty when there is nothing to say.
+// "model · stats" under a reply; empty when there is nothing to say. A failed reply has no figures to show
+// (its error is written instead, see failure_line).
 QString reply_footer(const MessageRecord& message) {
   QStringList parts;
   if (!message.model.isEmpty()) parts << message.model;
-  const QString summary = stats_summary(message.stats);
+  const QString summary = is_failed_reply(message) ? QString() : stats_summary(message.stats);
   if (!summary.isEmpty()) parts << summary;
   return parts.join(QStringLiteral(" · "));
+}
+
+QString failure_line(const MessageRecord& message) {
+  return QStringLiteral("Failed: %1 (this turn is left out of what the model sees)").arg(reply_error(message));
 }
 
 QString prefix_lines(const QString& text, const QString& prefix) {
@@ -53,13 +59,16 @@ QString to_markdown(const ConversationRecord& conversation, const QList<MessageR
              .arg(timestamp(conversation.created_at), timestamp(conversation.updated_at));
   if (!conversation.system_prompt.isEmpty())
     out += QStringLiteral("\n**System prompt:**\n\n%1\n").arg(prefix_lines(conversation.system_prompt, QStringLiteral("> ")));
-  for (const MessageRecord& message : messages) {
+  for (const MessageRecord& message : messages_in_reading_order(messages)) {
     out += QStringLiteral("\n## %1\n\n").arg(role_label(message.role));
     if (message.role == QLatin1String("marker")) {
       out += prefix_lines(message.text, QStringLiteral("> ")) + QLatin1Char('\n');
       continue;
     }
-    out += message.text + QLatin1Char('\n');
+    if (!message.text.isEmpty()) out += message.text + QLatin1Char('\n');
+    if (is_failed_reply(message))
+      out += QStringLiteral("%1**%2**\n").arg(message.text.isEmpty() ? QString() : QStringLiteral("\n"),
+                                             failure_line(message).toHtmlEscaped());
     if (!message.complete) out += QStringLiteral("\n*(incomplete)*\n");
     if (message.role == QLatin1String("assistant")) {
       const QString footer = reply_footer(message);
@@ -76,8 +85,10 @@ QString to_text(const ConversationRecord& conversation, const QList<MessageRecor
                                                          timestamp(conversation.updated_at));
   if (!conversation.system_prompt.isEmpty())
     out += QStringLiteral("\nSystem prompt:\n%1\n").arg(conversation.system_prompt);
-  for (const MessageRecord& message : messages) {
-    out += QStringLiteral("\n%1:\n%2\n").arg(role_label(message.role), message.text);
+  for (const MessageRecord& message : messages_in_reading_order(messages)) {
+    out += QStringLiteral("\n%1:\n").arg(role_label(message.role));
+    if (!message.text.isEmpty() || !is_failed_reply(message)) out += message.text + QLatin1Char('\n');
+    if (is_failed_reply(message)) out += failure_line(message) + QLatin1Char('\n');
     if (!message.complete) out += QStringLiteral("(incomplete)\n");
     if (message.role == QLatin1String("assistant")) {
       const QString footer = reply_footer(message);
@@ -87,6 +98,7 @@ QString to_text(const ConversationRecord& conversation, const QList<MessageRecor
   return out;
 }
 
+// Every export carries the chat as it reads: a turn's shown reply, not the alternatives Regenerate replaced.
 QString to_json(const ConversationRecord& conversation, const QList<MessageRecord>& messages) {
   QJsonObject root;
   root.insert(QStringLiteral("id"), conversation.id);
@@ -95,7 +107,7 @@ QString to_json(const ConversationRecord& conversation, const QList<MessageRecor
   root.insert(QStringLiteral("created_at"), timestamp(conversation.created_at));
   root.insert(QStringLiteral("updated_at"), timestamp(conversation.updated_at));
   QJsonArray items;
-  for (const MessageRecord& message : messages) {
+  for (const MessageRecord& message : messages_in_reading_order(messages)) {
     QJsonObject item;
     item.insert(QStringLiteral("id"), message.id);
     item.insert(QStringLiteral("role"), message.role);
@@ -105,6 +117,7 @@ QString to_json(const ConversationRecord& conversation, const QList<MessageRecor
     item.insert(QStringLiteral("settings"), message.settings);
     item.insert(QStringLiteral("stats"), message.stats);
     item.insert(QStringLiteral("complete"), message.complete);
+    if (is_failed_reply(message)) item.insert(QStringLiteral("error"), reply_error(message));
     items.append(item);
   }
   root.insert(QStringLiteral("messages"), items);

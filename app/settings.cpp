@@ -125,6 +125,8 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   }
   loaded.cache_budget_bytes = read_clamped<qint64>(settings, "cache_budget_bytes", defaults.cache_budget_bytes, 0,
                                                    std::numeric_limits<qint64>::max());
+  loaded.font_point_size = read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0,
+                                             ChatSettings::kMaxFontPointSize);
   settings.endGroup();
   return loaded;
 }
@@ -147,6 +149,7 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("context_limit"), context_limit);
   settings.setValue(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
   settings.setValue(QStringLiteral("cache_budget_bytes"), QString::number(cache_budget_bytes));
+  settings.setValue(QStringLiteral("font_point_size"), font_point_size);
   settings.endGroup();
   settings.sync();
   if (settings.status() != QSettings::NoError)

@@ -30,6 +30,9 @@ struct ChatSettings {
   int context_limit = 0;    // 0 = the model's max_position_embeddings
   ContextOverflowPolicy context_overflow = ContextOverflowPolicy::Stop;
   qint64 cache_budget_bytes = 0;  // 0 = default: a share of physical memory (see effective_cache_budget_bytes)
+  int font_point_size = 0;        // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
+  static constexpr int kMinFontPointSize = 6;
+  static constexpr int kMaxFontPointSize = 48;
 
   static int max_threads();  // the engine's limit: 4x the machine's cores
   static ChatSettings load(QSettings& settings);  // missing keys keep the defaults; out-of-range values clamped, logged

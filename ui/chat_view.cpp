@@ -14,10 +14,21 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   setObjectName("chatView");
   setWidgetResizable(true);
   setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  setFocusPolicy(Qt::NoFocus);  // the transcript scrolls with the wheel and PgUp/PgDn from the input
   container_ = new QWidget(this);
+  // The transcript is exactly as wide as the view: long words wrap, long code lines scroll in their block.
+  container_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   layout_ = new QVBoxLayout(container_);
   layout_->setContentsMargins(12, 12, 12, 12);
   layout_->setSpacing(10);
+  placeholder_ = new QLabel(container_);
+  placeholder_->setObjectName("chatPlaceholder");
+  placeholder_->setWordWrap(true);
+  placeholder_->setAlignment(Qt::AlignCenter);
+  placeholder_->setTextFormat(Qt::RichText);
+  placeholder_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  placeholder_->setStyleSheet("color: palette(mid); padding: 24px;");
+  placeholder_->hide();
   layout_->addStretch(1);
   setWidget(container_);
   // Follow new text only while the reader is at the bottom.
@@ -31,25 +42,8 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
 
 void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qint64 streaming_message_id,
                            const QString& streaming_text) {
-  // A marker belongs just above the first message still in context, wherever it was written.
-  QList<kvchat::app::MessageRecord> ordered;
-  QList<kvchat::app::MessageRecord> markers;
-  for (const auto& message : messages) {
-    if (message.role == "marker" && message.settings.contains(kvchat::app::kMarkerContextStartKey))
-      markers.push_back(message);
-    else
-      ordered.push_back(message);
-  }
-  for (const auto& marker : markers) {
-    const qint64 before_id = marker.settings.value(kvchat::app::kMarkerContextStartKey).toInteger();
-    int position = static_cast<int>(ordered.size());
-    for (int i = 0; i < ordered.size(); ++i)
-      if (ordered[i].id == before_id) {
-        position = i;
-        break;
-      }
-    ordered.insert(position, marker);
-  }
+  const QList<kvchat::app::MessageRecord> ordered = kvchat::app::messages_in_reading_order(messages);
+  if (layout_->indexOf(placeholder_) >= 0) layout_->removeWidget(placeholder_);  // put back by refresh_placeholder()
   // Sending appends to the list: keep the widgets already shown (a long chat is not re-rendered) when
   // they are, id for id, the start of the new list.
   const QList<MessageWidget*> shown = messageWidgets();
@@ -81,8 +75,17 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
         widget->setStreaming(true);
       }
     }
+    connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
+    connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
+    widget->setContinuable(message.id == continuable_message_);
     layout_->insertWidget(layout_->count() - 1, widget);
   }
+  for (MessageWidget* widget : messageWidgets()) {
+    if (widget->role() != QLatin1String("assistant")) continue;
+    const QList<qint64> alternatives = kvchat::app::reply_alternatives(messages, widget->messageId());
+    widget->setAlternatives(alternatives, static_cast<int>(alternatives.indexOf(widget->messageId())));
+  }
+  refresh_placeholder();
   following_ = true;
   scroll_to_bottom_if_following();
 }
@@ -104,10 +107,30 @@ void ChatView::showError(const QString& message) {
   label->setObjectName("chatError");
   label->setWordWrap(true);
   label->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  label->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   label->setStyleSheet("color: #b00020; background: #fdecee; border: 1px solid #f0b8c0; border-radius: 6px; padding: 6px;");
   label->setText(message);
   layout_->insertWidget(layout_->count() - 1, label);
   scroll_to_bottom_if_following();
+}
+
+void ChatView::setPlaceholder(const QString& text) {
+  placeholder_->setText(text);
+  refresh_placeholder();
+}
+
+QString ChatView::placeholderText() const { return placeholder_->isHidden() ? QString() : placeholder_->text(); }
+
+void ChatView::refresh_placeholder() {
+  const bool empty = messageWidgets().isEmpty();
+  if (empty && layout_->indexOf(placeholder_) < 0) layout_->insertWidget(0, placeholder_);
+  if (!empty && layout_->indexOf(placeholder_) >= 0) layout_->removeWidget(placeholder_);
+  placeholder_->setVisible(empty && !placeholder_->text().isEmpty());
+}
+
+void ChatView::setContinuableMessage(qint64 message_id) {
+  continuable_message_ = message_id;
+  for (MessageWidget* widget : messageWidgets()) widget->setContinuable(widget->messageId() == message_id);
 }
 
 QList<MessageWidget*> ChatView::messageWidgets() const {

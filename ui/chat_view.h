@@ -7,6 +7,7 @@
 
 #include "app/conversation_store.h"
 
+class QLabel;
 class QVBoxLayout;
 
 namespace kvchat::ui {
@@ -25,13 +26,27 @@ class ChatView : public QScrollArea {
   void updateMessage(const kvchat::app::MessageRecord& message);
   // A transient error line at the end of the transcript (cleared by the next setMessages()).
   void showError(const QString& message);
+  // Shown instead of the transcript while the conversation has no messages (what the model is, what to try).
+  void setPlaceholder(const QString& text);
+  QString placeholderText() const;
+  // The message offered Continue (0 = none).
+  void setContinuableMessage(qint64 message_id);
+
+ Q_SIGNALS:
+  void continueRequested(qint64 message_id);
+  void alternativeRequested(qint64 message_id);
+
+ public:
 
   QList<MessageWidget*> messageWidgets() const;
   MessageWidget* messageWidget(qint64 message_id) const;
 
  private:
   void scroll_to_bottom_if_following();
+  void refresh_placeholder();
   QWidget* container_ = nullptr;
+  QLabel* placeholder_ = nullptr;
+  qint64 continuable_message_ = 0;
   QVBoxLayout* layout_ = nullptr;
   bool following_ = true;
 };

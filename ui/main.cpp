@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <QApplication>
+#include <QDockWidget>
 #include <QIcon>
 #include <QCommandLineParser>
 #include <QMessageBox>
@@ -21,12 +22,19 @@ namespace {
 
 // --send / --screenshot: sends the given messages one after another once the model is loaded, then saves
 // a picture of the window (for the README and for checking the window on a machine without a screen).
+// With then_cache_off, the KV cache is switched off after the first message (both lines in the chart).
 void script_session(kvchat::app::ChatController* controller, kvchat::ui::MainWindow* window, QStringList messages,
-                    const QString& screenshot_path) {
+                    const QString& screenshot_path, bool then_cache_off) {
   auto remaining = std::make_shared<QStringList>(std::move(messages));
+  auto sent = std::make_shared<int>(0);
   auto next = std::make_shared<std::function<void()>>();
   *next = [=] {
     if (!remaining->isEmpty()) {
+      if (then_cache_off && (*sent)++ == 1) {
+        kvchat::app::ChatSettings settings = controller->settings();
+        settings.kv_cache_enabled = false;
+        controller->applySettings(settings);
+      }
       controller->send(remaining->takeFirst());
       return;
     }
@@ -70,7 +78,12 @@ int main(int argc, char** argv) {
   QCommandLineOption send_option("send", "Send this message once the model is loaded (repeatable).", "TEXT");
   QCommandLineOption screenshot_option("screenshot", "After the --send messages, save the window as PNG and quit.",
                                        "PATH");
-  parser.addOptions({verbose_option, model_option, db_option, settings_option, send_option, screenshot_option});
+  QCommandLineOption size_option("window-size", "Open the window at this size.", "WIDTHxHEIGHT");
+  QCommandLineOption chart_option("chart", "Show the decode-time chart.");
+  QCommandLineOption cache_off_option("then-cache-off",
+                                      "Switch the KV cache off after the first --send message (saved in the settings).");
+  parser.addOptions({verbose_option, model_option, db_option, settings_option, send_option, screenshot_option,
+                     size_option, chart_option, cache_off_option});
   parser.process(application);
 
   const QString log_path = kvchat::app::setup_logging(kvchat::app::app_data_directory(), parser.isSet(verbose_option));
@@ -92,8 +105,19 @@ int main(int argc, char** argv) {
   }
 
   kvchat::ui::MainWindow window(controller.get());
+  if (parser.isSet(size_option)) {
+    const QStringList size = parser.value(size_option).split(QLatin1Char('x'));
+    const int width = size.value(0).toInt(), height = size.value(1).toInt();
+    if (size.size() != 2 || width <= 0 || height <= 0) {
+      spdlog::critical("--window-size wants WIDTHxHEIGHT (e.g. 800x500), not '{}'", parser.value(size_option).toStdString());
+      return 2;
+    }
+    window.resize(width, height);
+  }
+  if (parser.isSet(chart_option)) window.decodeChartDock()->show();
   if (parser.isSet(send_option) || parser.isSet(screenshot_option))
-    script_session(controller.get(), &window, parser.values(send_option), parser.value(screenshot_option));
+    script_session(controller.get(), &window, parser.values(send_option), parser.value(screenshot_option),
+                   parser.isSet(cache_off_option));
   window.show();
   controller->loadModel(parser.value(model_option));  // empty = the settings' model or the embedded one
   const int result = application.exec();

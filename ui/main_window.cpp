@@ -2,35 +2,40 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
-#include <QFileDialog>
-#include <QFileInfo>
+#include <QDockWidget>
 #include <QHBoxLayout>
-#include <QInputDialog>
 #include <QKeySequence>
 #include <QLabel>
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
-#include <QRegularExpression>
 #include <QPushButton>
 #include <QShortcut>
 #include <QSplitter>
-#include <QStatusBar>
 #include <QVBoxLayout>
 
+#include "ui/caches_dialog.h"
 #include "ui/chat_view.h"
+#include "ui/decode_chart_panel.h"
+#include "ui/elided_label.h"
 #include "ui/message_input.h"
-#include "ui/message_widget.h"
-#include "ui/settings_dialog.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {
 
 using kvchat::app::ChatController;
+
+namespace {
+// Small enough for an 800x500 screen corner, large enough that the transcript keeps a readable width.
+constexpr int kMinimumWidth = 640;
+constexpr int kMinimumHeight = 420;
+}  // namespace
 
 MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindow(parent), controller_(controller) {
   setObjectName("mainWindow");
@@ -43,46 +48,58 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   QWidget* sidebar = build_sidebar();
   QWidget* chat_panel = build_chat_panel();
   auto* splitter = new QSplitter(this);
+  splitter->setObjectName("mainSplitter");
   splitter->addWidget(sidebar);
   splitter->addWidget(chat_panel);
   splitter->setStretchFactor(1, 1);
+  splitter->setCollapsible(1, false);
   splitter->setSizes({240, 760});
   setCentralWidget(splitter);
 
+  build_chart_dock();
   build_shortcuts();
   build_menus();
   build_status_bar();
   connect_controller();
 
+  input_conversation_ = controller_->currentConversationId();
   refresh_conversations();
   reload_messages();
   refresh_cache_gauge();
   refresh_reply_stats();
   if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
   else if (controller_->isModelLoading()) load_busy_->show();
+  setChatFontSize(controller_->settings().font_point_size);
+  setMinimumSize(kMinimumWidth, kMinimumHeight);
   resize(1240, 780);
   input_->setFocus();
 }
 
 QWidget* MainWindow::build_sidebar() {
   auto* sidebar = new QWidget(this);
+  sidebar->setObjectName("sidebar");
+  sidebar->setMinimumWidth(120);  // the splitter may shrink it this far, titles elide
   auto* sidebar_layout = new QVBoxLayout(sidebar);
   sidebar_layout->setContentsMargins(6, 6, 6, 6);
   auto* new_button = new QPushButton(tr("New chat"), sidebar);
   new_button->setObjectName("newChatButton");
+  new_button->setToolTip(tr("Start a new chat (Ctrl+N)"));
   conversation_list_ = new QListWidget(sidebar);
   conversation_list_->setObjectName("conversationList");
+  conversation_list_->setTextElideMode(Qt::ElideRight);
+  conversation_list_->setMinimumWidth(60);
   auto* sidebar_buttons = new QHBoxLayout;
   auto* rename_button = new QPushButton(tr("Rename"), sidebar);
   rename_button->setObjectName("renameButton");
   auto* delete_button = new QPushButton(tr("Delete"), sidebar);
   delete_button->setObjectName("deleteButton");
+  for (QPushButton* button : {rename_button, delete_button}) button->setMinimumWidth(40);
   sidebar_buttons->addWidget(rename_button);
   sidebar_buttons->addWidget(delete_button);
   sidebar_layout->addWidget(new_button);
   sidebar_layout->addWidget(conversation_list_, 1);
   sidebar_layout->addLayout(sidebar_buttons);
-  connect(new_button, &QPushButton::clicked, controller_, &ChatController::newConversation);
+  connect(new_button, &QPushButton::clicked, this, &MainWindow::start_new_conversation);
   connect(rename_button, &QPushButton::clicked, this, &MainWindow::rename_selected_conversation);
   connect(delete_button, &QPushButton::clicked, this, &MainWindow::delete_selected_conversation);
   connect(conversation_list_, &QListWidget::currentItemChanged, this, [this](QListWidgetItem* item) {
@@ -99,6 +116,7 @@ QWidget* MainWindow::build_chat_panel() {
   auto* title_row = new QHBoxLayout;
   title_label_ = new QLabel(chat_panel);
   title_label_->setObjectName("conversationTitle");
+  title_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   auto* system_prompt_button = new QPushButton(tr("System prompt\u2026"), chat_panel);
   system_prompt_button->setObjectName("systemPromptButton");
   system_prompt_button->setToolTip(tr("This chat's system prompt"));
@@ -108,13 +126,34 @@ QWidget* MainWindow::build_chat_panel() {
   chat_layout->addLayout(title_row);
   chat_view_ = new ChatView(chat_panel);
   chat_layout->addWidget(chat_view_, 1);
+  connect(chat_view_, &ChatView::continueRequested, controller_, [this] { controller_->continueReply(); });
+  connect(chat_view_, &ChatView::alternativeRequested, controller_, &ChatController::showAlternative);
 
   editing_label_ = new QLabel(tr("Editing your last message: Send replaces it and everything after it "
                                  "(Esc cancels)."),
                               chat_panel);
   editing_label_->setStyleSheet("color: #8a6d00;");
+  editing_label_->setWordWrap(true);
   editing_label_->hide();
   chat_layout->addWidget(editing_label_);
+  notice_label_ = new QLabel(chat_panel);
+  notice_label_->setObjectName("noticeLabel");
+  notice_label_->setWordWrap(true);
+  notice_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  notice_label_->setStyleSheet("color: palette(mid);");
+  notice_label_->hide();
+  chat_layout->addWidget(notice_label_);
+  notice_timer_.setSingleShot(true);
+  connect(&notice_timer_, &QTimer::timeout, this, [this] {
+    notice_label_->clear();
+    notice_label_->hide();
+  });
+  waiting_label_ = new QLabel(chat_panel);
+  waiting_label_->setObjectName("waitingLabel");
+  waiting_label_->setStyleSheet("color: #8a6d00;");
+  waiting_label_->setWordWrap(true);
+  waiting_label_->hide();
+  chat_layout->addWidget(waiting_label_);
   auto* input_row = new QHBoxLayout;
   input_ = new MessageInput(chat_panel);
   input_row->addWidget(input_, 1);
@@ -132,13 +171,27 @@ QWidget* MainWindow::build_chat_panel() {
   button_column->addStretch();
   input_row->addLayout(button_column);
   chat_layout->addLayout(input_row);
+  token_counter_ = new QLabel(chat_panel);
+  token_counter_->setObjectName("tokenCounterLabel");
+  token_counter_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  token_counter_->setWordWrap(true);
+  chat_layout->addWidget(token_counter_);
+  // Counting is a tokenizer pass over the chat: once typing pauses, not per key.
+  token_count_timer_.setSingleShot(true);
+  token_count_timer_.setInterval(150);
+  connect(&token_count_timer_, &QTimer::timeout, this, &MainWindow::refresh_token_counter);
+  connect(input_, &QPlainTextEdit::textChanged, this, [this] { token_count_timer_.start(); });
   connect(input_, &MessageInput::submitted, this, &MainWindow::submit_input);
   connect(send_button_, &QPushButton::clicked, this, [this] {
-    if (controller_->isGenerating()) controller_->stop();
+    if (generating_here()) controller_->stop();
     else submit_input();
   });
   connect(regenerate_button_, &QPushButton::clicked, controller_, &ChatController::regenerate);
   connect(edit_button_, &QPushButton::clicked, this, &MainWindow::start_editing_last_message);
+  // Tab walks the controls only; the transcript's selectable text and buttons are left out of the chain.
+  setTabOrder(input_, send_button_);
+  setTabOrder(send_button_, regenerate_button_);
+  setTabOrder(regenerate_button_, edit_button_);
   return chat_panel;
 }
 
@@ -146,7 +199,7 @@ void MainWindow::build_shortcuts() {
   auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
   escape->setContext(Qt::WindowShortcut);
   connect(escape, &QShortcut::activated, this, [this] {
-    if (controller_->isGenerating()) {
+    if (generating_here()) {
       controller_->stop();
     } else if (editing_last_message_) {
       editing_last_message_ = false;
@@ -154,12 +207,40 @@ void MainWindow::build_shortcuts() {
       refresh_buttons();
     }
   });
+  // Moving between chats from the keyboard: Ctrl+1..9 jump to the first nine chats.
+  const auto add = [this](const QKeySequence& keys, std::function<void()> action) {
+    auto* shortcut = new QShortcut(keys, this);
+    shortcut->setContext(Qt::WindowShortcut);
+    connect(shortcut, &QShortcut::activated, this, std::move(action));
+  };
+  // (Ctrl+PgDn/PgUp and Ctrl+Tab belong to the Chat menu's Next/Previous chat actions.)
+  for (int digit = 1; digit <= 9; ++digit)
+    add(QKeySequence(Qt::CTRL | static_cast<Qt::Key>(Qt::Key_0 + digit)), [this, digit] { select_conversation_at(digit - 1); });
+}
+
+void MainWindow::select_neighbour_conversation(int step) {
+  const int count = conversation_list_->count();
+  if (count == 0) return;
+  const int row = conversation_list_->currentRow();
+  select_conversation_at(((row < 0 ? 0 : row + step) % count + count) % count);
+}
+
+void MainWindow::select_conversation_at(int row) {
+  if (row < 0 || row >= conversation_list_->count()) return;
+  controller_->selectConversation(conversation_list_->item(row)->data(Qt::UserRole).toLongLong());
+  input_->setFocus();
+}
+
+void MainWindow::start_new_conversation() {
+  controller_->newConversation();
+  input_->setFocus();  // the next thing anyone does in a new chat is type
 }
 
 void MainWindow::connect_controller() {
   connect(controller_, &ChatController::conversationsChanged, this, &MainWindow::refresh_conversations);
-  connect(controller_, &ChatController::currentConversationChanged, this, [this] {
+  connect(controller_, &ChatController::currentConversationChanged, this, [this](qint64 conversation_id) {
     editing_last_message_ = false;
+    switch_drafts(conversation_id);
     refresh_conversations();
     reload_messages();
   });
@@ -174,64 +255,40 @@ void MainWindow::connect_controller() {
     refresh_buttons();
   });
   connect(controller_, &ChatController::generatingChanged, this, [this](bool generating) {
-    if (generating) speed_label_->setText(tr("Generating\u2026"));
+    // Ending a turn ends "Generating…" too: a finished one reports its speed right after, a failed one has none.
+    speed_label_->setFullText(generating ? tr("Generating\u2026") : QString());
+    refresh_conversations();
     refresh_buttons();
   });
   connect(controller_, &ChatController::decodeSpeedChanged, this, [this](double rate, int tokens) {
     const QString prefix = controller_->isGenerating() ? tr("decoding") : tr("decode");
-    speed_label_->setText(QStringLiteral("%1 %2 \u00b7 %3 tok").arg(prefix, format_rate(rate)).arg(tokens));
+    speed_label_->setFullText(QStringLiteral("%1 %2 \u00b7 %3 tok").arg(prefix, format_rate(rate)).arg(tokens));
   });
+  connect(controller_, &ChatController::turnQueued, this, [this] {
+    refresh_conversations();
+    refresh_buttons();
+  });
+  connect(controller_, &ChatController::replyFailed, this,
+          [this](qint64 conversation_id, qint64, const QString& message) { show_reply_failed(conversation_id, message); });
   connect(controller_, &ChatController::lastReplyStatsChanged, this, &MainWindow::refresh_reply_stats);
-  connect(controller_, &ChatController::cacheGaugeChanged, this, &MainWindow::refresh_cache_gauge);
+  connect(controller_, &ChatController::cacheGaugeChanged, this, [this] {
+    refresh_cache_gauge();
+    refresh_conversations();  // the list's tooltips say which chats hold a cache
+  });
   connect(controller_, &ChatController::settingsChanged, this, &MainWindow::refresh_cache_gauge);
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
   connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);
   connect(controller_, &ChatController::modelLoadFailed, this, &MainWindow::show_model_load_failed);
-  connect(controller_, &ChatController::errorOccurred, this, [this](const QString& message) {
-    chat_view_->showError(message);
-    statusBar()->showMessage(message, 8000);
-  });
-}
-
-void MainWindow::show_cache_evicted(qint64 conversation_id) {
-  QString title = QString::number(conversation_id);
-  if (const auto record = controller_->conversation(conversation_id)) title = record->title;
-  statusBar()->showMessage(tr("The cache of \u201c%1\u201d was dropped to stay within the memory budget; "
-                              "it is rebuilt on that chat's next turn.")
-                               .arg(title),
-                           8000);
-}
-
-void MainWindow::show_model_loading(const QString& path) {
-  load_busy_->show();
-  model_label_->setText(tr("Loading %1\u2026").arg(QFileInfo(path).fileName()));
-  refresh_buttons();
-}
-
-void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
-  load_busy_->hide();
-  model_label_->setText(format_model_summary(info));
-  model_label_->setToolTip(format_model_details(info));
-  setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
-  refresh_buttons();
-  refresh_cache_gauge();
-}
-
-void MainWindow::show_model_load_failed(const QString& path, const QString& message) {
-  load_busy_->hide();
-  model_label_->setText(controller_->isModelLoaded() ? format_model_summary(controller_->modelInfo()) : tr("No model"));
-  refresh_buttons();
-  QString text = tr("Could not load the model\n%1\n\n%2").arg(path, message);
-  if (controller_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(controller_->modelInfo().directory);
-  show_error_dialog(tr("Model not loaded"), text, "modelLoadErrorDialog");
+  // Shown once, in the chat, where the reader is looking.
+  connect(controller_, &ChatController::errorOccurred, this, [this](const QString& message) { chat_view_->showError(message); });
 }
 
 void MainWindow::build_menus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   QAction* new_chat = file->addAction(tr("&New chat"));
   new_chat->setShortcut(QKeySequence(QStringLiteral("Ctrl+N")));
-  connect(new_chat, &QAction::triggered, controller_, &ChatController::newConversation);
+  connect(new_chat, &QAction::triggered, this, &MainWindow::start_new_conversation);
   QAction* open_file = file->addAction(tr("&Open model file\u2026"));
   open_file->setObjectName("openModelFileAction");
   open_file->setShortcut(QKeySequence::Open);
@@ -240,58 +297,103 @@ void MainWindow::build_menus() {
   open_directory->setObjectName("openModelDirectoryAction");
   connect(open_directory, &QAction::triggered, this, &MainWindow::openModelDirectoryDialog);
   QAction* export_action = file->addAction(tr("&Export\u2026"));
+  export_action->setObjectName("exportAction");
   export_action->setShortcut(QKeySequence(QStringLiteral("Ctrl+E")));
-  connect(export_action, &QAction::triggered, this, [this] {
-    if (controller_->currentConversationId() <= 0) return;
-    QString title = QStringLiteral("chat");
-    if (const auto record = controller_->conversation(controller_->currentConversationId()))
-      title = record->title;
-    title.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9 _-]")), QStringLiteral("_"));
-    const QString path = QFileDialog::getSaveFileName(this, tr("Export chat"), title + ".md",
-                                                      tr("Markdown (*.md);;JSON (*.json);;Text (*.txt)"));
-    if (!path.isEmpty()) exportCurrentConversation(path);
-  });
+  connect(export_action, &QAction::triggered, this, &MainWindow::openExportDialog);
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"));
   quit->setShortcut(QKeySequence::Quit);
   connect(quit, &QAction::triggered, this, &QWidget::close);
 
+  QMenu* chat = menuBar()->addMenu(tr("&Chat"));
+  QAction* continue_action = chat->addAction(tr("&Continue the last reply"));
+  continue_action->setObjectName("continueAction");
+  continue_action->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+Return")));
+  connect(continue_action, &QAction::triggered, controller_, [this] { controller_->continueReply(); });
+  QAction* regenerate = chat->addAction(tr("&Regenerate the last reply"));
+  regenerate->setShortcut(QKeySequence(QStringLiteral("Ctrl+R")));
+  connect(regenerate, &QAction::triggered, controller_, &ChatController::regenerate);
+  QAction* next_chat = chat->addAction(tr("&Next chat"));
+  next_chat->setObjectName("nextChatAction");
+  next_chat->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_PageDown), QKeySequence(Qt::CTRL | Qt::Key_Tab)});
+  connect(next_chat, &QAction::triggered, this, [this] { select_neighbour_conversation(1); });
+  QAction* previous_chat = chat->addAction(tr("&Previous chat"));
+  previous_chat->setObjectName("previousChatAction");
+  previous_chat->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_PageUp), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Backtab)});
+  connect(previous_chat, &QAction::triggered, this, [this] { select_neighbour_conversation(-1); });
+  QAction* clear_cache = chat->addAction(tr("C&lear this chat's cache"));
+  clear_cache->setObjectName("clearCacheAction");
+  connect(clear_cache, &QAction::triggered, this, [this] {
+    if (controller_->clearCache(controller_->currentConversationId())) show_notice(tr("Cache cleared: the next reply prefills the chat again."));
+  });
+
+  QAction* caches = chat->addAction(tr("Caches in &memory\u2026"));
+  caches->setObjectName("cachesAction");
+  connect(caches, &QAction::triggered, this, &MainWindow::openCachesDialog);
+
+  build_view_menu();
   QMenu* settings = menuBar()->addMenu(tr("&Settings"));
   QAction* preferences = settings->addAction(tr("&Settings\u2026"));
   preferences->setShortcut(QKeySequence(QStringLiteral("Ctrl+,")));
   connect(preferences, &QAction::triggered, this, &MainWindow::openSettingsDialog);
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  QAction* about = help->addAction(tr("&About kvchat"));
+  about->setObjectName("aboutAction");
+  connect(about, &QAction::triggered, this, &MainWindow::openAboutDialog);
 }
 
-void MainWindow::build_status_bar() {
-  model_label_ = new QLabel(tr("No model"), this);
-  model_label_->setObjectName("modelLabel");
-  load_busy_ = new QProgressBar(this);
-  load_busy_->setObjectName("loadBusy");
-  load_busy_->setRange(0, 0);  // indeterminate: loading has no measurable steps
-  load_busy_->setMaximumWidth(90);
-  load_busy_->hide();
-  speed_label_ = new QLabel(this);
-  speed_label_->setObjectName("speedLabel");
-  reply_stats_label_ = new QLabel(this);
-  reply_stats_label_->setObjectName("replyStatsLabel");
-  cache_bar_ = new QProgressBar(this);
-  cache_bar_->setObjectName("cacheGauge");
-  cache_bar_->setFixedWidth(130);
-  cache_bar_->setTextVisible(true);
-  cache_label_ = new QLabel(this);
-  cache_label_->setObjectName("cacheLabel");
-  statusBar()->addPermanentWidget(model_label_);
-  statusBar()->addPermanentWidget(load_busy_);
-  statusBar()->addPermanentWidget(speed_label_);
-  statusBar()->addPermanentWidget(reply_stats_label_);
-  statusBar()->addPermanentWidget(cache_bar_);
-  statusBar()->addPermanentWidget(cache_label_);
+void MainWindow::build_chart_dock() {
+  chart_panel_ = new DecodeChartPanel(this);
+  chart_dock_ = new QDockWidget(tr("Decode time per token"), this);
+  chart_dock_->setObjectName("decodeChartDock");
+  chart_dock_->setWidget(chart_panel_);
+  // Below the chat, as wide as the window: positions run along the x axis.
+  chart_panel_->setMinimumHeight(220);
+  addDockWidget(Qt::BottomDockWidgetArea, chart_dock_);
+  chart_dock_->hide();  // View > Decode-time chart
+  chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
+  connect(controller_, &ChatController::decodeTimingsChanged, this, [this] {
+    chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
+  });
+}
+
+void MainWindow::build_view_menu() {
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  QAction* chart = chart_dock_->toggleViewAction();
+  chart->setText(tr("&Decode-time chart"));
+  chart->setObjectName("decodeChartAction");
+  chart->setShortcut(QKeySequence(QStringLiteral("Ctrl+T")));
+  view->addAction(chart);
+  view->addSeparator();
+  const auto current_size = [this] { return chat_view_->font().pointSize(); };
+  QAction* larger = view->addAction(tr("&Larger text"));
+  larger->setShortcuts({QKeySequence::ZoomIn, QKeySequence(QStringLiteral("Ctrl+="))});
+  connect(larger, &QAction::triggered, this, [this, current_size] { setChatFontSize(current_size() + 1); });
+  QAction* smaller = view->addAction(tr("&Smaller text"));
+  smaller->setShortcut(QKeySequence::ZoomOut);
+  connect(smaller, &QAction::triggered, this, [this, current_size] { setChatFontSize(current_size() - 1); });
+  QAction* reset = view->addAction(tr("&Default text size"));
+  reset->setShortcut(QKeySequence(QStringLiteral("Ctrl+0")));
+  connect(reset, &QAction::triggered, this, [this] { setChatFontSize(0); });
+}
+
+void MainWindow::setChatFontSize(int points) {
+  using kvchat::app::ChatSettings;
+  if (points != 0) points = std::clamp(points, ChatSettings::kMinFontPointSize, ChatSettings::kMaxFontPointSize);
+  QFont font = QApplication::font();
+  if (points > 0) font.setPointSize(points);
+  // The transcript and the input box; the menus and the status bar keep the system's size.
+  chat_view_->setFont(font);
+  input_->setFont(font);
+  controller_->setFontPointSize(points);
 }
 
 void MainWindow::submit_input() {
-  if (controller_->isGenerating()) return;
+  if (generating_here() || controller_->isQueued(controller_->currentConversationId())) return;
   const QString text = input_->toPlainText();
   if (text.trimmed().isEmpty()) return;
+  if (!editing_last_message_ && !draft_fits()) return;
   const bool accepted = editing_last_message_ ? controller_->editLastUserMessage(text) : controller_->send(text);
   if (accepted) {
     input_->clear();
@@ -310,197 +412,6 @@ void MainWindow::start_editing_last_message() {
     refresh_buttons();
     return;
   }
-}
-
-void MainWindow::refresh_conversations() {
-  const QSignalBlocker blocker(conversation_list_);
-  conversation_list_->clear();
-  const qint64 current = controller_->currentConversationId();
-  for (const auto& conversation : controller_->conversations()) {
-    auto* item = new QListWidgetItem(conversation.title, conversation_list_);
-    item->setData(Qt::UserRole, conversation.id);
-    item->setToolTip(tr("%1 messages, last active %2")
-                         .arg(conversation.message_count)
-                         .arg(QLocale().toString(conversation.updated_at.toLocalTime(), QLocale::ShortFormat)));
-    if (conversation.id == current) {
-      conversation_list_->setCurrentItem(item);
-      title_label_->setText(QStringLiteral("<b>%1</b>").arg(conversation.title.toHtmlEscaped()));
-    }
-  }
-  if (current <= 0) title_label_->setText(tr("<b>New chat</b>"));
-}
-
-void MainWindow::reload_messages() {
-  const bool streaming_here =
-      controller_->isGenerating() && controller_->generatingConversationId() == controller_->currentConversationId();
-  chat_view_->setMessages(controller_->currentMessages(), streaming_here ? controller_->generatingMessageId() : 0,
-                          streaming_here ? controller_->generatingText() : QString());
-  refresh_buttons();
-  refresh_cache_gauge();
-}
-
-void MainWindow::refresh_buttons() {
-  const bool generating = controller_->isGenerating();
-  const bool ready = controller_->isModelLoaded();
-  send_button_->setText(generating ? tr("Stop") : editing_last_message_ ? tr("Resend") : tr("Send"));
-  send_button_->setEnabled(generating || ready);
-  editing_label_->setVisible(editing_last_message_);
-  bool has_reply = false;
-  bool has_user_message = false;
-  const auto messages = controller_->currentMessages();
-  for (auto it = messages.crbegin(); it != messages.crend(); ++it) {
-    if (it->role == "marker") continue;
-    has_reply = it->role == "assistant";
-    break;
-  }
-  for (const auto& message : messages) has_user_message = has_user_message || message.role == "user";
-  regenerate_button_->setEnabled(!generating && ready && has_reply);
-  edit_button_->setEnabled(!generating && ready && has_user_message);
-}
-
-void MainWindow::refresh_cache_gauge() {
-  const kvchat::app::CacheGauge gauge = controller_->cacheGauge();
-  cache_bar_->setRange(0, std::max(1, gauge.context_limit));
-  if (!gauge.cache_enabled) {
-    cache_bar_->setValue(0);
-    cache_bar_->setFormat(tr("cache off"));
-    cache_label_->setText(tr("KV cache off: recomputing"));
-    return;
-  }
-  cache_bar_->setValue(static_cast<int>(std::min<qint64>(gauge.conversation_tokens, std::max(1, gauge.context_limit))));
-  cache_bar_->setFormat(QStringLiteral("%1/%2 tok").arg(gauge.conversation_tokens).arg(gauge.context_limit));
-  cache_bar_->setToolTip(tr("This chat's KV cache: %1 of the %2-token context")
-                             .arg(gauge.conversation_tokens)
-                             .arg(gauge.context_limit));
-  QString text = tr("KV %1").arg(format_bytes(gauge.conversation_bytes));
-  if (gauge.has_turn)
-    text += tr(" \u00b7 %1 reused / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
-  text += tr(" \u00b7 all chats %1 of %2").arg(format_bytes(gauge.total_bytes), format_bytes(gauge.budget_bytes));
-  cache_label_->setText(text);
-}
-
-void MainWindow::refresh_reply_stats() {
-  const auto stats = controller_->lastReplyStats();
-  if (!stats) {
-    reply_stats_label_->clear();
-    return;
-  }
-  reply_stats_label_->setText(tr("last: prefill %1 \u00b7 TTFT %2 ms \u00b7 %3 tok")
-                                  .arg(format_rate(stats->prefill_tokens_per_second))
-                                  .arg(stats->ttft_ms, 0, 'f', 1)
-                                  .arg(stats->generated_tokens));
-}
-
-void MainWindow::show_error_dialog(const QString& title, const QString& text, const QString& object_name) {
-  // open(), not exec(): the window (and the engine's signals) keep running while it is shown.
-  auto* box = new QMessageBox(QMessageBox::Warning, title, text, QMessageBox::Ok, this);
-  box->setObjectName(object_name);
-  box->setAttribute(Qt::WA_DeleteOnClose);
-  box->open();
-}
-
-void MainWindow::openModel(const QString& path) {
-  spdlog::info("opening model {}", path.toStdString());
-  controller_->loadModel(path, /*remember=*/true);
-}
-
-namespace {
-
-// Where a picker starts: the current model's folder (a file's own folder).
-QString picker_start(const kvchat::app::ModelInfo& info) {
-  const QFileInfo current(info.directory);
-  return current.isFile() ? current.absolutePath() : info.directory;
-}
-
-}  // namespace
-
-QFileDialog* MainWindow::openModelFileDialog() {
-  // open(), not exec(): the engine's signals keep arriving, and tests can find the dialog.
-  auto* dialog = new QFileDialog(this, tr("Open model file"), picker_start(controller_->modelInfo()));
-  dialog->setObjectName("openModelFileDialog");
-  dialog->setAttribute(Qt::WA_DeleteOnClose);
-  dialog->setFileMode(QFileDialog::ExistingFile);
-  dialog->setNameFilters({tr("GGUF models (*.gguf)"), tr("All files (*)")});
-  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
-    if (!path.isEmpty()) openModel(path);
-  });
-  dialog->open();
-  return dialog;
-}
-
-QFileDialog* MainWindow::openModelDirectoryDialog() {
-  auto* dialog = new QFileDialog(this, tr("Open model directory"), picker_start(controller_->modelInfo()));
-  dialog->setObjectName("openModelDirectoryDialog");
-  dialog->setAttribute(Qt::WA_DeleteOnClose);
-  dialog->setFileMode(QFileDialog::Directory);
-  dialog->setOption(QFileDialog::ShowDirsOnly, true);
-  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
-    if (!path.isEmpty()) openModel(path);
-  });
-  dialog->open();
-  return dialog;
-}
-
-bool MainWindow::exportCurrentConversation(const QString& path) {
-  try {
-    const QString suffix = QFileInfo(path).suffix();
-    const auto format = kvchat::app::export_format_from_string(suffix.isEmpty() ? QStringLiteral("md") : suffix);
-    controller_->exportConversation(controller_->currentConversationId(), path, format);
-    statusBar()->showMessage(tr("Exported to %1").arg(path), 5000);
-    return true;
-  } catch (const std::exception& error) {
-    show_error_dialog(tr("Export failed"), QString::fromUtf8(error.what()), "exportErrorDialog");
-    return false;
-  }
-}
-
-SettingsDialog* MainWindow::openSettingsDialog() {
-  auto* dialog = new SettingsDialog(controller_->settings(), this);
-  dialog->setAttribute(Qt::WA_DeleteOnClose);
-  connect(dialog, &QDialog::accepted, this, [this, dialog] {
-    const auto settings = dialog->settings();
-    controller_->applySettings(settings);
-    statusBar()->showMessage(tr("Settings saved; they apply from the next reply."), 5000);
-  });
-  dialog->open();
-  return dialog;
-}
-
-void MainWindow::rename_selected_conversation() {
-  const qint64 id = selected_conversation_id();
-  if (id <= 0) return;
-  const auto record = controller_->conversation(id);
-  bool ok = false;
-  const QString title = QInputDialog::getText(this, tr("Rename chat"), tr("Title:"), QLineEdit::Normal,
-                                              record ? record->title : QString(), &ok);
-  if (ok) controller_->renameConversation(id, title);
-}
-
-void MainWindow::delete_selected_conversation() {
-  const qint64 id = selected_conversation_id();
-  if (id <= 0) return;
-  const auto record = controller_->conversation(id);
-  const QString title = record ? record->title : QString::number(id);
-  if (!confirm_(tr("Delete chat"), tr("Delete \u201c%1\u201d and all its messages? This cannot be undone.").arg(title)))
-    return;
-  controller_->deleteConversation(id);
-}
-
-void MainWindow::edit_system_prompt() {
-  qint64 id = controller_->currentConversationId();
-  if (id <= 0) id = controller_->newConversation();
-  if (id <= 0) return;
-  const auto record = controller_->conversation(id);
-  bool ok = false;
-  const QString prompt = QInputDialog::getMultiLineText(this, tr("System prompt"),
-                                                        tr("This chat's system prompt (applies from the next reply):"),
-                                                        record ? record->system_prompt : QString(), &ok);
-  if (ok) controller_->setSystemPrompt(id, prompt);
-}
-
-qint64 MainWindow::selected_conversation_id() const {
-  const QListWidgetItem* item = conversation_list_->currentItem();
-  return item ? item->data(Qt::UserRole).toLongLong() : controller_->currentConversationId();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

@@ -2,21 +2,32 @@
 // The main window: conversations on the left, the chat in the middle, the input box below it, live speed
 // and cache gauges in the status bar. Every action goes through the ChatController; the window only shows
 // what it reports. Dialogs that would block are opened non-modally (or injectable) so tests can see them.
+//
+// One class in three files: main_window.cpp (building the window, shortcuts, menus, the controller's
+// signals), main_window_state.cpp (what the panels and the status bar show, drafts per chat) and
+// main_window_dialogs.cpp (model pickers, export, settings, about, rename/delete, system prompt).
+#include <QHash>
 #include <QMainWindow>
+#include <QTimer>
 
 #include <functional>
 
 #include "app/chat_controller.h"
 
+class QDockWidget;
 class QFileDialog;
 class QLabel;
 class QListWidget;
+class QMessageBox;
 class QProgressBar;
 class QPushButton;
 
 namespace kvchat::ui {
 
+class CachesDialog;
 class ChatView;
+class DecodeChartPanel;
+class ElidedLabel;
 class MessageInput;
 class SettingsDialog;
 
@@ -36,38 +47,67 @@ class MainWindow : public QMainWindow {
   QFileDialog* openModelFileDialog();
   QFileDialog* openModelDirectoryDialog();
   bool exportCurrentConversation(const QString& path);  // format from the extension (.md, .json, .txt)
+  // File > Export: a non-modal save dialog ("exportDialog") that starts in the last export folder (else
+  // Documents, else home); a name without an extension gets the chosen type's.
+  QFileDialog* openExportDialog();
   SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
+  QMessageBox* openAboutDialog();                       // Help > About ("aboutDialog")
+  CachesDialog* openCachesDialog();                     // Chat > Caches in memory (non-modal)
+  DecodeChartPanel* decodeChart() const { return chart_panel_; }  // View > Decode-time chart (a dock)
+  QDockWidget* decodeChartDock() const { return chart_dock_; }
+  // View > Larger / Smaller / Default text size: the chat's font, saved in the settings (0 = the system's).
+  void setChatFontSize(int points);
 
   ChatView* chatView() const { return chat_view_; }
   MessageInput* messageInput() const { return input_; }
   QListWidget* conversationList() const { return conversation_list_; }
-  QLabel* speedLabel() const { return speed_label_; }
-  QLabel* replyStatsLabel() const { return reply_stats_label_; }
-  QLabel* cacheLabel() const { return cache_label_; }
-  QLabel* modelLabel() const { return model_label_; }
+  QLabel* speedLabel() const;
+  QLabel* replyStatsLabel() const;
+  QLabel* cacheLabel() const;
+  QLabel* modelLabel() const;
+  QLabel* noticeLabel() const;  // passing messages, above the input (errors are shown in the chat)
+  // Under the input: the typed message's tokens against the room left in the context, red when it won't fit.
+  QLabel* tokenCounterLabel() const { return token_counter_; }
   QProgressBar* cacheBar() const { return cache_bar_; }
 
  protected:
   void closeEvent(QCloseEvent* event) override;
 
  private:
+  // main_window.cpp
   QWidget* build_sidebar();     // the conversation list and its buttons
   QWidget* build_chat_panel();  // title row, transcript, input box and its buttons
   void build_shortcuts();
   void build_menus();
-  void build_status_bar();
+  void build_view_menu();
+  void build_chart_dock();
   void connect_controller();  // controller -> window
+  void select_neighbour_conversation(int step);  // Ctrl+PgDn / Ctrl+PgUp
+  void select_conversation_at(int row);          // Ctrl+1..9
+  void start_new_conversation();
+  void submit_input();
+  void start_editing_last_message();
+
+  // main_window_state.cpp
+  void build_status_bar();
+  void show_notice(const QString& text, int milliseconds = 8000);
   void show_cache_evicted(qint64 conversation_id);
   void show_model_loading(const QString& path);
   void show_model_loaded(const kvchat::app::ModelInfo& info);
   void show_model_load_failed(const QString& path, const QString& message);
-  void submit_input();
-  void start_editing_last_message();
+  void show_reply_failed(qint64 conversation_id, const QString& message);
+  void switch_drafts(qint64 conversation_id);  // the input keeps one draft per chat
   void refresh_conversations();
   void reload_messages();
   void refresh_buttons();
   void refresh_cache_gauge();
   void refresh_reply_stats();
+  void refresh_placeholder();
+  bool generating_here() const;  // the current chat is the one generating
+  void refresh_token_counter();
+  bool draft_fits();  // false (and says why) when the typed message cannot fit the context
+
+  // main_window_dialogs.cpp
   void show_error_dialog(const QString& title, const QString& text, const QString& object_name);
   void rename_selected_conversation();
   void delete_selected_conversation();
@@ -77,6 +117,9 @@ class MainWindow : public QMainWindow {
   kvchat::app::ChatController* controller_;
   ConfirmHandler confirm_;
   bool editing_last_message_ = false;
+  qint64 input_conversation_ = 0;    // the chat the input box's text belongs to
+  QHash<qint64, QString> drafts_;    // unsent text of the other chats
+  QString last_export_directory_;
 
   QListWidget* conversation_list_ = nullptr;
   QLabel* title_label_ = nullptr;
@@ -86,13 +129,21 @@ class MainWindow : public QMainWindow {
   QPushButton* regenerate_button_ = nullptr;
   QPushButton* edit_button_ = nullptr;
   QLabel* editing_label_ = nullptr;
+  QLabel* waiting_label_ = nullptr;
+  QLabel* token_counter_ = nullptr;
+  QTimer token_count_timer_;
 
-  QLabel* model_label_ = nullptr;
+  DecodeChartPanel* chart_panel_ = nullptr;
+  QDockWidget* chart_dock_ = nullptr;
+
+  QLabel* notice_label_ = nullptr;
+  QTimer notice_timer_;
+  ElidedLabel* model_label_ = nullptr;
   QProgressBar* load_busy_ = nullptr;
-  QLabel* speed_label_ = nullptr;
-  QLabel* reply_stats_label_ = nullptr;
+  ElidedLabel* speed_label_ = nullptr;
+  ElidedLabel* reply_stats_label_ = nullptr;
   QProgressBar* cache_bar_ = nullptr;
-  QLabel* cache_label_ = nullptr;
+  ElidedLabel* cache_label_ = nullptr;
 };
 
 }  // namespace kvchat::ui

@@ -4,9 +4,13 @@
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLocale>
+#include <QPushButton>
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "app/chat_history.h"
+#include "ui/message_body.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {
@@ -19,39 +23,82 @@ constexpr int kRenderIntervalMs = 50;
 MessageWidget::MessageWidget(const kvchat::app::MessageRecord& message, QWidget* parent)
     : QFrame(parent), message_id_(message.id), role_(message.role), text_(message.text) {
   setObjectName(QStringLiteral("message_%1").arg(message.id));
+  // Never wider than the transcript: the body wraps or scrolls inside to whatever width it is given.
+  setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  render_timer_.setSingleShot(true);
+  render_timer_.setInterval(kRenderIntervalMs);
+  connect(&render_timer_, &QTimer::timeout, this, &MessageWidget::render);
+  if (role_ == "marker") build_marker();
+  else build_bubble(message);
+  setRecord(message);
+}
+
+void MessageWidget::build_marker() {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(10, 6, 10, 6);
+  setFrameShape(QFrame::NoFrame);
+  marker_label_ = new QLabel(this);
+  marker_label_->setObjectName("markerText");
+  marker_label_->setAlignment(Qt::AlignCenter);
+  marker_label_->setWordWrap(true);
+  marker_label_->setStyleSheet("color: #8a6d00; font-style: italic; border-top: 1px dashed #c9a400; padding-top: 4px;");
+  layout->addWidget(marker_label_);
+}
+
+void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(10, 6, 10, 6);
   layout->setSpacing(3);
-
-  if (role_ == "marker") {
-    setFrameShape(QFrame::NoFrame);
-    body_ = new QLabel(this);
-    body_->setObjectName("messageBody");
-    body_->setAlignment(Qt::AlignCenter);
-    body_->setWordWrap(true);
-    body_->setStyleSheet("color: #8a6d00; font-style: italic; border-top: 1px dashed #c9a400; padding-top: 4px;");
-    layout->addWidget(body_);
-    render();
-    return;
-  }
-
   const bool is_user = role_ == "user";
   setFrameShape(QFrame::StyledPanel);
-  setStyleSheet(is_user ? "kvchat--ui--MessageWidget { background: #e3efff; border: 1px solid #b8d0f0; border-radius: 8px; }"
-                        : "kvchat--ui--MessageWidget { background: #f6f6f6; border: 1px solid #dddddd; border-radius: 8px; }");
+  // Tints over the palette's base colour, so that a dark palette gets dark bubbles.
+  setStyleSheet(is_user ? "kvchat--ui--MessageWidget { background: rgba(80, 140, 230, 40); border: 1px solid rgba(80, 140, 230, 110); border-radius: 8px; }"
+                        : "kvchat--ui--MessageWidget { background: rgba(128, 128, 128, 22); border: 1px solid rgba(128, 128, 128, 80); border-radius: 8px; }");
   auto* header_row = new QHBoxLayout;
   header_ = new QLabel(this);
   header_->setObjectName("messageHeader");
   QString who = is_user ? QStringLiteral("You") : role_ == "system" ? QStringLiteral("System") : QStringLiteral("Assistant");
   if (!is_user && !message.model.isEmpty()) who += QStringLiteral(" \u00b7 ") + message.model;
   header_->setText(QStringLiteral("<b>%1</b>").arg(who.toHtmlEscaped()));
-  header_row->addWidget(header_);
-  header_row->addStretch();
+  if (message.created_at.isValid())
+    header_->setToolTip(QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
+  header_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  header_row->addWidget(header_, 1);
+  if (!is_user) {
+    // "‹ 1/2 ›": the replies Regenerate kept for this turn.
+    previous_alternative_ = new QToolButton(this);
+    previous_alternative_->setObjectName("previousAlternativeButton");
+    previous_alternative_->setText(QStringLiteral("\u2039"));
+    previous_alternative_->setToolTip(tr("The previous reply to this message"));
+    alternative_label_ = new QLabel(this);
+    alternative_label_->setObjectName("alternativeLabel");
+    next_alternative_ = new QToolButton(this);
+    next_alternative_->setObjectName("nextAlternativeButton");
+    next_alternative_->setText(QStringLiteral("\u203a"));
+    next_alternative_->setToolTip(tr("The next reply to this message"));
+    for (QToolButton* button : {previous_alternative_, next_alternative_}) {
+      button->setAutoRaise(true);
+      button->setFocusPolicy(Qt::NoFocus);
+      button->hide();
+    }
+    alternative_label_->hide();
+    connect(previous_alternative_, &QToolButton::clicked, this, [this] {
+      if (alternative_index_ > 0) Q_EMIT alternativeRequested(alternatives_[alternative_index_ - 1]);
+    });
+    connect(next_alternative_, &QToolButton::clicked, this, [this] {
+      if (alternative_index_ + 1 < alternatives_.size()) Q_EMIT alternativeRequested(alternatives_[alternative_index_ + 1]);
+    });
+    header_row->addWidget(previous_alternative_);
+    header_row->addWidget(alternative_label_);
+    header_row->addWidget(next_alternative_);
+  }
   copy_button_ = new QToolButton(this);
   copy_button_->setObjectName("copyButton");
   copy_button_->setText(tr("Copy"));
   copy_button_->setToolTip(tr("Copy this message to the clipboard"));
   copy_button_->setAutoRaise(true);
+  // Not a Tab stop: a long transcript would put dozens of them between the input and the other controls.
+  copy_button_->setFocusPolicy(Qt::NoFocus);
   connect(copy_button_, &QToolButton::clicked, this, [this] {
     QGuiApplication::clipboard()->setText(text_);
     Q_EMIT copied(text_);
@@ -59,36 +106,47 @@ MessageWidget::MessageWidget(const kvchat::app::MessageRecord& message, QWidget*
   header_row->addWidget(copy_button_);
   layout->addLayout(header_row);
 
-  body_ = new QLabel(this);
-  body_->setObjectName("messageBody");
-  body_->setWordWrap(true);
-  body_->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard | Qt::LinksAccessibleByMouse);
-  body_->setOpenExternalLinks(true);
-  body_->setTextFormat(is_user ? Qt::PlainText : Qt::MarkdownText);
+  body_ = new MessageBody(this);
   layout->addWidget(body_);
 
   stats_ = new QLabel(this);
   stats_->setObjectName("messageStats");
   stats_->setWordWrap(true);
-  stats_->setStyleSheet("color: #666666; font-size: 11px;");
   stats_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  stats_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   layout->addWidget(stats_);
 
-  render_timer_.setSingleShot(true);
-  render_timer_.setInterval(kRenderIntervalMs);
-  connect(&render_timer_, &QTimer::timeout, this, &MessageWidget::render);
-  setRecord(message);
+  auto* cut_row = new QHBoxLayout;
+  cut_short_ = new QLabel(this);
+  cut_short_->setObjectName("cutShortLabel");
+  cut_short_->setWordWrap(true);
+  cut_short_->setStyleSheet("color: #8a6d00; font-size: 11px;");
+  cut_short_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  continue_button_ = new QPushButton(tr("Continue"), this);
+  continue_button_->setObjectName("continueButton");
+  continue_button_->setToolTip(tr("Let the model go on writing this reply"));
+  continue_button_->setFocusPolicy(Qt::NoFocus);
+  continue_button_->hide();
+  connect(continue_button_, &QPushButton::clicked, this, [this] { Q_EMIT continueRequested(message_id_); });
+  cut_row->addWidget(cut_short_, 1);
+  cut_row->addWidget(continue_button_);
+  layout->addLayout(cut_row);
 }
 
 QString MessageWidget::statsText() const { return stats_ ? stats_->text() : QString(); }
 
+QString MessageWidget::cutShortText() const { return cut_short_ && !cut_short_->isHidden() ? cut_short_->text() : QString(); }
+
 void MessageWidget::setRecord(const kvchat::app::MessageRecord& message) {
   text_ = message.text;
+  failed_ = kvchat::app::is_failed_reply(message);
+  complete_ = message.complete;
+  stop_reason_ = message.stats.value(QStringLiteral("stop_reason")).toString();
   if (stats_) {
     const QString line = format_stored_stats(message.stats);
     stats_->setText(line);
     stats_->setVisible(!line.isEmpty());
-    if (message.stats.contains("error")) stats_->setStyleSheet("color: #b00020; font-size: 11px;");
+    stats_->setStyleSheet(failed_ ? "color: #b00020; font-weight: bold;" : "color: palette(mid); font-size: 11px;");
   }
   streaming_ = !message.complete && streaming_;
   render();
@@ -104,19 +162,52 @@ void MessageWidget::setStreaming(bool streaming) {
   render();
 }
 
+void MessageWidget::setContinuable(bool continuable) {
+  if (continue_button_) continue_button_->setVisible(continuable && !streaming_);
+}
+
+void MessageWidget::setAlternatives(const QList<qint64>& ids, int index) {
+  if (!alternative_label_) return;
+  alternatives_ = ids;
+  alternative_index_ = index;
+  const bool several = ids.size() > 1;
+  alternative_label_->setText(several ? alternativesText() : QString());
+  for (QWidget* widget : {static_cast<QWidget*>(previous_alternative_), static_cast<QWidget*>(alternative_label_),
+                          static_cast<QWidget*>(next_alternative_)})
+    widget->setVisible(several);
+  previous_alternative_->setEnabled(index > 0);
+  next_alternative_->setEnabled(index + 1 < ids.size());
+}
+
+QString MessageWidget::alternativesText() const {
+  return alternatives_.size() > 1 ? QStringLiteral("%1/%2").arg(alternative_index_ + 1).arg(alternatives_.size())
+                                  : QString();
+}
+
 void MessageWidget::render() {
   render_timer_.stop();
   if (role_ == "marker") {
-    body_->setText(text_);
+    marker_label_->setText(text_);
     return;
+  }
+  if (cut_short_) {
+    QString note;
+    if (!streaming_ && !failed_ && role_ == "assistant") {
+      if (!complete_) note = tr("Cut short: the app closed before this reply finished.");
+      else if (stop_reason_ == QLatin1String("max_tokens")) note = tr("Cut short at the max-tokens setting.");
+      else if (stop_reason_ == QLatin1String("stopped")) note = tr("Stopped before the end.");
+    }
+    cut_short_->setText(note);
+    cut_short_->setVisible(!note.isEmpty());
+    if (streaming_) continue_button_->hide();
   }
   if (text_.isEmpty() && streaming_) {
-    body_->setTextFormat(Qt::PlainText);
-    body_->setText(tr("\u2026"));
+    body_->setContent(tr("\u2026"), false);
     return;
   }
-  body_->setTextFormat(role_ == "user" ? Qt::PlainText : Qt::MarkdownText);
-  body_->setText(text_);
+  // A failed turn's error is in the stats line; an empty body would only add a blank bubble.
+  body_->setVisible(!(failed_ && text_.isEmpty()));
+  body_->setContent(text_, role_ != "user");
 }
 
 }  // namespace kvchat::ui

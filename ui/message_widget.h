@@ -1,6 +1,8 @@
 #pragma once
-// One message of the chat view: a header (who), the text (assistant replies rendered as Markdown:
-// code blocks, lists), the reply's stats under it and a copy button. A "marker" message is a divider.
+// One message of the chat view: a header (who; the time on hover), the text (assistant replies rendered as
+// Markdown with code blocks that have their own Copy button), the reply's stats or its error under it, and a
+// Copy button. A reply cut short says so and, when it is the chat's last, offers Continue. A "marker" message
+// is a divider.
 #include <QFrame>
 #include <QString>
 #include <QTimer>
@@ -8,9 +10,12 @@
 #include "app/conversation_store.h"
 
 class QLabel;
+class QPushButton;
 class QToolButton;
 
 namespace kvchat::ui {
+
+class MessageBody;
 
 class MessageWidget : public QFrame {
   Q_OBJECT
@@ -21,24 +26,49 @@ class MessageWidget : public QFrame {
   QString role() const { return role_; }
   QString text() const { return text_; }
   QString statsText() const;
+  // The line under a reply that is cut short ("" when it is not).
+  QString cutShortText() const;
+  bool isFailed() const { return failed_; }
+  MessageBody* body() const { return body_; }
+  QPushButton* continueButton() const { return continue_button_; }
 
   void setRecord(const kvchat::app::MessageRecord& message);  // final text and stats
   void appendText(const QString& chunk);                       // streaming; rendering is coalesced
   void setStreaming(bool streaming);
+  // Whether Continue is offered (the chat's last reply, cut short, nothing generating).
+  void setContinuable(bool continuable);
+  // This reply is alternative `index` (0-based) of `ids` (its turn's replies, oldest first): "‹ 2/3 ›".
+  void setAlternatives(const QList<qint64>& ids, int index);
+  QString alternativesText() const;  // "2/3"; "" with a single reply
 
  Q_SIGNALS:
   void copied(const QString& text);
+  void continueRequested(qint64 message_id);
+  void alternativeRequested(qint64 message_id);
 
  private:
+  void build_marker();
+  void build_bubble(const kvchat::app::MessageRecord& message);
   void render();
   qint64 message_id_ = 0;
   QString role_;
   QString text_;
   bool streaming_ = false;
+  bool failed_ = false;
+  bool complete_ = true;
+  QString stop_reason_;
   QLabel* header_ = nullptr;
-  QLabel* body_ = nullptr;
+  MessageBody* body_ = nullptr;
+  QLabel* marker_label_ = nullptr;
   QLabel* stats_ = nullptr;
+  QLabel* cut_short_ = nullptr;
+  QPushButton* continue_button_ = nullptr;
   QToolButton* copy_button_ = nullptr;
+  QToolButton* previous_alternative_ = nullptr;
+  QToolButton* next_alternative_ = nullptr;
+  QLabel* alternative_label_ = nullptr;
+  QList<qint64> alternatives_;
+  int alternative_index_ = 0;
   QTimer render_timer_;
 };
 

@@ -8,6 +8,7 @@
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -106,7 +107,14 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   context_limit_ = make_int(0, 1 << 24, settings.context_limit, this);
   context_limit_->setObjectName("contextLimitSpin");
   context_limit_->setSpecialValueText(tr("the model's"));
-  form->addRow(tr("Context limit (tokens)"), context_limit_);
+  context_limit_note_ = new QLabel(this);
+  context_limit_note_->setObjectName("contextLimitNote");
+  context_limit_note_->setStyleSheet("color: palette(mid);");
+  context_limit_note_->hide();
+  auto* context_row = new QHBoxLayout;
+  context_row->addWidget(context_limit_);
+  context_row->addWidget(context_limit_note_, 1);
+  form->addRow(tr("Context limit (tokens)"), context_row);
   overflow_ = new QComboBox(this);
   overflow_->setObjectName("overflowCombo");
   overflow_->addItem(tr("Stop with a message"), QString::fromLatin1(to_string(kvchat::app::ContextOverflowPolicy::Stop)));
@@ -127,6 +135,20 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(form);
   layout->addWidget(buttons);
+}
+
+void SettingsDialog::setModelContextLength(int tokens) {
+  if (tokens <= 0) return;
+  const int wanted = original_.context_limit;
+  context_limit_->setMaximum(tokens);
+  context_limit_note_->setText(tr("at most %1, the model's maximum").arg(tokens));
+  context_limit_note_->show();
+  context_limit_->setToolTip(tr("0 = the model's %1 tokens; it reads no more than that").arg(tokens));
+  if (wanted > tokens) {
+    context_limit_note_->setText(tr("at most %1, the model's maximum (the saved %2 is more than it reads)")
+                                     .arg(tokens)
+                                     .arg(wanted));
+  }
 }
 
 kvchat::app::ChatSettings SettingsDialog::settings() const {

@@ -11,6 +11,7 @@ class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QFileDialog;
+class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
 class QSpinBox;
@@ -22,6 +23,8 @@ class SettingsDialog : public QDialog {
  public:
   explicit SettingsDialog(const kvchat::app::ChatSettings& settings, QWidget* parent = nullptr);
   kvchat::app::ChatSettings settings() const;
+  // The loaded model's own limit: the context limit cannot be set past it, and the dialog says so.
+  void setModelContextLength(int tokens);
 
   // The model field's pickers, non-modal (object names "modelFileDialog", "modelDirectoryDialog"): the
   // chosen path fills the field. Also behind the "File…" and "Folder…" buttons.
@@ -42,6 +45,7 @@ class SettingsDialog : public QDialog {
   QLineEdit* model_path_ = nullptr;
   QSpinBox* threads_ = nullptr;
   QSpinBox* context_limit_ = nullptr;
+  QLabel* context_limit_note_ = nullptr;
   QComboBox* overflow_ = nullptr;
   QSpinBox* cache_budget_mib_ = nullptr;
 };

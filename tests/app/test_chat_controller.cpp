@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "app/chat_controller.h"
+#include "app/chat_history.h"
 #include "app/stats_json.h"
 #include "common/test_paths.h"
 
@@ -46,7 +47,7 @@ class ChatControllerTest : public QObject {
   void cleanup();
   void send_streams_and_saves_the_reply();
   void stop_keeps_the_partial_reply();
-  void regenerate_replaces_the_last_reply();
+  void regenerate_keeps_the_replaced_reply_as_an_alternative();
   void edit_last_message_reuses_the_common_prefix();
   void conversations_new_rename_delete();
   void context_cut_leaves_a_marker();
@@ -152,7 +153,7 @@ void ChatControllerTest::stop_keeps_the_partial_reply() {
   QVERIFY(messages()[3].complete);
 }
 
-void ChatControllerTest::regenerate_replaces_the_last_reply() {
+void ChatControllerTest::regenerate_keeps_the_replaced_reply_as_an_alternative() {
   make_controller(greedy_settings());
   QVERIFY(controller_->send("Tom had a red ball"));
   QVERIFY(wait_idle());
@@ -160,13 +161,36 @@ void ChatControllerTest::regenerate_replaces_the_last_reply() {
   QVERIFY(controller_->regenerate());
   QVERIFY(wait_idle());
   const auto after = messages();
-  QCOMPARE(after.size(), 2);
+  QCOMPARE(after.size(), 3);
   QCOMPARE(after[0].id, before[0].id);
-  QVERIFY(after[1].id != before[1].id);
-  QCOMPARE(after[1].text, before[1].text);  // greedy: the same reply again
-  const auto stats = kvchat::app::stats_from_json(after[1].stats);
+  QCOMPARE(after[1].id, before[1].id);  // kept, hidden
+  QVERIFY(kvchat::app::is_hidden_alternative(after[1]));
+  QVERIFY(!kvchat::app::is_hidden_alternative(after[2]));
+  QCOMPARE(after[2].text, before[1].text);  // greedy: the same reply again
+  const auto stats = kvchat::app::stats_from_json(after[2].stats);
   QVERIFY2(stats.reused_tokens >= stats.prompt_tokens - 1, "the prompt is still cached");
-  QVERIFY(!controller_->regenerate() || wait_idle());
+  QCOMPARE(kvchat::app::reply_alternatives(after, after[2].id), (QList<qint64>{after[1].id, after[2].id}));
+  // The model is given the shown reply only.
+  QCOMPARE(controller_->engineMessages(controller_->currentConversationId()).size(), size_t{2});
+
+  // Switching back shows (and sends) the first one.
+  ChatSettings sampled = controller_->settings();
+  sampled.max_new_tokens = 5;  // a third, different reply
+  controller_->applySettings(sampled);
+  QVERIFY(controller_->regenerate());
+  QVERIFY(wait_idle());
+  const auto three = messages();
+  QCOMPARE(kvchat::app::reply_alternatives(three, three[3].id).size(), 3);
+  QSignalSpy reset(controller_.get(), &ChatController::messagesReset);
+  QVERIFY(controller_->showAlternative(three[1].id));
+  QCOMPARE(reset.count(), 1);
+  const auto shown = messages();
+  QVERIFY(!kvchat::app::is_hidden_alternative(shown[1]));
+  QVERIFY(kvchat::app::is_hidden_alternative(shown[2]));
+  QVERIFY(kvchat::app::is_hidden_alternative(shown[3]));
+  const auto engine = controller_->engineMessages(controller_->currentConversationId());
+  QCOMPARE(QString::fromStdString(engine.back().content), before[1].text);
+  QVERIFY(!controller_->showAlternative(shown[0].id));  // a user message has no alternatives
 }
 
 void ChatControllerTest::edit_last_message_reuses_the_common_prefix() {

@@ -6,6 +6,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "app/chat_history.h"
 #include "app/exporter.h"
 #include "app/settings.h"
 #include "app/stats_json.h"
@@ -100,6 +101,8 @@ class ExporterTest : public QObject {
   void json_parses_back_with_stats();
   void write_text_file_writes_utf8_atomically();
   void write_text_file_reports_the_path();
+  void every_format_places_the_cut_where_the_context_began();
+  void a_failed_turn_is_exported_with_its_error();
 };
 
 void ExporterTest::format_names() {
@@ -239,6 +242,65 @@ void ExporterTest::write_text_file_reports_the_path() {
     QVERIFY2(QString::fromUtf8(error.what()).contains(folder), error.what());
   }
   QVERIFY(QFileInfo(folder).isDir());
+}
+
+void ExporterTest::every_format_places_the_cut_where_the_context_began() {
+  Fixture f = make_fixture();
+  f.messages.clear();
+  const QStringList texts{"first question", "first answer", "second question", "second answer", "third question",
+                          "third answer"};
+  for (int i = 0; i < texts.size(); ++i)
+    f.messages.append(message(201 + i, i % 2 == 0 ? QStringLiteral("user") : QStringLiteral("assistant"), texts[i],
+                              1000 * i));
+  // Written after the turn that needed it; the model's context began at message 203.
+  MessageRecord marker = kvchat::app::context_cut_marker(7, 203, 2, 96);
+  marker.id = 207;
+  f.messages.append(marker);
+  const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
+  verify_in_order(md, {"first answer", "## Marker\n\n> The 2 oldest messages no longer fit", "## User\n\nsecond question",
+                       "third answer"});
+  const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
+  verify_in_order(text, {"first answer", "\nMarker:\nThe 2 oldest messages", "\nUser:\nsecond question", "third answer"});
+  QVERIFY(!text.endsWith(marker.text + "\n"));
+  const QJsonArray items = QJsonDocument::fromJson(
+                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+                               .object()
+                               .value("messages")
+                               .toArray();
+  QList<qint64> ids;
+  for (const auto& item : items) ids << item.toObject().value("id").toInteger();
+  QCOMPARE(ids, (QList<qint64>{201, 202, 207, 203, 204, 205, 206}));
+  // One dropped message is singular.
+  QVERIFY(kvchat::app::context_cut_marker(7, 203, 1, 96).text.startsWith("The oldest message no longer fits the context window"));
+}
+
+void ExporterTest::a_failed_turn_is_exported_with_its_error() {
+  Fixture f = make_fixture();
+  f.messages.clear();
+  f.messages.append(message(301, QStringLiteral("user"), QStringLiteral("a very long message"), 1000));
+  MessageRecord failed = message(302, QStringLiteral("assistant"), QString(), 2000);
+  failed.model = QStringLiteral("stories260K");
+  failed.stats = QJsonObject{{kvchat::app::kReplyErrorKey, "the last message alone is 900 tokens long"}};
+  f.messages.append(failed);
+  const QString expected = QStringLiteral("Failed: the last message alone is 900 tokens long");
+  for (ExportFormat format : {ExportFormat::Markdown, ExportFormat::Text}) {
+    const QString out = kvchat::app::export_conversation(f.conversation, f.messages, format);
+    QVERIFY2(out.contains(expected), qPrintable(out));
+    QVERIFY2(!out.contains("stories260K · 0 tokens"), qPrintable(out));
+    QVERIFY2(!out.contains("stop: max_tokens"), qPrintable(out));
+  }
+  const QJsonObject item = QJsonDocument::fromJson(
+                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+                               .object()
+                               .value("messages")
+                               .toArray()[1]
+                               .toObject();
+  QCOMPARE(item.value("error").toString(), QStringLiteral("the last message alone is 900 tokens long"));
+  // And the model never sees that turn again.
+  f.messages.append(message(303, QStringLiteral("user"), QStringLiteral("short"), 3000));
+  const auto context = kvchat::app::messages_in_context(f.messages);
+  QCOMPARE(context.size(), 1);
+  QCOMPARE(context[0].id, 303);
 }
 
 QTEST_GUILESS_MAIN(ExporterTest)

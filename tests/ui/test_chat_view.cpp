@@ -6,6 +6,7 @@
 
 #include "app/chat_history.h"
 #include "ui/chat_view.h"
+#include "ui/message_body.h"
 #include "ui/message_widget.h"
 #include "ui/stats_format.h"
 
@@ -23,7 +24,7 @@ MessageRecord record(qint64 id, const QString& role, const QString& text) {
   return message;
 }
 
-QLabel* body_of(MessageWidget* widget) { return widget->findChild<QLabel*>("messageBody"); }
+kvchat::ui::MessageBody* body_of(MessageWidget* widget) { return widget->body(); }
 }  // namespace
 
 class ChatViewTest : public QObject {
@@ -42,10 +43,12 @@ void ChatViewTest::replies_are_markdown_user_text_is_plain() {
   view.setMessages({record(1, "user", "**not bold**"), record(2, "assistant", markdown)});
   const auto widgets = view.messageWidgets();
   QCOMPARE(widgets.size(), 2);
-  QCOMPARE(body_of(widgets[0])->textFormat(), Qt::PlainText);
-  QCOMPARE(body_of(widgets[0])->text(), QStringLiteral("**not bold**"));
-  QCOMPARE(body_of(widgets[1])->textFormat(), Qt::MarkdownText);
-  QCOMPARE(body_of(widgets[1])->text(), markdown);
+  QVERIFY(!body_of(widgets[0])->isMarkdown());
+  QCOMPARE(body_of(widgets[0])->renderedText(), QStringLiteral("**not bold**"));
+  QVERIFY(body_of(widgets[1])->isMarkdown());
+  QCOMPARE(body_of(widgets[1])->source(), markdown);
+  QCOMPARE(body_of(widgets[1])->codeBlocks().size(), 1);
+  QVERIFY(body_of(widgets[1])->renderedText().contains("int x = 1;"));
 }
 
 void ChatViewTest::marker_is_shown_above_the_first_message_in_context() {
@@ -57,7 +60,7 @@ void ChatViewTest::marker_is_shown_above_the_first_message_in_context() {
   QList<qint64> order;
   for (auto* widget : view.messageWidgets()) order << widget->messageId();
   QCOMPARE(order, (QList<qint64>{1, 2, 6, 3, 4, 5}));
-  QVERIFY(body_of(view.messageWidget(6))->text().contains("96 tokens"));
+  QVERIFY(view.messageWidget(6)->findChild<QLabel*>("markerText")->text().contains("96 tokens"));
 }
 
 void ChatViewTest::streaming_appends_and_the_final_record_replaces() {
@@ -70,14 +73,14 @@ void ChatViewTest::streaming_appends_and_the_final_record_replaces() {
   view.appendToMessage(2, "Once ");
   view.appendToMessage(2, "upon");
   QCOMPARE(streaming->text(), QStringLiteral("Once upon"));
-  QTRY_COMPARE(body_of(streaming)->text(), QStringLiteral("Once upon"));  // rendered within the coalescing interval
+  QTRY_COMPARE(body_of(streaming)->source(), QStringLiteral("Once upon"));  // rendered within the coalescing interval
 
   // Sending appends: the widgets already shown stay.
   MessageRecord finished = record(2, "assistant", "Once upon a time");
   finished.stats = QJsonObject{{"generated_tokens", 4}, {"prompt_tokens", 2}, {"prefilled_tokens", 2},
                                {"cache_mode", "on"}, {"stop_reason", "eos"}};
   view.updateMessage(finished);
-  QCOMPARE(body_of(streaming)->text(), QStringLiteral("Once upon a time"));
+  QCOMPARE(body_of(streaming)->source(), QStringLiteral("Once upon a time"));
   QVERIFY(streaming->statsText().contains("4 tokens"));
   QVERIFY(streaming->statsText().contains("0 reused / 2 prefilled"));
   view.setMessages({record(1, "user", "hi"), finished, record(3, "user", "more")});

@@ -1,0 +1,188 @@
+// The main window's additions for users of local chat apps, offscreen over stories260K: the decode-time chart
+// plots the engine's own per-step times (cache on flat, cache off climbing) with the previous reply as a
+// second line and saves as PNG; alternatives of a regenerated reply switch with ‹ ›; the caches dialog lists
+// which chats hold a cache and clears one; the text size is a saved setting; bubbles follow a dark palette.
+#include <QtTest>
+
+#include <QDockWidget>
+#include <QImage>
+#include <QLabel>
+#include <QLineSeries>
+#include <QPalette>
+#include <QPushButton>
+#include <QTableWidget>
+#include <QToolButton>
+
+#include "app/chat_history.h"
+#include "common/chat_fixture.h"
+#include "ui/caches_dialog.h"
+#include "ui/chat_view.h"
+#include "ui/decode_chart_panel.h"
+#include "ui/main_window.h"
+#include "ui/message_input.h"
+#include "ui/message_text_view.h"
+#include "ui/message_body.h"
+#include "ui/message_widget.h"
+
+using kvchat::app::ChatController;
+using kvchat::app::ChatSettings;
+using kvchat::ui::MainWindow;
+
+class MainWindowFeaturesTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void cleanup();
+  void the_chart_plots_the_engines_decode_times();
+  void regenerated_replies_switch_with_the_arrows();
+  void the_caches_dialog_lists_and_clears_caches();
+  void the_text_size_is_a_saved_setting();
+  void bubbles_follow_a_dark_palette();
+
+ private:
+  void open_window(const ChatSettings& settings);
+  ChatController* controller() const { return fixture_->controller(); }
+  void type_and_send(const QString& text) {
+    QTest::keyClicks(window_->messageInput(), text);
+    QTest::keyClick(window_->messageInput(), Qt::Key_Return);
+    QVERIFY(fixture_->waitIdle());
+  }
+
+  std::unique_ptr<kvchat::test::ChatFixture> fixture_ = std::make_unique<kvchat::test::ChatFixture>();
+  std::unique_ptr<MainWindow> window_;
+};
+
+void MainWindowFeaturesTest::cleanup() {
+  window_.reset();
+  fixture_ = std::make_unique<kvchat::test::ChatFixture>();
+}
+
+void MainWindowFeaturesTest::open_window(const ChatSettings& settings) {
+  QVERIFY(fixture_->open(settings));
+  window_ = std::make_unique<MainWindow>(controller());
+  window_->show();
+  QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+  window_->messageInput()->setFocus();
+}
+
+void MainWindowFeaturesTest::the_chart_plots_the_engines_decode_times() {
+  open_window(kvchat::test::greedy_chat_settings(60));
+  kvchat::ui::DecodeChartPanel* chart = window_->decodeChart();
+  QVERIFY(chart);
+  QVERIFY(window_->decodeChartDock()->isHidden());
+  window_->findChild<QAction*>("decodeChartAction")->trigger();
+  QVERIFY(window_->decodeChartDock()->isVisible());
+  QCOMPARE(chart->lastSeries()->count(), 0);
+
+  type_and_send("Once upon a time");
+  const auto cached = controller()->lastDecodeTimings();
+  QVERIFY(cached);
+  QCOMPARE(chart->lastSeries()->count(), cached->step_ms.size());
+  for (int i = 0; i < cached->step_ms.size(); ++i) {
+    QCOMPARE(chart->lastSeries()->at(i).x(), double(cached->first_position + i));
+    QCOMPARE(chart->lastSeries()->at(i).y(), cached->step_ms[i]);
+  }
+  QCOMPARE(chart->lastSeries()->name(), QStringLiteral("last reply (cache on)"));
+
+  ChatSettings off = controller()->settings();
+  off.kv_cache_enabled = false;
+  controller()->applySettings(off);
+  type_and_send("Lily went to the park");
+  const auto uncached = controller()->lastDecodeTimings();
+  QCOMPARE(uncached->cache_mode, kvchat::KvCacheMode::Off);
+  QCOMPARE(chart->lastSeries()->name(), QStringLiteral("last reply (cache off)"));
+  QCOMPARE(chart->previousSeries()->name(), QStringLiteral("reply before (cache on)"));
+  QCOMPARE(chart->previousSeries()->count(), cached->step_ms.size());
+  QCOMPARE(chart->lastSeries()->count(), uncached->step_ms.size());
+  QCOMPARE(chart->lastSeries()->at(0).y(), uncached->step_ms[0]);
+
+  const QString png = fixture_->path("chart.png");
+  QVERIFY(chart->savePng(png));
+  QImage image(png);
+  QVERIFY(!image.isNull());
+  QVERIFY(image.width() > 100 && image.height() > 100);
+}
+
+void MainWindowFeaturesTest::regenerated_replies_switch_with_the_arrows() {
+  open_window(kvchat::test::greedy_chat_settings(12));
+  type_and_send("Once upon a time");
+  const QString first_text = controller()->currentMessages().at(1).text;
+  ChatSettings shorter = controller()->settings();
+  shorter.max_new_tokens = 4;  // a different second reply
+  controller()->applySettings(shorter);
+  window_->findChild<QPushButton*>("regenerateButton")->click();
+  QVERIFY(fixture_->waitIdle());
+  QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 2);
+  kvchat::ui::MessageWidget* reply = window_->chatView()->messageWidgets()[1];
+  QCOMPARE(reply->alternativesText(), QStringLiteral("2/2"));
+  QVERIFY(reply->text() != first_text);
+  reply->findChild<QToolButton*>("previousAlternativeButton")->click();
+  QTRY_COMPARE(window_->chatView()->messageWidgets()[1]->text(), first_text);
+  QCOMPARE(window_->chatView()->messageWidgets()[1]->alternativesText(), QStringLiteral("1/2"));
+  // The next turn continues from the reply shown.
+  const auto engine = controller()->engineMessages(controller()->currentConversationId());
+  QCOMPARE(QString::fromStdString(engine.back().content), first_text);
+}
+
+void MainWindowFeaturesTest::the_caches_dialog_lists_and_clears_caches() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  type_and_send("Once upon a time");
+  const qint64 first = controller()->currentConversationId();
+  window_->findChild<QPushButton*>("newChatButton")->click();
+  type_and_send("Tom ran");
+  kvchat::ui::CachesDialog* dialog = window_->openCachesDialog();
+  QCOMPARE(dialog->table()->rowCount(), 2);
+  QVERIFY2(dialog->totalLabel()->text().startsWith("2 chats hold"), qPrintable(dialog->totalLabel()->text()));
+  QStringList titles;
+  for (int row = 0; row < 2; ++row) titles << dialog->table()->item(row, 0)->text();
+  titles.sort();
+  QCOMPARE(titles, (QStringList{"Once upon a time", "Tom ran"}));
+  auto* clear = dialog->findChild<QPushButton*>(QStringLiteral("clearCache_%1").arg(first));
+  QVERIFY(clear);
+  clear->click();
+  QTRY_COMPARE(dialog->table()->rowCount(), 1);
+  QCOMPARE(dialog->table()->item(0, 0)->text(), QStringLiteral("Tom ran"));
+  QVERIFY(dialog->totalLabel()->text().startsWith("1 chat holds"));
+  dialog->reject();
+}
+
+void MainWindowFeaturesTest::the_text_size_is_a_saved_setting() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  window_->setChatFontSize(17);
+  QCOMPARE(window_->chatView()->font().pointSize(), 17);
+  QCOMPARE(window_->messageInput()->font().pointSize(), 17);
+  QCOMPARE(controller()->settings().font_point_size, 17);
+  window_->setChatFontSize(500);
+  QCOMPARE(window_->chatView()->font().pointSize(), ChatSettings::kMaxFontPointSize);
+  // A new window (next start) opens with it.
+  window_->setChatFontSize(15);
+  window_ = std::make_unique<MainWindow>(controller());
+  QCOMPARE(window_->chatView()->font().pointSize(), 15);
+}
+
+void MainWindowFeaturesTest::bubbles_follow_a_dark_palette() {
+  const QPalette original = QApplication::palette();
+  QPalette dark = original;
+  dark.setColor(QPalette::Window, QColor(30, 30, 30));
+  dark.setColor(QPalette::Base, QColor(20, 20, 20));
+  dark.setColor(QPalette::Text, QColor(230, 230, 230));
+  dark.setColor(QPalette::WindowText, QColor(230, 230, 230));
+  QApplication::setPalette(dark);
+  open_window(kvchat::test::greedy_chat_settings(8));
+  type_and_send("Once upon a time");
+  kvchat::ui::MessageWidget* reply = window_->chatView()->messageWidgets()[1];
+  QCoreApplication::processEvents();
+  // The reply's text is drawn in the palette's text colour over the bubble, not a fixed light-theme black.
+  const QImage picture = reply->grab().toImage();
+  int light_pixels = 0;
+  for (int y = 0; y < picture.height(); ++y)
+    for (int x = 0; x < picture.width(); ++x) light_pixels += qGray(picture.pixel(x, y)) > 180 ? 1 : 0;
+  const int all = picture.width() * picture.height();
+  QApplication::setPalette(original);
+  // Mostly dark (background) with light glyphs: a light bubble would be mostly light pixels.
+  QVERIFY2(light_pixels < all / 2, qPrintable(QStringLiteral("%1 of %2 pixels light").arg(light_pixels).arg(all)));
+  QVERIFY(light_pixels > 0);
+}
+
+QTEST_MAIN(MainWindowFeaturesTest)
+#include "test_main_window_features.moc"

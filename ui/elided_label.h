@@ -1,0 +1,27 @@
+#pragma once
+// A one-line label for the status bar: when it gets less width than its text needs it shows the text cut
+// with "…" (the whole text in its tooltip) instead of being cut mid-figure or drawn over its neighbours.
+#include <QLabel>
+
+namespace kvchat::ui {
+
+class ElidedLabel : public QLabel {
+  Q_OBJECT
+ public:
+  explicit ElidedLabel(QWidget* parent = nullptr);
+  void setFullText(const QString& text);
+  QString fullText() const { return full_text_; }
+  // What is drawn at the current width: the full text, or its start and "…".
+  QString shownText() const;
+
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+
+ private:
+  QString full_text_;
+};
+
+}  // namespace kvchat::ui

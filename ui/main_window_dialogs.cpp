@@ -1,0 +1,211 @@
+// MainWindow, its dialogs: model pickers, export, settings, about, rename, delete, the system prompt. All are
+// opened with open(), not exec(): the engine's signals keep arriving, and tests can find them.
+#include "ui/main_window.h"
+
+#include <spdlog/spdlog.h>
+
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QInputDialog>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QRegularExpression>
+#include <QStandardPaths>
+
+#include "ui/caches_dialog.h"
+#include "ui/settings_dialog.h"
+#include "ui/stats_format.h"
+
+namespace kvchat::ui {
+
+namespace {
+
+// Where a picker starts: the current model's folder (a file's own folder).
+QString picker_start(const kvchat::app::ModelInfo& info) {
+  const QFileInfo current(info.directory);
+  return current.isFile() ? current.absolutePath() : info.directory;
+}
+
+// The export types, each with its extension (the first one is the default).
+struct ExportType {
+  const char* filter;
+  const char* extension;
+};
+constexpr ExportType kExportTypes[] = {{"Markdown (*.md)", "md"}, {"JSON (*.json)", "json"}, {"Text (*.txt)", "txt"}};
+
+// A name typed without one of the known extensions gets the chosen type's ("chat1_text" + Text -> .txt).
+QString with_export_extension(const QString& path, const QString& name_filter) {
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  for (const char* known : {"md", "markdown", "json", "txt", "text"})
+    if (suffix == QLatin1String(known)) return path;
+  QString extension = QString::fromLatin1(kExportTypes[0].extension);
+  for (const ExportType& type : kExportTypes)
+    if (name_filter == QLatin1String(type.filter)) extension = QString::fromLatin1(type.extension);
+  return path + QLatin1Char('.') + extension;
+}
+
+}  // namespace
+
+void MainWindow::show_error_dialog(const QString& title, const QString& text, const QString& object_name) {
+  auto* box = new QMessageBox(QMessageBox::Warning, title, text, QMessageBox::Ok, this);
+  box->setObjectName(object_name);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+}
+
+void MainWindow::openModel(const QString& path) {
+  spdlog::info("opening model {}", path.toStdString());
+  controller_->loadModel(path, /*remember=*/true);
+}
+
+QFileDialog* MainWindow::openModelFileDialog() {
+  auto* dialog = new QFileDialog(this, tr("Open model file"), picker_start(controller_->modelInfo()));
+  dialog->setObjectName("openModelFileDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setFileMode(QFileDialog::ExistingFile);
+  dialog->setNameFilters({tr("GGUF models (*.gguf)"), tr("All files (*)")});
+  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
+    if (!path.isEmpty()) openModel(path);
+  });
+  dialog->open();
+  return dialog;
+}
+
+QFileDialog* MainWindow::openModelDirectoryDialog() {
+  auto* dialog = new QFileDialog(this, tr("Open model directory"), picker_start(controller_->modelInfo()));
+  dialog->setObjectName("openModelDirectoryDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setFileMode(QFileDialog::Directory);
+  dialog->setOption(QFileDialog::ShowDirsOnly, true);
+  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
+    if (!path.isEmpty()) openModel(path);
+  });
+  dialog->open();
+  return dialog;
+}
+
+bool MainWindow::exportCurrentConversation(const QString& path) {
+  try {
+    const QString suffix = QFileInfo(path).suffix();
+    const auto format = kvchat::app::export_format_from_string(suffix.isEmpty() ? QStringLiteral("md") : suffix);
+    controller_->exportConversation(controller_->currentConversationId(), path, format);
+    last_export_directory_ = QFileInfo(path).absolutePath();
+    show_notice(tr("Exported to %1").arg(path), 5000);
+    return true;
+  } catch (const std::exception& error) {
+    show_error_dialog(tr("Export failed"), QString::fromUtf8(error.what()), "exportErrorDialog");
+    return false;
+  }
+}
+
+QFileDialog* MainWindow::openExportDialog() {
+  if (controller_->currentConversationId() <= 0) return nullptr;
+  QString title = QStringLiteral("chat");
+  if (const auto record = controller_->conversation(controller_->currentConversationId())) title = record->title;
+  title.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9 _-]")), QStringLiteral("_"));
+  // Not the process's working directory: the last export's folder, else Documents, else home.
+  QString folder = last_export_directory_;
+  if (folder.isEmpty() || !QFileInfo(folder).isDir())
+    folder = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
+  if (folder.isEmpty() || !QFileInfo(folder).isDir()) folder = QDir::homePath();
+  auto* dialog = new QFileDialog(this, tr("Export chat"), QDir(folder).filePath(title + QStringLiteral(".md")));
+  dialog->setObjectName("exportDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setAcceptMode(QFileDialog::AcceptSave);
+  dialog->setFileMode(QFileDialog::AnyFile);
+  QStringList filters;
+  for (const ExportType& type : kExportTypes) filters << QString::fromLatin1(type.filter);
+  dialog->setNameFilters(filters);
+  connect(dialog, &QFileDialog::fileSelected, this, [this, dialog](const QString& path) {
+    if (!path.isEmpty()) exportCurrentConversation(with_export_extension(path, dialog->selectedNameFilter()));
+  });
+  dialog->open();
+  return dialog;
+}
+
+SettingsDialog* MainWindow::openSettingsDialog() {
+  auto* dialog = new SettingsDialog(controller_->settings(), this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  if (controller_->isModelLoaded()) dialog->setModelContextLength(controller_->modelInfo().context_length);
+  connect(dialog, &QDialog::accepted, this, [this, dialog] {
+    const auto settings = dialog->settings();
+    controller_->applySettings(settings);
+    show_notice(tr("Settings saved; they apply from the next reply."), 5000);
+  });
+  dialog->open();
+  return dialog;
+}
+
+QMessageBox* MainWindow::openAboutDialog() {
+  QString model = tr("No model is loaded.");
+  if (controller_->isModelLoaded()) {
+    const kvchat::app::ModelInfo& info = controller_->modelInfo();
+    model = tr("Model: %1<br>%2").arg(format_model_summary(info).toHtmlEscaped(), info.directory.toHtmlEscaped());
+  }
+  const QString text =
+      tr("<h3>kvchat %1</h3>"
+         "<p>A local Llama chat that makes its KV cache visible.</p>"
+         "<p>%2</p>"
+         "<p><b>Licences</b><br>"
+         "Qt %3 \u2014 LGPL 3<br>"
+         "LibTorch \u2014 BSD 3-Clause<br>"
+         "spdlog and fmt \u2014 MIT<br>"
+         "nlohmann/json \u2014 MIT<br>"
+         "PCRE2 \u2014 BSD<br>"
+         "SQLite \u2014 public domain<br>"
+         "stories260K (the embedded model, from karpathy's tinyllamas) \u2014 MIT</p>")
+          .arg(QStringLiteral(KVCHAT_VERSION), model, QString::fromLatin1(qVersion()));
+  auto* box = new QMessageBox(QMessageBox::NoIcon, tr("About kvchat"), text, QMessageBox::Ok, this);
+  box->setObjectName("aboutDialog");
+  box->setTextFormat(Qt::RichText);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+  return box;
+}
+
+CachesDialog* MainWindow::openCachesDialog() {
+  auto* dialog = new CachesDialog(controller_, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->open();
+  return dialog;
+}
+
+void MainWindow::rename_selected_conversation() {
+  const qint64 id = selected_conversation_id();
+  if (id <= 0) return;
+  const auto record = controller_->conversation(id);
+  bool ok = false;
+  const QString title = QInputDialog::getText(this, tr("Rename chat"), tr("Title:"), QLineEdit::Normal,
+                                              record ? record->title : QString(), &ok);
+  if (ok) controller_->renameConversation(id, title);
+}
+
+void MainWindow::delete_selected_conversation() {
+  const qint64 id = selected_conversation_id();
+  if (id <= 0) return;
+  const auto record = controller_->conversation(id);
+  const QString title = record ? record->title : QString::number(id);
+  if (!confirm_(tr("Delete chat"), tr("Delete \u201c%1\u201d and all its messages? This cannot be undone.").arg(title)))
+    return;
+  controller_->deleteConversation(id);
+}
+
+void MainWindow::edit_system_prompt() {
+  qint64 id = controller_->currentConversationId();
+  if (id <= 0) id = controller_->newConversation();
+  if (id <= 0) return;
+  const auto record = controller_->conversation(id);
+  bool ok = false;
+  const QString prompt = QInputDialog::getMultiLineText(this, tr("System prompt"),
+                                                        tr("This chat's system prompt (applies from the next reply):"),
+                                                        record ? record->system_prompt : QString(), &ok);
+  if (ok) controller_->setSystemPrompt(id, prompt);
+}
+
+qint64 MainWindow::selected_conversation_id() const {
+  const QListWidgetItem* item = conversation_list_->currentItem();
+  return item ? item->data(Qt::UserRole).toLongLong() : controller_->currentConversationId();
+}
+
+}  // namespace kvchat::ui

@@ -1,0 +1,289 @@
+// MainWindow, what it shows: the status bar, the conversation list, the transcript, the buttons' states and
+// the input box's drafts, each refreshed from the controller's queries.
+#include "ui/main_window.h"
+
+#include <QFileInfo>
+#include <QLabel>
+#include <QListWidget>
+#include <QLocale>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QStatusBar>
+
+#include <algorithm>
+
+#include "app/chat_history.h"
+#include "ui/chat_view.h"
+#include "ui/elided_label.h"
+#include "ui/message_input.h"
+#include "ui/stats_format.h"
+
+namespace kvchat::ui {
+
+QLabel* MainWindow::speedLabel() const { return speed_label_; }
+QLabel* MainWindow::replyStatsLabel() const { return reply_stats_label_; }
+QLabel* MainWindow::cacheLabel() const { return cache_label_; }
+QLabel* MainWindow::modelLabel() const { return model_label_; }
+QLabel* MainWindow::noticeLabel() const { return notice_label_; }
+
+void MainWindow::build_status_bar() {
+  // Every field elides rather than overlapping its neighbours. Passing messages are not shown here at all
+  // (QStatusBar's temporary message is drawn under the permanent fields): they have a line above the input.
+  const auto make_label = [this](const char* name) {
+    auto* label = new ElidedLabel(this);
+    label->setObjectName(name);
+    return label;
+  };
+  model_label_ = make_label("modelLabel");
+  model_label_->setFullText(tr("No model"));
+  load_busy_ = new QProgressBar(this);
+  load_busy_->setObjectName("loadBusy");
+  load_busy_->setRange(0, 0);  // indeterminate: loading has no measurable steps
+  load_busy_->setMaximumWidth(90);
+  load_busy_->hide();
+  speed_label_ = make_label("speedLabel");
+  reply_stats_label_ = make_label("replyStatsLabel");
+  cache_bar_ = new QProgressBar(this);
+  cache_bar_->setObjectName("cacheGauge");
+  cache_bar_->setMinimumWidth(70);
+  cache_bar_->setMaximumWidth(130);
+  cache_bar_->setTextVisible(true);
+  cache_label_ = make_label("cacheLabel");
+  statusBar()->addPermanentWidget(model_label_);
+  statusBar()->addPermanentWidget(load_busy_);
+  statusBar()->addPermanentWidget(speed_label_);
+  statusBar()->addPermanentWidget(reply_stats_label_);
+  statusBar()->addPermanentWidget(cache_bar_);
+  statusBar()->addPermanentWidget(cache_label_);
+}
+
+void MainWindow::show_notice(const QString& text, int milliseconds) {
+  notice_label_->setText(text);
+  notice_label_->show();
+  notice_timer_.start(milliseconds);
+}
+
+void MainWindow::show_cache_evicted(qint64 conversation_id) {
+  QString title = QString::number(conversation_id);
+  if (const auto record = controller_->conversation(conversation_id)) title = record->title;
+  show_notice(tr("The cache of \u201c%1\u201d was dropped to stay within the memory budget; "
+                 "it is rebuilt on that chat's next turn.")
+                  .arg(title));
+}
+
+void MainWindow::show_model_loading(const QString& path) {
+  load_busy_->show();
+  model_label_->setFullText(tr("Loading %1\u2026").arg(QFileInfo(path).fileName()));
+  refresh_buttons();
+}
+
+void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
+  load_busy_->hide();
+  model_label_->setFullText(format_model_summary(info));
+  model_label_->setToolTip(format_model_details(info));
+  setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
+  refresh_buttons();
+  refresh_cache_gauge();
+  refresh_placeholder();
+}
+
+void MainWindow::show_model_load_failed(const QString& path, const QString& message) {
+  load_busy_->hide();
+  model_label_->setFullText(controller_->isModelLoaded() ? format_model_summary(controller_->modelInfo())
+                                                         : tr("No model"));
+  refresh_buttons();
+  QString text = tr("Could not load the model\n%1\n\n%2").arg(path, message);
+  if (controller_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(controller_->modelInfo().directory);
+  show_error_dialog(tr("Model not loaded"), text, "modelLoadErrorDialog");
+}
+
+void MainWindow::show_reply_failed(qint64 conversation_id, const QString& message) {
+  (void)message;  // the reply shows it; here only where to look
+  if (conversation_id == controller_->currentConversationId()) return;
+  QString title = QString::number(conversation_id);
+  if (const auto record = controller_->conversation(conversation_id)) title = record->title;
+  show_notice(tr("The reply in \u201c%1\u201d failed (the error is shown there).").arg(title));
+}
+
+void MainWindow::switch_drafts(qint64 conversation_id) {
+  if (conversation_id == input_conversation_) return;
+  const QString draft = input_->toPlainText();
+  if (!draft.isEmpty()) drafts_.insert(input_conversation_, draft);
+  else drafts_.remove(input_conversation_);
+  input_->setPlainText(drafts_.take(conversation_id));
+  input_->moveCursor(QTextCursor::End);
+  input_conversation_ = conversation_id;
+}
+
+bool MainWindow::generating_here() const {
+  return controller_->isGenerating() && controller_->generatingConversationId() == controller_->currentConversationId();
+}
+
+void MainWindow::refresh_conversations() {
+  const QSignalBlocker blocker(conversation_list_);
+  conversation_list_->clear();
+  const qint64 current = controller_->currentConversationId();
+  const qint64 generating = controller_->isGenerating() ? controller_->generatingConversationId() : 0;
+  QHash<qint64, kvchat::app::ChatController::HeldCache> held;
+  for (const auto& cache : controller_->heldCaches()) held.insert(cache.conversation_id, cache);
+  for (const auto& conversation : controller_->conversations()) {
+    QString text = conversation.title;
+    QString state;
+    if (conversation.id == generating) state = tr("generating\u2026");
+    else if (controller_->isQueued(conversation.id)) state = tr("waiting\u2026");
+    if (!state.isEmpty()) text = QStringLiteral("%1 \u00b7 %2").arg(conversation.title, state);
+    auto* item = new QListWidgetItem(text, conversation_list_);
+    item->setData(Qt::UserRole, conversation.id);
+    QFont font = item->font();
+    font.setItalic(!state.isEmpty());
+    item->setFont(font);
+    QString tooltip = tr("%1\n%2 messages, last active %3")
+                          .arg(conversation.title)
+                          .arg(conversation.message_count)
+                          .arg(QLocale().toString(conversation.updated_at.toLocalTime(), QLocale::ShortFormat));
+    // Which chats hold a cache now, and how much (Chat > Caches in memory lists them all).
+    if (held.contains(conversation.id))
+      tooltip += tr("\nKV cache in memory: %1 tokens, %2")
+                     .arg(held.value(conversation.id).tokens)
+                     .arg(format_bytes(held.value(conversation.id).bytes));
+    else
+      tooltip += tr("\nNo KV cache in memory (the next reply prefills the chat)");
+    item->setToolTip(tooltip);
+    item->setData(Qt::UserRole + 1, held.contains(conversation.id) ? held.value(conversation.id).bytes : 0);
+    if (conversation.id == current) {
+      conversation_list_->setCurrentItem(item);
+      title_label_->setText(QStringLiteral("<b>%1</b>").arg(conversation.title.toHtmlEscaped()));
+    }
+  }
+  if (current <= 0) title_label_->setText(tr("<b>New chat</b>"));
+}
+
+void MainWindow::reload_messages() {
+  const bool streaming_here = generating_here();
+  chat_view_->setMessages(controller_->currentMessages(), streaming_here ? controller_->generatingMessageId() : 0,
+                          streaming_here ? controller_->generatingText() : QString());
+  refresh_buttons();
+  refresh_cache_gauge();
+  refresh_placeholder();
+}
+
+void MainWindow::refresh_placeholder() {
+  QString text;
+  if (controller_->isModelLoaded()) {
+    const kvchat::app::ModelInfo& info = controller_->modelInfo();
+    text = tr("<p><b>%1</b> is loaded (%2).</p>").arg(info.name.toHtmlEscaped(), format_model_summary(info).toHtmlEscaped());
+    if (!info.has_chat_template)
+      text += tr("<p>It has no chat template: it does not answer questions, it <b>continues the text you type</b>. "
+                 "The embedded stories260K is a tiny model that writes children's stories: try "
+                 "\u201cOnce upon a time\u201d.</p>");
+    else
+      text += tr("<p>Type a message below and press Enter.</p>");
+    text += tr("<p>File \u2192 Open model file\u2026 loads another model (a .gguf file or a Hugging Face folder).</p>");
+  } else {
+    text = tr("<p>No model is loaded yet.</p>");
+  }
+  chat_view_->setPlaceholder(text);
+}
+
+void MainWindow::refresh_buttons() {
+  const bool here = generating_here();
+  const bool elsewhere = controller_->isGenerating() && !here;
+  const bool queued = controller_->isQueued(controller_->currentConversationId());
+  const bool ready = controller_->isModelLoaded();
+  send_button_->setText(here ? tr("Stop") : editing_last_message_ ? tr("Resend") : tr("Send"));
+  send_button_->setEnabled(here || (ready && !queued));
+  editing_label_->setVisible(editing_last_message_);
+  QString waiting;
+  if (queued || elsewhere) {
+    QString title;
+    if (const auto record = controller_->conversation(controller_->generatingConversationId())) title = record->title;
+    waiting = queued ? tr("Waiting for the reply in \u201c%1\u201d to finish; this chat's reply starts then.").arg(title)
+                     : tr("\u201c%1\u201d is generating a reply: a message sent here waits for it.").arg(title);
+  }
+  waiting_label_->setText(waiting);
+  waiting_label_->setVisible(!waiting.isEmpty());
+  bool has_reply = false;
+  bool has_user_message = false;
+  const auto messages = controller_->currentMessages();
+  for (auto it = messages.crbegin(); it != messages.crend(); ++it) {
+    if (it->role == "marker" || kvchat::app::is_hidden_alternative(*it)) continue;
+    has_reply = it->role == "assistant";
+    break;
+  }
+  for (const auto& message : messages) has_user_message = has_user_message || message.role == "user";
+  const bool idle = !controller_->isGenerating() && !queued;
+  regenerate_button_->setEnabled(idle && ready && has_reply);
+  edit_button_->setEnabled(idle && ready && has_user_message);
+  const auto continuable = controller_->continuableReply();
+  chat_view_->setContinuableMessage(idle && ready && continuable ? continuable->id : 0);
+}
+
+void MainWindow::refresh_token_counter() {
+  token_count_timer_.stop();
+  const QString draft = input_->toPlainText();
+  const auto measure = draft.trimmed().isEmpty() ? std::nullopt : controller_->measureDraft(draft);
+  if (!measure) {
+    token_counter_->clear();
+    return;
+  }
+  if (measure->fits) {
+    token_counter_->setStyleSheet("color: palette(mid);");
+    token_counter_->setText(tr("%1 tokens \u00b7 %2 of %3 left in the context after it")
+                                .arg(measure->draft_tokens)
+                                .arg(std::max(0, measure->context_limit - measure->prompt_tokens))
+                                .arg(measure->context_limit));
+  } else {
+    token_counter_->setStyleSheet("color: #b00020; font-weight: bold;");
+    token_counter_->setText(tr("%1 tokens: this message does not fit (the prompt would be %2 tokens, the "
+                               "context limit is %3). Shorten it or start a new chat.")
+                                .arg(measure->draft_tokens)
+                                .arg(measure->prompt_tokens)
+                                .arg(measure->context_limit));
+  }
+}
+
+bool MainWindow::draft_fits() {
+  refresh_token_counter();
+  const auto measure = controller_->measureDraft(input_->toPlainText());
+  if (!measure || measure->fits) return true;
+  show_notice(tr("Not sent: the message does not fit the context (see under the message box)."));
+  return false;
+}
+
+void MainWindow::refresh_cache_gauge() {
+  const kvchat::app::CacheGauge gauge = controller_->cacheGauge();
+  cache_bar_->setRange(0, std::max(1, gauge.context_limit));
+  if (!gauge.cache_enabled) {
+    cache_bar_->setValue(0);
+    cache_bar_->setFormat(tr("cache off"));
+    cache_label_->setFullText(tr("KV cache off: recomputing"));
+    return;
+  }
+  cache_bar_->setValue(static_cast<int>(std::min<qint64>(gauge.conversation_tokens, std::max(1, gauge.context_limit))));
+  cache_bar_->setFormat(QStringLiteral("%1/%2 tok").arg(gauge.conversation_tokens).arg(gauge.context_limit));
+  // Wide enough for its own figures at the largest count this limit allows.
+  cache_bar_->setMinimumWidth(
+      cache_bar_->fontMetrics().horizontalAdvance(QStringLiteral("%1/%1 tok").arg(gauge.context_limit)) + 16);
+  cache_bar_->setToolTip(tr("This chat's KV cache: %1 of the %2-token context")
+                             .arg(gauge.conversation_tokens)
+                             .arg(gauge.context_limit));
+  QString text = tr("KV %1").arg(format_bytes(gauge.conversation_bytes));
+  if (gauge.has_turn)
+    text += tr(" \u00b7 %1 reused / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
+  text += tr(" \u00b7 all chats %1 of %2").arg(format_bytes(gauge.total_bytes), format_bytes(gauge.budget_bytes));
+  cache_label_->setFullText(text);
+}
+
+void MainWindow::refresh_reply_stats() {
+  const auto stats = controller_->lastReplyStats();
+  if (!stats) {
+    reply_stats_label_->setFullText(QString());
+    return;
+  }
+  reply_stats_label_->setFullText(tr("last: prefill %1 \u00b7 TTFT %2 ms \u00b7 %3 tok")
+                                      .arg(format_rate(stats->prefill_tokens_per_second))
+                                      .arg(stats->ttft_ms, 0, 'f', 1)
+                                      .arg(stats->generated_tokens));
+}
+
+}  // namespace kvchat::ui

@@ -1,0 +1,34 @@
+#pragma once
+// A read-only view of untrusted message text (the user's and the model's words): Markdown with raw HTML shown
+// as text, or plain text. It never loads a resource the text names (no image, no file, no remote URL), wraps
+// long words anywhere instead of widening the transcript, and is exactly as tall as its text (the transcript
+// scrolls, not the view). In code mode it is monospace, does not wrap, and scrolls sideways inside itself.
+#include <QTextBrowser>
+
+namespace kvchat::ui {
+
+class MessageTextView : public QTextBrowser {
+  Q_OBJECT
+ public:
+  enum class Mode { Prose, Code };
+  explicit MessageTextView(Mode mode, QWidget* parent = nullptr);
+
+  void setMarkdownSource(const QString& markdown);  // prose: single line breaks kept as hard breaks
+  void setPlainSource(const QString& text);
+  QString source() const { return source_; }  // as given, before rendering
+  Mode mode() const { return mode_; }
+
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+  QVariant loadResource(int type, const QUrl& name) override;
+
+ private:
+  void fit_height();
+  Mode mode_;
+  QString source_;
+};
+
+}  // namespace kvchat::ui
