@@ -44,6 +44,8 @@ SQL
   --screenshot "$out/markdown-and-code.png"
 
 # 2. The decode-time chart after one cached and one uncached reply (same chat, the cache switched off between).
+#    Replies of at most 80 tokens, greedy, so that the uncached one climbs over a visible stretch of positions.
+printf '[chat]\nmax_new_tokens=80\ntemperature=0\n' > "$work/chart.ini"
 "$app" --db "$work/chart.sqlite3" --settings "$work/chart.ini" --window-size 1240x760 --chart --then-cache-off \
   --send "Once upon a time" --send "Lily went to the park" --screenshot "$out/decode-time-chart.png"
 

@@ -1,6 +1,7 @@
 #pragma once
-// The transcript of one conversation: one MessageWidget per message, in order, with a context-cut marker
-// shown just above the first message the model still sees. Follows the bottom while a reply streams in,
+// The transcript of one conversation: one MessageWidget per message, in reading order (a context-cut marker
+// just above the first message the model still sees, a regenerated turn's hidden alternatives left out but
+// counted in the shown reply's ‹ n/m ›). Follows the bottom while a reply streams in,
 // unless the reader scrolled up.
 #include <QList>
 #include <QScrollArea>
@@ -32,14 +33,12 @@ class ChatView : public QScrollArea {
   // The message offered Continue (0 = none).
   void setContinuableMessage(qint64 message_id);
 
+  QList<MessageWidget*> messageWidgets() const;
+  MessageWidget* messageWidget(qint64 message_id) const;
+
  Q_SIGNALS:
   void continueRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
-
- public:
-
-  QList<MessageWidget*> messageWidgets() const;
-  MessageWidget* messageWidget(qint64 message_id) const;
 
  private:
   void scroll_to_bottom_if_following();

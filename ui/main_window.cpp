@@ -16,6 +16,7 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QShortcut>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -213,6 +214,11 @@ void MainWindow::build_shortcuts() {
     shortcut->setContext(Qt::WindowShortcut);
     connect(shortcut, &QShortcut::activated, this, std::move(action));
   };
+  // The transcript is not a Tab stop; Alt+PgUp / Alt+PgDn scroll it from wherever the focus is.
+  add(QKeySequence(Qt::ALT | Qt::Key_PageUp),
+      [this] { chat_view_->verticalScrollBar()->triggerAction(QAbstractSlider::SliderPageStepSub); });
+  add(QKeySequence(Qt::ALT | Qt::Key_PageDown),
+      [this] { chat_view_->verticalScrollBar()->triggerAction(QAbstractSlider::SliderPageStepAdd); });
   // (Ctrl+PgDn/PgUp and Ctrl+Tab belong to the Chat menu's Next/Previous chat actions.)
   for (int digit = 1; digit <= 9; ++digit)
     add(QKeySequence(Qt::CTRL | static_cast<Qt::Key>(Qt::Key_0 + digit)), [this, digit] { select_conversation_at(digit - 1); });

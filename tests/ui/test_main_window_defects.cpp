@@ -12,6 +12,7 @@
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStandardPaths>
@@ -303,6 +304,16 @@ void MainWindowDefectsTest::tab_stays_among_the_controls_and_shortcuts_move_betw
   QVERIFY2(stops.size() <= 10, qPrintable(QString::number(stops.size())));
   for (QWidget* stop : stops)
     QVERIFY2(!window_->chatView()->isAncestorOf(stop), qPrintable(stop->objectName()));
+
+  // The transcript still scrolls from the keyboard.
+  window_->resize(700, 450);
+  QTRY_VERIFY(window_->chatView()->verticalScrollBar()->maximum() > 0);
+  window_->chatView()->verticalScrollBar()->setValue(window_->chatView()->verticalScrollBar()->maximum());
+  const int bottom = window_->chatView()->verticalScrollBar()->value();
+  QTest::keyClick(window_->messageInput(), Qt::Key_PageUp, Qt::AltModifier);
+  QVERIFY(window_->chatView()->verticalScrollBar()->value() < bottom);
+  QTest::keyClick(window_->messageInput(), Qt::Key_PageDown, Qt::AltModifier);
+  QCOMPARE(window_->chatView()->verticalScrollBar()->value(), bottom);
 
   // The list is most recent first: [second, first].
   QCOMPARE(window_->conversationList()->currentRow(), 1);

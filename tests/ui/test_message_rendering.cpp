@@ -67,6 +67,7 @@ class MessageRenderingTest : public QObject {
   void a_reply_cut_short_says_so_and_offers_continue();
   void a_huge_message_is_shown_cut_but_copied_whole();
   void regenerated_replies_are_switchable_alternatives();
+  void the_time_a_message_was_written_shows_on_hover();
 };
 
 void MessageRenderingTest::long_words_and_code_lines_never_widen_the_transcript() {
@@ -281,6 +282,16 @@ void MessageRenderingTest::regenerated_replies_are_switchable_alternatives() {
   QCOMPARE(requested.count(), 2);
   QCOMPARE(requested[0].first().toLongLong(), 2);
   QCOMPARE(requested[1].first().toLongLong(), 4);
+}
+
+void MessageRenderingTest::the_time_a_message_was_written_shows_on_hover() {
+  ChatView view;
+  MessageRecord message = record(1, "user", "hello");
+  message.created_at = QDateTime(QDate(2024, 3, 1), QTime(9, 30, 5), Qt::UTC);
+  view.setMessages({message});
+  auto* header = view.messageWidget(1)->findChild<QLabel*>("messageHeader");
+  QVERIFY(header);
+  QCOMPARE(header->toolTip(), QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
 }
 
 QTEST_MAIN(MessageRenderingTest)
