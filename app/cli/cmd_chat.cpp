@@ -83,11 +83,11 @@ bool run_turn(ChatContext& chat, const std::string& text) {
     std::fflush(stdout);
     chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats));
     if (outcome.dropped_messages > 0 && outcome.dropped_messages < static_cast<int>(in_context.size())) {
-      chat.store->add_message(app::context_cut_marker(chat.conversation_id,
-                                                      in_context[outcome.dropped_messages].id,
-                                                      outcome.dropped_messages, outcome.context_limit));
-      std::fprintf(stderr, "[the %d oldest messages no longer fit the context of %d tokens]\n",
-                   outcome.dropped_messages, outcome.context_limit);
+      const app::MessageRecord marker = app::context_cut_marker(
+          chat.conversation_id, in_context[outcome.dropped_messages].id, outcome.dropped_messages, outcome.context_limit);
+      chat.store->add_message(marker);
+      // The same words as the marker in the window and the exports.
+      std::fprintf(stderr, "[%s]\n", marker.text.toUtf8().constData());
     }
     const GenerationStats& s = outcome.stats;
     std::fprintf(stderr,
