@@ -72,7 +72,7 @@ int run_render(const std::vector<std::string>& args) {
 
   std::string config_path = parser.value_or("tokenizer-config", "");
   ChatTemplateConfig config;
-  if (config_path.empty() && is_gguf_file(parser.required("tokenizer"))) {
+  if (config_path.empty() && is_gguf_tokenizer_source(parser.required("tokenizer"))) {
     config_path = parser.required("tokenizer");
     config = chat_template_config_from_gguf(config_path);
   } else {

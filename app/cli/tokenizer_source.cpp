@@ -8,16 +8,21 @@
 
 namespace kvchat::cli {
 
-bool is_gguf_file(const std::string& path) {
+bool is_gguf_tokenizer_source(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return false;
+  if (fs::is_directory(path, error)) return false;
+  if (!fs::exists(path, error)) throw std::runtime_error("tokenizer not found: " + path);
+  if (!fs::is_regular_file(path, error)) throw std::runtime_error(path + " is neither a tokenizer folder nor a GGUF file");
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
-  return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
+  if (!in.read(magic, 4) || std::string(magic, 4) != "GGUF")
+    throw std::runtime_error(path + " is not a GGUF file (it does not start with the GGUF magic) and not a tokenizer folder");
+  return true;
 }
 
 Tokenizer tokenizer_from_path(const std::string& path) {
-  if (!is_gguf_file(path)) return Tokenizer::from_directory(path);
+  if (!is_gguf_tokenizer_source(path)) return Tokenizer::from_directory(path);
   const GgufFile file(path);
   return Tokenizer::from_gguf(file);
 }

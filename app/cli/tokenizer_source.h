@@ -8,8 +8,10 @@
 
 namespace kvchat::cli {
 
-// A regular file that starts with the GGUF magic (whatever its name).
-bool is_gguf_file(const std::string& path);
+// Whether --tokenizer PATH names a GGUF file (a regular file starting with the GGUF magic, whatever its
+// name) rather than a folder. Anything else (no such path, an empty or foreign file, a FIFO) throws
+// std::runtime_error saying what PATH is, instead of failing later on PATH/tokenizer.json.
+bool is_gguf_tokenizer_source(const std::string& path);
 
 // DIR: DIR/tokenizer.json (and tokenizer_config.json); a GGUF file: its tokenizer metadata.
 Tokenizer tokenizer_from_path(const std::string& path);

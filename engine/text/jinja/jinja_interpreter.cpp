@@ -367,17 +367,27 @@ class Interpreter {
 
   Flow exec_for(const Stmt& stmt, std::string& out) {
     Value iterable = eval(*stmt.expr);
-    ValueList items = guarded(stmt.expr->pos, [&] { return iterate(iterable); });
-    if (stmt.filter) {
-      ValueList kept;
-      for (const Value& item : items) {
-        Scope scope(*this, inner());
-        guarded(stmt.pos, [&] { assign(stmt.target, item); });
-        if (truthy(eval(*stmt.filter))) kept.push_back(item);
+    // A list is iterated in place, and other items moved into the loop, never copied: copying a
+    // 100,000-item range once or twice per outer iteration cost far more than the steps the budget
+    // charges for it, so nested loops ran for seconds before the budget stopped them.
+    std::shared_ptr<const ValueList> items;
+    if (iterable.kind == Kind::List && !stmt.filter) {
+      guarded(stmt.expr->pos, [&] { charge_steps(static_cast<std::int64_t>(iterable.list->size())); });
+      items = iterable.list;
+    } else {
+      ValueList iterated = guarded(stmt.expr->pos, [&] { return iterate(iterable); });
+      if (stmt.filter) {
+        ValueList kept;
+        for (const Value& item : iterated) {
+          Scope scope(*this, inner());
+          guarded(stmt.pos, [&] { assign(stmt.target, item); });
+          if (truthy(eval(*stmt.filter))) kept.push_back(item);
+        }
+        iterated = std::move(kept);
       }
-      items = std::move(kept);
+      items = std::make_shared<const ValueList>(std::move(iterated));
     }
-    if (items.empty()) {
+    if (items->empty()) {
       Scope scope(*this, inner());
       exec(stmt.else_body, out);
       return Flow::Normal;
@@ -385,13 +395,14 @@ class Interpreter {
     Value loop;
     loop.kind = Kind::Loop;
     loop.loop = std::make_shared<LoopData>();
-    loop.loop->items = std::make_shared<const ValueList>(items);
-    for (std::size_t i = 0; i < items.size(); ++i) {
+    loop.loop->items = items;
+    const ValueList& loop_items = *items;
+    for (std::size_t i = 0; i < loop_items.size(); ++i) {
       guarded(stmt.pos, [] { charge_steps(1); });
       loop.loop->index0 = static_cast<std::int64_t>(i);
       FramePtr frame = inner();
       Scope scope(*this, frame);
-      guarded(stmt.pos, [&] { assign(stmt.target, items[i]); });
+      guarded(stmt.pos, [&] { assign(stmt.target, loop_items[i]); });
       frame->variables["loop"] = loop;
       if (exec(stmt.body, out) == Flow::Break) break;
     }

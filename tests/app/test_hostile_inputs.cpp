@@ -1,0 +1,349 @@
+// Hostile model folders, chat templates, GGUF files and arguments, end to end through kvchat-cli: each
+// case runs the real program under 2 GiB of address space and a CPU limit (common/hostile_case.h) and
+// must end with its specific error and a normal exit, or, where the input is legitimate, work, within
+// 2 s of CPU. Conversations and databases: test_hostile_conversations.cpp.
+#include <sys/stat.h>
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <filesystem>
+#include <functional>
+
+#include "common/hostile_case.h"
+#include "common/model_folder_copy.h"
+
+using json = nlohmann::ordered_json;
+using kvchat::test::LimitedCliResult;
+using kvchat::test::run_case;
+
+// Changes one file of a copy of stories260K.
+using ModelEdit = std::function<void(const std::string& model)>;
+Q_DECLARE_METATYPE(ModelEdit)
+
+namespace {
+
+const QString kTemplateRequest = QStringLiteral(R"({"messages": [{"role": "user", "content": "hi"}]})");
+
+std::string repeated(const std::string& text, int times) {
+  std::string out;
+  out.reserve(text.size() * static_cast<std::size_t>(times));
+  for (int i = 0; i < times; ++i) out += text;
+  return out;
+}
+
+void edit_json(const std::string& path, const std::function<void(json&)>& edit) {
+  json value = kvchat::test::read_json_file(path);
+  edit(value);
+  kvchat::test::write_json_file(path, value);
+}
+
+ModelEdit set_config(const char* field, json value) {
+  return [=](const std::string& model) { edit_json(model + "/config.json", [&](json& c) { c[field] = value; }); };
+}
+
+ModelEdit add_tensor(const std::string& name, const json& shape, std::int64_t end) {
+  return [=](const std::string& model) {
+    const std::string path = model + "/model.safetensors";
+    auto parts = kvchat::test::read_safetensors(path);
+    json header = json::parse(parts.header);
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {0, end}}};
+    parts.header = header.dump();
+    kvchat::test::write_safetensors(path, parts);
+  };
+}
+
+// The header text with a second entry for a name it already has (a JSON parser keeps only one of them).
+void duplicate_tensor_name(const std::string& model) {
+  const std::string path = model + "/model.safetensors";
+  auto parts = kvchat::test::read_safetensors(path);
+  std::string header = parts.header.substr(0, parts.header.find_last_not_of(' ') + 1);
+  header.pop_back();  // the closing brace
+  parts.header = header + R"(,"model.norm.weight":{"dtype":"F32","shape":[64],"data_offsets":[0,256]}})";
+  kvchat::test::write_safetensors(path, parts);
+}
+
+// Every data byte 0xFF: each f32 weight is a NaN.
+void nan_weights(const std::string& model) {
+  const std::string path = model + "/model.safetensors";
+  auto parts = kvchat::test::read_safetensors(path);
+  parts.data.assign(parts.data.size(), '\xff');
+  kvchat::test::write_safetensors(path, parts);
+}
+
+ModelEdit replace_with_fifo(const std::string& file) {
+  return [=](const std::string& model) {
+    std::filesystem::remove(model + "/" + file);
+    QCOMPARE(mkfifo((model + "/" + file).c_str(), 0600), 0);
+  };
+}
+
+ModelEdit tokenizer_id(bool added_token, std::int64_t id) {
+  return [=](const std::string& model) {
+    edit_json(model + "/tokenizer.json", [&](json& t) {
+      if (added_token) {
+        t["added_tokens"].push_back({{"id", id}, {"content", "<big>"}, {"single_word", false}, {"lstrip", false},
+                                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+      } else {
+        t["model"]["vocab"]["zzbig"] = id;
+      }
+    });
+  };
+}
+
+void llama3_tokenizer(const std::string& model) {
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::remove(model + "/" + file);
+    std::filesystem::copy_file(kvchat::test::shared_path(std::string("fixtures/tokenizers/llama3/") + file),
+                               model + "/" + file);
+  }
+}
+
+}  // namespace
+
+class HostileInputsTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase();
+  void chat_templates_data();
+  void chat_templates();
+  void template_arithmetic_in_chat();
+  void model_folders_data();
+  void model_folders();
+  void arguments_data();
+  void arguments();
+  void random_weights_of_a_billion_layers();
+  void gguf_files();
+
+ private:
+  QString model_copy(const QString& name) const;
+  QString setup_template_folder(const std::string& chat_template) const;
+
+  QTemporaryDir dir_;
+  std::string plain_reply_;  // generate's output with the unchanged model
+};
+
+void HostileInputsTest::initTestCase() {
+  QVERIFY(dir_.isValid());
+  const LimitedCliResult plain = run_case(
+      "unchanged model", {"generate", "--model", model_copy("plain"), "--prompt", "Once upon", "--max-new-tokens", "4"});
+  KVCHAT_EXPECT_SUCCESS(plain);
+  QVERIFY(!plain.out.empty());
+  plain_reply_ = plain.out;
+}
+
+QString HostileInputsTest::model_copy(const QString& name) const {
+  return QString::fromStdString(kvchat::test::copy_reference_model("stories260K", dir_.filePath(name).toStdString()));
+}
+
+// The "template" folder: stories260K's tokenizer_config.json with `chat_template` set.
+QString HostileInputsTest::setup_template_folder(const std::string& chat_template) const {
+  const QString model = dir_.filePath("template");
+  if (!QFileInfo::exists(model)) model_copy("template");
+  edit_json(model.toStdString() + "/tokenizer_config.json", [&](json& c) { c["chat_template"] = chat_template; });
+  return model;
+}
+
+void HostileInputsTest::chat_templates_data() {
+  QTest::addColumn<QString>("chat_template");
+  QTest::addColumn<int>("exit_code");
+  QTest::addColumn<QStringList>("expected");  // stdout on success, stderr fragments on failure
+  const std::string int_min = "(-9223372036854775807 - 1)";
+  QTest::newRow("int min % -1") << QString::fromStdString("{{ " + int_min + " % -1 }}") << 0 << QStringList{"0"};
+  QTest::newRow("int min // -1") << QString::fromStdString("{{ " + int_min + " // -1 }}") << 1
+                                 << QStringList{"1:31: integer overflow (Python integers are unbounded"};
+  QTest::newRow("100,000 parentheses")
+      << QString::fromStdString("{{ " + repeated("(", 100000) + "1" + repeated(")", 100000) + " }}") << 1
+      << QStringList{"chat_template: 1:260: expression nested too deeply (more than 256 levels"};
+  QTest::newRow("100,000 brackets") << QString::fromStdString("{{ " + repeated("[", 100000) + " }}") << 1
+                                    << QStringList{"chat_template: 1:100005: unexpected '}', expected ']'"};
+  QTest::newRow("20,000 nested for")
+      << QString::fromStdString(repeated("{% for i in [1] %}", 20000) + repeated("{% endfor %}", 20000)) << 1
+      << QStringList{"chat_template: 1:4612: statements nested too deeply (more than 256 levels"};
+  QTest::newRow("10,000-term ~ chain") << QString::fromStdString("{{ 'a'" + repeated(" ~ 'a'", 9999) + " }}") << 1
+                                       << QStringList{"chat_template: 1:1538: expression nested too deeply"};
+  QTest::newRow("list nested 100,000 deep")
+      << "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}" << 1
+      << QStringList{"1:73: lists and dicts nested more than 256 levels deep"};
+  QTest::newRow("60,000 chained namespaces")
+      << "{% set ns = namespace(n=none) %}{% for i in range(60000) %}{% set ns.n = namespace(n=ns.n) %}{% endfor %}ok"
+      << 0 << QStringList{"ok"};
+  QTest::newRow("nested range(100000) loops")
+      << "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" << 1
+      << QStringList{"render budget exceeded: more than 10000000 evaluation steps"};
+  QTest::newRow("'x' * 10**12") << "{{ 'x' * 10**12 }}" << 1
+                                << QStringList{"1:8: render budget exceeded: a string of 1000000000000 bytes is over "
+                                               "the limit of 16777216 bytes"};
+  QTest::newRow("doubling loop")
+      << "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}"
+      << 1 << QStringList{"1:76: render budget exceeded: a string of 33554432 bytes is over the limit"};
+  QTest::newRow("[1] * 10**9") << "{{ [1] * 10**9 }}" << 1
+                               << QStringList{"1:8: render budget exceeded: a list of ", "over the limit of 16777216"};
+  QTest::newRow("tojson(indent=10**9)")
+      << "{{ {'a': 1} | tojson(indent=10**9) }}" << 1
+      << QStringList{"render budget exceeded: a string of 1000000000 bytes is over the limit of 16777216 bytes"};
+  QTest::newRow("40,000 statements") << QString::fromStdString(repeated("{% set x = 1 %}", 40000) + "{{ x }}") << 0
+                                     << QStringList{"1"};
+  QTest::newRow("substring search")
+      << "{% set a = 'a' * 8000000 %}{% set b = 'a' * 4000000 ~ 'b' %}{{ b in a }}" << 0 << QStringList{"False"};
+}
+
+void HostileInputsTest::chat_templates() {
+  QFETCH(QString, chat_template);
+  QFETCH(int, exit_code);
+  QFETCH(QStringList, expected);
+  const QString model = setup_template_folder(chat_template.toStdString());
+  const LimitedCliResult result =
+      run_case(QTest::currentDataTag(), {"render", "--tokenizer", model}, kTemplateRequest.toStdString());
+  if (exit_code == 0) {
+    KVCHAT_EXPECT_SUCCESS(result);
+    QCOMPARE(QString::fromStdString(result.out), expected.first());
+  } else {
+    // The 10^7-step budget itself takes over a second of CPU to use up.
+    const bool heavy = QTest::currentDataTag() == QStringLiteral("nested range(100000) loops");
+    const std::string problem = kvchat::test::failure_mismatch(
+        result, exit_code, expected, heavy ? kvchat::test::kHeavyCaseCpuSeconds : kvchat::test::kMaxCaseCpuSeconds);
+    QVERIFY2(problem.empty(), problem.c_str());
+  }
+}
+
+// chat renders the folder's template for every turn: the same arithmetic works there or fails clearly.
+void HostileInputsTest::template_arithmetic_in_chat() {
+  const QString db = dir_.filePath("template-chat.sqlite3");
+  QString model = setup_template_folder("{{ (-9223372036854775807 - 1) % -1 }}");
+  LimitedCliResult result = run_case("chat: int min % -1", {"chat", "--model", model, "--db", db, "--message", "hi",
+                                                            "--max-new-tokens", "2"});
+  KVCHAT_EXPECT_SUCCESS(result);
+  QVERIFY2(result.err.find("[2 prompt tokens:") != std::string::npos, result.err.c_str());  // BOS and "0"
+  model = setup_template_folder("{{ (-9223372036854775807 - 1) // -1 }}");
+  result = run_case("chat: int min // -1", {"chat", "--model", model, "--db", db, "--message", "hi"});
+  KVCHAT_EXPECT_FAILURE(result, 1, QStringList{"integer overflow (Python integers are unbounded"});
+}
+
+void HostileInputsTest::model_folders_data() {
+  QTest::addColumn<ModelEdit>("edit");
+  QTest::addColumn<int>("exit_code");  // 0: works, and generates what the unchanged model does
+  QTest::addColumn<QStringList>("fragments");
+  QTest::newRow("max_position_embeddings 10^7") << set_config("max_position_embeddings", 10'000'000) << 0 << QStringList{};
+  for (const std::int64_t positions : {std::int64_t{100'000'000}, std::int64_t{1'000'000'000'000}})
+    QTest::newRow(("max_position_embeddings " + std::to_string(positions)).c_str())
+        << set_config("max_position_embeddings", positions) << 1
+        << QStringList{QStringLiteral("config.json: field 'max_position_embeddings' is %1, more than the 16777216 "
+                                      "positions kvchat accepts").arg(positions)};
+  QTest::newRow("vocab id 100,000,000") << tokenizer_id(false, 100'000'000) << 1
+                                        << QStringList{"tokenizer.json: model.vocab entry 'zzbig': id 100000000 is too "
+                                                       "large for 513 tokens (ids must be below 2050)"};
+  QTest::newRow("added token id 5*10^8") << tokenizer_id(true, 500'000'000) << 1
+                                         << QStringList{"tokenizer.json: added token '<big>': id 500000000 is too large "
+                                                        "for 516 tokens (ids must be below 2056)"};
+  for (const char* file : {"model.safetensors", "config.json"})
+    QTest::newRow((std::string("FIFO ") + file).c_str())
+        << replace_with_fifo(file) << 1 << QStringList{QStringLiteral("/%1: not a regular file").arg(file)};
+  QTest::newRow("FIFO tokenizer.json") << replace_with_fifo("tokenizer.json") << 1
+                                       << QStringList{"/tokenizer.json': not a regular file"};
+  QTest::newRow("duplicate tensor name") << ModelEdit(duplicate_tensor_name) << 1
+                                         << QStringList{"tensor 'model.norm.weight' is listed twice in the header"};
+  QTest::newRow("unused [2^62, 2^62] tensor")
+      << add_tensor("unused.weight", json::array({std::uint64_t{1} << 62, std::uint64_t{1} << 62}), 256) << 1
+      << QStringList{"tensor 'unused.weight': shape has more elements than a file can hold"};
+  QTest::newRow("100,000 dimensions") << add_tensor("unused.weight", json(std::vector<int>(100000, 1)), 4) << 1
+                                      << QStringList{"tensor 'unused.weight': shape has 100000 dimensions (at most 8)"};
+  QTest::newRow("NaN weights") << ModelEdit(nan_weights) << 1
+                               << QStringList{"the model produced NaN or infinite logits at position 2: its weights "
+                                              "are corrupt or out of range"};
+  QTest::newRow("Llama-3 tokenizer") << ModelEdit(llama3_tokenizer) << 1
+                                     << QStringList{"/tokenizer.json has token ids up to 128255 but the model's "
+                                                    "vocabulary (vocab_size in ",
+                                                    "/config.json) has 512 ids"};
+}
+
+void HostileInputsTest::model_folders() {
+  QFETCH(ModelEdit, edit);
+  QFETCH(int, exit_code);
+  QFETCH(QStringList, fragments);
+  const QString model = model_copy("folder");
+  edit(model.toStdString());
+  const LimitedCliResult result = run_case(
+      QTest::currentDataTag(), {"generate", "--model", model, "--prompt", "Once upon", "--max-new-tokens", "4"});
+  if (exit_code == 0) {
+    KVCHAT_EXPECT_SUCCESS(result);
+    QCOMPARE(result.out, plain_reply_);
+    return;
+  }
+  // Loading a 128k-token tokenizer.json (9 MB) before comparing it with the weights takes over a second.
+  const bool heavy = QTest::currentDataTag() == QStringLiteral("Llama-3 tokenizer");
+  const std::string problem = kvchat::test::failure_mismatch(
+      result, exit_code, fragments, heavy ? kvchat::test::kHeavyCaseCpuSeconds : kvchat::test::kMaxCaseCpuSeconds);
+  QVERIFY2(problem.empty(), problem.c_str());
+  QVERIFY2(result.err.size() < 1024, result.err.substr(0, 2000).c_str());  // the bad file is named, not dumped
+}
+
+void HostileInputsTest::arguments_data() {
+  QTest::addColumn<QStringList>("arguments");
+  QTest::addColumn<QStringList>("fragments");  // every case is a usage error: exit code 2
+  const QStringList generate = {"generate", "--prompt-ids", "1,2", "--max-new-tokens", "2", "--model"};
+  for (const char* threads : {"1000000000", "1000"})
+    QTest::newRow((std::string("--threads ") + threads).c_str())
+        << generate + QStringList{"MODEL", "--threads", threads}
+        << QStringList{"--threads must be from 0 (all cores) to "};
+  for (const char* temperature : {"nan", "inf"})
+    QTest::newRow((std::string("--temperature ") + temperature).c_str())
+        << generate + QStringList{"MODEL", "--temperature", temperature}
+        << QStringList{QStringLiteral("option --temperature expects a finite number, got '%1'").arg(temperature)};
+}
+
+void HostileInputsTest::arguments() {
+  QFETCH(QStringList, arguments);
+  QFETCH(QStringList, fragments);
+  arguments.replaceInStrings(QStringLiteral("MODEL"), kvchat::test::shared_path("models/stories260K").c_str());
+  KVCHAT_EXPECT_FAILURE(run_case(QTest::currentDataTag(), arguments), 2, fragments);
+}
+
+void HostileInputsTest::random_weights_of_a_billion_layers() {
+  const std::string config = dir_.filePath("billion-layers.json").toStdString();
+  json value = kvchat::test::read_json_file(kvchat::test::shared_path("models/stories260K/config.json"));
+  value["num_hidden_layers"] = 1'000'000'000;
+  kvchat::test::write_json_file(config, value);
+  const LimitedCliResult result =
+      run_case("10^9 layers", {"generate", "--random-weights", QString::fromStdString(config), "--prompt-ids", "1,2",
+                               "--max-new-tokens", "2"});
+  KVCHAT_EXPECT_FAILURE(result, 1, QStringList{"the weights of this config need 168800 GiB, more than this machine's"});
+}
+
+// Truncated, empty, a FIFO and a directory named .gguf, for generate (a model) and tokenize (a tokenizer).
+void HostileInputsTest::gguf_files() {
+  const std::string whole = kvchat::test::read_file_bytes(kvchat::test::shared_path("fixtures/gguf/stories260K-F32.gguf"));
+  const QString truncated = dir_.filePath("truncated.gguf");
+  kvchat::test::write_file_bytes(truncated.toStdString(), whole.substr(0, 5000));
+  const QString empty = dir_.filePath("empty.gguf");
+  kvchat::test::write_file_bytes(empty.toStdString(), {});
+  const QString fifo = dir_.filePath("fifo.gguf");
+  QCOMPARE(mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+  const QString directory = dir_.filePath("directory/x.gguf");
+  QVERIFY(QDir().mkpath(directory));
+
+  const QString past_the_end =
+      "metadata 'tokenizer.ggml.tokens' at offset 4997: string value of 5 bytes runs past the end of the file (5000 bytes)";
+  const struct {
+    QString path;
+    QString as_model;
+    QString as_tokenizer;
+  } cases[] = {
+      {truncated, past_the_end, past_the_end},
+      {empty, "empty.gguf is not a GGUF file (it does not start with the GGUF magic) and not a model directory",
+       "empty.gguf is not a GGUF file (it does not start with the GGUF magic) and not a tokenizer folder"},
+      {fifo, "fifo.gguf is neither a model directory nor a GGUF file", "fifo.gguf is neither a tokenizer folder nor a GGUF file"},
+      {directory, "x.gguf/config.json: file not found", "no tokenizer.json in '" + directory + "'"},
+  };
+  for (const auto& c : cases) {
+    const std::string name = QFileInfo(c.path).fileName().toStdString();
+    LimitedCliResult result = run_case("generate " + name, {"generate", "--model", c.path, "--prompt-ids", "1,2"});
+    KVCHAT_EXPECT_FAILURE(result, 1, QStringList{c.as_model});
+    result = run_case("tokenize " + name, {"tokenize", "--tokenizer", c.path, "--text", "hi"});
+    KVCHAT_EXPECT_FAILURE(result, 1, QStringList{c.as_tokenizer});
+  }
+}
+
+QTEST_GUILESS_MAIN(HostileInputsTest)
+#include "test_hostile_inputs.moc"
