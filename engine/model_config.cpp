@@ -83,7 +83,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // parse_error, and out_of_range for a number like 1e400
     throw ModelError(source + ": invalid JSON: " + error.what());
   }
   if (!root.is_object()) throw ModelError(source + ": expected a JSON object");
@@ -179,7 +179,7 @@ ModelConfig ModelConfig::from_directory(const std::string& directory) {
     json generation;
     try {
       generation = json::parse(read_text_file(generation_path.string()));
-    } catch (const json::parse_error& error) {
+    } catch (const json::exception& error) {  // parse_error, and out_of_range for a number like 1e400
       throw ModelError(generation_path.string() + ": invalid JSON: " + error.what());
     }
     // generation_config.json decides when generation ends (e.g. stories260K ends a story with BOS).

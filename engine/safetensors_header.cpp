@@ -97,7 +97,7 @@ SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::uint6
   try {
     header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(data), note_key);
     if (!duplicate.empty()) throw ModelError(path + ": tensor '" + duplicate + "' is listed twice in the header");
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // parse_error, and out_of_range for a number like 1e400
     throw ModelError(path + ": header is not valid JSON: " + error.what());
   }
   if (!header.is_object()) throw ModelError(path + ": header is not a JSON object");
@@ -125,7 +125,7 @@ std::map<std::string, std::string> parse_safetensors_index(const std::string& te
   json index;
   try {
     index = json::parse(text);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // parse_error, and out_of_range for a number like 1e400
     throw ModelError(index_path + ": invalid JSON: " + error.what());
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())

@@ -105,6 +105,7 @@ class CheckpointErrorsTest : public QObject {
   void tokenizer_larger_than_the_vocabulary();
   void fifos_and_directories_are_refused_without_blocking();
   void duplicate_names_and_absurd_shapes();
+  void numbers_beyond_double_are_model_errors();
 };
 
 void CheckpointErrorsTest::intact_copy_loads() {
@@ -360,5 +361,39 @@ void CheckpointErrorsTest::duplicate_names_and_absurd_shapes() {
   }
 }
 
+// 1e400 is valid JSON syntax but overflows a double: the JSON library throws out_of_range, not
+// parse_error, and that escaped as a library exception instead of a ModelError naming the file.
+void CheckpointErrorsTest::numbers_beyond_double_are_model_errors() {
+  {
+    ModelCopy copy;
+    write_bytes(copy.config(), "{\"hidden_size\": 64, \"rope_theta\": 1e400}");
+    expect_model_error(copy.directory, {copy.config(), "invalid JSON", "number overflow parsing '1e400'"});
+  }
+  {
+    ModelCopy copy;
+    const std::string generation = copy.directory + "/generation_config.json";
+    write_bytes(generation, "{\"eos_token_id\": -1e999}");
+    expect_model_error(copy.directory, {generation, "invalid JSON", "number overflow parsing '-1e999'"});
+  }
+  {
+    ModelCopy copy;
+    Checkpoint checkpoint = read_checkpoint(copy.weights());
+    std::string text = checkpoint.header.dump();
+    text.insert(1, "\"overflow\": 1e400, ");
+    std::string length(8, '\0');
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xFF);
+    write_bytes(copy.weights(), length + text + checkpoint.data);
+    expect_model_error(copy.directory, {copy.weights(), "not valid JSON", "number overflow parsing '1e400'"});
+  }
+  {
+    ModelCopy copy;
+    fs::remove(copy.weights());
+    const std::string index = copy.directory + "/model.safetensors.index.json";
+    write_bytes(index, "{\"metadata\": {\"total_size\": 1e400}, \"weight_map\": {}}");
+    expect_model_error(copy.directory, {index, "invalid JSON", "number overflow parsing '1e400'"});
+  }
+}
+
 QTEST_APPLESS_MAIN(CheckpointErrorsTest)
 #include "test_checkpoint_errors.moc"
+

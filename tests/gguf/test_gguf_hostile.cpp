@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "common/address_space_limit.h"
 #include "common/test_paths.h"
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/gguf_file.h"
@@ -148,11 +149,7 @@ class GgufHostileTest : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     // No case may allocate its way out of trouble: cap the address space (the library maps no torch).
-    rlimit limit{};
-    QCOMPARE(getrlimit(RLIMIT_AS, &limit), 0);
-    if (limit.rlim_max == RLIM_INFINITY || limit.rlim_max > kAddressSpaceLimit) limit.rlim_max = kAddressSpaceLimit;
-    limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, kAddressSpaceLimit);
-    QCOMPARE(setrlimit(RLIMIT_AS, &limit), 0);
+    QVERIFY(limit_address_space(kAddressSpaceLimit));
     QVERIFY(directory_.isValid());
     original_ = read_file_bytes(shared_path(kFixture));
     pieces_ = split_gguf(original_);

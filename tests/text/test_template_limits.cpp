@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/address_space_limit.h"
 #include "engine/text/chat_template.h"
 
 using kvchat::ChatTemplate;
@@ -212,9 +213,7 @@ class TemplateLimitsTest : public QObject {
 };
 
 int main(int argc, char** argv) {
-  rlimit limit{};
-  limit.rlim_cur = limit.rlim_max = rlim_t{2} << 30;  // 2 GiB of address space
-  setrlimit(RLIMIT_AS, &limit);
+  kvchat::test::limit_address_space(rlim_t{2} << 30);  // 2 GiB of address space
   TemplateLimitsTest test;
   return QTest::qExec(&test, argc, argv);
 }

@@ -136,6 +136,11 @@ class TokenizerRobustnessTest : public QObject {
            })
         << QString() << QString("invalid regex pattern '(unclosed'");
     QTest::newRow("config invalid json") << with([](auto&) {}) << QString("{oops") << QString("tokenizer_config.json: invalid JSON");
+    // Valid JSON syntax, but past a double: the JSON library's out_of_range, not a parse_error.
+    QTest::newRow("number beyond double") << QString(R"({"model": {"dropout": 1e400}})") << QString()
+                                          << QString("tokenizer.json: invalid JSON: [json.exception.out_of_range.406]");
+    QTest::newRow("config number beyond double") << with([](auto&) {}) << QString(R"({"model_max_length": -1e999})")
+                                                 << QString("tokenizer_config.json: invalid JSON: [json.exception.out_of_range.406]");
     QTest::newRow("config unknown bos") << with([](auto&) {}) << QString(R"({"bos_token": "<bos>"})")
                                         << QString("bos_token '<bos>' is not a token");
   }

@@ -27,7 +27,7 @@ json read_json_file(const std::string& path) {
   if (!read_regular_file(path, contents, error)) throw TokenizerError("cannot open '" + path + "': " + error);
   try {
     return json::parse(contents);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw TokenizerError(path + ": invalid JSON: " + e.what());
   }
 }
