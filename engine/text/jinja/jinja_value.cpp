@@ -100,12 +100,6 @@ Value Value::from_callable(std::string name, std::function<Value(const CallArgs&
 }
 
 namespace {
-Value from_json_at_depth(const nlohmann::ordered_json& json, int depth);
-}
-
-Value Value::from_json(const nlohmann::ordered_json& json) { return from_json_at_depth(json, 0); }
-
-namespace {
 
 // Checks the depth on the way down: from_list would refuse a too-deep result only after this
 // recursion had already gone that deep.
@@ -147,6 +141,8 @@ Value from_json_at_depth(const nlohmann::ordered_json& json, int depth) {
 }
 
 }  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& json) { return from_json_at_depth(json, 0); }
 
 std::string type_description(const Value& value) {
   switch (value.kind) {
