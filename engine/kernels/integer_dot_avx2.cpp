@@ -11,6 +11,7 @@
 
 #include "engine/kernels/integer_dot.h"
 #include "engine/kernels/isa_attributes.h"
+#include "engine/kernels/vector_math_avx2.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
 #include <immintrin.h>
@@ -22,17 +23,6 @@ namespace {
 // software prefetch keeps enough misses in flight (as for the f32/bf16 kernels).
 constexpr std::int64_t kPrefetchBytes = 1024;
 
-KVCHAT_ISA_AVX2 inline float scale_at(const std::uint8_t* at) {
-  std::uint16_t bits;
-  std::memcpy(&bits, at, 2);
-  return _cvtsh_ss(bits);
-}
-
-KVCHAT_ISA_AVX2 inline float horizontal_sum(__m256 v) {
-  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
-  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
-}
 
 KVCHAT_ISA_AVX2 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
 
@@ -91,12 +81,12 @@ KVCHAT_ISA_AVX2 float dot_q8_0(const std::uint8_t* row, const QuantizedActivatio
     _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
     const __m256i s0 = dot_signed(load256(row + 2), x, 32 * b);
     const __m256i s1 = dot_signed(load256(row + 36), x, 32 * b + 32);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row + 34) * x.scales[b + 1]), _mm256_cvtepi32_ps(s1), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 34) * x.scales[b + 1]), _mm256_cvtepi32_ps(s1), acc1);
   }
   if (b < blocks) {
     const __m256i s0 = dot_signed(load256(row + 2), x, 32 * b);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
   }
   return horizontal_sum(_mm256_add_ps(acc0, acc1));
 }
@@ -112,11 +102,11 @@ KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedAc
     _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
     __m256i quants = nibbles32(row + kBlockBytes - 16);
     if constexpr (kFifthBits) quants = _mm256_or_si256(quants, fifth_bits32(row + kHeader));
-    const float d = scale_at(row) * x.scales[b];
+    const float d = load_f16_scale(row) * x.scales[b];
     const __m256i products = dot_unsigned(quants, high_at(x, 32 * b), low_at(x, 32 * b), plain_high_factor(), plain_low_factor());
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(products), acc);
     const auto q_sum = static_cast<float>(std::int64_t{x.sums[2 * b]} + x.sums[2 * b + 1]);
-    if constexpr (kMin) offsets += scale_at(row + 2) * x.scales[b] * q_sum;
+    if constexpr (kMin) offsets += load_f16_scale(row + 2) * x.scales[b] * q_sum;
     if constexpr (kOffset != 0) offsets -= d * static_cast<float>(kOffset) * q_sum;
   }
   return horizontal_sum(acc) + offsets;
@@ -156,7 +146,7 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
     const __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(packed_scales, 8));
     const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
     const __m256i min_sums = _mm256_mullo_epi32(mins, block_sums8(x.sums + 16 * s));
-    mins_acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row + 2)), _mm256_mul_ps(_mm256_cvtepi32_ps(min_sums), x_scales), mins_acc);
+    mins_acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 2)), _mm256_mul_ps(_mm256_cvtepi32_ps(min_sums), x_scales), mins_acc);
     __m256i high_bits = _mm256_setzero_si256();
     if constexpr (kFifthBits) high_bits = load256(row + 16);
     // Two sums, low and high sub-blocks, so that the FMAs do not wait on each other.
@@ -180,7 +170,7 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
       sum_low = _mm256_fmadd_ps(_mm256_cvtepi32_ps(low_sum), _mm256_broadcast_ss(x.scales + 8 * s + 2 * pair), sum_low);
       sum_high = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high_sum), _mm256_broadcast_ss(x.scales + 8 * s + 2 * pair + 1), sum_high);
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row)), _mm256_add_ps(sum_low, sum_high), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row)), _mm256_add_ps(sum_low, sum_high), acc);
   }
   return horizontal_sum(acc) - horizontal_sum(mins_acc);
 }
@@ -232,7 +222,7 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
         sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_broadcast_ss(x.scales + 8 * s + 4 * half + k), sum);
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(row + 208)), _mm256_add_ps(sum0, sum1), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 208)), _mm256_add_ps(sum0, sum1), acc);
   }
   return horizontal_sum(acc);
 }

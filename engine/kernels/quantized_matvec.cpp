@@ -10,6 +10,7 @@
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/integer_dot.h"
 #include "engine/kernels/isa_attributes.h"
+#include "engine/kernels/vector_math_avx2.h"
 #include "engine/kernels/matvec.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
@@ -31,17 +32,6 @@ using RowDot = float (*)(const std::uint8_t* row, const float* x, std::int64_t c
 // prefetch keeps enough misses in flight (as for the f32/bf16 kernels).
 constexpr std::int64_t kPrefetchBytes = 1024;
 
-KVCHAT_ISA_AVX2 inline float load_f16_scale(const std::uint8_t* at) {
-  std::uint16_t bits;
-  std::memcpy(&bits, at, 2);
-  return _cvtsh_ss(bits);
-}
-
-KVCHAT_ISA_AVX2 inline float horizontal_sum(__m256 v) {
-  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
-  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
-}
 
 // The low 8 signed bytes of v as 8 floats.
 KVCHAT_ISA_AVX2 inline __m256 widen_signed(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }

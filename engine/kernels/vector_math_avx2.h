@@ -1,12 +1,30 @@
 #pragma once
-// Vector math shared by the AVX2 kernels (attention's softmax, the SwiGLU activation). Only for
+// Vector math shared by the AVX2 kernels (attention's softmax, the SwiGLU activation, the quantized
+// products' block scales and sums). Only for
 // functions marked KVCHAT_ISA_AVX2, called after use_avx2_kernels() said yes.
 #include "engine/kernels/isa_attributes.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace kvchat::kernels {
+
+// The sum of a vector's 8 floats.
+KVCHAT_ISA_AVX2 inline float horizontal_sum(__m256 v) {
+  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+// An IEEE half stored at `at` (a GGUF block scale; any alignment), as a float.
+KVCHAT_ISA_AVX2 inline float load_f16_scale(const std::uint8_t* at) {
+  std::uint16_t bits;
+  std::memcpy(&bits, at, 2);
+  return _cvtsh_ss(bits);
+}
 
 // exp(x) for 8 floats: range reduction x = k ln2 + r, a degree-6 polynomial for exp(r) on
 // |r| <= ln2/2, and 2^k through the exponent bits. Relative error about 2e-7; inputs below -87
