@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/kv_cache.h"
+#include "engine/kv_snapshot.h"
 #include "engine/llama_model.h"
 #include "engine/prefill.h"
 
@@ -16,12 +17,16 @@ namespace kvchat {
 namespace {
 
 // The one place GenerationStats is put together from the phases' results.
-GenerationStats assemble_stats(std::size_t prompt_tokens, int reused_tokens, const PrefillResult& prefill,
-                               const DecodeResult& decode, const Session& session) {
+GenerationStats assemble_stats(std::size_t prompt_tokens, int reused_tokens, const RestoredPrefix& restored,
+                               const PrefillResult& prefill, const DecodeResult& decode, const Session& session) {
   GenerationStats stats;
   stats.cache_mode = session.cache_mode();
   stats.prompt_tokens = static_cast<int>(prompt_tokens);
   stats.reused_tokens = reused_tokens;
+  // A fully restored prompt still re-runs its last token (for its logits): that one is not reused.
+  stats.restored_tokens = static_cast<int>(std::min<std::int64_t>(restored.tokens, reused_tokens));
+  stats.restore_ms = restored.milliseconds;
+  stats.restored_from = restored.tokens > 0 ? restored.source : std::string();
   stats.prefilled_tokens = prefill.prefilled_tokens;
   stats.prefill_ms = prefill.milliseconds;
   if (prefill.prefilled_tokens > 0 && prefill.milliseconds > 0)
@@ -83,6 +88,28 @@ int Session::keep_common_prefix(const std::vector<TokenId>& prompt) {
   return static_cast<int>(common);
 }
 
+std::unique_ptr<KvSnapshot> Session::capture() const {
+  if (!cache_ || history_.empty()) return nullptr;
+  return std::make_unique<KvSnapshot>(capture_snapshot(*cache_, history_));
+}
+
+RestoredPrefix Session::restore_prefix(const std::vector<TokenId>& prompt) {
+  if (!restorer_ || !cache_) return {};
+  std::size_t common = 0;
+  while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) ++common;
+  try {
+    const RestoredPrefix restored = restorer_->restore(prompt, static_cast<std::int64_t>(common), *cache_);
+    if (restored.tokens <= static_cast<std::int64_t>(common)) return {};
+    history_.assign(prompt.begin(), prompt.begin() + restored.tokens);
+    return restored;
+  } catch (const std::exception& error) {
+    // A restore that failed half way leaves a cache that matches nothing: start from scratch.
+    spdlog::error("restoring a cached prefix failed, prefilling instead: {}", error.what());
+    clear();
+    return {};
+  }
+}
+
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
                                    const std::atomic<bool>* stop, const TokenCallback& on_token) {
   // The guard belongs to the thread that runs the model, so it is made here, not at load.
@@ -104,9 +131,11 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   // Prefill: only what the cache does not hold yet.
   const Prefiller prefiller(*model_, config.prefill_chunk_tokens);
   int reused_tokens = 0;
+  RestoredPrefix restored;
   PrefillResult prefill;
   std::vector<TokenId> sequence;  // the uncached path's whole sequence
   if (cache_) {
+    restored = restore_prefix(prompt);
     reused_tokens = keep_common_prefix(prompt);
     prefill = prefiller.run(prompt, *cache_, logits, stop);
     history_.assign(prompt.begin(), prompt.begin() + cache_->size());
@@ -141,11 +170,12 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   }
 
   GenerationResult result;
-  result.stats = assemble_stats(prompt.size(), reused_tokens, prefill, decode, *this);
+  result.stats = assemble_stats(prompt.size(), reused_tokens, restored, prefill, decode, *this);
   result.generated = std::move(decode.generated);
   const GenerationStats& stats = result.stats;
-  spdlog::debug("generate: {} prompt tokens ({} reused, {} prefilled in {:.1f} ms), {} generated at {:.1f} tok/s, stop: {}",
-                stats.prompt_tokens, stats.reused_tokens, stats.prefilled_tokens, stats.prefill_ms,
+  spdlog::debug("generate: {} prompt tokens ({} reused, {} of them restored from disk in {:.1f} ms; {} prefilled in {:.1f} ms), "
+                "{} generated at {:.1f} tok/s, stop: {}",
+                stats.prompt_tokens, stats.reused_tokens, stats.restored_tokens, stats.restore_ms, stats.prefilled_tokens, stats.prefill_ms,
                 stats.generated_tokens, stats.decode_tokens_per_second, to_string(stats.stop_reason));
   return result;
 }

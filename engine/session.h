@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/decode_context.h"
@@ -19,6 +20,22 @@ namespace kvchat {
 
 class LlamaModel;
 class KvCache;
+struct KvSnapshot;
+
+// Supplies a cached prefix from outside the session's memory: the SessionPool's snapshots on disk.
+struct RestoredPrefix {
+  std::int64_t tokens = 0;    // the cache now holds prompt[0, tokens); 0 = nothing was restored
+  double milliseconds = 0.0;  // reading, checking and copying
+  std::string source;         // where it came from (a snapshot's name)
+};
+class PrefixRestorer {
+ public:
+  virtual ~PrefixRestorer() = default;
+  // Called before a prefill with the prompt and how many of its first tokens `cache` already holds.
+  // Either leaves `cache` untouched and returns tokens 0, or replaces its contents with a longer prefix
+  // of `prompt` (token ids compared exactly, K/V validated) and returns its length.
+  virtual RestoredPrefix restore(const std::vector<TokenId>& prompt, std::int64_t cached_tokens, KvCache& cache) = 0;
+};
 
 struct GenerationResult {
   std::vector<TokenId> generated;  // sampled tokens, the stop token included when the reason is Eos
@@ -50,6 +67,11 @@ class Session {
   KvCacheMode cache_mode() const { return cache_mode_; }
   const LlamaModel& model() const { return *model_; }
 
+  // Not owned; null for none. Consulted by generate() whenever the cache is on.
+  void set_prefix_restorer(PrefixRestorer* restorer) { restorer_ = restorer; }
+  // A copy of the cache's positions and their ids, for a snapshot (null when nothing is cached).
+  std::unique_ptr<KvSnapshot> capture() const;
+
   void truncate(std::int64_t tokens);  // keep the first `tokens` cached positions
   void clear();                        // drop the cache and its memory (e.g. evicted under a budget)
 
@@ -59,12 +81,15 @@ class Session {
   // Keeps the prompt's longest common prefix with history() (at least one token left to run, since
   // logits come from running one); returns how many tokens were reused.
   int keep_common_prefix(const std::vector<TokenId>& prompt);
+  // Asks the restorer for a longer prefix of `prompt` than the cache holds; never throws.
+  RestoredPrefix restore_prefix(const std::vector<TokenId>& prompt);
 
   std::shared_ptr<const LlamaModel> model_;
   KvCacheMode cache_mode_;
   std::unique_ptr<KvCache> cache_;  // null when the cache is off
   std::vector<TokenId> history_;
   DecodeContext decode_context_;    // decode steps' buffers and the current logits, reused by every step
+  PrefixRestorer* restorer_ = nullptr;
 };
 
 }  // namespace kvchat

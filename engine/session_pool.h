@@ -5,6 +5,11 @@
 // next turn rebuilds it by prefill, or from a snapshot). The conversation being served is never
 // evicted, so the budget may be exceeded by at most that one session.
 //
+// With a SnapshotStore, a conversation's cache also lives on disk: save_snapshot() after each reply and
+// every eviction hand a copy to the store (written on its thread), and a session whose cache lacks a
+// prompt's prefix gets it restored from the snapshot sharing the longest prefix with the prompt, of
+// this conversation or any other of the same model (a shared system prompt, a branched chat).
+//
 // Ownership: the pool owns its sessions; a reference from acquire() is valid until that id is
 // forgotten or the pool is destroyed (eviction clears a session's cache, it does not destroy it).
 // Not thread-safe: one thread (the engine's) uses it.
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "engine/session.h"
+#include "engine/snapshot_store.h"
 
 namespace kvchat {
 
@@ -31,14 +37,31 @@ class SessionPool {
     std::int64_t bytes = 0;  // freed
   };
 
-  explicit SessionPool(std::shared_ptr<const LlamaModel> model);
+  // `snapshots` may be null (memory only). Snapshot keys are `key_prefix`-<conversation id>: the
+  // prefix tells apart conversations of different databases sharing one snapshot folder.
+  explicit SessionPool(std::shared_ptr<const LlamaModel> model, std::shared_ptr<SnapshotStore> snapshots = nullptr,
+                       std::string key_prefix = "c");
+  ~SessionPool();
+  SessionPool(const SessionPool&) = delete;
+  SessionPool& operator=(const SessionPool&) = delete;
 
   // The conversation's session, made on first use; marks it the most recently used.
   Session& acquire(ConversationId conversation, KvCacheMode cache_mode);
   // Null when the conversation has no session (never used, or forgotten).
   Session* find(ConversationId conversation);
-  // Drops the session (the conversation was deleted or its cache cleared).
+  // Drops the session and its snapshot (the conversation was deleted, or its cached state cleared).
   bool forget(ConversationId conversation);
+  // Drops every session and every snapshot in the snapshot folder.
+  void forget_all();
+
+  // Hands a copy of the conversation's cache to the snapshot store, unless the newest one it was given
+  // holds the same tokens. Returns whether a snapshot was queued.
+  bool save_snapshot(ConversationId conversation);
+  SnapshotStore* snapshots() const { return snapshots_.get(); }
+  std::string snapshot_key(ConversationId conversation) const;
+  // A snapshot is restored only when it gives at least this many more tokens than the cache holds
+  // (reading a file to save a handful of prefill steps is not worth it).
+  void set_minimum_restore_tokens(std::int64_t tokens) { minimum_restore_tokens_ = tokens; }
 
   // Clears least recently used caches (never `active`'s) until the total is within `budget_bytes`
   // (0 = no budget). Returns what was evicted, oldest first.
@@ -54,8 +77,14 @@ class SessionPool {
   struct Entry {
     std::unique_ptr<Session> session;
     std::uint64_t last_used = 0;
+    std::vector<TokenId> saved_tokens;  // of the newest snapshot handed to the store
   };
+  class Restorer;
   std::shared_ptr<const LlamaModel> model_;
+  std::shared_ptr<SnapshotStore> snapshots_;
+  std::string key_prefix_;
+  std::unique_ptr<Restorer> restorer_;
+  std::int64_t minimum_restore_tokens_ = 16;
   std::map<ConversationId, Entry> entries_;
   std::uint64_t use_clock_ = 0;
 };

@@ -57,6 +57,9 @@ const char* to_string(StopReason reason);
 struct GenerationStats {
   int prompt_tokens = 0;        // tokens of the whole conversation history given to this turn
   int reused_tokens = 0;        // of those, already in the cache (not recomputed)
+  int restored_tokens = 0;      // of reused_tokens, restored this turn from a snapshot on disk
+  double restore_ms = 0.0;      // reading, checking and copying that snapshot (part of ttft_ms)
+  std::string restored_from;    // the snapshot's name (its conversation's key); "" when none
   int prefilled_tokens = 0;     // newly prefilled tokens (prompt_tokens - reused_tokens)
   int generated_tokens = 0;     // new tokens sampled
   double prefill_ms = 0.0;      // wall time of the prefill

@@ -1,0 +1,332 @@
+#include "engine/kv_snapshot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "engine/llama_model.h"
+
+namespace kvchat {
+
+namespace {
+
+constexpr char kMagic[8] = {'K', 'V', 'C', 'H', 'A', 'T', 'K', 'V'};
+constexpr std::int64_t kDataAlignment = 64;
+// Sanity bounds of a header's shape (far above any real model): past them a file is corrupt, and the
+// products below cannot overflow.
+constexpr std::uint64_t kMaxLayers = 4096, kMaxHeads = 4096, kMaxHeadDim = 65536;
+constexpr std::uint64_t kMaxTokens = std::uint64_t(1) << 24;
+
+// Offsets of the header's fields.
+enum HeaderOffset : std::size_t {
+  kVersionAt = 8, kDtypeAt = 12, kFingerprintAt = 16, kLayersAt = 24, kKvHeadsAt = 32, kHeadDimAt = 40,
+  kTokenCountAt = 48, kDataOffsetAt = 56, kFileBytesAt = 64, kTokensChecksumAt = 72, kDataChecksumAt = 80,
+  kHeaderChecksumAt = 120,
+};
+
+template <typename T>
+void put(std::uint8_t* header, std::size_t offset, T value) { std::memcpy(header + offset, &value, sizeof value); }
+template <typename T>
+T get(const std::uint8_t* header, std::size_t offset) {
+  T value;
+  std::memcpy(&value, header + offset, sizeof value);
+  return value;
+}
+
+std::uint32_t dtype_code(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return 1;
+    case at::kBFloat16: return 2;
+    case at::kHalf: return 3;
+    default: throw SnapshotError(std::string("a KV cache of dtype ") + c10::toString(dtype) + " cannot be saved");
+  }
+}
+
+at::ScalarType dtype_of_code(std::uint32_t code, const std::string& path) {
+  switch (code) {
+    case 1: return at::kFloat;
+    case 2: return at::kBFloat16;
+    case 3: return at::kHalf;
+    default: throw SnapshotError("snapshot " + path + ": unknown cache dtype code " + std::to_string(code));
+  }
+}
+
+std::int64_t align_up(std::int64_t value) { return (value + kDataAlignment - 1) / kDataAlignment * kDataAlignment; }
+
+std::int64_t data_offset_for(std::int64_t tokens) {
+  return align_up(kSnapshotHeaderBytes + tokens * static_cast<std::int64_t>(sizeof(TokenId)));
+}
+
+std::string os_error(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + std::strerror(errno);
+}
+
+struct FileCloser {
+  int fd = -1;
+  ~FileCloser() { if (fd >= 0) ::close(fd); }
+};
+
+void write_all(int fd, const void* data, std::size_t size, const std::string& path) {
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t written = ::write(fd, bytes, size);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) throw SnapshotError(os_error("cannot write snapshot", path));
+    bytes += written;
+    size -= static_cast<std::size_t>(written);
+  }
+}
+
+void read_all_at(int fd, void* data, std::size_t size, std::int64_t offset, const std::string& path) {
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t got = ::pread(fd, bytes, size, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw SnapshotError(os_error("cannot read snapshot", path));
+    if (got == 0) throw SnapshotError("snapshot " + path + " ends early (truncated)");
+    bytes += got;
+    size -= static_cast<std::size_t>(got);
+    offset += got;
+  }
+}
+
+void fsync_directory_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  FileCloser folder{::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (folder.fd >= 0) ::fsync(folder.fd);  // best effort: the rename is already atomic
+}
+
+// Opens a snapshot, checks what its header and tokens claim against the file, and reads the tokens.
+SnapshotHeader read_header_from(int fd, const std::string& path) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) throw SnapshotError(os_error("cannot stat snapshot", path));
+  if (!S_ISREG(info.st_mode)) throw SnapshotError("snapshot " + path + " is not a regular file");
+  if (info.st_size < kSnapshotHeaderBytes)
+    throw SnapshotError("snapshot " + path + " is truncated (" + std::to_string(info.st_size) + " bytes, less than its header)");
+  std::uint8_t header[kSnapshotHeaderBytes];
+  read_all_at(fd, header, sizeof header, 0, path);
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) throw SnapshotError("snapshot " + path + " is not a kvchat KV snapshot (bad magic)");
+  if (XXH3_64bits(header, kHeaderChecksumAt) != get<std::uint64_t>(header, kHeaderChecksumAt))
+    throw SnapshotError("snapshot " + path + ": header checksum mismatch (the file is corrupt)");
+  const auto version = get<std::uint32_t>(header, kVersionAt);
+  if (version != kSnapshotFormatVersion)
+    throw SnapshotError("snapshot " + path + " has format version " + std::to_string(version) + "; this kvchat reads version " +
+                        std::to_string(kSnapshotFormatVersion));
+  const auto layers = get<std::uint64_t>(header, kLayersAt), kv_heads = get<std::uint64_t>(header, kKvHeadsAt),
+             head_dim = get<std::uint64_t>(header, kHeadDimAt), count = get<std::uint64_t>(header, kTokenCountAt);
+  if (layers == 0 || layers > kMaxLayers || kv_heads == 0 || kv_heads > kMaxHeads || head_dim == 0 ||
+      head_dim > kMaxHeadDim || count == 0 || count > kMaxTokens)
+    throw SnapshotError("snapshot " + path + ": implausible shape in its header");
+
+  SnapshotHeader result;
+  result.fingerprint = get<std::uint64_t>(header, kFingerprintAt);
+  result.shape = KvCacheShape{static_cast<std::int64_t>(layers), static_cast<std::int64_t>(kv_heads),
+                              static_cast<std::int64_t>(head_dim), 0, dtype_of_code(get<std::uint32_t>(header, kDtypeAt), path)};
+  const auto tokens = static_cast<std::int64_t>(count);
+  result.data_offset = get<std::int64_t>(header, kDataOffsetAt);
+  result.file_bytes = get<std::int64_t>(header, kFileBytesAt);
+  result.data_checksum = get<std::uint64_t>(header, kDataChecksumAt);
+  if (result.data_offset != data_offset_for(tokens) ||
+      result.file_bytes != result.data_offset + snapshot_data_bytes(result.shape, tokens))
+    throw SnapshotError("snapshot " + path + ": its header's sizes do not add up");
+  if (info.st_size != result.file_bytes)
+    throw SnapshotError("snapshot " + path + " has " + std::to_string(info.st_size) + " bytes, its header says " +
+                        std::to_string(result.file_bytes) + " (truncated or extended)");
+  result.tokens.resize(static_cast<std::size_t>(tokens));
+  read_all_at(fd, result.tokens.data(), result.tokens.size() * sizeof(TokenId), kSnapshotHeaderBytes, path);
+  if (XXH3_64bits(result.tokens.data(), result.tokens.size() * sizeof(TokenId)) != get<std::uint64_t>(header, kTokensChecksumAt))
+    throw SnapshotError("snapshot " + path + ": token checksum mismatch (the file is corrupt)");
+  for (TokenId id : result.tokens)
+    if (id < 0) throw SnapshotError("snapshot " + path + ": negative token id " + std::to_string(id));
+  return result;
+}
+
+void hash_floats(XXH3_state_t* state, const float* values, std::size_t count) {
+  XXH3_64bits_update(state, values, count * sizeof(float));
+}
+
+void hash_tensor(XXH3_state_t* state, const at::Tensor& tensor) {
+  if (!tensor.defined()) return;
+  const at::Tensor values = tensor.to(at::kFloat).contiguous();
+  hash_floats(state, values.data_ptr<float>(), static_cast<std::size_t>(values.numel()));
+}
+
+void hash_linear_rows(XXH3_state_t* state, const Linear& linear, std::initializer_list<std::int64_t> rows) {
+  std::vector<float> row(static_cast<std::size_t>(linear.in_features()));
+  for (std::int64_t index : rows) {
+    linear.row_into(std::clamp<std::int64_t>(index, 0, linear.out_features() - 1), row.data());
+    hash_floats(state, row.data(), row.size());
+  }
+  hash_tensor(state, linear.bias);
+}
+
+}  // namespace
+
+std::int64_t snapshot_data_bytes(const KvCacheShape& shape, std::int64_t tokens) {
+  return 2 * shape.layers * shape.kv_heads * shape.head_dim * tokens * static_cast<std::int64_t>(c10::elementSize(shape.dtype));
+}
+
+std::string ModelFingerprint::hex() const {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+ModelFingerprint fingerprint_model(const LlamaModel& model) {
+  const ModelConfig& config = model.config();
+  const ModelWeights& weights = model.weights();
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  // Everything that decides the K/V of a token, in words: readable in a log, hashed here.
+  std::string description = config.model_type + " " + std::to_string(config.num_hidden_layers) + "L hidden " +
+                            std::to_string(config.hidden_size) + " heads " + std::to_string(config.num_attention_heads) + "/" +
+                            std::to_string(config.num_key_value_heads) + "x" + std::to_string(config.head_dim) + " vocab " +
+                            std::to_string(config.vocab_size) + " weights " + model.weight_types();
+  std::string details = description + " ff " + std::to_string(config.intermediate_size) + " eps " +
+                        std::to_string(config.rms_norm_eps) + " rope " + std::to_string(config.rope_theta) + " " +
+                        config.rope_scaling.rope_type + " " + std::to_string(config.rope_scaling.factor) + " " +
+                        std::to_string(config.rope_scaling.low_freq_factor) + " " +
+                        std::to_string(config.rope_scaling.high_freq_factor) + " " +
+                        std::to_string(config.rope_scaling.original_max_position_embeddings) + " bias " +
+                        std::to_string(config.qkv_bias) + std::to_string(config.output_bias) + std::to_string(config.mlp_bias) +
+                        " tie " + std::to_string(config.tie_word_embeddings) + " act " + config.hidden_act;
+  for (double factor : config.rope_frequency_factors) details += " " + std::to_string(factor);
+  for (const FileIdentity& file : weights.mapped_files)
+    details += "\nfile " + file.path + " " + std::to_string(file.size) + " " + std::to_string(file.modified.tv_sec) + "." +
+               std::to_string(file.modified.tv_nsec);
+  XXH3_64bits_update(state.get(), details.data(), details.size());
+  // A sample of the weights themselves: the same shapes with other values give other K/V.
+  const std::int64_t vocab = weights.embedding.out_features();
+  hash_linear_rows(state.get(), weights.embedding, {0, vocab / 2, vocab - 1});
+  if (!config.tie_word_embeddings) hash_linear_rows(state.get(), weights.lm_head, {0, vocab - 1});
+  hash_tensor(state.get(), weights.final_norm);
+  for (const LayerWeights& layer : weights.layers) {
+    hash_tensor(state.get(), layer.attention_norm);
+    hash_tensor(state.get(), layer.mlp_norm);
+    hash_linear_rows(state.get(), layer.k, {0});
+    hash_linear_rows(state.get(), layer.v, {0});
+  }
+  return ModelFingerprint{XXH3_64bits_digest(state.get()), description};
+}
+
+KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& history) {
+  const auto tokens = static_cast<std::int64_t>(history.size());
+  if (tokens == 0 || tokens > cache.size())
+    throw SnapshotError("capture_snapshot: " + std::to_string(tokens) + " tokens, the cache holds " + std::to_string(cache.size()));
+  KvSnapshot snapshot;
+  snapshot.shape = cache.shape();
+  snapshot.tokens = history;
+  snapshot.data.resize(static_cast<std::size_t>(snapshot_data_bytes(snapshot.shape, tokens)));
+  const KvCacheShape& shape = snapshot.shape;
+  const std::int64_t tensor_bytes = snapshot_data_bytes(shape, tokens) / (2 * shape.layers);
+  const auto options = at::TensorOptions().dtype(shape.dtype);
+  for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
+    const auto [keys, values] = cache.view(layer, tokens);
+    std::uint8_t* base = snapshot.data.data() + 2 * layer * tensor_bytes;
+    at::from_blob(base, {shape.kv_heads, tokens, shape.head_dim}, options).copy_(keys);
+    at::from_blob(base + tensor_bytes, {shape.kv_heads, tokens, shape.head_dim}, options).copy_(values);
+  }
+  return snapshot;
+}
+
+void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, std::uint64_t fingerprint) {
+  const auto tokens = static_cast<std::int64_t>(snapshot.tokens.size());
+  const std::int64_t data_offset = data_offset_for(tokens);
+  if (tokens == 0 || static_cast<std::int64_t>(snapshot.data.size()) != snapshot_data_bytes(snapshot.shape, tokens))
+    throw SnapshotError("write_snapshot_file: the snapshot's data does not match its shape");
+  std::uint8_t header[kSnapshotHeaderBytes] = {};
+  std::memcpy(header, kMagic, sizeof kMagic);
+  put<std::uint32_t>(header, kVersionAt, kSnapshotFormatVersion);
+  put<std::uint32_t>(header, kDtypeAt, dtype_code(snapshot.shape.dtype));
+  put<std::uint64_t>(header, kFingerprintAt, fingerprint);
+  put<std::uint64_t>(header, kLayersAt, static_cast<std::uint64_t>(snapshot.shape.layers));
+  put<std::uint64_t>(header, kKvHeadsAt, static_cast<std::uint64_t>(snapshot.shape.kv_heads));
+  put<std::uint64_t>(header, kHeadDimAt, static_cast<std::uint64_t>(snapshot.shape.head_dim));
+  put<std::uint64_t>(header, kTokenCountAt, static_cast<std::uint64_t>(tokens));
+  put<std::int64_t>(header, kDataOffsetAt, data_offset);
+  put<std::int64_t>(header, kFileBytesAt, data_offset + static_cast<std::int64_t>(snapshot.data.size()));
+  put<std::uint64_t>(header, kTokensChecksumAt, XXH3_64bits(snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId)));
+  put<std::uint64_t>(header, kDataChecksumAt, XXH3_64bits(snapshot.data.data(), snapshot.data.size()));
+  put<std::uint64_t>(header, kHeaderChecksumAt, XXH3_64bits(header, kHeaderChecksumAt));
+
+  // A name no other writer (thread or process) uses; the rename makes the whole file appear at once.
+  static std::atomic<std::uint64_t> counter{0};
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++counter);
+  try {
+    FileCloser file{::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
+    if (file.fd < 0) throw SnapshotError(os_error("cannot create snapshot", temporary));
+    write_all(file.fd, header, sizeof header, temporary);
+    write_all(file.fd, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId), temporary);
+    const std::vector<std::uint8_t> padding(static_cast<std::size_t>(data_offset - kSnapshotHeaderBytes - tokens * 4), 0);
+    write_all(file.fd, padding.data(), padding.size(), temporary);
+    write_all(file.fd, snapshot.data.data(), snapshot.data.size(), temporary);
+    if (::fsync(file.fd) != 0) throw SnapshotError(os_error("cannot flush snapshot", temporary));
+    if (::close(file.fd) != 0) {
+      file.fd = -1;
+      throw SnapshotError(os_error("cannot close snapshot", temporary));
+    }
+    file.fd = -1;
+    if (::rename(temporary.c_str(), path.c_str()) != 0) throw SnapshotError(os_error("cannot rename snapshot to", path));
+  } catch (...) {
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  fsync_directory_of(path);
+}
+
+SnapshotHeader read_snapshot_header(const std::string& path) {
+  FileCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (file.fd < 0) throw SnapshotError(os_error("cannot open snapshot", path));
+  return read_header_from(file.fd, path);
+}
+
+LoadedSnapshot read_snapshot_file(const std::string& path, std::uint64_t fingerprint, const KvCacheShape& shape) {
+  FileCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (file.fd < 0) throw SnapshotError(os_error("cannot open snapshot", path));
+  LoadedSnapshot loaded;
+  loaded.header = read_header_from(file.fd, path);
+  const SnapshotHeader& header = loaded.header;
+  if (header.fingerprint != fingerprint)
+    throw SnapshotError("snapshot " + path + " was made by another model (fingerprint " + ModelFingerprint{header.fingerprint, {}}.hex() +
+                        ", this model's is " + ModelFingerprint{fingerprint, {}}.hex() + ")");
+  if (header.shape.dtype != shape.dtype)
+    throw SnapshotError(std::string("snapshot ") + path + " holds a " + c10::toString(header.shape.dtype) + " cache; this cache is " +
+                        c10::toString(shape.dtype));
+  if (header.shape.layers != shape.layers || header.shape.kv_heads != shape.kv_heads || header.shape.head_dim != shape.head_dim)
+    throw SnapshotError("snapshot " + path + " has another cache shape than this model's");
+  if (static_cast<std::int64_t>(header.tokens.size()) > shape.max_tokens)
+    throw SnapshotError("snapshot " + path + " holds more tokens than this model's context");
+  loaded.data.resize(static_cast<std::size_t>(header.file_bytes - header.data_offset));
+  read_all_at(file.fd, loaded.data.data(), loaded.data.size(), header.data_offset, path);
+  if (XXH3_64bits(loaded.data.data(), loaded.data.size()) != header.data_checksum)
+    throw SnapshotError("snapshot " + path + ": K/V data checksum mismatch (the file is corrupt)");
+  return loaded;
+}
+
+void restore_snapshot(const KvCacheShape& shape, const std::vector<TokenId>& snapshot_tokens,
+                      const std::vector<std::uint8_t>& data, std::int64_t tokens, KvCache& cache) {
+  const auto count = static_cast<std::int64_t>(snapshot_tokens.size());
+  if (tokens <= 0 || tokens > count || static_cast<std::int64_t>(data.size()) != snapshot_data_bytes(shape, count))
+    throw SnapshotError("restore_snapshot: " + std::to_string(tokens) + " of " + std::to_string(count) + " tokens");
+  const std::int64_t tensor_bytes = snapshot_data_bytes(shape, count) / (2 * shape.layers);
+  const auto options = at::TensorOptions().dtype(shape.dtype);
+  // The first `tokens` positions of each head: a strided view of the data, copied into the cache.
+  const std::vector<std::int64_t> sizes{shape.kv_heads, tokens, shape.head_dim};
+  const std::vector<std::int64_t> strides{count * shape.head_dim, shape.head_dim, 1};
+  cache.truncate(0);
+  auto* base = const_cast<std::uint8_t*>(data.data());  // read only: the views are copied from
+  for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
+    std::uint8_t* keys = base + 2 * layer * tensor_bytes;
+    cache.append(layer, at::from_blob(keys, sizes, strides, options), at::from_blob(keys + tensor_bytes, sizes, strides, options));
+  }
+  cache.commit(tokens);
+}
+
+}  // namespace kvchat

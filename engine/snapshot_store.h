@@ -1,0 +1,104 @@
+#pragma once
+// The folder of KV snapshots on disk: one file per conversation, per model, under a disk budget.
+//
+//   <directory>/<model fingerprint>/<key>.kvsnap      (key: the caller's name of a conversation)
+//
+// Writes happen on the store's own thread, so a reply's snapshot never holds up the engine thread: a
+// caller hands over a captured copy (capture_snapshot) and goes on. A newer snapshot of the same key
+// replaces a queued older one, and on disk replaces the file atomically (write_snapshot_file). After
+// each write, the least recently used snapshots of the whole folder (every model's) are deleted until
+// the folder is within the budget; the file just written is never deleted, so the folder exceeds the
+// budget by at most that one snapshot.
+//
+// Lookups see every snapshot in the model's folder, including files written by another kvchat process
+// since the last lookup (the folder is listed each time; a file's header and tokens are read once per
+// identity). A file that fails any check is logged, deleted and never used.
+//
+// Thread-safe: any thread may call any method.
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/kv_snapshot.h"
+
+namespace kvchat {
+
+class SnapshotStore {
+ public:
+  // Called on the store's thread after each successful write: key, tokens, file bytes, folder bytes.
+  using WrittenCallback = std::function<void(const std::string& key, std::int64_t tokens, std::int64_t file_bytes,
+                                             std::int64_t folder_bytes)>;
+
+  // disk_budget_bytes <= 0: no budget. `shape` is the cache shape snapshots must have (dtype included).
+  SnapshotStore(std::string directory, std::int64_t disk_budget_bytes, ModelFingerprint fingerprint, KvCacheShape shape);
+  ~SnapshotStore();  // writes what is still queued, then stops the thread
+  SnapshotStore(const SnapshotStore&) = delete;
+  SnapshotStore& operator=(const SnapshotStore&) = delete;
+
+  void set_written_callback(WrittenCallback callback);
+  void set_disk_budget(std::int64_t disk_budget_bytes);
+
+  // Queues `snapshot` as `key`'s (letters, digits, '-' and '_' only).
+  void save(const std::string& key, KvSnapshot snapshot);
+  // Waits until every queued snapshot is written (or failed).
+  void flush();
+
+  struct Match {
+    std::string path;
+    std::string key;
+    std::int64_t tokens = 0;           // the prompt's prefix this snapshot holds
+    std::int64_t snapshot_tokens = 0;  // all the snapshot holds
+  };
+  // The snapshot of this model sharing the longest prefix with `prompt`, if that prefix has at least
+  // `minimum_tokens` tokens.
+  std::optional<Match> best_match(const std::vector<TokenId>& prompt, std::int64_t minimum_tokens);
+  // Reads `match`'s file and validates it fully. A file that fails is deleted; the reason is logged and
+  // returned in `rejection`.
+  std::optional<LoadedSnapshot> load(const Match& match, std::string* rejection = nullptr);
+
+  void remove(const std::string& key);  // this model's snapshot of `key` (a deleted or cleared chat)
+  void remove_all();                    // every snapshot in the folder, of every model
+
+  std::int64_t folder_bytes() const;  // every snapshot in the folder, of every model
+  std::string path_for(const std::string& key) const;
+  const std::string& directory() const { return directory_; }
+  const ModelFingerprint& fingerprint() const { return fingerprint_; }
+  const KvCacheShape& shape() const { return shape_; }
+
+ private:
+  struct IndexEntry {
+    std::uint64_t device = 0, inode = 0;
+    std::int64_t size = 0, modified_ns = 0;
+    std::vector<TokenId> tokens;
+  };
+  void writer_loop();
+  void write_one(const std::string& key, const KvSnapshot& snapshot);
+  void refresh_index_locked();
+  void enforce_budget(const std::string& keep_path);
+  void reject(const std::string& path, const std::string& reason);
+
+  const std::string directory_;
+  const std::string model_directory_;
+  const ModelFingerprint fingerprint_;
+  const KvCacheShape shape_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_ready_, work_done_;
+  std::vector<std::pair<std::string, KvSnapshot>> queue_;  // at most one per key, oldest first
+  std::string writing_key_;        // the key being written now ("" when idle)
+  bool removed_while_writing_ = false;
+  bool stopping_ = false;
+  std::int64_t disk_budget_bytes_ = 0;
+  WrittenCallback on_written_;
+  std::map<std::string, IndexEntry> index_;  // by path: this model's snapshots as last listed
+  std::thread writer_;
+};
+
+}  // namespace kvchat
