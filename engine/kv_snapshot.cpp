@@ -27,7 +27,7 @@ constexpr std::uint64_t kMaxTokens = std::uint64_t(1) << 24;
 enum HeaderOffset : std::size_t {
   kVersionAt = 8, kDtypeAt = 12, kFingerprintAt = 16, kLayersAt = 24, kKvHeadsAt = 32, kHeadDimAt = 40,
   kTokenCountAt = 48, kDataOffsetAt = 56, kFileBytesAt = 64, kTokensChecksumAt = 72, kDataChecksumAt = 80,
-  kHeaderChecksumAt = 120,
+  kAnnotationBytesAt = 88, kAnnotationChecksumAt = 96, kHeaderChecksumAt = 120,
 };
 
 template <typename T>
@@ -59,8 +59,11 @@ at::ScalarType dtype_of_code(std::uint32_t code, const std::string& path) {
 
 std::int64_t align_up(std::int64_t value) { return (value + kDataAlignment - 1) / kDataAlignment * kDataAlignment; }
 
-std::int64_t data_offset_for(std::int64_t tokens) {
-  return align_up(kSnapshotHeaderBytes + tokens * static_cast<std::int64_t>(sizeof(TokenId)));
+std::int64_t annotation_offset(std::int64_t tokens) {
+  return kSnapshotHeaderBytes + tokens * static_cast<std::int64_t>(sizeof(TokenId));
+}
+std::int64_t data_offset_for(std::int64_t tokens, std::int64_t annotation_bytes) {
+  return align_up(annotation_offset(tokens) + annotation_bytes);
 }
 
 std::string os_error(const std::string& what, const std::string& path) {
@@ -130,10 +133,13 @@ SnapshotHeader read_header_from(int fd, const std::string& path) {
   result.shape = KvCacheShape{static_cast<std::int64_t>(layers), static_cast<std::int64_t>(kv_heads),
                               static_cast<std::int64_t>(head_dim), 0, dtype_of_code(get<std::uint32_t>(header, kDtypeAt), path)};
   const auto tokens = static_cast<std::int64_t>(count);
+  const auto annotation_bytes = get<std::uint64_t>(header, kAnnotationBytesAt);
+  if (annotation_bytes > static_cast<std::uint64_t>(kMaxSnapshotAnnotationBytes))
+    throw SnapshotError("snapshot " + path + ": implausible annotation size in its header");
   result.data_offset = get<std::int64_t>(header, kDataOffsetAt);
   result.file_bytes = get<std::int64_t>(header, kFileBytesAt);
   result.data_checksum = get<std::uint64_t>(header, kDataChecksumAt);
-  if (result.data_offset != data_offset_for(tokens) ||
+  if (result.data_offset != data_offset_for(tokens, static_cast<std::int64_t>(annotation_bytes)) ||
       result.file_bytes != result.data_offset + snapshot_data_bytes(result.shape, tokens))
     throw SnapshotError("snapshot " + path + ": its header's sizes do not add up");
   if (info.st_size != result.file_bytes)
@@ -145,6 +151,10 @@ SnapshotHeader read_header_from(int fd, const std::string& path) {
     throw SnapshotError("snapshot " + path + ": token checksum mismatch (the file is corrupt)");
   for (TokenId id : result.tokens)
     if (id < 0) throw SnapshotError("snapshot " + path + ": negative token id " + std::to_string(id));
+  result.annotation.resize(static_cast<std::size_t>(annotation_bytes));
+  read_all_at(fd, result.annotation.data(), result.annotation.size(), annotation_offset(tokens), path);
+  if (XXH3_64bits(result.annotation.data(), result.annotation.size()) != get<std::uint64_t>(header, kAnnotationChecksumAt))
+    throw SnapshotError("snapshot " + path + ": annotation checksum mismatch (the file is corrupt)");
   return result;
 }
 
@@ -238,9 +248,11 @@ KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& hi
 
 void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, std::uint64_t fingerprint) {
   const auto tokens = static_cast<std::int64_t>(snapshot.tokens.size());
-  const std::int64_t data_offset = data_offset_for(tokens);
+  const auto annotation_bytes = static_cast<std::int64_t>(snapshot.annotation.size());
+  const std::int64_t data_offset = data_offset_for(tokens, annotation_bytes);
   if (tokens == 0 || static_cast<std::int64_t>(snapshot.data.size()) != snapshot_data_bytes(snapshot.shape, tokens))
     throw SnapshotError("write_snapshot_file: the snapshot's data does not match its shape");
+  if (annotation_bytes > kMaxSnapshotAnnotationBytes) throw SnapshotError("write_snapshot_file: the annotation is too large");
   std::uint8_t header[kSnapshotHeaderBytes] = {};
   std::memcpy(header, kMagic, sizeof kMagic);
   put<std::uint32_t>(header, kVersionAt, kSnapshotFormatVersion);
@@ -254,6 +266,8 @@ void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, st
   put<std::int64_t>(header, kFileBytesAt, data_offset + static_cast<std::int64_t>(snapshot.data.size()));
   put<std::uint64_t>(header, kTokensChecksumAt, XXH3_64bits(snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId)));
   put<std::uint64_t>(header, kDataChecksumAt, XXH3_64bits(snapshot.data.data(), snapshot.data.size()));
+  put<std::uint64_t>(header, kAnnotationBytesAt, static_cast<std::uint64_t>(annotation_bytes));
+  put<std::uint64_t>(header, kAnnotationChecksumAt, XXH3_64bits(snapshot.annotation.data(), snapshot.annotation.size()));
   put<std::uint64_t>(header, kHeaderChecksumAt, XXH3_64bits(header, kHeaderChecksumAt));
 
   // A name no other writer (thread or process) uses; the rename makes the whole file appear at once.
@@ -264,7 +278,8 @@ void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, st
     if (file.fd < 0) throw SnapshotError(os_error("cannot create snapshot", temporary));
     write_all(file.fd, header, sizeof header, temporary);
     write_all(file.fd, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId), temporary);
-    const std::vector<std::uint8_t> padding(static_cast<std::size_t>(data_offset - kSnapshotHeaderBytes - tokens * 4), 0);
+    write_all(file.fd, snapshot.annotation.data(), snapshot.annotation.size(), temporary);
+    const std::vector<std::uint8_t> padding(static_cast<std::size_t>(data_offset - annotation_offset(tokens) - annotation_bytes), 0);
     write_all(file.fd, padding.data(), padding.size(), temporary);
     write_all(file.fd, snapshot.data.data(), snapshot.data.size(), temporary);
     if (::fsync(file.fd) != 0) throw SnapshotError(os_error("cannot flush snapshot", temporary));

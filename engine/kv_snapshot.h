@@ -3,9 +3,12 @@
 // later process can trust or reject. The file format (version 1, little-endian):
 //
 //   [0, 128)        header: magic "KVCHATKV", format version, model fingerprint, cache dtype and shape,
-//                   token count, offsets, checksums of the tokens and of the K/V data, and last the
-//                   header's own checksum (XXH3-64 of its first 120 bytes)
+//                   token count, offsets, checksums of the tokens, the annotation and the K/V data, and
+//                   last the header's own checksum (XXH3-64 of its first 120 bytes)
 //   [128, ...)      tokens: token_count int32 ids
+//   then            annotation: the caller's bytes about what the tokens stand for (kvchat's app keeps a
+//                   conversation's exact transcript there, so a later process encodes the next prompt
+//                   with the very ids the model sampled)
 //   [data_offset,)  K/V data (data_offset 64-byte aligned): per layer, keys [kv_heads, tokens, head_dim]
 //                   then values in the same layout, elements of the cache dtype
 //
@@ -54,7 +57,9 @@ struct KvSnapshot {
   KvCacheShape shape;  // layers, kv_heads, head_dim, dtype (max_tokens unused)
   std::vector<TokenId> tokens;
   std::vector<std::uint8_t> data;  // the K/V data section, as in the file
+  std::string annotation;          // opaque to the engine (at most kMaxSnapshotAnnotationBytes)
 };
+constexpr std::int64_t kMaxSnapshotAnnotationBytes = std::int64_t(64) << 20;
 
 // Copies the cache's first history.size() positions (history: the ids those positions hold).
 KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& history);
@@ -70,6 +75,7 @@ struct SnapshotHeader {
   std::uint64_t fingerprint = 0;
   KvCacheShape shape;
   std::vector<TokenId> tokens;
+  std::string annotation;
   std::int64_t file_bytes = 0;
   std::int64_t data_offset = 0;
   std::uint64_t data_checksum = 0;

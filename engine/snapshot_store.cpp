@@ -255,6 +255,20 @@ std::optional<LoadedSnapshot> SnapshotStore::load(const Match& match, std::strin
   }
 }
 
+std::optional<std::string> SnapshotStore::annotation_of(const std::string& key) {
+  const std::string path = path_for(key);
+  if (!fs::exists(path)) return std::nullopt;
+  try {
+    SnapshotHeader header = read_snapshot_header(path);
+    if (header.fingerprint != fingerprint_.hash) throw SnapshotError("snapshot " + path + " was made by another model than its folder's");
+    return std::move(header.annotation);
+  } catch (const std::exception& failure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reject(path, failure.what());
+    return std::nullopt;
+  }
+}
+
 void SnapshotStore::remove(const std::string& key) {
   const std::string path = path_for(key);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -63,6 +63,10 @@ class SnapshotStore {
   // returned in `rejection`.
   std::optional<LoadedSnapshot> load(const Match& match, std::string* rejection = nullptr);
 
+  // The annotation of `key`'s snapshot (header, tokens and annotation checked; a file that fails is
+  // deleted); nullopt when there is none.
+  std::optional<std::string> annotation_of(const std::string& key);
+
   void remove(const std::string& key);  // this model's snapshot of `key` (a deleted or cleared chat)
   void remove_all();                    // every snapshot in the folder, of every model
 

@@ -43,7 +43,7 @@ class KvSnapshotsTest : public QObject {
     auto store = make_store(folder);
     SessionPool pool(loaded_.model, store);
     pool.acquire(1, KvCacheMode::Contiguous).generate(first_prompt_, test::greedy(20));
-    if (!pool.save_snapshot(1)) return {};
+    if (!pool.save_snapshot(1, "the transcript of chat 1")) return {};
     store->flush();
     return store->path_for(pool.snapshot_key(1));
   }
@@ -93,6 +93,8 @@ class KvSnapshotsTest : public QObject {
     const kvchat::SnapshotHeader header = kvchat::read_snapshot_header(path);
     QCOMPARE(header.tokens.size(), first_prompt_.size() + 19);  // the prompt and every fed reply token
     QCOMPARE(header.fingerprint, fingerprint_.hash);
+    QCOMPARE(header.annotation, std::string("the transcript of chat 1"));
+    QCOMPARE(SessionPool(loaded_.model, make_store(folder)).snapshot_annotation(1), std::optional<std::string>(header.annotation));
     const GenerationResult result = second_turn(folder);
     QCOMPARE(result.stats.restored_tokens, static_cast<int>(header.tokens.size()));
     QCOMPARE(result.stats.reused_tokens, result.stats.restored_tokens);
@@ -110,6 +112,7 @@ class KvSnapshotsTest : public QObject {
     };
     const Flip flips[] = {{20, "header checksum mismatch"},
                           {130, "token checksum mismatch"},
+                          {128 + 4 * (40 + 19) + 3, "annotation checksum mismatch"},
                           {static_cast<int>(valid.size()) - 1, "K/V data checksum mismatch"},
                           {static_cast<int>(valid.size()) / 2, "K/V data checksum mismatch"}};
     for (const Flip& flip : flips) {
