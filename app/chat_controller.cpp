@@ -52,8 +52,11 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
             if (store_->conversation(conversation_id)) transcripts_.insert(conversation_id, transcript);
           });
   connect(worker_, &EngineWorker::cacheEvicted, this, &ChatController::on_cache_evicted);
+  connect(worker_, &EngineWorker::snapshotWritten, this, &ChatController::on_snapshot_written);
   set_up_turns();
   engine_thread_.start();
+  snapshot_key_prefix_ = snapshot_key_prefix(database_path);  // conversation ids are per database
+  configure_snapshots();
 
   const auto existing = store_->conversations();
   if (!existing.isEmpty()) current_conversation_ = existing.first().id;
@@ -83,6 +86,7 @@ void ChatController::applySettings(const ChatSettings& settings) {
   settings_storage_->sync();
   spdlog::info("settings saved (kv cache {}, temperature {}, context limit {})",
                settings_.kv_cache_enabled ? "on" : "off", settings_.temperature, settings_.context_limit);
+  configure_snapshots();
   Q_EMIT settingsChanged();
   Q_EMIT cacheGaugeChanged();
   if (resolve_model_path(settings_.model_path) != old_model || !model_loaded_) loadModel(QString());
@@ -120,6 +124,13 @@ CacheGauge ChatController::cacheGauge() const {
   gauge.has_turn = figures.has_turn;
   gauge.total_bytes = total_cache_bytes_;
   gauge.budget_bytes = settings_.effective_cache_budget_bytes();
+  gauge.restored_tokens = figures.restored_tokens;
+  gauge.restore_ms = figures.restore_ms;
+  gauge.snapshots_enabled = settings_.kv_snapshots_enabled && settings_.kv_cache_enabled;
+  gauge.snapshot_tokens = figures.snapshot_tokens;
+  gauge.snapshot_bytes = figures.snapshot_bytes;
+  gauge.disk_bytes = snapshot_folder_bytes_;
+  gauge.disk_budget_bytes = settings_.snapshot_disk_budget_bytes;
   return gauge;
 }
 
@@ -171,11 +182,55 @@ bool ChatController::clearCache(qint64 conversation_id) {
     Q_EMIT errorOccurred(QStringLiteral("This chat is generating a reply: its cache cannot be cleared now."));
     return false;
   }
-  spdlog::info("clearing the cache of conversation {}", conversation_id);
+  spdlog::info("clearing the cached state of conversation {} (memory and disk)", conversation_id);
   transcripts_.remove(conversation_id);  // the worker forgets its ids too
   QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
                             Qt::QueuedConnection);
   return true;
+}
+
+bool ChatController::clearAllCachedState() {
+  if (active_) {
+    Q_EMIT errorOccurred(QStringLiteral("A reply is being generated: cached state cannot be cleared now."));
+    return false;
+  }
+  spdlog::info("clearing every conversation's cached state (memory and disk)");
+  transcripts_.clear();
+  for (auto& figures : cache_figures_) figures = ConversationCacheFigures{};
+  QMetaObject::invokeMethod(worker_, [worker = worker_] { worker->clearAllCachedState(); }, Qt::QueuedConnection);
+  Q_EMIT cacheGaugeChanged();
+  return true;
+}
+
+void ChatController::setSnapshotDirectoryOverride(const QString& directory) {
+  snapshot_directory_override_ = directory;
+  configure_snapshots();
+}
+
+QString ChatController::snapshotDirectory() const {
+  return snapshot_directory_override_.isEmpty() ? settings_.effective_snapshot_directory() : snapshot_directory_override_;
+}
+
+void ChatController::configure_snapshots() {
+  SnapshotOptions options;
+  options.enabled = settings_.kv_snapshots_enabled;
+  options.directory = snapshotDirectory();
+  options.disk_budget_bytes = settings_.snapshot_disk_budget_bytes;
+  options.key_prefix = snapshot_key_prefix_;
+  QMetaObject::invokeMethod(worker_, [worker = worker_, options] { worker->configureSnapshots(options); },
+                            Qt::QueuedConnection);
+}
+
+void ChatController::on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes,
+                                         qint64 budget) {
+  (void)budget;  // the gauge shows the current settings' budget
+  snapshot_folder_bytes_ = folder_bytes;
+  if (conversation_id != 0 && store_->conversation(conversation_id)) {
+    auto& figures = cache_figures_[conversation_id];
+    figures.snapshot_tokens = tokens;
+    figures.snapshot_bytes = file_bytes;
+  }
+  Q_EMIT cacheGaugeChanged();
 }
 
 void ChatController::on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes,

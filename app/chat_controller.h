@@ -43,9 +43,16 @@ struct CacheGauge {
   int context_limit = 0;      // effective: the settings' limit, or the model's
   int reused_tokens = 0;      // the current conversation's last turn
   int prefilled_tokens = 0;
-  bool has_turn = false;      // whether reused/prefilled describe a turn of this conversation
+  int restored_tokens = 0;    // of reused_tokens, restored from a snapshot on disk
+  double restore_ms = 0.0;
+  bool has_turn = false;      // whether reused/prefilled/restored describe a turn of this conversation
   qint64 total_bytes = 0;     // every conversation's cache
   qint64 budget_bytes = 0;
+  bool snapshots_enabled = true;
+  qint64 snapshot_tokens = 0;     // the current conversation's snapshot on disk (as written by this app)
+  qint64 snapshot_bytes = 0;
+  qint64 disk_bytes = 0;          // every snapshot in the folder (-1: not known yet)
+  qint64 disk_budget_bytes = 0;
 };
 
 class ChatController : public QObject {
@@ -120,8 +127,14 @@ class ChatController : public QObject {
   void renameConversation(qint64 conversation_id, const QString& title);
   void deleteConversation(qint64 conversation_id);
   void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
-  // Frees the conversation's KV cache (its next turn prefills the chat again). Not while it is generating.
+  // Clears the conversation's cached state: its KV cache in memory and its snapshot on disk (its next
+  // turn prefills the chat again). Not while it is generating.
   bool clearCache(qint64 conversation_id);
+  // The same for every conversation, and every snapshot in the snapshot folder. Not while generating.
+  bool clearAllCachedState();
+  // Where KV snapshots are kept for this run, over the settings' folder (the --cache-dir option).
+  void setSnapshotDirectoryOverride(const QString& directory);
+  QString snapshotDirectory() const;
 
   // Each returns false (and emits errorOccurred with the reason) when it cannot start a turn now.
   // While another chat's reply streams, send() saves the message and queues its turn (turnQueued): it
@@ -193,6 +206,8 @@ class ChatController : public QObject {
   // chat_controller.cpp
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
   void on_cache_evicted(qint64 conversation_id);
+  void on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes, qint64 budget);
+  void configure_snapshots();  // sends the settings' snapshot options to the worker
 
   std::unique_ptr<ConversationStore> store_;
   QSettings* settings_storage_;
@@ -222,11 +237,18 @@ class ChatController : public QObject {
     qint64 bytes = 0;
     int reused_tokens = 0;
     int prefilled_tokens = 0;
+    int restored_tokens = 0;
+    double restore_ms = 0.0;
     bool has_turn = false;
+    qint64 snapshot_tokens = 0;
+    qint64 snapshot_bytes = 0;
   };
   QHash<qint64, ConversationCacheFigures> cache_figures_;
   QHash<qint64, ConversationTokens> transcripts_;  // the worker's, as of each conversation's last turn
   qint64 total_cache_bytes_ = 0;
+  QString snapshot_key_prefix_;        // this database's conversations in a shared snapshot folder
+  QString snapshot_directory_override_;
+  qint64 snapshot_folder_bytes_ = -1;  // -1: no snapshot written or cleared yet in this run
 };
 
 }  // namespace kvchat::app

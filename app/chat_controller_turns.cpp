@@ -337,6 +337,8 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
   auto& figures = cache_figures_[conversation_id];
   figures.reused_tokens = stats.reused_tokens;
   figures.prefilled_tokens = stats.prefilled_tokens;
+  figures.restored_tokens = stats.restored_tokens;
+  figures.restore_ms = stats.restore_ms;
   figures.has_turn = true;
   if (stats.cache_mode == KvCacheMode::Off) {
     total_cache_bytes_ -= figures.bytes;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "engine/model_loader.h"
 #include "engine/session.h"
@@ -60,6 +61,64 @@ void ConversationTokens::record_turn(const std::vector<TokenId>& prompt_ids, con
       boundaries_.push_back(added);
   ids_ = std::move(ids);
   text_ = std::move(text);
+}
+
+namespace {
+constexpr std::string_view kTranscriptMagic = "kvchat-transcript-1\n";
+
+template <typename T>
+void append_value(std::string& out, T value) { out.append(reinterpret_cast<const char*>(&value), sizeof value); }
+
+template <typename T>
+bool take_value(std::string_view& in, T& value) {
+  if (in.size() < sizeof value) return false;
+  std::memcpy(&value, in.data(), sizeof value);
+  in.remove_prefix(sizeof value);
+  return true;
+}
+}  // namespace
+
+std::string ConversationTokens::serialize() const {
+  std::string out(kTranscriptMagic);
+  append_value<std::uint64_t>(out, ids_.size());
+  out.append(reinterpret_cast<const char*>(ids_.data()), ids_.size() * sizeof(TokenId));
+  append_value<std::uint64_t>(out, text_.size());
+  out += text_;
+  append_value<std::uint64_t>(out, boundaries_.size());
+  for (const Boundary& boundary : boundaries_) {
+    append_value<std::uint64_t>(out, boundary.text_length);
+    append_value<std::uint64_t>(out, boundary.token_count);
+  }
+  return out;
+}
+
+std::optional<ConversationTokens> ConversationTokens::deserialize(std::string_view in) {
+  if (in.substr(0, kTranscriptMagic.size()) != kTranscriptMagic) return std::nullopt;
+  in.remove_prefix(kTranscriptMagic.size());
+  ConversationTokens tokens;
+  std::uint64_t count = 0;
+  if (!take_value(in, count) || count > in.size() / sizeof(TokenId)) return std::nullopt;
+  tokens.ids_.resize(count);
+  std::memcpy(tokens.ids_.data(), in.data(), count * sizeof(TokenId));
+  in.remove_prefix(count * sizeof(TokenId));
+  if (!take_value(in, count) || count > in.size()) return std::nullopt;
+  tokens.text_.assign(in.data(), count);
+  in.remove_prefix(count);
+  if (!take_value(in, count) || count > in.size() / 16) return std::nullopt;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    Boundary boundary;
+    std::uint64_t text_length = 0, token_count = 0;
+    take_value(in, text_length);
+    take_value(in, token_count);
+    boundary.text_length = text_length;
+    boundary.token_count = token_count;
+    const bool ascending = tokens.boundaries_.empty() || tokens.boundaries_.back().text_length < boundary.text_length;
+    if (!ascending || text_length > tokens.text_.size() || token_count > tokens.ids_.size() || token_count == 0)
+      return std::nullopt;
+    tokens.boundaries_.push_back(boundary);
+  }
+  if (!in.empty()) return std::nullopt;
+  return tokens;
 }
 
 void ConversationTokens::clear() {

@@ -5,6 +5,7 @@
 // No Qt widgets, no torch in this header.
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -50,6 +51,11 @@ class ConversationTokens {
   void record_turn(const std::vector<TokenId>& prompt_ids, const std::string& prompt_text,
                    const std::vector<TokenId>& reply_ids, const std::string& reply_text);
   void clear();
+
+  // Exact bytes (ids, text, boundaries) for keeping with the conversation's KV snapshot; deserialize
+  // checks every length and boundary and returns nullopt for anything else.
+  std::string serialize() const;
+  static std::optional<ConversationTokens> deserialize(std::string_view bytes);
 
  private:
   std::vector<TokenId> ids_;

@@ -8,11 +8,14 @@
 #include <exception>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
+#include "engine/kv_snapshot.h"
 #include "engine/session.h"
+#include "engine/session_pool.h"
 
 namespace kvchat::app {
 
@@ -21,28 +24,73 @@ namespace {
 // Coalesce streamed text so that a fast model does not flood the GUI thread with one event per token.
 constexpr qint64 kTextBatchMilliseconds = 30;
 
-struct ConversationCache {
-  std::unique_ptr<Session> session;
-  ConversationTokens transcript;
-  quint64 last_used = 0;
-};
-
 }  // namespace
 
 struct EngineWorker::State {
   std::shared_ptr<const LoadedModel> model;
-  std::map<qint64, ConversationCache> conversations;
-  quint64 use_clock = 0;
+  std::unique_ptr<SessionPool> pool;  // the loaded model's sessions (and snapshots)
+  std::map<qint64, ConversationTokens> transcripts;
+  SnapshotOptions snapshot_options;
   int threads = -1;  // engine threads currently set; -1 = never set
 };
 
 EngineWorker::EngineWorker(QObject* parent) : QObject(parent), state_(std::make_unique<State>()) {}
 
-EngineWorker::~EngineWorker() = default;
+EngineWorker::~EngineWorker() {
+  // The pool's store finishes writing what is queued (the last replies' snapshots) before it goes.
+  if (state_->pool && state_->pool->snapshots()) state_->pool->snapshots()->set_written_callback({});
+}
+
+void EngineWorker::open_snapshots() {
+  if (state_->pool && state_->pool->snapshots()) state_->pool->snapshots()->set_written_callback({});
+  state_->pool.reset();  // its store writes what is queued first
+  if (!state_->model) return;
+  const SnapshotOptions& options = state_->snapshot_options;
+  std::shared_ptr<SnapshotStore> store;
+  if (options.enabled && !options.directory.isEmpty()) {
+    try {
+      const LlamaModel& model = *state_->model->model;
+      store = std::make_shared<SnapshotStore>(options.directory.toStdString(), options.disk_budget_bytes,
+                                              fingerprint_model(model), model.cache_shape());
+      const std::string prefix = options.key_prefix.toStdString() + "-";
+      const qint64 budget = options.disk_budget_bytes;
+      store->set_written_callback([this, prefix, budget](const std::string& key, std::int64_t tokens, std::int64_t file_bytes,
+                                                         std::int64_t folder_bytes) {
+        if (key.rfind(prefix, 0) != 0) return;
+        Q_EMIT snapshotWritten(std::stoll(key.substr(prefix.size())), tokens, file_bytes, folder_bytes, budget);
+      });
+    } catch (const std::exception& error) {
+      spdlog::error("KV snapshots are off for this model: {}", error.what());
+    }
+  }
+  state_->pool = std::make_unique<SessionPool>(state_->model->model, store, options.key_prefix.toStdString());
+}
+
+void EngineWorker::configureSnapshots(const SnapshotOptions& options) {
+  const SnapshotOptions old = std::exchange(state_->snapshot_options, options);
+  if (old.enabled == options.enabled && old.directory == options.directory && old.key_prefix == options.key_prefix) {
+    if (state_->pool && state_->pool->snapshots()) state_->pool->snapshots()->set_disk_budget(options.disk_budget_bytes);
+    return;
+  }
+  if (!state_->model) return;
+  // A new pool: caches in memory are rebuilt (from the new folder's snapshots, or by prefill).
+  for (const auto& [conversation_id, transcript] : state_->transcripts) Q_EMIT cacheChanged(conversation_id, 0, 0, 0, 0);
+  open_snapshots();
+}
+
+void EngineWorker::clearAllCachedState() {
+  if (!state_->pool) return;
+  std::vector<qint64> resident;
+  for (const auto& entry : state_->pool->resident()) resident.push_back(entry.conversation);
+  state_->pool->forget_all();
+  for (qint64 conversation_id : resident) Q_EMIT cacheChanged(conversation_id, 0, 0, 0, 0);
+  if (state_->pool->snapshots()) Q_EMIT snapshotWritten(0, 0, 0, 0, state_->snapshot_options.disk_budget_bytes);
+}
 
 void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::app::ModelInfo>("kvchat::app::ModelInfo");
   qRegisterMetaType<kvchat::app::TurnRequest>("kvchat::app::TurnRequest");
+  qRegisterMetaType<kvchat::app::SnapshotOptions>("kvchat::app::SnapshotOptions");
   qRegisterMetaType<kvchat::app::DecodeTimings>("kvchat::app::DecodeTimings");
   qRegisterMetaType<kvchat::app::ConversationTokens>("kvchat::app::ConversationTokens");
   qRegisterMetaType<kvchat::GenerationStats>("kvchat::GenerationStats");
@@ -59,9 +107,10 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
       throw std::invalid_argument("model " + directory.toStdString() +
                                   " has no tokenizer (tokenizer.json or GGUF tokenizer metadata), so it cannot be used for chat");
     state_->threads = threads;
-    // Caches belong to the model that filled them (listeners drop theirs on loaded()).
-    state_->conversations.clear();
+    // Caches and transcripts belong to the model that made them (listeners drop theirs on loaded()).
+    state_->transcripts.clear();
     state_->model = model;
+    open_snapshots();
 
     ModelInfo info;
     info.directory = directory;
@@ -100,9 +149,19 @@ void EngineWorker::runTurn(const TurnRequest& request) {
       set_compute_threads(request.threads);
       state_->threads = request.threads;
     }
-    ConversationCache& cache = state_->conversations[request.conversation_id];
-    cache.last_used = ++state_->use_clock;
-    if (!cache.session) cache.session = std::make_unique<Session>(model->model, request.generation.cache_mode);
+    SessionPool& pool = *state_->pool;
+    Session& session = pool.acquire(request.conversation_id, request.generation.cache_mode);
+    ConversationTokens& transcript = state_->transcripts[request.conversation_id];
+    if (transcript.ids().empty()) {
+      // First turn in this process: the snapshot on disk knows the exact ids of the earlier turns.
+      if (const std::optional<std::string> saved = pool.snapshot_annotation(request.conversation_id)) {
+        if (std::optional<ConversationTokens> restored = ConversationTokens::deserialize(*saved))
+          transcript = std::move(*restored);
+        else
+          spdlog::warn("the transcript kept with conversation {}'s KV snapshot is unreadable; re-encoding its text",
+                       request.conversation_id);
+      }
+    }
 
     TurnOptions options;
     options.generation = request.generation;
@@ -130,15 +189,16 @@ void EngineWorker::runTurn(const TurnRequest& request) {
 
     const ChatTurnRunner runner(*model);
     TurnOutcome outcome =
-        runner.run(*cache.session, cache.transcript, request.messages, options, request.stop.get(), on_progress);
+        runner.run(session, transcript, request.messages, options, request.stop.get(), on_progress);
     flush();
+    pool.save_snapshot(request.conversation_id, transcript.serialize());  // written on the store's thread
     if (outcome.dropped_messages > 0) Q_EMIT contextTrimmed(turn_id, outcome.dropped_messages, outcome.context_limit);
     spdlog::debug("turn {}: {} prompt tokens ({} reused), {} generated, stop {}", turn_id,
                   outcome.stats.prompt_tokens, outcome.stats.reused_tokens, outcome.stats.generated_tokens,
                   to_string(outcome.stats.stop_reason));
     // Cache figures first, so that whoever handles finished() already sees the caches as they now are.
     enforce_budget(request.conversation_id, request.cache_budget_bytes);
-    Q_EMIT transcriptUpdated(request.conversation_id, cache.transcript);
+    Q_EMIT transcriptUpdated(request.conversation_id, transcript);
     DecodeTimings timings;
     timings.first_position = static_cast<int>(outcome.prompt_ids.size()) + 1;
     timings.step_ms = QList<double>(outcome.decode_step_ms.begin(), outcome.decode_step_ms.end());
@@ -154,45 +214,24 @@ void EngineWorker::runTurn(const TurnRequest& request) {
   }
 }
 
-qint64 EngineWorker::total_cache_bytes() const {
-  qint64 total = 0;
-  for (const auto& [conversation_id, cache] : state_->conversations)
-    if (cache.session) total += cache.session->cache_bytes();
-  return total;
-}
+qint64 EngineWorker::total_cache_bytes() const { return state_->pool ? state_->pool->total_bytes() : 0; }
 
 void EngineWorker::enforce_budget(qint64 active_conversation, qint64 budget_bytes) {
-  qint64 total = total_cache_bytes();
-  if (budget_bytes > 0 && total > budget_bytes) {
-    std::vector<std::pair<quint64, qint64>> by_age;  // (last used, conversation)
-    for (const auto& [conversation_id, cache] : state_->conversations)
-      if (conversation_id != active_conversation && cache.session && cache.session->cache_bytes() > 0)
-        by_age.emplace_back(cache.last_used, conversation_id);
-    std::sort(by_age.begin(), by_age.end());
-    for (const auto& [last_used, conversation_id] : by_age) {
-      if (total <= budget_bytes) break;
-      Session& session = *state_->conversations[conversation_id].session;
-      const qint64 freed = session.cache_bytes();
-      // The token transcript stays: the next turn rebuilds exactly the same cache by prefill.
-      session.clear();
-      total -= freed;
-      spdlog::info("cache budget {} bytes: evicted conversation {} ({} bytes)", budget_bytes, conversation_id, freed);
-      Q_EMIT cacheEvicted(conversation_id);
-      Q_EMIT cacheChanged(conversation_id, 0, 0, total, budget_bytes);
-    }
-    if (total > budget_bytes)
-      spdlog::warn("the active conversation's cache alone ({} bytes) exceeds the budget of {} bytes", total,
-                   budget_bytes);
+  SessionPool& pool = *state_->pool;
+  for (const SessionPool::Evicted& evicted : pool.enforce_budget(budget_bytes, active_conversation)) {
+    Q_EMIT cacheEvicted(evicted.conversation);
+    Q_EMIT cacheChanged(evicted.conversation, 0, 0, pool.total_bytes(), budget_bytes);
   }
-  auto it = state_->conversations.find(active_conversation);
-  if (it != state_->conversations.end() && it->second.session)
-    Q_EMIT cacheChanged(active_conversation, it->second.session->cache_tokens(), it->second.session->cache_bytes(),
-                        total, budget_bytes);
+  if (const Session* session = pool.find(active_conversation))
+    Q_EMIT cacheChanged(active_conversation, session->cache_tokens(), session->cache_bytes(), pool.total_bytes(), budget_bytes);
 }
 
 void EngineWorker::forgetConversation(qint64 conversation_id) {
-  if (state_->conversations.erase(conversation_id) == 0) return;
-  Q_EMIT cacheChanged(conversation_id, 0, 0, total_cache_bytes(), 0);
+  state_->transcripts.erase(conversation_id);
+  if (!state_->pool) return;
+  if (state_->pool->forget(conversation_id)) Q_EMIT cacheChanged(conversation_id, 0, 0, total_cache_bytes(), 0);
+  if (SnapshotStore* store = state_->pool->snapshots())
+    Q_EMIT snapshotWritten(conversation_id, 0, 0, store->folder_bytes(), state_->snapshot_options.disk_budget_bytes);
 }
 
 }  // namespace kvchat::app

@@ -1,8 +1,10 @@
 #pragma once
 // The engine's thread. An EngineWorker lives on its own QThread: it loads the model and keeps one Session
-// (one KV cache) per conversation, so that returning to a chat resumes without re-reading it. Caches live
-// under a memory budget: past it, the least recently used conversation's cache is dropped and rebuilt by
-// prefill on that conversation's next turn.
+// (one KV cache) per conversation in a SessionPool, so that returning to a chat resumes without re-reading
+// it. Caches live under a memory budget: past it, the least recently used conversation's cache is dropped.
+// With snapshots on, every completed reply's cache is also written to disk in the background (with the
+// conversation's exact transcript), so that a conversation continued after an eviction, a model reload or
+// a restart of the app restores its prompt from disk instead of prefilling it.
 //
 // Everything crosses threads by value through queued signals. Stopping is the one exception: the worker's
 // event loop is busy inside generate(), so the GUI thread sets the turn's atomic stop flag directly.
@@ -44,6 +46,14 @@ struct ModelInfo {
   std::shared_ptr<const kvchat::LoadedModel> model;
 };
 
+// Where and whether KV snapshots are kept (ChatSettings decides; the worker applies).
+struct SnapshotOptions {
+  bool enabled = true;
+  QString directory;              // the snapshot folder (every model's snapshots in a subfolder of it)
+  qint64 disk_budget_bytes = 0;   // 0 = no budget
+  QString key_prefix = QStringLiteral("c");  // tells apart the conversations of different databases
+};
+
 struct TurnRequest {
   quint64 turn_id = 0;
   qint64 conversation_id = 0;
@@ -79,8 +89,13 @@ class EngineWorker : public QObject {
   // Loads a model directory or a .gguf file. On failure the previous model (and its caches) stays in use.
   void loadModel(const QString& path, int threads);
   void runTurn(const kvchat::app::TurnRequest& request);
-  // Drops a conversation's cache and tokens (the conversation was deleted).
+  // Drops a conversation's cache, snapshot and tokens (the conversation was deleted, or its cached state
+  // cleared).
   void forgetConversation(qint64 conversation_id);
+  // Applies to the next model load; a change of folder or on/off also applies to the loaded model now.
+  void configureSnapshots(const kvchat::app::SnapshotOptions& options);
+  // Drops every conversation's cache and every snapshot in the folder.
+  void clearAllCachedState();
 
  Q_SIGNALS:
   void loaded(const kvchat::app::ModelInfo& info);
@@ -102,11 +117,16 @@ class EngineWorker : public QObject {
   // budget_bytes is the budget of the turn that caused the change (0 when no turn did).
   void cacheChanged(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
   void cacheEvicted(qint64 conversation_id);
+  // A snapshot was written (from the store's thread): the conversation's tokens and file bytes (0, 0 when
+  // its state was cleared), and what the whole snapshot folder now holds.
+  void snapshotWritten(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes,
+                       qint64 disk_budget_bytes);
 
  private:
   struct State;
   void enforce_budget(qint64 active_conversation, qint64 budget_bytes);
   qint64 total_cache_bytes() const;
+  void open_snapshots();  // a SessionPool for the loaded model, with a snapshot store when enabled
   std::unique_ptr<State> state_;
 };
 
@@ -114,6 +134,7 @@ class EngineWorker : public QObject {
 
 Q_DECLARE_METATYPE(kvchat::app::ModelInfo)
 Q_DECLARE_METATYPE(kvchat::app::TurnRequest)
+Q_DECLARE_METATYPE(kvchat::app::SnapshotOptions)
 Q_DECLARE_METATYPE(kvchat::app::DecodeTimings)
 Q_DECLARE_METATYPE(kvchat::app::ConversationTokens)
 Q_DECLARE_METATYPE(kvchat::GenerationStats)

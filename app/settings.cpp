@@ -1,5 +1,7 @@
 #include "app/settings.h"
 
+#include "app/logging.h"
+
 #include <spdlog/spdlog.h>
 
 #include <unistd.h>
@@ -8,7 +10,9 @@
 #include <limits>
 #include <stdexcept>
 
+#include <QCryptographicHash>
 #include <QFile>
+#include <QFileInfo>
 #include <QRandomGenerator>
 
 #include "engine/compute_options.h"
@@ -125,6 +129,11 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   }
   loaded.cache_budget_bytes = read_clamped<qint64>(settings, "cache_budget_bytes", defaults.cache_budget_bytes, 0,
                                                    std::numeric_limits<qint64>::max());
+  loaded.kv_snapshots_enabled = read_bool(settings, "kv_snapshots_enabled", defaults.kv_snapshots_enabled);
+  loaded.snapshot_disk_budget_bytes = read_clamped<qint64>(settings, "snapshot_disk_budget_bytes",
+                                                           defaults.snapshot_disk_budget_bytes, 0,
+                                                           std::numeric_limits<qint64>::max());
+  loaded.snapshot_directory = settings.value(QStringLiteral("snapshot_directory"), defaults.snapshot_directory).toString();
   loaded.font_point_size = read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0,
                                              ChatSettings::kMaxFontPointSize);
   settings.endGroup();
@@ -149,6 +158,9 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("context_limit"), context_limit);
   settings.setValue(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
   settings.setValue(QStringLiteral("cache_budget_bytes"), QString::number(cache_budget_bytes));
+  settings.setValue(QStringLiteral("kv_snapshots_enabled"), kv_snapshots_enabled);
+  settings.setValue(QStringLiteral("snapshot_disk_budget_bytes"), QString::number(snapshot_disk_budget_bytes));
+  settings.setValue(QStringLiteral("snapshot_directory"), snapshot_directory);
   settings.setValue(QStringLiteral("font_point_size"), font_point_size);
   settings.endGroup();
   settings.sync();
@@ -195,6 +207,15 @@ qint64 ChatSettings::effective_cache_budget_bytes() const {
   const qint64 physical = physical_memory_bytes();
   constexpr qint64 kFallback = qint64(1) << 30;  // 1 GiB when the machine will not say
   return physical > 0 ? physical / 4 : kFallback;
+}
+
+QString snapshot_key_prefix(const QString& database_path) {
+  const QByteArray identity = QFileInfo(database_path).absoluteFilePath().toUtf8();
+  return QStringLiteral("d") + QString::fromLatin1(QCryptographicHash::hash(identity, QCryptographicHash::Sha1).toHex().left(12));
+}
+
+QString ChatSettings::effective_snapshot_directory() const {
+  return snapshot_directory.isEmpty() ? app_data_directory() + QStringLiteral("/kv-snapshots") : snapshot_directory;
 }
 
 QJsonObject ChatSettings::to_json() const {

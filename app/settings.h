@@ -30,6 +30,11 @@ struct ChatSettings {
   int context_limit = 0;    // 0 = the model's max_position_embeddings
   ContextOverflowPolicy context_overflow = ContextOverflowPolicy::Stop;
   qint64 cache_budget_bytes = 0;  // 0 = default: a share of physical memory (see effective_cache_budget_bytes)
+  // KV snapshots: each conversation's cache also kept on disk, so it survives evictions and restarts.
+  bool kv_snapshots_enabled = true;
+  qint64 snapshot_disk_budget_bytes = kDefaultSnapshotDiskBudget;  // 0 = no budget
+  QString snapshot_directory;  // empty = <app data folder>/kv-snapshots
+  static constexpr qint64 kDefaultSnapshotDiskBudget = qint64(2) << 30;
   int font_point_size = 0;        // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
   static constexpr int kMinFontPointSize = 6;
   static constexpr int kMaxFontPointSize = 48;
@@ -39,8 +44,13 @@ struct ChatSettings {
   void save(QSettings& settings) const;
   kvchat::GenerationConfig to_generation_config() const;  // sampling + max tokens + cache mode (Contiguous or Off)
   qint64 effective_cache_budget_bytes() const;
+  QString effective_snapshot_directory() const;  // snapshot_directory, or the default
   QJsonObject to_json() const;  // what gets saved with each assistant message
 };
+
+// How a database's conversations are named in a snapshot folder that several databases may share
+// ("d" + 12 hex digits of the SHA-1 of its absolute path): the app and kvchat-cli agree on it.
+QString snapshot_key_prefix(const QString& database_path);
 
 // Physical memory of this machine in bytes (from /proc/meminfo, else sysconf); 0 if unknown.
 qint64 physical_memory_bytes();

@@ -40,6 +40,12 @@ kvchat::GenerationStats stats_from_json(const QJsonObject& json) {
   kvchat::GenerationStats stats;
   stats.prompt_tokens = static_cast<int>(number_or(json, "prompt_tokens", stats.prompt_tokens));
   stats.reused_tokens = static_cast<int>(number_or(json, "reused_tokens", stats.reused_tokens));
+  stats.restored_tokens = static_cast<int>(number_or(json, "restored_tokens", stats.restored_tokens));
+  stats.restore_ms = number_or(json, "restore_ms", stats.restore_ms);
+  if (json.contains(QStringLiteral("restored_from"))) {
+    if (!json.value(QStringLiteral("restored_from")).isString()) throw std::invalid_argument("stats: key 'restored_from' is not a string");
+    stats.restored_from = json.value(QStringLiteral("restored_from")).toString().toStdString();
+  }
   stats.prefilled_tokens = static_cast<int>(number_or(json, "prefilled_tokens", stats.prefilled_tokens));
   stats.generated_tokens = static_cast<int>(number_or(json, "generated_tokens", stats.generated_tokens));
   stats.prefill_ms = number_or(json, "prefill_ms", stats.prefill_ms);
@@ -77,7 +83,14 @@ QString stats_summary(const QJsonObject& json) {
   parts << QStringLiteral("%1 tokens").arg(stats.generated_tokens);
   parts << QStringLiteral("%1 tok/s").arg(stats.decode_tokens_per_second, 0, 'f', 1);
   parts << QStringLiteral("TTFT %1 ms").arg(stats.ttft_ms, 0, 'f', 0);
-  parts << QStringLiteral("prompt %1 (%2 reused)").arg(stats.prompt_tokens).arg(stats.reused_tokens);
+  if (stats.restored_tokens > 0)
+    parts << QStringLiteral("prompt %1 (%2 reused, %3 of them restored from disk in %4 ms)")
+                 .arg(stats.prompt_tokens)
+                 .arg(stats.reused_tokens)
+                 .arg(stats.restored_tokens)
+                 .arg(stats.restore_ms, 0, 'f', 0);
+  else
+    parts << QStringLiteral("prompt %1 (%2 reused)").arg(stats.prompt_tokens).arg(stats.reused_tokens);
   if (stats.cache_mode == kvchat::KvCacheMode::Off)
     parts << QStringLiteral("cache off");
   else

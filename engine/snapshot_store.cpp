@@ -270,12 +270,16 @@ std::optional<std::string> SnapshotStore::annotation_of(const std::string& key) 
 }
 
 void SnapshotStore::remove(const std::string& key) {
-  const std::string path = path_for(key);
+  const std::string name = fs::path(path_for(key)).filename().string();
   std::lock_guard<std::mutex> lock(mutex_);
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& item) { return item.first == key; }), queue_.end());
   if (writing_key_ == key) removed_while_writing_ = true;
-  if (::unlink(path.c_str()) == 0) spdlog::info("KV snapshot {} deleted", path);
-  index_.erase(path);
+  // Every model's snapshot of it: a deleted chat leaves nothing behind.
+  for (const FolderFile& file : list_snapshot_files(directory_)) {
+    if (fs::path(file.path).filename() != name || ::unlink(file.path.c_str()) != 0) continue;
+    spdlog::info("KV snapshot {} deleted", file.path);
+    index_.erase(file.path);
+  }
 }
 
 void SnapshotStore::remove_all() {

@@ -67,7 +67,7 @@ class SnapshotStore {
   // deleted); nullopt when there is none.
   std::optional<std::string> annotation_of(const std::string& key);
 
-  void remove(const std::string& key);  // this model's snapshot of `key` (a deleted or cleared chat)
+  void remove(const std::string& key);  // every model's snapshot of `key` (a deleted or cleared chat)
   void remove_all();                    // every snapshot in the folder, of every model
 
   std::int64_t folder_bytes() const;  // every snapshot in the folder, of every model

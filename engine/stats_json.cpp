@@ -6,6 +6,9 @@ nlohmann::ordered_json generation_stats_to_json(const GenerationStats& stats) {
   nlohmann::ordered_json json;
   json["prompt_tokens"] = stats.prompt_tokens;
   json["reused_tokens"] = stats.reused_tokens;
+  json["restored_tokens"] = stats.restored_tokens;
+  json["restore_ms"] = stats.restore_ms;
+  if (!stats.restored_from.empty()) json["restored_from"] = stats.restored_from;
   json["prefilled_tokens"] = stats.prefilled_tokens;
   json["generated_tokens"] = stats.generated_tokens;
   json["prefill_ms"] = stats.prefill_ms;

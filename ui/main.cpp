@@ -82,8 +82,11 @@ int main(int argc, char** argv) {
   QCommandLineOption chart_option("chart", "Show the decode-time chart.");
   QCommandLineOption cache_off_option("then-cache-off",
                                       "Switch the KV cache off after the first --send message (saved in the settings).");
+  QCommandLineOption cache_dir_option("cache-dir",
+                                      "Keep KV snapshots in this folder (default: kv-snapshots in the app-data folder, or the settings').",
+                                      "DIR");
   parser.addOptions({verbose_option, model_option, db_option, settings_option, send_option, screenshot_option,
-                     size_option, chart_option, cache_off_option});
+                     size_option, chart_option, cache_off_option, cache_dir_option});
   parser.process(application);
 
   const QString log_path = kvchat::app::setup_logging(kvchat::app::app_data_directory(), parser.isSet(verbose_option));
@@ -103,6 +106,8 @@ int main(int argc, char** argv) {
     QMessageBox::critical(nullptr, "kvchat", QString("Cannot open the conversation database:\n%1").arg(error.what()));
     return 1;
   }
+
+  if (parser.isSet(cache_dir_option)) controller->setSnapshotDirectoryOverride(parser.value(cache_dir_option));
 
   kvchat::ui::MainWindow window(controller.get());
   if (parser.isSet(size_option)) {

@@ -327,10 +327,19 @@ void MainWindow::build_menus() {
   previous_chat->setObjectName("previousChatAction");
   previous_chat->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_PageUp), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Backtab)});
   connect(previous_chat, &QAction::triggered, this, [this] { select_neighbour_conversation(-1); });
-  QAction* clear_cache = chat->addAction(tr("C&lear this chat's cache"));
+  QAction* clear_cache = chat->addAction(tr("C&lear this chat's cached state"));
   clear_cache->setObjectName("clearCacheAction");
+  clear_cache->setToolTip(tr("Drops this chat's KV cache in memory and its snapshot on disk"));
   connect(clear_cache, &QAction::triggered, this, [this] {
-    if (controller_->clearCache(controller_->currentConversationId())) show_notice(tr("Cache cleared: the next reply prefills the chat again."));
+    if (controller_->clearCache(controller_->currentConversationId()))
+      show_notice(tr("Cached state cleared (memory and disk): the next reply prefills the chat again."));
+  });
+  QAction* clear_all = chat->addAction(tr("Clear &all cached state"));
+  clear_all->setObjectName("clearAllCachedStateAction");
+  clear_all->setToolTip(tr("Drops every chat's KV cache in memory and every snapshot on disk"));
+  connect(clear_all, &QAction::triggered, this, [this] {
+    if (controller_->clearAllCachedState())
+      show_notice(tr("All cached state cleared (memory and disk): each chat's next reply prefills it again."));
   });
 
   QAction* caches = chat->addAction(tr("Caches in &memory\u2026"));

@@ -268,10 +268,26 @@ void MainWindow::refresh_cache_gauge() {
                              .arg(gauge.conversation_tokens)
                              .arg(gauge.context_limit));
   QString text = tr("KV %1").arg(format_bytes(gauge.conversation_bytes));
-  if (gauge.has_turn)
+  if (gauge.has_turn && gauge.restored_tokens > 0)
+    text += tr(" \u00b7 %1 restored from disk (%2 ms) / %3 reused in memory / %4 prefilled")
+                .arg(gauge.restored_tokens)
+                .arg(gauge.restore_ms, 0, 'f', 0)
+                .arg(gauge.reused_tokens - gauge.restored_tokens)
+                .arg(gauge.prefilled_tokens);
+  else if (gauge.has_turn)
     text += tr(" \u00b7 %1 reused / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
   text += tr(" \u00b7 all chats %1 of %2").arg(format_bytes(gauge.total_bytes), format_bytes(gauge.budget_bytes));
+  if (gauge.snapshots_enabled && gauge.disk_bytes >= 0)
+    text += tr(" \u00b7 disk %1 of %2")
+                .arg(format_bytes(gauge.disk_bytes),
+                     gauge.disk_budget_bytes > 0 ? format_bytes(gauge.disk_budget_bytes) : tr("no limit"));
   cache_label_->setFullText(text);
+  QString tip = tr("Where this chat's last prompt came from: restored from a snapshot on disk, reused from the cache "
+                   "in memory, or prefilled.");
+  if (gauge.snapshots_enabled)
+    tip += gauge.snapshot_tokens > 0 ? tr("\nOn disk: a snapshot of %1 tokens (%2).").arg(gauge.snapshot_tokens).arg(format_bytes(gauge.snapshot_bytes))
+                                     : tr("\nOn disk: no snapshot of this chat written in this session yet.");
+  cache_label_->setToolTip(tip);
 }
 
 void MainWindow::refresh_reply_stats() {

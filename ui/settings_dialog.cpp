@@ -128,6 +128,21 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   cache_budget_mib_->setSpecialValueText(
       tr("default (%1)").arg(format_bytes(kvchat::app::ChatSettings{}.effective_cache_budget_bytes())));
   form->addRow(tr("Cache memory budget"), cache_budget_mib_);
+  snapshots_ = new QCheckBox(tr("Keep each chat's KV cache on disk too"), this);
+  snapshots_->setObjectName("snapshotsCheck");
+  snapshots_->setChecked(settings.kv_snapshots_enabled);
+  snapshots_->setToolTip(tr("A chat continued after a restart (or an eviction) restores its prompt from disk "
+                            "instead of prefilling it again"));
+  form->addRow(tr("KV snapshots"), snapshots_);
+  snapshot_budget_mib_ = make_int(0, 1 << 24, static_cast<int>(settings.snapshot_disk_budget_bytes / kMiB), this);
+  snapshot_budget_mib_->setObjectName("snapshotBudgetSpin");
+  snapshot_budget_mib_->setSuffix(tr(" MiB"));
+  snapshot_budget_mib_->setSpecialValueText(tr("no limit"));
+  form->addRow(tr("Snapshot disk budget"), snapshot_budget_mib_);
+  snapshot_directory_ = new QLineEdit(settings.snapshot_directory, this);
+  snapshot_directory_->setObjectName("snapshotDirectoryEdit");
+  snapshot_directory_->setPlaceholderText(kvchat::app::ChatSettings{}.effective_snapshot_directory());
+  form->addRow(tr("Snapshot folder"), snapshot_directory_);
 
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
   connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
@@ -169,6 +184,10 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   // Whole MiB in the dialog; an unchanged field keeps the exact stored figure.
   const qint64 budget = static_cast<qint64>(cache_budget_mib_->value()) * kMiB;
   if (budget / kMiB != original_.cache_budget_bytes / kMiB) settings.cache_budget_bytes = budget;
+  settings.kv_snapshots_enabled = snapshots_->isChecked();
+  const qint64 disk_budget = static_cast<qint64>(snapshot_budget_mib_->value()) * kMiB;
+  if (disk_budget / kMiB != original_.snapshot_disk_budget_bytes / kMiB) settings.snapshot_disk_budget_bytes = disk_budget;
+  settings.snapshot_directory = snapshot_directory_->text().trimmed();
   return settings;
 }
 

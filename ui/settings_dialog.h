@@ -48,6 +48,9 @@ class SettingsDialog : public QDialog {
   QLabel* context_limit_note_ = nullptr;
   QComboBox* overflow_ = nullptr;
   QSpinBox* cache_budget_mib_ = nullptr;
+  QCheckBox* snapshots_ = nullptr;
+  QSpinBox* snapshot_budget_mib_ = nullptr;
+  QLineEdit* snapshot_directory_ = nullptr;
 };
 
 }  // namespace kvchat::ui

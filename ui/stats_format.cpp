@@ -32,6 +32,12 @@ QString format_reply_stats(const kvchat::GenerationStats& stats) {
   parts << QStringLiteral("%1 tokens").arg(stats.generated_tokens);
   if (stats.cache_mode == kvchat::KvCacheMode::Off)
     parts << QStringLiteral("cache off: %1 tokens recomputed").arg(stats.prompt_tokens);
+  else if (stats.restored_tokens > 0)
+    parts << QStringLiteral("%1 restored from disk in %2 ms / %3 reused in memory / %4 prefilled")
+                 .arg(stats.restored_tokens)
+                 .arg(stats.restore_ms, 0, 'f', stats.restore_ms < 10 ? 1 : 0)
+                 .arg(stats.reused_tokens - stats.restored_tokens)
+                 .arg(stats.prefilled_tokens);
   else
     parts << QStringLiteral("%1 reused / %2 prefilled").arg(stats.reused_tokens).arg(stats.prefilled_tokens);
   switch (stats.stop_reason) {

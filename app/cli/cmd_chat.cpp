@@ -20,7 +20,10 @@
 #include "app/reply_committer.h"
 #include "app/stats_json.h"
 #include "engine/model_loader.h"
+#include "engine/kv_snapshot.h"
+#include "engine/llama_model.h"
 #include "engine/session.h"
+#include "engine/session_pool.h"
 
 namespace kvchat::cli {
 namespace {
@@ -34,13 +37,17 @@ const char* kUsage =
     "an existing conversation (default: a new one); the id is printed on stderr as `conversation: ID`.\n"
     "With --message, one turn is appended and the reply streamed to stdout. Without it, every line read\n"
     "from stdin is one message, until EOF. Greedy (temperature 0) unless --temperature is given.\n"
-    "--system sets the system prompt of a new conversation.";
+    "--system sets the system prompt of a new conversation.\n"
+    "KV snapshots (as in the desktop app): after each reply the conversation's cache is written to\n"
+    "--cache-dir (default: kv-snapshots in the app-data folder), and a later run continuing the\n"
+    "conversation, or a new one sharing its beginning, restores that prefix instead of prefilling it.\n"
+    "--kv-snapshots on|off (default on), --snapshot-budget-mib N (default 2048; 0 = no limit).";
 
 struct ChatContext {
   app::ConversationStore* store = nullptr;
   qint64 conversation_id = 0;
   const LoadedModel* model = nullptr;
-  Session* session = nullptr;
+  SessionPool* pool = nullptr;
   app::ConversationTokens transcript;
   app::TurnOptions options;
 };
@@ -77,8 +84,10 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   };
   const app::ChatTurnRunner runner(*chat.model);
   try {
-    app::TurnOutcome outcome = runner.run(*chat.session, chat.transcript, messages, chat.options, nullptr, on_progress);
+    Session& session = chat.pool->acquire(chat.conversation_id, chat.options.generation.cache_mode);
+    app::TurnOutcome outcome = runner.run(session, chat.transcript, messages, chat.options, nullptr, on_progress);
     committer.stop();
+    chat.pool->save_snapshot(chat.conversation_id, chat.transcript.serialize());
     std::fputc('\n', stdout);
     std::fflush(stdout);
     chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats));
@@ -91,9 +100,9 @@ bool run_turn(ChatContext& chat, const std::string& text) {
     }
     const GenerationStats& s = outcome.stats;
     std::fprintf(stderr,
-                 "[%d prompt tokens: %d reused, %d prefilled at %.0f tok/s; TTFT %.1f ms; %d tokens at %.1f tok/s; "
-                 "cache %lld tokens (%s); stop: %s]\n",
-                 s.prompt_tokens, s.reused_tokens, s.prefilled_tokens, s.prefill_tokens_per_second, s.ttft_ms,
+                 "[%d prompt tokens: %d reused (%d restored from disk in %.1f ms), %d prefilled at %.0f tok/s; TTFT %.1f ms; "
+                 "%d tokens at %.1f tok/s; cache %lld tokens (%s); stop: %s]\n",
+                 s.prompt_tokens, s.reused_tokens, s.restored_tokens, s.restore_ms, s.prefilled_tokens, s.prefill_tokens_per_second, s.ttft_ms,
                  s.generated_tokens, s.decode_tokens_per_second, static_cast<long long>(s.cache_tokens),
                  to_string(s.cache_mode), to_string(s.stop_reason));
     return true;
@@ -109,7 +118,7 @@ bool run_turn(ChatContext& chat, const std::string& text) {
 
 int run_chat(const std::vector<std::string>& args) {
   ArgParser parser({"model", "db", "conversation", "message", "kv-cache", "max-new-tokens", "temperature", "seed",
-                    "context-limit", "overflow", "threads", "system"},
+                    "context-limit", "overflow", "threads", "system", "cache-dir", "kv-snapshots", "snapshot-budget-mib"},
                    {});
   parser.parse(args);
   const std::string model_directory = parser.required("model");
@@ -132,6 +141,12 @@ int run_chat(const std::vector<std::string>& args) {
   options.context_limit = parser.int_or("context-limit", 0);
   if (options.context_limit < 0) throw UsageError("--context-limit must be 0 (the model's) or more");
   const int threads = threads_from_option(parser);
+  const std::string snapshots_value = parser.value_or("kv-snapshots", "on");
+  if (snapshots_value != "on" && snapshots_value != "off") throw UsageError("--kv-snapshots must be on or off");
+  const bool snapshots_on = snapshots_value == "on";
+  const std::int64_t snapshot_budget_mib = parser.int64_or("snapshot-budget-mib", 2048);
+  if (snapshot_budget_mib < 0 || snapshot_budget_mib > (std::int64_t(1) << 40))
+    throw UsageError("--snapshot-budget-mib must be 0 (no limit) or a number of MiB");
 
   ensure_core_application();
   // The desktop app's name, so that the default database is the one the app uses.
@@ -162,13 +177,28 @@ int run_chat(const std::vector<std::string>& args) {
   }
   std::fprintf(stderr, "conversation: %lld\n", static_cast<long long>(conversation_id));
 
-  Session session(model.model, options.generation.cache_mode);
+  std::shared_ptr<SnapshotStore> snapshots;
+  if (snapshots_on && options.generation.cache_mode != KvCacheMode::Off) {
+    const QString directory = parser.value("cache-dir") ? QString::fromStdString(*parser.value("cache-dir"))
+                                                        : app::ChatSettings{}.effective_snapshot_directory();
+    try {
+      snapshots = std::make_shared<SnapshotStore>(directory.toStdString(), snapshot_budget_mib << 20,
+                                                  fingerprint_model(*model.model), model.model->cache_shape());
+    } catch (const SnapshotError& error) {
+      throw UsageError(std::string("--cache-dir: ") + error.what());
+    }
+  }
+  SessionPool pool(model.model, snapshots, app::snapshot_key_prefix(database_path).toStdString());
   ChatContext chat;
   chat.store = &store;
   chat.conversation_id = conversation_id;
   chat.model = &model;
-  chat.session = &session;
+  chat.pool = &pool;
   chat.options = options;
+  // The exact ids of the earlier turns, kept with the conversation's snapshot by the last run.
+  if (const std::optional<std::string> saved = pool.snapshot_annotation(conversation_id))
+    if (std::optional<app::ConversationTokens> transcript = app::ConversationTokens::deserialize(*saved))
+      chat.transcript = std::move(*transcript);
 
   if (auto message = parser.value("message")) return run_turn(chat, *message) ? 0 : 1;
   const bool interactive = isatty(STDIN_FILENO);

@@ -35,6 +35,7 @@ class CliChatTest : public QObject {
   void interactive_lines_from_stdin_reuse_the_cache();
   void usage_errors_are_clear();
   void empty_messages_and_nul_bytes();
+  void a_later_run_restores_the_conversation_from_its_snapshot();
 
  private:
   std::string expected_reply(const std::vector<kvchat::ChatMessage>& messages, int max_new_tokens) const;
@@ -104,7 +105,7 @@ void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
   QCOMPARE(messages.size(), 4);  // the blank line is skipped
   QCOMPARE(QString::fromStdString(result.out), messages[1].text + "\n" + messages[3].text + "\n");
   // Per-turn stats on stderr: the second turn reads only its new tokens.
-  const QRegularExpression stats_line(R"(\[(\d+) prompt tokens: (\d+) reused, (\d+) prefilled)");
+  const QRegularExpression stats_line(R"(\[(\d+) prompt tokens: (\d+) reused \((\d+) restored from disk in [\d.]+ ms\), (\d+) prefilled)");
   auto matches = stats_line.globalMatch(QString::fromStdString(result.err));
   QList<QRegularExpressionMatch> turns;
   while (matches.hasNext()) turns << matches.next();
@@ -149,6 +150,38 @@ void CliChatTest::empty_messages_and_nul_bytes() {
   const auto conversations = store.conversations();
   QCOMPARE(conversations.size(), 1);
   QCOMPARE(store.messages(conversations[0].id)[0].text, QStringLiteral("Once upon\uFFFD a time"));
+}
+
+// Two runs, two processes: the second continues the conversation from the first's KV snapshot (every id
+// the first run cached is restored, none prefilled again) and replies exactly as one process holding both
+// turns in memory does (snapshots off there).
+void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
+  const QString db = dir_.filePath("restart.sqlite3"), snapshots = dir_.filePath("restart-snapshots");
+  const QStringList common{"chat", "--model", model_directory(), "--max-new-tokens", "24", "--cache-dir", snapshots};
+  const CliResult first = run_cli(common + QStringList{"--db", db, "--message", "Tom had a red ball"});
+  QVERIFY2(first.exit_code == 0, first.err.c_str());
+  const CliResult second = run_cli(common + QStringList{"--db", db, "--conversation", "1", "--message", "He threw it"});
+  QVERIFY2(second.exit_code == 0, second.err.c_str());
+  ConversationStore store(db, StoreOpenMode::ReadOnly);
+  const auto messages = store.messages(1);
+  QCOMPARE(messages.size(), 4);
+  const auto first_stats = kvchat::app::stats_from_json(messages[1].stats);
+  const auto second_stats = kvchat::app::stats_from_json(messages[3].stats);
+  QCOMPARE(first_stats.restored_tokens, 0);
+  QCOMPARE(static_cast<qint64>(second_stats.restored_tokens), first_stats.cache_tokens);
+  QCOMPARE(second_stats.reused_tokens, second_stats.restored_tokens);
+  QVERIFY2(second.err.find("(" + std::to_string(second_stats.restored_tokens) + " restored from disk in ") != std::string::npos,
+           second.err.c_str());
+
+  const QString reference_db = dir_.filePath("restart-reference.sqlite3");
+  const CliResult reference = run_cli(common + QStringList{"--db", reference_db, "--kv-snapshots", "off"},
+                                      "Tom had a red ball\nHe threw it\n");
+  QVERIFY2(reference.exit_code == 0, reference.err.c_str());
+  const auto in_memory = ConversationStore(reference_db, StoreOpenMode::ReadOnly).messages(1);
+  QCOMPARE(in_memory.size(), 4);
+  QCOMPARE(messages[1].text, in_memory[1].text);
+  QCOMPARE(messages[3].text, in_memory[3].text);
+  QCOMPARE(kvchat::app::stats_from_json(in_memory[3].stats).reused_tokens, second_stats.reused_tokens);
 }
 
 QTEST_GUILESS_MAIN(CliChatTest)

@@ -32,7 +32,9 @@ class ChatFixture {
   QString databasePath() const { return path("chats.sqlite3"); }
 
   // Saves the settings and opens a controller on them; false when the model did not load within a minute.
-  bool open(const kvchat::app::ChatSettings& settings) {
+  // KV snapshots go to this fixture's folder unless the settings name one.
+  bool open(kvchat::app::ChatSettings settings) {
+    if (settings.snapshot_directory.isEmpty()) settings.snapshot_directory = path("kv-snapshots");
     settings.save(ini_);
     ini_.sync();
     controller_ = std::make_unique<kvchat::app::ChatController>(databasePath(), &ini_);
