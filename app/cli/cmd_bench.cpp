@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "app/cli/bench_snapshot.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "engine/benchmark.h"
@@ -15,11 +16,13 @@
 namespace kvchat::cli {
 namespace {
 
-const char* kUsage =
+const std::string kUsage = std::string(
     "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
     "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
     "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
     "                        [--bandwidth-probe auto|step|row] [--json]\n"
+    "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens 32]\n"
+    "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
     "--dtype      how the weights are kept, one run each: f32, bf16 (a directory's weights converted on load,\n"
     "             or random ones), or, with --random-weights only, a GGUF block type the random weights are\n"
     "             made in: f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (case-insensitive; every row\n"
@@ -32,7 +35,8 @@ const char* kUsage =
     "               row:  one probe of a 256 MiB buffer just before the row (the default below 1 GiB)\n"
     "               GB/s column: the bandwidth used (step: the steps' time-weighted mean)\n"
     "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
-    "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.";
+    "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.\n") +
+    kSnapshotBenchUsage;
 
 double mib(double bytes) { return bytes / 1048576.0; }
 
@@ -48,6 +52,7 @@ struct BenchOptions {
 
 // Every option checked before anything is measured or loaded.
 BenchOptions parse_bench_options(const ArgParser& parser) {
+  if (parser.has(kCacheDirOption)) throw UsageError("--cache-dir is for --snapshot only");
   BenchOptions options;
   options.json_output = parser.has("json");
   options.prompt_lengths = parse_int_list("prompt-tokens", parser.value_or("prompt-tokens", "5,128,512"));
@@ -166,8 +171,10 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
 }
 
 int run_bench(const std::vector<std::string>& args) {
-  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe"}), {"json"});
+  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe", kCacheDirOption}),
+                   {"json", kSnapshotFlag});
   parser.parse(args);
+  if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
   const BenchOptions options = parse_bench_options(parser);
   set_fast_kernels_enabled(options.kernels == "on");
   set_compute_threads(threads_from_option(parser));
