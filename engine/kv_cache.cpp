@@ -1,5 +1,7 @@
 #include "engine/kv_cache.h"
 
+#include "engine/huge_pages.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -61,10 +63,9 @@ void ContiguousKvCache::reserve(std::int64_t tokens) {
   // Geometric growth: amortised O(1) copies per token; capped at the context limit.
   std::int64_t new_capacity = std::max<std::int64_t>(tokens, std::max<std::int64_t>(capacity_ * 2, 16));
   new_capacity = std::min(new_capacity, shape_.max_tokens);
-  auto options = at::TensorOptions().dtype(shape_.dtype);
   for (std::int64_t layer = 0; layer < shape_.layers; ++layer) {
-    at::Tensor keys = at::empty({shape_.kv_heads, new_capacity, shape_.head_dim}, options);
-    at::Tensor values = at::empty({shape_.kv_heads, new_capacity, shape_.head_dim}, options);
+    at::Tensor keys = empty_on_huge_pages({shape_.kv_heads, new_capacity, shape_.head_dim}, shape_.dtype);
+    at::Tensor values = empty_on_huge_pages({shape_.kv_heads, new_capacity, shape_.head_dim}, shape_.dtype);
     if (size_ > 0) {
       keys.narrow(1, 0, size_).copy_(keys_[layer].narrow(1, 0, size_));
       values.narrow(1, 0, size_).copy_(values_[layer].narrow(1, 0, size_));

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/huge_pages.h"
 #include "engine/kv_cache.h"
 #include "engine/types.h"
 
@@ -56,7 +57,7 @@ ModelFingerprint fingerprint_model(const LlamaModel& model);
 struct KvSnapshot {
   KvCacheShape shape;  // layers, kv_heads, head_dim, dtype (max_tokens unused)
   std::vector<TokenId> tokens;
-  std::vector<std::uint8_t> data;  // the K/V data section, as in the file
+  HugePageBuffer data;             // the K/V data section, as in the file
   std::string annotation;          // opaque to the engine (at most kMaxSnapshotAnnotationBytes)
 };
 constexpr std::int64_t kMaxSnapshotAnnotationBytes = std::int64_t(64) << 20;
@@ -87,13 +88,13 @@ SnapshotHeader read_snapshot_header(const std::string& path);
 // data checksum.
 struct LoadedSnapshot {
   SnapshotHeader header;
-  std::vector<std::uint8_t> data;
+  HugePageBuffer data;
 };
 LoadedSnapshot read_snapshot_file(const std::string& path, std::uint64_t fingerprint, const KvCacheShape& shape);
 
 // Replaces the cache's contents with the snapshot's first `tokens` positions (tokens <= its count).
 void restore_snapshot(const KvCacheShape& shape, const std::vector<TokenId>& snapshot_tokens,
-                      const std::vector<std::uint8_t>& data, std::int64_t tokens, KvCache& cache);
+                      const HugePageBuffer& data, std::int64_t tokens, KvCache& cache);
 
 // Bytes of the K/V data section for `tokens` positions.
 std::int64_t snapshot_data_bytes(const KvCacheShape& shape, std::int64_t tokens);

@@ -217,8 +217,8 @@ class KvSnapshotsTest : public QObject {
     for (int which = 0; which < 2; ++which) {
       snapshots[which].shape = shape;
       snapshots[which].tokens.assign(768, static_cast<TokenId>(5 + which));
-      snapshots[which].data.assign(static_cast<std::size_t>(kvchat::snapshot_data_bytes(shape, 768)),
-                                   static_cast<std::uint8_t>(0x40 + which));
+      snapshots[which].data = kvchat::HugePageBuffer(static_cast<std::size_t>(kvchat::snapshot_data_bytes(shape, 768)));
+      std::memset(snapshots[which].data.data(), 0x40 + which, snapshots[which].data.size());
     }
     int whole = 0, none = 0;
     const int delays_ms[] = {5, 15, 30, 60, 100, 150, 220, 300, 400, 500};
