@@ -12,14 +12,14 @@ namespace {
 
 constexpr std::size_t kHugePage = std::size_t(2) << 20;
 
-// Below a huge page the alignment would only waste memory.
+// Below a huge page the alignment would only waste memory. The size is not rounded up: the last,
+// partial huge page is ordinary pages (madvise only applies to whole huge pages).
 std::uint8_t* allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   const std::size_t alignment = bytes >= kHugePage ? kHugePage : 64;
-  const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* memory = std::aligned_alloc(alignment, rounded);
-  if (!memory) throw std::bad_alloc();
-  if (alignment == kHugePage) ::madvise(memory, rounded, MADV_HUGEPAGE);  // advice: failure changes nothing
+  void* memory = nullptr;
+  if (::posix_memalign(&memory, alignment, bytes) != 0) throw std::bad_alloc();
+  if (alignment == kHugePage) ::madvise(memory, bytes, MADV_HUGEPAGE);  // advice: failure changes nothing
   return static_cast<std::uint8_t*>(memory);
 }
 
