@@ -4,6 +4,8 @@
 // per-step decode times of each reply are recorded by the engine thread, a chat's cache can be cleared.
 #include <QtTest>
 
+#include <QDirIterator>
+
 #include <QSignalSpy>
 
 #include "app/chat_history.h"
@@ -252,17 +254,27 @@ void ChatControllerTurnsTest::clearing_a_chats_cache_frees_it() {
   QCOMPARE(controller->heldCaches().size(), 1);
   QCOMPARE(controller->heldCaches().first().conversation_id, id);
   QCOMPARE(controller->heldCaches().first().tokens, controller->cacheGauge().conversation_tokens);
-  QSignalSpy gauge(controller, &ChatController::cacheGaugeChanged);
+  // The reply's snapshot on disk (written in the background) goes with it.
+  auto snapshot_files = [&] {
+    int files = 0;
+    QDirIterator it(fixture.path("kv-snapshots"), {"*.kvsnap"}, QDir::Files, QDirIterator::Subdirectories);
+    while (it.hasNext()) it.next(), ++files;
+    return files;
+  };
+  QTRY_COMPARE_WITH_TIMEOUT(snapshot_files(), 1, 10000);
+  QTRY_COMPARE_WITH_TIMEOUT(controller->cacheGauge().snapshot_tokens, controller->cacheGauge().conversation_tokens, 10000);
   QVERIFY(controller->clearCache(id));
-  QVERIFY(gauge.wait(5000));
-  QVERIFY(controller->heldCaches().isEmpty());
+  QTRY_VERIFY_WITH_TIMEOUT(controller->heldCaches().isEmpty(), 5000);
   QCOMPARE(controller->cacheGauge().conversation_tokens, 0);
   QCOMPARE(controller->cacheGauge().total_bytes, 0);
-  // The next turn prefills the whole chat again.
+  QTRY_COMPARE_WITH_TIMEOUT(snapshot_files(), 0, 5000);
+  QTRY_COMPARE_WITH_TIMEOUT(controller->cacheGauge().snapshot_tokens, qint64{0}, 5000);
+  // The next turn prefills the whole chat again: nothing in memory, nothing on disk.
   QVERIFY(controller->send("Tom ran"));
   QVERIFY(fixture.waitIdle());
   const auto stats = kvchat::app::stats_from_json(controller->currentMessages().last().stats);
   QCOMPARE(stats.reused_tokens, 0);
+  QCOMPARE(stats.restored_tokens, 0);
 }
 
 QTEST_MAIN(ChatControllerTurnsTest)

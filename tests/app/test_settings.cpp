@@ -223,6 +223,9 @@ void SettingsTest::stats_json_round_trip() {
   kvchat::GenerationStats stats;
   stats.prompt_tokens = 300;
   stats.reused_tokens = 280;
+  stats.restored_tokens = 250;
+  stats.restore_ms = 12.5;
+  stats.restored_from = "d0123456789ab-7";
   stats.prefilled_tokens = 20;
   stats.generated_tokens = 64;
   stats.prefill_ms = 1.5;
@@ -236,7 +239,8 @@ void SettingsTest::stats_json_round_trip() {
   stats.cache_mode = kvchat::KvCacheMode::Naive;
   stats.stop_reason = kvchat::StopReason::ContextFull;
   const QJsonObject json = kvchat::app::stats_to_json(stats);
-  const QStringList keys{"prompt_tokens", "reused_tokens", "prefilled_tokens", "generated_tokens", "prefill_ms",
+  const QStringList keys{"prompt_tokens", "reused_tokens", "restored_tokens", "restore_ms", "restored_from",
+                         "prefilled_tokens", "generated_tokens", "prefill_ms",
                          "ttft_ms", "decode_ms", "prefill_tok_s", "decode_tok_s", "cache_tokens", "cache_bytes",
                          "cache_capacity_tokens", "cache_mode", "stop_reason"};
   QStringList actual_keys = json.keys();
@@ -251,6 +255,9 @@ void SettingsTest::stats_json_round_trip() {
   const kvchat::GenerationStats back = kvchat::app::stats_from_json(json);
   QCOMPARE(back.prompt_tokens, stats.prompt_tokens);
   QCOMPARE(back.reused_tokens, stats.reused_tokens);
+  QCOMPARE(back.restored_tokens, stats.restored_tokens);
+  QCOMPARE(back.restore_ms, stats.restore_ms);
+  QCOMPARE(back.restored_from, stats.restored_from);
   QCOMPARE(back.prefilled_tokens, stats.prefilled_tokens);
   QCOMPARE(back.generated_tokens, stats.generated_tokens);
   QCOMPARE(back.prefill_ms, stats.prefill_ms);
