@@ -167,6 +167,14 @@ class TemplateLimitsTest : public QObject {
     COMPARE_STR(error_of(setup + "{% for i in range(1000) %}{{ 'b' in a }}{% endfor %}"), "1:90: " + kTooManySteps);
   }
 
+  // Found by fuzzing: a float literal past a double's range ended the process (std::stod threw out of
+  // the parser). As in Python: inf, or 0.0 below the range. An attribute path of 30 digits is a key.
+  void float_literals_out_of_range_are_inf_or_zero() {
+    COMPARE_STR(render("{{ 1e408 }}|{{ -1e408 }}|{{ 1e-400 }}|{{ 1.5e3 }}"), "inf|-inf|0.0|1500.0");
+    COMPARE_STR(render("{% for x in [1e408] %}{{ x > 1e300 }}{% endfor %}"), "True");
+    COMPARE_STR(render("{{ [{'a': 1}] | map(attribute='999999999999999999999999999999') | list | length }}"), "1");
+  }
+
   void output_is_bounded() {
     COMPARE_STR(error_of("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"),
                 "1:36: " + too_big("rendered output", "16778000"));

@@ -4,6 +4,8 @@
 #include "engine/text/jinja/jinja_error.h"
 #include "engine/text/jinja/jinja_limits.h"
 
+#include <cstdlib>
+
 namespace kvchat::jinja {
 
 // ---- token stream
@@ -307,7 +309,8 @@ ExprPtr ExpressionParser::parse_primary() {
       return literal(pos, Value::from_int(std::stoll(token.value)));
     case TokenType::Float:
       next();
-      return literal(pos, Value::from_float(std::stod(token.value)));
+      // As Python's float(): past the range of a double is inf, below it 0.0 (std::stod would throw).
+      return literal(pos, Value::from_float(std::strtod(token.value.c_str(), nullptr)));
     case TokenType::Operator:
       if (token.value == "(") {
         next();

@@ -32,7 +32,8 @@ Value lookup_attribute_path(const Value& item, const Value& attribute, const std
   std::vector<Value> parts;
   if (attribute.is_string()) {
     for (const std::string& part : pystr::split(attribute.text, std::string("."), -1)) {
-      bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+      // Digits are an index (Python's int(part)); past 18 digits no list is that long: keep it a key.
+      bool digits = !part.empty() && part.size() <= 18 && part.find_first_not_of("0123456789") == std::string::npos;
       parts.push_back(digits ? Value::from_int(std::stoll(part)) : Value::from_string(part));
     }
   } else {
