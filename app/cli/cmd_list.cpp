@@ -10,7 +10,9 @@ namespace kvchat::cli {
 namespace {
 
 // A title as one safe field: tabs and line breaks become spaces, and any other control character (an
-// escape sequence could recolour or retitle the terminal) is shown as \xNN instead of reaching it raw.
+// escape sequence could recolour or retitle the terminal) is shown as \xNN instead of reaching it raw;
+// so are the bidirectional controls (U+202A-U+202E, U+2066-U+2069, U+200E/F, U+061C), which would
+// reorder how the rest of the line reads ("Trojan Source"), and the line separators U+2028/U+2029.
 QString printable_title(const QString& title) {
   QString out;
   out.reserve(title.size());
@@ -19,6 +21,9 @@ QString printable_title(const QString& title) {
     if (code == '\t' || code == '\n' || code == '\r') out += QLatin1Char(' ');
     else if (code < 0x20 || (code >= 0x7F && code <= 0x9F))
       out += QStringLiteral("\\x%1").arg(static_cast<int>(code), 2, 16, QLatin1Char('0'));
+    else if ((code >= 0x202A && code <= 0x202E) || (code >= 0x2066 && code <= 0x2069) || code == 0x200E ||
+             code == 0x200F || code == 0x061C || code == 0x2028 || code == 0x2029)
+      out += QStringLiteral("\\u%1").arg(static_cast<int>(code), 4, 16, QLatin1Char('0'));
     else out += c;
   }
   return out;

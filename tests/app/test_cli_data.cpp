@@ -96,12 +96,18 @@ void CliDataTest::list_prints_one_line_per_conversation() {
 // A title with a terminal escape sequence and a bell reaches the terminal as visible text, not raw.
 void CliDataTest::list_escapes_control_characters_in_titles() {
   const QString db = dir_.filePath(QStringLiteral("controls.sqlite3"));
-  ConversationStore(db).create_conversation(QStringLiteral("Red\x1b[31m alert\x07 \u0085end\x7f"));
+  ConversationStore store(db);
+  store.create_conversation(QStringLiteral("Red\x1b[31m alert\x07 \u0085end\x7f"));
+  // Bidirectional overrides would make "txt.exe" read as "exe.txt" (and reorder the fields after it).
+  store.create_conversation(QStringLiteral("report\u202Etxt.exe\u2066x\u2069\u2028y"));
   const CliResult result = run_cli({QStringLiteral("list"), QStringLiteral("--db"), db});
   QVERIFY2(result.exit_code == 0, result.err.c_str());
-  QVERIFY2(QString::fromStdString(result.out).endsWith(QStringLiteral("\t0\tRed\\x1b[31m alert\\x07 \\x85end\\x7f\n")),
-           result.out.c_str());
+  const QStringList lines = QString::fromStdString(result.out).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  QCOMPARE(lines.size(), 2);
+  QVERIFY2(lines[1].endsWith(QStringLiteral("\t0\tRed\\x1b[31m alert\\x07 \\x85end\\x7f")), result.out.c_str());
+  QVERIFY2(lines[0].endsWith(QStringLiteral("\t0\treport\\u202etxt.exe\\u2066x\\u2069\\u2028y")), result.out.c_str());
   QVERIFY(result.out.find('\x1b') == std::string::npos);
+  QVERIFY(result.out.find("\xE2\x80\xAE") == std::string::npos);  // U+202E in UTF-8
 }
 
 void CliDataTest::export_to_stdout_in_each_format() {
