@@ -10,7 +10,10 @@
 #include <thread>
 
 #include "app/openai_protocol.h"
+#include "app/openai_sessions.h"
 #include "common/cli_runner.h"
+#include "common/model_folder_copy.h"
+#include "engine/model_loader.h"
 #include "common/server_process.h"
 
 using kvchat::test::HttpReply;
@@ -276,6 +279,60 @@ class TestOpenAiServer : public QObject {
                                                   "--max-new-tokens", "40", "--json"});
     QCOMPARE(reply.json()["choices"][0]["text"].get<std::string>(),
              json::parse(generated.out)["generated_text"].get<std::string>());
+  }
+
+  // A chat template (Llama 2's shape, with <s> and </s> as special tokens in the rendered text): the
+  // reply equals the terminal chat's (the same turn code), streamed or whole, and later turns continue
+  // the exact ids of earlier replies, so each prefills only its new turn.
+  void chat_template_conversation() {
+    QTemporaryDir dir;
+    const std::string model = kvchat::test::copy_reference_model("stories260K", dir.filePath("templated").toStdString());
+    json config = json::parse(kvchat::test::read_file_bytes(model + "/tokenizer_config.json"));
+    config["chat_template"] =
+        "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+        "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}";
+    kvchat::test::write_file_bytes(model + "/tokenizer_config.json", config.dump());
+    ServerProcess server;
+    QVERIFY(server.start({"--model", QString::fromStdString(model), "--model-id", "templated", "--threads", "1"}));
+    httplib::Client client = server.client();
+
+    std::vector<json> messages;
+    std::vector<int> cached, prompt;
+    for (const char* turn : {"Once upon a time", "The cat said", "Then the dog"}) {
+      messages.push_back(user(turn));
+      json request = chat_request(messages, 16);
+      request["model"] = "templated";
+      const HttpReply whole = kvchat::test::post_json(client, "/v1/chat/completions", request.dump());
+      QCOMPARE(whole.status, 200);
+      const Streamed streamed = stream_chat(client, request);
+      QCOMPARE(streamed.text, whole_text(whole));
+      cached.push_back(whole.json()["usage"]["prompt_tokens_details"]["cached_tokens"]);
+      prompt.push_back(whole.json()["usage"]["prompt_tokens"]);
+      messages.push_back(assistant(whole_text(whole)));
+    }
+    QVERIFY2(cached[1] >= prompt[0] && cached[2] >= prompt[1],
+             QString("cached %1 %2 %3, prompts %4 %5").arg(cached[0]).arg(cached[1]).arg(cached[2]).arg(prompt[0]).arg(prompt[1]).toUtf8());
+
+    const auto chat = kvchat::test::run_cli({"chat", "--model", QString::fromStdString(model), "--db", dir.filePath("chats.sqlite3"),
+                                             "--message", "Once upon a time", "--max-new-tokens", "16", "--kv-snapshots", "off"});
+    QCOMPARE(chat.exit_code, 0);
+    QCOMPARE(chat.out, messages[1]["content"].get<std::string>() + "\n");
+  }
+
+  // Admission without HTTP: one slot and no queue, so a second request is refused while the first runs.
+  void full_queue_is_refused() {
+    const kvchat::LoadedModel model = kvchat::load_model(kvchat::test::shared_path("models/stories260K"));
+    kvchat::app::openai::ServerSessions sessions(model, nullptr, /*parallel=*/1, /*max_queue=*/0);
+    auto first = sessions.acquire_for_prompt({1, 2, 3});
+    try {
+      sessions.acquire_for_prompt({1, 2, 3});
+      QFAIL("a second request was admitted");
+    } catch (const kvchat::app::openai::ApiError& error) {
+      QCOMPARE(error.status, 429);
+      QCOMPARE(error.code, std::string("queue_full"));
+    }
+    first.reset();
+    QVERIFY(sessions.acquire_for_prompt({1, 2, 3}) != nullptr);
   }
 
   // The official client library: npm fetches it into the build folder; without the registry, skipped.
