@@ -29,7 +29,32 @@ ServerSessions::ServerSessions(const LoadedModel& model, std::shared_ptr<Snapsho
       // Idle sessions keep their caches for returning conversations; a few per slot is enough for a
       // handful of clients taking turns, and bounds the memory.
       max_sessions_(static_cast<std::size_t>(std::max(4, 4 * parallel_))),
-      pool_(model.model, std::move(snapshots), "openai") {}
+      pool_(model.model, std::move(snapshots), "openai") {
+  restore_transcripts();
+}
+
+void ServerSessions::restore_transcripts() {
+  if (!pool_.snapshots()) return;
+  // An earlier run's sessions, by their snapshots' keys: their caches are restored from disk when a request
+  // continues them, and their transcripts give that request the exact ids of the earlier replies.
+  for (std::size_t id = 1; id <= max_sessions_; ++id) {
+    const std::optional<std::string> saved = pool_.snapshot_annotation(static_cast<SessionPool::ConversationId>(id));
+    if (!saved) continue;
+    std::optional<ConversationTokens> transcript = ConversationTokens::deserialize(*saved);
+    if (!transcript) continue;
+    while (entries_.size() < id) add_entry();
+    entries_[id - 1]->transcript = std::move(*transcript);
+  }
+  if (!entries_.empty()) spdlog::info("{} sessions of an earlier run found in the KV snapshot folder", entries_.size());
+}
+
+ServerSessions::Entry* ServerSessions::add_entry() {
+  auto entry = std::make_unique<Entry>();
+  entry->id = static_cast<SessionPool::ConversationId>(entries_.size() + 1);
+  entry->session = &pool_.acquire(entry->id, KvCacheMode::Contiguous);
+  entries_.push_back(std::move(entry));
+  return entries_.back().get();
+}
 
 ServerSessions::~ServerSessions() = default;
 
@@ -59,13 +84,7 @@ ServerSessions::Entry* ServerSessions::pick(const std::function<std::size_t(cons
     const std::size_t tokens = shared_tokens(*entry);
     if (tokens > best_tokens) best = entry.get(), best_tokens = tokens;
   }
-  if (!best && entries_.size() < max_sessions_) {
-    auto entry = std::make_unique<Entry>();
-    entry->id = static_cast<SessionPool::ConversationId>(entries_.size() + 1);
-    entry->session = &pool_.acquire(entry->id, KvCacheMode::Contiguous);
-    best = entry.get();
-    entries_.push_back(std::move(entry));
-  }
+  if (!best && entries_.size() < max_sessions_) best = add_entry();
   // running_ <= parallel_ < max_sessions_, so some session is idle.
   if (!best) {
     best = oldest_idle;

@@ -70,6 +70,8 @@ class ServerSessions {
   int context_limit() const;
 
  private:
+  void restore_transcripts();
+  Entry* add_entry();
   void wait_for_slot(std::unique_lock<std::mutex>& lock);
   Entry* pick(const std::function<std::size_t(const Entry&)>& shared_tokens);
   void release(Entry* entry);

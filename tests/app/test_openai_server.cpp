@@ -319,6 +319,37 @@ class TestOpenAiServer : public QObject {
     QCOMPARE(chat.out, messages[1]["content"].get<std::string>() + "\n");
   }
 
+  // --cache-dir: a session's KV cache and its exact ids outlive the server; the next run restores them
+  // for a request that continues the conversation, and replies as a server that never stopped does.
+  void snapshots_survive_a_restart() {
+    QTemporaryDir cache;
+    std::vector<json> messages = {user("A little bird")};
+    int first_prompt = 0;
+    {
+      ServerProcess first;
+      QVERIFY(first.start({"--model", model_path(), "--cache-dir", cache.path(), "--threads", "1"}));
+      httplib::Client client = first.client();
+      const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 24).dump());
+      QCOMPARE(reply.status, 200);
+      first_prompt = reply.json()["usage"]["prompt_tokens"];
+      messages.push_back(assistant(whole_text(reply)));
+      messages.push_back(user(" The bird sang"));
+      QVERIFY(first.stop());
+    }
+    ServerProcess second;
+    QVERIFY(second.start({"--model", model_path(), "--cache-dir", cache.path(), "--threads", "1"}));
+    httplib::Client client = second.client();
+    const HttpReply restored = kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 24).dump());
+    QCOMPARE(restored.status, 200);
+    const json body = restored.json();
+    QVERIFY2(body["timings"]["restored_tokens"].get<int>() > first_prompt &&
+                 body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > first_prompt,
+             restored.body.c_str());
+    httplib::Client plain = server_.client();
+    QCOMPARE(whole_text(restored),
+             whole_text(kvchat::test::post_json(plain, "/v1/chat/completions", chat_request(messages, 24).dump(), kAuth)));
+  }
+
   // Admission without HTTP: one slot and no queue, so a second request is refused while the first runs.
   void full_queue_is_refused() {
     const kvchat::LoadedModel model = kvchat::load_model(kvchat::test::shared_path("models/stories260K"));

@@ -29,11 +29,15 @@ class ServerProcess {
     return port_ > 0;
   }
   ~ServerProcess() {
-    if (process_.state() != QProcess::NotRunning) {
-      process_.terminate();
-      if (!process_.waitForFinished(30000)) process_.kill();
-      process_.waitForFinished(5000);
-    }
+    if (process_.state() != QProcess::NotRunning && !stop()) process_.kill();
+    process_.waitForFinished(5000);
+  }
+  // SIGTERM; true when the server then exited with status 0.
+  bool stop() {
+    process_.terminate();
+    if (!process_.waitForFinished(30000)) return false;
+    log();
+    return process_.exitStatus() == QProcess::NormalExit && process_.exitCode() == 0;
   }
   int port() const { return port_; }
   bool running() const { return process_.state() == QProcess::Running; }
