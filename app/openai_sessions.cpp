@@ -98,7 +98,14 @@ ServerSessions::Entry* ServerSessions::pick(const std::function<std::size_t(cons
 }
 
 std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_chat(const std::vector<ChatMessage>& messages) {
-  const std::string rendered = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/true).text;
+  std::string rendered;
+  try {
+    rendered = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/true).text;
+  } catch (const std::exception& error) {
+    // A template may refuse a conversation (roles out of order, a system message where it takes none).
+    throw ApiError(400, std::string("the model's chat template cannot render these messages: ") + error.what(),
+                   "invalid_request_error", "messages", "template_error");
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   wait_for_slot(lock);
   try {

@@ -290,11 +290,18 @@ class TestOpenAiServer : public QObject {
     json config = json::parse(kvchat::test::read_file_bytes(model + "/tokenizer_config.json"));
     config["chat_template"] =
         "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
-        "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}";
+        "{% elif m['role'] == 'assistant' %}{{ m['content'] }}{{ eos_token }}"
+        "{% else %}{{ raise_exception('only user and assistant roles') }}{% endif %}{% endfor %}";
     kvchat::test::write_file_bytes(model + "/tokenizer_config.json", config.dump());
     ServerProcess server;
     QVERIFY(server.start({"--model", QString::fromStdString(model), "--model-id", "templated", "--threads", "1"}));
     httplib::Client client = server.client();
+    // What the template refuses is the request's fault.
+    json refused = chat_request({json{{"role", "system"}, {"content", "Be brief."}}, user("Hi")}, 4);
+    refused["model"] = "templated";
+    const HttpReply template_error = kvchat::test::post_json(client, "/v1/chat/completions", refused.dump());
+    expect_error(template_error, 400, "template_error", "messages");
+    QVERIFY2(template_error.body.find("only user and assistant roles") != std::string::npos, template_error.body.c_str());
 
     std::vector<json> messages;
     std::vector<int> cached, prompt;
