@@ -221,6 +221,7 @@ bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
   auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
   if (job.chat && !write(sse_event(chat_chunk(job.identity, "", /*delta_role=*/true, std::nullopt)))) return false;
   const TextSink text_sink = [&](const std::string& text) {
+    if (text.empty()) return sink.is_writable();  // cpp-httplib 0.11 checks that the peer has not closed
     return write(sse_event(job.chat ? chat_chunk(job.identity, text, false, std::nullopt)
                                     : completion_chunk(job.identity, text, std::nullopt)));
   };

@@ -207,8 +207,9 @@ class ReplyForwarder {
   std::string text;
 
  private:
+  // An empty piece still asks the sink whether the client is there: a token may complete no text (part
+  // of a character, the start of a stop text), and the client may leave meanwhile.
   void forward(const std::string& piece, int generated_tokens) {
-    if (piece.empty()) return;
     text += piece;
     if (sink_ && !sink_(piece)) {
       client_gone_ = true;

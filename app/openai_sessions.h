@@ -24,8 +24,8 @@ struct LoadedModel;
 
 namespace kvchat::app::openai {
 
-// Called with each piece of reply text as it is produced; returns false when the client is gone (the
-// generation then stops within a token).
+// Called with each piece of reply text as it is produced, and with "" after a token that completed no
+// text; returns false when the client is gone (the generation then stops within a token).
 using TextSink = std::function<bool(const std::string& text)>;
 
 class ServerSessions {
