@@ -121,11 +121,17 @@ void OpenAiServer::Impl::install_hooks() {
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own refusals (unknown path, body over the limit) get OpenAI's error shape too.
-  server_.set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+  server_.set_error_handler([this](const httplib::Request& request, httplib::Response& response) {
     if (!response.body.empty()) return;
+    // cpp-httplib caps form-encoded bodies at 8 KiB: what curl -d sends without a Content-Type header.
+    const bool form = request.get_header_value("Content-Type") == "application/x-www-form-urlencoded";
     if (response.status == 413)
-      send_error(response, ApiError(413, "the request body is larger than the server accepts", "invalid_request_error",
-                                    "", "request_too_large"));
+      send_error(response, ApiError(413,
+                                    "the request body is larger than the server accepts (" +
+                                        std::to_string(options_.max_body_bytes) + " bytes" +
+                                        (form ? "; 8192 for a form-encoded body: send Content-Type: application/json)"
+                                              : ")"),
+                                    "invalid_request_error", "", "request_too_large"));
     else if (response.status == 404)
       send_error(response, ApiError(404, "no endpoint " + request.method + " " + request.path, "invalid_request_error",
                                     "", "unknown_url"));
