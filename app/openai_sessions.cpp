@@ -127,9 +127,8 @@ std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_prompt(const 
   try {
     Entry* entry = pick([&](const Entry& candidate) -> std::size_t {
       const std::vector<TokenId>& history = candidate.session->history();
-      std::size_t n = 0;
-      while (n < history.size() && n < prompt_ids.size() && history[n] == prompt_ids[n]) ++n;
-      return n;
+      return static_cast<std::size_t>(
+          std::mismatch(history.begin(), history.end(), prompt_ids.begin(), prompt_ids.end()).first - history.begin());
     });
     return std::make_unique<Lease>(this, entry);
   } catch (...) {
