@@ -1,0 +1,100 @@
+// kvchat-cli serve: the OpenAI-compatible HTTP API on one model (app/openai_server.h), until SIGINT/SIGTERM.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "app/cli/cli_command.h"
+#include "app/cli/model_options.h"
+#include "app/openai_server.h"
+#include "engine/kv_snapshot.h"
+#include "engine/llama_model.h"
+#include "engine/model_loader.h"
+#include "engine/snapshot_store.h"
+
+namespace kvchat::cli {
+namespace {
+
+const char* kUsage =
+    "usage: kvchat-cli serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
+    "                        [--parallel N] [--max-queue N] [--cache-dir DIR] [--model-id NAME]\n"
+    "                        [--max-body-mib N] [--threads N]\n"
+    "Serves the OpenAI API: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
+    "(stream true: server-sent events). Requests name the model by its id: --model-id, default the\n"
+    "model's folder or file name. --parallel requests generate at once (default 1), each on its own KV\n"
+    "cache; up to --max-queue more wait (default 16), any beyond are answered 429. A request continues the\n"
+    "idle cache sharing the longest prefix with its prompt, so a multi-turn client prefills only its new\n"
+    "turn. --cache-dir: KV snapshots are written there after each request and restored by later ones\n"
+    "(and by the next run). --api-key: every endpoint but /health needs Authorization: Bearer KEY.\n"
+    "Binds 127.0.0.1 unless --host says otherwise. Prints `listening on http://HOST:PORT` on stderr.";
+
+std::atomic<app::openai::OpenAiServer*> g_server{nullptr};
+
+void stop_on_signal(int) {
+  // httplib's stop() only shuts the listening socket down and sets a flag: safe enough from a handler.
+  if (app::openai::OpenAiServer* server = g_server.load()) server->stop();
+}
+
+std::string default_model_id(const std::string& path) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+int positive_option(const ArgParser& parser, const std::string& name, int fallback, int minimum) {
+  const int value = parser.int_or(name, fallback);
+  if (value < minimum) throw UsageError("--" + name + " must be at least " + std::to_string(minimum));
+  return value;
+}
+
+int run_serve(const std::vector<std::string>& args) {
+  ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
+                    "max-body-mib", "threads"},
+                   {});
+  parser.parse(args);
+  const std::string model_path = parser.required("model");
+  app::openai::ServerOptions options;
+  options.host = parser.value_or("host", "127.0.0.1");
+  options.port = parser.int_or("port", 8080);
+  if (options.port < 0 || options.port > 65535) throw UsageError("--port must be 0 (any free port) to 65535");
+  options.api_key = parser.value_or("api-key", "");
+  options.parallel = positive_option(parser, "parallel", 1, 1);
+  options.max_queue = positive_option(parser, "max-queue", 16, 0);
+  options.max_body_bytes = static_cast<std::size_t>(positive_option(parser, "max-body-mib", 8, 1)) << 20;
+  options.model_id = parser.value_or("model-id", default_model_id(model_path));
+  const int threads = threads_from_option(parser);
+
+  spdlog::set_level(spdlog::level::info);
+  const LoadedModel model = load_model(model_path, LoadOptions{WeightDtype::Float32, threads});
+  if (!model.tokenizer) throw UsageError("model " + model_path + " has no tokenizer, so it cannot serve text");
+  std::shared_ptr<SnapshotStore> snapshots;
+  if (auto directory = parser.value("cache-dir")) {
+    try {
+      snapshots = std::make_shared<SnapshotStore>(*directory, std::int64_t(2048) << 20, fingerprint_model(*model.model),
+                                                  model.model->cache_shape());
+    } catch (const SnapshotError& error) {
+      throw UsageError(std::string("--cache-dir: ") + error.what());
+    }
+  }
+
+  app::openai::OpenAiServer server(model, snapshots, options);
+  server.bind();
+  g_server.store(&server);
+  std::signal(SIGINT, stop_on_signal);
+  std::signal(SIGTERM, stop_on_signal);
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-stream is a failed write, not the end of the server
+  std::fprintf(stderr, "listening on http://%s:%d (model id %s)\n", options.host.c_str(), server.bound_port(),
+               options.model_id.c_str());
+  std::fflush(stderr);
+  server.serve();
+  g_server.store(nullptr);
+  spdlog::info("server stopped");
+  return 0;
+}
+
+const CliRegistration registration({"serve", "serve the OpenAI HTTP API on a model", kUsage, run_serve});
+
+}  // namespace
+}  // namespace kvchat::cli
