@@ -7,14 +7,15 @@
 #include <string>
 
 #include "common/limited_cli_runner.h"
+#include "common/sanitized_build.h"
 
 namespace kvchat::test {
 
 // Start-up (dynamic linking, LibTorch's static registrations) takes about half of it.
-constexpr double kMaxCaseCpuSeconds = 2.0;
+constexpr double kMaxCaseCpuSeconds = 2.0 * kSanitizedCpuFactor;
 // The few cases whose legitimate work alone is over a second of CPU on a loaded 2-core machine: a
 // render stopped by the 10^7-step budget, loading a 128k-token tokenizer.json, tokenizing 2 MB.
-constexpr double kHeavyCaseCpuSeconds = 4.0;
+constexpr double kHeavyCaseCpuSeconds = 4.0 * kSanitizedCpuFactor;
 
 inline LimitedCliResult run_case(const std::string& name, const QStringList& arguments, const std::string& input = {}) {
   LimitedCliResult result = run_limited_cli(arguments, input);

@@ -10,6 +10,7 @@
 #include <QStringList>
 #include <string>
 
+#include "common/sanitized_build.h"
 #include "common/test_paths.h"
 
 namespace kvchat::test {
@@ -24,8 +25,11 @@ struct LimitedCliResult {
   std::string err;
 };
 
+// A sanitized kvchat-cli cannot start under an address-space cap (its shadow memory reserves terabytes):
+// there it runs without one, and ASAN_OPTIONS' max_allocation_size_mb (scripts/test-sanitize.sh, inherited
+// by the child) fails any single allocation past the same 2 GiB instead.
 constexpr rlim_t kChildAddressSpaceBytes = rlim_t{2} << 30;
-constexpr rlim_t kChildCpuSeconds = 6;
+constexpr rlim_t kChildCpuSeconds = static_cast<rlim_t>(6 * kSanitizedCpuFactor);
 constexpr int kChildWallClockMs = 30000;
 
 inline double children_cpu_seconds() {
@@ -46,7 +50,7 @@ inline LimitedCliResult run_limited_cli(const QStringList& arguments, const std:
   process.setChildProcessModifier([] {
     const rlimit address_space{kChildAddressSpaceBytes, kChildAddressSpaceBytes};
     const rlimit cpu{kChildCpuSeconds, kChildCpuSeconds};
-    setrlimit(RLIMIT_AS, &address_space);
+    if (!kSanitizedBuild) setrlimit(RLIMIT_AS, &address_space);
     setrlimit(RLIMIT_CPU, &cpu);
   });
   LimitedCliResult result;

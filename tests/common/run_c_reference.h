@@ -4,11 +4,13 @@
 // stories260K's weights (the Hugging Face directory, the GGUF file).
 #include <QtTest>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/json_fixture.h"
+#include "common/sanitized_build.h"
 #include "common/test_paths.h"
 #include "engine/session.h"
 
@@ -25,6 +27,12 @@ inline void add_run_c_rows() {
     for (const char* mode : {"on", "naive", "off"})
       QTest::newRow(QString("case%1-%2").arg(i).arg(mode).toUtf8()) << i << QString(mode);
 }
+
+// Without a cache every step recomputes the whole prefix through LibTorch, so a story costs O(steps^2)
+// of large tensor allocations; under AddressSanitizer each of those is a fresh mapping, and one 256-step
+// story takes minutes. There the cache-off rows generate this many tokens and check them against the
+// start of run.c's story (the cached modes still run every story to its end).
+constexpr int kSanitizedCacheOffTokens = 48;
 
 inline std::string token_list_text(const std::vector<TokenId>& ids) {
   std::string out;
@@ -43,8 +51,17 @@ inline void check_greedy_matches_run_c(const std::shared_ptr<const LlamaModel>& 
   config.cache_mode = kv_cache_mode_from_string(mode.toStdString());
   config.max_new_tokens = reference["steps"].get<int>() - static_cast<int>(prompt.size()) + 1;
   config.stop_token_ids = stop_ids;
+  const bool shortened = kSanitizedBuild && mode == QLatin1String("off") && config.max_new_tokens > kSanitizedCacheOffTokens;
+  if (shortened) config.max_new_tokens = kSanitizedCacheOffTokens;
   Session session(model, config.cache_mode);
   const GenerationResult result = session.generate(prompt, config);
+  if (shortened && result.stats.stop_reason != StopReason::Eos) {
+    QCOMPARE(static_cast<int>(result.generated.size()), kSanitizedCacheOffTokens);
+    expected.resize(std::min(expected.size(), result.generated.size()));
+    QVERIFY2(result.generated == expected, qPrintable(QString::fromStdString("expected " + token_list_text(expected) +
+                                                                             "\n got " + token_list_text(result.generated))));
+    return;
+  }
   // Our result includes the stop token; compare the stories themselves, whichever way the reference
   // records the final BOS, and check separately that both stopped the same way.
   std::vector<TokenId> generated = result.generated;
