@@ -52,14 +52,8 @@ SnapshotBenchOptions parse_options(const ArgParser& parser) {
   options.conversation_tokens = static_cast<int>(sizes[0]);
   options.reply_tokens = parser.int_or("new-tokens", 32);
   if (options.reply_tokens < 2) throw UsageError("--new-tokens must be at least 2 with --snapshot");
-  for (const std::string& name : split_list(parser.value_or("dtype", "f32"))) {
-    options.dtypes.push_back(weight_storage_from_string(name));
-    if (options.dtypes.back().gguf_type && parser.has("model"))
-      throw UsageError("--dtype " + options.dtypes.back().name +
-                       " is for --random-weights only: a model keeps its own types (a GGUF file its stored ones)");
-  }
-  options.kernels = parser.value_or("kernels", "on");
-  if (options.kernels != "on" && options.kernels != "off") throw UsageError("--kernels must be on or off");
+  options.dtypes = weight_storages_from_option(parser);
+  options.kernels = kernels_from_option(parser);
   options.cache_dir = parser.value(kCacheDirOption);
   if (options.cache_dir && options.cache_dir->empty()) throw UsageError("--cache-dir needs a folder");
   return options;

@@ -60,14 +60,8 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   if (options.new_tokens < 1) throw UsageError("--new-tokens must be at least 1");
   for (const std::string& mode : split_list(parser.value_or("kv-cache", "on,off")))
     options.modes.push_back(cache_mode_from_option(mode));
-  for (const std::string& name : split_list(parser.value_or("dtype", "f32"))) {
-    options.dtypes.push_back(weight_storage_from_string(name));
-    if (options.dtypes.back().gguf_type && parser.has("model"))
-      throw UsageError("--dtype " + options.dtypes.back().name +
-                       " is for --random-weights only: a model keeps its own types (a GGUF file its stored ones)");
-  }
-  options.kernels = parser.value_or("kernels", "on");
-  if (options.kernels != "on" && options.kernels != "off") throw UsageError("--kernels must be on or off");
+  options.dtypes = weight_storages_from_option(parser);
+  options.kernels = kernels_from_option(parser);
   options.bandwidth_probe = parser.value_or("bandwidth-probe", "auto");
   const std::string& probe = options.bandwidth_probe;
   if (probe != "auto" && probe != "step" && probe != "row") throw UsageError("--bandwidth-probe must be auto, step or row");

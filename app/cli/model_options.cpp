@@ -41,6 +41,23 @@ WeightStorage weight_storage_from_string(const std::string& text) {
   }
 }
 
+std::vector<WeightStorage> weight_storages_from_option(const ArgParser& parser) {
+  std::vector<WeightStorage> storages;
+  for (const std::string& name : split_list(parser.value_or("dtype", "f32"))) {
+    storages.push_back(weight_storage_from_string(name));
+    if (storages.back().gguf_type && parser.has("model"))
+      throw UsageError("--dtype " + storages.back().name +
+                       " is for --random-weights only: a model keeps its own types (a GGUF file its stored ones)");
+  }
+  return storages;
+}
+
+std::string kernels_from_option(const ArgParser& parser) {
+  std::string kernels = parser.value_or("kernels", "on");
+  if (kernels != "on" && kernels != "off") throw UsageError("--kernels must be on or off");
+  return kernels;
+}
+
 std::set<std::string> with_model_options(std::set<std::string> extra) {
   extra.insert({"model", "random-weights", "weights-seed", "threads", "dtype"});
   return extra;

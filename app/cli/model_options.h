@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "app/cli/cli_command.h"
 #include "engine/gguf/gguf_types.h"
@@ -32,6 +33,11 @@ struct WeightStorage {
 // Case-insensitive: f32 (float32, fp32), bf16 (bfloat16), f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
 // q6_k. Anything else is a UsageError listing the accepted names.
 WeightStorage weight_storage_from_string(const std::string& text);
+
+// The bench's --dtype list (default f32); a GGUF type with --model is a UsageError.
+std::vector<WeightStorage> weight_storages_from_option(const ArgParser& parser);
+// The bench's --kernels: "on" (default) or "off"; anything else is a UsageError.
+std::string kernels_from_option(const ArgParser& parser);
 
 // The value options above plus `extra`.
 std::set<std::string> with_model_options(std::set<std::string> extra);
