@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "app/compute_lock.h"
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -102,7 +103,9 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
   try {
     LoadOptions options;
     options.threads = threads;
+    std::unique_lock<std::shared_mutex> compute_settings(compute_settings_mutex());  // loading sets the threads
     auto model = std::make_shared<LoadedModel>(load_model(directory.toStdString(), options));
+    compute_settings.unlock();
     if (!model->tokenizer)
       throw std::invalid_argument("model " + directory.toStdString() +
                                   " has no tokenizer (tokenizer.json or GGUF tokenizer metadata), so it cannot be used for chat");
@@ -146,6 +149,7 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     if (!state_->model) throw std::runtime_error("no model is loaded");
     const std::shared_ptr<const LoadedModel> model = state_->model;
     if (request.threads != state_->threads) {
+      const std::unique_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
       set_compute_threads(request.threads);
       state_->threads = request.threads;
     }

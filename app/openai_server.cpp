@@ -6,8 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
+#include "app/connection_probe.h"
 #include "app/openai_protocol.h"
 #include "app/openai_sessions.h"
 #include "engine/model_loader.h"
@@ -52,7 +55,7 @@ class OpenAiServer::Impl {
   Impl(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, ServerOptions options)
       : model_(model),
         options_(std::move(options)),
-        sessions_(model, std::move(snapshots), options_.parallel, options_.max_queue) {
+        sessions_(model, std::move(snapshots), options_.parallel, options_.max_queue, options_.memory_budget_bytes) {
     // Enough threads that every running and queued request has one, plus a few that answer /health,
     // errors and 429s while all of those are busy.
     const std::size_t threads = static_cast<std::size_t>(options_.parallel + options_.max_queue + 4);
@@ -76,8 +79,30 @@ class OpenAiServer::Impl {
     }
   }
   int port() const { return port_; }
-  void serve() { server_.listen_after_bind(); }
-  void stop() { server_.stop(); }
+  void serve() {
+    {
+      std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+      if (stopping_) return;
+      serving_ = true;
+    }
+    server_.listen_after_bind();
+    listen_returned_.store(true);
+  }
+  // httplib's stop() does nothing before its accept loop runs, so a stop() right after serve() began
+  // on another thread waits for that loop.
+  void stop() {
+    sessions_.shut_down();
+    bool serving = false;
+    {
+      std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+      stopping_ = true;
+      serving = serving_;
+    }
+    if (!serving) return;
+    while (!server_.is_running() && !listen_returned_.load()) std::this_thread::yield();
+    server_.stop();
+  }
+  ServerSessions& sessions() { return sessions_; }
 
  private:
   void install_hooks();
@@ -97,7 +122,7 @@ class OpenAiServer::Impl {
     ChunkIdentity identity;
   };
   CompletionResult run_job(Job& job, const TextSink& sink, bool* client_gone);
-  void respond(std::shared_ptr<Job> job, httplib::Response& response);
+  void respond(std::shared_ptr<Job> job, const httplib::Request& request, httplib::Response& response);
   bool stream(Job& job, httplib::DataSink& sink);
 
   const LoadedModel& model_;
@@ -106,6 +131,10 @@ class OpenAiServer::Impl {
   httplib::Server server_;
   int port_ = 0;
   std::atomic<std::uint64_t> next_id_{1};
+  std::mutex lifecycle_mutex_;
+  bool stopping_ = false;
+  bool serving_ = false;
+  std::atomic<bool> listen_returned_{false};
 };
 
 void OpenAiServer::Impl::install_hooks() {
@@ -147,8 +176,16 @@ void OpenAiServer::Impl::install_hooks() {
 }
 
 void OpenAiServer::Impl::install_routes() {
-  server_.Get("/health", [](const httplib::Request&, httplib::Response& response) {
-    response.set_content(R"({"status":"ok"})", "application/json");
+  server_.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+    const ServerSessions::Status status = sessions_.status();
+    const json body = {{"status", "ok"},
+                       {"running", status.running},
+                       {"waiting", status.waiting},
+                       {"sessions", status.sessions},
+                       {"kv_cache_bytes", status.cache_bytes},
+                       {"kv_cache_budget_bytes", status.budget_bytes},
+                       {"kv_cache_evictions", status.evictions}};
+    response.set_content(body.dump(), "application/json");
   });
   server_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
     json model = {{"id", options_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvchat"},
@@ -186,7 +223,7 @@ void OpenAiServer::Impl::chat_completions(const httplib::Request& request, httpl
   job->lease = sessions_.acquire_for_chat(job->messages);
   job->prompt_ids = sessions_.check_chat_prompt(*job->lease, job->messages);
   job->identity = ChunkIdentity{"chatcmpl-" + std::to_string(next_id_++), unix_time(), options_.model_id};
-  respond(std::move(job), response);
+  respond(std::move(job), request, response);
 }
 
 void OpenAiServer::Impl::completions(const httplib::Request& request, httplib::Response& response) {
@@ -198,7 +235,7 @@ void OpenAiServer::Impl::completions(const httplib::Request& request, httplib::R
   job->prompt_ids = sessions_.encode_prompt(parsed.prompt);
   job->lease = sessions_.acquire_for_prompt(job->prompt_ids);
   job->identity = ChunkIdentity{"cmpl-" + std::to_string(next_id_++), unix_time(), options_.model_id};
-  respond(std::move(job), response);
+  respond(std::move(job), request, response);
 }
 
 CompletionResult OpenAiServer::Impl::run_job(Job& job, const TextSink& sink, bool* client_gone) {
@@ -209,9 +246,18 @@ CompletionResult OpenAiServer::Impl::run_job(Job& job, const TextSink& sink, boo
   return result;
 }
 
-void OpenAiServer::Impl::respond(std::shared_ptr<Job> job, httplib::Response& response) {
+void OpenAiServer::Impl::respond(std::shared_ptr<Job> job, const httplib::Request& request,
+                                 httplib::Response& response) {
   if (!job->sampling.stream) {
-    const CompletionResult result = run_job(*job, {}, nullptr);
+    // Nothing is written until the reply is whole, so the socket itself is asked after every token
+    // whether the client is still there.
+    const ConnectionProbe connection(request.local_addr, request.local_port, request.remote_addr, request.remote_port);
+    if (!connection.found())
+      spdlog::warn("{}: the request's socket was not found; a disconnect will not stop its generation", job->identity.id);
+    bool client_gone = false;
+    const CompletionResult result =
+        run_job(*job, [&connection](const std::string&) { return connection.open(); }, &client_gone);
+    // With the client gone the write below fails; the log line says why the reply was cut short.
     const json body = job->chat ? chat_completion_response(job->identity.id, job->identity.created, job->identity.model, result)
                                 : completion_response(job->identity.id, job->identity.created, job->identity.model, result);
     response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -261,5 +307,6 @@ void OpenAiServer::bind() { impl_->bind(); }
 int OpenAiServer::bound_port() const { return impl_->port(); }
 void OpenAiServer::serve() { impl_->serve(); }
 void OpenAiServer::stop() { impl_->stop(); }
+ServerSessions& OpenAiServer::sessions() { return impl_->sessions(); }
 
 }  // namespace kvchat::app::openai

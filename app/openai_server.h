@@ -5,6 +5,7 @@
 // later, the desktop app can both host it. No endpoint reads or writes files; with a cache folder the
 // sessions' KV snapshots are written there by the SnapshotStore.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,8 @@ class SnapshotStore;
 
 namespace kvchat::app::openai {
 
+class ServerSessions;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback only unless asked: the API has no per-user access control
   int port = 8080;                  // 0 = any free port (bound_port() says which)
@@ -23,6 +26,7 @@ struct ServerOptions {
   int max_queue = 16;               // requests waiting for a slot beyond those
   std::size_t max_body_bytes = std::size_t(8) << 20;
   std::string model_id;             // the name /v1/models lists and requests must give
+  std::int64_t memory_budget_bytes = 0;  // the sessions' KV caches together; 0 = no budget
 };
 
 class OpenAiServer {
@@ -38,7 +42,11 @@ class OpenAiServer {
   int bound_port() const;
   // Serves until stop() (from any thread). bind() first.
   void serve();
+  // Refuses queued requests (503), stops running generations and ends serve().
   void stop();
+
+  // Admission and sessions: their figures, and a slot a caller may hold (tests fill the queue with it).
+  ServerSessions& sessions();
 
  private:
   class Impl;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "app/compute_lock.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -16,19 +17,21 @@ struct ServerSessions::Entry {
   ConversationTokens transcript;  // the exact ids of this session's chat turns (empty after a raw prompt)
   bool busy = false;
   std::uint64_t last_used = 0;
+  std::int64_t cache_bytes = 0;  // when it last started or finished a request (its thread may be growing it)
 };
 
 ServerSessions::Lease::~Lease() { owner_->release(entry_); }
 
 ServerSessions::ServerSessions(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, int parallel,
-                               int max_queue)
+                               int max_queue, std::int64_t budget_bytes)
     : model_(model),
       runner_(model),
       parallel_(std::max(1, parallel)),
       max_queue_(std::max(0, max_queue)),
-      // Idle sessions keep their caches for returning conversations; a few per slot is enough for a
-      // handful of clients taking turns, and bounds the memory.
-      max_sessions_(static_cast<std::size_t>(std::max(4, 4 * parallel_))),
+      // Idle sessions keep their caches for returning conversations, so a session per client taking
+      // turns; their memory is bounded by the budget, the count only bounds the search for a match.
+      max_sessions_(static_cast<std::size_t>(std::max(16, 4 * parallel_))),
+      budget_bytes_(std::max<std::int64_t>(0, budget_bytes)),
       pool_(model.model, std::move(snapshots), "openai") {
   restore_transcripts();
 }
@@ -60,7 +63,20 @@ ServerSessions::~ServerSessions() = default;
 
 int ServerSessions::context_limit() const { return runner_.effective_context_limit(0); }
 
+void ServerSessions::check_not_shutting_down() const {
+  if (shutting_down_.load())
+    throw ApiError(503, "the server is shutting down: send the request again when it is back", "server_error", "",
+                   "server_shutting_down");
+}
+
+void ServerSessions::shut_down() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  shutting_down_.store(true);
+  slot_freed_.notify_all();
+}
+
 void ServerSessions::wait_for_slot(std::unique_lock<std::mutex>& lock) {
+  check_not_shutting_down();
   if (running_ >= parallel_) {
     if (waiting_ >= max_queue_)
       throw ApiError(429,
@@ -68,8 +84,9 @@ void ServerSessions::wait_for_slot(std::unique_lock<std::mutex>& lock) {
                          std::to_string(waiting_) + " waiting (--max-queue " + std::to_string(max_queue_) + ")",
                      "rate_limit_error", "", "queue_full");
     ++waiting_;
-    slot_freed_.wait(lock, [&] { return running_ < parallel_; });
+    slot_freed_.wait(lock, [&] { return running_ < parallel_ || shutting_down_.load(); });
     --waiting_;
+    check_not_shutting_down();
   }
   ++running_;
 }
@@ -93,6 +110,8 @@ ServerSessions::Entry* ServerSessions::pick(const std::function<std::size_t(cons
   pool_.acquire(best->id, KvCacheMode::Contiguous);  // marks it used, attaches the snapshot restorer
   best->busy = true;
   best->last_used = ++use_clock_;
+  best->cache_bytes = best->session->cache_bytes();
+  enforce_budget();
   spdlog::debug("request on session {} ({} tokens shared with its cache)", best->id, best_tokens);
   return best;
 }
@@ -143,8 +162,34 @@ void ServerSessions::release(Entry* entry) {
   // Written on the store's thread: the next request (or the next run of the server) restores from it.
   if (pool_.snapshots()) pool_.save_snapshot(entry->id, entry->transcript.serialize());
   entry->busy = false;
+  entry->cache_bytes = entry->session->cache_bytes();
+  enforce_budget();
   --running_;
   slot_freed_.notify_one();
+}
+
+void ServerSessions::enforce_budget() {
+  std::vector<SessionPool::ConversationId> in_use;
+  std::int64_t in_use_bytes = 0;
+  for (const auto& entry : entries_)
+    if (entry->busy) in_use.push_back(entry->id), in_use_bytes += entry->cache_bytes;
+  for (const SessionPool::Evicted& evicted : pool_.enforce_budget(budget_bytes_, in_use, in_use_bytes)) {
+    ++evictions_;
+    entries_[static_cast<std::size_t>(evicted.conversation - 1)]->cache_bytes = 0;
+  }
+}
+
+ServerSessions::Status ServerSessions::status() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Status status;
+  status.running = running_;
+  status.waiting = waiting_;
+  status.sessions = entries_.size();
+  for (const auto& entry : entries_)
+    status.cache_bytes += entry->busy ? entry->cache_bytes : entry->session->cache_bytes();
+  status.budget_bytes = budget_bytes_;
+  status.evictions = evictions_;
+  return status;
 }
 
 namespace {
@@ -235,11 +280,13 @@ CompletionResult ServerSessions::run_chat(const Lease& lease, const std::vector<
   int generated = 0;
   Entry& entry = lease.entry();
   TurnOutcome outcome;
+  const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
   try {
     outcome = runner_.run(*entry.session, entry.transcript, messages, options, &stop,
                           [&](const ReplyProgress& progress) {
                             generated = progress.generated_tokens;
                             forwarder.push(progress.chunk, progress.generated_tokens);
+                            if (shutting_down_.load()) stop.store(true);
                           });
   } catch (const ContextLimitError& error) {
     throw ApiError(400, error.what(), "invalid_request_error", "messages", "context_length_exceeded");
@@ -261,10 +308,12 @@ CompletionResult ServerSessions::run_prompt(const Lease& lease, const std::vecto
   int generated = 0;
   Entry& entry = lease.entry();
   entry.transcript.clear();  // a raw prompt has no chat turns to continue
+  const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
   GenerationResult result =
       entry.session->generate(prompt_ids, config, &stop, [&](TokenId token, const DecodeProgress& progress) {
         generated = progress.generated_tokens;
         forwarder.push(decoder.push(token), generated);
+        if (shutting_down_.load()) stop.store(true);
       });
   forwarder.push(decoder.finish(), generated);
   forwarder.finish(generated);

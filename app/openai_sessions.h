@@ -4,7 +4,13 @@
 // so a request runs on the idle session whose conversation its prompt continues furthest: a multi-turn
 // client then prefills only its new turn. At most `parallel` requests generate at once, each on its own
 // session (a session serves one request at a time); up to `max_queue` more wait for a slot, and any
-// beyond that are refused at once (429) rather than left waiting.
+// beyond that are refused at once (429) rather than left waiting. Once shut_down() is called, waiting
+// and new requests are refused with 503 and running generations stop.
+//
+// Memory: the sessions' KV caches live in one SessionPool under a byte budget. After every request the
+// least recently used idle caches are evicted (with a cache folder their snapshots are written first,
+// so a returning conversation restores instead of prefilling); running sessions are never evicted, so
+// the budget is exceeded by at most what the running requests add while they generate.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -45,8 +51,9 @@ class ServerSessions {
     Entry* entry_;
   };
 
-  // `snapshots` may be null (no --cache-dir). `model` must outlive this.
-  ServerSessions(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, int parallel, int max_queue);
+  // `snapshots` may be null (no --cache-dir). `model` must outlive this. `budget_bytes` 0: no budget.
+  ServerSessions(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, int parallel, int max_queue,
+                 std::int64_t budget_bytes = 0);
   ~ServerSessions();
 
   // Waits for a free slot (ApiError 429 when `max_queue` requests already wait), then takes the idle
@@ -69,12 +76,28 @@ class ServerSessions {
 
   int context_limit() const;
 
+  // Refuses waiting and new requests (503) and stops running generations; for a server going down.
+  void shut_down();
+
+  // What GET /health reports.
+  struct Status {
+    int running = 0;
+    int waiting = 0;
+    std::size_t sessions = 0;
+    std::int64_t cache_bytes = 0;  // idle sessions' caches + running ones' as they were when they started
+    std::int64_t budget_bytes = 0;
+    std::int64_t evictions = 0;    // caches evicted under the budget so far
+  };
+  Status status();
+
  private:
   void restore_transcripts();
   Entry* add_entry();
   void wait_for_slot(std::unique_lock<std::mutex>& lock);
   Entry* pick(const std::function<std::size_t(const Entry&)>& shared_tokens);
   void release(Entry* entry);
+  void enforce_budget();  // with mutex_ held
+  void check_not_shutting_down() const;
   GenerationConfig generation_config(const SamplingRequest& request) const;
 
   const LoadedModel& model_;
@@ -82,6 +105,8 @@ class ServerSessions {
   const int parallel_;
   const int max_queue_;
   const std::size_t max_sessions_;
+  const std::int64_t budget_bytes_;
+  std::atomic<bool> shutting_down_{false};
   std::mutex mutex_;  // guards everything below and every call into pool_
   std::condition_variable slot_freed_;
   int running_ = 0;
@@ -89,6 +114,7 @@ class ServerSessions {
   SessionPool pool_;
   std::vector<std::unique_ptr<Entry>> entries_;
   std::uint64_t use_clock_ = 0;
+  std::int64_t evictions_ = 0;
 };
 
 }  // namespace kvchat::app::openai

@@ -102,12 +102,27 @@ bool SessionPool::forget(ConversationId conversation) {
 }
 
 std::vector<SessionPool::Evicted> SessionPool::enforce_budget(std::int64_t budget_bytes, ConversationId active) {
+  Session* session = find(active);
+  return enforce_budget(budget_bytes, {active}, session ? session->cache_bytes() : 0);
+}
+
+std::vector<SessionPool::Evicted> SessionPool::enforce_budget(std::int64_t budget_bytes,
+                                                              const std::vector<ConversationId>& in_use,
+                                                              std::int64_t in_use_bytes) {
   std::vector<Evicted> evicted;
-  std::int64_t total = total_bytes();
-  if (budget_bytes <= 0 || total <= budget_bytes) return evicted;
+  if (budget_bytes <= 0) return evicted;
+  auto used = [&](ConversationId conversation) {
+    return std::find(in_use.begin(), in_use.end(), conversation) != in_use.end();
+  };
+  std::int64_t total = in_use_bytes;
   std::vector<std::pair<std::uint64_t, ConversationId>> by_age;  // (last used, conversation)
-  for (const auto& [conversation, entry] : entries_)
-    if (conversation != active && entry.session->cache_bytes() > 0) by_age.emplace_back(entry.last_used, conversation);
+  for (const auto& [conversation, entry] : entries_) {
+    if (used(conversation)) continue;
+    const std::int64_t bytes = entry.session->cache_bytes();
+    total += bytes;
+    if (bytes > 0) by_age.emplace_back(entry.last_used, conversation);
+  }
+  if (total <= budget_bytes) return evicted;
   std::sort(by_age.begin(), by_age.end());
   for (const auto& [last_used, conversation] : by_age) {
     if (total <= budget_bytes) break;
@@ -120,7 +135,7 @@ std::vector<SessionPool::Evicted> SessionPool::enforce_budget(std::int64_t budge
     spdlog::info("cache budget {} bytes: evicted conversation {} ({} bytes)", budget_bytes, conversation, freed);
   }
   if (total > budget_bytes)
-    spdlog::warn("the active conversation's cache alone ({} bytes) exceeds the budget of {} bytes", total, budget_bytes);
+    spdlog::warn("the caches in use alone ({} bytes) exceed the budget of {} bytes", total, budget_bytes);
   return evicted;
 }
 

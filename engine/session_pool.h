@@ -12,7 +12,7 @@
 //
 // Ownership: the pool owns its sessions; a reference from acquire() is valid until that id is
 // forgotten or the pool is destroyed (eviction clears a session's cache, it does not destroy it).
-// Not thread-safe: one thread (the engine's) uses it.
+// Not thread-safe: one thread at a time uses it (the engine's; a server's under its own lock).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -71,6 +71,11 @@ class SessionPool {
   // Clears least recently used caches (never `active`'s) until the total is within `budget_bytes`
   // (0 = no budget). Returns what was evicted, oldest first.
   std::vector<Evicted> enforce_budget(std::int64_t budget_bytes, ConversationId active);
+  // For a caller that runs several sessions at once on other threads (a server): the `in_use` sessions
+  // are neither evicted nor read (another thread may be growing their caches); `in_use_bytes`, the
+  // caller's figure for them, counts toward the budget instead.
+  std::vector<Evicted> enforce_budget(std::int64_t budget_bytes, const std::vector<ConversationId>& in_use,
+                                      std::int64_t in_use_bytes);
 
   // Sessions holding a cache, most recently used first.
   std::vector<Resident> resident() const;
