@@ -1,14 +1,18 @@
 // kvchat-cli serve: the OpenAI-compatible HTTP API on one model (app/openai_server.h), until SIGINT/SIGTERM.
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 #include <thread>
 
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "app/openai_server.h"
+#include "app/settings.h"
 #include "engine/kv_snapshot.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -20,22 +24,53 @@ namespace {
 const char* kUsage =
     "usage: kvchat-cli serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
     "                        [--parallel N] [--max-queue N] [--cache-dir DIR] [--model-id NAME]\n"
-    "                        [--max-body-mib N] [--threads N]\n"
+    "                        [--max-body-mib N] [--memory-budget-mib N] [--threads N]\n"
     "Serves the OpenAI API: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream true: server-sent events). Requests name the model by its id: --model-id, default the\n"
     "model's folder or file name. --parallel requests generate at once (default 1), each on its own KV\n"
     "cache; up to --max-queue more wait (default 16), any beyond are answered 429. A request continues the\n"
     "idle cache sharing the longest prefix with its prompt, so a multi-turn client prefills only its new\n"
     "turn. --cache-dir: KV snapshots are written there after each request and restored by later ones\n"
-    "(and by the next run). --api-key: every endpoint but /health needs Authorization: Bearer KEY.\n"
+    "(and by the next run). --memory-budget-mib: the sessions' KV caches together (default as the desktop\n"
+    "app's: a quarter of the machine's memory); the least recently used idle ones are evicted beyond it\n"
+    "(with --cache-dir their snapshots are written first). GET /health reports the caches and the budget.\n"
+    "--api-key: every endpoint but /health needs Authorization: Bearer KEY.\n"
     "Binds 127.0.0.1 unless --host says otherwise. Prints `listening on http://HOST:PORT` on stderr.";
 
-std::atomic<app::openai::OpenAiServer*> g_server{nullptr};
+// SIGINT and SIGTERM stop the server from a thread of their own, not from the handler: stopping takes
+// locks that the interrupted thread may hold. The handler only writes the signal's number to a pipe
+// (async-signal-safe); the thread reads it and stops the server.
+int g_signal_pipe[2] = {-1, -1};
 
-void stop_on_signal(int) {
-  // httplib's stop() only shuts the listening socket down and sets a flag: safe enough from a handler.
-  if (app::openai::OpenAiServer* server = g_server.load()) server->stop();
+void forward_signal(int signal) {
+  const char byte = static_cast<char>(signal);
+  [[maybe_unused]] const ssize_t written = ::write(g_signal_pipe[1], &byte, 1);
 }
+
+class SignalStopper {
+ public:
+  ~SignalStopper() {
+    if (!thread_.joinable()) return;
+    const char wake = 0;  // 0 is no signal: it only ends the wait
+    [[maybe_unused]] const ssize_t written = ::write(g_signal_pipe[1], &wake, 1);
+    thread_.join();
+  }
+  void stop_on_signal(app::openai::OpenAiServer& server) {
+    if (::pipe(g_signal_pipe) != 0) throw std::runtime_error("cannot create the signal pipe");
+    thread_ = std::thread([&server] {
+      char byte = 0;
+      if (::read(g_signal_pipe[0], &byte, 1) == 1 && byte != 0) {
+        spdlog::info("signal {}: stopping", static_cast<int>(byte));
+        server.stop();
+      }
+    });
+    std::signal(SIGINT, forward_signal);
+    std::signal(SIGTERM, forward_signal);
+  }
+
+ private:
+  std::thread thread_;
+};
 
 std::string default_model_id(const std::string& path) {
   std::filesystem::path p(path);
@@ -51,7 +86,7 @@ int positive_option(const ArgParser& parser, const std::string& name, int fallba
 
 int run_serve(const std::vector<std::string>& args) {
   ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
-                    "max-body-mib", "threads"},
+                    "max-body-mib", "memory-budget-mib", "threads"},
                    {});
   parser.parse(args);
   const std::string model_path = parser.required("model");
@@ -64,6 +99,10 @@ int run_serve(const std::vector<std::string>& args) {
   options.max_queue = positive_option(parser, "max-queue", 16, 0);
   options.max_body_bytes = static_cast<std::size_t>(positive_option(parser, "max-body-mib", 8, 1)) << 20;
   options.model_id = parser.value_or("model-id", default_model_id(model_path));
+  constexpr std::int64_t kMiB = std::int64_t(1) << 20;
+  options.memory_budget_bytes = parser.value("memory-budget-mib")
+                                    ? std::int64_t(positive_option(parser, "memory-budget-mib", 0, 1)) * kMiB
+                                    : app::ChatSettings{}.effective_cache_budget_bytes();
   const int threads = threads_from_option(parser);
 
   spdlog::set_level(spdlog::level::info);
@@ -81,15 +120,13 @@ int run_serve(const std::vector<std::string>& args) {
 
   app::openai::OpenAiServer server(model, snapshots, options);
   server.bind();
-  g_server.store(&server);
-  std::signal(SIGINT, stop_on_signal);
-  std::signal(SIGTERM, stop_on_signal);
+  SignalStopper signals;  // destroyed before the server
+  signals.stop_on_signal(server);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-stream is a failed write, not the end of the server
-  std::fprintf(stderr, "listening on http://%s:%d (model id %s)\n", options.host.c_str(), server.bound_port(),
-               options.model_id.c_str());
+  std::fprintf(stderr, "listening on http://%s:%d (model id %s, KV cache budget %lld MiB)\n", options.host.c_str(),
+               server.bound_port(), options.model_id.c_str(), static_cast<long long>(options.memory_budget_bytes / kMiB));
   std::fflush(stderr);
   server.serve();
-  g_server.store(nullptr);
   spdlog::info("server stopped");
   return 0;
 }
