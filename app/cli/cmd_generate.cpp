@@ -5,6 +5,7 @@
 
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
+#include "engine/text/regular_file.h"
 #include "engine/llama_model.h"
 #include "engine/session.h"
 #include "engine/stats_json.h"
@@ -12,17 +13,51 @@
 namespace kvchat::cli {
 namespace {
 
+std::vector<ChatMessage> read_messages(const std::string& path) {
+  std::string contents, error;
+  if (!read_regular_file(path, contents, error)) throw UsageError("--messages " + path + ": " + error);
+  const nlohmann::json document = nlohmann::json::parse(contents, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) throw UsageError("--messages " + path + ": not valid JSON");
+  const nlohmann::json& list = document.is_object() && document.contains("messages") ? document["messages"] : document;
+  if (!list.is_array() || list.empty())
+    throw UsageError("--messages " + path + ": expected a non-empty list of {\"role\", \"content\"} messages");
+  std::vector<ChatMessage> messages;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& message = list[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string() ||
+        !message.contains("content") || !message["content"].is_string())
+      throw UsageError("--messages " + path + ": message " + std::to_string(i) +
+                       " must be an object with a string \"role\" and a string \"content\"");
+    messages.push_back(ChatMessage{message["role"], message["content"]});
+  }
+  return messages;
+}
+
+// The first request of a conversation, encoded as ChatTurnRunner encodes it: the template's text with
+// its control tokens parsed, the messages' contents never.
+std::vector<TokenId> encode_messages(const ModelSource& source, const std::vector<ChatMessage>& messages) {
+  const RenderedPrompt rendered = source.formatter.render_prompt(messages, /*add_generation_prompt=*/true);
+  if (rendered.uses_template)
+    return source.tokenizer->encode_chat(rendered.text, rendered.content_ranges, /*add_special_tokens=*/false);
+  return source.tokenizer->encode(rendered.text, /*add_special_tokens=*/true, /*parse_special=*/false);
+}
+
 const char* kUsage =
     "usage: kvchat-cli generate (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
-    "                           (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N]\n"
+    "                           (--prompt-ids 1,2,3 | --prompt TEXT | --messages FILE.json)\n"
+    "                           [--max-new-tokens N]\n"
     "                           [--kv-cache on|naive|off] [--temperature T] [--top-k K] [--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"
     "                           [--dtype f32|bf16] [--json]\n"
     "Greedy by default (temperature 0). --prompt needs the model's tokenizer (a directory's tokenizer.json\n"
-    "or a GGUF file's tokenizer metadata); it is encoded as plain text with BOS as the tokenizer says.";
+    "or a GGUF file's tokenizer metadata); it is encoded as plain text with BOS as the tokenizer says.\n"
+    "--messages: a JSON file holding a list of {\"role\", \"content\"} messages (or {\"messages\": [...]}),\n"
+    "rendered with the model's chat template and the generation prompt, and encoded as the chat and the\n"
+    "server encode a conversation's first request: the template's control tokens become their ids, the\n"
+    "messages' text never does. Without a template the contents are joined as plain text.";
 
 int run_generate(const std::vector<std::string>& args) {
-  ArgParser parser(with_model_options({"prompt-ids", "prompt", "max-new-tokens", "kv-cache", "temperature", "top-k",
+  ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "temperature", "top-k",
                                        "top-p", "min-p", "repeat-penalty", "seed"}),
                    {"json"});
   parser.parse(args);
@@ -32,17 +67,28 @@ int run_generate(const std::vector<std::string>& args) {
   if (config.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   config.cache_mode = cache_mode_from_option(parser.value_or("kv-cache", "on"));
   config.sampling = sampling_from_options(parser);
-  if (!parser.value("prompt-ids") && !parser.value("prompt")) throw UsageError("missing --prompt-ids or --prompt");
+  const int prompt_options = int(bool(parser.value("prompt-ids"))) + int(bool(parser.value("prompt"))) +
+                             int(bool(parser.value("messages")));
+  if (prompt_options == 0) throw UsageError("missing --prompt-ids, --prompt or --messages");
+  if (prompt_options > 1) throw UsageError("give one of --prompt-ids, --prompt and --messages");
+  std::vector<ChatMessage> messages;
+  if (auto path = parser.value("messages")) messages = read_messages(*path);
   ModelSource source = open_model_source(parser);
 
   std::vector<TokenId> prompt;
-  if (parser.value("prompt-ids") && parser.value("prompt")) throw UsageError("give --prompt-ids or --prompt, not both");
   if (auto ids = parser.value("prompt-ids")) {
     for (long long id : parse_int_list("prompt-ids", *ids)) {
       if (id < 0 || id >= source.model->config().vocab_size)
         throw UsageError("prompt id " + std::to_string(id) + " is outside the vocabulary (0.." +
                          std::to_string(source.model->config().vocab_size - 1) + ")");
       prompt.push_back(static_cast<TokenId>(id));
+    }
+  } else if (!messages.empty()) {
+    if (!source.tokenizer) throw UsageError("--messages needs a tokenizer: a model directory with tokenizer.json or a GGUF file with tokenizer metadata");
+    try {
+      prompt = encode_messages(source, messages);
+    } catch (const std::exception& error) {
+      throw UsageError(std::string("--messages: the model's chat template cannot render them: ") + error.what());
     }
   } else if (auto text = parser.value("prompt")) {
     if (!source.tokenizer) throw UsageError("--prompt needs a tokenizer: a model directory with tokenizer.json or a GGUF file with tokenizer metadata");
