@@ -18,7 +18,9 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     : QObject(parent),
       store_(std::make_unique<ConversationStore>(database_path)),
       settings_storage_(settings_storage),
-      settings_(ChatSettings::load(*settings_storage)) {
+      settings_(ChatSettings::load(*settings_storage)),
+      local_server_settings_(LocalServerSettings::load(*settings_storage)),
+      local_server_(new LocalServer(this)) {
   EngineWorker::register_meta_types();
   worker_ = new EngineWorker;
   worker_->moveToThread(&engine_thread_);
@@ -38,12 +40,14 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
       spdlog::info("model {} saved in the settings", info.directory.toStdString());
     }
     remember_model_path_.clear();
+    apply_local_server();  // on the new model
     Q_EMIT modelLoaded(info);
     Q_EMIT cacheGaugeChanged();
   });
   connect(worker_, &EngineWorker::loadFailed, this, [this](const QString& directory, const QString& message) {
     model_loading_ = false;
     remember_model_path_.clear();  // the previous model stays, and so does the setting
+    apply_local_server();           // back on the previous model, if there is one
     Q_EMIT modelLoadFailed(directory, message);
   });
   connect(worker_, &EngineWorker::cacheChanged, this, &ChatController::on_cache_changed);
@@ -63,6 +67,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
 }
 
 ChatController::~ChatController() {
+  local_server_->stop();
   if (active_) active_->stop->store(true);  // generate() returns within a token
   engine_thread_.quit();
   engine_thread_.wait();
@@ -87,9 +92,22 @@ void ChatController::applySettings(const ChatSettings& settings) {
   spdlog::info("settings saved (kv cache {}, temperature {}, context limit {})",
                settings_.kv_cache_enabled ? "on" : "off", settings_.temperature, settings_.context_limit);
   configure_snapshots();
+  apply_local_server();  // the budget may have changed
   Q_EMIT settingsChanged();
   Q_EMIT cacheGaugeChanged();
   if (resolve_model_path(settings_.model_path) != old_model || !model_loaded_) loadModel(QString());
+}
+
+void ChatController::applyLocalServerSettings(const LocalServerSettings& settings) {
+  local_server_settings_ = settings;
+  local_server_settings_.save(*settings_storage_);
+  apply_local_server();
+}
+
+void ChatController::apply_local_server() {
+  // No model while one loads: the server stops first, so it never runs on a model being replaced.
+  local_server_->apply(local_server_settings_, model_loading_ ? nullptr : model_info_.model,
+                       settings_.effective_cache_budget_bytes());
 }
 
 void ChatController::setFontPointSize(int points) {
@@ -103,6 +121,7 @@ void ChatController::loadModel(const QString& path, bool remember) {
   const QString resolved = path.isEmpty() ? resolve_model_path(settings_.model_path) : path;
   remember_model_path_ = remember ? resolved : QString();
   model_loading_ = true;
+  apply_local_server();  // stopped until the new model is loaded
   Q_EMIT modelLoading(resolved);
   const int threads = settings_.threads;
   QMetaObject::invokeMethod(worker_, [worker = worker_, resolved, threads] { worker->loadModel(resolved, threads); },

@@ -28,6 +28,7 @@
 #include "app/conversation_store.h"
 #include "app/engine_worker.h"
 #include "app/exporter.h"
+#include "app/local_server.h"
 #include "app/settings.h"
 #include "engine/types.h"
 
@@ -67,6 +68,11 @@ class ChatController : public QObject {
   const ChatSettings& settings() const { return settings_; }
   // Saves the settings; they apply from the next turn. A changed model path is loaded.
   void applySettings(const ChatSettings& settings);
+  // Settings -> "Serve the loaded model on localhost:PORT": saved, applied at once (the server starts,
+  // restarts or stops), and again on every model load, since the server runs on the loaded model.
+  const LocalServerSettings& localServerSettings() const { return local_server_settings_; }
+  void applyLocalServerSettings(const LocalServerSettings& settings);
+  LocalServer& localServer() const { return *local_server_; }
   // Saves only the chat's text size (a display choice: no reload, nothing for the next turn).
   void setFontPointSize(int points);
 
@@ -212,6 +218,9 @@ class ChatController : public QObject {
   std::unique_ptr<ConversationStore> store_;
   QSettings* settings_storage_;
   ChatSettings settings_;
+  LocalServerSettings local_server_settings_;
+  LocalServer* local_server_ = nullptr;  // a child: stopped before the engine thread ends
+  void apply_local_server();
 
   QThread engine_thread_;
   EngineWorker* worker_ = nullptr;  // lives on engine_thread_
