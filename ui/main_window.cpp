@@ -286,6 +286,18 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);
   connect(controller_, &ChatController::modelLoadFailed, this, &MainWindow::show_model_load_failed);
+  const kvchat::app::LocalServer* local_server = &controller_->localServer();
+  connect(local_server, &kvchat::app::LocalServer::servingChanged, this, [this](bool serving, const QString& url) {
+    serving_label_->setText(serving ? tr("Serving on %1").arg(url) : QString());
+    serving_label_->setToolTip(serving ? tr("The OpenAI API on the loaded model: base URL %1/v1").arg(url) : QString());
+    serving_label_->setVisible(serving);
+  });
+  connect(local_server, &kvchat::app::LocalServer::failed, this, [this](const QString& message) {
+    serving_label_->setText(tr("Not serving"));
+    serving_label_->setToolTip(message);
+    serving_label_->show();
+    chat_view_->showError(message);
+  });
   // Shown once, in the chat, where the reader is looking.
   connect(controller_, &ChatController::errorOccurred, this, [this](const QString& message) { chat_view_->showError(message); });
 }

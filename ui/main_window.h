@@ -65,7 +65,9 @@ class MainWindow : public QMainWindow {
   QLabel* replyStatsLabel() const;
   QLabel* cacheLabel() const;
   QLabel* modelLabel() const;
-  QLabel* noticeLabel() const;  // passing messages, above the input (errors are shown in the chat)
+  QLabel* noticeLabel() const;
+  // "Serving on http://127.0.0.1:PORT" while the local server runs, or why it could not start.
+  QLabel* servingLabel() const { return serving_label_; }  // passing messages, above the input (errors are shown in the chat)
   // Under the input: the typed message's tokens against the room left in the context, red when it won't fit.
   QLabel* tokenCounterLabel() const { return token_counter_; }
   QProgressBar* cacheBar() const { return cache_bar_; }
@@ -144,6 +146,7 @@ class MainWindow : public QMainWindow {
   ElidedLabel* reply_stats_label_ = nullptr;
   QProgressBar* cache_bar_ = nullptr;
   ElidedLabel* cache_label_ = nullptr;
+  QLabel* serving_label_ = nullptr;
 };
 
 }  // namespace kvchat::ui

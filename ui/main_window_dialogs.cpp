@@ -14,6 +14,7 @@
 #include <QStandardPaths>
 
 #include "ui/caches_dialog.h"
+#include "ui/local_server_group.h"
 #include "ui/settings_dialog.h"
 #include "ui/stats_format.h"
 
@@ -128,9 +129,12 @@ SettingsDialog* MainWindow::openSettingsDialog() {
   auto* dialog = new SettingsDialog(controller_->settings(), this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   if (controller_->isModelLoaded()) dialog->setModelContextLength(controller_->modelInfo().context_length);
-  connect(dialog, &QDialog::accepted, this, [this, dialog] {
+  auto* local_server = new LocalServerGroup(controller_->localServerSettings(), dialog);
+  dialog->addSection(local_server);
+  connect(dialog, &QDialog::accepted, this, [this, dialog, local_server] {
     const auto settings = dialog->settings();
     controller_->applySettings(settings);
+    controller_->applyLocalServerSettings(local_server->settings());
     show_notice(tr("Settings saved; they apply from the next reply."), 5000);
   });
   dialog->open();

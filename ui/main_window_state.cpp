@@ -55,6 +55,10 @@ void MainWindow::build_status_bar() {
   statusBar()->addPermanentWidget(reply_stats_label_);
   statusBar()->addPermanentWidget(cache_bar_);
   statusBar()->addPermanentWidget(cache_label_);
+  serving_label_ = new QLabel(this);
+  serving_label_->setObjectName("servingLabel");
+  serving_label_->hide();
+  statusBar()->addPermanentWidget(serving_label_);
 }
 
 void MainWindow::show_notice(const QString& text, int milliseconds) {

@@ -149,8 +149,12 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(form);
+  sections_ = new QVBoxLayout;
+  layout->addLayout(sections_);
   layout->addWidget(buttons);
 }
+
+void SettingsDialog::addSection(QWidget* section) { sections_->addWidget(section); }
 
 void SettingsDialog::setModelContextLength(int tokens) {
   if (tokens <= 0) return;

@@ -23,6 +23,8 @@ class SettingsDialog : public QDialog {
  public:
   explicit SettingsDialog(const kvchat::app::ChatSettings& settings, QWidget* parent = nullptr);
   kvchat::app::ChatSettings settings() const;
+  // A section of settings kept apart from the chat settings (its owner reads them back), above the buttons.
+  void addSection(QWidget* section);
   // The loaded model's own limit: the context limit cannot be set past it, and the dialog says so.
   void setModelContextLength(int tokens);
 
@@ -51,6 +53,7 @@ class SettingsDialog : public QDialog {
   QCheckBox* snapshots_ = nullptr;
   QSpinBox* snapshot_budget_mib_ = nullptr;
   QLineEdit* snapshot_directory_ = nullptr;
+  class QVBoxLayout* sections_ = nullptr;
 };
 
 }  // namespace kvchat::ui

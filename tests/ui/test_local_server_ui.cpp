@@ -1,0 +1,95 @@
+// The local server in the desktop app's window, offscreen over stories260K: the settings dialog's own
+// "Local server" section (off by default, port 8080, its label naming the port, its own settings group),
+// and the status bar's "Serving on http://127.0.0.1:PORT" while it runs, gone when it stops; a port
+// that cannot be bound says why.
+#include <QtTest>
+
+#include <QCheckBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSettings>
+#include <QSpinBox>
+#include <QTemporaryDir>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "app/local_server.h"
+#include "common/chat_fixture.h"
+#include "ui/local_server_group.h"
+#include "ui/main_window.h"
+
+using kvchat::app::LocalServerSettings;
+
+class LocalServerUiTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void section_edits_its_own_settings() {
+    kvchat::ui::LocalServerGroup group{LocalServerSettings{}};
+    auto* enabled = group.findChild<QCheckBox*>("serveCheck");
+    auto* port = group.findChild<QSpinBox*>("servePortSpin");
+    auto* key = group.findChild<QLineEdit*>("serveApiKeyEdit");
+    QVERIFY(enabled && port && key);
+    QVERIFY(!enabled->isChecked());
+    QCOMPARE(port->value(), 8080);
+    QCOMPARE(enabled->text(), QString("Serve the loaded model on localhost:8080"));
+    port->setValue(9091);
+    QCOMPARE(enabled->text(), QString("Serve the loaded model on localhost:9091"));
+    enabled->setChecked(true);
+    key->setText(" secret ");
+    const LocalServerSettings edited = group.settings();
+    QVERIFY(edited.enabled);
+    QCOMPARE(edited.port, 9091);
+    QCOMPARE(edited.api_key, QString("secret"));
+
+    QTemporaryDir dir;
+    QSettings ini(dir.filePath("kvchat.ini"), QSettings::IniFormat);
+    edited.save(ini);
+    QCOMPARE(ini.value("local_server/port").toInt(), 9091);
+    QCOMPARE(ini.value("local_server/enabled").toBool(), true);
+    QVERIFY(LocalServerSettings::load(ini) == edited);
+    ini.setValue("local_server/port", "eighty");
+    QCOMPARE(LocalServerSettings::load(ini).port, 8080);  // a bad value keeps the default
+  }
+
+  void status_bar_shows_the_server() {
+    kvchat::test::ChatFixture fixture;
+    QVERIFY(fixture.open(kvchat::test::greedy_chat_settings()));
+    kvchat::ui::MainWindow window(fixture.controller());
+    window.show();
+    QLabel* label = window.servingLabel();
+    QVERIFY(label && label->isHidden());
+    LocalServerSettings serve;
+    serve.enabled = true;
+    serve.port = 0;
+    fixture.controller()->applyLocalServerSettings(serve);
+    const int port = fixture.controller()->localServer().port();
+    QCOMPARE(label->text(), QString("Serving on http://127.0.0.1:%1").arg(port));
+    QVERIFY(label->isVisible());
+    serve.enabled = false;
+    fixture.controller()->applyLocalServerSettings(serve);
+    QVERIFY(label->isHidden());
+
+    // A port already taken: the reason is shown.
+    const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    QCOMPARE(::bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    QCOMPARE(::listen(taken, 1), 0);
+    serve.enabled = true;
+    serve.port = port;
+    fixture.controller()->applyLocalServerSettings(serve);
+    ::close(taken);
+    QCOMPARE(label->text(), QString("Not serving"));
+    QVERIFY2(label->toolTip().contains(QString("localhost:%1").arg(port)), qPrintable(label->toolTip()));
+    QVERIFY(!fixture.controller()->localServer().isServing());
+  }
+};
+
+QTEST_MAIN(LocalServerUiTest)
+#include "test_local_server_ui.moc"
