@@ -1,10 +1,14 @@
 // kvchat-cli generate end to end: text prompts through the stories260K tokenizer and model reproduce
 // llama2.c's run.c continuations; random-weight models of real shapes; clear errors on bad input.
 #include <QtTest>
+
+#include <QDir>
+#include <QFile>
 #include <nlohmann/json.hpp>
 
 #include "common/cli_runner.h"
 #include "common/json_fixture.h"
+#include "common/model_folder_copy.h"
 
 using kvchat::test::load_json;
 using kvchat::test::run_cli;
@@ -100,7 +104,16 @@ void CliGenerateTest::bad_input_gives_one_clear_line() {
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--kv-cache", "fast"}, 2,
                "unknown kv cache mode 'fast'");
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1,x"}, 2, "comma-separated integers");
-  expect_error({"generate", "--model", shared("models/stories260K")}, 2, "missing --prompt-ids or --prompt");
+  expect_error({"generate", "--model", shared("models/stories260K")}, 2, "missing --prompt-ids, --prompt or --messages");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt", "a", "--prompt-ids", "1"}, 2,
+               "give one of --prompt-ids, --prompt and --messages");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--messages", "/nonexistent/m.json"}, 2,
+               "--messages /nonexistent/m.json: ");
+  const QString not_messages = QDir::temp().filePath("kvchat-generate-not-messages.json");
+  kvchat::test::write_file_bytes(not_messages.toStdString(), R"([{"role": "user"}])");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--messages", not_messages}, 2,
+               "message 0 must be an object with a string \"role\" and a string \"content\"");
+  QFile::remove(not_messages);
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--dtype", "q4"}, 2,
                "unknown weight dtype 'q4'");
   expect_error({"generate", "--random-weights", shared("fixtures/configs/missing.json"), "--prompt-ids", "1"}, 1,
