@@ -281,7 +281,10 @@ void MainWindow::connect_controller() {
     refresh_cache_gauge();
     refresh_conversations();  // the list's tooltips say which chats hold a cache
   });
-  connect(controller_, &ChatController::settingsChanged, this, &MainWindow::refresh_cache_gauge);
+  connect(controller_, &ChatController::settingsChanged, this, [this] {
+    refresh_cache_gauge();
+    refresh_buttons();  // a server set (or cleared) changes whether a message can be sent
+  });
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
   connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);

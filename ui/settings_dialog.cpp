@@ -16,6 +16,7 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include "app/remote_client.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {
@@ -45,6 +46,7 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   setObjectName("settingsDialog");
   setWindowTitle(tr("Settings"));
   auto* form = new QFormLayout;
+  add_backend_rows(form, settings);
 
   kv_cache_ = new QCheckBox(tr("Keep a KV cache per conversation (off: recompute every token)"), this);
   kv_cache_->setObjectName("kvCacheCheck");
@@ -152,6 +154,57 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   layout->addWidget(buttons);
 }
 
+void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::ChatSettings& settings) {
+  backend_ = new QComboBox(this);
+  backend_->setObjectName("backendCombo");
+  backend_->addItem(tr("This computer"), QStringLiteral("local"));
+  backend_->addItem(tr("OpenAI-compatible server"), QStringLiteral("remote"));
+  backend_->setCurrentIndex(settings.backend == kvchat::app::BackendKind::Remote ? 1 : 0);
+  form->addRow(tr("Backend"), backend_);
+  remote_url_ = new QLineEdit(settings.remote_base_url, this);
+  remote_url_->setObjectName("remoteUrlEdit");
+  remote_url_->setPlaceholderText(tr("http://localhost:8000/v1 (vLLM), :8080/v1 (llama-server), :11434/v1 (Ollama)"));
+  form->addRow(tr("Server base URL"), remote_url_);
+  remote_key_ = new QLineEdit(settings.remote_api_key, this);
+  remote_key_->setObjectName("remoteApiKeyEdit");
+  remote_key_->setEchoMode(QLineEdit::Password);
+  remote_key_->setPlaceholderText(tr("none"));
+  remote_key_->setToolTip(tr("Kept in a file of its own next to the settings (readable only by you), never in the chats"));
+  form->addRow(tr("API key"), remote_key_);
+  auto* model_row = new QHBoxLayout;
+  remote_model_ = new QComboBox(this);
+  remote_model_->setObjectName("remoteModelCombo");
+  remote_model_->setEditable(true);
+  remote_model_->setCurrentText(settings.remote_model);
+  remote_model_->lineEdit()->setPlaceholderText(tr("the server's first model"));
+  auto* fetch = new QPushButton(tr("Fetch models"), this);
+  fetch->setObjectName("fetchModelsButton");
+  connect(fetch, &QPushButton::clicked, this, &SettingsDialog::fetchRemoteModels);
+  model_row->addWidget(remote_model_, 1);
+  model_row->addWidget(fetch);
+  form->addRow(tr("Server model"), model_row);
+  remote_status_ = new QLabel(this);
+  remote_status_->setObjectName("remoteStatusLabel");
+  remote_status_->setWordWrap(true);
+  form->addRow(QString(), remote_status_);
+}
+
+int SettingsDialog::fetchRemoteModels() {
+  const kvchat::app::RemoteEndpoint endpoint{remote_url_->text().trimmed().toStdString(), remote_key_->text().toStdString(), ""};
+  try {
+    const std::vector<std::string> models = kvchat::app::list_remote_models(endpoint);
+    const QString chosen = remote_model_->currentText();
+    remote_model_->clear();
+    for (const std::string& model : models) remote_model_->addItem(QString::fromStdString(model));
+    remote_model_->setCurrentText(chosen.isEmpty() && !models.empty() ? QString::fromStdString(models.front()) : chosen);
+    remote_status_->setText(tr("%n model(s) on the server", nullptr, static_cast<int>(models.size())));
+    return static_cast<int>(models.size());
+  } catch (const std::exception& error) {
+    remote_status_->setText(QString::fromUtf8(error.what()));
+    return 0;
+  }
+}
+
 void SettingsDialog::setModelContextLength(int tokens) {
   if (tokens <= 0) return;
   const int wanted = original_.context_limit;
@@ -168,6 +221,11 @@ void SettingsDialog::setModelContextLength(int tokens) {
 
 kvchat::app::ChatSettings SettingsDialog::settings() const {
   kvchat::app::ChatSettings settings = original_;
+  settings.backend = backend_->currentData().toString() == QLatin1String("remote") ? kvchat::app::BackendKind::Remote
+                                                                                  : kvchat::app::BackendKind::Local;
+  settings.remote_base_url = remote_url_->text().trimmed();
+  settings.remote_api_key = remote_key_->text();
+  settings.remote_model = remote_model_->currentText().trimmed();
   settings.kv_cache_enabled = kv_cache_->isChecked();
   settings.temperature = temperature_->value();
   settings.top_k = top_k_->value();

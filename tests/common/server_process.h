@@ -39,6 +39,11 @@ class ServerProcess {
     log();
     return process_.exitStatus() == QProcess::NormalExit && process_.exitCode() == 0;
   }
+  // SIGKILL, as a crash or a pulled plug would end it: no response finished, no connection closed cleanly.
+  void kill() {
+    process_.kill();
+    process_.waitForFinished(30000);
+  }
   int port() const { return port_; }
   bool running() const { return process_.state() == QProcess::Running; }
 
