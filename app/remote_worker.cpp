@@ -32,8 +32,10 @@ void RemoteWorker::runTurn(const TurnRequest& request, const RemoteEndpoint& end
   qint64 first_chunk_ms = -1;
   auto on_chunk = [&](std::string_view chunk, int chunks_received) {
     batch += QString::fromUtf8(chunk.data(), static_cast<qsizetype>(chunk.size()));
-    if (first_chunk_ms < 0) first_chunk_ms = since_start.elapsed();
-    if (since_batch.elapsed() < kTextBatchMs) return;
+    // The first text goes out at once (the reply visibly starts at the server's first token), later text batched.
+    const bool first = first_chunk_ms < 0;
+    if (first) first_chunk_ms = since_start.elapsed();
+    if (!first && since_batch.elapsed() < kTextBatchMs) return;
     Q_EMIT textReady(turn_id, batch);
     batch.clear();
     since_batch.restart();

@@ -14,6 +14,7 @@
 #include "app/conversation_store.h"
 #include "app/remote_worker.h"
 #include "common/chat_fixture.h"
+#include "common/cutting_proxy.h"
 #include "common/raw_sqlite.h"
 #include "common/server_process.h"
 
@@ -139,16 +140,22 @@ class TestRemoteBackend : public QObject {
   void server_killed_mid_reply_keeps_the_partial_text() {
     ServerProcess doomed;
     QVERIFY2(doomed.start(serve_arguments()), doomed.log().c_str());
+    // The client talks to the server through a relay that kills it (SIGKILL, from the relay's thread) as
+    // soon as the first text has been passed on: the reply is cut at a known point.
+    const qint64 doomed_pid = doomed.pid();
+    kvchat::test::CuttingProxy relay;
+    QVERIFY(relay.start(doomed.port(), [doomed_pid] { ::kill(static_cast<pid_t>(doomed_pid), SIGKILL); }));
     ChatFixture fixture;
-    // The model's whole window: long enough that the kill lands while the reply is still being written.
-    QVERIFY(fixture.open(remote_settings(doomed, 100000)));
+    ChatSettings settings = remote_settings(doomed, 100000);  // the model's whole window
+    settings.remote_base_url = QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port());
+    settings.remote_model = QString::fromStdString(model_id_);
+    QVERIFY(fixture.open(settings));
     ChatController* controller = fixture.controller();
-    connect(controller, &ChatController::replyTextAppended, this, [&](qint64, qint64, const QString&) {
-      if (doomed.running()) doomed.kill();
-    });
     QSignalSpy failed(controller, &ChatController::replyFailed);
     QVERIFY(controller->send(QStringLiteral("Once upon a time")));
     QVERIFY(fixture.waitIdle());
+    QVERIFY(relay.cut());
+    QVERIFY(QTest::qWaitFor([&] { return !doomed.running(); }, 30000));
     QCOMPARE(failed.count(), 1);
     const MessageRecord partial = last_message(controller);
     QVERIFY(!partial.text.isEmpty());
@@ -170,6 +177,7 @@ class TestRemoteBackend : public QObject {
     QVERIFY2(!kvchat::app::is_failed_reply(again), qPrintable(kvchat::app::reply_error(again)));
     QVERIFY(!again.text.isEmpty());
     QCOMPARE(again.backend, base_url(restarted));
+    QCOMPARE(controller->currentMessages().size(), 3);  // the user message, the interrupted reply, the new one
   }
 
   void version_one_database_is_migrated() {

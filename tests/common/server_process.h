@@ -6,6 +6,8 @@
 #include <QStringList>
 #include <QThread>
 
+#include <csignal>
+
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -45,6 +47,7 @@ class ServerProcess {
     process_.waitForFinished(30000);
   }
   int port() const { return port_; }
+  qint64 pid() const { return process_.processId(); }
   bool running() const { return process_.state() == QProcess::Running; }
 
   // Everything the server wrote on stderr so far.
