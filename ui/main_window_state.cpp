@@ -79,12 +79,23 @@ void MainWindow::show_model_loading(const QString& path) {
 
 void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
   load_busy_->hide();
-  model_label_->setFullText(format_model_summary(info));
-  model_label_->setToolTip(format_model_details(info));
   setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
+  refresh_model_label();
   refresh_buttons();
   refresh_cache_gauge();
   refresh_placeholder();
+}
+
+void MainWindow::refresh_model_label() {
+  const kvchat::app::ChatSettings& settings = controller_->settings();
+  if (controller_->usesRemoteBackend()) {
+    const QString model = settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model;
+    model_label_->setFullText(tr("%1 on %2").arg(model, settings.remote_base_url));
+    model_label_->setToolTip(tr("Replies come from the OpenAI-compatible server at %1").arg(settings.remote_base_url));
+  } else if (controller_->isModelLoaded()) {
+    model_label_->setFullText(format_model_summary(controller_->modelInfo()));
+    model_label_->setToolTip(format_model_details(controller_->modelInfo()));
+  }
 }
 
 void MainWindow::show_model_load_failed(const QString& path, const QString& message) {
