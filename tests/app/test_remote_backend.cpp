@@ -180,6 +180,34 @@ class TestRemoteBackend : public QObject {
     QCOMPARE(controller->currentMessages().size(), 3);  // the user message, the interrupted reply, the new one
   }
 
+  void stop_closes_the_connection() {
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(server_, 100000);
+    // Stop is pressed (on the GUI thread, waited for) once the first text has been passed on; the rest of
+    // the stream follows only then, so the client sees its stop flag with most of the reply still to come.
+    ChatController* controller = nullptr;
+    kvchat::test::CuttingProxy relay;
+    QVERIFY(relay.start(
+        server_.port(),
+        [&controller] { QMetaObject::invokeMethod(controller, &ChatController::stop, Qt::BlockingQueuedConnection); },
+        /*keep_relaying=*/true));
+    settings.remote_base_url = QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port());
+    settings.remote_model = QString::fromStdString(model_id_);
+    QVERIFY(fixture.open(settings));
+    controller = fixture.controller();
+    QVERIFY(controller->send(QStringLiteral("Once upon a time")));
+    QVERIFY(fixture.waitIdle());
+    QVERIFY(relay.cut());
+    const MessageRecord stopped = last_message(controller);
+    QVERIFY2(!kvchat::app::is_failed_reply(stopped), qPrintable(kvchat::app::reply_error(stopped)));
+    QCOMPARE(stopped.stats.value("stop_reason").toString(), QStringLiteral("stopped"));
+    const std::string whole =
+        whole_answer({{{"role", "user"}, {"content", "Once upon a time"}}}, 100000)["choices"][0]["message"]["content"];
+    QVERIFY(!stopped.text.isEmpty());
+    QVERIFY2(stopped.text.size() < QString::fromStdString(whole).size(), qPrintable(stopped.text));
+    QVERIFY(QString::fromStdString(whole).startsWith(stopped.text));
+  }
+
   void version_one_database_is_migrated() {
     QTemporaryDir dir;
     const QString path = dir.filePath("old.sqlite3");

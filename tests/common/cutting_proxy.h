@@ -1,7 +1,8 @@
 #pragma once
 // A TCP relay between a client and a `kvchat-cli serve`, for killing the server mid-reply at a known
 // point: it passes bytes both ways until the first server-sent event carrying reply text has gone to the
-// client, then runs `on_first_text` (the test kills the server there) and drops both connections. On
+// client, then runs `on_first_text` (the test kills the server, or presses Stop, there) and drops both
+// connections (unless asked to keep relaying). On
 // stories260K a whole reply takes tens of milliseconds, so killing on the client's side of a direct
 // connection would often come after the reply had already ended.
 #include <arpa/inet.h>
@@ -19,9 +20,11 @@ namespace kvchat::test {
 
 class CuttingProxy {
  public:
-  // Listens on 127.0.0.1 (a free port) and relays one connection at a time to `target_port`.
-  bool start(int target_port, std::function<void()> on_first_text) {
+  // Listens on 127.0.0.1 (a free port) and relays one connection at a time to `target_port`. With
+  // keep_relaying, the rest of the stream follows once on_first_text has returned, and nothing is dropped.
+  bool start(int target_port, std::function<void()> on_first_text, bool keep_relaying = false) {
     target_port_ = target_port;
+    keep_relaying_ = keep_relaying;
     on_first_text_ = std::move(on_first_text);
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
@@ -88,8 +91,11 @@ class CuttingProxy {
         if (end != std::string::npos) {
           cut_ = true;
           on_first_text_();
-          ::shutdown(client, SHUT_RDWR);
-          return;
+          if (!keep_relaying_) {
+            ::shutdown(client, SHUT_RDWR);
+            return;
+          }
+          if (::write(to, buffer + forward, static_cast<size_t>(n - forward)) != n - forward) return;
         }
       }
     }
@@ -110,6 +116,7 @@ class CuttingProxy {
   int port_ = 0;
   int target_port_ = 0;
   std::function<void()> on_first_text_;
+  bool keep_relaying_ = false;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> cut_{false};
   std::thread thread_;
