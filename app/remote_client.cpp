@@ -4,6 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -225,6 +228,37 @@ void fill_client_figures(RemoteReply& reply, const StreamParser& parser, Clock::
     stats.decode_tokens_per_second = (stats.generated_tokens - 1) * 1000.0 / stats.decode_ms;
 }
 
+// client.send(), and Stop honoured while no data flows too (a server still reading a long prompt): a watcher
+// closes the socket (httplib's Client::stop, made for another thread) once the flag is set.
+httplib::Result send_stoppable(httplib::Client& client, const httplib::Request& request, const std::atomic<bool>* stop,
+                               bool& stopped) {
+  if (!stop) return client.send(request);
+  std::mutex mutex;
+  std::condition_variable done_changed;
+  bool done = false;
+  std::atomic<bool> closed_by_watcher{false};
+  std::thread watcher([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!done) {
+      if (stop->load()) {
+        closed_by_watcher = true;
+        client.stop();
+        return;
+      }
+      done_changed.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  });
+  httplib::Result result = client.send(request);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+  }
+  done_changed.notify_all();
+  watcher.join();
+  if (closed_by_watcher) stopped = true;
+  return result;
+}
+
 }  // namespace
 
 RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
@@ -268,7 +302,7 @@ RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector
     return !stopped;
   };
   spdlog::info("remote turn: {} messages to {} (model {})", messages.size(), endpoint.base_url, model);
-  const httplib::Result result = client.send(request);
+  const httplib::Result result = send_stoppable(client, request, stop, stopped);
   if (!result && status == 0 && !stopped)
     throw RemoteError("cannot reach " + endpoint.base_url + ": " + transport_failure(result.error()));
   if (status != 200 && status != 0) throw_status(endpoint.base_url, status, error_body, model);

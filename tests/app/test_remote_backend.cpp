@@ -208,6 +208,31 @@ class TestRemoteBackend : public QObject {
     QVERIFY(QString::fromStdString(whole).startsWith(stopped.text));
   }
 
+  void stop_before_the_first_token_closes_the_connection() {
+    // A "server" that takes the connection and never answers, as one still reading a long prompt would.
+    const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    QVERIFY(::bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    QVERIFY(::listen(silent, 4) == 0);
+    QVERIFY(::getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(server_);
+    settings.remote_base_url = QStringLiteral("http://127.0.0.1:%1/v1").arg(ntohs(address.sin_port));
+    settings.remote_model = QStringLiteral("any");
+    QVERIFY(fixture.open(settings));
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hello")));
+    fixture.controller()->stop();
+    QVERIFY(fixture.waitIdle());
+    ::close(silent);
+    const MessageRecord reply = last_message(fixture.controller());
+    QVERIFY2(!kvchat::app::is_failed_reply(reply), qPrintable(kvchat::app::reply_error(reply)));
+    QCOMPARE(reply.stats.value("stop_reason").toString(), QStringLiteral("stopped"));
+    QCOMPARE(reply.text, QString());
+  }
+
   void version_one_database_is_migrated() {
     QTemporaryDir dir;
     const QString path = dir.filePath("old.sqlite3");
