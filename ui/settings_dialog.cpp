@@ -14,7 +14,10 @@
 #include <QPushButton>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
+#include <QThread>
 #include <QVBoxLayout>
+
+#include <memory>
 
 #include "app/remote_client.h"
 #include "ui/stats_format.h"
@@ -189,20 +192,38 @@ void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::Chat
   form->addRow(QString(), remote_status_);
 }
 
-int SettingsDialog::fetchRemoteModels() {
+void SettingsDialog::fetchRemoteModels() {
   const kvchat::app::RemoteEndpoint endpoint{remote_url_->text().trimmed().toStdString(), remote_key_->text().toStdString(), ""};
-  try {
-    const std::vector<std::string> models = kvchat::app::list_remote_models(endpoint);
+  struct Answer {
+    std::vector<std::string> models;
+    QString error;
+  };
+  auto answer = std::make_shared<Answer>();
+  QThread* thread = QThread::create([endpoint, answer] {
+    try {
+      answer->models = kvchat::app::list_remote_models(endpoint);
+    } catch (const std::exception& error) {
+      answer->error = QString::fromUtf8(error.what());
+    }
+  });
+  remote_status_->setText(tr("Asking %1\u2026").arg(QString::fromStdString(endpoint.base_url)));
+  // Delivered on this (the GUI) thread; a dialog closed meanwhile simply gets nothing.
+  connect(thread, &QThread::finished, this, [this, answer] {
+    if (!answer->error.isEmpty()) {
+      remote_status_->setText(answer->error);
+      Q_EMIT modelsFetched(0);
+      return;
+    }
     const QString chosen = remote_model_->currentText();
     remote_model_->clear();
-    for (const std::string& model : models) remote_model_->addItem(QString::fromStdString(model));
-    remote_model_->setCurrentText(chosen.isEmpty() && !models.empty() ? QString::fromStdString(models.front()) : chosen);
-    remote_status_->setText(tr("%n model(s) on the server", nullptr, static_cast<int>(models.size())));
-    return static_cast<int>(models.size());
-  } catch (const std::exception& error) {
-    remote_status_->setText(QString::fromUtf8(error.what()));
-    return 0;
-  }
+    for (const std::string& model : answer->models) remote_model_->addItem(QString::fromStdString(model));
+    remote_model_->setCurrentText(chosen.isEmpty() && !answer->models.empty() ? QString::fromStdString(answer->models.front())
+                                                                              : chosen);
+    remote_status_->setText(tr("%n model(s) on the server", nullptr, static_cast<int>(answer->models.size())));
+    Q_EMIT modelsFetched(static_cast<int>(answer->models.size()));
+  });
+  connect(thread, &QThread::finished, thread, &QObject::deleteLater);
+  thread->start();
 }
 
 void SettingsDialog::setModelContextLength(int tokens) {

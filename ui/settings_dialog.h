@@ -32,9 +32,13 @@ class SettingsDialog : public QDialog {
   QFileDialog* browseModelFile();
   QFileDialog* browseModelDirectory();
 
-  // Fills the remote model list from the server's /v1/models (the "Fetch models" button); the status line
-  // says how many, or why not. Returns the number of models (0 on failure).
-  int fetchRemoteModels();
+  // Asks the server for its /v1/models on a thread of its own (the "Fetch models" button), so a slow or
+  // unreachable server never freezes the window; then fills the model list, and the status line says how
+  // many or why not, and modelsFetched(count) follows (0 on failure).
+  void fetchRemoteModels();
+
+ Q_SIGNALS:
+  void modelsFetched(int count);
 
  private:
   void add_backend_rows(QFormLayout* form, const kvchat::app::ChatSettings& settings);

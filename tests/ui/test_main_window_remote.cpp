@@ -1,6 +1,7 @@
 // The main window with the remote backend, offscreen: Settings > Backend switched to a `kvchat-cli serve`
 // started here (the model picked from its /v1/models), one turn typed and sent, the reply shown with the
 // server's figures under it and the gauge saying the cache lives on the server. A wrong key shows the 401.
+#include <QSignalSpy>
 #include <QtTest>
 
 #include <QComboBox>
@@ -41,7 +42,9 @@ class MainWindowRemoteTest : public QObject {
     dialog->findChild<QLineEdit*>("remoteApiKeyEdit")->setText(key);
     auto* models = dialog->findChild<QComboBox*>("remoteModelCombo");
     models->setCurrentText(QString());
+    QSignalSpy fetched(dialog, &kvchat::ui::SettingsDialog::modelsFetched);
     dialog->findChild<QPushButton*>("fetchModelsButton")->click();
+    QVERIFY(fetched.wait(30000));
     if (key == QLatin1String(kApiKey)) {
       QCOMPARE(models->count(), 1);
       QCOMPARE(models->currentText(), QStringLiteral("stories260K"));
