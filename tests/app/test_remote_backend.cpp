@@ -107,6 +107,18 @@ class TestRemoteBackend : public QObject {
     QVERIFY2(!kvchat::app::is_failed_reply(second), qPrintable(kvchat::app::reply_error(second)));
     QVERIFY2(second.stats.value("cached_tokens").toInt() > 0, QJsonDocument(second.stats).toJson().constData());
     QCOMPARE(controller->cacheGauge().reused_tokens, second.stats.value("cached_tokens").toInt());
+
+    // Exports say which server answered, and that its cache is its own.
+    QTemporaryDir out;
+    controller->exportConversation(controller->currentConversationId(), out.filePath("chat.md"),
+                                   kvchat::app::ExportFormat::Markdown);
+    QFile exported(out.filePath("chat.md"));
+    QVERIFY(exported.open(QIODevice::ReadOnly));
+    const QString markdown = QString::fromUtf8(exported.readAll());
+    QVERIFY2(markdown.contains(QStringLiteral("%1 on %2 · ").arg(QString::fromStdString(model_id_), base_url(server_))),
+             qPrintable(markdown));
+    QVERIFY2(markdown.contains(QStringLiteral("cache on the server, %1 tokens cached").arg(second.stats.value("cached_tokens").toInt())),
+             qPrintable(markdown));
   }
 
   void wrong_key_shows_the_401_message() {
