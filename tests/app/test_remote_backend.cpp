@@ -91,6 +91,15 @@ class TestRemoteBackend : public QObject {
     QVERIFY(!first.text.isEmpty());
     QCOMPARE(first.text.toStdString(), expected["choices"][0]["message"]["content"].get<std::string>());
     QCOMPARE(streamed, first.text);
+    {
+      // The same greedy turn on this computer's engine gives the same text.
+      ChatFixture local;
+      QVERIFY(local.open(kvchat::test::greedy_chat_settings(40)));
+      QVERIFY(local.controller()->send(QStringLiteral("Once upon a time")));
+      QVERIFY(local.waitIdle());
+      QCOMPARE(last_message(local.controller()).text, first.text);
+      QCOMPARE(last_message(local.controller()).backend, QStringLiteral("local"));
+    }
     QCOMPARE(first.backend, base_url(server_));
     QCOMPARE(first.model.toStdString(), model_id_);
     QVERIFY2(!kvchat::app::is_failed_reply(first), qPrintable(kvchat::app::reply_error(first)));
