@@ -10,6 +10,7 @@
 #include "app/chat_history.h"
 #include "app/conversation_store.h"
 #include "common/cli_runner.h"
+#include "common/cutting_proxy.h"
 #include "common/server_process.h"
 #include "common/test_paths.h"
 
@@ -90,6 +91,30 @@ class CliChatRemoteTest : public QObject {
     QVERIFY2(down.err.find("cannot reach http://127.0.0.1:1/v1: connection refused") != std::string::npos,
              down.err.c_str());
     QCOMPARE(ConversationStore(db, StoreOpenMode::ReadOnly).conversations().size(), 0);
+  }
+
+  void a_server_killed_mid_reply_leaves_the_partial_text() {
+    kvchat::test::ServerProcess doomed;
+    QVERIFY2(doomed.start({"--model", QString::fromStdString(kvchat::test::shared_path("models/stories260K")),
+                           "--threads", "1"}),
+             doomed.log().c_str());
+    const qint64 doomed_pid = doomed.pid();
+    kvchat::test::CuttingProxy relay;
+    QVERIFY(relay.start(doomed.port(), [doomed_pid] { ::kill(static_cast<pid_t>(doomed_pid), SIGKILL); }));
+    const QString db = dir_.filePath("killed.sqlite3");
+    const CliResult cut = run_cli({"chat", "--backend", QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port()),
+                                   "--remote-model", "stories260K", "--db", db, "--message", "Once upon a time",
+                                   "--max-new-tokens", "100000"});
+    QCOMPARE(cut.exit_code, 1);
+    QVERIFY(relay.cut());
+    QVERIFY2(cut.err.find("broke off mid-reply") != std::string::npos, cut.err.c_str());
+    QVERIFY(cut.out.size() > 1);
+    ConversationStore store(db, StoreOpenMode::ReadOnly);
+    const auto messages = store.messages(store.conversations().first().id);
+    QCOMPARE(messages.size(), 2);
+    QCOMPARE(messages[1].text.toStdString() + "\n", cut.out);  // what was printed is what was kept
+    QCOMPARE(messages[1].stats.value("interrupted").toBool(), true);
+    QVERIFY(kvchat::app::is_failed_reply(messages[1]));
   }
 
   void usage_errors() {
