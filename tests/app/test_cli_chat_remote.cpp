@@ -91,6 +91,18 @@ class CliChatRemoteTest : public QObject {
     QVERIFY2(down.err.find("cannot reach http://127.0.0.1:1/v1: connection refused") != std::string::npos,
              down.err.c_str());
     QCOMPARE(ConversationStore(db, StoreOpenMode::ReadOnly).conversations().size(), 0);
+
+    // A model the server does not have: its 404 message, and the turn stored as a failed one.
+    const CliResult unknown = run_cli({"chat", "--backend", base_url(), "--api-key", kApiKey, "--remote-model",
+                                       "no-such-model", "--db", db, "--message", "Hi"});
+    QCOMPARE(unknown.exit_code, 1);
+    QVERIFY2(unknown.err.find("answered 404 for model 'no-such-model': the model 'no-such-model' does not exist") !=
+                 std::string::npos,
+             unknown.err.c_str());
+    ConversationStore store(db, StoreOpenMode::ReadOnly);
+    const auto messages = store.messages(store.conversations().first().id);
+    QCOMPARE(messages.size(), 2);
+    QVERIFY(kvchat::app::is_failed_reply(messages[1]));
   }
 
   void a_server_killed_mid_reply_leaves_the_partial_text() {
