@@ -57,8 +57,12 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
           });
   connect(worker_, &EngineWorker::cacheEvicted, this, &ChatController::on_cache_evicted);
   connect(worker_, &EngineWorker::snapshotWritten, this, &ChatController::on_snapshot_written);
+  remote_worker_ = new RemoteWorker;
+  remote_worker_->moveToThread(&remote_thread_);
+  remote_thread_.setObjectName("remote");
   set_up_turns();
   engine_thread_.start();
+  remote_thread_.start();
   snapshot_key_prefix_ = snapshot_key_prefix(database_path);  // conversation ids are per database
   configure_snapshots();
 
@@ -70,8 +74,11 @@ ChatController::~ChatController() {
   local_server_->stop();
   if (active_) active_->stop->store(true);  // generate() returns within a token
   engine_thread_.quit();
+  remote_thread_.quit();
   engine_thread_.wait();
+  remote_thread_.wait();  // a remote turn sees its stop flag at the next chunk and closes the connection
   delete worker_;
+  delete remote_worker_;
   // The stopped turn's last chunks and its finished() are still queued here: deliver them, so the reply is
   // saved complete with its stats rather than left as an interrupted one.
   QCoreApplication::sendPostedEvents(this, QEvent::MetaCall);
@@ -128,8 +135,13 @@ void ChatController::loadModel(const QString& path, bool remember) {
                             Qt::QueuedConnection);
 }
 
+bool ChatController::isBackendReady() const {
+  return usesRemoteBackend() ? !settings_.remote_base_url.trimmed().isEmpty() : model_loaded_;
+}
+
 CacheGauge ChatController::cacheGauge() const {
   CacheGauge gauge;
+  gauge.on_server = usesRemoteBackend();
   gauge.cache_enabled = settings_.kv_cache_enabled;
   const int model_limit = model_info_.context_length;
   gauge.context_limit = (settings_.context_limit <= 0 || (model_limit > 0 && settings_.context_limit > model_limit))
@@ -154,7 +166,8 @@ CacheGauge ChatController::cacheGauge() const {
 }
 
 std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const QString& draft) const {
-  if (!model_loaded_ || !model_info_.model || !model_info_.model->tokenizer) return std::nullopt;
+  // A server counts with its own tokenizer: the local one's count would be a guess.
+  if (usesRemoteBackend() || !model_loaded_ || !model_info_.model || !model_info_.model->tokenizer) return std::nullopt;
   const LoadedModel& model = *model_info_.model;
   DraftMeasure measure;
   measure.context_limit = cacheGauge().context_limit;

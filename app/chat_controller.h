@@ -29,6 +29,7 @@
 #include "app/engine_worker.h"
 #include "app/exporter.h"
 #include "app/local_server.h"
+#include "app/remote_worker.h"
 #include "app/settings.h"
 #include "engine/types.h"
 
@@ -39,6 +40,7 @@ namespace kvchat::app {
 // What the cache gauge shows for the current conversation and for all of them.
 struct CacheGauge {
   bool cache_enabled = true;
+  bool on_server = false;     // the remote backend: the cache lives on the server (reused_tokens = its cached_tokens)
   qint64 conversation_tokens = 0;
   qint64 conversation_bytes = 0;
   int context_limit = 0;      // effective: the settings' limit, or the model's
@@ -81,6 +83,9 @@ class ChatController : public QObject {
   // (File > Open model file / Open model directory).
   void loadModel(const QString& path, bool remember = false);
   bool isModelLoaded() const { return model_loaded_; }
+  // Whether a turn can be sent: the local model is loaded, or the remote backend has a server address.
+  bool isBackendReady() const;
+  bool usesRemoteBackend() const { return settings_.backend == BackendKind::Remote; }
   bool isModelLoading() const { return model_loading_; }
   const ModelInfo& modelInfo() const { return model_info_; }
 
@@ -192,6 +197,8 @@ class ChatController : public QObject {
     std::shared_ptr<std::atomic<bool>> stop;
     bool continuing = false;          // continueReply(): message_id is an existing reply that grows
     QJsonObject continued_stats;      // that reply's figures before, restored if going on fails
+    QJsonObject remote_details;       // a remote reply's extra stats keys (RemoteWorker::replyDetails)
+    QJsonObject failure_stats;        // saved with the error when the turn fails (an interrupted reply's figures)
   };
 
   // chat_controller_turns.cpp
@@ -208,6 +215,8 @@ class ChatController : public QObject {
   void on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit);
   void on_finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void on_failed(quint64 turn_id, const QString& message);
+  void on_remote_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats);
+  void dispatch_turn(const TurnRequest& request);  // to the engine or the server, as the settings say
 
   // chat_controller.cpp
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
@@ -224,6 +233,8 @@ class ChatController : public QObject {
 
   QThread engine_thread_;
   EngineWorker* worker_ = nullptr;  // lives on engine_thread_
+  QThread remote_thread_;
+  RemoteWorker* remote_worker_ = nullptr;  // lives on remote_thread_
   ModelInfo model_info_;
   bool model_loaded_ = false;
   bool model_loading_ = false;

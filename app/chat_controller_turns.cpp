@@ -36,6 +36,22 @@ void ChatController::set_up_turns() {
   });
   connect(worker_, &EngineWorker::finished, this, &ChatController::on_finished);
   connect(worker_, &EngineWorker::failed, this, &ChatController::on_failed);
+  // The remote backend reports a turn with the same signals, so the rest of the turn is the same.
+  connect(remote_worker_, &RemoteWorker::textReady, this, &ChatController::on_text_ready);
+  connect(remote_worker_, &RemoteWorker::tokenStats, this, &ChatController::on_token_stats);
+  connect(remote_worker_, &RemoteWorker::finished, this, &ChatController::on_finished);
+  connect(remote_worker_, &RemoteWorker::failed, this, &ChatController::on_failed);
+  connect(remote_worker_, &RemoteWorker::interrupted, this, &ChatController::on_remote_interrupted);
+  connect(remote_worker_, &RemoteWorker::replyDetails, this,
+          [this](quint64 turn_id, const QString& backend, const QString& model, const QJsonObject& details) {
+            if (!active_ || active_->turn_id != turn_id) return;
+            active_->remote_details = details;
+            try {
+              store_->set_message_origin(active_->message_id, backend, model);
+            } catch (const std::exception& error) {
+              spdlog::error("cannot record which server answered: {}", error.what());
+            }
+          });
   // The growing reply is committed at least this often, so a crash loses at most kReplyCommitBound of it.
   commit_timer_.setInterval(kReplyCommitInterval);
   connect(&commit_timer_, &QTimer::timeout, this, &ChatController::commit_growing_reply);
@@ -57,6 +73,9 @@ bool ChatController::can_start_turn() {
   else if (active_)
     reason = QStringLiteral("Another chat (\u201c%1\u201d) is generating a reply: wait for it or stop it there.")
                  .arg(store_->conversation(active_->conversation_id).value_or(ConversationRecord{}).title);
+  else if (usesRemoteBackend() && settings_.remote_base_url.trimmed().isEmpty())
+    reason = QStringLiteral("No server is set: enter its base URL in Settings > Backend.");
+  else if (usesRemoteBackend()) return true;
   else if (model_loading_ && !model_loaded_) reason = QStringLiteral("The model is still loading.");
   else if (!model_loaded_) reason = QStringLiteral("No model is loaded: open a model directory first.");
   else return true;
@@ -67,7 +86,7 @@ bool ChatController::can_start_turn() {
 bool ChatController::send(const QString& text) {
   // Another chat's reply streaming does not block this one: the message waits for it (queued below).
   const bool queue = active_ && active_->conversation_id != current_conversation_ && current_conversation_ != 0 &&
-                     model_loaded_;
+                     isBackendReady();
   if (!queue && !can_start_turn()) return false;
   if (text.trimmed().isEmpty()) return false;
   try {
@@ -155,7 +174,8 @@ bool ChatController::showAlternative(qint64 message_id) {
 }
 
 std::optional<MessageRecord> ChatController::continuableReply() const {
-  if (current_conversation_ == 0) return std::nullopt;
+  // A chat-completions server always starts a new reply: going on with one is the local engine's.
+  if (current_conversation_ == 0 || usesRemoteBackend()) return std::nullopt;
   const QList<MessageRecord> records = currentMessages();
   for (auto it = records.crbegin(); it != records.crend(); ++it) {
     if (it->role == "marker" || is_hidden_alternative(*it)) continue;
@@ -226,7 +246,9 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
     MessageRecord reply;
     reply.conversation_id = conversation_id;
     reply.role = "assistant";
-    reply.model = model_info_.name;
+    // A remote reply's model and server are recorded when the server names its model (replyDetails).
+    reply.model = usesRemoteBackend() ? settings_.remote_model : model_info_.name;
+    reply.backend = usesRemoteBackend() ? settings_.remote_base_url.trimmed() : QStringLiteral("local");
     reply.settings = settings_.to_json();
     reply.complete = false;
     turn.message_id = store_->add_message(reply);
@@ -249,12 +271,26 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   live_generated_ = 0;
   spdlog::debug("turn {} queued for conversation {} ({} messages)", request.turn_id, conversation_id,
                 request.messages.size());
-  QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->runTurn(request); }, Qt::QueuedConnection);
+  dispatch_turn(request);
   commit_timer_.start();
   speed_timer_.start();
   if (conversation_id == current_conversation_) Q_EMIT messagesReset();
   Q_EMIT generatingChanged(true);
   return true;
+}
+
+void ChatController::dispatch_turn(const TurnRequest& request) {
+  if (!usesRemoteBackend()) {
+    QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->runTurn(request); }, Qt::QueuedConnection);
+    return;
+  }
+  RemoteEndpoint endpoint;
+  endpoint.base_url = settings_.remote_base_url.trimmed().toStdString();
+  endpoint.api_key = settings_.remote_api_key.toStdString();
+  endpoint.model = settings_.remote_model.trimmed().toStdString();
+  QMetaObject::invokeMethod(
+      remote_worker_, [worker = remote_worker_, request, endpoint] { worker->runTurn(request, endpoint); },
+      Qt::QueuedConnection);
 }
 
 void ChatController::stop() {
@@ -326,6 +362,8 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
   const qint64 message_id = active_->message_id;
   try {
     QJsonObject saved = stats_to_json(stats);
+    for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)
+      saved.insert(it.key(), it.value());
     if (active_->continuing) saved.insert(kReplyContinuedKey, true);
     store_->finish_message(message_id, active_->text, saved);
   } catch (const std::exception& error) {
@@ -365,7 +403,7 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
       // Going on with a reply failed: the reply itself stands as it was (plus anything that did arrive).
       store_->finish_message(message_id, active_->text, active_->continued_stats);
     } else {
-      QJsonObject stats;
+      QJsonObject stats = active_->failure_stats;
       stats.insert(kReplyErrorKey, message);
       store_->finish_message(message_id, active_->text, stats);
     }
@@ -379,6 +417,16 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
   else Q_EMIT replyFailed(conversation_id, message_id, message);
   Q_EMIT conversationsChanged();
   start_queued_turn();
+}
+
+// The server went away mid-reply: the text that arrived is kept, marked, and saved as a failed turn (the
+// window shows the error and offers Regenerate; the cut-short text is not given to the model again).
+void ChatController::on_remote_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats) {
+  if (!active_ || active_->turn_id != turn_id) return;
+  active_->failure_stats = stats_to_json(stats);
+  for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)
+    active_->failure_stats.insert(it.key(), it.value());
+  on_failed(turn_id, message);
 }
 
 void ChatController::start_queued_turn() {

@@ -1,4 +1,5 @@
 #include "app/conversation_store.h"
+#include "app/store_sql.h"
 
 #include <spdlog/spdlog.h>
 
@@ -11,9 +12,12 @@
 #include <QSqlError>
 #include <QSqlQuery>
 #include <QStandardPaths>
+#include <QStringList>
 #include <QVariant>
 
 namespace kvchat::app {
+
+using namespace store_sql;
 
 namespace {
 
@@ -33,103 +37,7 @@ bool is_known_role(const QString& role) {
          role == QLatin1String("marker");
 }
 
-QString sqlite_message(const QSqlError& error) {
-  QString text = error.databaseText();
-  if (text.isEmpty()) text = error.driverText();
-  if (text.isEmpty()) text = error.text();
-  return text;
-}
-
-// SQLITE_BUSY (5) or SQLITE_LOCKED (6), with any extended code.
-bool is_busy(const QSqlError& error) {
-  const int code = error.nativeErrorCode().toInt();
-  return (code & 0xFF) == 5 || (code & 0xFF) == 6;
-}
-
-[[noreturn]] void fail(const QString& path, const QString& what, const QSqlError& error) {
-  throw StoreError(QStringLiteral("conversation store %1: %2: %3").arg(path, what, sqlite_message(error)).toStdString());
-}
-
-[[noreturn]] void fail(const QString& path, const QString& what) {
-  throw StoreError(QStringLiteral("conversation store %1: %2").arg(path, what).toStdString());
-}
-
 std::atomic<quint64> next_connection_number{0};
-
-// Binds and runs one statement; a failure becomes a StoreError naming the file and the statement's purpose.
-class StoreQuery {
- public:
-  StoreQuery(const QSqlDatabase& db, const QString& path, const QString& purpose, const QString& sql)
-      : query_(db), path_(path), purpose_(purpose) {
-    if (!query_.prepare(sql)) fail(path_, purpose_, query_.lastError());
-  }
-  StoreQuery& bind(const QString& name, const QVariant& value) {
-    query_.bindValue(name, value);
-    return *this;
-  }
-  QSqlQuery& run() {
-    if (!query_.exec()) fail(path_, purpose_, query_.lastError());
-    return query_;
-  }
-  // Runs the statement and returns the first column of its first row (invalid when there is no row).
-  // The statement is finished before returning: a statement left open would block the commit.
-  QVariant single_value() {
-    run();
-    QVariant value = query_.next() ? query_.value(0) : QVariant();
-    query_.finish();
-    return value;
-  }
-
- private:
-  QSqlQuery query_;
-  QString path_;
-  QString purpose_;
-};
-
-// How long a write waits for another connection (a second window, the CLI) to finish its own: SQLite's
-// busy timeout per attempt, and the attempts before giving up.
-constexpr int kBusyTimeoutMs = 5000;
-constexpr int kWriteAttempts = 6;
-
-// One write = one transaction: committed by commit(), rolled back if an exception leaves the scope first.
-//
-// BEGIN IMMEDIATE takes the write lock at the start. A plain (deferred) BEGIN reads first and asks for
-// the lock at the first write; in WAL mode, when another connection has committed in between, SQLite
-// answers "database is locked" at once, without waiting, because the read snapshot is stale. Waiting
-// for the lock up front lets the busy timeout work, and a write that still finds the database busy
-// tries again before it fails.
-class WriteTransaction {
- public:
-  WriteTransaction(QSqlDatabase db, const QString& path, const QString& purpose)
-      : db_(std::move(db)), path_(path), purpose_(purpose) {
-    for (int attempt = 1;; ++attempt) {
-      QSqlQuery begin(db_);
-      if (begin.exec(QStringLiteral("BEGIN IMMEDIATE"))) break;
-      if (attempt == kWriteAttempts || !is_busy(begin.lastError()))
-        fail(path_, purpose_ + QStringLiteral(" (begin)"), begin.lastError());
-      spdlog::warn("conversation store {}: database busy for {} s ({}); trying again", path_.toStdString(),
-                   attempt * kBusyTimeoutMs / 1000, purpose_.toStdString());
-    }
-  }
-  ~WriteTransaction() {
-    if (committed_) return;
-    QSqlQuery rollback(db_);
-    if (!rollback.exec(QStringLiteral("ROLLBACK")))
-      spdlog::warn("conversation store {}: rollback after failed {} failed: {}", path_.toStdString(),
-                   purpose_.toStdString(), sqlite_message(rollback.lastError()).toStdString());
-  }
-  void commit() {
-    QSqlQuery commit(db_);
-    if (!commit.exec(QStringLiteral("COMMIT"))) fail(path_, purpose_ + QStringLiteral(" (commit)"), commit.lastError());
-    committed_ = true;
-  }
-
- private:
-  QSqlDatabase db_;
-  QString path_;
-  QString purpose_;
-  bool committed_ = false;
-};
 
 const char* const kSchema[] = {
     "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
@@ -150,6 +58,7 @@ const char* const kSchema[] = {
     " text TEXT NOT NULL,"
     " created_at INTEGER NOT NULL,"
     " model TEXT NOT NULL DEFAULT '',"
+    " backend TEXT NOT NULL DEFAULT '',"
     " settings TEXT NOT NULL DEFAULT '{}',"
     " stats TEXT NOT NULL DEFAULT '{}',"
     " complete INTEGER NOT NULL DEFAULT 1)",
@@ -236,7 +145,7 @@ void create_schema(const QSqlDatabase& db, const QString& path) {
                ConversationStore::kSchemaVersion);
 }
 
-void check_schema_version(const QSqlDatabase& db, const QString& path) {
+int check_schema_version(const QSqlDatabase& db, const QString& path) {
   StoreQuery version_query(db, path, QStringLiteral("cannot read the schema version"),
                            QStringLiteral("SELECT max(version) FROM schema_version"));
   const int version = version_query.single_value().toInt();
@@ -245,6 +154,19 @@ void check_schema_version(const QSqlDatabase& db, const QString& path) {
                    .arg(version)
                    .arg(ConversationStore::kSchemaVersion));
   if (version < 1) fail(path, QStringLiteral("schema_version table holds no valid version"));
+  return version;
+}
+
+// Version 1 -> 2: messages.backend, which backend answered a reply ('' for replies written before).
+void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
+  if (version >= 2) return;
+  WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema to version 2"));
+  StoreQuery(db, path, QStringLiteral("cannot add the messages.backend column"),
+             QStringLiteral("ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''")).run();
+  StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
+             QStringLiteral("INSERT INTO schema_version (version) VALUES (2)")).run();
+  transaction.commit();
+  spdlog::info("conversation store {}: migrated from schema version {} to 2", path.toStdString(), version);
 }
 
 // The connection settings of a writer: WAL journal, NORMAL sync, foreign keys.
@@ -291,7 +213,10 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
     if (identity.owner == DatabaseOwner::Empty) {
       create_schema(db, database_path_);
     } else {
-      check_schema_version(db, database_path_);
+      const int version = check_schema_version(db, database_path_);
+      // A reader leaves an older file as it is and reads it without the newer columns.
+      if (!read_only) migrate_schema(db, database_path_, version);
+      has_backend_column_ = !read_only || version >= 2;
       if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
         StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
                    QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
@@ -366,8 +291,12 @@ const QString kConversationColumns = QStringLiteral(
     "SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
     " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) FROM conversations c");
 
-const QString kMessageColumns = QStringLiteral(
-    "SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete FROM messages");
+// messages_query(): a version-1 file opened read-only has no backend column.
+QString message_columns(bool has_backend_column) {
+  return QStringLiteral("SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1"
+                        " FROM messages")
+      .arg(has_backend_column ? QStringLiteral("backend") : QStringLiteral("''"));
+}
 
 MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
   MessageRecord record;
@@ -380,6 +309,7 @@ MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
   record.settings = parse_json_column(path, record.id, "settings", row.value(6).toString());
   record.stats = parse_json_column(path, record.id, "stats", row.value(7).toString());
   record.complete = row.value(8).toInt() != 0;
+  record.backend = row.value(9).toString();
   return record;
 }
 
@@ -463,7 +393,7 @@ std::optional<ConversationRecord> ConversationStore::conversation(qint64 convers
 QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
-                   kMessageColumns + QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
+                   message_columns(has_backend_column_) + QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
   QList<MessageRecord> records;
@@ -474,7 +404,7 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
 std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read message %1").arg(message_id),
-                   kMessageColumns + QStringLiteral(" WHERE id = :id"));
+                   message_columns(has_backend_column_) + QStringLiteral(" WHERE id = :id"));
   query.bind(QStringLiteral(":id"), message_id);
   QSqlQuery& rows = query.run();
   if (!rows.next()) return std::nullopt;
@@ -495,14 +425,15 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
   const qint64 created = message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now_ms();
   StoreQuery insert(db, database_path_, purpose,
                     QStringLiteral("INSERT INTO messages"
-                                   " (conversation_id, role, text, created_at, model, settings, stats, complete)"
-                                   " VALUES (:conversation_id, :role, :text, :created_at, :model, :settings, :stats,"
-                                   " :complete)"));
+                                   " (conversation_id, role, text, created_at, model, backend, settings, stats, complete)"
+                                   " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
+                                   " :stats, :complete)"));
   insert.bind(QStringLiteral(":conversation_id"), message.conversation_id)
       .bind(QStringLiteral(":role"), message.role)
       .bind(QStringLiteral(":text"), non_null(message.text))
       .bind(QStringLiteral(":created_at"), created)
       .bind(QStringLiteral(":model"), non_null(message.model))
+      .bind(QStringLiteral(":backend"), non_null(message.backend))
       .bind(QStringLiteral(":settings"), json_text(message.settings))
       .bind(QStringLiteral(":stats"), json_text(message.stats))
       .bind(QStringLiteral(":complete"), message.complete ? 1 : 0);
@@ -514,11 +445,25 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
 
 void ConversationStore::update_message_text(qint64 message_id, const QString& text) {
   // Called about once a second while a reply streams: one statement, one commit, nothing else.
+  update_message_columns(message_id, QStringLiteral("cannot update message %1").arg(message_id),
+                         {{QStringLiteral("text"), non_null(text)}});
+}
+
+void ConversationStore::set_message_origin(qint64 message_id, const QString& backend, const QString& model) {
+  update_message_columns(message_id, QStringLiteral("cannot record who answered message %1").arg(message_id),
+                         {{QStringLiteral("backend"), non_null(backend)}, {QStringLiteral("model"), non_null(model)}});
+}
+
+void ConversationStore::update_message_columns(qint64 message_id, const QString& purpose,
+                                               const QList<QPair<QString, QString>>& values) {
   QSqlDatabase db = connection(connection_name_);
-  const QString purpose = QStringLiteral("cannot update message %1").arg(message_id);
   WriteTransaction transaction(db, database_path_, purpose);
-  StoreQuery update(db, database_path_, purpose, QStringLiteral("UPDATE messages SET text = :text WHERE id = :id"));
-  update.bind(QStringLiteral(":text"), non_null(text)).bind(QStringLiteral(":id"), message_id);
+  QStringList assignments;
+  for (int i = 0; i < values.size(); ++i) assignments << QStringLiteral("%1 = :value%2").arg(values[i].first).arg(i);
+  StoreQuery update(db, database_path_, purpose,
+                    QStringLiteral("UPDATE messages SET %1 WHERE id = :id").arg(assignments.join(QStringLiteral(", "))));
+  for (int i = 0; i < values.size(); ++i) update.bind(QStringLiteral(":value%1").arg(i), values[i].second);
+  update.bind(QStringLiteral(":id"), message_id);
   require_rows_affected(update.run(), database_path_, QStringLiteral("no message %1").arg(message_id));
   transaction.commit();
 }
@@ -562,13 +507,8 @@ void ConversationStore::delete_messages_from(qint64 conversation_id, qint64 firs
 }
 
 void ConversationStore::set_message_settings(qint64 message_id, const QJsonObject& settings) {
-  QSqlDatabase db = connection(connection_name_);
-  const QString purpose = QStringLiteral("cannot update the settings of message %1").arg(message_id);
-  WriteTransaction transaction(db, database_path_, purpose);
-  StoreQuery update(db, database_path_, purpose, QStringLiteral("UPDATE messages SET settings = :settings WHERE id = :id"));
-  update.bind(QStringLiteral(":settings"), json_text(settings)).bind(QStringLiteral(":id"), message_id);
-  require_rows_affected(update.run(), database_path_, QStringLiteral("no message %1").arg(message_id));
-  transaction.commit();
+  update_message_columns(message_id, QStringLiteral("cannot update the settings of message %1").arg(message_id),
+                         {{QStringLiteral("settings"), json_text(settings)}});
 }
 
 QString ConversationStore::integrity_check() const {

@@ -5,6 +5,7 @@
 #include <QDateTime>
 #include <QJsonObject>
 #include <QList>
+#include <QPair>
 #include <QString>
 
 #include <optional>
@@ -32,7 +33,8 @@ struct MessageRecord {
   QString role;  // "system", "user", "assistant", or "marker" (e.g. where old turns were dropped at the context limit)
   QString text;
   QDateTime created_at;
-  QString model;
+  QString model;    // the model that answered (an assistant reply)
+  QString backend;  // where it ran: "local", or the server's base URL; "" for replies older than the column
   QJsonObject settings;
   QJsonObject stats;
   bool complete = true;  // false while a reply is still streaming (or was killed mid-stream)
@@ -75,17 +77,22 @@ class ConversationStore {
   void update_message_text(qint64 message_id, const QString& text);  // streaming progress, committed (complete stays false)
   void finish_message(qint64 message_id, const QString& text, const QJsonObject& stats);  // complete = true, committed
   void delete_messages_from(qint64 conversation_id, qint64 first_message_id);  // that message and all after it
+  // Records which backend and model answered a reply (a remote turn learns the model from the server).
+  void set_message_origin(qint64 message_id, const QString& backend, const QString& model);
   // Replaces a message's settings object (e.g. which of a reply's alternatives is shown), committed.
   void set_message_settings(qint64 message_id, const QJsonObject& settings);
 
   // Runs SQLite's `PRAGMA integrity_check` and returns its first row ("ok" for a healthy file).
   QString integrity_check() const;
 
-  static constexpr int kSchemaVersion = 1;
+  // 2: messages.backend. Opening a version-1 file for writing migrates it; a reader leaves it as it is.
+  static constexpr int kSchemaVersion = 2;
 
  private:
+  void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
   QString database_path_;
   QString connection_name_;
+  bool has_backend_column_ = true;
 };
 
 }  // namespace kvchat::app

@@ -31,11 +31,12 @@ QString timestamp(const QDateTime& time) {
   return time.isValid() ? time.toUTC().toString(Qt::ISODateWithMs) : QString();
 }
 
-// "model · stats" under a reply; empty when there is nothing to say. A failed reply has no figures to show
+// "model · stats" (a server's reply: "model on URL · stats") under a reply; empty when there is nothing to say. A failed reply has no figures to show
 // (its error is written instead, see failure_line).
 QString reply_footer(const MessageRecord& message) {
   QStringList parts;
-  if (!message.model.isEmpty()) parts << message.model;
+  const bool remote = !message.backend.isEmpty() && message.backend != QLatin1String("local");
+  if (!message.model.isEmpty()) parts << (remote ? QStringLiteral("%1 on %2").arg(message.model, message.backend) : message.model);
   const QString summary = is_failed_reply(message) ? QString() : stats_summary(message.stats);
   if (!summary.isEmpty()) parts << summary;
   return parts.join(QStringLiteral(" · "));
@@ -114,6 +115,7 @@ QString to_json(const ConversationRecord& conversation, const QList<MessageRecor
     item.insert(QStringLiteral("text"), message.text);
     item.insert(QStringLiteral("created_at"), timestamp(message.created_at));
     item.insert(QStringLiteral("model"), message.model);
+    if (!message.backend.isEmpty()) item.insert(QStringLiteral("backend"), message.backend);  // "local" or a server
     item.insert(QStringLiteral("settings"), message.settings);
     item.insert(QStringLiteral("stats"), message.stats);
     item.insert(QStringLiteral("complete"), message.complete);

@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <stdexcept>
 
 #include <QCryptographicHash>
+#include <QDir>
 #include <QFile>
 #include <QFileInfo>
 #include <QRandomGenerator>
@@ -18,6 +21,36 @@
 #include "engine/compute_options.h"
 
 namespace kvchat::app {
+
+namespace {
+
+QString read_api_key(const QString& path) {
+  QFile file(path);
+  if (!file.exists()) return {};
+  if (!file.open(QIODevice::ReadOnly)) {
+    spdlog::warn("API key file {}: cannot be read ({})", path.toStdString(), file.errorString().toStdString());
+    return {};
+  }
+  return QString::fromUtf8(file.readAll()).trimmed();
+}
+
+// Owner-only from the moment it exists: the key is created 0600, never widened and narrowed.
+void write_api_key(const QString& path, const QString& key) {
+  if (key.isEmpty()) {
+    QFile::remove(path);
+    return;
+  }
+  QDir().mkpath(QFileInfo(path).absolutePath());
+  const QByteArray bytes = key.toUtf8();
+  const int descriptor = ::open(QFile::encodeName(path).constData(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (descriptor < 0 || ::fchmod(descriptor, 0600) != 0 ||
+      ::write(descriptor, bytes.constData(), static_cast<size_t>(bytes.size())) != bytes.size()) {
+    spdlog::error("API key file {}: cannot be written", path.toStdString());
+  }
+  if (descriptor >= 0) ::close(descriptor);
+}
+
+}  // namespace
 
 const char* to_string(ContextOverflowPolicy policy) {
   switch (policy) {
@@ -136,7 +169,15 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.snapshot_directory = settings.value(QStringLiteral("snapshot_directory"), defaults.snapshot_directory).toString();
   loaded.font_point_size = read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0,
                                              ChatSettings::kMaxFontPointSize);
+  const QString backend = settings.value(QStringLiteral("backend"), QStringLiteral("local")).toString();
+  if (backend != QLatin1String("local") && backend != QLatin1String("remote"))
+    spdlog::warn("settings {}: backend '{}' is neither local nor remote; using local", file_of(settings),
+                 backend.toStdString());
+  loaded.backend = backend == QLatin1String("remote") ? BackendKind::Remote : BackendKind::Local;
+  loaded.remote_base_url = settings.value(QStringLiteral("remote_base_url")).toString();
+  loaded.remote_model = settings.value(QStringLiteral("remote_model")).toString();
   settings.endGroup();
+  loaded.remote_api_key = read_api_key(api_key_path(settings));
   return loaded;
 }
 
@@ -162,7 +203,11 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("snapshot_disk_budget_bytes"), QString::number(snapshot_disk_budget_bytes));
   settings.setValue(QStringLiteral("snapshot_directory"), snapshot_directory);
   settings.setValue(QStringLiteral("font_point_size"), font_point_size);
+  settings.setValue(QStringLiteral("backend"), QString::fromLatin1(to_string(backend)));
+  settings.setValue(QStringLiteral("remote_base_url"), remote_base_url);
+  settings.setValue(QStringLiteral("remote_model"), remote_model);
   settings.endGroup();
+  write_api_key(api_key_path(settings), remote_api_key);
   settings.sync();
   if (settings.status() != QSettings::NoError)
     spdlog::error("settings {}: could not be written (status {})", file_of(settings), static_cast<int>(settings.status()));
@@ -216,6 +261,12 @@ QString snapshot_key_prefix(const QString& database_path) {
 
 QString ChatSettings::effective_snapshot_directory() const {
   return snapshot_directory.isEmpty() ? app_data_directory() + QStringLiteral("/kv-snapshots") : snapshot_directory;
+}
+
+const char* to_string(BackendKind kind) { return kind == BackendKind::Remote ? "remote" : "local"; }
+
+QString ChatSettings::api_key_path(const QSettings& settings) {
+  return QFileInfo(settings.fileName()).absoluteDir().filePath(QStringLiteral("kvchat-api-key"));
 }
 
 QJsonObject ChatSettings::to_json() const {

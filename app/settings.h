@@ -15,6 +15,10 @@ const char* to_string(ContextOverflowPolicy policy);  // "stop" / "drop_oldest_t
 // Accepts "stop", "drop_oldest_turns" (or "drop"). Throws std::invalid_argument otherwise.
 ContextOverflowPolicy context_overflow_policy_from_string(const QString& text);
 
+// Where replies are generated: the engine on this computer, or an OpenAI-compatible server.
+enum class BackendKind { Local, Remote };
+const char* to_string(BackendKind kind);  // "local" / "remote"
+
 struct ChatSettings {
   bool kv_cache_enabled = true;
   double temperature = 0.7;
@@ -35,6 +39,12 @@ struct ChatSettings {
   qint64 snapshot_disk_budget_bytes = kDefaultSnapshotDiskBudget;  // 0 = no budget
   QString snapshot_directory;  // empty = <app data folder>/kv-snapshots
   static constexpr qint64 kDefaultSnapshotDiskBudget = qint64(2) << 30;
+  BackendKind backend = BackendKind::Local;
+  QString remote_base_url;  // e.g. http://localhost:8000/v1
+  QString remote_model;     // empty = the first model the server lists
+  // Kept out of the settings file and of every reply's saved settings: save() writes it to
+  // api_key_path() (permissions 0600), load() reads it from there.
+  QString remote_api_key;
   int font_point_size = 0;        // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
   static constexpr int kMinFontPointSize = 6;
   static constexpr int kMaxFontPointSize = 48;
@@ -45,7 +55,9 @@ struct ChatSettings {
   kvchat::GenerationConfig to_generation_config() const;  // sampling + max tokens + cache mode (Contiguous or Off)
   qint64 effective_cache_budget_bytes() const;
   QString effective_snapshot_directory() const;  // snapshot_directory, or the default
-  QJsonObject to_json() const;  // what gets saved with each assistant message
+  QJsonObject to_json() const;  // what gets saved with each assistant message (never the API key)
+  // The API key's file: "kvchat-api-key" next to the settings file.
+  static QString api_key_path(const QSettings& settings);
 };
 
 // How a database's conversations are named in a snapshot folder that several databases may share

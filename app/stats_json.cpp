@@ -91,7 +91,11 @@ QString stats_summary(const QJsonObject& json) {
                  .arg(stats.restore_ms, 0, 'f', 0);
   else
     parts << QStringLiteral("prompt %1 (%2 reused)").arg(stats.prompt_tokens).arg(stats.reused_tokens);
-  if (stats.cache_mode == kvchat::KvCacheMode::Off)
+  if (json.value(QStringLiteral("backend")).toString() == QLatin1String("remote"))
+    parts << (json.contains(QStringLiteral("cached_tokens"))
+                  ? QStringLiteral("cache on the server, %1 tokens cached").arg(json.value(QStringLiteral("cached_tokens")).toInt())
+                  : QStringLiteral("cache on the server"));
+  else if (stats.cache_mode == kvchat::KvCacheMode::Off)
     parts << QStringLiteral("cache off");
   else
     parts << QStringLiteral("cache %1 %2 tokens, %3")

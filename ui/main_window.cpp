@@ -70,6 +70,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   refresh_reply_stats();
   if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
   else if (controller_->isModelLoading()) load_busy_->show();
+  refresh_model_label();
   setChatFontSize(controller_->settings().font_point_size);
   setMinimumSize(kMinimumWidth, kMinimumHeight);
   resize(1240, 780);
@@ -281,7 +282,11 @@ void MainWindow::connect_controller() {
     refresh_cache_gauge();
     refresh_conversations();  // the list's tooltips say which chats hold a cache
   });
-  connect(controller_, &ChatController::settingsChanged, this, &MainWindow::refresh_cache_gauge);
+  connect(controller_, &ChatController::settingsChanged, this, [this] {
+    refresh_cache_gauge();
+    refresh_model_label();
+    refresh_buttons();  // a server set (or cleared) changes whether a message can be sent
+  });
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
   connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);

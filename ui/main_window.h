@@ -102,6 +102,7 @@ class MainWindow : public QMainWindow {
   void refresh_conversations();
   void reload_messages();
   void refresh_buttons();
+  void refresh_model_label();  // the loaded model, or the server and model replies come from
   void refresh_cache_gauge();
   void refresh_reply_stats();
   void refresh_placeholder();

@@ -83,12 +83,23 @@ void MainWindow::show_model_loading(const QString& path) {
 
 void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
   load_busy_->hide();
-  model_label_->setFullText(format_model_summary(info));
-  model_label_->setToolTip(format_model_details(info));
   setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
+  refresh_model_label();
   refresh_buttons();
   refresh_cache_gauge();
   refresh_placeholder();
+}
+
+void MainWindow::refresh_model_label() {
+  const kvchat::app::ChatSettings& settings = controller_->settings();
+  if (controller_->usesRemoteBackend()) {
+    const QString model = settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model;
+    model_label_->setFullText(tr("%1 on %2").arg(model, settings.remote_base_url));
+    model_label_->setToolTip(tr("Replies come from the OpenAI-compatible server at %1").arg(settings.remote_base_url));
+  } else if (controller_->isModelLoaded()) {
+    model_label_->setFullText(format_model_summary(controller_->modelInfo()));
+    model_label_->setToolTip(format_model_details(controller_->modelInfo()));
+  }
 }
 
 void MainWindow::show_model_load_failed(const QString& path, const QString& message) {
@@ -193,7 +204,7 @@ void MainWindow::refresh_buttons() {
   const bool here = generating_here();
   const bool elsewhere = controller_->isGenerating() && !here;
   const bool queued = controller_->isQueued(controller_->currentConversationId());
-  const bool ready = controller_->isModelLoaded();
+  const bool ready = controller_->isBackendReady();
   send_button_->setText(here ? tr("Stop") : editing_last_message_ ? tr("Resend") : tr("Send"));
   send_button_->setEnabled(here || (ready && !queued));
   editing_label_->setVisible(editing_last_message_);
@@ -257,6 +268,18 @@ bool MainWindow::draft_fits() {
 void MainWindow::refresh_cache_gauge() {
   const kvchat::app::CacheGauge gauge = controller_->cacheGauge();
   cache_bar_->setRange(0, std::max(1, gauge.context_limit));
+  if (gauge.on_server) {
+    // The server keeps (or not) its own cache: only what it reported about the last prompt is known here.
+    cache_bar_->setValue(0);
+    cache_bar_->setFormat(tr("on the server"));
+    QString text = tr("KV cache on the server");
+    if (gauge.has_turn) text += tr(" \u00b7 %1 cached / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
+    cache_label_->setFullText(text);
+    cache_label_->setToolTip(tr("Replies come from %1; its cache is its own. The figures are the cached_tokens it "
+                                "reported for this chat's last prompt.")
+                                 .arg(controller_->settings().remote_base_url));
+    return;
+  }
   if (!gauge.cache_enabled) {
     cache_bar_->setValue(0);
     cache_bar_->setFormat(tr("cache off"));

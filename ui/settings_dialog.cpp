@@ -14,8 +14,12 @@
 #include <QPushButton>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
+#include <QThread>
 #include <QVBoxLayout>
 
+#include <memory>
+
+#include "app/remote_client.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {
@@ -45,6 +49,7 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   setObjectName("settingsDialog");
   setWindowTitle(tr("Settings"));
   auto* form = new QFormLayout;
+  add_backend_rows(form, settings);
 
   kv_cache_ = new QCheckBox(tr("Keep a KV cache per conversation (off: recompute every token)"), this);
   kv_cache_->setObjectName("kvCacheCheck");
@@ -156,6 +161,75 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
 
 void SettingsDialog::addSection(QWidget* section) { sections_->addWidget(section); }
 
+void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::ChatSettings& settings) {
+  backend_ = new QComboBox(this);
+  backend_->setObjectName("backendCombo");
+  backend_->addItem(tr("This computer"), QStringLiteral("local"));
+  backend_->addItem(tr("OpenAI-compatible server"), QStringLiteral("remote"));
+  backend_->setCurrentIndex(settings.backend == kvchat::app::BackendKind::Remote ? 1 : 0);
+  form->addRow(tr("Backend"), backend_);
+  remote_url_ = new QLineEdit(settings.remote_base_url, this);
+  remote_url_->setObjectName("remoteUrlEdit");
+  remote_url_->setPlaceholderText(tr("http://localhost:8000/v1 (vLLM), :8080/v1 (llama-server), :11434/v1 (Ollama)"));
+  form->addRow(tr("Server base URL"), remote_url_);
+  remote_key_ = new QLineEdit(settings.remote_api_key, this);
+  remote_key_->setObjectName("remoteApiKeyEdit");
+  remote_key_->setEchoMode(QLineEdit::Password);
+  remote_key_->setPlaceholderText(tr("none"));
+  remote_key_->setToolTip(tr("Kept in a file of its own next to the settings (readable only by you), never in the chats"));
+  form->addRow(tr("API key"), remote_key_);
+  auto* model_row = new QHBoxLayout;
+  remote_model_ = new QComboBox(this);
+  remote_model_->setObjectName("remoteModelCombo");
+  remote_model_->setEditable(true);
+  remote_model_->setCurrentText(settings.remote_model);
+  remote_model_->lineEdit()->setPlaceholderText(tr("the server's first model"));
+  auto* fetch = new QPushButton(tr("Fetch models"), this);
+  fetch->setObjectName("fetchModelsButton");
+  connect(fetch, &QPushButton::clicked, this, &SettingsDialog::fetchRemoteModels);
+  model_row->addWidget(remote_model_, 1);
+  model_row->addWidget(fetch);
+  form->addRow(tr("Server model"), model_row);
+  remote_status_ = new QLabel(this);
+  remote_status_->setObjectName("remoteStatusLabel");
+  remote_status_->setWordWrap(true);
+  form->addRow(QString(), remote_status_);
+}
+
+void SettingsDialog::fetchRemoteModels() {
+  const kvchat::app::RemoteEndpoint endpoint{remote_url_->text().trimmed().toStdString(), remote_key_->text().toStdString(), ""};
+  struct Answer {
+    std::vector<std::string> models;
+    QString error;
+  };
+  auto answer = std::make_shared<Answer>();
+  QThread* thread = QThread::create([endpoint, answer] {
+    try {
+      answer->models = kvchat::app::list_remote_models(endpoint);
+    } catch (const std::exception& error) {
+      answer->error = QString::fromUtf8(error.what());
+    }
+  });
+  remote_status_->setText(tr("Asking %1\u2026").arg(QString::fromStdString(endpoint.base_url)));
+  // Delivered on this (the GUI) thread; a dialog closed meanwhile simply gets nothing.
+  connect(thread, &QThread::finished, this, [this, answer] {
+    if (!answer->error.isEmpty()) {
+      remote_status_->setText(answer->error);
+      Q_EMIT modelsFetched(0);
+      return;
+    }
+    const QString chosen = remote_model_->currentText();
+    remote_model_->clear();
+    for (const std::string& model : answer->models) remote_model_->addItem(QString::fromStdString(model));
+    remote_model_->setCurrentText(chosen.isEmpty() && !answer->models.empty() ? QString::fromStdString(answer->models.front())
+                                                                              : chosen);
+    remote_status_->setText(tr("%n model(s) on the server", nullptr, static_cast<int>(answer->models.size())));
+    Q_EMIT modelsFetched(static_cast<int>(answer->models.size()));
+  });
+  connect(thread, &QThread::finished, thread, &QObject::deleteLater);
+  thread->start();
+}
+
 void SettingsDialog::setModelContextLength(int tokens) {
   if (tokens <= 0) return;
   const int wanted = original_.context_limit;
@@ -172,6 +246,11 @@ void SettingsDialog::setModelContextLength(int tokens) {
 
 kvchat::app::ChatSettings SettingsDialog::settings() const {
   kvchat::app::ChatSettings settings = original_;
+  settings.backend = backend_->currentData().toString() == QLatin1String("remote") ? kvchat::app::BackendKind::Remote
+                                                                                  : kvchat::app::BackendKind::Local;
+  settings.remote_base_url = remote_url_->text().trimmed();
+  settings.remote_api_key = remote_key_->text();
+  settings.remote_model = remote_model_->currentText().trimmed();
   settings.kv_cache_enabled = kv_cache_->isChecked();
   settings.temperature = temperature_->value();
   settings.top_k = top_k_->value();

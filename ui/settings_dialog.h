@@ -1,5 +1,5 @@
 #pragma once
-// The settings dialog: KV cache on/off, sampling, limits, the default system prompt, the model (a directory
+// The settings dialog: the backend (this computer, or an OpenAI-compatible server), KV cache on/off, sampling, limits, the default system prompt, the model (a directory
 // or a .gguf file),
 // threads, the context limit and its overflow policy, the cache memory budget. It edits a copy of the
 // settings; the caller applies settings() when the dialog is accepted (from the next turn on).
@@ -11,6 +11,7 @@ class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QFileDialog;
+class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
@@ -33,8 +34,22 @@ class SettingsDialog : public QDialog {
   QFileDialog* browseModelFile();
   QFileDialog* browseModelDirectory();
 
+  // Asks the server for its /v1/models on a thread of its own (the "Fetch models" button), so a slow or
+  // unreachable server never freezes the window; then fills the model list, and the status line says how
+  // many or why not, and modelsFetched(count) follows (0 on failure).
+  void fetchRemoteModels();
+
+ Q_SIGNALS:
+  void modelsFetched(int count);
+
  private:
+  void add_backend_rows(QFormLayout* form, const kvchat::app::ChatSettings& settings);
   kvchat::app::ChatSettings original_;
+  QComboBox* backend_ = nullptr;
+  QLineEdit* remote_url_ = nullptr;
+  QLineEdit* remote_key_ = nullptr;
+  QComboBox* remote_model_ = nullptr;
+  QLabel* remote_status_ = nullptr;
   QCheckBox* kv_cache_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
   QSpinBox* top_k_ = nullptr;

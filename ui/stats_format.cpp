@@ -71,10 +71,32 @@ QString format_model_details(const kvchat::app::ModelInfo& info) {
   return lines.join(QLatin1Char('\n'));
 }
 
+namespace {
+// A remote reply: what the server reported (usage, cached_tokens, timings), or what was measured here.
+QString format_remote_stats(const QJsonObject& json) {
+  const kvchat::GenerationStats stats = kvchat::app::stats_from_json(json);
+  const bool measured_here = json.value("figures").toString() != QLatin1String("server");
+  QStringList parts;
+  parts << QStringLiteral("server");
+  parts << QStringLiteral("%1 tokens").arg(stats.generated_tokens);
+  parts << QStringLiteral("TTFT %1 ms").arg(stats.ttft_ms, 0, 'f', 0);
+  parts << QStringLiteral("decode %1").arg(format_rate(stats.decode_tokens_per_second));
+  if (measured_here) parts.last() += QStringLiteral(" (measured here)");
+  if (json.contains("cached_tokens"))
+    parts << QStringLiteral("prompt %1 (%2 cached on the server)").arg(stats.prompt_tokens).arg(json.value("cached_tokens").toInt());
+  else if (stats.prompt_tokens > 0)
+    parts << QStringLiteral("prompt %1").arg(stats.prompt_tokens);
+  parts << QString::fromLatin1(kvchat::to_string(stats.stop_reason));
+  return parts.join(QStringLiteral(" \u00b7 "));
+}
+}  // namespace
+
 QString format_stored_stats(const QJsonObject& stats) {
   if (stats.isEmpty()) return QString();
+  if (stats.value("interrupted").toBool()) return QStringLiteral("Interrupted: %1").arg(stats.value("error").toString());
   if (stats.contains("error")) return QStringLiteral("Error: %1").arg(stats.value("error").toString());
   try {
+    if (stats.value("backend").toString() == QLatin1String("remote")) return format_remote_stats(stats);
     return format_reply_stats(kvchat::app::stats_from_json(stats));
   } catch (const std::invalid_argument& error) {
     return QStringLiteral("(unreadable stats: %1)").arg(QString::fromUtf8(error.what()));

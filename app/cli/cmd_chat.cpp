@@ -7,12 +7,14 @@
 #include <QElapsedTimer>
 
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <unistd.h>
 
 #include "app/chat_history.h"
 #include "app/chat_turn_runner.h"
+#include "app/cli/chat_remote.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "app/cli/store_access.h"
@@ -41,7 +43,12 @@ const char* kUsage =
     "KV snapshots (as in the desktop app): after each reply the conversation's cache is written to\n"
     "--cache-dir (default: kv-snapshots in the app-data folder), and a later run continuing the\n"
     "conversation, or a new one sharing its beginning, restores that prefix instead of prefilling it.\n"
-    "--kv-snapshots on|off (default on), --snapshot-budget-mib N (default 2048; 0 = no limit).";
+    "--kv-snapshots on|off (default on), --snapshot-budget-mib N (default 2048; 0 = no limit).\n"
+    "Remote backend: --backend URL (instead of --model) sends each turn to an OpenAI-compatible server, e.g.\n"
+    "--backend http://localhost:8000/v1 (vLLM), http://localhost:8080/v1 (llama-server),\n"
+    "http://localhost:11434/v1 (Ollama). --api-key KEY (default: $KVCHAT_API_KEY), --remote-model NAME\n"
+    "(default: the first model of the server's /v1/models). The server keeps its own cache; --kv-cache,\n"
+    "--context-limit, --overflow, --threads and the snapshot options are the local engine's.";
 
 struct ChatContext {
   app::ConversationStore* store = nullptr;
@@ -116,15 +123,94 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   }
 }
 
+// The conversation named by --conversation (its --system applied), or a new one titled by --message.
+qint64 open_conversation(const ArgParser& parser, app::ConversationStore& store, const QString& database_path) {
+  qint64 conversation_id = 0;
+  const std::string conversation_arg = parser.value_or("conversation", "new");
+  if (conversation_arg == "new") {
+    const std::string message = parser.value_or("message", "");
+    QString title = QString::fromStdString(message).simplified().left(40);
+    if (title.isEmpty()) title = QStringLiteral("Terminal chat");
+    conversation_id = store.create_conversation(title, QString::fromStdString(parser.value_or("system", "")));
+  } else {
+    bool ok = false;
+    conversation_id = QString::fromStdString(conversation_arg).toLongLong(&ok);
+    if (!ok || conversation_id <= 0)
+      throw UsageError("--conversation must be a conversation id or 'new', not '" + conversation_arg + "'");
+    if (!store.conversation(conversation_id))
+      throw UsageError("no conversation with id " + conversation_arg + " in " + database_path.toStdString());
+    if (parser.value("system"))
+      store.set_system_prompt(conversation_id, QString::fromStdString(*parser.value("system")));
+  }
+  return conversation_id;
+}
+
+// --message's one turn, or one turn per line of stdin until EOF. The exit status: 0 when every turn succeeded.
+int chat_turns(const ArgParser& parser, const std::function<bool(const std::string&)>& turn) {
+  if (auto message = parser.value("message")) return turn(*message) ? 0 : 1;
+  const bool interactive = isatty(STDIN_FILENO);
+  bool all_ok = true;
+  std::string line;
+  while (true) {
+    if (interactive) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // A NUL would end the text at the C boundaries below it: keep the rest, mark where it was.
+    if (line.find('\0') != std::string::npos) {
+      std::string replaced;
+      for (char c : line) replaced += c == '\0' ? std::string("\xEF\xBF\xBD") : std::string(1, c);  // U+FFFD
+      line = std::move(replaced);
+      spdlog::warn("a NUL byte in the message was replaced by U+FFFD");
+    }
+    all_ok = turn(line) && all_ok;
+  }
+  return all_ok ? 0 : 1;
+}
+
+int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
+  for (const char* local_only : {"model", "kv-cache", "context-limit", "overflow", "threads", "cache-dir", "kv-snapshots",
+                                 "snapshot-budget-mib"})
+    if (parser.value(local_only))
+      throw UsageError(std::string("--") + local_only + " is the local engine's: it cannot be used with --backend");
+  GenerationConfig generation;
+  generation.max_new_tokens = parser.int_or("max-new-tokens", 256);
+  if (generation.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
+  generation.sampling.temperature = static_cast<float>(parser.double_or("temperature", 0.0));
+  if (generation.sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
+  generation.sampling.seed = static_cast<std::uint64_t>(parser.int64_or("seed", 0));
+  try {
+    app::check_base_url(base_url);
+  } catch (const app::RemoteError& error) {
+    throw UsageError(std::string("--backend: ") + error.what());
+  }
+  ensure_core_application();
+  QCoreApplication::setApplicationName("kvchat");
+  const QString database_path = parser.value("db") ? QString::fromStdString(*parser.value("db"))
+                                                    : app::ConversationStore::default_database_path();
+  app::ConversationStore store(database_path);
+  // Asked before anything is stored: a server that is down or refuses the key leaves the database as it was.
+  const app::RemoteEndpoint endpoint =
+      remote_endpoint_from_options(base_url, parser.value_or("api-key", ""), parser.value_or("remote-model", ""));
+  const qint64 conversation_id = open_conversation(parser, store, database_path);
+  std::fprintf(stderr, "conversation: %lld\n", static_cast<long long>(conversation_id));
+  return chat_turns(parser, [&](const std::string& text) {
+    return run_remote_turn(store, conversation_id, endpoint, generation, text);
+  });
+}
+
 int run_chat(const std::vector<std::string>& args) {
   ArgParser parser({"model", "db", "conversation", "message", "kv-cache", "max-new-tokens", "temperature", "seed",
-                    "context-limit", "overflow", "threads", "system", "cache-dir", "kv-snapshots", "snapshot-budget-mib"},
+                    "context-limit", "overflow", "threads", "system", "cache-dir", "kv-snapshots", "snapshot-budget-mib",
+                    "backend", "api-key", "remote-model"},
                    {});
   parser.parse(args);
-  const std::string model_directory = parser.required("model");
   // Checked before anything is created: an empty message must not leave an empty conversation behind.
   if (auto message = parser.value("message"); message && message->find_first_not_of(" \t\r\n") == std::string::npos)
     throw UsageError("--message is empty");
+  if (auto backend = parser.value("backend")) return run_remote_chat(parser, *backend);
+  for (const char* remote_only : {"api-key", "remote-model"})
+    if (parser.value(remote_only)) throw UsageError(std::string("--") + remote_only + " needs --backend URL");
+  const std::string model_directory = parser.required("model");
 
   app::TurnOptions options;
   options.generation.max_new_tokens = parser.int_or("max-new-tokens", 256);
@@ -158,23 +244,7 @@ int run_chat(const std::vector<std::string>& args) {
   const LoadedModel model = load_model(model_directory, LoadOptions{WeightDtype::Float32, threads});
   if (!model.tokenizer) throw UsageError("model " + model_directory + " has no tokenizer (tokenizer.json or GGUF tokenizer metadata)");
 
-  qint64 conversation_id = 0;
-  const std::string conversation_arg = parser.value_or("conversation", "new");
-  if (conversation_arg == "new") {
-    const std::string message = parser.value_or("message", "");
-    QString title = QString::fromStdString(message).simplified().left(40);
-    if (title.isEmpty()) title = QStringLiteral("Terminal chat");
-    conversation_id = store.create_conversation(title, QString::fromStdString(parser.value_or("system", "")));
-  } else {
-    bool ok = false;
-    conversation_id = QString::fromStdString(conversation_arg).toLongLong(&ok);
-    if (!ok || conversation_id <= 0)
-      throw UsageError("--conversation must be a conversation id or 'new', not '" + conversation_arg + "'");
-    if (!store.conversation(conversation_id))
-      throw UsageError("no conversation with id " + conversation_arg + " in " + database_path.toStdString());
-    if (parser.value("system"))
-      store.set_system_prompt(conversation_id, QString::fromStdString(*parser.value("system")));
-  }
+  const qint64 conversation_id = open_conversation(parser, store, database_path);
   std::fprintf(stderr, "conversation: %lld\n", static_cast<long long>(conversation_id));
 
   std::shared_ptr<SnapshotStore> snapshots;
@@ -200,24 +270,7 @@ int run_chat(const std::vector<std::string>& args) {
     if (std::optional<app::ConversationTokens> transcript = app::ConversationTokens::deserialize(*saved))
       chat.transcript = std::move(*transcript);
 
-  if (auto message = parser.value("message")) return run_turn(chat, *message) ? 0 : 1;
-  const bool interactive = isatty(STDIN_FILENO);
-  bool all_ok = true;
-  std::string line;
-  while (true) {
-    if (interactive) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line)) break;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    // A NUL would end the text at the C boundaries below it: keep the rest, mark where it was.
-    if (line.find('\0') != std::string::npos) {
-      std::string replaced;
-      for (char c : line) replaced += c == '\0' ? std::string("\xEF\xBF\xBD") : std::string(1, c);  // U+FFFD
-      line = std::move(replaced);
-      spdlog::warn("a NUL byte in the message was replaced by U+FFFD");
-    }
-    all_ok = run_turn(chat, line) && all_ok;
-  }
-  return all_ok ? 0 : 1;
+  return chat_turns(parser, [&chat](const std::string& text) { return run_turn(chat, text); });
 }
 
 const CliRegistration registration({"chat", "chat with a model in a stored conversation", kUsage, run_chat});

@@ -6,6 +6,8 @@
 #include <QStringList>
 #include <QThread>
 
+#include <csignal>
+
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -39,7 +41,13 @@ class ServerProcess {
     log();
     return process_.exitStatus() == QProcess::NormalExit && process_.exitCode() == 0;
   }
+  // SIGKILL, as a crash or a pulled plug would end it: no response finished, no connection closed cleanly.
+  void kill() {
+    process_.kill();
+    process_.waitForFinished(30000);
+  }
   int port() const { return port_; }
+  qint64 pid() const { return process_.processId(); }
   bool running() const { return process_.state() == QProcess::Running; }
 
   // Everything the server wrote on stderr so far.

@@ -1,0 +1,89 @@
+#include "app/cli/chat_remote.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "app/chat_history.h"
+#include "app/remote_worker.h"
+#include "app/reply_committer.h"
+#include "app/stats_json.h"
+
+namespace kvchat::cli {
+
+app::RemoteEndpoint remote_endpoint_from_options(const std::string& base_url, const std::string& api_key_option,
+                                                 const std::string& model_option) {
+  app::RemoteEndpoint endpoint;
+  endpoint.base_url = base_url;
+  endpoint.api_key = api_key_option;
+  if (endpoint.api_key.empty())
+    if (const char* key = std::getenv("KVCHAT_API_KEY")) endpoint.api_key = key;
+  endpoint.model = model_option;
+  if (endpoint.model.empty()) {
+    const std::vector<std::string> models = app::list_remote_models(endpoint);
+    if (models.empty()) throw app::RemoteError("the server at " + base_url + " lists no models: name one with --remote-model");
+    endpoint.model = models.front();
+  }
+  std::fprintf(stderr, "backend: %s, model: %s\n", endpoint.base_url.c_str(), endpoint.model.c_str());
+  return endpoint;
+}
+
+bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, const app::RemoteEndpoint& endpoint,
+                     const GenerationConfig& generation, const std::string& text) {
+  app::MessageRecord user;
+  user.conversation_id = conversation_id;
+  user.role = "user";
+  user.text = QString::fromStdString(text);
+  store.add_message(user);
+  const auto conversation = store.conversation(conversation_id);
+  const std::vector<ChatMessage> messages = app::chat_messages_for_engine(*conversation, store.messages(conversation_id));
+
+  app::MessageRecord reply;
+  reply.conversation_id = conversation_id;
+  reply.role = "assistant";
+  reply.model = QString::fromStdString(endpoint.model);
+  reply.backend = QString::fromStdString(endpoint.base_url);
+  reply.complete = false;
+  const qint64 reply_id = store.add_message(reply);
+
+  std::string reply_text;
+  app::ReplyCommitter committer(store.path(), reply_id);
+  auto on_chunk = [&](std::string_view chunk, int) {
+    reply_text.append(chunk);
+    committer.update(reply_text);
+    std::fwrite(chunk.data(), 1, chunk.size(), stdout);
+    std::fflush(stdout);
+  };
+  try {
+    const app::RemoteReply answer = app::stream_remote_chat(endpoint, messages, generation, nullptr, on_chunk);
+    committer.stop();
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    QJsonObject stats = app::stats_to_json(answer.stats);
+    const QJsonObject details = app::RemoteWorker::stats_details(answer);
+    for (auto it = details.constBegin(); it != details.constEnd(); ++it) stats.insert(it.key(), it.value());
+    if (!answer.interruption.empty()) stats.insert(app::kReplyErrorKey, QString::fromStdString(answer.interruption));
+    store.finish_message(reply_id, QString::fromStdString(answer.text), stats);
+    store.set_message_origin(reply_id, reply.backend, QString::fromStdString(answer.model));
+    if (!answer.interruption.empty()) {
+      std::fprintf(stderr, "kvchat-cli chat: %s\n", answer.interruption.c_str());
+      return false;
+    }
+    const GenerationStats& s = answer.stats;
+    std::fprintf(stderr, "[server %s, model %s: %d prompt tokens%s; %d tokens; TTFT %.1f ms; %.1f tok/s (%s); stop: %s]\n",
+                 endpoint.base_url.c_str(), answer.model.c_str(), s.prompt_tokens,
+                 answer.cached_tokens ? (", " + std::to_string(*answer.cached_tokens) + " cached on the server").c_str() : "",
+                 s.generated_tokens, s.ttft_ms, s.decode_tokens_per_second,
+                 answer.server_timings ? "server's timings" : "measured here", to_string(s.stop_reason));
+    return true;
+  } catch (const std::exception& error) {
+    committer.stop();
+    if (!reply_text.empty()) std::fputc('\n', stdout);
+    QJsonObject stats;
+    stats.insert(app::kReplyErrorKey, QString::fromUtf8(error.what()));
+    store.finish_message(reply_id, QString::fromStdString(reply_text), stats);
+    std::fprintf(stderr, "kvchat-cli chat: %s\n", error.what());
+    return false;
+  }
+}
+
+}  // namespace kvchat::cli

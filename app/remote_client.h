@@ -1,0 +1,60 @@
+#pragma once
+// A chat turn on an OpenAI-compatible server (vLLM, llama.cpp's llama-server, Ollama, another
+// `kvchat-cli serve`) instead of the local engine. Plain C++ over cpp-httplib (built with OpenSSL on
+// Debian, so https works too): the desktop app calls it on its remote worker's thread, kvchat-cli chat
+// directly. The API is stateless, so every turn sends the conversation's whole history.
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace kvchat::app {
+
+// The server could not be used: unreachable, the key refused, no such model, an unreadable answer. The
+// message names the server and says what to do.
+struct RemoteError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct RemoteEndpoint {
+  std::string base_url;  // e.g. http://localhost:8000/v1 (the part before /chat/completions)
+  std::string api_key;   // sent as Authorization: Bearer KEY when not empty; never logged
+  std::string model;     // empty = the first model of /v1/models
+};
+
+// Throws RemoteError unless `base_url` is http:// or https:// with a host.
+void check_base_url(const std::string& base_url);
+
+// The ids of /v1/models, in the server's order. Throws RemoteError.
+std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint);
+
+// What a remote reply came to. Token counts and timings are the server's where it reported them
+// (usage, usage.prompt_tokens_details.cached_tokens, llama.cpp's or kvchat's "timings"), else measured here.
+struct RemoteReply {
+  std::string model;            // the model that answered
+  std::string text;             // every chunk received, also when the reply was interrupted
+  GenerationStats stats;        // prompt/generated tokens, reused_tokens = cached_tokens, ttft, tok/s
+  bool usage_reported = false;  // prompt and generated tokens come from the server's usage
+  std::optional<int> cached_tokens;  // the server said how many prompt tokens it had cached
+  bool server_timings = false;  // ttft and speeds come from the server's timings, not the client's clock
+  // Not empty: the connection broke after the reply had started; `text` is what arrived before.
+  std::string interruption;
+};
+
+// Called for every piece of text as it arrives, with the count of content chunks so far.
+using RemoteChunkCallback = std::function<void(std::string_view chunk, int chunks_received)>;
+
+// Streams one reply (stream: true, stream_options.include_usage). `stop` set closes the connection: the
+// reply ends with StopReason::Stopped. Throws RemoteError when the server cannot be reached, refuses
+// the request (401 key, 404 model, any other error status: its message included) or breaks off before
+// sending anything; a break after text arrived returns that text with `interruption` set.
+RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
+                               const GenerationConfig& generation, const std::atomic<bool>* stop,
+                               const RemoteChunkCallback& on_chunk);
+
+}  // namespace kvchat::app

@@ -1,0 +1,320 @@
+// The remote backend: a ChatController whose turns go to a `kvchat-cli serve` started here in another
+// process (stories260K, greedy). The streamed reply equals the server's non-streamed answer to the same
+// messages; the server's usage and cached_tokens land in the stored stats; the reply's row records the
+// server and model; a wrong key gives the 401 message; a server killed mid-reply leaves the partial text
+// stored and marked, and the next turn against a restarted server works. Also the store's migration of a
+// version-1 database (messages.backend) and the API key kept out of the settings file and the database.
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include "app/chat_history.h"
+#include "app/conversation_store.h"
+#include "app/remote_worker.h"
+#include "common/chat_fixture.h"
+#include "common/cutting_proxy.h"
+#include "common/raw_sqlite.h"
+#include "common/server_process.h"
+
+using kvchat::app::BackendKind;
+using kvchat::app::ChatController;
+using kvchat::app::ChatSettings;
+using kvchat::app::MessageRecord;
+using kvchat::test::ChatFixture;
+using kvchat::test::ServerProcess;
+using nlohmann::json;
+
+namespace {
+
+const char* kApiKey = "remote-test-key";
+
+QStringList serve_arguments() {
+  return {"--model", kvchat::test::stories_model_directory(), "--api-key", kApiKey, "--threads", "1"};
+}
+
+QString base_url(const ServerProcess& server) { return QStringLiteral("http://127.0.0.1:%1/v1").arg(server.port()); }
+
+ChatSettings remote_settings(const ServerProcess& server, int max_new_tokens = 40) {
+  ChatSettings settings = kvchat::test::greedy_chat_settings(max_new_tokens);
+  settings.backend = BackendKind::Remote;
+  settings.remote_base_url = base_url(server);
+  settings.remote_api_key = kApiKey;
+  return settings;
+}
+
+MessageRecord last_message(ChatController* controller) { return controller->currentMessages().last(); }
+
+}  // namespace
+
+class TestRemoteBackend : public QObject {
+  Q_OBJECT
+
+ private:
+  ServerProcess server_;
+  std::string model_id_;
+
+  // The server's own non-streamed answer to `messages`, and its usage.
+  json whole_answer(const std::vector<json>& messages, int max_tokens) {
+    httplib::Client client = server_.client();
+    const json body = {{"model", model_id_}, {"messages", messages}, {"temperature", 0}, {"max_tokens", max_tokens}};
+    const kvchat::test::HttpReply reply = kvchat::test::post_json(
+        client, "/v1/chat/completions", body.dump(), {{"Authorization", std::string("Bearer ") + kApiKey}});
+    if (reply.status != 200) qWarning("non-streamed answer: %d %s", reply.status, reply.body.c_str());
+    return reply.json();
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY2(server_.start(serve_arguments()), server_.log().c_str());
+    const std::vector<std::string> models =
+        kvchat::app::list_remote_models({base_url(server_).toStdString(), kApiKey, ""});
+    QVERIFY(!models.empty());
+    model_id_ = models.front();
+  }
+
+  void remote_turns_stream_store_stats_and_origin() {
+    ChatFixture fixture;
+    QVERIFY(fixture.open(remote_settings(server_)));
+    ChatController* controller = fixture.controller();
+    QVERIFY(controller->usesRemoteBackend());
+    QVERIFY(controller->cacheGauge().on_server);
+    QString streamed;
+    connect(controller, &ChatController::replyTextAppended, this,
+            [&](qint64, qint64, const QString& chunk) { streamed += chunk; });
+
+    QVERIFY(controller->send(QStringLiteral("Once upon a time")));
+    QVERIFY(fixture.waitIdle());
+    const MessageRecord first = last_message(controller);
+    const json expected = whole_answer({{{"role", "user"}, {"content", "Once upon a time"}}}, 40);
+    QVERIFY(!first.text.isEmpty());
+    QCOMPARE(first.text.toStdString(), expected["choices"][0]["message"]["content"].get<std::string>());
+    QCOMPARE(streamed, first.text);
+    {
+      // The same greedy turn on this computer's engine gives the same text.
+      ChatFixture local;
+      QVERIFY(local.open(kvchat::test::greedy_chat_settings(40)));
+      QVERIFY(local.controller()->send(QStringLiteral("Once upon a time")));
+      QVERIFY(local.waitIdle());
+      QCOMPARE(last_message(local.controller()).text, first.text);
+      QCOMPARE(last_message(local.controller()).backend, QStringLiteral("local"));
+    }
+    QCOMPARE(first.backend, base_url(server_));
+    QCOMPARE(first.model.toStdString(), model_id_);
+    QVERIFY2(!kvchat::app::is_failed_reply(first), qPrintable(kvchat::app::reply_error(first)));
+    QCOMPARE(first.stats.value("backend").toString(), QStringLiteral("remote"));
+    QCOMPARE(first.stats.value("prompt_tokens").toInt(), expected["usage"]["prompt_tokens"].get<int>());
+    QCOMPARE(first.stats.value("generated_tokens").toInt(), expected["usage"]["completion_tokens"].get<int>());
+    QVERIFY(first.stats.contains("cached_tokens"));
+    QCOMPARE(first.stats.value("figures").toString(), QStringLiteral("server"));  // kvchat serve sends timings
+
+    // The second turn's history starts with the first's: the server reports the prefix it had cached.
+    QVERIFY(controller->send(QStringLiteral("The end")));
+    QVERIFY(fixture.waitIdle());
+    const MessageRecord second = last_message(controller);
+    QVERIFY2(!kvchat::app::is_failed_reply(second), qPrintable(kvchat::app::reply_error(second)));
+    QVERIFY2(second.stats.value("cached_tokens").toInt() > 0, QJsonDocument(second.stats).toJson().constData());
+    QCOMPARE(controller->cacheGauge().reused_tokens, second.stats.value("cached_tokens").toInt());
+
+    // Exports say which server answered, and that its cache is its own.
+    QTemporaryDir out;
+    controller->exportConversation(controller->currentConversationId(), out.filePath("chat.md"),
+                                   kvchat::app::ExportFormat::Markdown);
+    QFile exported(out.filePath("chat.md"));
+    QVERIFY(exported.open(QIODevice::ReadOnly));
+    const QString markdown = QString::fromUtf8(exported.readAll());
+    QVERIFY2(markdown.contains(QStringLiteral("%1 on %2 · ").arg(QString::fromStdString(model_id_), base_url(server_))),
+             qPrintable(markdown));
+    QVERIFY2(markdown.contains(QStringLiteral("cache on the server, %1 tokens cached").arg(second.stats.value("cached_tokens").toInt())),
+             qPrintable(markdown));
+  }
+
+  void wrong_key_shows_the_401_message() {
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(server_);
+    settings.remote_api_key = QStringLiteral("wrong-key");
+    QVERIFY(fixture.open(settings));
+    QSignalSpy failed(fixture.controller(), &ChatController::replyFailed);
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hello")));
+    QVERIFY(fixture.waitIdle());
+    QCOMPARE(failed.count(), 1);
+    const QString message = failed.first().at(2).toString();
+    QVERIFY2(message.startsWith(QStringLiteral("the server at %1 refused the API key (401): incorrect API key provided. ").arg(base_url(server_))),
+             qPrintable(message));
+    QCOMPARE(kvchat::app::reply_error(last_message(fixture.controller())), message);
+  }
+
+  void unreachable_server_is_a_clear_error() {
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(server_);
+    settings.remote_base_url = QStringLiteral("http://127.0.0.1:1/v1");
+    QVERIFY(fixture.open(settings));
+    QSignalSpy failed(fixture.controller(), &ChatController::replyFailed);
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hello")));
+    QVERIFY(fixture.waitIdle());
+    QCOMPARE(failed.count(), 1);
+    QCOMPARE(failed.first().at(2).toString(),
+             QStringLiteral("cannot reach http://127.0.0.1:1/v1: connection refused (is the server running, on that port?)"));
+  }
+
+  void server_killed_mid_reply_keeps_the_partial_text() {
+    ServerProcess doomed;
+    QVERIFY2(doomed.start(serve_arguments()), doomed.log().c_str());
+    // The client talks to the server through a relay that kills it (SIGKILL, from the relay's thread) as
+    // soon as the first text has been passed on: the reply is cut at a known point.
+    const qint64 doomed_pid = doomed.pid();
+    kvchat::test::CuttingProxy relay;
+    QVERIFY(relay.start(doomed.port(), [doomed_pid] { ::kill(static_cast<pid_t>(doomed_pid), SIGKILL); }));
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(doomed, 100000);  // the model's whole window
+    settings.remote_base_url = QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port());
+    settings.remote_model = QString::fromStdString(model_id_);
+    QVERIFY(fixture.open(settings));
+    ChatController* controller = fixture.controller();
+    QSignalSpy failed(controller, &ChatController::replyFailed);
+    QVERIFY(controller->send(QStringLiteral("Once upon a time")));
+    QVERIFY(fixture.waitIdle());
+    QVERIFY(relay.cut());
+    QVERIFY(QTest::qWaitFor([&] { return !doomed.running(); }, 30000));
+    QCOMPARE(failed.count(), 1);
+    const MessageRecord partial = last_message(controller);
+    QVERIFY(!partial.text.isEmpty());
+    QVERIFY(partial.complete);
+    QCOMPARE(partial.stats.value("interrupted").toBool(), true);
+    QVERIFY2(kvchat::app::reply_error(partial).contains(QStringLiteral("broke off mid-reply")),
+             qPrintable(kvchat::app::reply_error(partial)));
+    // The same text the window showed is what the database holds after a reopen.
+    fixture.close();
+
+    ServerProcess restarted;
+    QVERIFY2(restarted.start(serve_arguments()), restarted.log().c_str());
+    QVERIFY(fixture.open(remote_settings(restarted)));
+    controller = fixture.controller();
+    QCOMPARE(last_message(controller).text, partial.text);
+    QVERIFY(controller->regenerate());
+    QVERIFY(fixture.waitIdle());
+    const MessageRecord again = last_message(controller);
+    QVERIFY2(!kvchat::app::is_failed_reply(again), qPrintable(kvchat::app::reply_error(again)));
+    QVERIFY(!again.text.isEmpty());
+    QCOMPARE(again.backend, base_url(restarted));
+    QCOMPARE(controller->currentMessages().size(), 3);  // the user message, the interrupted reply, the new one
+  }
+
+  void stop_closes_the_connection() {
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(server_, 100000);
+    // Stop is pressed (on the GUI thread, waited for) once the first text has been passed on; the rest of
+    // the stream follows only then, so the client sees its stop flag with most of the reply still to come.
+    ChatController* controller = nullptr;
+    kvchat::test::CuttingProxy relay;
+    QVERIFY(relay.start(
+        server_.port(),
+        [&controller] { QMetaObject::invokeMethod(controller, &ChatController::stop, Qt::BlockingQueuedConnection); },
+        /*keep_relaying=*/true));
+    settings.remote_base_url = QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port());
+    settings.remote_model = QString::fromStdString(model_id_);
+    QVERIFY(fixture.open(settings));
+    controller = fixture.controller();
+    QVERIFY(controller->send(QStringLiteral("Once upon a time")));
+    QVERIFY(fixture.waitIdle());
+    QVERIFY(relay.cut());
+    const MessageRecord stopped = last_message(controller);
+    QVERIFY2(!kvchat::app::is_failed_reply(stopped), qPrintable(kvchat::app::reply_error(stopped)));
+    QCOMPARE(stopped.stats.value("stop_reason").toString(), QStringLiteral("stopped"));
+    const std::string whole =
+        whole_answer({{{"role", "user"}, {"content", "Once upon a time"}}}, 100000)["choices"][0]["message"]["content"];
+    QVERIFY(!stopped.text.isEmpty());
+    QVERIFY2(stopped.text.size() < QString::fromStdString(whole).size(), qPrintable(stopped.text));
+    QVERIFY(QString::fromStdString(whole).startsWith(stopped.text));
+  }
+
+  void stop_before_the_first_token_closes_the_connection() {
+    // A "server" that takes the connection and never answers, as one still reading a long prompt would.
+    const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    QVERIFY(::bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    QVERIFY(::listen(silent, 4) == 0);
+    QVERIFY(::getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(server_);
+    settings.remote_base_url = QStringLiteral("http://127.0.0.1:%1/v1").arg(ntohs(address.sin_port));
+    settings.remote_model = QStringLiteral("any");
+    QVERIFY(fixture.open(settings));
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hello")));
+    fixture.controller()->stop();
+    QVERIFY(fixture.waitIdle());
+    ::close(silent);
+    const MessageRecord reply = last_message(fixture.controller());
+    QVERIFY2(!kvchat::app::is_failed_reply(reply), qPrintable(kvchat::app::reply_error(reply)));
+    QCOMPARE(reply.stats.value("stop_reason").toString(), QStringLiteral("stopped"));
+    QCOMPARE(reply.text, QString());
+  }
+
+  void version_one_database_is_migrated() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("old.sqlite3");
+    qint64 reply_id = 0;
+    {
+      kvchat::app::ConversationStore store(path);
+      const qint64 conversation = store.create_conversation("Old chat");
+      MessageRecord reply;
+      reply.conversation_id = conversation;
+      reply.role = "assistant";
+      reply.text = "kept";
+      reply.model = "stories260K";
+      reply_id = store.add_message(reply);
+    }
+    // What a version-1 file looks like: no backend column, version 1.
+    kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN backend");
+    kvchat::test::raw_query(path, "DELETE FROM schema_version");
+    kvchat::test::raw_query(path, "INSERT INTO schema_version (version) VALUES (1)");
+    QCOMPARE(kvchat::test::raw_query(path, "SELECT count(*) FROM pragma_table_info('messages') WHERE name = 'backend'"),
+             QStringLiteral("0"));
+    {
+      kvchat::app::ConversationStore reader(path, kvchat::app::StoreOpenMode::ReadOnly);
+      QCOMPARE(reader.message(reply_id)->text, QStringLiteral("kept"));
+      QCOMPARE(reader.message(reply_id)->backend, QString());
+    }
+    QCOMPARE(kvchat::test::raw_query(path, "SELECT max(version) FROM schema_version"), QStringLiteral("1"));
+    {
+      kvchat::app::ConversationStore store(path);
+      QCOMPARE(kvchat::test::raw_query(path, "SELECT max(version) FROM schema_version"), QStringLiteral("2"));
+      QCOMPARE(store.message(reply_id)->text, QStringLiteral("kept"));
+      QCOMPARE(store.message(reply_id)->model, QStringLiteral("stories260K"));
+      store.set_message_origin(reply_id, "http://example:8000/v1", "big-model");
+      QCOMPARE(store.message(reply_id)->backend, QStringLiteral("http://example:8000/v1"));
+      QCOMPARE(store.message(reply_id)->model, QStringLiteral("big-model"));
+    }
+  }
+
+  void api_key_stays_out_of_settings_and_database() {
+    ChatFixture fixture;
+    ChatSettings settings = remote_settings(server_);
+    QVERIFY(fixture.open(settings));
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hi")));
+    QVERIFY(fixture.waitIdle());
+    fixture.close();
+    const QString key_file = fixture.path("kvchat-api-key");
+    QFile key(key_file);
+    QVERIFY(key.open(QIODevice::ReadOnly));
+    QCOMPARE(key.readAll(), QByteArray(kApiKey));
+    QCOMPARE(key.permissions() & (QFileDevice::ReadGroup | QFileDevice::ReadOther | QFileDevice::WriteGroup |
+                                  QFileDevice::WriteOther),
+             QFileDevice::Permissions());
+    QFile ini(fixture.path("kvchat.ini"));
+    QVERIFY(ini.open(QIODevice::ReadOnly));
+    QVERIFY(!ini.readAll().contains(kApiKey));
+    QFile database(fixture.databasePath());
+    QVERIFY(database.open(QIODevice::ReadOnly));
+    QVERIFY(!database.readAll().contains(kApiKey));
+    QSettings reread(fixture.path("kvchat.ini"), QSettings::IniFormat);
+    QCOMPARE(ChatSettings::load(reread).remote_api_key, QString::fromLatin1(kApiKey));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestRemoteBackend)
+#include "test_remote_backend.moc"

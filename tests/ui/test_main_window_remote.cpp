@@ -1,0 +1,111 @@
+// The main window with the remote backend, offscreen: Settings > Backend switched to a `kvchat-cli serve`
+// started here (the model picked from its /v1/models), one turn typed and sent, the reply shown with the
+// server's figures under it and the gauge saying the cache lives on the server. A wrong key shows the 401.
+#include <QSignalSpy>
+#include <QtTest>
+
+#include <QComboBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+
+#include "app/chat_history.h"
+#include "common/chat_fixture.h"
+#include "common/server_process.h"
+#include "ui/chat_view.h"
+#include "ui/main_window.h"
+#include "ui/message_input.h"
+#include "ui/message_widget.h"
+#include "ui/settings_dialog.h"
+
+using kvchat::app::ChatController;
+using kvchat::ui::MainWindow;
+
+namespace {
+const char* kApiKey = "window-remote-key";
+}
+
+class MainWindowRemoteTest : public QObject {
+  Q_OBJECT
+
+ private:
+  kvchat::test::ServerProcess server_;
+  kvchat::test::ChatFixture fixture_;
+  std::unique_ptr<MainWindow> window_;
+  QString base_url() const { return QStringLiteral("http://127.0.0.1:%1/v1").arg(server_.port()); }
+
+  void switch_to_server(const QString& key) {
+    kvchat::ui::SettingsDialog* dialog = window_->openSettingsDialog();
+    QVERIFY(dialog->isVisible());
+    dialog->findChild<QComboBox*>("backendCombo")->setCurrentIndex(1);
+    dialog->findChild<QLineEdit*>("remoteUrlEdit")->setText(base_url());
+    dialog->findChild<QLineEdit*>("remoteApiKeyEdit")->setText(key);
+    auto* models = dialog->findChild<QComboBox*>("remoteModelCombo");
+    models->setCurrentText(QString());
+    QSignalSpy fetched(dialog, &kvchat::ui::SettingsDialog::modelsFetched);
+    dialog->findChild<QPushButton*>("fetchModelsButton")->click();
+    QVERIFY(fetched.wait(30000));
+    if (key == QLatin1String(kApiKey)) {
+      QCOMPARE(models->count(), 1);
+      QCOMPARE(models->currentText(), QStringLiteral("stories260K"));
+    } else {
+      QVERIFY2(dialog->findChild<QLabel*>("remoteStatusLabel")->text().contains("refused the API key (401)"),
+               qPrintable(dialog->findChild<QLabel*>("remoteStatusLabel")->text()));
+    }
+    dialog->accept();
+  }
+
+  void type_and_send(const QString& text) {
+    QTest::keyClicks(window_->messageInput(), text);
+    QTest::keyClick(window_->messageInput(), Qt::Key_Return);
+    QVERIFY(fixture_.waitIdle());
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY2(server_.start({"--model", kvchat::test::stories_model_directory(), "--api-key", kApiKey, "--threads", "1"}),
+             server_.log().c_str());
+    QVERIFY(fixture_.open(kvchat::test::greedy_chat_settings(30)));
+    window_ = std::make_unique<MainWindow>(fixture_.controller());
+    window_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+    window_->messageInput()->setFocus();
+  }
+
+  void one_remote_turn_through_the_window() {
+    switch_to_server(kApiKey);
+    ChatController* controller = fixture_.controller();
+    QVERIFY(controller->usesRemoteBackend());
+    QCOMPARE(controller->settings().remote_model, QStringLiteral("stories260K"));
+    type_and_send("Once upon a time");
+    const auto records = controller->currentMessages();
+    QCOMPARE(records.size(), 2);
+    QCOMPARE(records[1].backend, base_url());
+    QCOMPARE(records[1].model, QStringLiteral("stories260K"));
+    QVERIFY(!records[1].text.isEmpty());
+    const auto widgets = window_->chatView()->messageWidgets();
+    QCOMPARE(widgets.size(), 2);
+    const QString stats = widgets[1]->statsText();
+    QVERIFY2(stats.startsWith(QStringLiteral("server \u00b7 %1 tokens").arg(records[1].stats.value("generated_tokens").toInt())),
+             qPrintable(stats));
+    QVERIFY2(stats.contains(QStringLiteral("cached on the server")), qPrintable(stats));
+    QVERIFY2(window_->cacheLabel()->text().startsWith(QStringLiteral("KV cache on the server")),
+             qPrintable(window_->cacheLabel()->text()));
+  }
+
+  void a_wrong_key_shows_the_401_message() {
+    switch_to_server(QStringLiteral("not-the-key"));
+    type_and_send("Hello");
+    const auto widgets = window_->chatView()->messageWidgets();
+    const QString stats = widgets.last()->statsText();
+    QVERIFY2(stats.startsWith(QStringLiteral("Error: the server at %1 refused the API key (401): incorrect API key provided")
+                                  .arg(base_url())),
+             qPrintable(stats));
+    QVERIFY(window_->findChild<QPushButton*>("regenerateButton")->isEnabled());
+  }
+
+  void cleanupTestCase() { window_.reset(); }
+};
+
+QTEST_MAIN(MainWindowRemoteTest)
+#include "test_main_window_remote.moc"
