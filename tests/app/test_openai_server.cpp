@@ -12,6 +12,7 @@
 #include "app/openai_protocol.h"
 #include "app/openai_sessions.h"
 #include "common/cli_runner.h"
+#include "common/openai_npm_package.h"
 #include "common/model_folder_copy.h"
 #include "engine/model_loader.h"
 #include "common/server_process.h"
@@ -375,19 +376,9 @@ class TestOpenAiServer : public QObject {
 
   // The official client library: npm fetches it into the build folder; without the registry, skipped.
   void official_openai_npm_client() {
-    const QString package_dir = QString::fromStdString(kvchat::test::build_dir()) + "/npm-openai";
-    // Installed once per build folder: a later run needs no registry.
-    QFile installed(package_dir + "/node_modules/openai/package.json");
-    if (!installed.open(QIODevice::ReadOnly) ||
-        json::parse(installed.readAll().toStdString(), nullptr, false).value("version", "") != "4.95.0") {
-      QProcess npm;
-      npm.start("npm", {"install", "--no-audit", "--no-fund", "--prefix", package_dir, "openai@4.95.0"});
-      if (!npm.waitForStarted(30000)) QSKIP("npm is not installed");
-      npm.waitForFinished(300000);
-      if (npm.exitStatus() != QProcess::NormalExit || npm.exitCode() != 0)
-        QSKIP(("npm cannot install openai@4.95.0: " + npm.readAllStandardError().right(400)).constData());
-    }
-
+    const QString package_dir = kvchat::test::openai_npm_package_dir();
+    if (const QString unavailable = kvchat::test::install_openai_npm_package(); !unavailable.isEmpty())
+      QSKIP(qPrintable(unavailable));
     QProcess node;
     const QString script = QString::fromStdString(std::string(std::getenv("KVCHAT_SOURCE_DIR") ? std::getenv("KVCHAT_SOURCE_DIR") : ".")) +
                            "/tests/app/openai_client.mjs";

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "common/cli_runner.h"
+#include "common/openai_npm_package.h"
 #include "common/server_process.h"
 #include "common/tiny_llama3_chat_model.h"
 
@@ -125,17 +126,9 @@ class TestOpenAiServerTemplates : public QObject {
   // without node, npm or the registry, skipped).
   void official_openai_npm_client() {
     QVERIFY2(raw_texts_.size() == kUserTurns.size(), "runs after the raw HTTP conversation");
-    const QString package_dir = QString::fromStdString(kvchat::test::build_dir()) + "/npm-openai";
-    QFile installed(package_dir + "/node_modules/openai/package.json");
-    if (!installed.open(QIODevice::ReadOnly) ||
-        json::parse(installed.readAll().toStdString(), nullptr, false).value("version", "") != "4.95.0") {
-      QProcess npm;
-      npm.start("npm", {"install", "--no-audit", "--no-fund", "--prefix", package_dir, "openai@4.95.0"});
-      if (!npm.waitForStarted(30000)) QSKIP("npm is not installed");
-      npm.waitForFinished(300000);
-      if (npm.exitStatus() != QProcess::NormalExit || npm.exitCode() != 0)
-        QSKIP(("npm cannot install openai@4.95.0: " + npm.readAllStandardError().right(400)).constData());
-    }
+    const QString package_dir = kvchat::test::openai_npm_package_dir();
+    if (const QString unavailable = kvchat::test::install_openai_npm_package(); !unavailable.isEmpty())
+      QSKIP(qPrintable(unavailable));
     QProcess node;
     const char* source = std::getenv("KVCHAT_SOURCE_DIR");
     node.start("node", {QString(source ? source : ".") + "/tests/app/openai_client.mjs", package_dir,
