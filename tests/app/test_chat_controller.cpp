@@ -2,6 +2,7 @@
 // send/stream/save, stop keeps the partial reply, regenerate, edit-and-resend, conversation management,
 // the context cut marker, the cache gauge, export.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QDir>
 #include <QFile>
@@ -311,7 +312,7 @@ void ChatControllerTest::closing_mid_reply_saves_it() {
   QCOMPARE(records[1].stats.value("stop_reason").toString(), QStringLiteral("stopped"));
 }
 
-QTEST_GUILESS_MAIN(ChatControllerTest)
+KVCHAT_TEST_GUILESS_MAIN(ChatControllerTest)
 // File > Open model directory: a directory that loads becomes the settings' model (the next start
 // opens it); one that fails leaves both the loaded model and the setting as they were.
 void ChatControllerTest::opened_model_directory_is_remembered() {

@@ -3,6 +3,7 @@
 // generates waits for it, "New chat" reuses an empty one, Continue goes on with a reply cut short, the
 // per-step decode times of each reply are recorded by the engine thread, a chat's cache can be cleared.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QDirIterator>
 
@@ -277,5 +278,5 @@ void ChatControllerTurnsTest::clearing_a_chats_cache_frees_it() {
   QCOMPARE(stats.restored_tokens, 0);
 }
 
-QTEST_MAIN(ChatControllerTurnsTest)
+KVCHAT_TEST_MAIN(ChatControllerTurnsTest)
 #include "test_chat_controller_turns.moc"

@@ -1,6 +1,7 @@
 // ChatTurnRunner on stories260K, greedy: streamed text, token-exact continuation across turns, stopping
 // mid-reply and continuing, and the context limit (stop with an error, or drop the oldest turns).
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <atomic>
 #include <string>
@@ -273,5 +274,5 @@ void ChatTurnRunnerTest::context_limit_drop_policy_leaves_out_the_oldest_turns()
   QVERIFY_THROWS_EXCEPTION(ContextLimitError, runner.run(session, other, messages, options, nullptr, {}));
 }
 
-QTEST_APPLESS_MAIN(ChatTurnRunnerTest)
+KVCHAT_TEST_APPLESS_MAIN(ChatTurnRunnerTest)
 #include "test_chat_turn_runner.moc"

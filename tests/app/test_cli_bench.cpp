@@ -2,6 +2,7 @@
 // and its cache-on/cache-off comparisons show identical tokens; --dtype q8_0,q4_k,... makes random weights in
 // those GGUF types (exact weight bytes per type). (Speeds are printed, never asserted.)
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QFile>
 #include <QTemporaryDir>
@@ -172,5 +173,5 @@ void CliBenchTest::gguf_dtype_errors() {
   QVERIFY2(odd.err.find("kvchat-cli bench: error: ") == 0, odd.err.c_str());
 }
 
-QTEST_GUILESS_MAIN(CliBenchTest)
+KVCHAT_TEST_GUILESS_MAIN(CliBenchTest)
 #include "test_cli_bench.moc"

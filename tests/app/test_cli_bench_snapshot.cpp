@@ -3,6 +3,7 @@
 // of the snapshot files and of the restored prefix; the bench's files are gone afterwards (its temporary
 // folder, or its own files in --cache-dir, nothing else). Speeds are printed, never asserted.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QDirIterator>
 #include <QFile>
@@ -152,5 +153,5 @@ void CliBenchSnapshotTest::bad_options_are_refused_before_measuring() {
   QVERIFY(too_long.out.empty());
 }
 
-QTEST_GUILESS_MAIN(CliBenchSnapshotTest)
+KVCHAT_TEST_GUILESS_MAIN(CliBenchSnapshotTest)
 #include "test_cli_bench_snapshot.moc"

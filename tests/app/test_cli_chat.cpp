@@ -4,6 +4,7 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "app/chat_history.h"
 #include "app/chat_turn_runner.h"
@@ -184,5 +185,5 @@ void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
   QCOMPARE(kvchat::app::stats_from_json(in_memory[3].stats).reused_tokens, second_stats.reused_tokens);
 }
 
-QTEST_GUILESS_MAIN(CliChatTest)
+KVCHAT_TEST_GUILESS_MAIN(CliChatTest)
 #include "test_cli_chat.moc"

@@ -4,6 +4,7 @@
 // local-only options give clear errors with nothing stored.
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <nlohmann/json.hpp>
 
@@ -142,5 +143,5 @@ class CliChatRemoteTest : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(CliChatRemoteTest)
+KVCHAT_TEST_GUILESS_MAIN(CliChatRemoteTest)
 #include "test_cli_chat_remote.moc"

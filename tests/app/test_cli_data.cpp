@@ -4,6 +4,7 @@
 #include <QJsonDocument>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "app/conversation_store.h"
 #include "app/exporter.h"
@@ -203,5 +204,5 @@ void CliDataTest::bad_format_is_a_usage_error() {
   QVERIFY2(no_id.err.find("--conversation") != std::string::npos, no_id.err.c_str());
 }
 
-QTEST_GUILESS_MAIN(CliDataTest)
+KVCHAT_TEST_GUILESS_MAIN(CliDataTest)
 #include "test_cli_data.moc"

@@ -1,6 +1,7 @@
 // kvchat-cli generate end to end: text prompts through the stories260K tokenizer and model reproduce
 // llama2.c's run.c continuations; random-weight models of real shapes; clear errors on bad input.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QDir>
 #include <QFile>
@@ -130,5 +131,5 @@ void CliGenerateTest::bad_input_gives_one_clear_line() {
                1, "more than the model's context of 512");
 }
 
-QTEST_GUILESS_MAIN(CliGenerateTest)
+KVCHAT_TEST_GUILESS_MAIN(CliGenerateTest)
 #include "test_cli_generate.moc"

@@ -3,6 +3,7 @@
 // file as on the Hugging Face directory, tokenize reproduces llama.cpp's llama-bpe cases with
 // llama3-vocab-only.gguf, render uses the file's chat template, and the help texts name both kinds of model.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <sstream>
 #include <string>
@@ -181,5 +182,5 @@ void CliGgufTest::help_texts_name_directories_and_gguf_files() {
   QVERIFY2(generate.out.find("a GGUF file's tokenizer") != std::string::npos, generate.out.c_str());
 }
 
-QTEST_GUILESS_MAIN(CliGgufTest)
+KVCHAT_TEST_GUILESS_MAIN(CliGgufTest)
 #include "test_cli_gguf.moc"

@@ -3,6 +3,7 @@
 #include <QDir>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <filesystem>
 #include <fstream>
@@ -120,5 +121,5 @@ class CliRenderTest : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(CliRenderTest)
+KVCHAT_TEST_GUILESS_MAIN(CliRenderTest)
 #include "test_cli_render.moc"

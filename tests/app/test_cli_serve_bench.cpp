@@ -1,6 +1,7 @@
 // kvchat-cli serve-bench, small (2 clients x 3 requests on stories260K): every figure is there, in
 // JSON and in text, and no request failed. Figures are printed, never compared with a time.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <nlohmann/json.hpp>
 
@@ -52,5 +53,5 @@ class TestCliServeBench : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestCliServeBench)
+KVCHAT_TEST_GUILESS_MAIN(TestCliServeBench)
 #include "test_cli_serve_bench.moc"

@@ -1,5 +1,6 @@
 // kvchat-cli tokenize: JSON lines in, JSON lines out, checked against the tokenizer fixtures.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <sstream>
 
@@ -93,5 +94,5 @@ class CliTokenizeTest : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(CliTokenizeTest)
+KVCHAT_TEST_GUILESS_MAIN(CliTokenizeTest)
 #include "test_cli_tokenize.moc"

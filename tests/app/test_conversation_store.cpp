@@ -6,6 +6,7 @@
 #include <QSqlQuery>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "app/conversation_store.h"
 #include "app/settings.h"
@@ -380,5 +381,5 @@ void ConversationStoreTest::newer_schema_is_refused() {
   QVERIFY2(message.contains(path), qPrintable(message));
 }
 
-QTEST_GUILESS_MAIN(ConversationStoreTest)
+KVCHAT_TEST_GUILESS_MAIN(ConversationStoreTest)
 #include "test_conversation_store.moc"

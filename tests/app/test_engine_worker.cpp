@@ -2,6 +2,7 @@
 // streaming, cache reuse across turns and across conversation switches, eviction under a memory budget,
 // cache off, stopping mid-reply, and errors turned into signals.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QTemporaryDir>
 #include <QThread>
@@ -347,5 +348,5 @@ void EngineWorkerTest::errors_become_signals_and_a_bad_model_keeps_the_old_one()
   QVERIFY2(refused.error.contains("context limit is 4 tokens"), qPrintable(refused.error));
 }
 
-QTEST_GUILESS_MAIN(EngineWorkerTest)
+KVCHAT_TEST_GUILESS_MAIN(EngineWorkerTest)
 #include "test_engine_worker.moc"

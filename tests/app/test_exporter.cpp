@@ -5,6 +5,7 @@
 #include <QJsonDocument>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "app/chat_history.h"
 #include "app/exporter.h"
@@ -303,5 +304,5 @@ void ExporterTest::a_failed_turn_is_exported_with_its_error() {
   QCOMPARE(context[0].id, 303);
 }
 
-QTEST_GUILESS_MAIN(ExporterTest)
+KVCHAT_TEST_GUILESS_MAIN(ExporterTest)
 #include "test_exporter.moc"

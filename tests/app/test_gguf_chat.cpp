@@ -3,6 +3,7 @@
 // controller loads the file from the settings (model_path), reports its architecture, quantization type and
 // sizes, streams and saves the same reply, and remembers a file opened by the user like a directory.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QFileInfo>
 #include <QSettings>
@@ -185,5 +186,5 @@ void GgufChatTest::opened_gguf_file_is_remembered() {
   QCOMPARE(ChatSettings::load(*ini_).model_path, gguf_path());
 }
 
-QTEST_GUILESS_MAIN(GgufChatTest)
+KVCHAT_TEST_GUILESS_MAIN(GgufChatTest)
 #include "test_gguf_chat.moc"

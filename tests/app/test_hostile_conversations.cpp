@@ -5,6 +5,7 @@
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "app/conversation_store.h"
 #include "common/hostile_case.h"
@@ -137,5 +138,5 @@ void HostileConversationsTest::empty_message_creates_no_conversation() {
   QVERIFY(!QFile::exists(db) || ConversationStore(db, StoreOpenMode::ReadOnly).conversations().isEmpty());
 }
 
-QTEST_GUILESS_MAIN(HostileConversationsTest)
+KVCHAT_TEST_GUILESS_MAIN(HostileConversationsTest)
 #include "test_hostile_conversations.moc"

@@ -6,6 +6,7 @@
 
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <filesystem>
 #include <functional>
@@ -347,5 +348,5 @@ void HostileInputsTest::gguf_files() {
   }
 }
 
-QTEST_GUILESS_MAIN(HostileInputsTest)
+KVCHAT_TEST_GUILESS_MAIN(HostileInputsTest)
 #include "test_hostile_inputs.moc"

@@ -4,6 +4,7 @@
 // model switch restarts it on the new model. stories260K, greedy.
 #include <QSignalSpy>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -138,5 +139,5 @@ class TestLocalServer : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestLocalServer)
+KVCHAT_TEST_GUILESS_MAIN(TestLocalServer)
 #include "test_local_server.moc"

@@ -5,6 +5,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <filesystem>
 #include <thread>
@@ -396,5 +397,5 @@ class TestOpenAiServer : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestOpenAiServer)
+KVCHAT_TEST_GUILESS_MAIN(TestOpenAiServer)
 #include "test_openai_server.moc"

@@ -4,6 +4,7 @@
 // its generation, and the sessions' KV caches kept under the memory budget. stories260K, greedy.
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -190,5 +191,5 @@ class TestOpenAiServerLimits : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestOpenAiServerLimits)
+KVCHAT_TEST_GUILESS_MAIN(TestOpenAiServerLimits)
 #include "test_openai_server_limits.moc"

@@ -9,6 +9,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <algorithm>
 
@@ -147,5 +148,5 @@ class TestOpenAiServerTemplates : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestOpenAiServerTemplates)
+KVCHAT_TEST_GUILESS_MAIN(TestOpenAiServerTemplates)
 #include "test_openai_server_templates.moc"

@@ -7,6 +7,7 @@
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <nlohmann/json.hpp>
 
@@ -316,5 +317,5 @@ class TestRemoteBackend : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestRemoteBackend)
+KVCHAT_TEST_GUILESS_MAIN(TestRemoteBackend)
 #include "test_remote_backend.moc"

@@ -3,6 +3,7 @@
 // commit per token.
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <chrono>
 #include <string>
@@ -82,5 +83,5 @@ class ReplyCommitterTest : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(ReplyCommitterTest)
+KVCHAT_TEST_GUILESS_MAIN(ReplyCommitterTest)
 #include "test_reply_committer.moc"

@@ -3,6 +3,7 @@
 
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "app/settings.h"
 #include "app/stats_json.h"
@@ -306,5 +307,5 @@ void SettingsTest::stats_json_rejects_damaged_records() {
   QCOMPARE(kvchat::app::stats_summary(QJsonObject()), QString());
 }
 
-QTEST_GUILESS_MAIN(SettingsTest)
+KVCHAT_TEST_GUILESS_MAIN(SettingsTest)
 #include "test_settings.moc"

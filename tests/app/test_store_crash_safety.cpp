@@ -2,7 +2,7 @@
 // The file must stay intact, the chat must be there, and the partial reply must hold at least what the
 // writer had reported as committed.
 //
-// The same binary is both sides: with KVCHAT_STORE_WRITER_DB set, main() runs the writer instead of the tests.
+// The same program is both sides: with KVCHAT_STORE_WRITER_DB set, the suite runs the writer instead of the tests.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +15,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "common/test_suite.h"
 #include "app/conversation_store.h"
 
 using kvchat::app::ConversationStore;
@@ -99,7 +100,7 @@ void StoreCrashSafetyTest::kill_writer_after(int commits_before_kill) {
   environment.insert(QString::fromLatin1(kWriterDbVariable), path);
   writer.setProcessEnvironment(environment);
   writer.setProcessChannelMode(QProcess::ForwardedErrorChannel);
-  writer.start(QCoreApplication::applicationFilePath(), {});
+  writer.start(QCoreApplication::applicationFilePath(), {kvchat::test::current_suite_name()});
   QVERIFY2(writer.waitForStarted(30000), qPrintable(writer.errorString()));
 
   qint64 conversation_id = 0;
@@ -177,11 +178,17 @@ void StoreCrashSafetyTest::killed_writer_loses_nothing_committed() {
   kill_writer_after(commits_before_kill);
 }
 
-int main(int argc, char** argv) {
+namespace {
+
+int store_crash_safety_main(int argc, char** argv) {
   if (qEnvironmentVariableIsSet(kWriterDbVariable)) return run_writer(argc, argv);
   QCoreApplication app(argc, argv);
   StoreCrashSafetyTest test;
   return QTest::qExec(&test, argc, argv);
 }
+
+}  // namespace
+
+KVCHAT_TEST_CUSTOM_MAIN(store_crash_safety_main)
 
 #include "test_store_crash_safety.moc"

@@ -7,6 +7,7 @@
 #include <QSqlQuery>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <chrono>
 #include <future>
@@ -174,5 +175,5 @@ class StoreSharingTest : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(StoreSharingTest)
+KVCHAT_TEST_GUILESS_MAIN(StoreSharingTest)
 #include "test_store_sharing.moc"

@@ -11,6 +11,7 @@
 #include <string>
 
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include "common/test_paths.h"
 #include "engine/gguf/gguf_file.h"
@@ -130,5 +131,5 @@ class ChangedModelFilesTest : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(ChangedModelFilesTest)
+KVCHAT_TEST_GUILESS_MAIN(ChangedModelFilesTest)
 #include "test_changed_model_files.moc"

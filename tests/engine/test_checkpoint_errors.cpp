@@ -2,6 +2,7 @@
 // build the bad files from the real stories260K checkpoint.
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 #include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
@@ -394,6 +395,6 @@ void CheckpointErrorsTest::numbers_beyond_double_are_model_errors() {
   }
 }
 
-QTEST_APPLESS_MAIN(CheckpointErrorsTest)
+KVCHAT_TEST_APPLESS_MAIN(CheckpointErrorsTest)
 #include "test_checkpoint_errors.moc"
 

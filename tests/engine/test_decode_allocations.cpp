@@ -4,6 +4,7 @@
 // products run inline (stories260K) and on one large enough for the thread pool and the parallel
 // attention, with f32 and bf16 weights. The session's generate must not allocate per token either.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -165,5 +166,5 @@ void DecodeAllocationsTest::generate_allocates_nothing_per_token() {
   QCOMPARE(long_run, short_run);
 }
 
-QTEST_APPLESS_MAIN(DecodeAllocationsTest)
+KVCHAT_TEST_APPLESS_MAIN(DecodeAllocationsTest)
 #include "test_decode_allocations.moc"

@@ -6,6 +6,7 @@
 
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -281,5 +282,5 @@ void GgufLayoutsTest::model_level_errors() {
   expect_load_error(directory.path().toStdString() + "/absent.gguf", "model not found");
 }
 
-QTEST_GUILESS_MAIN(GgufLayoutsTest)
+KVCHAT_TEST_GUILESS_MAIN(GgufLayoutsTest)
 #include "test_gguf_layouts.moc"

@@ -16,6 +16,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "common/json_fixture.h"
 #include "common/run_c_reference.h"
@@ -200,5 +201,5 @@ void GgufReferencesTest::greedy_ids_match() {
   }
 }
 
-QTEST_GUILESS_MAIN(GgufReferencesTest)
+KVCHAT_TEST_GUILESS_MAIN(GgufReferencesTest)
 #include "test_gguf_references.moc"

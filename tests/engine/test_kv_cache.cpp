@@ -3,6 +3,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
@@ -122,5 +123,5 @@ void KvCacheTest::naive_and_contiguous_hold_the_same_values() {
   QCOMPARE(naive.bytes(), contiguous.bytes());
 }
 
-QTEST_APPLESS_MAIN(KvCacheTest)
+KVCHAT_TEST_APPLESS_MAIN(KvCacheTest)
 #include "test_kv_cache.moc"

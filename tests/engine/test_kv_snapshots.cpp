@@ -9,6 +9,7 @@
 
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <chrono>
 #include <cstring>
@@ -259,5 +260,5 @@ class KvSnapshotsTest : public QObject {
   GenerationResult fresh_;
 };
 
-QTEST_GUILESS_MAIN(KvSnapshotsTest)
+KVCHAT_TEST_GUILESS_MAIN(KvSnapshotsTest)
 #include "test_kv_snapshots.moc"

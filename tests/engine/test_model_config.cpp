@@ -2,6 +2,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
+#include "common/test_suite.h"
 #include <filesystem>
 
 #include "common/json_fixture.h"
@@ -104,5 +105,5 @@ void ModelConfigTest::random_weights_of_a_gqa_3_to_1_shape() {
   QVERIFY(outputs[0] == outputs[2]);
 }
 
-QTEST_APPLESS_MAIN(ModelConfigTest)
+KVCHAT_TEST_APPLESS_MAIN(ModelConfigTest)
 #include "test_model_config.moc"

@@ -3,6 +3,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "common/json_fixture.h"
 #include "common/run_c_reference.h"
@@ -161,5 +162,5 @@ void ModelFidelityTest::prefill_then_decode_equals_one_forward() {
   }
 }
 
-QTEST_APPLESS_MAIN(ModelFidelityTest)
+KVCHAT_TEST_APPLESS_MAIN(ModelFidelityTest)
 #include "test_model_fidelity.moc"

@@ -1,6 +1,7 @@
 // The sampler chain: seeds reproduce, degenerate settings equal greedy, and 10,000 draws follow the
 // filtered distribution (computed independently here) for top-k, top-p and min-p.
 #include <QtTest>
+#include "common/test_suite.h"
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -151,5 +152,5 @@ void SamplerTest::repetition_penalty_changes_the_choice() {
   QCOMPARE(windowed.sample(kLogits.data(), kLogits.size(), {1, 5}), TokenId(1));
 }
 
-QTEST_APPLESS_MAIN(SamplerTest)
+KVCHAT_TEST_APPLESS_MAIN(SamplerTest)
 #include "test_sampler.moc"

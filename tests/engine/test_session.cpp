@@ -1,6 +1,7 @@
 // Sessions: cached (both implementations) == uncached, multi-turn reuse, truncation to a common
 // prefix, the stop flag from another thread, and the context limit.
 #include <QtTest>
+#include "common/test_suite.h"
 #include <atomic>
 #include <limits>
 #include <thread>
@@ -287,5 +288,5 @@ void SessionTest::non_finite_logits_stop_with_an_error() {
   }
 }
 
-QTEST_APPLESS_MAIN(SessionTest)
+KVCHAT_TEST_APPLESS_MAIN(SessionTest)
 #include "test_session.moc"

@@ -2,6 +2,7 @@
 // budget (never the active one), and an evicted conversation continues with exactly the tokens it
 // would have produced with its cache.
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include "common/test_paths.h"
 #include "engine/model_loader.h"
@@ -104,5 +105,5 @@ class SessionPoolTest : public QObject {
   LoadedModel loaded_;
 };
 
-QTEST_GUILESS_MAIN(SessionPoolTest)
+KVCHAT_TEST_GUILESS_MAIN(SessionPoolTest)
 #include "test_session_pool.moc"

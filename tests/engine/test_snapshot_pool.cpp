@@ -5,6 +5,7 @@
 // limit by at most one session.
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <chrono>
 #include <filesystem>
@@ -191,5 +192,5 @@ class SnapshotPoolTest : public QObject {
   kvchat::LoadedModel stories_, llama3_;
 };
 
-QTEST_GUILESS_MAIN(SnapshotPoolTest)
+KVCHAT_TEST_GUILESS_MAIN(SnapshotPoolTest)
 #include "test_snapshot_pool.moc"

@@ -1,6 +1,7 @@
 // How weights are kept: a checkpoint already in the compute dtype is used where it lies (the file is
 // memory-mapped, the tensors view it), and only a dtype change makes a copy.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
@@ -72,5 +73,5 @@ void WeightStorageTest::weight_bytes_count_the_kept_dtype() {
   QCOMPARE(bf16->weight_bytes(), (config.parameter_count() - norms / 4) * 2 + norms);
 }
 
-QTEST_APPLESS_MAIN(WeightStorageTest)
+KVCHAT_TEST_APPLESS_MAIN(WeightStorageTest)
 #include "test_weight_storage.moc"

@@ -3,6 +3,7 @@
 // supported quantized type against checksums of the reference decoder, the type table, and errors.
 #include <QCryptographicHash>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <cmath>
 #include <cstring>
@@ -251,5 +252,5 @@ class DequantizeTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(DequantizeTest)
+KVCHAT_TEST_APPLESS_MAIN(DequantizeTest)
 #include "test_dequantize.moc"

@@ -3,6 +3,7 @@
 #include <QCryptographicHash>
 #include <QDir>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <algorithm>
 #include <cmath>
@@ -255,5 +256,5 @@ class GgufFixturesTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(GgufFixturesTest)
+KVCHAT_TEST_APPLESS_MAIN(GgufFixturesTest)
 #include "test_gguf_fixtures.moc"

@@ -2,6 +2,7 @@
 // specific error (naming the file), under a 2 GiB address-space limit, without crashing or hanging.
 #include <QTemporaryDir>
 #include <QtTest>
+#include "common/test_suite.h"
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -304,5 +305,5 @@ class GgufHostileTest : public QObject {
   double slowest_ms_ = 0.0;
 };
 
-QTEST_APPLESS_MAIN(GgufHostileTest)
+KVCHAT_TEST_APPLESS_MAIN(GgufHostileTest)
 #include "test_gguf_hostile.moc"

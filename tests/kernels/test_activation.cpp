@@ -1,6 +1,7 @@
 // The SwiGLU activation kernel against a double-precision reference, for the AVX2 and the portable
 // versions: lengths with and without a vector tail, ordinary and extreme inputs.
 #include <QtTest>
+#include "common/test_suite.h"
 #include <cmath>
 #include <random>
 #include <vector>
@@ -80,5 +81,5 @@ void ActivationTest::silu_mul_extremes() {
   }
 }
 
-QTEST_APPLESS_MAIN(ActivationTest)
+KVCHAT_TEST_APPLESS_MAIN(ActivationTest)
 #include "test_activation.moc"

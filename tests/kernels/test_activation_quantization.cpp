@@ -4,6 +4,7 @@
 // each 16; zero blocks give scale 0, non-finite ones scale NaN and zeros. The AVX2 and portable
 // versions must give exactly these values.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <cmath>
 #include <limits>
@@ -147,5 +148,5 @@ void ActivationQuantizationTest::rejects_partial_blocks() {
                            kernels::quantize_activations(x.data(), 40, high.data(), low.data(), scales.data(), sums.data()));
 }
 
-QTEST_GUILESS_MAIN(ActivationQuantizationTest)
+KVCHAT_TEST_GUILESS_MAIN(ActivationQuantizationTest)
 #include "test_activation_quantization.moc"

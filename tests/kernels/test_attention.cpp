@@ -1,6 +1,7 @@
 // Decode attention for one KV head against a double-precision reference, for the AVX2 and the
 // portable versions, with strided cache rows and GQA groups.
 #include <QtTest>
+#include "common/test_suite.h"
 #include <cmath>
 #include <random>
 #include <vector>
@@ -79,5 +80,5 @@ void AttentionTest::a_dominant_key_selects_its_value() {
   for (float v : out) QCOMPARE(v, 13.f);
 }
 
-QTEST_APPLESS_MAIN(AttentionTest)
+KVCHAT_TEST_APPLESS_MAIN(AttentionTest)
 #include "test_attention.moc"

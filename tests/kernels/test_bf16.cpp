@@ -2,6 +2,7 @@
 // both the AVX2 and portable paths and for lengths that exercise the vector body, the tail and the
 // threaded split.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <cmath>
 #include <cstdint>
@@ -174,5 +175,5 @@ class Bf16Test : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(Bf16Test)
+KVCHAT_TEST_APPLESS_MAIN(Bf16Test)
 #include "test_bf16.moc"

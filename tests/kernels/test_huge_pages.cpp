@@ -1,5 +1,6 @@
 // Huge-page buffers: aligned, zeroed, fully usable, and advising rejects regions without a whole page.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <cstdint>
 #include <cstring>
@@ -44,5 +45,5 @@ class HugePagesTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(HugePagesTest)
+KVCHAT_TEST_APPLESS_MAIN(HugePagesTest)
 #include "test_huge_pages.moc"

@@ -2,6 +2,7 @@
 // hit every tail (row blocks, column blocks, scalar columns), with 1, 2 and 3 threads and with both
 // the AVX2 and the portable kernels.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <cmath>
 #include <cstdint>
@@ -238,5 +239,5 @@ class MatvecTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(MatvecTest)
+KVCHAT_TEST_APPLESS_MAIN(MatvecTest)
 #include "test_matvec.moc"

@@ -1,5 +1,6 @@
 // The bandwidth probe returns sane numbers (no timing thresholds: the machine may be busy).
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -52,5 +53,5 @@ class MemoryProbeTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(MemoryProbeTest)
+KVCHAT_TEST_APPLESS_MAIN(MemoryProbeTest)
 #include "test_memory_probe.moc"

@@ -5,6 +5,7 @@
 // Each type through the AVX2 kernels and the portable twins, one and several input vectors, with and
 // without bias, small (inline) and large (threaded) matrices, and shared-input jobs that mix types.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <cmath>
 #include <cstring>
@@ -268,5 +269,5 @@ void QuantizedMatvecTest::rejects_bad_arguments() {
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::matmul_quantized(m.view, x.data(), nullptr, 1));
 }
 
-QTEST_GUILESS_MAIN(QuantizedMatvecTest)
+KVCHAT_TEST_GUILESS_MAIN(QuantizedMatvecTest)
 #include "test_quantized_matvec.moc"

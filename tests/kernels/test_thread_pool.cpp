@@ -1,6 +1,7 @@
 // ThreadPool: every index is visited exactly once, chunks honour the grain, exceptions propagate,
 // nested and repeated use work, and the default pool follows set_default_threads.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <algorithm>
 #include <atomic>
@@ -244,5 +245,5 @@ class ThreadPoolTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(ThreadPoolTest)
+KVCHAT_TEST_APPLESS_MAIN(ThreadPoolTest)
 #include "test_thread_pool.moc"

@@ -2,6 +2,7 @@
 // plain concatenation for models without a template, and the content ranges of render_prompt.
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <fstream>
 
@@ -120,5 +121,5 @@ class ChatFormatterTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(ChatFormatterTest)
+KVCHAT_TEST_APPLESS_MAIN(ChatFormatterTest)
 #include "test_chat_formatter.moc"

@@ -1,6 +1,7 @@
 // Every chat template fixture rendered by the real Jinja2 (../shared/fixtures/chat_templates/**/*.json,
 // held-out ones where present, and the Llama 3 tokenizer's chat_template.json) must come out byte for byte the same here.
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <filesystem>
 #include <map>
@@ -165,5 +166,5 @@ class ChatTemplateFixtureTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(ChatTemplateFixtureTest)
+KVCHAT_TEST_APPLESS_MAIN(ChatTemplateFixtureTest)
 #include "test_chat_template_fixtures.moc"

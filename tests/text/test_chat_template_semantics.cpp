@@ -1,6 +1,7 @@
 // The Jinja2 semantics chat templates depend on, each pinned by a small template whose output
 // under Jinja2 3.1 (trim_blocks, lstrip_blocks, loopcontrols) is known.
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <nlohmann/json.hpp>
 
@@ -284,5 +285,5 @@ class ChatTemplateSemanticsTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(ChatTemplateSemanticsTest)
+KVCHAT_TEST_APPLESS_MAIN(ChatTemplateSemanticsTest)
 #include "test_chat_template_semantics.moc"

@@ -3,6 +3,7 @@
 // and chat cases.
 #include <QElapsedTimer>
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <map>
 #include <memory>
@@ -195,5 +196,5 @@ class GgufTokenizerTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(GgufTokenizerTest)
+KVCHAT_TEST_APPLESS_MAIN(GgufTokenizerTest)
 #include "test_gguf_tokenizer.moc"

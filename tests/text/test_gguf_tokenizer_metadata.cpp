@@ -3,6 +3,7 @@
 // is refused with an error naming the key.
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <functional>
 #include <map>
@@ -234,5 +235,5 @@ class GgufTokenizerMetadataTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(GgufTokenizerMetadataTest)
+KVCHAT_TEST_APPLESS_MAIN(GgufTokenizerMetadataTest)
 #include "test_gguf_tokenizer_metadata.moc"

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include "engine/text/jinja/jinja_substring.h"
 
@@ -68,5 +69,5 @@ class SubstringSearchTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(SubstringSearchTest)
+KVCHAT_TEST_APPLESS_MAIN(SubstringSearchTest)
 #include "test_substring_search.moc"

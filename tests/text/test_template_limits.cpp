@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/address_space_limit.h"
+#include "common/test_suite.h"
 #include "engine/text/chat_template.h"
 
 using kvchat::ChatTemplate;
@@ -220,10 +221,16 @@ class TemplateLimitsTest : public QObject {
   }
 };
 
-int main(int argc, char** argv) {
+namespace {
+
+int template_limits_main(int argc, char** argv) {
   kvchat::test::limit_address_space(rlim_t{2} << 30);  // 2 GiB of address space
   TemplateLimitsTest test;
   return QTest::qExec(&test, argc, argv);
 }
+
+}  // namespace
+
+KVCHAT_TEST_CUSTOM_MAIN(template_limits_main)
 
 #include "test_template_limits.moc"

@@ -1,6 +1,7 @@
 // Reproduces the reference tokenizer fixtures in ../shared exactly: encode, decode, per-token
 // pieces + streaming chunks, the Llama 3 chat renders, and stories260K's llama2.c prompts.
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include "engine/text/tokenizer.h"
 #include "tokenizer_test_support.h"
@@ -146,5 +147,5 @@ class TokenizerFixturesTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(TokenizerFixturesTest)
+KVCHAT_TEST_APPLESS_MAIN(TokenizerFixturesTest)
 #include "test_tokenizer_fixtures.moc"

@@ -1,6 +1,7 @@
 // Malformed files, invalid input, long runs, the chat path's protected ranges and the streaming
 // decoder's guarantees (whole characters only, same text as decode()).
 #include <QtTest/QtTest>
+#include "common/test_suite.h"
 
 #include <filesystem>
 #include <functional>
@@ -402,5 +403,5 @@ class TokenizerRobustnessTest : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(TokenizerRobustnessTest)
+KVCHAT_TEST_APPLESS_MAIN(TokenizerRobustnessTest)
 #include "test_tokenizer_robustness.moc"

@@ -1,6 +1,7 @@
 // ChatView and MessageWidget on their own: Markdown for replies and plain text for the user's words, a
 // context-cut marker placed above the first message still in context, streaming appends, errors shown.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QLabel>
 
@@ -99,5 +100,5 @@ void ChatViewTest::byte_sizes_are_readable() {
   QCOMPARE(kvchat::ui::format_bytes(qint64(6) << 30), QStringLiteral("6.00 GiB"));
 }
 
-QTEST_MAIN(ChatViewTest)
+KVCHAT_TEST_MAIN(ChatViewTest)
 #include "test_chat_view.moc"

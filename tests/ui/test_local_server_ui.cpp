@@ -3,6 +3,7 @@
 // and the status bar's "Serving on http://127.0.0.1:PORT" while it runs, gone when it stops; a port
 // that cannot be bound says why.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QCheckBox>
 #include <QLabel>
@@ -91,5 +92,5 @@ class LocalServerUiTest : public QObject {
   }
 };
 
-QTEST_MAIN(LocalServerUiTest)
+KVCHAT_TEST_MAIN(LocalServerUiTest)
 #include "test_local_server_ui.moc"

@@ -3,6 +3,7 @@
 // toggle persists and applies on the next turn, a corrupt model directory shows an error and keeps the
 // model, deleting asks first. Also measures the worst event-loop stall while generating (printed only).
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QCheckBox>
 #include <QElapsedTimer>
@@ -316,5 +317,5 @@ void MainWindowTest::event_loop_stall_while_generating() {
         tokens, clock.nsecsElapsed() / 1e6, worst_gap / 1e6, ticks, gui_cpu_ms);
 }
 
-QTEST_MAIN(MainWindowTest)
+KVCHAT_TEST_MAIN(MainWindowTest)
 #include "test_main_window.moc"

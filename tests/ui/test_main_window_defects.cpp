@@ -5,6 +5,7 @@
 // Tab stays among the controls and Ctrl+PgDn/PgUp/1..9 move between chats; the first screen says what the
 // model is and Help > About names version and licences; a reply cut short by a crash is marked and continued.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QDir>
 #include <QFileDialog>
@@ -400,5 +401,5 @@ void MainWindowDefectsTest::the_token_counter_shows_the_room_left() {
   QTRY_COMPARE(window_->tokenCounterLabel()->text(), QString());
 }
 
-QTEST_MAIN(MainWindowDefectsTest)
+KVCHAT_TEST_MAIN(MainWindowDefectsTest)
 #include "test_main_window_defects.moc"

@@ -3,6 +3,7 @@
 // second line and saves as PNG; alternatives of a regenerated reply switch with ‹ ›; the caches dialog lists
 // which chats hold a cache and clears one; the text size is a saved setting; bubbles follow a dark palette.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QDockWidget>
 #include <QImage>
@@ -184,5 +185,5 @@ void MainWindowFeaturesTest::bubbles_follow_a_dark_palette() {
   QVERIFY(light_pixels > 0);
 }
 
-QTEST_MAIN(MainWindowFeaturesTest)
+KVCHAT_TEST_MAIN(MainWindowFeaturesTest)
 #include "test_main_window_features.moc"

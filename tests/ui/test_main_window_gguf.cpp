@@ -3,6 +3,7 @@
 // bar and the model tooltip show its architecture, quantization type and sizes, the next start opens it
 // again, and typing a message gives the reply the engine itself generates on the same file.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QAction>
 #include <QFileDialog>
@@ -173,5 +174,5 @@ void MainWindowGgufTest::next_start_opens_the_remembered_gguf_file() {
   QVERIFY(window_->modelLabel()->toolTip().contains(QStringLiteral("llama, Q8_0 weights (gguf)")));
 }
 
-QTEST_MAIN(MainWindowGgufTest)
+KVCHAT_TEST_MAIN(MainWindowGgufTest)
 #include "test_main_window_gguf.moc"

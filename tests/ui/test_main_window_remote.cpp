@@ -3,6 +3,7 @@
 // server's figures under it and the gauge saying the cache lives on the server. A wrong key shows the 401.
 #include <QSignalSpy>
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QComboBox>
 #include <QLabel>
@@ -107,5 +108,5 @@ class MainWindowRemoteTest : public QObject {
   void cleanupTestCase() { window_.reset(); }
 };
 
-QTEST_MAIN(MainWindowRemoteTest)
+KVCHAT_TEST_MAIN(MainWindowRemoteTest)
 #include "test_main_window_remote.moc"

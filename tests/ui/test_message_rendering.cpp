@@ -3,6 +3,7 @@
 // have their own Copy button, a failed reply shows its error once, a reply cut short says so and offers
 // Continue.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QClipboard>
 #include <QDir>
@@ -294,5 +295,5 @@ void MessageRenderingTest::the_time_a_message_was_written_shows_on_hover() {
   QCOMPARE(header->toolTip(), QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
 }
 
-QTEST_MAIN(MessageRenderingTest)
+KVCHAT_TEST_MAIN(MessageRenderingTest)
 #include "test_message_rendering.moc"

@@ -1,5 +1,6 @@
 // SettingsDialog: every field shows the given settings and edits map back onto ChatSettings.
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -133,5 +134,5 @@ void SettingsDialogTest::model_field_browses_for_a_gguf_file_or_a_directory() {
   QCOMPARE(dialog.settings().model_path, dir.path());
 }
 
-QTEST_MAIN(SettingsDialogTest)
+KVCHAT_TEST_MAIN(SettingsDialogTest)
 #include "test_settings_dialog.moc"

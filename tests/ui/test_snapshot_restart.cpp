@@ -4,6 +4,7 @@
 // instance's snapshot, the gauge and the reply's stats say so, and the reply is the one a third
 // instance gives when it holds both turns in memory (one run, its own snapshot folder).
 #include <QtTest>
+#include "common/test_suite.h"
 
 #include <QDir>
 #include <QFile>
@@ -115,5 +116,5 @@ class SnapshotRestartTest : public QObject {
   }
 };
 
-QTEST_MAIN(SnapshotRestartTest)
+KVCHAT_TEST_MAIN(SnapshotRestartTest)
 #include "test_snapshot_restart.moc"
