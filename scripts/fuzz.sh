@@ -4,6 +4,7 @@
 #   FUZZ_SECONDS   seconds per target (default 60)
 #   FUZZ_TARGETS   which targets (default: all five)
 #   FUZZ_BUILD_DIR build folder (default build-fuzz)
+#   FUZZ_PARALLEL  targets run at a time (default: JOBS, else the number of cores)
 #   FUZZ_ARGS      more libFuzzer options (e.g. "-jobs=2 -workers=2")
 # New inputs accumulate in build-fuzz/fuzz/corpus/<target>/, so later runs (a longer campaign:
 # FUZZ_SECONDS=36000 nice -n 19 scripts/fuzz.sh) continue from them. A crash, sanitizer report, timeout
@@ -33,26 +34,42 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:allocator_may
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer-14 || true)}
 
-failed=()
-for target in $targets; do
-  corpus=$fuzz_dir/corpus/$target
-  artifacts=$fuzz_dir/artifacts/$target
-  log=$fuzz_dir/logs/$target.log
+# One target's run; its summary goes to $fuzz_dir/logs/<target>.summary, its status is the run's.
+fuzz_one() {
+  local target=$1
+  local corpus=$fuzz_dir/corpus/$target
+  local artifacts=$fuzz_dir/artifacts/$target
+  local log=$fuzz_dir/logs/$target.log
+  local summary=$fuzz_dir/logs/$target.summary
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
-  inputs=("$corpus" "$fuzz_dir/seeds/$target")
+  local inputs=("$corpus" "$fuzz_dir/seeds/$target")
   [ -d "tests/fuzz/regressions/$target" ] && inputs+=("tests/fuzz/regressions/$target")
-  echo "fuzz_$target: ${seconds}s (log: $log)"
+  echo "fuzz_$target: ${seconds}s (log: $log)" > "$summary"
   # -timeout: one input may take a few seconds under ASan (the largest templates render ~10^7 steps);
   # longer is a hang. -rss_limit_mb: more than 2 GB for one input is a memory blow-up.
   # shellcheck disable=SC2086
   if "$fuzz_dir/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
        -dict="tests/fuzz/dict/$target.dict" -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} "${inputs[@]}" > "$log" 2>&1; then
-    grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+ *DONE" "$log" | sed 's/^/  /' || true
+    grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+ *DONE" "$log" | sed 's/^/  /' >> "$summary" || true
   else
-    echo "  FAILED: see $log and $artifacts/"
-    grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$log" | head -5 | sed 's/^/  /' || true
-    failed+=("$target")
+    echo "  FAILED: see $log and $artifacts/" >> "$summary"
+    grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$log" | head -5 | sed 's/^/  /' >> "$summary" || true
+    return 1
   fi
+}
+
+# FUZZ_PARALLEL targets at a time (default: one per core): each still gets its FUZZ_SECONDS.
+parallel=${FUZZ_PARALLEL:-${JOBS:-$(nproc)}}
+declare -A pid_of
+failed=()
+for target in $targets; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  fuzz_one "$target" &
+  pid_of[$target]=$!
+done
+for target in $targets; do
+  wait "${pid_of[$target]}" || failed+=("$target")
+  cat "$fuzz_dir/logs/$target.summary"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz targets that failed: ${failed[*]}"

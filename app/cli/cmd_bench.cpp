@@ -14,7 +14,8 @@
 #include "engine/llama_model.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace bench_command {
 
 const std::string kUsage = std::string(
     "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
@@ -211,5 +212,5 @@ int run_bench(const std::vector<std::string>& args) {
 
 const CliRegistration registration({"bench", "measure prefill/decode speed against the machine's ceilings", kUsage, run_bench});
 
-}  // namespace
+}  // namespace bench_command
 }  // namespace kvchat::cli

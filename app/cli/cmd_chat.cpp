@@ -28,7 +28,8 @@
 #include "engine/session_pool.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace chat_command {
 
 const char* kUsage =
     "usage: kvchat-cli chat --model DIR|FILE.gguf [--db PATH] [--conversation ID|new] [--message TEXT]\n"
@@ -275,5 +276,5 @@ int run_chat(const std::vector<std::string>& args) {
 
 const CliRegistration registration({"chat", "chat with a model in a stored conversation", kUsage, run_chat});
 
-}  // namespace
+}  // namespace chat_command
 }  // namespace kvchat::cli

@@ -12,7 +12,8 @@
 #include "app/exporter.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace export_command {
 
 int run_export(const std::vector<std::string>& args) {
   ArgParser parser({"db", "conversation", "format", "out"}, {});
@@ -54,5 +55,5 @@ const CliRegistration kRegistration{CliCommand{
     run_export,
 }};
 
-}  // namespace
+}  // namespace export_command
 }  // namespace kvchat::cli

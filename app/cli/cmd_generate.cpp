@@ -11,7 +11,8 @@
 #include "engine/stats_json.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace generate_command {
 
 std::vector<ChatMessage> read_messages(const std::string& path) {
   std::string contents, error;
@@ -127,5 +128,5 @@ int run_generate(const std::vector<std::string>& args) {
 
 const CliRegistration registration({"generate", "generate tokens from a prompt (greedy or sampled)", kUsage, run_generate});
 
-}  // namespace
+}  // namespace generate_command
 }  // namespace kvchat::cli

@@ -7,7 +7,8 @@
 #include "app/cli/store_access.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace list_command {
 
 // A title as one safe field: tabs and line breaks become spaces, and any other control character (an
 // escape sequence could recolour or retitle the terminal) is shown as \xNN instead of reaching it raw;
@@ -58,5 +59,5 @@ const CliRegistration kRegistration{CliCommand{
     run_list,
 }};
 
-}  // namespace
+}  // namespace list_command
 }  // namespace kvchat::cli

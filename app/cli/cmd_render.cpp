@@ -15,7 +15,8 @@
 #include "engine/text/chat_template_config.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace render_command {
 
 const char* kUsage =
     "usage: kvchat-cli render (--tokenizer-config FILE | --tokenizer DIR|FILE.gguf) [--date YYYY-MM-DD] [--jsonl]\n"
@@ -131,5 +132,5 @@ int run_render(const std::vector<std::string>& args) {
 const CliRegistration kRegistration{CliCommand{
     "render", "apply a chat template (tokenizer_config.json or GGUF) to JSON conversations", kUsage, run_render}};
 
-}  // namespace
+}  // namespace render_command
 }  // namespace kvchat::cli

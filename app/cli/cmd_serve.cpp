@@ -19,7 +19,8 @@
 #include "engine/snapshot_store.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace serve_command {
 
 const char* kUsage =
     "usage: kvchat-cli serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
@@ -133,5 +134,5 @@ int run_serve(const std::vector<std::string>& args) {
 
 const CliRegistration registration({"serve", "serve the OpenAI HTTP API on a model", kUsage, run_serve});
 
-}  // namespace
+}  // namespace serve_command
 }  // namespace kvchat::cli

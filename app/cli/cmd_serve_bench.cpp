@@ -23,7 +23,8 @@
 #include "engine/model_loader.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace serve_bench_command {
 
 const char* kUsage =
     "usage: kvchat-cli serve-bench [--model DIR|FILE.gguf] [--clients 8] [--requests 20] [--parallel 2]\n"
@@ -135,5 +136,5 @@ int run_serve_bench(const std::vector<std::string>& args) {
 const CliRegistration registration({"serve-bench", "load-test the OpenAI server in-process (throughput, TTFT, cache reuse)",
                                     kUsage, run_serve_bench});
 
-}  // namespace
+}  // namespace serve_bench_command
 }  // namespace kvchat::cli

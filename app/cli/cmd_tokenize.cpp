@@ -14,7 +14,8 @@
 #include "engine/text/tokenizer.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace tokenize_command {
 
 using nlohmann::json;
 
@@ -119,5 +120,5 @@ const CliRegistration kRegistration{CliCommand{
     run_tokenize,
 }};
 
-}  // namespace
+}  // namespace tokenize_command
 }  // namespace kvchat::cli

@@ -15,7 +15,8 @@
 #include "engine/text/tokenizer.h"
 
 namespace kvchat::cli {
-namespace {
+// Named, not anonymous: the command files are compiled in batches (unity build).
+namespace tokenizer_bench_command {
 
 using Clock = std::chrono::steady_clock;
 
@@ -132,5 +133,5 @@ const CliRegistration kRegistration{CliCommand{
     run_tokenizer_bench,
 }};
 
-}  // namespace
+}  // namespace tokenizer_bench_command
 }  // namespace kvchat::cli

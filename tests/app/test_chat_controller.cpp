@@ -18,6 +18,9 @@
 #include "app/stats_json.h"
 #include "common/test_paths.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_chat_controller {
+
 using kvchat::KvCacheMode;
 using kvchat::StopReason;
 using kvchat::app::ChatController;
@@ -343,5 +346,7 @@ void ChatControllerTest::opened_model_directory_is_remembered() {
   ini_->sync();
   QCOMPARE(ChatSettings::load(*ini_).model_path, copy);
 }
+
+}  // namespace app_test_chat_controller
 
 #include "test_chat_controller.moc"

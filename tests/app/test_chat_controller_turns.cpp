@@ -14,6 +14,9 @@
 #include "app/stats_json.h"
 #include "common/chat_fixture.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_chat_controller_turns {
+
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::app::MessageRecord;
@@ -279,4 +282,7 @@ void ChatControllerTurnsTest::clearing_a_chats_cache_frees_it() {
 }
 
 KVCHAT_TEST_MAIN(ChatControllerTurnsTest)
+
+}  // namespace app_test_chat_controller_turns
+
 #include "test_chat_controller_turns.moc"

@@ -12,6 +12,9 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_chat_turn_runner {
+
 using kvchat::ChatMessage;
 using kvchat::GenerationConfig;
 using kvchat::KvCacheMode;
@@ -275,4 +278,7 @@ void ChatTurnRunnerTest::context_limit_drop_policy_leaves_out_the_oldest_turns()
 }
 
 KVCHAT_TEST_APPLESS_MAIN(ChatTurnRunnerTest)
+
+}  // namespace app_test_chat_turn_runner
+
 #include "test_chat_turn_runner.moc"

@@ -13,6 +13,9 @@
 
 #include "common/cli_runner.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_bench {
+
 using kvchat::test::run_cli;
 using kvchat::test::shared_path;
 
@@ -174,4 +177,7 @@ void CliBenchTest::gguf_dtype_errors() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliBenchTest)
+
+}  // namespace app_test_cli_bench
+
 #include "test_cli_bench.moc"

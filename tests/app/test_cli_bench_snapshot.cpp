@@ -15,6 +15,9 @@
 
 #include "common/cli_runner.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_bench_snapshot {
+
 using kvchat::test::run_cli;
 using kvchat::test::shared_path;
 
@@ -154,4 +157,7 @@ void CliBenchSnapshotTest::bad_options_are_refused_before_measuring() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliBenchSnapshotTest)
+
+}  // namespace app_test_cli_bench_snapshot
+
 #include "test_cli_bench_snapshot.moc"

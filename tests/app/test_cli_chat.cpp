@@ -15,6 +15,9 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_chat {
+
 using kvchat::app::ConversationStore;
 using kvchat::app::StoreOpenMode;
 using kvchat::test::CliResult;
@@ -186,4 +189,7 @@ void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliChatTest)
+
+}  // namespace app_test_cli_chat
+
 #include "test_cli_chat.moc"

@@ -15,6 +15,9 @@
 #include "common/server_process.h"
 #include "common/test_paths.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_chat_remote {
+
 using kvchat::app::ConversationStore;
 using kvchat::app::StoreOpenMode;
 using kvchat::test::CliResult;
@@ -144,4 +147,7 @@ class CliChatRemoteTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(CliChatRemoteTest)
+
+}  // namespace app_test_cli_chat_remote
+
 #include "test_cli_chat_remote.moc"

@@ -11,6 +11,9 @@
 #include "app/stats_json.h"
 #include "common/cli_runner.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_data {
+
 using kvchat::app::ConversationStore;
 using kvchat::app::ExportFormat;
 using kvchat::app::MessageRecord;
@@ -205,4 +208,7 @@ void CliDataTest::bad_format_is_a_usage_error() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliDataTest)
+
+}  // namespace app_test_cli_data
+
 #include "test_cli_data.moc"

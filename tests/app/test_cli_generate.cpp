@@ -11,6 +11,9 @@
 #include "common/json_fixture.h"
 #include "common/model_folder_copy.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_generate {
+
 using kvchat::test::load_json;
 using kvchat::test::run_cli;
 using kvchat::test::shared_path;
@@ -132,4 +135,7 @@ void CliGenerateTest::bad_input_gives_one_clear_line() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliGenerateTest)
+
+}  // namespace app_test_cli_generate
+
 #include "test_cli_generate.moc"

@@ -14,6 +14,9 @@
 #include "common/cli_runner.h"
 #include "common/json_fixture.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_gguf {
+
 using kvchat::test::CliResult;
 using kvchat::test::load_json;
 using kvchat::test::run_cli;
@@ -183,4 +186,7 @@ void CliGgufTest::help_texts_name_directories_and_gguf_files() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliGgufTest)
+
+}  // namespace app_test_cli_gguf
+
 #include "test_cli_gguf.moc"

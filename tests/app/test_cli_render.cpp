@@ -13,6 +13,9 @@
 
 #include "common/cli_runner.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_render {
+
 using json = nlohmann::ordered_json;
 using kvchat::test::CliResult;
 using kvchat::test::run_cli;
@@ -122,4 +125,7 @@ class CliRenderTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(CliRenderTest)
+
+}  // namespace app_test_cli_render
+
 #include "test_cli_render.moc"

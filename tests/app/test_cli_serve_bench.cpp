@@ -8,6 +8,9 @@
 #include "common/cli_runner.h"
 #include "common/test_paths.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_serve_bench {
+
 using nlohmann::json;
 
 namespace {
@@ -54,4 +57,7 @@ class TestCliServeBench : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestCliServeBench)
+
+}  // namespace app_test_cli_serve_bench
+
 #include "test_cli_serve_bench.moc"

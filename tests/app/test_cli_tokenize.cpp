@@ -9,6 +9,9 @@
 #include "common/cli_runner.h"
 #include "common/json_fixture.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_cli_tokenize {
+
 namespace {
 
 using kvchat::test::CliResult;
@@ -95,4 +98,7 @@ class CliTokenizeTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(CliTokenizeTest)
+
+}  // namespace app_test_cli_tokenize
+
 #include "test_cli_tokenize.moc"

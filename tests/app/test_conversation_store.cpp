@@ -13,6 +13,9 @@
 #include "app/stats_json.h"
 #include "common/raw_sqlite.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_conversation_store {
+
 using kvchat::app::ConversationRecord;
 using kvchat::app::ConversationStore;
 using kvchat::app::MessageRecord;
@@ -382,4 +385,7 @@ void ConversationStoreTest::newer_schema_is_refused() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ConversationStoreTest)
+
+}  // namespace app_test_conversation_store
+
 #include "test_conversation_store.moc"

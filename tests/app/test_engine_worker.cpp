@@ -17,6 +17,9 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_engine_worker {
+
 using kvchat::ChatMessage;
 using kvchat::GenerationStats;
 using kvchat::KvCacheMode;
@@ -349,4 +352,7 @@ void EngineWorkerTest::errors_become_signals_and_a_bad_model_keeps_the_old_one()
 }
 
 KVCHAT_TEST_GUILESS_MAIN(EngineWorkerTest)
+
+}  // namespace app_test_engine_worker
+
 #include "test_engine_worker.moc"

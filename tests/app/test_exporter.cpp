@@ -12,6 +12,9 @@
 #include "app/settings.h"
 #include "app/stats_json.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_exporter {
+
 using kvchat::app::ConversationRecord;
 using kvchat::app::ExportFormat;
 using kvchat::app::MessageRecord;
@@ -305,4 +308,7 @@ void ExporterTest::a_failed_turn_is_exported_with_its_error() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ExporterTest)
+
+}  // namespace app_test_exporter
+
 #include "test_exporter.moc"

@@ -22,6 +22,9 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_gguf_chat {
+
 using kvchat::GenerationResult;
 using kvchat::KvCacheMode;
 using kvchat::StopReason;
@@ -187,4 +190,7 @@ void GgufChatTest::opened_gguf_file_is_remembered() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(GgufChatTest)
+
+}  // namespace app_test_gguf_chat
+
 #include "test_gguf_chat.moc"

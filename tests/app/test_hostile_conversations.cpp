@@ -12,6 +12,9 @@
 #include "common/model_folder_copy.h"
 #include "common/raw_sqlite.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_hostile_conversations {
+
 using kvchat::app::ConversationStore;
 using kvchat::app::StoreOpenMode;
 using kvchat::test::LimitedCliResult;
@@ -139,4 +142,7 @@ void HostileConversationsTest::empty_message_creates_no_conversation() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(HostileConversationsTest)
+
+}  // namespace app_test_hostile_conversations
+
 #include "test_hostile_conversations.moc"

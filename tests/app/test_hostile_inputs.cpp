@@ -14,13 +14,21 @@
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_hostile_inputs {
+
 using json = nlohmann::ordered_json;
 using kvchat::test::LimitedCliResult;
 using kvchat::test::run_case;
 
 // Changes one file of a copy of stories260K.
 using ModelEdit = std::function<void(const std::string& model)>;
-Q_DECLARE_METATYPE(ModelEdit)
+
+}  // namespace app_test_hostile_inputs
+
+Q_DECLARE_METATYPE(app_test_hostile_inputs::ModelEdit)
+
+namespace app_test_hostile_inputs {
 
 namespace {
 
@@ -349,4 +357,7 @@ void HostileInputsTest::gguf_files() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(HostileInputsTest)
+
+}  // namespace app_test_hostile_inputs
+
 #include "test_hostile_inputs.moc"

@@ -18,6 +18,9 @@
 #include "common/cli_runner.h"
 #include "common/server_process.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_local_server {
+
 using kvchat::app::LocalServer;
 using kvchat::app::LocalServerSettings;
 using kvchat::test::HttpReply;
@@ -140,4 +143,7 @@ class TestLocalServer : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestLocalServer)
+
+}  // namespace app_test_local_server
+
 #include "test_local_server.moc"

@@ -18,6 +18,9 @@
 #include "engine/model_loader.h"
 #include "common/server_process.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_openai_server {
+
 using kvchat::test::HttpReply;
 using kvchat::test::ServerProcess;
 using nlohmann::json;
@@ -398,4 +401,7 @@ class TestOpenAiServer : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestOpenAiServer)
+
+}  // namespace app_test_openai_server
+
 #include "test_openai_server.moc"

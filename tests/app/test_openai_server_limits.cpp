@@ -24,6 +24,9 @@
 #include "engine/llama_model.h"
 #include "engine/snapshot_store.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_openai_server_limits {
+
 using kvchat::app::openai::ServerOptions;
 using kvchat::test::HttpReply;
 using kvchat::test::InProcessServer;
@@ -192,4 +195,7 @@ class TestOpenAiServerLimits : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestOpenAiServerLimits)
+
+}  // namespace app_test_openai_server_limits
+
 #include "test_openai_server_limits.moc"

@@ -18,6 +18,9 @@
 #include "common/server_process.h"
 #include "common/tiny_llama3_chat_model.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_openai_server_templates {
+
 using kvchat::test::HttpReply;
 using kvchat::test::ServerProcess;
 using nlohmann::json;
@@ -149,4 +152,7 @@ class TestOpenAiServerTemplates : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestOpenAiServerTemplates)
+
+}  // namespace app_test_openai_server_templates
+
 #include "test_openai_server_templates.moc"

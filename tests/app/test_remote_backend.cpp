@@ -19,6 +19,9 @@
 #include "common/raw_sqlite.h"
 #include "common/server_process.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_remote_backend {
+
 using kvchat::app::BackendKind;
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
@@ -318,4 +321,7 @@ class TestRemoteBackend : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestRemoteBackend)
+
+}  // namespace app_test_remote_backend
+
 #include "test_remote_backend.moc"

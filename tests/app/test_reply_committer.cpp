@@ -14,6 +14,9 @@
 #include "app/reply_committer.h"
 #include "common/raw_sqlite.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_reply_committer {
+
 using kvchat::app::ConversationStore;
 using kvchat::app::MessageRecord;
 using kvchat::app::ReplyCommitter;
@@ -84,4 +87,7 @@ class ReplyCommitterTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(ReplyCommitterTest)
+
+}  // namespace app_test_reply_committer
+
 #include "test_reply_committer.moc"

@@ -8,6 +8,9 @@
 #include "app/settings.h"
 #include "app/stats_json.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_settings {
+
 using kvchat::app::ChatSettings;
 using kvchat::app::ContextOverflowPolicy;
 
@@ -308,4 +311,7 @@ void SettingsTest::stats_json_rejects_damaged_records() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(SettingsTest)
+
+}  // namespace app_test_settings
+
 #include "test_settings.moc"

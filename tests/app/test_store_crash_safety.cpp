@@ -18,6 +18,9 @@
 #include "common/test_suite.h"
 #include "app/conversation_store.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_store_crash_safety {
+
 using kvchat::app::ConversationStore;
 using kvchat::app::MessageRecord;
 
@@ -190,5 +193,7 @@ int store_crash_safety_main(int argc, char** argv) {
 }  // namespace
 
 KVCHAT_TEST_CUSTOM_MAIN(store_crash_safety_main)
+
+}  // namespace app_test_store_crash_safety
 
 #include "test_store_crash_safety.moc"

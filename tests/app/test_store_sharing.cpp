@@ -16,6 +16,9 @@
 #include "app/conversation_store.h"
 #include "common/raw_sqlite.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace app_test_store_sharing {
+
 using kvchat::app::ConversationStore;
 using kvchat::app::MessageRecord;
 using kvchat::app::StoreError;
@@ -176,4 +179,7 @@ class StoreSharingTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(StoreSharingTest)
+
+}  // namespace app_test_store_sharing
+
 #include "test_store_sharing.moc"

@@ -18,6 +18,9 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_changed_model_files {
+
 namespace fs = std::filesystem;
 using kvchat::GenerationConfig;
 using kvchat::KvCacheMode;
@@ -132,4 +135,7 @@ class ChangedModelFilesTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(ChangedModelFilesTest)
+
+}  // namespace engine_test_changed_model_files
+
 #include "test_changed_model_files.moc"

@@ -14,6 +14,9 @@
 #include "engine/safetensors.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_checkpoint_errors {
+
 using namespace kvchat;
 using kvchat::test::shared_path;
 namespace fs = std::filesystem;
@@ -396,5 +399,8 @@ void CheckpointErrorsTest::numbers_beyond_double_are_model_errors() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(CheckpointErrorsTest)
+
+}  // namespace engine_test_checkpoint_errors
+
 #include "test_checkpoint_errors.moc"
 

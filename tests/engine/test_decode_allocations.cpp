@@ -18,6 +18,8 @@
 #include "engine/model_weights.h"
 #include "engine/session.h"
 
+// The operators below replace the whole program's: this suite is a program of its own
+// (tests/CMakeLists.txt), so that the other suites keep the allocator the sanitizers check.
 namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
@@ -46,6 +48,8 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace engine_test_decode_allocations {
 
 using namespace kvchat;
 using kvchat::test::shared_path;
@@ -167,4 +171,7 @@ void DecodeAllocationsTest::generate_allocates_nothing_per_token() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(DecodeAllocationsTest)
+
+}  // namespace engine_test_decode_allocations
+
 #include "test_decode_allocations.moc"

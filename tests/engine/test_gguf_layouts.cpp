@@ -16,6 +16,9 @@
 #include "engine/model_loader.h"
 #include "gguf/gguf_builder.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_gguf_layouts {
+
 using namespace kvchat;
 using kvchat::test::append_le;
 using kvchat::test::gguf_string;
@@ -283,4 +286,7 @@ void GgufLayoutsTest::model_level_errors() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(GgufLayoutsTest)
+
+}  // namespace engine_test_gguf_layouts
+
 #include "test_gguf_layouts.moc"

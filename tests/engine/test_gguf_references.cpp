@@ -26,6 +26,9 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_gguf_references {
+
 using namespace kvchat;
 using kvchat::test::load_json;
 using kvchat::test::shared_path;
@@ -202,4 +205,7 @@ void GgufReferencesTest::greedy_ids_match() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(GgufReferencesTest)
+
+}  // namespace engine_test_gguf_references
+
 #include "test_gguf_references.moc"

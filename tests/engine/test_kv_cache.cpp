@@ -8,6 +8,9 @@
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_kv_cache {
+
 using namespace kvchat;
 using kvchat::test::shared_path;
 
@@ -124,4 +127,7 @@ void KvCacheTest::naive_and_contiguous_hold_the_same_values() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(KvCacheTest)
+
+}  // namespace engine_test_kv_cache
+
 #include "test_kv_cache.moc"

@@ -23,6 +23,9 @@
 #include "engine/model_loader.h"
 #include "engine/session_pool.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_kv_snapshots {
+
 using kvchat::GenerationResult;
 using kvchat::KvCacheMode;
 using kvchat::KvSnapshot;
@@ -261,4 +264,7 @@ class KvSnapshotsTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(KvSnapshotsTest)
+
+}  // namespace engine_test_kv_snapshots
+
 #include "test_kv_snapshots.moc"

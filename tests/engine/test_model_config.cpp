@@ -10,6 +10,9 @@
 #include "engine/llama_model.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_model_config {
+
 using namespace kvchat;
 using kvchat::test::load_json;
 using kvchat::test::shared_path;
@@ -106,4 +109,7 @@ void ModelConfigTest::random_weights_of_a_gqa_3_to_1_shape() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(ModelConfigTest)
+
+}  // namespace engine_test_model_config
+
 #include "test_model_config.moc"

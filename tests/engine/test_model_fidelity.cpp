@@ -12,6 +12,9 @@
 #include "engine/rope.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_model_fidelity {
+
 using namespace kvchat;
 using kvchat::test::load_json;
 using kvchat::test::shared_path;
@@ -163,4 +166,7 @@ void ModelFidelityTest::prefill_then_decode_equals_one_forward() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(ModelFidelityTest)
+
+}  // namespace engine_test_model_fidelity
+
 #include "test_model_fidelity.moc"

@@ -8,6 +8,9 @@
 
 #include "engine/sampler.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_sampler {
+
 using namespace kvchat;
 
 namespace {
@@ -153,4 +156,7 @@ void SamplerTest::repetition_penalty_changes_the_choice() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(SamplerTest)
+
+}  // namespace engine_test_sampler
+
 #include "test_sampler.moc"

@@ -11,6 +11,9 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_session {
+
 using namespace kvchat;
 using kvchat::test::shared_path;
 
@@ -289,4 +292,7 @@ void SessionTest::non_finite_logits_stop_with_an_error() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(SessionTest)
+
+}  // namespace engine_test_session
+
 #include "test_session.moc"

@@ -8,6 +8,9 @@
 #include "engine/model_loader.h"
 #include "engine/session_pool.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_session_pool {
+
 using kvchat::GenerationConfig;
 using kvchat::KvCacheMode;
 using kvchat::LoadedModel;
@@ -106,4 +109,7 @@ class SessionPoolTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(SessionPoolTest)
+
+}  // namespace engine_test_session_pool
+
 #include "test_session_pool.moc"

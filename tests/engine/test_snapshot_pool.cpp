@@ -18,6 +18,11 @@
 #include "engine/model_loader.h"
 #include "engine/session_pool.h"
 
+Q_DECLARE_METATYPE(kvchat::KvCacheMode)
+
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_snapshot_pool {
+
 using kvchat::GenerationResult;
 using kvchat::KvCacheMode;
 using kvchat::SessionPool;
@@ -25,7 +30,6 @@ using kvchat::SnapshotStore;
 using kvchat::TokenId;
 namespace test = kvchat::test;
 
-Q_DECLARE_METATYPE(KvCacheMode)
 
 class SnapshotPoolTest : public QObject {
   Q_OBJECT
@@ -193,4 +197,7 @@ class SnapshotPoolTest : public QObject {
 };
 
 KVCHAT_TEST_GUILESS_MAIN(SnapshotPoolTest)
+
+}  // namespace engine_test_snapshot_pool
+
 #include "test_snapshot_pool.moc"

@@ -6,6 +6,9 @@
 #include "common/test_paths.h"
 #include "engine/llama_model.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace engine_test_weight_storage {
+
 using namespace kvchat;
 using kvchat::test::shared_path;
 
@@ -74,4 +77,7 @@ void WeightStorageTest::weight_bytes_count_the_kept_dtype() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(WeightStorageTest)
+
+}  // namespace engine_test_weight_storage
+
 #include "test_weight_storage.moc"

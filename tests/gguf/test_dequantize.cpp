@@ -13,6 +13,9 @@
 #include "engine/gguf/gguf_types.h"
 #include "engine/model_config.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace gguf_test_dequantize {
+
 using namespace kvchat;
 
 namespace {
@@ -253,4 +256,7 @@ class DequantizeTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(DequantizeTest)
+
+}  // namespace gguf_test_dequantize
+
 #include "test_dequantize.moc"

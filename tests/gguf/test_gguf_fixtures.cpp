@@ -15,6 +15,9 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/model_config.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace gguf_test_gguf_fixtures {
+
 using namespace kvchat;
 using kvchat::test::load_json;
 using kvchat::test::shared_path;
@@ -257,4 +260,7 @@ class GgufFixturesTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(GgufFixturesTest)
+
+}  // namespace gguf_test_gguf_fixtures
+
 #include "test_gguf_fixtures.moc"

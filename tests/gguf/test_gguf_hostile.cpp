@@ -19,6 +19,9 @@
 #include "engine/model_config.h"
 #include "gguf_builder.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace gguf_test_gguf_hostile {
+
 using namespace kvchat;
 using namespace kvchat::test;
 
@@ -306,4 +309,7 @@ class GgufHostileTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(GgufHostileTest)
+
+}  // namespace gguf_test_gguf_hostile
+
 #include "test_gguf_hostile.moc"

@@ -9,6 +9,9 @@
 #include "engine/kernels/activation.h"
 #include "engine/kernels/cpu_features.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_activation {
+
 using namespace kvchat::kernels;
 
 class ActivationTest : public QObject {
@@ -82,4 +85,7 @@ void ActivationTest::silu_mul_extremes() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(ActivationTest)
+
+}  // namespace kernels_test_activation
+
 #include "test_activation.moc"

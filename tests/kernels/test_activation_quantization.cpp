@@ -14,6 +14,9 @@
 #include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/cpu_features.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_activation_quantization {
+
 using namespace kvchat;
 
 namespace {
@@ -149,4 +152,7 @@ void ActivationQuantizationTest::rejects_partial_blocks() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ActivationQuantizationTest)
+
+}  // namespace kernels_test_activation_quantization
+
 #include "test_activation_quantization.moc"

@@ -9,6 +9,9 @@
 #include "engine/kernels/attention.h"
 #include "engine/kernels/cpu_features.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_attention {
+
 using namespace kvchat::kernels;
 
 class AttentionTest : public QObject {
@@ -81,4 +84,7 @@ void AttentionTest::a_dominant_key_selects_its_value() {
 }
 
 KVCHAT_TEST_APPLESS_MAIN(AttentionTest)
+
+}  // namespace kernels_test_attention
+
 #include "test_attention.moc"

@@ -15,6 +15,9 @@
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/thread_pool.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_bf16 {
+
 using namespace kvchat::kernels;
 
 namespace {
@@ -176,4 +179,7 @@ class Bf16Test : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(Bf16Test)
+
+}  // namespace kernels_test_bf16
+
 #include "test_bf16.moc"

@@ -7,6 +7,9 @@
 
 #include "engine/kernels/huge_pages.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_huge_pages {
+
 using namespace kvchat::kernels;
 
 class HugePagesTest : public QObject {
@@ -46,4 +49,7 @@ class HugePagesTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(HugePagesTest)
+
+}  // namespace kernels_test_huge_pages
+
 #include "test_huge_pages.moc"

@@ -15,6 +15,9 @@
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/matvec.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_matvec {
+
 using namespace kvchat::kernels;
 
 namespace {
@@ -240,4 +243,7 @@ class MatvecTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(MatvecTest)
+
+}  // namespace kernels_test_matvec
+
 #include "test_matvec.moc"

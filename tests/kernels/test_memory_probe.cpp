@@ -9,6 +9,9 @@
 #include "engine/kernels/memory_probe.h"
 #include "engine/kernels/thread_pool.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_memory_probe {
+
 using namespace kvchat::kernels;
 
 class MemoryProbeTest : public QObject {
@@ -54,4 +57,7 @@ class MemoryProbeTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(MemoryProbeTest)
+
+}  // namespace kernels_test_memory_probe
+
 #include "test_memory_probe.moc"

@@ -17,6 +17,9 @@
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/quantized_matvec.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_quantized_matvec {
+
 using namespace kvchat;
 using kvchat::kernels::QuantizedMatrixView;
 
@@ -270,4 +273,7 @@ void QuantizedMatvecTest::rejects_bad_arguments() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(QuantizedMatvecTest)
+
+}  // namespace kernels_test_quantized_matvec
+
 #include "test_quantized_matvec.moc"

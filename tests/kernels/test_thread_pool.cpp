@@ -15,6 +15,9 @@
 
 #include "engine/kernels/thread_pool.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace kernels_test_thread_pool {
+
 using namespace kvchat::kernels;
 
 class ThreadPoolTest : public QObject {
@@ -246,4 +249,7 @@ class ThreadPoolTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(ThreadPoolTest)
+
+}  // namespace kernels_test_thread_pool
+
 #include "test_thread_pool.moc"

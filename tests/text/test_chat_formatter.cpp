@@ -12,6 +12,9 @@
 #include "engine/text/chat_template.h"
 #include "engine/text/jinja/jinja_pystr.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_chat_formatter {
+
 using kvchat::ChatFormatter;
 using kvchat::ChatMessage;
 using kvchat::TemplateError;
@@ -122,4 +125,7 @@ class ChatFormatterTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(ChatFormatterTest)
+
+}  // namespace text_test_chat_formatter
+
 #include "test_chat_formatter.moc"

@@ -15,6 +15,9 @@
 #include "engine/text/chat_template_config.h"
 #include "engine/text/tokenizer.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_chat_template_fixtures {
+
 using kvchat::ChatTemplate;
 using kvchat::TemplateError;
 using json = nlohmann::ordered_json;
@@ -167,4 +170,7 @@ class ChatTemplateFixtureTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(ChatTemplateFixtureTest)
+
+}  // namespace text_test_chat_template_fixtures
+
 #include "test_chat_template_fixtures.moc"

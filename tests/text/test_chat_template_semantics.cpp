@@ -5,7 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/template_rendering.h"
 #include "engine/text/chat_template.h"
+
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_chat_template_semantics {
 
 using kvchat::ChatTemplate;
 using kvchat::TemplateError;
@@ -13,19 +17,8 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-std::string render(const std::string& source, const json& context = json::object(), const std::string& today = "") {
-  return ChatTemplate(source).render(context, today);
-}
-
-// The message of the TemplateError that constructing or rendering `source` raises ("" if none).
-std::string error_of(const std::string& source, const json& context = json::object()) {
-  try {
-    ChatTemplate(source).render(context);
-  } catch (const TemplateError& error) {
-    return error.what();
-  }
-  return "";
-}
+using kvchat::test::error_of;
+using kvchat::test::render;
 
 #define COMPARE_STR(actual, expected) QCOMPARE(QString::fromStdString(actual), QString::fromStdString(expected))
 
@@ -286,4 +279,7 @@ class ChatTemplateSemanticsTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(ChatTemplateSemanticsTest)
+
+}  // namespace text_test_chat_template_semantics
+
 #include "test_chat_template_semantics.moc"

@@ -13,6 +13,9 @@
 #include "engine/text/tokenizer.h"
 #include "tokenizer_test_support.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_gguf_tokenizer {
+
 using namespace kvchat;
 using namespace kvchat::test;
 
@@ -197,4 +200,7 @@ class GgufTokenizerTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(GgufTokenizerTest)
+
+}  // namespace text_test_gguf_tokenizer
+
 #include "test_gguf_tokenizer.moc"

@@ -14,6 +14,9 @@
 #include "gguf/gguf_builder.h"
 #include "tokenizer_test_support.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_gguf_tokenizer_metadata {
+
 using namespace kvchat;
 using namespace kvchat::test;
 
@@ -177,7 +180,6 @@ class GgufTokenizerMetadataTest : public QObject {
     QCOMPARE(ab_first.unk_id().value_or(-1), 0);
   }
 
-
   void malformed() {
     struct Case {
       const char* name;
@@ -236,4 +238,7 @@ class GgufTokenizerMetadataTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(GgufTokenizerMetadataTest)
+
+}  // namespace text_test_gguf_tokenizer_metadata
+
 #include "test_gguf_tokenizer_metadata.moc"

@@ -10,6 +10,9 @@
 
 #include "engine/text/jinja/jinja_substring.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_substring_search {
+
 using kvchat::jinja::SubstringSearch;
 
 namespace {
@@ -70,4 +73,7 @@ class SubstringSearchTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(SubstringSearchTest)
+
+}  // namespace text_test_substring_search
+
 #include "test_substring_search.moc"

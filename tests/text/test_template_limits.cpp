@@ -12,7 +12,11 @@
 
 #include "common/address_space_limit.h"
 #include "common/test_suite.h"
+#include "common/template_rendering.h"
 #include "engine/text/chat_template.h"
+
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_template_limits {
 
 using kvchat::ChatTemplate;
 using kvchat::TemplateError;
@@ -20,19 +24,8 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-std::string render(const std::string& source, const json& context = json::object()) {
-  return ChatTemplate(source).render(context);
-}
-
-// The message of the TemplateError that constructing or rendering `source` raises ("" if none).
-std::string error_of(const std::string& source, const json& context = json::object()) {
-  try {
-    ChatTemplate(source).render(context);
-  } catch (const TemplateError& error) {
-    return error.what();
-  }
-  return "";
-}
+using kvchat::test::error_of;
+using kvchat::test::render;
 
 std::string repeated(const std::string& text, int times) {
   std::string out;
@@ -232,5 +225,7 @@ int template_limits_main(int argc, char** argv) {
 }  // namespace
 
 KVCHAT_TEST_CUSTOM_MAIN(template_limits_main)
+
+}  // namespace text_test_template_limits
 
 #include "test_template_limits.moc"

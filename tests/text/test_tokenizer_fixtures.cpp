@@ -6,6 +6,9 @@
 #include "engine/text/tokenizer.h"
 #include "tokenizer_test_support.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_tokenizer_fixtures {
+
 using namespace kvchat;
 using namespace kvchat::test;
 
@@ -148,4 +151,7 @@ class TokenizerFixturesTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(TokenizerFixturesTest)
+
+}  // namespace text_test_tokenizer_fixtures
+
 #include "test_tokenizer_fixtures.moc"

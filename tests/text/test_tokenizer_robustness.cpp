@@ -13,6 +13,9 @@
 #include "engine/text/utf8.h"
 #include "tokenizer_test_support.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace text_test_tokenizer_robustness {
+
 using namespace kvchat;
 using namespace kvchat::test;
 namespace fs = std::filesystem;
@@ -404,4 +407,7 @@ class TokenizerRobustnessTest : public QObject {
 };
 
 KVCHAT_TEST_APPLESS_MAIN(TokenizerRobustnessTest)
+
+}  // namespace text_test_tokenizer_robustness
+
 #include "test_tokenizer_robustness.moc"

@@ -11,6 +11,9 @@
 #include "ui/message_widget.h"
 #include "ui/stats_format.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_chat_view {
+
 using kvchat::app::MessageRecord;
 using kvchat::ui::ChatView;
 using kvchat::ui::MessageWidget;
@@ -101,4 +104,7 @@ void ChatViewTest::byte_sizes_are_readable() {
 }
 
 KVCHAT_TEST_MAIN(ChatViewTest)
+
+}  // namespace ui_test_chat_view
+
 #include "test_chat_view.moc"

@@ -22,6 +22,9 @@
 #include "ui/local_server_group.h"
 #include "ui/main_window.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_local_server_ui {
+
 using kvchat::app::LocalServerSettings;
 
 class LocalServerUiTest : public QObject {
@@ -93,4 +96,7 @@ class LocalServerUiTest : public QObject {
 };
 
 KVCHAT_TEST_MAIN(LocalServerUiTest)
+
+}  // namespace ui_test_local_server_ui
+
 #include "test_local_server_ui.moc"

@@ -30,6 +30,9 @@
 #include "ui/message_widget.h"
 #include "ui/settings_dialog.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_main_window {
+
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -318,4 +321,7 @@ void MainWindowTest::event_loop_stall_while_generating() {
 }
 
 KVCHAT_TEST_MAIN(MainWindowTest)
+
+}  // namespace ui_test_main_window
+
 #include "test_main_window.moc"

@@ -30,6 +30,9 @@
 #include "ui/message_widget.h"
 #include "ui/settings_dialog.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_main_window_defects {
+
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -402,4 +405,7 @@ void MainWindowDefectsTest::the_token_counter_shows_the_room_left() {
 }
 
 KVCHAT_TEST_MAIN(MainWindowDefectsTest)
+
+}  // namespace ui_test_main_window_defects
+
 #include "test_main_window_defects.moc"

@@ -25,6 +25,9 @@
 #include "ui/message_body.h"
 #include "ui/message_widget.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_main_window_features {
+
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -186,4 +189,7 @@ void MainWindowFeaturesTest::bubbles_follow_a_dark_palette() {
 }
 
 KVCHAT_TEST_MAIN(MainWindowFeaturesTest)
+
+}  // namespace ui_test_main_window_features
+
 #include "test_main_window_features.moc"

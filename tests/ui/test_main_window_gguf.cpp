@@ -26,6 +26,9 @@
 #include "ui/message_input.h"
 #include "ui/message_widget.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_main_window_gguf {
+
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -175,4 +178,7 @@ void MainWindowGgufTest::next_start_opens_the_remembered_gguf_file() {
 }
 
 KVCHAT_TEST_MAIN(MainWindowGgufTest)
+
+}  // namespace ui_test_main_window_gguf
+
 #include "test_main_window_gguf.moc"

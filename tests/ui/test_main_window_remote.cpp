@@ -19,6 +19,9 @@
 #include "ui/message_widget.h"
 #include "ui/settings_dialog.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_main_window_remote {
+
 using kvchat::app::ChatController;
 using kvchat::ui::MainWindow;
 
@@ -109,4 +112,7 @@ class MainWindowRemoteTest : public QObject {
 };
 
 KVCHAT_TEST_MAIN(MainWindowRemoteTest)
+
+}  // namespace ui_test_main_window_remote
+
 #include "test_main_window_remote.moc"

@@ -24,6 +24,9 @@
 #include "ui/message_text_view.h"
 #include "ui/message_widget.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_message_rendering {
+
 using kvchat::app::MessageRecord;
 using kvchat::ui::ChatView;
 using kvchat::ui::MessageSegment;
@@ -296,4 +299,7 @@ void MessageRenderingTest::the_time_a_message_was_written_shows_on_hover() {
 }
 
 KVCHAT_TEST_MAIN(MessageRenderingTest)
+
+}  // namespace ui_test_message_rendering
+
 #include "test_message_rendering.moc"

@@ -16,6 +16,9 @@
 
 #include "ui/settings_dialog.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_settings_dialog {
+
 using kvchat::app::ChatSettings;
 using kvchat::app::ContextOverflowPolicy;
 using kvchat::ui::SettingsDialog;
@@ -135,4 +138,7 @@ void SettingsDialogTest::model_field_browses_for_a_gguf_file_or_a_directory() {
 }
 
 KVCHAT_TEST_MAIN(SettingsDialogTest)
+
+}  // namespace ui_test_settings_dialog
+
 #include "test_settings_dialog.moc"

@@ -23,6 +23,9 @@
 #include "ui/elided_label.h"
 #include "ui/main_window.h"
 
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_snapshot_restart {
+
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -117,4 +120,7 @@ class SnapshotRestartTest : public QObject {
 };
 
 KVCHAT_TEST_MAIN(SnapshotRestartTest)
+
+}  // namespace ui_test_snapshot_restart
+
 #include "test_snapshot_restart.moc"
