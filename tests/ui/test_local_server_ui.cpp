@@ -77,20 +77,24 @@ class LocalServerUiTest : public QObject {
     fixture.controller()->applyLocalServerSettings(serve);
     QVERIFY(label->isHidden());
 
-    // A port already taken: the reason is shown.
+    // A port already taken: the reason is shown. The port is one this test holds (the kernel picks a
+    // free one), not the one just released, which another program may have taken meanwhile.
     const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_port = 0;
     QCOMPARE(::bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
     QCOMPARE(::listen(taken, 1), 0);
+    socklen_t address_size = sizeof address;
+    QCOMPARE(::getsockname(taken, reinterpret_cast<sockaddr*>(&address), &address_size), 0);
+    const int taken_port = ntohs(address.sin_port);
     serve.enabled = true;
-    serve.port = port;
+    serve.port = taken_port;
     fixture.controller()->applyLocalServerSettings(serve);
     ::close(taken);
     QCOMPARE(label->text(), QString("Not serving"));
-    QVERIFY2(label->toolTip().contains(QString("localhost:%1").arg(port)), qPrintable(label->toolTip()));
+    QVERIFY2(label->toolTip().contains(QString("localhost:%1").arg(taken_port)), qPrintable(label->toolTip()));
     QVERIFY(!fixture.controller()->localServer().isServing());
   }
 };
