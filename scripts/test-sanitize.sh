@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make test-sanitize: the whole ctest suite on a build of every kvchat target with AddressSanitizer and
-# UndefinedBehaviorSanitizer (build-sanitize/, -O1 with line tables, precompiled headers as in build/).
+# UndefinedBehaviorSanitizer (build-sanitize/, -O1 with line tables, a unity build as in build/).
 # LibTorch, Qt and the other system libraries are not instrumented: ASan still sees every access kvchat
 # code makes, but not what happens inside them.
 set -euo pipefail
