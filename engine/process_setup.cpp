@@ -1,5 +1,6 @@
 #include "engine/process_setup.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,6 +12,13 @@ void ensure_passive_openmp_threads(char** argv) {
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   execv("/proc/self/exe", argv);
   // Still here: exec failed (no /proc, say). Run on with the default policy; only speed differs.
+}
+
+void keep_freed_memory_for_reuse() {
+  // Best effort: a refused setting leaves glibc's defaults, which are only slower.
+  constexpr int kLargestHeapAllocation = 1 << 30;
+  mallopt(M_MMAP_THRESHOLD, kLargestHeapAllocation);
+  mallopt(M_TRIM_THRESHOLD, kLargestHeapAllocation);
 }
 
 }  // namespace kvchat

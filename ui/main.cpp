@@ -57,6 +57,7 @@ void script_session(kvchat::app::ChatController* controller, kvchat::ui::MainWin
 
 int main(int argc, char** argv) {
   kvchat::ensure_passive_openmp_threads(argv);
+  kvchat::keep_freed_memory_for_reuse();
   QApplication application(argc, argv);
   QApplication::setApplicationName("kvchat");
   QApplication::setApplicationVersion(KVCHAT_VERSION);

@@ -23,6 +23,7 @@ void print_help() {
 
 int main(int argc, char** argv) {
   kvchat::ensure_passive_openmp_threads(argv);
+  kvchat::keep_freed_memory_for_reuse();
   // Logs go to stderr so that stdout stays machine-readable (--json, JSON lines).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvchat-cli"));
   spdlog::set_level(spdlog::level::warn);
