@@ -103,6 +103,18 @@ KVCHAT_ISA_AVX2 void quantize_avx2(const float* x, std::int64_t cols, std::int8_
 }
 #endif
 
+// 254 * high + low as 16-bit integers (baseline code: this file is built with AVX2 flags).
+KVCHAT_ISA_BASELINE void combine_bytes(const std::int8_t* high, const std::int8_t* low, std::int64_t count,
+                                       std::int16_t* values) {
+  for (std::int64_t i = 0; i < count; ++i) values[i] = static_cast<std::int16_t>(kActivationRadix * high[i] + low[i]);
+}
+
+// Per block of 32: scale * (the sum of its 32 values), for the AVX-512 K-quant mins.
+KVCHAT_ISA_BASELINE void scale_block_sums(const std::int32_t* sums, const float* scales, std::int64_t blocks, float* out) {
+  for (std::int64_t b = 0; b < blocks; ++b)
+    out[b] = scales[b] * static_cast<float>(std::int64_t{sums[2 * b]} + sums[2 * b + 1]);
+}
+
 }  // namespace
 
 void quantize_activations(const float* x, std::int64_t cols, std::int8_t* high, std::int8_t* low, float* scales,
@@ -135,17 +147,22 @@ const ThreadActivations& ThreadActivations::quantize(const float* x, std::int64_
     buffers.low_.resize(elements);
     buffers.scales_.resize(elements / kActivationBlock);
     buffers.sums_.resize(elements / 16);
+    buffers.values_.resize(elements);
+    buffers.scaled_block_sums_.resize(elements / kActivationBlock);
   }
   buffers.cols_ = cols;
   for (std::int64_t i = 0; i < n; ++i)
     quantize_activations(x + i * cols, cols, buffers.high_.data() + i * cols, buffers.low_.data() + i * cols,
                          buffers.scales_.data() + i * cols / kActivationBlock, buffers.sums_.data() + i * cols / 16);
+  combine_bytes(buffers.high_.data(), buffers.low_.data(), static_cast<std::int64_t>(elements), buffers.values_.data());
+  scale_block_sums(buffers.sums_.data(), buffers.scales_.data(), static_cast<std::int64_t>(elements) / kActivationBlock,
+                   buffers.scaled_block_sums_.data());
   return buffers;
 }
 
 QuantizedActivations ThreadActivations::row(std::int64_t i) const {
   return {high_.data() + i * cols_, low_.data() + i * cols_, scales_.data() + i * cols_ / kActivationBlock,
-          sums_.data() + i * cols_ / 16};
+          sums_.data() + i * cols_ / 16, values_.data() + i * cols_, scaled_block_sums_.data() + i * cols_ / kActivationBlock};
 }
 
 }  // namespace kvchat::kernels

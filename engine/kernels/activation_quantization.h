@@ -28,6 +28,12 @@ struct QuantizedActivations {
   const std::int8_t* low = nullptr;    // [cols]
   const float* scales = nullptr;       // [cols / 32]: x ~ scale * (254 * high + low)
   const std::int32_t* sums = nullptr;  // [cols / 16]: sum of 254 * high + low over each 16 elements
+  // [cols]: 254 * high + low as one 16-bit integer (|value| <= 32385), for the AVX-512 kernels, which
+  // multiply 16-bit pairs; filled by ThreadActivations (null where only high and low were made).
+  const std::int16_t* values = nullptr;
+  // [cols / 32]: scale times the sum of 254 * high + low over each block of 32 (the block's rounded
+  // sum, in f32), for the AVX-512 K-quant mins; filled by ThreadActivations.
+  const float* scaled_block_sums = nullptr;
 };
 
 // Rounds x[cols] into the caller's buffers high[cols], low[cols], scales[cols / 32], sums[cols / 16].
@@ -52,6 +58,8 @@ class ThreadActivations {
   std::vector<std::int8_t> high_, low_;
   std::vector<float> scales_;
   std::vector<std::int32_t> sums_;
+  std::vector<std::int16_t> values_;
+  std::vector<float> scaled_block_sums_;
 };
 
 }  // namespace kvchat::kernels

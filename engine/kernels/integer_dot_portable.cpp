@@ -131,6 +131,8 @@ IntegerRowDot portable_integer_row_dot(GgufType type) {
 
 IntegerRowDot integer_row_dot(GgufType type) {
 #if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx512_kernels())
+    if (const IntegerRowDot kernel = avx512_integer_row_dot(type)) return kernel;
   if (use_avx2_kernels()) return avx2_integer_row_dot(type);
 #endif
   return portable_integer_row_dot(type);

@@ -157,6 +157,29 @@ void expect_product(const std::vector<float>& got, const QuantizedMatrixView& w,
   if (rounds) expect_close(got, reference_product(w, x, n, bias, false), what + " (exact input, bound)", &rounded.bound);
 }
 
+// The kernels a product can run on: AVX-512 (where the processor has it), AVX2, or the portable code.
+enum class Kernels { Avx512, Avx2, Portable };
+const Kernels kAllKernels[] = {Kernels::Avx512, Kernels::Avx2, Kernels::Portable};
+
+const char* kernels_name(Kernels kernels) {
+  return kernels == Kernels::Avx512 ? "avx512" : kernels == Kernels::Avx2 ? "avx2" : "portable";
+}
+
+// Switches to `kernels`; false (with the reason in *skip) when this processor cannot run them.
+bool use_kernels(Kernels kernels, QString* skip) {
+  if (kernels != Kernels::Portable && !kernels::cpu_has_avx2_fma()) {
+    *skip = "no AVX2 on this processor";
+    return false;
+  }
+  if (kernels == Kernels::Avx512 && !kernels::cpu_has_avx512()) {
+    *skip = "no AVX-512 on this processor";
+    return false;
+  }
+  kernels::set_avx2_kernels_enabled(kernels != Kernels::Portable);
+  kernels::set_avx512_kernels_enabled(kernels == Kernels::Avx512);
+  return true;
+}
+
 const GgufType kTypes[] = {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q4_K,
                            GgufType::Q5_K, GgufType::Q6_K, GgufType::F16, GgufType::BF16, GgufType::F32};
 
@@ -165,7 +188,10 @@ const GgufType kTypes[] = {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufT
 class QuantizedMatvecTest : public QObject {
   Q_OBJECT
  private Q_SLOTS:
-  void cleanup() { kernels::set_avx2_kernels_enabled(true); }
+  void cleanup() {
+    kernels::set_avx2_kernels_enabled(true);
+    kernels::set_avx512_kernels_enabled(true);
+  }
   void matches_decoded_rows_data();
   void matches_decoded_rows();
   void shared_input_mixes_types();
@@ -176,21 +202,21 @@ class QuantizedMatvecTest : public QObject {
 
 void QuantizedMatvecTest::matches_decoded_rows_data() {
   QTest::addColumn<int>("type");
-  QTest::addColumn<bool>("avx2");
+  QTest::addColumn<int>("kernels");
   QTest::addColumn<int>("rows");
   for (GgufType type : kTypes)
-    for (bool avx2 : {true, false})
+    for (Kernels kernels : kAllKernels)
       for (int rows : {37, 1200})  // inline, and over the threshold where the pool's threads share it
-        QTest::newRow(qPrintable(QString("%1 %2 %3 rows").arg(to_string(type), avx2 ? "avx2" : "portable").arg(rows)))
-            << int(type) << avx2 << rows;
+        QTest::newRow(qPrintable(QString("%1 %2 %3 rows").arg(to_string(type), kernels_name(kernels)).arg(rows)))
+            << int(type) << int(kernels) << rows;
 }
 
 void QuantizedMatvecTest::matches_decoded_rows() {
   QFETCH(int, type);
-  QFETCH(bool, avx2);
+  QFETCH(int, kernels);
   QFETCH(int, rows);
-  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
-  kernels::set_avx2_kernels_enabled(avx2);
+  QString skip;
+  if (!use_kernels(Kernels(kernels), &skip)) QSKIP(qPrintable(skip));
   std::mt19937 rng(static_cast<unsigned>(type * 131 + rows));
   const std::int64_t cols = 768;  // three K-quant super-blocks, 24 small blocks
   const RandomMatrix m = random_matrix(GgufType(type), rows, cols, rng);
@@ -234,19 +260,19 @@ void QuantizedMatvecTest::shared_input_mixes_types() {
 
 void QuantizedMatvecTest::decoded_rows_match_dequantize_data() {
   QTest::addColumn<int>("type");
-  QTest::addColumn<bool>("avx2");
+  QTest::addColumn<int>("kernels");
   for (GgufType type : kTypes)
-    for (bool avx2 : {true, false})
-      QTest::newRow(qPrintable(QString("%1 %2").arg(to_string(type), avx2 ? "avx2" : "portable"))) << int(type) << avx2;
+    for (Kernels kernels : kAllKernels)
+      QTest::newRow(qPrintable(QString("%1 %2").arg(to_string(type), kernels_name(kernels)))) << int(type) << int(kernels);
 }
 
 // The prefill's decoded blocks of rows: the values of engine/gguf's dequantize (a K-quant's
 // d*sc*q - dmin*m may round once instead of twice).
 void QuantizedMatvecTest::decoded_rows_match_dequantize() {
   QFETCH(int, type);
-  QFETCH(bool, avx2);
-  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
-  kernels::set_avx2_kernels_enabled(avx2);
+  QFETCH(int, kernels);
+  QString skip;
+  if (!use_kernels(Kernels(kernels), &skip)) QSKIP(qPrintable(skip));
   std::mt19937 rng(static_cast<unsigned>(type + 77));
   const std::int64_t rows = 9, cols = 512;
   const RandomMatrix m = random_matrix(GgufType(type), rows, cols, rng);

@@ -1,0 +1,194 @@
+// The AVX-512 integer dot products (integer_dot.h), for processors with AVX-512 F/BW/VL.
+//
+// Why a second x86 kernel: the AVX2 ones multiply each weight twice (_mm256_maddubs_epi16 against
+// the activations' high byte, then the low one) and weight the two 16-bit pair sums by 254 and 1; on
+// two cores that holds Q4_K decode to about a quarter of the memory bandwidth. Here the activations
+// come as one 16-bit integer each (QuantizedActivations::values = 254 high + low, |v| <= 32385; the
+// K-quant mins take scaled_block_sums, made once per product), the
+// weights are widened to 16 bits, and _mm512_madd_epi16 gives, per block of 32, sixteen exact 32-bit
+// sums of two products: one multiply for 32 weights, in registers twice as wide. Each block's sum
+// is converted to f32 once and scaled by the weight's and the activations' scales, as in the AVX2
+// kernels; the sums are the same exact integers, so the results differ from theirs only in the order
+// of the f32 additions.
+//
+// Bounds: a Q4_K/Q5_K quant is at most 31, a Q8_0 one 128 in magnitude, a Q6_K (q - 32) times its
+// group scale at most 32 * 128 = 4096 (this fits the 16 bits, and keeps the scale inside the integer
+// sum); the largest pair sum is 2 * 4096 * 32385 < 2^31. Block layouts: engine/gguf/dequantize.cpp.
+#include <cstring>
+
+#include "engine/kernels/integer_dot.h"
+#include "engine/kernels/isa_attributes.h"
+#include "engine/kernels/vector_math_avx2.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#include <immintrin.h>
+
+namespace kvchat::kernels {
+namespace {
+
+// As in the AVX2 kernels: each thread reads its rows as one linear stream, and a software prefetch
+// keeps enough misses in flight.
+constexpr std::int64_t kPrefetchBytes = 1024;
+
+KVCHAT_ISA_AVX512 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
+
+// Sixteen 32-bit sums of two products each: 32 weights (16-bit) times the 32 activations from `values`.
+KVCHAT_ISA_AVX512 inline __m512 block_products(__m512i weights, const std::int16_t* values) {
+  return _mm512_cvtepi32_ps(_mm512_madd_epi16(weights, _mm512_loadu_si512(values)));
+}
+
+// 16 bytes of nibbles as 32 bytes in element order: low nibbles (elements 0-15), then high (16-31).
+KVCHAT_ISA_AVX512 inline __m256i nibbles32(const std::uint8_t* at) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+}
+
+KVCHAT_ISA_AVX512 float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  std::int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2, row += 68) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    const __m512 p0 = block_products(_mm512_cvtepi8_epi16(load256(row + 2)), x.values + 32 * b);
+    const __m512 p1 = block_products(_mm512_cvtepi8_epi16(load256(row + 36)), x.values + 32 * b + 32);
+    acc0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(load_f16_scale(row) * x.scales[b]), acc0);
+    acc1 = _mm512_fmadd_ps(p1, _mm512_set1_ps(load_f16_scale(row + 34) * x.scales[b + 1]), acc1);
+  }
+  if (b < blocks) {
+    const __m512 p0 = block_products(_mm512_cvtepi8_epi16(load256(row + 2)), x.values + 32 * b);
+    acc0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(load_f16_scale(row) * x.scales[b]), acc0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+// Q4_0: d * (q - 8), the offset taken off the bytes before they are widened.
+KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  const __m256i eight = _mm256_set1_epi8(8);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  std::int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2, row += 36) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    const __m512 p0 = block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 2), eight)), x.values + 32 * b);
+    const __m512 p1 =
+        block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 20), eight)), x.values + 32 * b + 32);
+    acc0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(load_f16_scale(row) * x.scales[b]), acc0);
+    acc1 = _mm512_fmadd_ps(p1, _mm512_set1_ps(load_f16_scale(row + 18) * x.scales[b + 1]), acc1);
+  }
+  if (b < blocks) {
+    const __m512 p0 = block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 2), eight)), x.values + 32 * b);
+    acc0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(load_f16_scale(row) * x.scales[b]), acc0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min) as bytes: scales in
+// the low 8 bytes, mins in the high 8.
+KVCHAT_ISA_AVX512 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  const std::uint32_t scales_low = u[0] & k6, mins_low = u[1] & k6;
+  const std::uint32_t scales_high = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  const std::uint32_t mins_high = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  return _mm_setr_epi32(static_cast<int>(scales_low), static_cast<int>(scales_high), static_cast<int>(mins_low),
+                        static_cast<int>(mins_high));
+}
+
+// Q4_K / Q5_K: per sub-block (d * sc * x_scale) * sum(q v) - (dmin * m * x_scale) * sum(v). Q5_K's
+// fifth bits: bit 2p of byte l for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
+template <bool kFifthBits>
+KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m256 mins_acc = _mm256_setzero_ps();
+  alignas(32) float factors[8];
+  for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
+    for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
+    const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
+    // Each sub-block's factor d * sc * x_scale, broadcast from memory in the loop below.
+    _mm256_store_ps(factors, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row)),
+                                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(packed_scales))),
+                                           x_scales));
+    // dmin * m * (x_scale * sum of the block's values), the last factor made once per product.
+    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed_scales, 8)));
+    mins_acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row + 2)), mins),
+                               _mm256_loadu_ps(x.scaled_block_sums + 8 * s), mins_acc);
+    __m256i high_bits = _mm256_setzero_si256();
+    if constexpr (kFifthBits) high_bits = load256(row + 16);
+    const std::int16_t* values = x.values + 256 * s;
+    for (int pair = 0; pair < 4; ++pair, values += 64) {
+      const __m256i packed = load256(row + kNibblesAt + 32 * pair);
+      __m256i low = _mm256_and_si256(packed, low_mask);
+      __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+      if constexpr (kFifthBits) {
+        const __m256i bits = _mm256_srli_epi16(high_bits, 2 * pair);
+        low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(bits, 4), fifth));
+        high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(bits, 3), fifth));
+      }
+      acc0 = _mm512_fmadd_ps(block_products(_mm512_cvtepu8_epi16(low), values), _mm512_set1_ps(factors[2 * pair]), acc0);
+      acc1 = _mm512_fmadd_ps(block_products(_mm512_cvtepu8_epi16(high), values + 32), _mm512_set1_ps(factors[2 * pair + 1]),
+                             acc1);
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - horizontal_sum(mins_acc);
+}
+
+// Q6_K: per group of 16, d * sc * x_scale * sum((q - 32) v). Element l + 32k of each half of 128 takes
+// a nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2, and bits 2k..2k+1 of top
+// byte l. The group scales multiply the 16-bit weights (|(q - 32) sc| <= 4096), so one conversion and
+// one FMA serve the block of 32 and its two groups.
+KVCHAT_ISA_AVX512 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  // Per block b of the super-block: group 2b's scale in words 0-15, group 2b+1's in words 16-31.
+  __m512i group_scale_index[8];
+  for (int b = 0; b < 8; ++b)
+    group_scale_index[b] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(2 * b))),
+                                              _mm256_set1_epi16(static_cast<short>(2 * b + 1)), 1);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
+    for (int ahead = 0; ahead < 256; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const __m512i scales = _mm512_castsi256_si512(
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192))));
+    const float d = load_f16_scale(row + 208);
+    const float* x_scales = x.scales + 8 * s;
+    const std::int16_t* values = x.values + 256 * s;
+    for (int half = 0; half < 2; ++half) {
+      const __m256i top = load256(row + 128 + 32 * half);
+      const __m256i low_a = load256(row + 64 * half), low_b = load256(row + 64 * half + 32);
+      const __m256i quants[4] = {
+          _mm256_or_si256(_mm256_and_si256(low_a, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 4), top_mask)),
+          _mm256_or_si256(_mm256_and_si256(low_b, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 2), top_mask)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_a, 4), low_mask), _mm256_and_si256(top, top_mask)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_b, 4), low_mask),
+                          _mm256_and_si256(_mm256_srli_epi16(top, 2), top_mask)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const int block = 4 * half + k;
+        const __m512i weights = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(quants[k], bias)),
+                                                   _mm512_permutexvar_epi16(group_scale_index[block], scales));
+        __m512& acc = k % 2 == 0 ? acc0 : acc1;
+        acc = _mm512_fmadd_ps(block_products(weights, values + 32 * block), _mm512_set1_ps(d * x_scales[block]), acc);
+      }
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+}  // namespace
+
+IntegerRowDot avx512_integer_row_dot(GgufType type) {
+  switch (type) {
+    case GgufType::Q8_0: return dot_q8_0;
+    case GgufType::Q4_0: return dot_q4_0;
+    case GgufType::Q4_K: return dot_q4_q5_k<false>;
+    case GgufType::Q5_K: return dot_q4_q5_k<true>;
+    case GgufType::Q6_K: return dot_q6_k;
+    default: return nullptr;  // Q4_1, Q5_0, Q5_1: the AVX2 kernels
+  }
+}
+
+}  // namespace kvchat::kernels
+#endif  // KVCHAT_HAVE_AVX2_KERNELS
