@@ -139,6 +139,20 @@ class TokenizerRobustnessTest : public QObject {
              j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
            })
         << QString() << QString("invalid regex pattern '(unclosed'");
+    // Settings of the wrong type: the JSON library's type_error escaped as a crash (found by fuzzing).
+    QTest::newRow("added token flag not a boolean")
+        << with([](auto& j) { j["added_tokens"] = {{{"id", 0}, {"content", "<x>"}, {"special", "yes"}}}; }) << QString()
+        << QString("added_tokens[0]: 'special' is not a boolean");
+    QTest::newRow("pre_tokenizer flag not a boolean")
+        << with([](auto& j) { j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"use_regex", 1}}; }) << QString()
+        << QString("ByteLevel: 'use_regex' is not a boolean");
+    QTest::newRow("decoder count not an integer")
+        << with([](auto& j) { j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", "1"}}; }) << QString()
+        << QString("Strip: 'start' is not an integer");
+    QTest::newRow("model flag not a boolean") << with([](auto& j) { j["model"]["byte_fallback"] = "true"; }) << QString()
+                                              << QString("model: 'byte_fallback' is not a boolean");
+    QTest::newRow("config class not a string") << with([](auto&) {}) << QString(R"({"tokenizer_class": 7})")
+                                               << QString("tokenizer_config.json: 'tokenizer_class' is not a string");
     QTest::newRow("config invalid json") << with([](auto&) {}) << QString("{oops") << QString("tokenizer_config.json: invalid JSON");
     // Valid JSON syntax, but past a double: the JSON library's out_of_range, not a parse_error.
     QTest::newRow("number beyond double") << QString(R"({"model": {"dropout": 1e400}})") << QString()

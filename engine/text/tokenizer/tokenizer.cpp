@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/text/tokenizer/tokenizer_bpe.h"
+#include "engine/text/tokenizer/tokenizer_json.h"
 #include "engine/text/tokenizer/tokenizer_impl.h"
 #include "engine/text/utf8.h"
 
@@ -67,7 +68,7 @@ Tokenizer Tokenizer::from_directory(const std::string& directory) {
   return from_files(tokenizer_json.string(), fs::exists(config) ? config.string() : std::string());
 }
 
-Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const std::string& tokenizer_config_path) {
+Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const std::string& tokenizer_config_path) try {
   auto impl = std::make_unique<Impl>();
   impl->source = tokenizer_json_path;
   const std::string& source = tokenizer_json_path;
@@ -125,7 +126,7 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
       }
       impl->clean_up_default = config["clean_up_tokenization_spaces"].get<bool>();
     }
-    std::string tokenizer_class = config.value("tokenizer_class", std::string());
+    std::string tokenizer_class = optional_field(config, "tokenizer_class", std::string(), path);
     if (config_controls_special_tokens(tokenizer_class)) {
       auto flag = [&](const char* field, bool fallback) {
         if (!config.contains(field) || config[field].is_null()) return fallback;
@@ -148,6 +149,9 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
   spdlog::info("tokenizer {}: {}, {} added tokens, ids below {}", source, impl->model->describe(),
                impl->added.all().size(), impl->id_limit);
   return Tokenizer(std::move(impl));
+} catch (const nlohmann::json::exception& error) {
+  // A field of an unexpected type that no check above names: still the file's error, never a crash.
+  throw TokenizerError(tokenizer_json_path + " (or its tokenizer_config.json): unexpected JSON content: " + error.what());
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -1,4 +1,5 @@
 #include "engine/text/tokenizer/tokenizer_added_tokens.h"
+#include "engine/text/tokenizer/tokenizer_json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -34,11 +35,11 @@ AddedTokens::AddedTokens(const nlohmann::json& added_tokens, const std::string& 
     token.id = entry["id"].get<TokenId>();
     token.content = entry["content"].get<std::string>();
     if (token.content.empty()) throw TokenizerError(where + " has empty content");
-    token.special = entry.value("special", false);
-    token.lstrip = entry.value("lstrip", false);
-    token.rstrip = entry.value("rstrip", false);
-    token.single_word = entry.value("single_word", false);
-    token.normalized = entry.value("normalized", !token.special);
+    token.special = optional_field(entry, "special", false, where);
+    token.lstrip = optional_field(entry, "lstrip", false, where);
+    token.rstrip = optional_field(entry, "rstrip", false, where);
+    token.single_word = optional_field(entry, "single_word", false, where);
+    token.normalized = optional_field(entry, "normalized", !token.special, where);
     if (index_by_id_.count(token.id)) throw TokenizerError(where + " repeats id " + std::to_string(token.id));
     index_by_id_[token.id] = tokens_.size();
     id_by_content_[token.content] = token.id;

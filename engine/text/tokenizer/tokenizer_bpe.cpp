@@ -1,4 +1,5 @@
 #include "engine/text/tokenizer/tokenizer_bpe.h"
+#include "engine/text/tokenizer/tokenizer_json.h"
 
 #include <cstdio>
 #include <queue>
@@ -69,9 +70,9 @@ BpeModel::BpeModel(const json& model, const std::string& source) {
     if (!model["unk_token"].is_string()) fail("model.unk_token is not a string");
     options.unk_token = model["unk_token"].get<std::string>();
   }
-  options.fuse_unk = model.value("fuse_unk", false);
-  options.byte_fallback = model.value("byte_fallback", false);
-  options.ignore_merges = model.value("ignore_merges", false);
+  options.fuse_unk = optional_field(model, "fuse_unk", false, source + ": model");
+  options.byte_fallback = optional_field(model, "byte_fallback", false, source + ": model");
+  options.ignore_merges = optional_field(model, "ignore_merges", false, source + ": model");
   finish_vocab(options, source);
 
   if (!model.contains("merges")) fail("model has no 'merges'");

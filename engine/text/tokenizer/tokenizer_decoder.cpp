@@ -1,4 +1,5 @@
 #include "engine/text/tokenizer/tokenizer_decoder.h"
+#include "engine/text/tokenizer/tokenizer_json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -147,17 +148,19 @@ std::unique_ptr<Decoder> make_replace_decoder(const nlohmann::json& config, cons
 }
 
 std::unique_ptr<Decoder> make_strip_decoder(const nlohmann::json& config, const std::string& where) {
-  std::string content = config.value("content", std::string(" "));
+  std::string content = optional_field(config, "content", std::string(" "), where + " Strip");
   if (content.empty()) throw TokenizerError(where + " Strip: empty content");
-  return std::make_unique<StripDecoder>(content, config.value("start", 0), config.value("stop", 0));
+  return std::make_unique<StripDecoder>(content, optional_field(config, "start", 0, where + " Strip"),
+                                        optional_field(config, "stop", 0, where + " Strip"));
 }
 
-std::unique_ptr<Decoder> make_metaspace_decoder(const nlohmann::json& config, const std::string&) {
-  bool strip_first = config.value("add_prefix_space", true);
+std::unique_ptr<Decoder> make_metaspace_decoder(const nlohmann::json& config, const std::string& where) {
+  bool strip_first = optional_field(config, "add_prefix_space", true, where + " Metaspace");
   if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
     strip_first = config["prepend_scheme"].get<std::string>() != "never";
   }
-  return std::make_unique<MetaspaceDecoder>(config.value("replacement", std::string("\xE2\x96\x81")), strip_first);
+  return std::make_unique<MetaspaceDecoder>(optional_field(config, "replacement", std::string("\xE2\x96\x81"), where + " Metaspace"),
+                                            strip_first);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "engine/text/tokenizer/tokenizer_pre_tokenizer.h"
+#include "engine/text/tokenizer/tokenizer_json.h"
 
 #include <algorithm>
 #include <utility>
@@ -100,7 +101,7 @@ void split_all(std::vector<std::string>& pieces, const Pattern& pattern, SplitBe
 }
 
 SplitBehavior parse_behavior(const nlohmann::json& config, const std::string& where) {
-  std::string name = config.value("behavior", std::string("Isolated"));
+  std::string name = optional_field(config, "behavior", std::string("Isolated"), where);
   if (name == "Removed") return SplitBehavior::Removed;
   if (name == "Isolated") return SplitBehavior::Isolated;
   if (name == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
@@ -210,21 +211,22 @@ std::unique_ptr<PreTokenizer> make_split_pre_tokenizer(const nlohmann::json& con
   if (!config.contains("pattern")) throw TokenizerError(where + " Split has no 'pattern'");
   return std::make_unique<SplitPreTokenizer>(Pattern(config["pattern"], where + " Split"),
                                              parse_behavior(config, where + " Split"),
-                                             config.value("invert", false));
+                                             optional_field(config, "invert", false, where + " Split"));
 }
 
-std::unique_ptr<PreTokenizer> make_byte_level_pre_tokenizer(const nlohmann::json& config, const std::string&) {
-  return std::make_unique<ByteLevelPreTokenizer>(config.value("add_prefix_space", true),
-                                                 config.value("use_regex", true));
+std::unique_ptr<PreTokenizer> make_byte_level_pre_tokenizer(const nlohmann::json& config, const std::string& where) {
+  return std::make_unique<ByteLevelPreTokenizer>(optional_field(config, "add_prefix_space", true, where + " ByteLevel"),
+                                                 optional_field(config, "use_regex", true, where + " ByteLevel"));
 }
 
-std::unique_ptr<PreTokenizer> make_digits_pre_tokenizer(const nlohmann::json& config, const std::string&) {
-  return std::make_unique<DigitsPreTokenizer>(config.value("individual_digits", false));
+std::unique_ptr<PreTokenizer> make_digits_pre_tokenizer(const nlohmann::json& config, const std::string& where) {
+  return std::make_unique<DigitsPreTokenizer>(optional_field(config, "individual_digits", false, where + " Digits"));
 }
 
 std::unique_ptr<PreTokenizer> make_metaspace_pre_tokenizer(const nlohmann::json& config, const std::string& where) {
-  std::string replacement = config.value("replacement", std::string("\xE2\x96\x81"));
-  PrependScheme scheme = config.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;
+  std::string replacement = optional_field(config, "replacement", std::string("\xE2\x96\x81"), where + " Metaspace");
+  PrependScheme scheme =
+      optional_field(config, "add_prefix_space", true, where + " Metaspace") ? PrependScheme::Always : PrependScheme::Never;
   if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
     std::string name = config["prepend_scheme"].get<std::string>();
     if (name == "always") scheme = PrependScheme::Always;
@@ -233,7 +235,7 @@ std::unique_ptr<PreTokenizer> make_metaspace_pre_tokenizer(const nlohmann::json&
     else throw TokenizerError(where + " Metaspace: unsupported prepend_scheme '" + name + "'");
   }
   if (replacement.empty()) throw TokenizerError(where + " Metaspace: empty replacement");
-  return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, config.value("split", true));
+  return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, optional_field(config, "split", true, where + " Metaspace"));
 }
 
 }  // namespace
