@@ -17,6 +17,7 @@
 #include "app/chat_history.h"
 #include "app/stats_json.h"
 #include "common/test_paths.h"
+#include "common/chat_fixture.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_controller {
@@ -29,14 +30,13 @@ using kvchat::app::MessageRecord;
 
 namespace {
 
-QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
 
 ChatSettings greedy_settings() {
   ChatSettings settings;
   settings.temperature = 0.0;
   settings.repetition_penalty = 1.0;
   settings.max_new_tokens = 40;
-  settings.model_path = model_directory();
+  settings.model_path = kvchat::test::stories_model_directory();
   settings.threads = 1;
   return settings;
 }

@@ -12,6 +12,7 @@
 #include "app/stats_json.h"
 #include "common/cli_runner.h"
 #include "common/test_paths.h"
+#include "common/chat_fixture.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -25,7 +26,6 @@ using kvchat::test::run_cli;
 
 namespace {
 
-QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
 
 }  // namespace
 
@@ -49,7 +49,7 @@ class CliChatTest : public QObject {
 
 void CliChatTest::initTestCase() {
   QVERIFY(dir_.isValid());
-  model_ = kvchat::load_model_directory(model_directory().toStdString());
+  model_ = kvchat::load_model_directory(kvchat::test::stories_model_directory().toStdString());
 }
 
 std::string CliChatTest::expected_reply(const std::vector<kvchat::ChatMessage>& messages, int max_new_tokens) const {
@@ -63,7 +63,7 @@ std::string CliChatTest::expected_reply(const std::vector<kvchat::ChatMessage>& 
 
 void CliChatTest::one_turn_with_message() {
   const QString db = dir_.filePath("one.sqlite3");
-  const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", "Once upon a time",
+  const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", "Once upon a time",
                                     "--max-new-tokens", "30"});
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   QVERIFY2(result.err.find("conversation: 1\n") != std::string::npos, result.err.c_str());
@@ -82,10 +82,10 @@ void CliChatTest::one_turn_with_message() {
 
 void CliChatTest::continuing_a_stored_conversation() {
   const QString db = dir_.filePath("continue.sqlite3");
-  const CliResult first = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", "Tom had a red ball",
+  const CliResult first = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", "Tom had a red ball",
                                    "--max-new-tokens", "20"});
   QVERIFY2(first.exit_code == 0, first.err.c_str());
-  const CliResult second = run_cli({"chat", "--model", model_directory(), "--db", db, "--conversation", "1",
+  const CliResult second = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--conversation", "1",
                                     "--message", "Lily smiled", "--max-new-tokens", "20"});
   QVERIFY2(second.exit_code == 0, second.err.c_str());
 
@@ -102,7 +102,7 @@ void CliChatTest::continuing_a_stored_conversation() {
 void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
   const QString db = dir_.filePath("interactive.sqlite3");
   const CliResult result =
-      run_cli({"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "16"}, "Once upon a time\n\nThe dog ran\n");
+      run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "16"}, "Once upon a time\n\nThe dog ran\n");
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   ConversationStore store(db, StoreOpenMode::ReadOnly);
   const auto messages = store.messages(1);
@@ -121,11 +121,11 @@ void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
 
 void CliChatTest::usage_errors_are_clear() {
   const QString db = dir_.filePath("errors.sqlite3");
-  CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--conversation", "999",
+  CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--conversation", "999",
                               "--message", "hi"});
   QCOMPARE(result.exit_code, 2);
   QVERIFY2(result.err.find("no conversation with id 999") != std::string::npos, result.err.c_str());
-  result = run_cli({"chat", "--model", model_directory(), "--db", db, "--kv-cache", "sometimes", "--message", "hi"});
+  result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--kv-cache", "sometimes", "--message", "hi"});
   QCOMPARE(result.exit_code, 2);
   QVERIFY2(result.err.find("sometimes") != std::string::npos, result.err.c_str());
   result = run_cli({"chat", "--db", db, "--message", "hi"});
@@ -141,13 +141,13 @@ void CliChatTest::usage_errors_are_clear() {
 void CliChatTest::empty_messages_and_nul_bytes() {
   const QString db = dir_.filePath("edge.sqlite3");
   for (const QString empty : {QString(), QStringLiteral("  ")}) {
-    const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--message", empty});
+    const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", empty});
     QCOMPARE(result.exit_code, 2);
     QVERIFY2(result.err.find("--message is empty") != std::string::npos, result.err.c_str());
   }
   QVERIFY(!QFile::exists(db) || ConversationStore(db, StoreOpenMode::ReadOnly).conversations().isEmpty());
 
-  const CliResult result = run_cli({"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "4"},
+  const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "4"},
                                    std::string("Once upon\0 a time\n", 18));
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   ConversationStore store(db, StoreOpenMode::ReadOnly);
@@ -161,7 +161,7 @@ void CliChatTest::empty_messages_and_nul_bytes() {
 // turns in memory does (snapshots off there).
 void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
   const QString db = dir_.filePath("restart.sqlite3"), snapshots = dir_.filePath("restart-snapshots");
-  const QStringList common{"chat", "--model", model_directory(), "--max-new-tokens", "24", "--cache-dir", snapshots};
+  const QStringList common{"chat", "--model", kvchat::test::stories_model_directory(), "--max-new-tokens", "24", "--cache-dir", snapshots};
   const CliResult first = run_cli(common + QStringList{"--db", db, "--message", "Tom had a red ball"});
   QVERIFY2(first.exit_code == 0, first.err.c_str());
   const CliResult second = run_cli(common + QStringList{"--db", db, "--conversation", "1", "--message", "He threw it"});

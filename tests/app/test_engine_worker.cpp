@@ -14,6 +14,7 @@
 #include "app/chat_turn_runner.h"
 #include "app/engine_worker.h"
 #include "common/test_paths.h"
+#include "common/chat_fixture.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -30,7 +31,6 @@ using kvchat::app::TurnRequest;
 
 namespace {
 
-QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
 
 struct TurnResult {
   QStringList chunks;
@@ -167,12 +167,12 @@ class EngineWorkerTest : public QObject {
 };
 
 void EngineWorkerTest::initTestCase() {
-  reference_ = kvchat::load_model_directory(model_directory().toStdString());
+  reference_ = kvchat::load_model_directory(kvchat::test::stories_model_directory().toStdString());
 }
 
 void EngineWorkerTest::streamed_chunks_concatenate_to_the_reply() {
   WorkerHarness harness;
-  QVERIFY(harness.load(model_directory()));
+  QVERIFY(harness.load(kvchat::test::stories_model_directory()));
   const TurnResult result = harness.run(harness.request(1, {{"user", "Once upon a time"}}, 60));
   QVERIFY2(result.error.isEmpty(), qPrintable(result.error));
   QVERIFY(result.stats);
@@ -192,7 +192,7 @@ void EngineWorkerTest::streamed_chunks_concatenate_to_the_reply() {
 
 void EngineWorkerTest::second_turn_prefills_only_its_new_tokens() {
   WorkerHarness harness;
-  QVERIFY(harness.load(model_directory()));
+  QVERIFY(harness.load(kvchat::test::stories_model_directory()));
   const std::vector<ChatMessage> first_messages = {{"user", "Once upon a time"}};
   const TurnResult first = harness.run(harness.request(7, first_messages));
   QVERIFY(first.stats);
@@ -211,7 +211,7 @@ void EngineWorkerTest::second_turn_prefills_only_its_new_tokens() {
 
 void EngineWorkerTest::switching_conversations_keeps_each_cache() {
   WorkerHarness harness;
-  QVERIFY(harness.load(model_directory()));
+  QVERIFY(harness.load(kvchat::test::stories_model_directory()));
   const std::vector<ChatMessage> a1 = {{"user", "Once upon a time"}};
   const std::vector<ChatMessage> b1 = {{"user", "Tom had a big dog"}};
   const TurnResult a_first = harness.run(harness.request(1, a1));
@@ -231,7 +231,7 @@ void EngineWorkerTest::small_budget_evicts_and_rebuilds_with_identical_output() 
   const std::vector<ChatMessage> b1 = {{"user", "Tom had a big dog"}};
   // Control: a budget large enough for both.
   WorkerHarness control;
-  QVERIFY(control.load(model_directory()));
+  QVERIFY(control.load(kvchat::test::stories_model_directory()));
   const TurnResult control_a1 = control.run(control.request(1, a1));
   const qint64 a_bytes = control.last_bytes_of(1);
   const TurnResult control_b1 = control.run(control.request(2, b1));
@@ -241,7 +241,7 @@ void EngineWorkerTest::small_budget_evicts_and_rebuilds_with_identical_output() 
   QVERIFY(control_a2.stats);
 
   WorkerHarness harness;
-  QVERIFY(harness.load(model_directory()));
+  QVERIFY(harness.load(kvchat::test::stories_model_directory()));
   const qint64 budget = a_bytes + b_bytes - 1;  // each fits alone, both do not
   const TurnResult small_a1 = harness.run(harness.request(1, a1, 40, KvCacheMode::Contiguous, budget));
   QVERIFY(harness.evicted.isEmpty());
@@ -267,7 +267,7 @@ void EngineWorkerTest::cache_off_gives_identical_greedy_output() {
   for (int m = 0; m < 2; ++m) {
     const KvCacheMode mode = m == 0 ? KvCacheMode::Contiguous : KvCacheMode::Off;
     WorkerHarness harness;
-    QVERIFY(harness.load(model_directory()));
+    QVERIFY(harness.load(kvchat::test::stories_model_directory()));
     const std::vector<ChatMessage> first_messages = {{"user", "The cat sat"}};
     const TurnResult first = harness.run(harness.request(3, first_messages, 30, mode));
     const TurnResult second = harness.run(harness.request(3, continued(first_messages, first.text, "A bird sang"), 30, mode));
@@ -286,7 +286,7 @@ void EngineWorkerTest::cache_off_gives_identical_greedy_output() {
 
 void EngineWorkerTest::stop_after_the_first_chunk_then_continue_consistently() {
   WorkerHarness harness;
-  QVERIFY(harness.load(model_directory()));
+  QVERIFY(harness.load(kvchat::test::stories_model_directory()));
   const std::vector<ChatMessage> first_messages = {{"user", "Once upon a time"}};
   TurnRequest request = harness.request(5, first_messages, 200);
   // Set the flag the moment the first chunk leaves the engine (as a GUI click would, without its delay).
@@ -329,7 +329,7 @@ void EngineWorkerTest::errors_become_signals_and_a_bad_model_keeps_the_old_one()
   const TurnResult no_model = harness.run(harness.request(1, {{"user", "Hello"}}));
   QCOMPARE(no_model.error, QStringLiteral("no model is loaded"));
 
-  QVERIFY(harness.load(model_directory()));
+  QVERIFY(harness.load(kvchat::test::stories_model_directory()));
   QTemporaryDir broken;
   QFile config(broken.filePath("config.json"));
   QVERIFY(config.open(QIODevice::WriteOnly));

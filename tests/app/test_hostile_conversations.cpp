@@ -8,6 +8,7 @@
 #include "common/test_suite.h"
 
 #include "app/conversation_store.h"
+#include "common/chat_fixture.h"
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
 #include "common/raw_sqlite.h"
@@ -23,7 +24,6 @@ using kvchat::test::run_case;
 
 namespace {
 
-QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
 
 QByteArray file_bytes(const QString& path) {
   QFile file(path);
@@ -52,7 +52,7 @@ class HostileConversationsTest : public QObject {
 
  private:
   QStringList chat(const QString& db, const QStringList& more) const {
-    return QStringList{"chat", "--model", model_directory(), "--db", db, "--max-new-tokens", "2"} + more;
+    return QStringList{"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "2"} + more;
   }
   QTemporaryDir dir_;
 };

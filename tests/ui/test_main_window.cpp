@@ -24,6 +24,7 @@
 #include "app/chat_controller.h"
 #include "app/stats_json.h"
 #include "common/test_paths.h"
+#include "common/chat_fixture.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"
@@ -39,7 +40,6 @@ using kvchat::ui::MainWindow;
 
 namespace {
 
-QString model_directory() { return QString::fromStdString(kvchat::test::shared_path("models/stories260K")); }
 
 }  // namespace
 
@@ -102,7 +102,7 @@ ChatSettings greedy_settings() {
   settings.temperature = 0.0;
   settings.repetition_penalty = 1.0;
   settings.max_new_tokens = 48;
-  settings.model_path = model_directory();
+  settings.model_path = kvchat::test::stories_model_directory();
   settings.threads = 1;
   return settings;
 }
