@@ -93,43 +93,54 @@ KVCHAT_ISA_AVX512 inline __m128i k_quant_scales_and_mins(const std::uint8_t* pac
                         static_cast<int>(mins_high));
 }
 
-// Q4_K / Q5_K: per sub-block (d * sc * x_scale) * sum(q v) - (dmin * m * x_scale) * sum(v). Q5_K's
-// fifth bits: bit 2p of byte l for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
+// Q4_K / Q5_K: per sub-block (d * sc * x_scale) * sum(q v) - (dmin * m * x_scale) * sum(v). Byte l of
+// a pair's 32 holds element l of its low sub-block (low nibble) and of its high one: widening the 32
+// bytes to 16-bit words first leaves both nibbles in each word, so one mask and one shift give the two
+// sub-blocks' weights in element order. Q5_K's fifth bits: bit 2p of byte l for the low sub-block of
+// pair p, bit 2p+1 for the high one (widened the same way, once per super-block).
 template <bool kFifthBits>
 KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
+  const __m512i low_mask = _mm512_set1_epi16(0x0F), fifth = _mm512_set1_epi16(0x10);
+  // Pair p's two factors, each across 8 lanes: [f_2p x 8, f_2p+1 x 8].
+  __m512i pair_factor_index[4];
+  for (int pair = 0; pair < 4; ++pair)
+    pair_factor_index[pair] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * pair)),
+                                                 _mm256_set1_epi32(2 * pair + 1), 1);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   __m256 mins_acc = _mm256_setzero_ps();
-  alignas(32) float factors[8];
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
     for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
     const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
     const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
-    // Each sub-block's factor d * sc * x_scale, broadcast from memory in the loop below.
-    _mm256_store_ps(factors, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row)),
-                                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(packed_scales))),
-                                           x_scales));
+    // Each sub-block's factor d * sc * x_scale.
+    const __m512 factors = _mm512_castps256_ps512(_mm256_mul_ps(
+        _mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(packed_scales))),
+        x_scales));
     // dmin * m * (x_scale * sum of the block's values), the last factor made once per product.
     const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed_scales, 8)));
     mins_acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row + 2)), mins),
                                _mm256_loadu_ps(x.scaled_block_sums + 8 * s), mins_acc);
-    __m256i high_bits = _mm256_setzero_si256();
-    if constexpr (kFifthBits) high_bits = load256(row + 16);
+    __m512i high_bits = _mm512_setzero_si512();
+    if constexpr (kFifthBits) high_bits = _mm512_cvtepu8_epi16(load256(row + 16));
     const std::int16_t* values = x.values + 256 * s;
     for (int pair = 0; pair < 4; ++pair, values += 64) {
-      const __m256i packed = load256(row + kNibblesAt + 32 * pair);
-      __m256i low = _mm256_and_si256(packed, low_mask);
-      __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+      const __m512i words = _mm512_cvtepu8_epi16(load256(row + kNibblesAt + 32 * pair));
+      __m512i low = _mm512_and_si512(words, low_mask);
+      __m512i high = _mm512_srli_epi16(words, 4);
       if constexpr (kFifthBits) {
-        const __m256i bits = _mm256_srli_epi16(high_bits, 2 * pair);
-        low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(bits, 4), fifth));
-        high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(bits, 3), fifth));
+        const __m512i bits = _mm512_srli_epi16(high_bits, 2 * pair);
+        low = _mm512_or_si512(low, _mm512_and_si512(_mm512_slli_epi16(bits, 4), fifth));
+        high = _mm512_or_si512(high, _mm512_and_si512(_mm512_slli_epi16(bits, 3), fifth));
       }
-      acc0 = _mm512_fmadd_ps(block_products(_mm512_cvtepu8_epi16(low), values), _mm512_set1_ps(factors[2 * pair]), acc0);
-      acc1 = _mm512_fmadd_ps(block_products(_mm512_cvtepu8_epi16(high), values + 32), _mm512_set1_ps(factors[2 * pair + 1]),
-                             acc1);
+      // The two sub-blocks' 16 sums each folded to 8 and put side by side: one conversion and one FMA.
+      const __m512i low_sums = _mm512_madd_epi16(low, _mm512_loadu_si512(values));
+      const __m512i high_sums = _mm512_madd_epi16(high, _mm512_loadu_si512(values + 32));
+      const __m512i folded = _mm512_add_epi32(_mm512_shuffle_i64x2(low_sums, high_sums, 0x44),
+                                              _mm512_shuffle_i64x2(low_sums, high_sums, 0xEE));
+      __m512& acc = pair % 2 == 0 ? acc0 : acc1;
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(folded), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - horizontal_sum(mins_acc);
