@@ -11,9 +11,8 @@
 // kernels; the sums are the same exact integers, so the results differ from theirs only in the order
 // of the f32 additions.
 //
-// Bounds: a Q4_K/Q5_K quant is at most 31, a Q8_0 one 128 in magnitude, a Q6_K (q - 32) times its
-// group scale at most 32 * 128 = 4096 (this fits the 16 bits, and keeps the scale inside the integer
-// sum); the largest pair sum is 2 * 4096 * 32385 < 2^31. Block layouts: engine/gguf/dequantize.cpp.
+// Bounds: a quant is at most 63 (Q6_K, unsigned) or 128 in magnitude (Q8_0), so a pair sum is at most
+// 2 * 128 * 32385 < 2^24. Block layouts: engine/gguf/dequantize.cpp.
 #include <cstring>
 
 #include "engine/kernels/integer_dot.h"
@@ -151,25 +150,28 @@ KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActi
   return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), _mm512_zextps256_ps512(mins_acc)));
 }
 
-// Q6_K: per group of 16, d * sc * x_scale * sum((q - 32) v). Element l + 32k of each half of 128 takes
-// a nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2, and bits 2k..2k+1 of top
-// byte l. The group scales multiply the 16-bit weights (|(q - 32) sc| <= 4096), so one conversion and
-// one FMA serve the block of 32 and its two groups.
+// Q6_K: per group of 16, (d * sc * x_scale) * (sum(q v) - 32 sum(v)). Element l + 32k of each half of
+// 128 takes a nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2, and bits
+// 2k..2k+1 of top byte l. The quants stay unsigned (0..63) and the -32 goes through the groups'
+// activation sums, once per super-block; a block of 32 is two groups, whose factors sit in the low
+// and the high 8 lanes of its product vector.
 KVCHAT_ISA_AVX512 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
-  // Per block b of the super-block: group 2b's scale in words 0-15, group 2b+1's in words 16-31.
-  __m512i group_scale_index[8];
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30);
+  // Block b's two group factors, each across 8 lanes; and each group's activation scale (block g / 2).
+  __m512i block_factor_index[8];
   for (int b = 0; b < 8; ++b)
-    group_scale_index[b] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(2 * b))),
-                                              _mm256_set1_epi16(static_cast<short>(2 * b + 1)), 1);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    block_factor_index[b] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * b)),
+                                               _mm256_set1_epi32(2 * b + 1), 1);
+  const __m512i group_block = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), offsets = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     for (int ahead = 0; ahead < 256; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
-    const __m512i scales = _mm512_castsi256_si512(
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192))));
-    const float d = load_f16_scale(row + 208);
-    const float* x_scales = x.scales + 8 * s;
+    const __m512 group_scales =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192))));
+    const __m512 x_scales = _mm512_permutexvar_ps(group_block, _mm512_castps256_ps512(_mm256_loadu_ps(x.scales + 8 * s)));
+    const __m512 group_factors = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(load_f16_scale(row + 208)), group_scales), x_scales);
+    offsets = _mm512_fmadd_ps(group_factors, _mm512_cvtepi32_ps(_mm512_loadu_si512(x.sums + 16 * s)), offsets);
     const std::int16_t* values = x.values + 256 * s;
     for (int half = 0; half < 2; ++half) {
       const __m256i top = load256(row + 128 + 32 * half);
@@ -183,14 +185,13 @@ KVCHAT_ISA_AVX512 float dot_q6_k(const std::uint8_t* row, const QuantizedActivat
       };
       for (int k = 0; k < 4; ++k) {
         const int block = 4 * half + k;
-        const __m512i weights = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(quants[k], bias)),
-                                                   _mm512_permutexvar_epi16(group_scale_index[block], scales));
         __m512& acc = k % 2 == 0 ? acc0 : acc1;
-        acc = _mm512_fmadd_ps(block_products(weights, values + 32 * block), _mm512_set1_ps(d * x_scales[block]), acc);
+        acc = _mm512_fmadd_ps(block_products(_mm512_cvtepu8_epi16(quants[k]), values + 32 * block),
+                              _mm512_permutexvar_ps(block_factor_index[block], group_factors), acc);
       }
     }
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  return _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(32.f), offsets, _mm512_add_ps(acc0, acc1)));
 }
 
 }  // namespace
