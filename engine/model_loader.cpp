@@ -11,6 +11,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf_model.h"
 #include "engine/llama_model.h"
+#include "engine/process_setup.h"
 
 namespace kvchat {
 
@@ -40,12 +41,18 @@ bool has_gguf_magic(const std::string& path) {
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   std::error_code error;
-  if (fs::is_directory(path, error)) return load_model_directory(path, options);
-  if (!fs::exists(path, error)) throw ModelError("model not found: " + path);
-  if (!fs::is_regular_file(path, error)) throw ModelError(path + " is neither a model directory nor a GGUF file");
-  if (!has_gguf_magic(path))
-    throw ModelError(path + " is not a GGUF file (it does not start with the GGUF magic) and not a model directory");
-  return load_model_gguf(path, options);
+  LoadedModel loaded;
+  if (fs::is_directory(path, error)) {
+    loaded = load_model_directory(path, options);
+  } else {
+    if (!fs::exists(path, error)) throw ModelError("model not found: " + path);
+    if (!fs::is_regular_file(path, error)) throw ModelError(path + " is neither a model directory nor a GGUF file");
+    if (!has_gguf_magic(path))
+      throw ModelError(path + " is not a GGUF file (it does not start with the GGUF magic) and not a model directory");
+    loaded = load_model_gguf(path, options);
+  }
+  release_freed_memory();  // the loader's temporaries (converted tensors) need not stay resident
+  return loaded;
 }
 
 LoadedModel load_model_directory(const std::string& directory, const LoadOptions& options) {

@@ -21,4 +21,10 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, kLargestHeapAllocation);
 }
 
+void release_freed_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace kvchat

@@ -20,4 +20,9 @@ void ensure_passive_openmp_threads(char** argv);
 // early in main().
 void keep_freed_memory_for_reuse();
 
+// Gives the heap's free memory back to the system (malloc_trim): after a model is loaded, so that the
+// loader's temporaries (converted tensors, random weights made in f32 before their GGUF type) do not
+// stay resident under keep_freed_memory_for_reuse. No-op outside glibc.
+void release_freed_memory();
+
 }  // namespace kvchat

@@ -8,6 +8,7 @@
 
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
+#include "engine/process_setup.h"
 
 namespace kvchat::cli {
 
@@ -92,6 +93,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStora
     } else {
       source.model = LlamaModel::random(config, static_cast<std::uint64_t>(seed), dtype);
     }
+    release_freed_memory();  // the f32 tensors the random weights were made from
     spdlog::info("random model of {} ({}): {:.1f} MiB of weights ({})", *random_config, storage.name,
                  source.model->weight_bytes() / 1048576.0, source.model->weight_types());
   } else {
