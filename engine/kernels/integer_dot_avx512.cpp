@@ -37,6 +37,18 @@ KVCHAT_ISA_AVX512 inline __m512 block_products(__m512i weights, const std::int16
   return _mm512_cvtepi32_ps(_mm512_madd_epi16(weights, _mm512_loadu_si512(values)));
 }
 
+// Lane indices for _mm512_permutexvar_ps: element `low` in lanes 0-7, element `high` in lanes 8-15 (the
+// factors of two blocks whose sums fold_pair put side by side).
+KVCHAT_ISA_AVX512 inline __m512i two_lane_groups(int low, int high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(low)), _mm256_set1_epi32(high), 1);
+}
+
+// Two blocks' sixteen 32-bit sums each, folded to eight each: the first block's in lanes 0-7, the
+// second's in lanes 8-15, so that one conversion and one FMA serve both.
+KVCHAT_ISA_AVX512 inline __m512i fold_pair(__m512i first, __m512i second) {
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(first, second, 0x44), _mm512_shuffle_i64x2(first, second, 0xEE));
+}
+
 // 16 bytes of nibbles as 32 bytes in element order: low nibbles (elements 0-15), then high (16-31).
 KVCHAT_ISA_AVX512 inline __m256i nibbles32(const std::uint8_t* at) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
@@ -48,9 +60,7 @@ KVCHAT_ISA_AVX512 inline __m256i nibbles32(const std::uint8_t* at) {
 // one conversion and one FMA serve two blocks.
 KVCHAT_ISA_AVX512 float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   __m512i pair_factor_index[4];
-  for (int pair = 0; pair < 4; ++pair)
-    pair_factor_index[pair] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * pair)),
-                                                 _mm256_set1_epi32(2 * pair + 1), 1);
+  for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   std::int64_t b = 0;
   for (; b + 8 <= blocks; b += 8, row += 8 * 34) {
@@ -65,9 +75,9 @@ KVCHAT_ISA_AVX512 float dot_q8_0(const std::uint8_t* row, const QuantizedActivat
                                               _mm512_loadu_si512(x.values + 32 * (b + 2 * pair)));
       const __m512i sums1 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(load256(first + 36)),
                                               _mm512_loadu_si512(x.values + 32 * (b + 2 * pair + 1)));
-      const __m512i folded = _mm512_add_epi32(_mm512_shuffle_i64x2(sums0, sums1, 0x44), _mm512_shuffle_i64x2(sums0, sums1, 0xEE));
       __m512& acc = pair % 2 == 0 ? acc0 : acc1;
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(folded), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold_pair(sums0, sums1)),
+                            _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
   for (; b < blocks; ++b, row += 34) {
@@ -121,9 +131,7 @@ KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActi
   const __m512i low_mask = _mm512_set1_epi16(0x0F), fifth = _mm512_set1_epi16(0x10);
   // Pair p's two factors, each across 8 lanes: [f_2p x 8, f_2p+1 x 8].
   __m512i pair_factor_index[4];
-  for (int pair = 0; pair < 4; ++pair)
-    pair_factor_index[pair] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * pair)),
-                                                 _mm256_set1_epi32(2 * pair + 1), 1);
+  for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   __m256 mins_acc = _mm256_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
@@ -158,10 +166,9 @@ KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActi
       // The two sub-blocks' 16 sums each folded to 8 and put side by side: one conversion and one FMA.
       const __m512i low_sums = _mm512_madd_epi16(low, _mm512_loadu_si512(values));
       const __m512i high_sums = _mm512_madd_epi16(high, _mm512_loadu_si512(values + 32));
-      const __m512i folded = _mm512_add_epi32(_mm512_shuffle_i64x2(low_sums, high_sums, 0x44),
-                                              _mm512_shuffle_i64x2(low_sums, high_sums, 0xEE));
       __m512& acc = pair % 2 == 0 ? acc0 : acc1;
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(folded), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold_pair(low_sums, high_sums)),
+                            _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
   return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), _mm512_zextps256_ps512(mins_acc)));
@@ -176,9 +183,7 @@ KVCHAT_ISA_AVX512 float dot_q6_k(const std::uint8_t* row, const QuantizedActivat
   const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30);
   // Block b's two group factors, each across 8 lanes; and each group's activation scale (block g / 2).
   __m512i block_factor_index[8];
-  for (int b = 0; b < 8; ++b)
-    block_factor_index[b] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * b)),
-                                               _mm256_set1_epi32(2 * b + 1), 1);
+  for (int b = 0; b < 8; ++b) block_factor_index[b] = two_lane_groups(2 * b, 2 * b + 1);
   const __m512i group_block = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), offsets = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
