@@ -59,7 +59,7 @@ fuzz_one() {
     count=$(find "${inputs[@]}" -type f | wc -l)
     echo "fuzz_$target: replay of $count inputs (log: $log)" > "$summary"
     if "$fuzz_dir/fuzz_$target" -runs=0 -timeout=60 -rss_limit_mb=2048 -artifact_prefix="$artifacts/" "${inputs[@]}" > "$log" 2>&1; then
-      grep -E "^#[0-9]+ *(INITED|DONE)" "$log" | tail -1 | sed 's/^/  /' >> "$summary" || true
+      grep -E "^#[0-9]+[[:space:]]+DONE" "$log" | tail -1 | sed 's/^/  /' >> "$summary" || true
       return 0
     fi
     echo "  FAILED: see $log and $artifacts/" >> "$summary"
@@ -72,7 +72,7 @@ fuzz_one() {
   # shellcheck disable=SC2086
   if "$fuzz_dir/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
        -dict="tests/fuzz/dict/$target.dict" -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} "${inputs[@]}" > "$log" 2>&1; then
-    grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+ *DONE" "$log" | sed 's/^/  /' >> "$summary" || true
+    grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+[[:space:]]+DONE" "$log" | sed 's/^/  /' >> "$summary" || true
   else
     echo "  FAILED: see $log and $artifacts/" >> "$summary"
     grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$log" | head -5 | sed 's/^/  /' >> "$summary" || true
