@@ -112,19 +112,6 @@ KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedAc
   return horizontal_sum(acc) + offsets;
 }
 
-// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min) as bytes: scales in
-// the low 8 bytes, mins in the high 8.
-KVCHAT_ISA_AVX2 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
-  std::uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  constexpr std::uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  const std::uint32_t scales_low = u[0] & k6, mins_low = u[1] & k6;
-  const std::uint32_t scales_high = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-  const std::uint32_t mins_high = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-  return _mm_setr_epi32(static_cast<int>(scales_low), static_cast<int>(scales_high), static_cast<int>(mins_low),
-                        static_cast<int>(mins_high));
-}
-
 // Shuffles that broadcast 16-bit word j of each 128-bit lane (a sub-block's scale).
 KVCHAT_ISA_AVX2 inline __m256i word_broadcast(int j) {
   return _mm256_set1_epi16(static_cast<short>((2 * j) | ((2 * j + 1) << 8)));
@@ -175,11 +162,8 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
   return horizontal_sum(acc) - horizontal_sum(mins_acc);
 }
 
-// Q6_K: per group of 16, d*sc * (sum(q x^) - 32 sum(x^)). Element l + 32k of each half of 128 takes a
-// nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2, and bits 2k..2k+1 of top
-// byte l.
+// Q6_K: per group of 16, d*sc * (sum(q x^) - 32 sum(x^)); the quants from q6_k_half_quants.
 KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30);
   // Per activation block k of a half: scale 2k in the low 128-bit lane, 2k+1 in the high one.
   __m256i group_scale[4];
   for (int k = 0; k < 4; ++k)
@@ -204,15 +188,8 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
       const int lanes = half == 0 ? 0x00 : 0x11;
       const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, lanes);
       const __m256i half_radix_scales = _mm256_permute2x128_si256(radix_scales, radix_scales, lanes);
-      const __m256i top = load256(row + 128 + 32 * half);
-      const __m256i low_a = load256(row + 64 * half), low_b = load256(row + 64 * half + 32);
-      const __m256i quants[4] = {
-          _mm256_or_si256(_mm256_and_si256(low_a, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 4), top_mask)),
-          _mm256_or_si256(_mm256_and_si256(low_b, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 2), top_mask)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_a, 4), low_mask), _mm256_and_si256(top, top_mask)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_b, 4), low_mask),
-                          _mm256_and_si256(_mm256_srli_epi16(top, 2), top_mask)),
-      };
+      __m256i quants[4];
+      q6_k_half_quants(row, half, quants);
       for (int k = 0; k < 4; ++k) {
         const std::int64_t at = 256 * s + 128 * half + 32 * k;
         const __m256i products = dot_unsigned(quants[k], high_at(x, at), low_at(x, at),

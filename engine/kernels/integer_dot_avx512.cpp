@@ -107,19 +107,6 @@ KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivat
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min) as bytes: scales in
-// the low 8 bytes, mins in the high 8.
-KVCHAT_ISA_AVX512 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
-  std::uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  constexpr std::uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  const std::uint32_t scales_low = u[0] & k6, mins_low = u[1] & k6;
-  const std::uint32_t scales_high = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-  const std::uint32_t mins_high = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-  return _mm_setr_epi32(static_cast<int>(scales_low), static_cast<int>(scales_high), static_cast<int>(mins_low),
-                        static_cast<int>(mins_high));
-}
-
 // Q4_K / Q5_K: per sub-block (d * sc * x_scale) * sum(q v) - (dmin * m * x_scale) * sum(v). Byte l of
 // a pair's 32 holds element l of its low sub-block (low nibble) and of its high one: widening the 32
 // bytes to 16-bit words first leaves both nibbles in each word, so one mask and one shift give the two
@@ -174,13 +161,10 @@ KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActi
   return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), _mm512_zextps256_ps512(mins_acc)));
 }
 
-// Q6_K: per group of 16, (d * sc * x_scale) * (sum(q v) - 32 sum(v)). Element l + 32k of each half of
-// 128 takes a nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2, and bits
-// 2k..2k+1 of top byte l. The quants stay unsigned (0..63) and the -32 goes through the groups'
-// activation sums, once per super-block; a block of 32 is two groups, whose factors sit in the low
+// Q6_K: per group of 16, (d * sc * x_scale) * (sum(q v) - 32 sum(v)), the quants from
+// q6_k_half_quants. They stay unsigned (0..63) and the -32 goes through the groups' activation sums, once per super-block; a block of 32 is two groups, whose factors sit in the low
 // and the high 8 lanes of its product vector.
 KVCHAT_ISA_AVX512 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30);
   // Block b's two group factors, each across 8 lanes; and each group's activation scale (block g / 2).
   __m512i block_factor_index[8];
   for (int b = 0; b < 8; ++b) block_factor_index[b] = two_lane_groups(2 * b, 2 * b + 1);
@@ -196,15 +180,8 @@ KVCHAT_ISA_AVX512 float dot_q6_k(const std::uint8_t* row, const QuantizedActivat
     offsets = _mm512_fmadd_ps(group_factors, _mm512_cvtepi32_ps(_mm512_loadu_si512(x.sums + 16 * s)), offsets);
     const std::int16_t* values = x.values + 256 * s;
     for (int half = 0; half < 2; ++half) {
-      const __m256i top = load256(row + 128 + 32 * half);
-      const __m256i low_a = load256(row + 64 * half), low_b = load256(row + 64 * half + 32);
-      const __m256i quants[4] = {
-          _mm256_or_si256(_mm256_and_si256(low_a, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 4), top_mask)),
-          _mm256_or_si256(_mm256_and_si256(low_b, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 2), top_mask)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_a, 4), low_mask), _mm256_and_si256(top, top_mask)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_b, 4), low_mask),
-                          _mm256_and_si256(_mm256_srli_epi16(top, 2), top_mask)),
-      };
+      __m256i quants[4];
+      q6_k_half_quants(row, half, quants);
       for (int k = 0; k < 4; ++k) {
         const int block = 4 * half + k;
         __m512& acc = k % 2 == 0 ? acc0 : acc1;

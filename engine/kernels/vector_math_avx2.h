@@ -51,5 +51,33 @@ KVCHAT_ISA_AVX2 inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(underflow, result);
 }
 
+// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min in engine/gguf) as
+// bytes: scales in the low 8 bytes, mins in the high 8.
+KVCHAT_ISA_AVX2 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  const std::uint32_t scales_low = u[0] & k6, mins_low = u[1] & k6;
+  const std::uint32_t scales_high = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  const std::uint32_t mins_high = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  return _mm_setr_epi32(static_cast<int>(scales_low), static_cast<int>(scales_high), static_cast<int>(mins_low),
+                        static_cast<int>(mins_high));
+}
+
+// The unsigned 6-bit quants (0..63) of one half (128 elements) of a Q6_K super-block, as four vectors of
+// 32: element l + 32k takes a nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2,
+// and bits 2k..2k+1 of top byte l.
+KVCHAT_ISA_AVX2 inline void q6_k_half_quants(const std::uint8_t* block, int half, __m256i quants[4]) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30);
+  const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 128 + 32 * half));
+  const __m256i low_a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * half));
+  const __m256i low_b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * half + 32));
+  quants[0] = _mm256_or_si256(_mm256_and_si256(low_a, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 4), top_mask));
+  quants[1] = _mm256_or_si256(_mm256_and_si256(low_b, low_mask), _mm256_and_si256(_mm256_slli_epi16(top, 2), top_mask));
+  quants[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_a, 4), low_mask), _mm256_and_si256(top, top_mask));
+  quants[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low_b, 4), low_mask),
+                              _mm256_and_si256(_mm256_srli_epi16(top, 2), top_mask));
+}
+
 }  // namespace kvchat::kernels
 #endif
