@@ -35,7 +35,10 @@ class GgufWeightReader {
       std::shared_ptr<const GgufFile> keep = file_;
       linear.weight = at::from_blob(const_cast<std::uint8_t*>(tensor.data), {out, in}, [keep](void*) {},
                                     at::TensorOptions().dtype(type));
-      if (!source_rows.empty()) linear.weight = linear.weight.index_select(0, at::tensor(source_rows, at::kLong));
+      if (!source_rows.empty()) {
+        linear.weight = linear.weight.index_select(0, at::tensor(source_rows, at::kLong));
+        file_->release(tensor);
+      }
       return linear;
     }
     const auto row_bytes = static_cast<std::int64_t>(tensor.row_bytes());
@@ -48,6 +51,7 @@ class GgufWeightReader {
         std::memcpy(rows->data() + r * row_bytes, tensor.data + source_rows[r] * row_bytes, row_bytes);
       linear.quantized.view.data = rows->data();
       linear.quantized.owner = rows;
+      file_->release(tensor);
     }
     return linear;
   }

@@ -12,6 +12,7 @@
 #include "engine/kernels/memory_probe.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/llama_model.h"
+#include "engine/process_setup.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).
@@ -81,9 +82,9 @@ void print_machine(const BenchOptions& options, int threads, const HardwareCeili
   }
   std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s, kernels %s\n\n", threads,
               ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, options.kernels.c_str());
-  std::printf("%-5s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %9s %9s\n", "dtype", "cache", "prompt",
+  std::printf("%-6s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %9s %9s %9s\n", "dtype", "cache", "prompt",
               "new", "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw", "%mm", "weights MiB",
-              "cache MiB", "RSS MiB", "total s");
+              "cache MiB", "model MiB", "RSS MiB", "total s");
 }
 
 // One configuration's run, and where its figures are read against.
@@ -95,17 +96,21 @@ struct BenchRow {
   double bandwidth = 0.0;  // GB/s the decode is read against
   bool per_step = false;
   double decode_fraction = 0.0, prefill_fraction = 0.0;
+  // Resident memory the model holds after the run (its weights all read once): the process's resident
+  // bytes then, less those before the model was loaded.
+  std::int64_t model_resident_bytes = 0;
 };
 
 void print_row(const BenchOptions& options, const ModelSource& source, int threads, const BenchRow& row) {
   const GenerationStats& s = row.run.stats;
   const BenchRun& run = row.run;
   if (!options.json_output) {
-    std::printf("%-5s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %11.2f %10.2f %9.0f %9.2f\n",
+    std::printf("%-6s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %11.2f %10.2f %9.0f %9.0f %9.2f\n",
                 row.dtype_name.c_str(), to_string(row.mode), row.prompt_tokens, options.new_tokens,
                 s.prefill_tokens_per_second, s.ttft_ms, run.decode_tok_s, run.decode_tok_s_start, run.decode_tok_s_end,
                 row.bandwidth, 100 * row.decode_fraction, 100 * row.prefill_fraction,
-                mib(double(source.model->weight_bytes())), mib(double(s.cache_bytes)), mib(double(run.peak_rss_bytes)),
+                mib(double(source.model->weight_bytes())), mib(double(s.cache_bytes)), mib(double(row.model_resident_bytes)),
+                mib(double(run.peak_rss_bytes)),
                 run.total_ms / 1000.0);
     std::fflush(stdout);
     return;
@@ -118,7 +123,7 @@ void print_row(const BenchOptions& options, const ModelSource& source, int threa
       {"decode_tok_s", run.decode_tok_s}, {"decode_tok_s_start", run.decode_tok_s_start},
       {"decode_tok_s_end", run.decode_tok_s_end}, {"per_token_ms", run.decode_tok_s > 0 ? 1000.0 / run.decode_tok_s : 0.0},
       {"total_ms", run.total_ms}, {"weight_bytes", source.model->weight_bytes()}, {"cache_bytes", s.cache_bytes},
-      {"peak_rss_bytes", run.peak_rss_bytes}, {"rss_bytes", run.rss_bytes},
+      {"model_resident_bytes", row.model_resident_bytes}, {"peak_rss_bytes", run.peak_rss_bytes}, {"rss_bytes", run.rss_bytes},
       {"read_bandwidth_gb_s", row.bandwidth}, {"bandwidth_probe", row.per_step ? "step" : "row"},
       {"bandwidth_probes", row.per_step ? run.bandwidth_probes : 1}, {"decode_fraction_of_bandwidth", row.decode_fraction},
       {"prefill_fraction_of_sgemm", row.prefill_fraction}};
@@ -181,14 +186,19 @@ int run_bench(const std::vector<std::string>& args) {
 
   for (const WeightStorage& storage : options.dtypes) {
     // Each dtype gets its own model; the previous one was released at the end of the last iteration.
-    const std::string& dtype_name = storage.name;
+    // Freed heap memory goes back first, so that what the load adds is not hidden by pages it reuses.
+    release_freed_memory();
+    const std::int64_t resident_before_load = current_rss_bytes();
     const ModelSource source = open_model_source(parser, storage);
+    // A GGUF file's rows name its own types (Q4_K_M, ...), not the --dtype it ignores.
+    const std::string dtype_name = source.weight_format.empty() ? storage.name : source.weight_format;
     std::map<long long, BenchRun> cached_runs;  // prompt tokens -> cache-on run
     for (long long prompt_tokens : options.prompt_lengths) {
       if (prompt_tokens < 1 || prompt_tokens + options.new_tokens > source.model->config().max_position_embeddings)
         throw UsageError("--prompt-tokens " + std::to_string(prompt_tokens) + " plus --new-tokens does not fit the context");
       for (KvCacheMode mode : options.modes) {
-        const BenchRow row = measure_row(options, source, ceilings, threads, dtype_name, mode, prompt_tokens);
+        BenchRow row = measure_row(options, source, ceilings, threads, dtype_name, mode, prompt_tokens);
+        row.model_resident_bytes = row.run.rss_bytes - resident_before_load;
         if (mode == KvCacheMode::Contiguous) cached_runs[prompt_tokens] = row.run;
         print_row(options, source, threads, row);
         const auto cached = cached_runs.find(prompt_tokens);

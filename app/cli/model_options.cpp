@@ -79,6 +79,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStora
   if (model_dir) {
     LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads});
     source.description = *model_dir;
+    if (loaded.format == "gguf") source.weight_format = loaded.weight_format;
     source.model = loaded.model;
     source.tokenizer = loaded.tokenizer;
     source.formatter = loaded.formatter;

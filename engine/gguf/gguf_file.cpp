@@ -144,6 +144,20 @@ void require_regular(const std::string& path, const struct stat& info) {
 
 }  // namespace
 
+bool GgufFile::maps(const void* data, std::uint64_t bytes) const {
+  const auto* begin = static_cast<const std::uint8_t*>(data);
+  return begin >= bytes_ && begin <= bytes_ + file_size_ && bytes <= static_cast<std::uint64_t>(bytes_ + file_size_ - begin);
+}
+
+void GgufFile::release(const GgufTensor& tensor) const {
+  if (!maps(tensor.data, tensor.n_bytes)) return;
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(tensor.data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(tensor.data) + tensor.n_bytes) / page * page;
+  // Read-only private pages that were never written: dropping them loses nothing.
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 GgufFile::GgufFile(const std::string& path) : path_(path) {
   // Checked before opening: opening a FIFO blocks, opening a device may have side effects.
   struct stat info {};
