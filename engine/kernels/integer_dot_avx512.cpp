@@ -119,25 +119,26 @@ KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActi
   // Pair p's two factors, each across 8 lanes: [f_2p x 8, f_2p+1 x 8].
   __m512i pair_factor_index[4];
   for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
+  const __m512i d_then_dmin = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  __m256 mins_acc = _mm256_setzero_ps();
+  __m512 mins_acc = _mm512_setzero_ps();  // lanes 8-15 (0-7 gather the factors, unused)
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
     for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
     const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
-    const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
     // d and dmin, the two halves at the block's start, converted together.
     std::uint32_t halves;
     std::memcpy(&halves, row, 4);
-    const __m128 d_and_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-    // Each sub-block's factor d * sc * x_scale.
-    const __m512 factors = _mm512_castps256_ps512(_mm256_mul_ps(
-        _mm256_mul_ps(_mm256_broadcastss_ps(d_and_dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(packed_scales))),
-        x_scales));
-    // dmin * m * (x_scale * sum of the block's values), the last factor made once per product.
-    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed_scales, 8)));
-    mins_acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(d_and_dmin)), mins),
-                               _mm256_loadu_ps(x.scaled_block_sums + 8 * s), mins_acc);
+    const __m512 d_and_dmin = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))));
+    // The 8 scales and 8 mins widened together: lanes 0-7 become each sub-block's factor d * sc * x_scale,
+    // lanes 8-15 its min term dmin * m * (x_scale * sum of its values), summed over the row in mins_acc.
+    const __m512 activation_factors = _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(x.scales + 8 * s))),
+                           _mm256_castps_pd(_mm256_loadu_ps(x.scaled_block_sums + 8 * s)), 1));
+    const __m512 factors = _mm512_mul_ps(_mm512_mul_ps(_mm512_permutexvar_ps(d_then_dmin, d_and_dmin),
+                                                       _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed_scales))),
+                                         activation_factors);
+    mins_acc = _mm512_add_ps(mins_acc, factors);
     __m512i high_bits = _mm512_setzero_si512();
     if constexpr (kFifthBits) high_bits = _mm512_cvtepu8_epi16(load256(row + 16));
     const std::int16_t* values = x.values + 256 * s;
@@ -158,7 +159,8 @@ KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActi
                             _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
-  return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), _mm512_zextps256_ps512(mins_acc)));
+  const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins_acc), 1));
+  return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), _mm512_zextps256_ps512(mins)));
 }
 
 // Q6_K: per group of 16, (d * sc * x_scale) * (sum(q v) - 32 sum(v)), the quants from
