@@ -100,9 +100,13 @@ std::string Linear::type_name() const {
   return weight.scalar_type() == at::kBFloat16 ? "bf16" : "f32";
 }
 
+std::int64_t Linear::streaming_rows() const {
+  return is_quantized() || weight.scalar_type() == at::kBFloat16 ? kWidenedStreamingRows : kStreamingRows;
+}
+
 at::Tensor Linear::forward(const at::Tensor& x) const {
   const std::int64_t rows = x.size(0);
-  if (fast_kernels_enabled() && rows <= kStreamingRows && (is_quantized() || weight.is_contiguous()))
+  if (fast_kernels_enabled() && rows <= streaming_rows() && (is_quantized() || weight.is_contiguous()))
     return streaming_forward(*this, x);
   if (is_quantized()) return quantized_gemm_forward(*this, x);
   at::Tensor w = weight;

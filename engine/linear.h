@@ -34,14 +34,23 @@ struct Linear {
   std::string type_name() const;  // "f32", "bf16", or the GGUF type's name ("Q4_K", "F16", ...)
 
   at::Tensor forward(const at::Tensor& x) const;  // x [T, in] f32 -> [T, out] f32
+  // Up to how many rows of x forward() takes the weight-streaming kernels (when the kernels are on).
+  std::int64_t streaming_rows() const;
   // Rows `ids` (int64 [n]) of the matrix as f32 [n, in]: the embedding lookup.
   at::Tensor rows(const at::Tensor& ids) const;
   // Row `row` as f32 into out[in].
   void row_into(std::int64_t row, float* out) const;
 };
 
-// Up to this many rows of x the weight-streaming kernels beat LibTorch's GEMM, which only pays off
-// once each weight is reused enough.
+// Up to this many rows of x the weight-streaming kernels beat LibTorch's GEMM on f32 weights, which
+// only pays off once each weight is reused enough.
 constexpr std::int64_t kStreamingRows = 8;
+// bf16 and GGUF-typed weights reach the GEMM only after a pass that widens every weight to f32 in
+// memory, a cost the streaming kernels (which read each weight once per chunk of rows) do not pay; they
+// stay ahead up to about this many rows. 1B shape, 2 threads, prompts of 9 / 16 / 32 / 64 tokens, tok/s
+// streaming against GEMM: Q4_K 50 / 62 / 68 / 64 against 8 / 21 / 32 / 48; Q8_0 59 / 62 / 64 / 66
+// against 9 / 20 / 32 / 46; bf16 47 / 55 / 58 / 59 against 9 / 31 / 47 / 62. Beyond, the GEMM pulls
+// ahead (512 tokens: 70-80 tok/s).
+constexpr std::int64_t kWidenedStreamingRows = 64;
 
 }  // namespace kvchat

@@ -31,6 +31,10 @@ void copy_logits(const at::Tensor& row, std::vector<float>& logits) {
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {
   fused_decode_ = fused_decode_applies();
+  streaming_rows_ = weights_.lm_head.streaming_rows();
+  for (const LayerWeights& layer : weights_.layers)
+    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
+      streaming_rows_ = std::min(streaming_rows_, l->streaming_rows());
 }
 
 std::shared_ptr<LlamaModel> LlamaModel::from_checkpoint(const std::string& directory, const ModelConfig& config,
@@ -159,7 +163,7 @@ at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t sta
 
 at::Tensor LlamaModel::forward_checked(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
                                        bool all_positions) const {
-  const bool streaming = fast_kernels_enabled() && steps <= kStreamingRows;
+  const bool streaming = fast_kernels_enabled() && steps <= streaming_rows_;
   enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
 
   const std::int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;

@@ -77,6 +77,9 @@ class LlamaModel {
   ModelConfig config_;
   ModelWeights weights_;
   bool fused_decode_ = false;  // weights suit the fused decode step (taken while the kernels are on)
+  // Up to how many tokens a forward pass streams every matrix (the least of the matrices' own limits):
+  // then the kernels' pool computes and LibTorch's threads are parked.
+  std::int64_t streaming_rows_ = kStreamingRows;
   RopeTable rope_;  // cos/sin rows, grown as positions are first used
 };
 

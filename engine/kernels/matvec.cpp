@@ -30,6 +30,8 @@ constexpr std::int64_t kMaxBlockBytes = 2048 * 1024;
 constexpr std::int64_t kRowGrain = 16;
 // Rows up to this long are computed four at a time (see dot4_avx2).
 constexpr std::int64_t kShortRowColumns = 256;
+// The bytes of input vectors a product over several of them (a prompt) takes at a time.
+constexpr std::int64_t kVectorChunkBytes = 256 * 1024;
 
 KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const float* w) { return *w; }
 KVCHAT_ISA_BASELINE_INLINE inline float load_weight(const std::uint16_t* w) {
@@ -213,9 +215,9 @@ KVCHAT_ISA_AVX2 inline void dot_row_x4_avx2(const Weight* w, std::int64_t cols, 
 // Rows [row_begin, row_end) of Y = X W^T for n vectors; n == 1 is the matvec. With several vectors
 // the row is read from memory once and re-read from L1/L2 for each group of four.
 template <typename Weight>
-KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n,
-                                      std::int64_t rows, std::int64_t cols, const float* bias,
-                                      std::int64_t row_begin, std::int64_t row_end) {
+KVCHAT_ISA_AVX2 void matmul_rows_avx2_chunk(const Weight* weight, const float* x, float* y, std::int64_t n,
+                                            std::int64_t rows, std::int64_t cols, const float* bias,
+                                            std::int64_t row_begin, std::int64_t row_end) {
   std::int64_t r = row_begin;
   if (cols <= kShortRowColumns) {
     for (; r + 4 <= row_end; r += 4) {
@@ -238,6 +240,18 @@ KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, floa
     }
     for (; i < n; ++i) y[i * rows + r] = dot_row_avx2(w, cols, x + i * cols) + b;
   }
+}
+
+// As above for any n: the vectors a chunk at a time (a multiple of four, about kVectorChunkBytes of x),
+// so that the chunk stays in L2 while the block's rows pass instead of coming from memory for each row.
+template <typename Weight>
+KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n,
+                                      std::int64_t rows, std::int64_t cols, const float* bias,
+                                      std::int64_t row_begin, std::int64_t row_end) {
+  const std::int64_t chunk = std::max<std::int64_t>(4, kVectorChunkBytes / (4 * std::max<std::int64_t>(cols, 1)) / 4 * 4);
+  for (std::int64_t first = 0; first < n; first += chunk)
+    matmul_rows_avx2_chunk(weight, x + first * cols, y + first * rows, std::min(chunk, n - first), rows, cols, bias,
+                           row_begin, row_end);
 }
 #endif  // KVCHAT_HAVE_AVX2_KERNELS
 

@@ -198,6 +198,9 @@ void check_view(const char* function, const QuantizedMatrixView& w, std::int64_t
     fail("null buffer");
 }
 
+// The bytes of rounded activations taken together by a product over several vectors (a prompt).
+constexpr std::int64_t kActivationChunkBytes = 256 * 1024;
+
 // Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows). Block types: the integer
 // kernel against the activations rounded once per product (`activations`, row i for vector i). F16:
 // the f32 kernel. Others (and F16 on the portable path): each row decoded once into a buffer the
@@ -207,10 +210,16 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
   const GgufTypeInfo& info = gguf_type_info(w.type);
   const std::int64_t blocks = w.cols / info.block_size;
   if (const IntegerRowDot dot = activations ? integer_row_dot(w.type) : nullptr) {
-    for (std::int64_t r = begin; r < end; ++r) {
-      const std::uint8_t* row = w.data + r * w.row_bytes;
-      const float b = bias ? bias[r] : 0.f;
-      for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot(row, activations->row(i), blocks) + b;
+    // A prompt's vectors a chunk at a time, whose rounded values (two bytes each) stay in L2 while the
+    // block's rows pass: all of them would be re-read from memory for every row.
+    const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / (2 * std::max<std::int64_t>(w.cols, 1)), 1, n);
+    for (std::int64_t first = 0; first < n; first += chunk) {
+      const std::int64_t last = std::min(n, first + chunk);
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::uint8_t* row = w.data + r * w.row_bytes;
+        const float b = bias ? bias[r] : 0.f;
+        for (std::int64_t i = first; i < last; ++i) y[i * w.rows + r] = dot(row, activations->row(i), blocks) + b;
+      }
     }
     return;
   }
