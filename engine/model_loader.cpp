@@ -112,8 +112,6 @@ LoadedModel load_model_gguf(const std::string& path, const LoadOptions& options)
   } else {
     loaded.formatter = ChatFormatter::plain();
   }
-  // Every weight is read by the first prompt: mapped now, while the user waits for the load anyway.
-  file->populate_tensor_data();
   auto model = std::make_shared<LlamaModel>(loaded.config, load_gguf_weights(file, loaded.config));
   loaded.weight_format = gguf_file_type_name(*file);
   if (loaded.weight_format.empty()) loaded.weight_format = model->weight_types();

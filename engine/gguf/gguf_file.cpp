@@ -158,17 +158,6 @@ void GgufFile::release(const GgufTensor& tensor) const {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-void GgufFile::populate_tensor_data() const {
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older kernels answer EINVAL
-#endif
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(bytes_ + data_offset_) / page * page;
-  const auto end = reinterpret_cast<std::uintptr_t>(bytes_ + file_size_);
-  if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) != 0)
-    spdlog::debug("{}: the tensor data was not read ahead ({}); pages fault in on first use", path_, std::strerror(errno));
-}
-
 GgufFile::GgufFile(const std::string& path) : path_(path) {
   // Checked before opening: opening a FIFO blocks, opening a device may have side effects.
   struct stat info {};

@@ -99,9 +99,6 @@ class GgufFile {
   // back in Hugging Face's order): the pages wholly inside it leave this process's resident memory, so
   // the copy does not count twice. Advice only: a page read again comes back from the file.
   void release(const GgufTensor& tensor) const;
-  // Reads the tensor data section into this process's page tables now (a model load), instead of one
-  // page fault per 4 KiB during the first prompt. Advice only: where the kernel cannot, nothing happens.
-  void populate_tensor_data() const;
 
  private:
   struct Mapping;
