@@ -122,30 +122,21 @@ KVCHAT_ISA_AVX2 void decode_q4_q5_k_avx2(const std::uint8_t* row, float* out, st
   }
 }
 
-// Q6_K: x = (d * sc) * (q - 32); element l + 32k of each half of 128 as in dot kernels' layout note.
+// Q6_K: x = (d * sc) * (q - 32), the quants from q6_k_half_quants (vector_math_avx2.h), which the dot
+// kernels share: vector k of half h holds elements 128h + 32k .. +31, two groups of 16 with their scales.
 KVCHAT_ISA_AVX2 void decode_q6_k_avx2(const std::uint8_t* row, float* out, std::int64_t blocks) {
-  const __m128i low_mask = _mm_set1_epi8(0x0F), top_mask = _mm_set1_epi8(0x30), bias = _mm_set1_epi8(32);
+  const __m256i bias = _mm256_set1_epi8(32);
   for (std::int64_t b = 0; b < blocks; ++b, row += 210) {
     const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
     const float d = load_f16_scale(row + 208);
     for (int half = 0; half < 2; ++half, out += 128) {
-      const std::uint8_t* ql = row + 64 * half;
-      const std::uint8_t* qh = row + 128 + 32 * half;
-      for (int l0 = 0; l0 < 32; l0 += 16) {
-        const __m128i low_a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + l0));
-        const __m128i low_b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 32 + l0));
-        const __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + l0));
-        const __m128i q[4] = {
-            _mm_or_si128(_mm_and_si128(low_a, low_mask), _mm_and_si128(_mm_slli_epi16(top, 4), top_mask)),
-            _mm_or_si128(_mm_and_si128(low_b, low_mask), _mm_and_si128(_mm_slli_epi16(top, 2), top_mask)),
-            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low_a, 4), low_mask), _mm_and_si128(top, top_mask)),
-            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low_b, 4), low_mask),
-                         _mm_and_si128(_mm_srli_epi16(top, 2), top_mask)),
-        };
-        for (int k = 0; k < 4; ++k) {
-          const __m256 scale = _mm256_set1_ps(d * static_cast<float>(sc[8 * half + 2 * k + l0 / 16]));
-          store16(_mm_sub_epi8(q[k], bias), scale, out + 32 * k + l0, true);
-        }
+      __m256i quants[4];
+      q6_k_half_quants(row, half, quants);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q = _mm256_sub_epi8(quants[k], bias);
+        const int group = 8 * half + 2 * k;
+        store16(_mm256_castsi256_si128(q), _mm256_set1_ps(d * static_cast<float>(sc[group])), out + 32 * k, true);
+        store16(_mm256_extracti128_si256(q, 1), _mm256_set1_ps(d * static_cast<float>(sc[group + 1])), out + 32 * k + 16, true);
       }
     }
   }
