@@ -191,6 +191,7 @@ void check_view(const char* function, const QuantizedMatrixView& w, std::int64_t
 
 // The bytes of rounded activations taken together by a product over several vectors (a prompt).
 constexpr std::int64_t kActivationChunkBytes = 256 * 1024;
+constexpr std::int64_t kMaxChunkVectors = 64;
 
 // Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows). Block types: the integer
 // kernel against the activations rounded once per product (`activations`, row i for vector i). F16:
@@ -203,13 +204,16 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
   if (const IntegerRowDot dot = activations ? integer_row_dot(w.type) : nullptr) {
     // A prompt's vectors a chunk at a time, whose rounded values (two bytes each) stay in L2 while the
     // block's rows pass: all of them would be re-read from memory for every row.
-    const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / (2 * std::max<std::int64_t>(w.cols, 1)), 1, n);
+    const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / (2 * std::max<std::int64_t>(w.cols, 1)), 1,
+                                                         std::min(n, kMaxChunkVectors));
+    QuantizedActivations vectors[kMaxChunkVectors];  // the chunk's views, made once rather than per row
     for (std::int64_t first = 0; first < n; first += chunk) {
-      const std::int64_t last = std::min(n, first + chunk);
+      const std::int64_t count = std::min(n - first, chunk);
+      for (std::int64_t i = 0; i < count; ++i) vectors[i] = activations->row(first + i);
       for (std::int64_t r = begin; r < end; ++r) {
         const std::uint8_t* row = w.data + r * w.row_bytes;
         const float b = bias ? bias[r] : 0.f;
-        for (std::int64_t i = first; i < last; ++i) y[i * w.rows + r] = dot(row, activations->row(i), blocks) + b;
+        for (std::int64_t i = 0; i < count; ++i) y[(first + i) * w.rows + r] = dot(row, vectors[i], blocks) + b;
       }
     }
     return;
