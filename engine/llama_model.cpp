@@ -33,7 +33,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
   fused_decode_ = fused_decode_applies();
   streaming_rows_ = weights_.lm_head.streaming_rows();
   for (const LayerWeights& layer : weights_.layers)
-    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
+    for (const Linear* l : layer.matrices())
       streaming_rows_ = std::min(streaming_rows_, l->streaming_rows());
 }
 
@@ -75,7 +75,7 @@ std::string LlamaModel::weight_types() const {
   };
   add(weights_.embedding);
   for (const LayerWeights& layer : weights_.layers)
-    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) add(*l);
+    for (const Linear* l : layer.matrices()) add(*l);
   if (!config_.tie_word_embeddings) add(weights_.lm_head);
   std::stable_sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   std::string text;
@@ -89,7 +89,7 @@ bool LlamaModel::fused_decode_applies() const {
   auto ok = [](const Linear& l) { return l.is_quantized() || l.weight.is_contiguous(); };
   if (!ok(weights_.embedding)) return false;
   for (const LayerWeights& layer : weights_.layers)
-    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
+    for (const Linear* l : layer.matrices())
       if (!ok(*l)) return false;
   return ok(weights_.lm_head);
 }

@@ -257,7 +257,7 @@ std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head) {
   auto add = [&](const Linear& l) { bytes += l.bytes(); };
   for (const LayerWeights& layer : weights.layers) {
     bytes += layer.attention_norm.nbytes() + layer.mlp_norm.nbytes();
-    for (const Linear* l : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) add(*l);
+    for (const Linear* l : layer.matrices()) add(*l);
   }
   if (!tied_lm_head) add(weights.lm_head);
   return bytes;

@@ -4,6 +4,7 @@
 // much memory they take. Immutable once loaded; a model shares them with every session.
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ struct LayerWeights {
   Linear q, k, v, o;
   at::Tensor mlp_norm;        // [hidden] f32
   Linear gate, up, down;
+  // The layer's seven matrices, in that order.
+  std::array<const Linear*, 7> matrices() const { return {&q, &k, &v, &o, &gate, &up, &down}; }
 };
 
 struct ModelWeights {

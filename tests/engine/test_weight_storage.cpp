@@ -26,7 +26,7 @@ namespace {
 std::vector<at::Tensor> all_weights(const LlamaModel& model) {
   std::vector<at::Tensor> tensors = {model.weights().embedding.weight};
   for (const LayerWeights& layer : model.weights().layers)
-    for (const Linear* linear : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
+    for (const Linear* linear : layer.matrices())
       tensors.push_back(linear->weight);
   return tensors;
 }
