@@ -144,13 +144,11 @@ void require_regular(const std::string& path, const struct stat& info) {
 
 }  // namespace
 
-bool GgufFile::maps(const void* data, std::uint64_t bytes) const {
-  const auto* begin = static_cast<const std::uint8_t*>(data);
-  return begin >= bytes_ && begin <= bytes_ + file_size_ && bytes <= static_cast<std::uint64_t>(bytes_ + file_size_ - begin);
-}
-
 void GgufFile::release(const GgufTensor& tensor) const {
-  if (!maps(tensor.data, tensor.n_bytes)) return;
+  // Only a tensor of this file: its data lies inside the mapping (checked when the header was parsed).
+  const auto* data = tensor.data;
+  if (data < bytes_ || data > bytes_ + file_size_ || tensor.n_bytes > static_cast<std::uint64_t>(bytes_ + file_size_ - data))
+    return;
   const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<std::uintptr_t>(tensor.data) + page - 1) / page * page;
   const auto end = (reinterpret_cast<std::uintptr_t>(tensor.data) + tensor.n_bytes) / page * page;

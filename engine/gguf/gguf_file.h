@@ -93,8 +93,6 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(std::string_view name) const;
 
-  // True when [data, data + bytes) lies inside this file's mapping: a matrix kept as the file stores it.
-  bool maps(const void* data, std::uint64_t bytes) const;
   // For a tensor the caller has copied out and will not read through the mapping again (Q/K rows put
   // back in Hugging Face's order): the pages wholly inside it leave this process's resident memory, so
   // the copy does not count twice. Advice only: a page read again comes back from the file.
