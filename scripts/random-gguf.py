@@ -30,10 +30,15 @@ def write_value(out, t, v):
     else:
         out.write(struct.pack("<" + SCALAR[t], v))
 
+BLOCK_TYPES = ("q4_k", "q8_0")
+
 def main():
+    if len(sys.argv) not in (4, 5) or (len(sys.argv) == 5 and sys.argv[4] not in BLOCK_TYPES):
+        sys.exit("usage: random-gguf.py CONFIG.json VOCAB.gguf OUT.gguf [" + "|".join(BLOCK_TYPES) + "]")
     config = json.load(open(sys.argv[1]))
     with open(sys.argv[2], "rb") as f:
-        assert f.read(4) == b"GGUF"
+        if f.read(4) != b"GGUF":
+            sys.exit(sys.argv[2] + ": not a GGUF file")
         version, n_tensors, n_kv = struct.unpack("<IQQ", f.read(20))
         kvs = []
         for _ in range(n_kv):
