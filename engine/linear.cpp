@@ -62,10 +62,11 @@ at::Tensor streaming_forward(const Linear& linear, const at::Tensor& x) {
 at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& input) {
   const kernels::QuantizedMatrixView& w = linear.quantized.view;
   at::Tensor x = input;
-  if (fast_kernels_enabled() && kernels::rounds_activations(w.type)) {
+  const kernels::ActivationRounding rounding = kernels::activation_rounding(w.type);
+  if (fast_kernels_enabled() && rounding != kernels::ActivationRounding::None) {
     x = at::empty_like(input, at::MemoryFormat::Contiguous);
     const at::Tensor contiguous = input.contiguous();
-    kernels::round_activations(contiguous.data_ptr<float>(), x.size(0), x.size(1), x.data_ptr<float>());
+    kernels::round_activations(rounding, contiguous.data_ptr<float>(), x.size(0), x.size(1), x.data_ptr<float>());
   }
   const std::int64_t block_rows = std::clamp<std::int64_t>(kDecodedBlockBytes / (w.cols * 4), 1, w.rows);
   float* decoded = thread_buffer(block_rows * w.cols);

@@ -2,6 +2,13 @@
 // session's DecodeContext and the cache's rows, so that a steady-state step makes no LibTorch call and
 // no allocation (tiny models spent most of a step in LibTorch's per-call cost). The same computation
 // as LlamaModel::forward for one token; the fidelity tests compare the two.
+//
+// Also the row-exact forward (forward_rows): a prompt through the same kernels, each token's row
+// computed exactly as a decode step computes it, for models whose products round their input to one
+// byte per value (the K-quants). There the rounding is coarse enough that a last-bit difference
+// between a prompt's path and a decode step's (a GEMM's order of additions, a batched norm) flips
+// roundings and moves logits by the rounding's own size; computed the same way, a prompt, its tokens
+// decoded one by one, and the uncached recomputation give bit-identical logits.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -121,7 +128,118 @@ struct DecodeAttention {
   }
 };
 
+// y[i] = W x[i] (+ b) for n input rows and products that share their input, each row computed as
+// shared_input_linears_into computes a single one: rows of the f32 and bf16 kernels one at a time (their
+// matrix kernels add in another order), the quantized kernels over all rows at once (their result for a
+// row does not depend on the others).
+void shared_input_linears_rows(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x,
+                               std::int64_t n) {
+  bool all_f32 = true, all_bf16 = true;
+  for (const auto& [linear, y] : products) {
+    all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
+    all_bf16 = all_bf16 && !linear->is_quantized() && linear->weight.scalar_type() == at::kBFloat16;
+  }
+  if (all_f32 || all_bf16) {
+    const std::int64_t in = products.begin()->first->in_features();
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::pair<const Linear*, float*> row[3];
+      int count = 0;
+      for (auto [linear, y] : products) row[count++] = {linear, y + i * linear->out_features()};
+      const float* input = x + i * in;
+      if (count == 1) shared_input_linears_into({row[0]}, input);
+      else if (count == 2) shared_input_linears_into({row[0], row[1]}, input);
+      else shared_input_linears_into({row[0], row[1], row[2]}, input);
+    }
+    return;
+  }
+  for (auto [linear, y] : products)
+    kernels::matmul_quantized(quantized_view(*linear), x, y, n,
+                              linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr);
+}
+
+// A float tensor [kv_heads, positions, head_dim] whose rows are contiguous, as the attention kernel reads them.
+at::Tensor attention_rows(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat && t.stride(2) == 1 && t.stride(1) == t.size(2)) return t;
+  return t.to(at::kFloat).contiguous();
+}
+
 }  // namespace
+
+at::Tensor LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
+                                    bool all_positions) const {
+  const ModelConfig& c = config_;
+  const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
+  const std::int64_t q_size = heads * head_dim, kv_size = kv_heads * head_dim;
+  enter_compute_phase(ComputePhase::Streaming);
+  rope_.ensure(start_pos + steps);
+  // Each token's row of every activation, as a decode step holds one: [steps, width].
+  std::vector<float> x(steps * hidden), h(steps * std::max(hidden, q_size)), q(steps * q_size), attended(steps * q_size);
+  std::vector<float> k(steps * kv_size), v(steps * kv_size), gate(steps * inter), up(steps * inter);
+  for (std::int64_t i = 0; i < steps; ++i) weights_.embedding.row_into(ids[i], x.data() + i * hidden);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+  for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
+    const LayerWeights& layer = weights_.layers[layer_index];
+    for (std::int64_t i = 0; i < steps; ++i)
+      rms_norm_into(x.data() + i * hidden, layer.attention_norm.data_ptr<float>(), h.data() + i * hidden, hidden, c.rms_norm_eps);
+    shared_input_linears_rows({{&layer.q, q.data()}, {&layer.k, k.data()}, {&layer.v, v.data()}}, h.data(), steps);
+    for (std::int64_t i = 0; i < steps; ++i) {
+      const float* cos = rope_.cos_row(start_pos + i);
+      const float* sin = rope_.sin_row(start_pos + i);
+      rotate_into(q.data() + i * q_size, heads, head_dim, cos, sin);
+      rotate_into(k.data() + i * kv_size, kv_heads, head_dim, cos, sin);
+    }
+    // [kv_heads, steps, head_dim] views of the new rows; with a cache, its keys and values of every position.
+    at::Tensor keys = at::from_blob(k.data(), {steps, kv_heads, head_dim}, at::kFloat).transpose(0, 1);
+    at::Tensor values = at::from_blob(v.data(), {steps, kv_heads, head_dim}, at::kFloat).transpose(0, 1);
+    if (cache) std::tie(keys, values) = cache->append(layer_index, keys, values);
+    keys = attention_rows(keys);
+    values = attention_rows(values);
+
+    // Token i at position start_pos + i attends to positions 0 .. start_pos + i: the decode step's
+    // kernel per token and KV head, spread over the pool.
+    struct RowsAttention {
+      const float *q, *keys, *values;
+      std::int64_t key_head_stride, value_head_stride, kv_heads, start_pos, q_size, head_dim, group;
+      float scale;
+      float* out;
+      void items(std::int64_t first, std::int64_t last) const {
+        thread_local std::vector<float> scores;
+        for (std::int64_t item = first; item < last; ++item) {
+          const std::int64_t i = item / kv_heads, g = item % kv_heads, positions = start_pos + i + 1;
+          if (scores.size() < static_cast<std::size_t>(group * positions)) scores.resize(group * positions);
+          kernels::attention_decode_head(q + i * q_size + g * group * head_dim, keys + g * key_head_stride,
+                                         values + g * value_head_stride, positions, head_dim, group, head_dim, scale,
+                                         scores.data(), out + i * q_size + g * group * head_dim);
+        }
+      }
+    } const attention{q.data(), keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0), values.stride(0),
+                      kv_heads, start_pos, q_size, head_dim, group, scale, attended.data()};
+    kernels::default_thread_pool().parallel_for(
+        steps * kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->items(first, last); });
+
+    shared_input_linears_rows({{&layer.o, h.data()}}, attended.data(), steps);
+    for (std::int64_t j = 0; j < steps * hidden; ++j) x[j] += h[j];
+
+    for (std::int64_t i = 0; i < steps; ++i)
+      rms_norm_into(x.data() + i * hidden, layer.mlp_norm.data_ptr<float>(), h.data() + i * hidden, hidden, c.rms_norm_eps);
+    shared_input_linears_rows({{&layer.gate, gate.data()}, {&layer.up, up.data()}}, h.data(), steps);
+    for (std::int64_t i = 0; i < steps; ++i) kernels::silu_mul(gate.data() + i * inter, up.data() + i * inter, inter);
+    shared_input_linears_rows({{&layer.down, h.data()}}, gate.data(), steps);
+    for (std::int64_t j = 0; j < steps * hidden; ++j) x[j] += h[j];
+  }
+  if (cache) cache->commit(steps);
+
+  // Only the positions asked for go through the final norm and the (large) lm_head.
+  const std::int64_t first = all_positions ? 0 : steps - 1, rows = steps - first;
+  for (std::int64_t i = 0; i < rows; ++i)
+    rms_norm_into(x.data() + (first + i) * hidden, weights_.final_norm.data_ptr<float>(), h.data() + i * hidden, hidden,
+                  c.rms_norm_eps);
+  at::Tensor logits = at::empty({rows, c.vocab_size}, at::kFloat);
+  shared_input_linears_rows({{&weights_.lm_head, logits.data_ptr<float>()}}, h.data(), rows);
+  return all_positions ? logits : logits.squeeze(0);
+}
 
 void LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& s) const {
   const ModelConfig& c = config_;

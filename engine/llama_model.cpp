@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/compute_options.h"
+#include "engine/kernels/quantized_matvec.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/rope.h"
 
@@ -31,6 +32,12 @@ void copy_logits(const at::Tensor& row, std::vector<float>& logits) {
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {
   fused_decode_ = fused_decode_applies();
+  auto one_byte = [](const Linear& l) {
+    return l.is_quantized() && kernels::activation_rounding(l.quantized.view.type) == kernels::ActivationRounding::OneBytePerValue;
+  };
+  row_exact_ = fused_decode_ && one_byte(weights_.lm_head);
+  for (const LayerWeights& layer : weights_.layers)
+    for (const Linear* l : layer.matrices()) row_exact_ = row_exact_ || (fused_decode_ && one_byte(*l));
   streaming_rows_ = weights_.lm_head.streaming_rows();
   for (const LayerWeights& layer : weights_.layers)
     for (const Linear* l : layer.matrices())
@@ -163,6 +170,7 @@ at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t sta
 
 at::Tensor LlamaModel::forward_checked(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
                                        bool all_positions) const {
+  if (row_exact_ && fast_kernels_enabled()) return forward_rows(ids, steps, start_pos, cache, all_positions);
   const bool streaming = fast_kernels_enabled() && steps <= streaming_rows_;
   enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
 

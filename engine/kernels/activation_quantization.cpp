@@ -56,6 +56,33 @@ KVCHAT_ISA_BASELINE void quantize_portable(const float* x, std::int64_t cols, st
   }
 }
 
+// The byte sums of each 16 and each 32 of a super-block.
+KVCHAT_ISA_BASELINE_INLINE inline void byte_sums(const std::int8_t* bytes, std::int16_t* sums16, std::int16_t* sums32) {
+  for (int g = 0; g < kActivationSuperBlock / 16; ++g) {
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) sum += bytes[16 * g + j];
+    sums16[g] = static_cast<std::int16_t>(sum);
+  }
+  for (int b = 0; b < kActivationSuperBlock / 32; ++b)
+    sums32[b] = static_cast<std::int16_t>(sums16[2 * b] + sums16[2 * b + 1]);
+}
+
+KVCHAT_ISA_BASELINE void quantize_bytes_portable(const float* x, std::int64_t cols, std::int8_t* bytes, float* scales,
+                                                 std::int16_t* sums16, std::int16_t* sums32) {
+  for (std::int64_t s = 0; s < cols / kActivationSuperBlock; ++s, x += 256, bytes += 256, sums16 += 16, sums32 += 8) {
+    float largest = 0.f;
+    bool finite = true;
+    for (int j = 0; j < 256; ++j) {
+      finite = finite && std::isfinite(x[j]);
+      largest = std::fabs(x[j]) > largest ? std::fabs(x[j]) : largest;
+    }
+    float inverse;
+    block_scale(largest, finite, scales[s], inverse);
+    for (int j = 0; j < 256; ++j) bytes[j] = inverse == 0.f ? 0 : static_cast<std::int8_t>(std::nearbyint(x[j] * inverse));
+    byte_sums(bytes, sums16, sums32);
+  }
+}
+
 #if KVCHAT_HAVE_AVX2_KERNELS
 KVCHAT_ISA_AVX2 inline float horizontal_max(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -101,18 +128,35 @@ KVCHAT_ISA_AVX2 void quantize_avx2(const float* x, std::int64_t cols, std::int8_
     block_sums(high, low, sums);
   }
 }
+
+KVCHAT_ISA_AVX2 void quantize_bytes_avx2(const float* x, std::int64_t cols, std::int8_t* bytes, float* scales,
+                                         std::int16_t* sums16, std::int16_t* sums32) {
+  const __m256 sign = _mm256_set1_ps(-0.f), infinity = _mm256_set1_ps(INFINITY);
+  for (std::int64_t s = 0; s < cols / kActivationSuperBlock; ++s, x += 256, bytes += 256, sums16 += 16, sums32 += 8) {
+    __m256 largest = _mm256_setzero_ps(), non_finite = _mm256_setzero_ps();
+    for (int k = 0; k < 32; ++k) {
+      const __m256 magnitude = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k));
+      largest = _mm256_max_ps(largest, magnitude);
+      non_finite = _mm256_or_ps(non_finite, _mm256_cmp_ps(magnitude, infinity, _CMP_NLT_UQ));
+    }
+    float inverse;
+    block_scale(horizontal_max(largest), _mm256_movemask_ps(non_finite) == 0, scales[s], inverse);
+    const __m256 factor = _mm256_set1_ps(inverse);
+    for (int k = 0; k < 8; ++k) {
+      __m256i lanes[4];
+      for (int j = 0; j < 4; ++j) lanes[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * j), factor));
+      store_bytes(lanes, bytes + 32 * k);
+    }
+    if (inverse == 0.f) std::memset(bytes, 0, 256);
+    byte_sums(bytes, sums16, sums32);
+  }
+}
 #endif
 
 // 254 * high + low as 16-bit integers (baseline code: this file is built with AVX2 flags).
 KVCHAT_ISA_BASELINE void combine_bytes(const std::int8_t* high, const std::int8_t* low, std::int64_t count,
                                        std::int16_t* values) {
   for (std::int64_t i = 0; i < count; ++i) values[i] = static_cast<std::int16_t>(kActivationRadix * high[i] + low[i]);
-}
-
-// Per block of 32: scale * (the sum of its 32 values), for the AVX-512 K-quant mins.
-KVCHAT_ISA_BASELINE void scale_block_sums(const std::int32_t* sums, const float* scales, std::int64_t blocks, float* out) {
-  for (std::int64_t b = 0; b < blocks; ++b)
-    out[b] = scales[b] * static_cast<float>(std::int64_t{sums[2 * b]} + sums[2 * b + 1]);
 }
 
 }  // namespace
@@ -130,39 +174,79 @@ void quantize_activations(const float* x, std::int64_t cols, std::int8_t* high, 
   quantize_portable(x, cols, high, low, scales, sums);
 }
 
-void round_activations(const float* x, std::int64_t n, std::int64_t cols, float* out) {
-  const ThreadActivations& rounded = ThreadActivations::quantize(x, n, cols);
+void quantize_activation_bytes(const float* x, std::int64_t cols, std::int8_t* bytes, float* scales,
+                               std::int16_t* sums16, std::int16_t* sums32) {
+  if (cols < 0 || cols % kActivationSuperBlock != 0)
+    throw std::invalid_argument("quantize_activation_bytes: " + std::to_string(cols) +
+                                " columns are not a whole number of super-blocks of 256");
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) {
+    quantize_bytes_avx2(x, cols, bytes, scales, sums16, sums32);
+    return;
+  }
+#endif
+  quantize_bytes_portable(x, cols, bytes, scales, sums16, sums32);
+}
+
+void round_activations(ActivationRounding rounding, const float* x, std::int64_t n, std::int64_t cols, float* out) {
+  if (rounding == ActivationRounding::None) throw std::invalid_argument("round_activations: no rounding asked for");
+  const bool one_byte = rounding == ActivationRounding::OneBytePerValue;
+  const ThreadActivations& rounded = ThreadActivations::quantize(x, n, cols, !one_byte, one_byte);
   for (std::int64_t i = 0; i < n; ++i) {
     const QuantizedActivations row = rounded.row(i);
     for (std::int64_t c = 0; c < cols; ++c)
-      out[i * cols + c] = row.scales[c / kActivationBlock] * static_cast<float>(kActivationRadix * row.high[c] + row.low[c]);
+      out[i * cols + c] = one_byte ? row.byte_scales[c / kActivationSuperBlock] * static_cast<float>(row.bytes[c])
+                                   : row.scales[c / kActivationBlock] * static_cast<float>(kActivationRadix * row.high[c] + row.low[c]);
   }
 }
 
-const ThreadActivations& ThreadActivations::quantize(const float* x, std::int64_t n, std::int64_t cols) {
+const ThreadActivations& ThreadActivations::quantize(const float* x, std::int64_t n, std::int64_t cols, bool two_bytes,
+                                                     bool one_byte) {
   thread_local ThreadActivations buffers;
   const auto elements = static_cast<std::size_t>(n * cols);
-  if (buffers.high_.size() < elements) {
-    buffers.high_.resize(elements);
-    buffers.low_.resize(elements);
-    buffers.scales_.resize(elements / kActivationBlock);
-    buffers.sums_.resize(elements / 16);
-    buffers.values_.resize(elements);
-    buffers.scaled_block_sums_.resize(elements / kActivationBlock);
-  }
   buffers.cols_ = cols;
-  for (std::int64_t i = 0; i < n; ++i)
-    quantize_activations(x + i * cols, cols, buffers.high_.data() + i * cols, buffers.low_.data() + i * cols,
-                         buffers.scales_.data() + i * cols / kActivationBlock, buffers.sums_.data() + i * cols / 16);
-  combine_bytes(buffers.high_.data(), buffers.low_.data(), static_cast<std::int64_t>(elements), buffers.values_.data());
-  scale_block_sums(buffers.sums_.data(), buffers.scales_.data(), static_cast<std::int64_t>(elements) / kActivationBlock,
-                   buffers.scaled_block_sums_.data());
+  buffers.two_bytes_ = two_bytes;
+  buffers.one_byte_ = one_byte;
+  if (two_bytes) {
+    if (buffers.high_.size() < elements) {
+      buffers.high_.resize(elements);
+      buffers.low_.resize(elements);
+      buffers.scales_.resize(elements / kActivationBlock);
+      buffers.sums_.resize(elements / 16);
+      buffers.values_.resize(elements);
+    }
+    for (std::int64_t i = 0; i < n; ++i)
+      quantize_activations(x + i * cols, cols, buffers.high_.data() + i * cols, buffers.low_.data() + i * cols,
+                           buffers.scales_.data() + i * cols / kActivationBlock, buffers.sums_.data() + i * cols / 16);
+    combine_bytes(buffers.high_.data(), buffers.low_.data(), static_cast<std::int64_t>(elements), buffers.values_.data());
+  }
+  if (one_byte) {
+    if (buffers.bytes_.size() < elements) {
+      buffers.bytes_.resize(elements);
+      buffers.byte_scales_.resize(elements / kActivationSuperBlock);
+      buffers.byte_sums16_.resize(elements / 16);
+      buffers.byte_sums32_.resize(elements / 32);
+    }
+    for (std::int64_t i = 0; i < n; ++i)
+      quantize_activation_bytes(x + i * cols, cols, buffers.bytes_.data() + i * cols,
+                                buffers.byte_scales_.data() + i * cols / kActivationSuperBlock,
+                                buffers.byte_sums16_.data() + i * cols / 16, buffers.byte_sums32_.data() + i * cols / 32);
+  }
   return buffers;
 }
 
 QuantizedActivations ThreadActivations::row(std::int64_t i) const {
-  return {high_.data() + i * cols_, low_.data() + i * cols_, scales_.data() + i * cols_ / kActivationBlock,
-          sums_.data() + i * cols_ / 16, values_.data() + i * cols_, scaled_block_sums_.data() + i * cols_ / kActivationBlock};
+  QuantizedActivations row;
+  if (two_bytes_)
+    row = {high_.data() + i * cols_, low_.data() + i * cols_, scales_.data() + i * cols_ / kActivationBlock,
+           sums_.data() + i * cols_ / 16, values_.data() + i * cols_};
+  if (one_byte_) {
+    row.bytes = bytes_.data() + i * cols_;
+    row.byte_scales = byte_scales_.data() + i * cols_ / kActivationSuperBlock;
+    row.byte_sums16 = byte_sums16_.data() + i * cols_ / 16;
+    row.byte_sums32 = byte_sums32_.data() + i * cols_ / 32;
+  }
+  return row;
 }
 
 }  // namespace kvchat::kernels

@@ -10,6 +10,15 @@
 // largest magnitude. Eight bits alone (llama.cpp's choice) would be 254 times coarser; there a rounding
 // decision flipped by f32 noise (the last bits of a prompt's GEMM against a decode step) moves a product
 // visibly, and greedy ids of a cached and an uncached run could part on close calls.
+// The K-quant kernels (Q4_K, Q5_K, Q6_K) take a second, coarser rounding instead: one signed byte per
+// value and one scale per super-block of 256, x ~ scale * byte with scale = max|x| / 127 (llama.cpp's
+// Q8_K). Their weights' sub-block scales are small integers, so with one activation scale per super-block
+// the whole super-block's sum stays an exact integer and is converted to f32 once, not once per block of 32:
+// that takes Q4_K decode from instruction-bound to memory-bound on two cores. |x - x^| <= scale * 0.51,
+// about 1/250 of the super-block's largest magnitude. A prompt's GEMM rounds its input the same way
+// (round_activations), and a prompt of up to 64 tokens goes through these very kernels, so a cached and an
+// uncached run still multiply the same integers.
+//
 // An all-zero block has scale 0 and zeros. A block holding a NaN or an infinity gets scale NaN and
 // zeros, so every product that reads it is NaN, as an f32 product would be non-finite. The AVX2 and
 // the portable code give bit-identical results.
@@ -21,6 +30,15 @@ namespace kvchat::kernels {
 constexpr std::int64_t kActivationBlock = 32;
 // The weight of the high byte: |low| stays within 127, so sign tricks on it cannot overflow.
 constexpr int kActivationRadix = 254;
+// The coarse rounding's super-block.
+constexpr std::int64_t kActivationSuperBlock = 256;
+
+// Which rounding a product's input takes (activation_rounding(type) in quantized_matvec.h).
+enum class ActivationRounding {
+  None,                // f32 products (F32, F16, BF16)
+  TwoBytesPerValue,    // blocks of 32, two signed bytes per value
+  OneBytePerValue,     // super-blocks of 256, one signed byte per value (the K-quants)
+};
 
 // x[cols] rounded as above; cols is a multiple of kActivationBlock.
 struct QuantizedActivations {
@@ -31,25 +49,35 @@ struct QuantizedActivations {
   // [cols]: 254 * high + low as one 16-bit integer (|value| <= 32385), for the AVX-512 kernels, which
   // multiply 16-bit pairs; filled by ThreadActivations (null where only high and low were made).
   const std::int16_t* values = nullptr;
-  // [cols / 32]: scale times the sum of 254 * high + low over each block of 32 (the block's rounded
-  // sum, in f32), for the AVX-512 K-quant mins; filled by ThreadActivations.
-  const float* scaled_block_sums = nullptr;
+
+  // The coarse rounding (null where it was not made): x ~ byte_scales[i / 256] * bytes[i].
+  const std::int8_t* bytes = nullptr;         // [cols]
+  const float* byte_scales = nullptr;         // [cols / 256]
+  const std::int16_t* byte_sums16 = nullptr;  // [cols / 16]: the sum of the bytes of each 16
+  const std::int16_t* byte_sums32 = nullptr;  // [cols / 32]: of each 32
 };
 
 // Rounds x[cols] into the caller's buffers high[cols], low[cols], scales[cols / 32], sums[cols / 16].
 void quantize_activations(const float* x, std::int64_t cols, std::int8_t* high, std::int8_t* low, float* scales,
                           std::int32_t* sums);
 
-// The values the integer products multiply by, scale * (254 * high + low), for n rows of cols (out may
-// be x): the prefill GEMM rounds its input the same way, so a prompt and a decode step compute the
-// same products.
-void round_activations(const float* x, std::int64_t n, std::int64_t cols, float* out);
+// Rounds x[cols] into one byte per value (the coarse rounding above): bytes[cols], scales[cols / 256],
+// sums16[cols / 16], sums32[cols / 32]; cols is a multiple of 256.
+void quantize_activation_bytes(const float* x, std::int64_t cols, std::int8_t* bytes, float* scales,
+                               std::int16_t* sums16, std::int16_t* sums32);
+
+// The values the integer products multiply by (scale * (254 * high + low), or scale * byte), for n rows
+// of cols (out may be x): the prefill GEMM rounds its input the same way, so a prompt and a decode step
+// compute the same products. `rounding` is not None.
+void round_activations(ActivationRounding rounding, const float* x, std::int64_t n, std::int64_t cols, float* out);
 
 // Rounds x[n, cols] into buffers the calling thread keeps (grown on first use, then reused: a decode
-// step allocates nothing). Row i's activations are returned by row(i); valid until the thread's next call.
+// step allocates nothing), in two bytes per value and/or one (for products whose weights differ in type,
+// q/k/v of a Q4_K_M file). Row i's activations are returned by row(i); valid until the thread's next call.
 class ThreadActivations {
  public:
-  static const ThreadActivations& quantize(const float* x, std::int64_t n, std::int64_t cols);
+  static const ThreadActivations& quantize(const float* x, std::int64_t n, std::int64_t cols, bool two_bytes = true,
+                                           bool one_byte = false);
   QuantizedActivations row(std::int64_t i) const;
 
  private:
@@ -59,7 +87,10 @@ class ThreadActivations {
   std::vector<float> scales_;
   std::vector<std::int32_t> sums_;
   std::vector<std::int16_t> values_;
-  std::vector<float> scaled_block_sums_;
+  bool two_bytes_ = false, one_byte_ = false;
+  std::vector<std::int8_t> bytes_;
+  std::vector<float> byte_scales_;
+  std::vector<std::int16_t> byte_sums16_, byte_sums32_;
 };
 
 }  // namespace kvchat::kernels

@@ -11,6 +11,8 @@ void set_avx2_kernels_enabled(bool enabled);
 // AVX-512 (F, BW, VL, with the OS saving the 512-bit state): the quantized products' 16-bit integer
 // kernels (integer_dot.h) use it where it is there.
 bool cpu_has_avx512();
+// AVX-512 VNNI on top of that: the K-quants' byte kernels (vpdpbusd, vpdpwssd).
+bool cpu_has_avx512_vnni();
 // True when the AVX-512 kernels should run: use_avx2_kernels(), the processor has AVX-512, and neither
 // set_avx512_kernels_enabled(false) nor KVCHAT_AVX512=off in the environment switched them off (tests
 // and benchmarks compare them with the AVX2 ones on the same machine).

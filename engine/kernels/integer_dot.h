@@ -1,16 +1,18 @@
 #pragma once
 // Dot products of one row of quantized weights with the activations rounded to integers
 // (activation_quantization.h): the weights' integers times the activations' integers, summed exactly
-// in 32-bit integers per block of 32, then scaled once per block in f32. The result is
-// sum_i w_i * x^_i, w_i the exactly dequantized weight and x^_i the rounded activation, up to f32
-// rounding of the per-block terms; so, against the exact product with x,
-//   |error| <= sum over activation blocks b of 0.51 * scale_b * sum_{i in b} |w_i|   (rounding of x:
-//              about 1/129000 of the block's largest |x| per unit of |w|)
+// in 32-bit integers, then scaled in f32. The result is sum_i w_i * x^_i, w_i the exactly dequantized
+// weight and x^_i the rounded activation, up to f32 rounding of the scaled terms; so, against the exact
+// product with x,
+//   |error| <= sum over activation blocks b of 0.51 * scale_b * sum_{i in b} |w_i|   (rounding of x)
 //            + about 1e-6 * sum_i |w_i x^_i|                                        (f32 accumulation).
-// Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32), Q4_K, Q5_K, Q6_K (super-blocks of 256). Each
-// has an AVX2 kernel and a portable twin computing the same terms (integer_dot_portable.cpp); Q8_0, Q4_0,
-// Q4_K, Q5_K and Q6_K also an AVX-512 one (integer_dot_avx512.cpp: the same integer sums, one multiply
-// per weight instead of two).
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32) take two bytes per activation in blocks of 32, scaled once
+// per block: the rounding is about 1/129000 of the block's largest |x| per unit of |w|. Q4_K, Q5_K, Q6_K
+// (super-blocks of 256) take one byte per activation with one scale per super-block, so their sub-block
+// scales apply in integers and each super-block is scaled once: about 1/250 of the super-block's largest
+// |x| per unit of |w|, llama.cpp's Q8_K. Each type has an AVX2 kernel and a portable twin computing the
+// same integer sums (integer_dot_portable.cpp); Q8_0 and Q4_0 also an AVX-512 one, and the K-quants an
+// AVX-512 VNNI one (integer_dot_avx512.cpp).
 #include <cstdint>
 
 #include "engine/gguf/gguf_types.h"
@@ -29,8 +31,9 @@ IntegerRowDot integer_row_dot(GgufType type);
 IntegerRowDot portable_integer_row_dot(GgufType type);
 // The AVX2 kernels (x86-64 builds only; for a processor with AVX2, FMA and F16C).
 IntegerRowDot avx2_integer_row_dot(GgufType type);
-// The AVX-512 kernels (x86-64 builds only; for a processor with AVX-512 F/BW/VL), or null for a type
-// that has none (Q4_1, Q5_0, Q5_1 keep the AVX2 ones). They read QuantizedActivations::values.
+// The AVX-512 kernels (x86-64 builds only; for a processor with AVX-512 F/BW/VL, and VNNI for the
+// K-quants), or null for a type that has none here (Q4_1, Q5_0, Q5_1 keep the AVX2 ones, and the K-quants
+// without VNNI).
 IntegerRowDot avx512_integer_row_dot(GgufType type);
 
 }  // namespace kvchat::kernels

@@ -1,12 +1,15 @@
 // The AVX2 integer dot products (integer_dot.h). Weights stay integers: unsigned ones (nibbles, K-quant
-// quants) go straight into _mm256_maddubs_epi16 against the activations' two signed bytes; Q8_0's
-// signed ones take the sign of the weight onto the activations first (|w| * sign(w) q). The 16-bit
-// pair sums are weighted (_mm256_madd_epi16) by 254 and 1 (times a K-quant's sub-block scale) and
-// added: each block of 32 ends as eight exact 32-bit partial sums, converted to f32 once and scaled
-// by the weight's and the activations' scales. Weight offsets (Q4_K/Q5_K mins, Q6_K's -32, Q4_0's -8,
-// Q5_0's -16, Q4_1/Q5_1's m) use the activations' block sums, once per block. Bounds: |pair sum| <=
-// 2 * 128 * 127 (no saturation), |32-bit lane| <= 2^30 (Q6_K: 2 * 63 * 127 * 254 * 128, plus the low
-// byte's share). Block layouts: engine/gguf/dequantize.cpp.
+// quants) go straight into _mm256_maddubs_epi16 against the activations' signed bytes; Q8_0's signed
+// ones take the sign of the weight onto the activations first (|w| * sign(w) q).
+// - Two bytes per activation (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): the 16-bit pair sums are weighted
+//   (_mm256_madd_epi16) by 254 and 1 and added: each block of 32 ends as eight exact 32-bit partial
+//   sums, converted to f32 once and scaled by the weight's and the activations' scales. Weight offsets
+//   (Q4_0's -8, Q5_0's -16, Q4_1/Q5_1's m) use the activations' block sums, once per block. Bounds:
+//   |pair sum| <= 2 * 128 * 127 (no saturation), |32-bit lane| <= 2^30.
+// - One byte per activation (Q4_K, Q5_K, Q6_K): the pair sums are weighted by the sub-block scales, so
+//   a whole super-block adds up in exact 32-bit lanes (at most 8 * 63 * 2 * 2 * 63 * 128 < 2^28) and is
+//   converted once; mins and Q6_K's -32 go through the activations' byte sums.
+// Block layouts: engine/gguf/dequantize.cpp.
 #include <cstring>
 
 #include "engine/kernels/integer_dot.h"
@@ -49,12 +52,6 @@ KVCHAT_ISA_AVX2 inline __m256i low_at(const QuantizedActivations& x, std::int64_
 KVCHAT_ISA_AVX2 inline __m256i dot_signed(__m256i w, const QuantizedActivations& x, std::int64_t element) {
   return dot_unsigned(_mm256_sign_epi8(w, w), _mm256_sign_epi8(high_at(x, element), w),
                       _mm256_sign_epi8(low_at(x, element), w), plain_high_factor(), plain_low_factor());
-}
-
-// Sums of the activations over each block of 32 of a super-block (from the sums of 16), as 8 int32.
-KVCHAT_ISA_AVX2 inline __m256i block_sums8(const std::int32_t* sums) {
-  const __m256i pairs = _mm256_hadd_epi32(load256(sums), load256(sums + 8));
-  return _mm256_permute4x64_epi64(pairs, 0xD8);
 }
 
 // 16 bytes of nibbles as 32 bytes: low nibbles (elements 0-15), then high nibbles (16-31).
@@ -117,28 +114,31 @@ KVCHAT_ISA_AVX2 inline __m256i word_broadcast(int j) {
   return _mm256_set1_epi16(static_cast<short>((2 * j) | ((2 * j + 1) << 8)));
 }
 
-// Q4_K / Q5_K: per sub-block d*sc * sum(q x^) - dmin*m * sum(x^). Q5_K's fifth bits: bit 2p of byte l
-// for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
+// Q4_K / Q5_K against one-byte activations (one scale per super-block): per super-block
+// d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)), the sums exact 32-bit integers.
+// The unsigned quants (at most 31) go straight into _mm256_maddubs_epi16 against the signed bytes (pair
+// sums at most 2 * 31 * 128), and _mm256_madd_epi16 weights them by the sub-block's scale. Q5_K's fifth
+// bits: bit 2p of byte l for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
 template <bool kFifthBits>
 KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
   const __m256i low_mask = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
-  __m256 acc = _mm256_setzero_ps(), mins_acc = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
+  __m128 mins_acc = _mm_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
     for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
     const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
     const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed_scales));
-    const __m256i radix_scales = _mm256_mullo_epi16(scales, plain_high_factor());
-    const __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(packed_scales, 8));
-    const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
-    const __m256i min_sums = _mm256_mullo_epi32(mins, block_sums8(x.sums + 16 * s));
-    mins_acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 2)), _mm256_mul_ps(_mm256_cvtepi32_ps(min_sums), x_scales), mins_acc);
+    const __m128i min_sums = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed_scales, 8)),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.byte_sums32 + 8 * s)));
+    const float x_scale = x.byte_scales[s];
+    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sums), _mm_set1_ps(load_f16_scale(row + 2) * x_scale), mins_acc);
     __m256i high_bits = _mm256_setzero_si256();
     if constexpr (kFifthBits) high_bits = load256(row + 16);
-    // Two sums, low and high sub-blocks, so that the FMAs do not wait on each other.
-    __m256 sum_low = _mm256_setzero_ps(), sum_high = _mm256_setzero_ps();
-    for (int pair = 0; pair < 4; ++pair) {
+    const std::int8_t* bytes = x.bytes + 256 * s;
+    __m256i sum = _mm256_setzero_si256();
+    for (int pair = 0; pair < 4; ++pair, bytes += 64) {
       const __m256i packed = load256(row + kNibblesAt + 32 * pair);
       __m256i low = _mm256_and_si256(packed, low_mask);
       __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
@@ -148,23 +148,21 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
         low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(bits, 4), fifth));
         high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(bits, 3), fifth));
       }
-      const std::int64_t at = 256 * s + 64 * pair;
-      const __m256i low_shuffle = word_broadcast(2 * pair), high_shuffle = word_broadcast(2 * pair + 1);
-      const __m256i low_sum = dot_unsigned(low, high_at(x, at), low_at(x, at), _mm256_shuffle_epi8(radix_scales, low_shuffle),
-                                           _mm256_shuffle_epi8(scales, low_shuffle));
-      const __m256i high_sum = dot_unsigned(high, high_at(x, at + 32), low_at(x, at + 32),
-                                            _mm256_shuffle_epi8(radix_scales, high_shuffle), _mm256_shuffle_epi8(scales, high_shuffle));
-      sum_low = _mm256_fmadd_ps(_mm256_cvtepi32_ps(low_sum), _mm256_broadcast_ss(x.scales + 8 * s + 2 * pair), sum_low);
-      sum_high = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high_sum), _mm256_broadcast_ss(x.scales + 8 * s + 2 * pair + 1), sum_high);
+      const __m256i low_products = _mm256_maddubs_epi16(low, load256(bytes));
+      const __m256i high_products = _mm256_maddubs_epi16(high, load256(bytes + 32));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(low_products, _mm256_shuffle_epi8(scales, word_broadcast(2 * pair))));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(high_products, _mm256_shuffle_epi8(scales, word_broadcast(2 * pair + 1))));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row)), _mm256_add_ps(sum_low, sum_high), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(load_f16_scale(row) * x_scale), acc);
   }
-  return horizontal_sum(acc) - horizontal_sum(mins_acc);
+  const __m128 mins = _mm_add_ps(mins_acc, _mm_movehl_ps(mins_acc, mins_acc));
+  return horizontal_sum(acc) - _mm_cvtss_f32(_mm_add_ss(mins, _mm_shuffle_ps(mins, mins, 1)));
 }
 
-// Q6_K: per group of 16, d*sc * (sum(q x^) - 32 sum(x^)); the quants from q6_k_half_quants.
+// Q6_K against one-byte activations: per super-block d * x_scale * sum over groups of 16 of
+// sc * (sum(q b) - 32 sum(b)), exact in 32 bits; the quants (0..63) from q6_k_half_quants.
 KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  // Per activation block k of a half: scale 2k in the low 128-bit lane, 2k+1 in the high one.
+  // Per vector k of a half: scale 2k in the low 128-bit lane, 2k+1 in the high one.
   __m256i group_scale[4];
   for (int k = 0; k < 4; ++k)
     group_scale[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))),
@@ -173,33 +171,20 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     for (int ahead = 0; ahead < 256; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
-    const __m128i packed_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192));
-    const __m256i scales = _mm256_cvtepi8_epi16(packed_scales);
-    const __m256i radix_scales = _mm256_mullo_epi16(scales, plain_high_factor());
-    const __m256 x_scales = _mm256_loadu_ps(x.scales + 8 * s);
-    // -32 * sum over the groups of a block of sc * (sum of its activations).
-    const std::int32_t* sums = x.sums + 16 * s;
-    const __m256i weighted0 = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(packed_scales), load256(sums));
-    const __m256i weighted1 = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(packed_scales, 8)), load256(sums + 8));
-    const __m256i offsets = _mm256_permute4x64_epi64(_mm256_hadd_epi32(weighted0, weighted1), 0xD8);
-    __m256 sum0 = _mm256_mul_ps(_mm256_set1_ps(-32.f), _mm256_mul_ps(_mm256_cvtepi32_ps(offsets), x_scales));
-    __m256 sum1 = _mm256_setzero_ps();
+    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
+    // -32 * sum over the groups of sc * (sum of their bytes).
+    __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                   _mm256_slli_epi32(_mm256_madd_epi16(scales, load256(x.byte_sums16 + 16 * s)), 5));
+    const std::int8_t* bytes = x.bytes + 256 * s;
     for (int half = 0; half < 2; ++half) {
-      const int lanes = half == 0 ? 0x00 : 0x11;
-      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, lanes);
-      const __m256i half_radix_scales = _mm256_permute2x128_si256(radix_scales, radix_scales, lanes);
+      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half == 0 ? 0x00 : 0x11);
       __m256i quants[4];
       q6_k_half_quants(row, half, quants);
-      for (int k = 0; k < 4; ++k) {
-        const std::int64_t at = 256 * s + 128 * half + 32 * k;
-        const __m256i products = dot_unsigned(quants[k], high_at(x, at), low_at(x, at),
-                                              _mm256_shuffle_epi8(half_radix_scales, group_scale[k]),
-                                              _mm256_shuffle_epi8(half_scales, group_scale[k]));
-        __m256& sum = k % 2 == 0 ? sum0 : sum1;
-        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_broadcast_ss(x.scales + 8 * s + 4 * half + k), sum);
-      }
+      for (int k = 0; k < 4; ++k, bytes += 32)
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(quants[k], load256(bytes)),
+                                                      _mm256_shuffle_epi8(half_scales, group_scale[k])));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 208)), _mm256_add_ps(sum0, sum1), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(load_f16_scale(row + 208) * x.byte_scales[s]), acc);
   }
   return horizontal_sum(acc);
 }

@@ -1,20 +1,21 @@
-// The AVX-512 integer dot products (integer_dot.h), for processors with AVX-512 F/BW/VL.
+// The AVX-512 integer dot products (integer_dot.h), for processors with AVX-512 F/BW/VL (and VNNI for
+// the K-quants).
 //
-// Why a second x86 kernel: the AVX2 ones multiply each weight twice (_mm256_maddubs_epi16 against
-// the activations' high byte, then the low one) and weight the two 16-bit pair sums by 254 and 1; on
-// two cores that holds Q4_K decode to about a quarter of the memory bandwidth. Here the activations
-// come as one 16-bit integer each (QuantizedActivations::values = 254 high + low, |v| <= 32385; the
-// K-quant mins take scaled_block_sums, made once per product), the
-// weights are widened to 16 bits, and _mm512_madd_epi16 gives, per block of 32, sixteen exact 32-bit
-// sums of two products: one multiply for 32 weights, in registers twice as wide. Each block's sum
-// is converted to f32 once and scaled by the weight's and the activations' scales, as in the AVX2
-// kernels; the sums are the same exact integers, so the results differ from theirs only in the order
-// of the f32 additions.
+// Q8_0 and Q4_0 (two bytes per activation): the AVX2 kernels multiply each weight twice
+// (_mm256_maddubs_epi16 against the activations' high byte, then the low one) and weight the two 16-bit
+// pair sums by 254 and 1. Here the activations come as one 16-bit integer each
+// (QuantizedActivations::values = 254 high + low, |v| <= 32385), the weights are widened to 16 bits, and
+// _mm512_madd_epi16 gives, per block of 32, sixteen exact 32-bit sums of two products: one multiply for
+// 32 weights, in registers twice as wide. Each block's sum is converted to f32 once and scaled by the
+// weight's and the activations' scales, as in the AVX2 kernels; the sums are the same exact integers,
+// so the results differ from theirs only in the order of the f32 additions. Bounds: a Q8_0 quant is at
+// most 128 in magnitude, so a pair sum is at most 2 * 128 * 32385 < 2^24.
 //
-// Bounds: a quant is at most 63 (Q6_K, unsigned) or 128 in magnitude (Q8_0), so a pair sum is at most
-// 2 * 128 * 32385 < 2^24. Block layouts: engine/gguf/dequantize.cpp.
+// The K-quants (one byte per activation): see the VNNI section below. Block layouts:
+// engine/gguf/dequantize.cpp.
 #include <cstring>
 
+#include "engine/kernels/cpu_features.h"
 #include "engine/kernels/integer_dot.h"
 #include "engine/kernels/isa_attributes.h"
 #include "engine/kernels/vector_math_avx2.h"
@@ -107,92 +108,130 @@ KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivat
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-// Q4_K / Q5_K: per sub-block (d * sc * x_scale) * sum(q v) - (dmin * m * x_scale) * sum(v). Byte l of
-// a pair's 32 holds element l of its low sub-block (low nibble) and of its high one: widening the 32
-// bytes to 16-bit words first leaves both nibbles in each word, so one mask and one shift give the two
-// sub-blocks' weights in element order. Q5_K's fifth bits: bit 2p of byte l for the low sub-block of
-// pair p, bit 2p+1 for the high one (widened the same way, once per super-block).
+// ---------------------------------------------------------------------------------------------
+// The K-quants against one-byte activations (one scale per super-block), with AVX-512 VNNI: vpdpbusd
+// multiplies 64 unsigned quants by 64 signed bytes into sixteen 32-bit sums of four products each (at
+// most 4 * 63 * 128 < 2^15, so two such vectors pack to 16-bit words without saturating), and vpdpwssd
+// weights those words by the sub-block scales and adds them up: a super-block ends as one vector of
+// exact 32-bit sums, converted to f32 once.
+
+// A Q4_K/Q5_K super-block's 8 scales (bytes 0-7) and 8 mins (bytes 8-15), unpacked in vector registers
+// (k_quant_scales_and_mins does it in general-purpose ones; moving its four words across cost more than
+// the unpacking): dwords (u0, u2, u1, u2) and (u0, u0, u1, u1) of the 12 bytes, shifted and masked.
+KVCHAT_ISA_AVX512_VNNI inline __m128i k_quant_scales_and_mins_vector(const std::uint8_t* packed) {
+  // 16 bytes read, 12 used: the caller's block continues for at least 4 more.
+  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i first = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)), second = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));
+  return _mm_or_si128(
+      _mm_and_si128(_mm_srlv_epi32(first, _mm_setr_epi32(0, 0, 0, 4)), _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
+      _mm_and_si128(_mm_srlv_epi32(second, _mm_setr_epi32(0, 2, 0, 2)), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+}
+
+// Word indices for _mm512_permutexvar_epi16 that place 16-bit scales under the words of
+// _mm512_packs_epi32(a, b): 128-bit lane L holds a's 32-bit lanes 4L..4L+3, then b's. `a_low`, `a_high`:
+// the scale of a's lanes 0-7 and 8-15 (likewise for b), for lane groups of 8; Q6_K's groups of 4 lanes
+// are handled by its own table.
+KVCHAT_ISA_AVX512_VNNI inline __m512i packed_scale_index(int a_low, int a_high, int b_low, int b_high) {
+  alignas(64) std::int16_t index[32];
+  for (int lane = 0; lane < 4; ++lane)
+    for (int k = 0; k < 8; ++k)
+      index[8 * lane + k] = static_cast<std::int16_t>(lane < 2 ? (k < 4 ? a_low : b_low) : (k < 4 ? a_high : b_high));
+  return _mm512_load_si512(index);
+}
+
+// Q4_K / Q5_K: d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)). Pair p's 32 bytes
+// hold sub-block 2p in their low nibbles and 2p+1 in their high ones: broadcast to both halves of a
+// 512-bit register and shifted by 0 and 4, they give the pair's 64 quants in element order. Q5_K's fifth
+// bits: bit 2p of byte l for element l of sub-block 2p, bit 2p+1 for sub-block 2p+1.
 template <bool kFifthBits>
-KVCHAT_ISA_AVX512 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
-  const __m512i low_mask = _mm512_set1_epi16(0x0F), fifth = _mm512_set1_epi16(0x10);
-  // Pair p's two factors, each across 8 lanes: [f_2p x 8, f_2p+1 x 8].
-  __m512i pair_factor_index[4];
-  for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
-  const __m512i d_then_dmin = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  __m512 mins_acc = _mm512_setzero_ps();  // lanes 8-15 (0-7 gather the factors, unused)
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
+  const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  // Pairs 2g and 2g+1 packed together: sub-blocks 4g (low lanes of the first), 4g+1, 4g+2, 4g+3.
+  const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
+  __m512 acc = _mm512_setzero_ps();
+  __m128 mins_acc = _mm_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
     for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
-    const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
-    // d and dmin, the two halves at the block's start, converted together.
+    const __m128i packed_scales = k_quant_scales_and_mins_vector(row + 4);
+    const __m512i scale_words = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed_scales));
     std::uint32_t halves;
     std::memcpy(&halves, row, 4);
-    const __m512 d_and_dmin = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))));
-    // The 8 scales and 8 mins widened together: lanes 0-7 become each sub-block's factor d * sc * x_scale,
-    // lanes 8-15 its min term dmin * m * (x_scale * sum of its values), summed over the row in mins_acc.
-    const __m512 activation_factors = _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(x.scales + 8 * s))),
-                           _mm256_castps_pd(_mm256_loadu_ps(x.scaled_block_sums + 8 * s)), 1));
-    const __m512 factors = _mm512_mul_ps(_mm512_mul_ps(_mm512_permutexvar_ps(d_then_dmin, d_and_dmin),
-                                                       _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed_scales))),
-                                         activation_factors);
-    mins_acc = _mm512_add_ps(mins_acc, factors);
+    // d * x_scale and dmin * x_scale.
+    const __m128 factors = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))), _mm_set1_ps(x.byte_scales[s]));
+    const __m128i min_sums = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed_scales, 8)),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.byte_sums32 + 8 * s)));
+    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sums), _mm_shuffle_ps(factors, factors, 0x55), mins_acc);
     __m512i high_bits = _mm512_setzero_si512();
-    if constexpr (kFifthBits) high_bits = _mm512_cvtepu8_epi16(load256(row + 16));
-    const std::int16_t* values = x.values + 256 * s;
-    for (int pair = 0; pair < 4; ++pair, values += 64) {
-      const __m512i words = _mm512_cvtepu8_epi16(load256(row + kNibblesAt + 32 * pair));
-      __m512i low = _mm512_and_si512(words, low_mask);
-      __m512i high = _mm512_srli_epi16(words, 4);
-      if constexpr (kFifthBits) {
-        const __m512i bits = _mm512_srli_epi16(high_bits, 2 * pair);
-        low = _mm512_or_si512(low, _mm512_and_si512(_mm512_slli_epi16(bits, 4), fifth));
-        high = _mm512_or_si512(high, _mm512_and_si512(_mm512_slli_epi16(bits, 3), fifth));
+    if constexpr (kFifthBits) high_bits = _mm512_broadcast_i64x4(load256(row + 16));
+    const std::int8_t* bytes = x.bytes + 256 * s;
+    __m512i sum = _mm512_setzero_si512();
+    for (int group = 0; group < 2; ++group) {
+      __m512i products[2];
+      for (int half = 0; half < 2; ++half) {
+        const int pair = 2 * group + half;
+        __m512i quants = _mm512_and_si512(
+            _mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(row + kNibblesAt + 32 * pair)), nibble_shift), low_mask);
+        if constexpr (kFifthBits) {
+          const __m512i bit_shift = _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1,
+                                                      2 * pair + 1, 2 * pair + 1);
+          quants = _mm512_or_si512(quants, _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
+        }
+        products[half] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants, _mm512_loadu_si512(bytes + 64 * pair));
       }
-      // The two sub-blocks' 16 sums each folded to 8 and put side by side: one conversion and one FMA.
-      const __m512i low_sums = _mm512_madd_epi16(low, _mm512_loadu_si512(values));
-      const __m512i high_sums = _mm512_madd_epi16(high, _mm512_loadu_si512(values + 32));
-      __m512& acc = pair % 2 == 0 ? acc0 : acc1;
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold_pair(low_sums, high_sums)),
-                            _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
+      sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(products[0], products[1]),
+                                _mm512_permutexvar_epi16(scale_index[group], scale_words));
     }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(factors), acc);
   }
-  const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins_acc), 1));
-  return _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), _mm512_zextps256_ps512(mins)));
+  const __m128 mins = _mm_add_ps(mins_acc, _mm_movehl_ps(mins_acc, mins_acc));
+  return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(_mm_add_ss(mins, _mm_shuffle_ps(mins, mins, 1)));
 }
 
-// Q6_K: per group of 16, (d * sc * x_scale) * (sum(q v) - 32 sum(v)), the quants from
-// q6_k_half_quants. They stay unsigned (0..63) and the -32 goes through the groups' activation sums, once per super-block; a block of 32 is two groups, whose factors sit in the low
-// and the high 8 lanes of its product vector.
-KVCHAT_ISA_AVX512 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  // Block b's two group factors, each across 8 lanes; and each group's activation scale (block g / 2).
-  __m512i block_factor_index[8];
-  for (int b = 0; b < 8; ++b) block_factor_index[b] = two_lane_groups(2 * b, 2 * b + 1);
-  const __m512i group_block = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), offsets = _mm512_setzero_ps();
+// Q6_K: d * x_scale * sum over groups of 16 of sc * (sum(q b) - 32 sum(b)). Half h's 64 low bytes give
+// elements 0-63 of the half in their low nibbles and 64-127 in their high ones, each 32 taking two of
+// the 32 top bytes' bit pairs: elements 32k..32k+31 bits 2k..2k+1.
+KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), top_mask = _mm512_set1_epi8(0x30);
+  // Top bits of elements 0-31 (bits 0-1) and 32-63 (bits 2-3) moved to bits 4-5; of 64-95 (bits 4-5)
+  // and 96-127 (bits 6-7) likewise.
+  const __m512i first_top_shift = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
+  const __m512i second_top_shift = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+  // Packed words of half h: lane L holds group 8h + L (first products) and 8h + 4 + L (second).
+  __m512i scale_index[2];
+  for (int half = 0; half < 2; ++half) {
+    alignas(64) std::int16_t index[32];
+    for (int lane = 0; lane < 4; ++lane)
+      for (int k = 0; k < 8; ++k) index[8 * lane + k] = static_cast<std::int16_t>(8 * half + lane + (k < 4 ? 0 : 4));
+    scale_index[half] = _mm512_load_si512(index);
+  }
+  __m512 acc = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     for (int ahead = 0; ahead < 256; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
-    const __m512 group_scales =
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192))));
-    const __m512 x_scales = _mm512_permutexvar_ps(group_block, _mm512_castps256_ps512(_mm256_loadu_ps(x.scales + 8 * s)));
-    const __m512 group_factors = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(load_f16_scale(row + 208)), group_scales), x_scales);
-    offsets = _mm512_fmadd_ps(group_factors, _mm512_cvtepi32_ps(_mm512_loadu_si512(x.sums + 16 * s)), offsets);
-    const std::int16_t* values = x.values + 256 * s;
-    for (int half = 0; half < 2; ++half) {
-      __m256i quants[4];
-      q6_k_half_quants(row, half, quants);
-      for (int k = 0; k < 4; ++k) {
-        const int block = 4 * half + k;
-        __m512& acc = k % 2 == 0 ? acc0 : acc1;
-        acc = _mm512_fmadd_ps(block_products(_mm512_cvtepu8_epi16(quants[k]), values + 32 * block),
-                              _mm512_permutexvar_ps(block_factor_index[block], group_factors), acc);
-      }
+    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
+    const __m512i scale_words = _mm512_castsi256_si512(scales);
+    // -32 * sum over the groups of sc * (sum of their bytes).
+    __m512i sum = _mm512_zextsi256_si512(_mm256_sub_epi32(
+        _mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(scales, load256(x.byte_sums16 + 16 * s)), 5)));
+    const std::int8_t* bytes = x.bytes + 256 * s;
+    for (int half = 0; half < 2; ++half, bytes += 128) {
+      const __m512i low = _mm512_loadu_si512(row + 64 * half);
+      const __m512i top = _mm512_broadcast_i64x4(load256(row + 128 + 32 * half));
+      const __m512i first = _mm512_or_si512(_mm512_and_si512(low, low_mask),
+                                            _mm512_and_si512(_mm512_sllv_epi64(top, first_top_shift), top_mask));
+      const __m512i second = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(low, 4), low_mask),
+                                             _mm512_and_si512(_mm512_srlv_epi64(top, second_top_shift), top_mask));
+      const __m512i first_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), first, _mm512_loadu_si512(bytes));
+      const __m512i second_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), second, _mm512_loadu_si512(bytes + 64));
+      sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first_products, second_products),
+                                _mm512_permutexvar_epi16(scale_index[half], scale_words));
     }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(load_f16_scale(row + 208) * x.byte_scales[s]), acc);
   }
-  return _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(32.f), offsets, _mm512_add_ps(acc0, acc1)));
+  return _mm512_reduce_add_ps(acc);
 }
 
 }  // namespace
@@ -201,9 +240,10 @@ IntegerRowDot avx512_integer_row_dot(GgufType type) {
   switch (type) {
     case GgufType::Q8_0: return dot_q8_0;
     case GgufType::Q4_0: return dot_q4_0;
-    case GgufType::Q4_K: return dot_q4_q5_k<false>;
-    case GgufType::Q5_K: return dot_q4_q5_k<true>;
-    case GgufType::Q6_K: return dot_q6_k;
+    // The K-quants' kernels need VNNI; without it they keep the AVX2 ones.
+    case GgufType::Q4_K: return cpu_has_avx512_vnni() ? dot_q4_q5_k<false> : nullptr;
+    case GgufType::Q5_K: return cpu_has_avx512_vnni() ? dot_q4_q5_k<true> : nullptr;
+    case GgufType::Q6_K: return cpu_has_avx512_vnni() ? dot_q6_k : nullptr;
     default: return nullptr;  // Q4_1, Q5_0, Q5_1: the AVX2 kernels
   }
 }

@@ -1,5 +1,6 @@
-// The portable twins of the integer dot products (integer_dot.h): per block of 32 activations the
-// same exact integer sum as the AVX2 kernels (in 64 bits here), scaled by the same factors. Block layouts are those of
+// The portable twins of the integer dot products (integer_dot.h): per block of 32 activations (per
+// super-block of 256 for the K-quants) the same exact integer sum as the AVX2 kernels (in 64 bits here),
+// scaled by the same factors. Block layouts are those of
 // engine/gguf/dequantize.cpp, which documents them.
 #include <cstring>
 
@@ -65,14 +66,23 @@ KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const Quantiz
   return sum;
 }
 
-// Q4_K / Q5_K: x = d*sc*q - dmin*m per sub-block of 32.
+// sum_j w[j] * bytes[j] over `count` integers from element `first` (the one-byte rounding).
+KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_bytes(const int* w, const QuantizedActivations& x, std::int64_t first,
+                                                         int count) {
+  std::int64_t sum = 0;
+  for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * x.bytes[first + j];
+  return sum;
+}
+
+// Q4_K / Q5_K: x = d*sc*q - dmin*m per sub-block of 32; against one-byte activations with one scale per
+// super-block, d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)), both sums exact.
 template <bool kFifthBits>
 KVCHAT_ISA_BASELINE float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
   float total = 0.f;
   int w[32];
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
-    float scaled = 0.f, mins = 0.f;
+    std::int64_t scaled = 0, mins = 0;
     for (int sub = 0; sub < 8; ++sub) {
       const std::uint8_t* qs = row + kNibblesAt + 32 * (sub / 2);
       for (int l = 0; l < 32; ++l) {
@@ -81,34 +91,32 @@ KVCHAT_ISA_BASELINE float dot_q4_q5_k(const std::uint8_t* row, const QuantizedAc
       }
       int scale, min;
       k_quant_scale_and_min(sub, row + 4, scale, min);
-      const std::int64_t block = 8 * s + sub;
-      scaled += x.scales[block] * static_cast<float>(scale * dot_range(w, x, 32 * block, 32));
-      mins += x.scales[block] * static_cast<float>(min * sum32(x, block));
+      scaled += scale * dot_bytes(w, x, 256 * s + 32 * sub, 32);
+      mins += min * std::int64_t{x.byte_sums32[8 * s + sub]};
     }
-    total += scale_at(row) * scaled - scale_at(row + 2) * mins;
+    total += scale_at(row) * x.byte_scales[s] * static_cast<float>(scaled) -
+             scale_at(row + 2) * x.byte_scales[s] * static_cast<float>(mins);
   }
   return total;
 }
 
-// Q6_K: x = d*sc*(q - 32) per group of 16.
+// Q6_K: x = d*sc*(q - 32) per group of 16; d * x_scale * sum(sc * (sum(q b) - 32 sum(b))), exact inside.
 KVCHAT_ISA_BASELINE float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   float total = 0.f;
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
-    float scaled = 0.f;
+    std::int64_t scaled = 0;
     for (int sub = 0; sub < 8; ++sub) {
       const int half = sub / 4, k = sub % 4;
       const std::uint8_t* ql = row + 64 * half + (k % 2 == 1 ? 32 : 0);
       const std::uint8_t* qh = row + 128 + 32 * half;
-      const std::int64_t block = 8 * s + sub;
       int w[32];
       for (int l = 0; l < 32; ++l) w[l] = (k < 2 ? ql[l] & 0x0F : ql[l] >> 4) | (((qh[l] >> (2 * k)) & 3) << 4);
-      std::int64_t isum = 0;
       for (int group = 0; group < 2; ++group)
-        isum += sc[2 * sub + group] * (dot_range(w + 16 * group, x, 32 * block + 16 * group, 16) - 32 * std::int64_t{x.sums[2 * block + group]});
-      scaled += x.scales[block] * static_cast<float>(isum);
+        scaled += sc[2 * sub + group] * (dot_bytes(w + 16 * group, x, 256 * s + 32 * sub + 16 * group, 16) -
+                                         32 * std::int64_t{x.byte_sums16[16 * s + 2 * sub + group]});
     }
-    total += scale_at(row + 208) * scaled;
+    total += scale_at(row + 208) * x.byte_scales[s] * static_cast<float>(scaled);
   }
   return total;
 }

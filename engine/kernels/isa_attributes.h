@@ -8,11 +8,13 @@
 #define KVCHAT_ISA_BASELINE __attribute__((target("arch=x86-64"), noinline))
 #define KVCHAT_ISA_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KVCHAT_ISA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define KVCHAT_ISA_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define KVCHAT_HAVE_AVX2_KERNELS 1
 #else
 #define KVCHAT_ISA_BASELINE_INLINE
 #define KVCHAT_ISA_BASELINE
 #define KVCHAT_ISA_AVX2
 #define KVCHAT_ISA_AVX512
+#define KVCHAT_ISA_AVX512_VNNI
 #define KVCHAT_HAVE_AVX2_KERNELS 0
 #endif

@@ -240,15 +240,26 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
 
 }  // namespace
 
-bool rounds_activations(GgufType type) { return portable_integer_row_dot(type) != nullptr; }
+ActivationRounding activation_rounding(GgufType type) {
+  switch (type) {
+    case GgufType::Q4_K:
+    case GgufType::Q5_K:
+    case GgufType::Q6_K: return ActivationRounding::OneBytePerValue;
+    default: return portable_integer_row_dot(type) != nullptr ? ActivationRounding::TwoBytesPerValue : ActivationRounding::None;
+  }
+}
 
 void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n,
                       const float* bias) {
   check_view("matmul_quantized", weight, n, x, y);
   if (n == 0 || weight.rows == 0) return;
   // Rounded once here, on the calling thread; the pool's threads read the caller's buffers.
+  const ActivationRounding rounding = activation_rounding(weight.type);
   const ThreadActivations* activations =
-      rounds_activations(weight.type) ? &ThreadActivations::quantize(x, n, weight.cols) : nullptr;
+      rounding != ActivationRounding::None
+          ? &ThreadActivations::quantize(x, n, weight.cols, rounding == ActivationRounding::TwoBytesPerValue,
+                                         rounding == ActivationRounding::OneBytePerValue)
+          : nullptr;
   struct Problem {
     const QuantizedMatrixView* weight;
     const float* x;
@@ -284,10 +295,15 @@ void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, 
     total_bytes += products[i].weight.rows * products[i].weight.row_bytes;
   }
   if (total_rows == 0) return;
-  bool any_rounds = false;
-  for (int i = 0; i < count; ++i) any_rounds = any_rounds || rounds_activations(products[i].weight.type);
+  // Each rounding the products' types ask for, made once (a Q4_K_M file's v may be Q8_0 next to Q4_K q and k).
+  bool two_bytes = false, one_byte = false;
+  for (int i = 0; i < count; ++i) {
+    const ActivationRounding rounding = activation_rounding(products[i].weight.type);
+    two_bytes = two_bytes || rounding == ActivationRounding::TwoBytesPerValue;
+    one_byte = one_byte || rounding == ActivationRounding::OneBytePerValue;
+  }
   const ThreadActivations* activations =
-      any_rounds ? &ThreadActivations::quantize(x, 1, products[0].weight.cols) : nullptr;
+      two_bytes || one_byte ? &ThreadActivations::quantize(x, 1, products[0].weight.cols, two_bytes, one_byte) : nullptr;
   struct Problem {
     const SharedInputQuantizedProduct* products;
     int count;

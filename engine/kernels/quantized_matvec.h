@@ -1,15 +1,16 @@
 #pragma once
 // Matrix products over weights kept as a GGUF file stores them (F16, BF16, F32 or a block
 // quantization: Q8_0, Q4_0, Q4_K, Q6_K, ...), for decode and short chunks. Each row is read from memory
-// once. The block types multiply their stored integers by the input rounded to 8-bit blocks, once per
+// once. The block types multiply their stored integers by the input rounded to integers, once per
 // product (integer_dot.h, activation_quantization.h: the product is W x^, x^ the rounded input, with
-// the error bound stated there); F16 has an f32 kernel; the others decode a row into a small
+// the error bounds stated there); F16 has an f32 kernel; the others decode a row into a small
 // per-thread buffer and take its f32 dot product. Never a whole matrix in f32.
 //
 // Threading, argument checks and the small-problem rule are those of matvec.h.
 #include <cstdint>
 
 #include "engine/gguf/gguf_types.h"
+#include "engine/kernels/activation_quantization.h"
 
 namespace kvchat::kernels {
 
@@ -26,9 +27,11 @@ struct QuantizedMatrixView {
 void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n,
                       const float* bias = nullptr);
 
-// Whether products with weights of `type` round their input to 8-bit blocks (see above): the prefill
-// GEMM rounds its input the same way (round_activations) to compute the same products.
-bool rounds_activations(GgufType type);
+// How products with weights of `type` round their input (activation_quantization.h): two bytes per value
+// in blocks of 32 for Q8_0 and the 32-element types, one byte per value in super-blocks of 256 for the
+// K-quants, none for F32/F16/BF16. The prefill GEMM rounds its input the same way (round_activations)
+// to compute the same products.
+ActivationRounding activation_rounding(GgufType type);
 
 // Rows [first, first + count) decoded to f32 into out [count, cols] (the prefill GEMM's blocks of
 // rows): AVX2 for the common types, engine/gguf's dequantize for the others. The values are those of

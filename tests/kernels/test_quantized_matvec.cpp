@@ -1,7 +1,8 @@
 // The quantized products against a plain reference: every row decoded exactly (engine/gguf's
-// dequantize) and multiplied in double. The block types multiply the input rounded to 8-bit blocks
-// (activation_quantization.h): they must match the double product with the rounded input to f32
-// accuracy, and the exact product within the stated bound, sum over blocks of 0.51 scale * sum|w|.
+// dequantize) and multiplied in double. The block types multiply the input rounded to integers
+// (activation_quantization.h: two bytes per value in blocks of 32, or one byte per value in super-blocks
+// of 256 for the K-quants): they must match the double product with the rounded input to f32 accuracy,
+// and the exact product within the stated bound, sum over blocks of 0.51 scale * sum|w|.
 // Each type through the AVX2 kernels and the portable twins, one and several input vectors, with and
 // without bias, small (inline) and large (threaded) matrices, and shared-input jobs that mix types.
 #include <QtTest>
@@ -76,15 +77,29 @@ RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, 
   return m;
 }
 
-// The input as the block types' products see it, rounded here independently of the kernels: per block
-// of 32, s = max|x| / 127, t = x * (1 / s), high = nearest integer of t, low = nearest integer of
-// (t - high) * 254 (ties to even), x^ = s / 254 * (254 high + low). Also each element's bound on
-// |x - x^|: 0.51 * s / 254 (half a step, and the f32 roundings of t).
+// The input as the block types' products see it, rounded here independently of the kernels. Two bytes
+// per value (Q8_0 and the 32-element types): per block of 32, s = max|x| / 127, t = x * (1 / s),
+// high = nearest integer of t, low = nearest integer of (t - high) * 254 (ties to even),
+// x^ = s / 254 * (254 high + low), and |x - x^| <= 0.51 * s / 254 (half a step, and the f32 roundings
+// of t). One byte per value (the K-quants): per super-block of 256, s = max|x| / 127,
+// x^ = s * nearest integer of x * (1 / s), |x - x^| <= 0.51 * s.
 struct RoundedInput {
   std::vector<double> values, error_bound;
 };
-RoundedInput round_input(const std::vector<float>& x) {
+RoundedInput round_input(const std::vector<float>& x, kernels::ActivationRounding rounding) {
   RoundedInput rounded{std::vector<double>(x.size()), std::vector<double>(x.size())};
+  if (rounding == kernels::ActivationRounding::OneBytePerValue) {
+    for (std::size_t block = 0; block < x.size(); block += 256) {
+      float largest = 0.f;
+      for (std::size_t j = block; j < block + 256; ++j) largest = std::max(largest, std::fabs(x[j]));
+      const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f;
+      for (std::size_t j = block; j < block + 256; ++j) {
+        rounded.values[j] = double(unit) * std::nearbyint(x[j] * inverse);
+        rounded.error_bound[j] = 0.51 * double(unit);
+      }
+    }
+    return rounded;
+  }
   for (std::size_t block = 0; block < x.size(); block += 32) {
     float largest = 0.f;
     for (std::size_t j = block; j < block + 32; ++j) largest = std::max(largest, std::fabs(x[j]));
@@ -108,7 +123,7 @@ Reference reference_product(const QuantizedMatrixView& w, const std::vector<floa
                             const float* bias, bool rounded) {
   std::vector<double> input(x.begin(), x.end()), error(x.size(), 0.0);
   if (rounded) {
-    RoundedInput r = round_input(x);
+    RoundedInput r = round_input(x, kernels::activation_rounding(w.type));
     input = r.values;
     error = r.error_bound;
   }
@@ -151,7 +166,7 @@ void expect_close(const std::vector<float>& got, const Reference& expected, cons
 // types against the exact product.
 void expect_product(const std::vector<float>& got, const QuantizedMatrixView& w, const std::vector<float>& x,
                     std::int64_t n, const float* bias, const QString& what) {
-  const bool rounds = kernels::rounds_activations(w.type);
+  const bool rounds = kernels::activation_rounding(w.type) != kernels::ActivationRounding::None;
   const Reference rounded = reference_product(w, x, n, bias, rounds);
   expect_close(got, rounded, what + (rounds ? " (rounded input)" : ""));
   if (rounds) expect_close(got, reference_product(w, x, n, bias, false), what + " (exact input, bound)", &rounded.bound);
