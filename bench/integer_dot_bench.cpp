@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::vector<float> x(cols);
   for (float& value : x) value = std::normal_distribution<float>()(rng);
-  const ThreadActivations& activations = ThreadActivations::quantize(x.data(), 1, cols);
+  const ThreadActivations& activations = ThreadActivations::quantize(x.data(), 1, cols, true, true);
   std::printf("%d rows of %d columns, one thread\n", rows, cols);
   for (const BlockFormat& format : kFormats) {
     const int blocks = cols / format.block_size;
