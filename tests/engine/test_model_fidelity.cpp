@@ -8,7 +8,9 @@
 #include "common/json_fixture.h"
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
+#include "engine/kv_cache.h"
 #include "engine/llama_model.h"
+#include "engine/model_weights.h"
 #include "engine/rope.h"
 #include "engine/session.h"
 
@@ -43,6 +45,8 @@ class ModelFidelityTest : public QObject {
   void rope_tables_match_transformers_data();
   void rope_tables_match_transformers();
   void prefill_then_decode_equals_one_forward();
+  void row_exact_forward_equals_decode_steps_data();
+  void row_exact_forward_equals_decode_steps();
 };
 
 void ModelFidelityTest::stories260k_matches_run_c_data() { kvchat::test::add_run_c_rows(); }
@@ -162,6 +166,51 @@ void ModelFidelityTest::prefill_then_decode_equals_one_forward() {
     at::Tensor step = model->forward({ids.back()}, static_cast<int64_t>(ids.size()) - 1, cache.get());
     double error = (step - whole).abs().max().item<double>();
     QVERIFY2(error < 1e-4, qPrintable(QString("%1: decode step differs by %2").arg(to_string(mode)).arg(error)));
+  }
+}
+
+void ModelFidelityTest::row_exact_forward_equals_decode_steps_data() {
+  QTest::addColumn<QString>("layers");
+  QTest::newRow("f32 layers") << "f32";
+  QTest::newRow("bf16 layers") << "bf16";
+}
+
+// A K-quant matrix (here a Q6_K lm_head) makes every forward row-exact: the logits of a prompt in one
+// forward, of its tokens decoded one by one through each kind of cache, and of a prompt's tail after its
+// head was cached, are the same to the bit, also where the other matrices are f32 or bf16 (their rows go
+// through the matrix-vector kernels one token at a time; the GGUF fixtures cover block-type layers).
+void ModelFidelityTest::row_exact_forward_equals_decode_steps() {
+  QFETCH(QString, layers);
+  const std::string directory = shared_path("models/tiny-llama3-random");
+  ModelConfig config = ModelConfig::from_directory(directory);
+  ModelWeights weights =
+      layers == "bf16" ? load_model_weights(directory, config, WeightDtype::BFloat16)
+                       : load_model_weights(directory, config, WeightDtype::Float32);
+  config.tie_word_embeddings = false;  // the lm_head below replaces the tied one
+  ModelConfig head_only = config;  // one small layer: the lm_head [vocab, hidden] is what is taken
+  head_only.num_hidden_layers = 1;
+  head_only.intermediate_size = 256;
+  weights.lm_head = random_quantized_model_weights(head_only, 5, GgufType::Q6_K).lm_head;
+  const auto model = std::make_shared<LlamaModel>(config, std::move(weights));
+  c10::InferenceMode guard;
+  const std::vector<TokenId> ids = {1, 17, 230, 5, 999, 42, 7, 300, 8, 64, 3, 511};
+  const auto positions = static_cast<std::int64_t>(ids.size());
+  const at::Tensor whole = model->forward(ids, 0, nullptr, /*all_positions=*/true);
+  QVERIFY(whole.isfinite().all().item<bool>());
+  for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
+    auto cache = make_kv_cache(mode, model->cache_shape());
+    DecodeContext context;
+    for (std::int64_t i = 0; i < positions; ++i) {
+      model->decode(ids[static_cast<std::size_t>(i)], i, *cache, context);
+      const at::Tensor step = at::from_blob(context.logits.data(), {config.vocab_size}, at::kFloat);
+      QVERIFY2(at::equal(step, whole[i]), qPrintable(QString("%1 cache, position %2: differs by %3")
+                                                         .arg(to_string(mode)).arg(i)
+                                                         .arg((step - whole[i]).abs().max().item<double>())));
+    }
+    auto split = make_kv_cache(mode, model->cache_shape());
+    model->forward(std::vector<TokenId>(ids.begin(), ids.begin() + 5), 0, split.get());
+    const at::Tensor tail = model->forward(std::vector<TokenId>(ids.begin() + 5, ids.end()), 5, split.get(), true);
+    QVERIFY2(at::equal(tail, whole.narrow(0, 5, positions - 5)), qPrintable(QString("%1 cache: the tail differs").arg(to_string(mode))));
   }
 }
 
