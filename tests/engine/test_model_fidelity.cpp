@@ -8,6 +8,7 @@
 #include "common/json_fixture.h"
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
+#include "engine/compute_options.h"
 #include "engine/kv_cache.h"
 #include "engine/llama_model.h"
 #include "engine/model_weights.h"
@@ -179,6 +180,7 @@ void ModelFidelityTest::row_exact_forward_equals_decode_steps_data() {
 // forward, of its tokens decoded one by one through each kind of cache, and of a prompt's tail after its
 // head was cached, are the same to the bit, also where the other matrices are f32 or bf16 (their rows go
 // through the matrix-vector kernels one token at a time; the GGUF fixtures cover block-type layers).
+// With the kernels off (the ATen path, exact products) the paths agree within f32 noise instead.
 void ModelFidelityTest::row_exact_forward_equals_decode_steps() {
   QFETCH(QString, layers);
   const std::string directory = shared_path("models/tiny-llama3-random");
@@ -197,20 +199,23 @@ void ModelFidelityTest::row_exact_forward_equals_decode_steps() {
   const auto positions = static_cast<std::int64_t>(ids.size());
   const at::Tensor whole = model->forward(ids, 0, nullptr, /*all_positions=*/true);
   QVERIFY(whole.isfinite().all().item<bool>());
+  const auto same = [](const at::Tensor& a, const at::Tensor& b) {
+    return fast_kernels_enabled() ? at::equal(a, b) : (a - b).abs().max().item<double>() < 1e-4;
+  };
   for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
     auto cache = make_kv_cache(mode, model->cache_shape());
     DecodeContext context;
     for (std::int64_t i = 0; i < positions; ++i) {
       model->decode(ids[static_cast<std::size_t>(i)], i, *cache, context);
       const at::Tensor step = at::from_blob(context.logits.data(), {config.vocab_size}, at::kFloat);
-      QVERIFY2(at::equal(step, whole[i]), qPrintable(QString("%1 cache, position %2: differs by %3")
+      QVERIFY2(same(step, whole[i]), qPrintable(QString("%1 cache, position %2: differs by %3")
                                                          .arg(to_string(mode)).arg(i)
                                                          .arg((step - whole[i]).abs().max().item<double>())));
     }
     auto split = make_kv_cache(mode, model->cache_shape());
     model->forward(std::vector<TokenId>(ids.begin(), ids.begin() + 5), 0, split.get());
     const at::Tensor tail = model->forward(std::vector<TokenId>(ids.begin() + 5, ids.end()), 5, split.get(), true);
-    QVERIFY2(at::equal(tail, whole.narrow(0, 5, positions - 5)), qPrintable(QString("%1 cache: the tail differs").arg(to_string(mode))));
+    QVERIFY2(same(tail, whole.narrow(0, 5, positions - 5)), qPrintable(QString("%1 cache: the tail differs").arg(to_string(mode))));
   }
 }
 
