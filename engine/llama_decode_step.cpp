@@ -53,9 +53,21 @@ void rms_norm_into(const float* x, const float* weight, float* out, std::int64_t
   for (std::int64_t i = 0; i < n; ++i) out[i] = (x[i] * inverse) * weight[i];
 }
 
-// y_i = W_i x for projections that share their input (q/k/v, gate/up), streamed as one parallel job.
+// Up to three products that share their input (q/k/v, gate/up): each matrix and where its output goes.
+// A plain value on the stack: a decode step allocates nothing here.
+struct SharedInputLinears {
+  std::pair<const Linear*, float*> items[3];
+  int count = 0;
+  SharedInputLinears(std::initializer_list<std::pair<const Linear*, float*>> products) {
+    for (const auto& product : products) items[count++] = product;
+  }
+  const std::pair<const Linear*, float*>* begin() const { return items; }
+  const std::pair<const Linear*, float*>* end() const { return items + count; }
+};
+
+// y_i = W_i x for projections that share their input, streamed as one parallel job.
 template <typename Weight>
-void shared_input_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
+void shared_input_into(const SharedInputLinears& products, const float* x) {
   kernels::SharedInputProduct<Weight> jobs[3];  // on the stack: a decode step allocates nothing here
   int count = 0;
   for (auto [linear, y] : products) {
@@ -79,7 +91,7 @@ kernels::QuantizedMatrixView quantized_view(const Linear& linear) {
 
 // Products that share their input go to the kernels of their common storage type; a mix (or a GGUF
 // type) goes to the quantized kernels, which take each matrix in its own type.
-void shared_input_linears_into(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x) {
+void shared_input_linears_into(const SharedInputLinears& products, const float* x) {
   bool all_f32 = true, all_bf16 = true;
   for (const auto& [linear, y] : products) {
     all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
@@ -132,8 +144,7 @@ struct DecodeAttention {
 // shared_input_linears_into computes a single one: rows of the f32 and bf16 kernels one at a time (their
 // matrix kernels add in another order), the quantized kernels over all rows at once (their result for a
 // row does not depend on the others).
-void shared_input_linears_rows(std::initializer_list<std::pair<const Linear*, float*>> products, const float* x,
-                               std::int64_t n) {
+void shared_input_linears_rows(const SharedInputLinears& products, const float* x, std::int64_t n) {
   bool all_f32 = true, all_bf16 = true;
   for (const auto& [linear, y] : products) {
     all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
@@ -142,13 +153,9 @@ void shared_input_linears_rows(std::initializer_list<std::pair<const Linear*, fl
   if (all_f32 || all_bf16) {
     const std::int64_t in = products.begin()->first->in_features();
     for (std::int64_t i = 0; i < n; ++i) {
-      std::pair<const Linear*, float*> row[3];
-      int count = 0;
-      for (auto [linear, y] : products) row[count++] = {linear, y + i * linear->out_features()};
-      const float* input = x + i * in;
-      if (count == 1) shared_input_linears_into({row[0]}, input);
-      else if (count == 2) shared_input_linears_into({row[0], row[1]}, input);
-      else shared_input_linears_into({row[0], row[1], row[2]}, input);
+      SharedInputLinears row = products;
+      for (auto& [linear, y] : row.items) y += linear ? i * linear->out_features() : 0;
+      shared_input_linears_into(row, x + i * in);
     }
     return;
   }
