@@ -116,9 +116,9 @@ KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivat
 // exact 32-bit sums, converted to f32 once.
 
 // Further ahead, and into L2: one core streaming Q4_K rows from memory, 16 KiB into L2 gave 4-10 % more
-// than 4 KiB into L1. (Loading a Q4_K pair group's 64 bytes whole, with the activations stored in its
-// nibbles' order, ran 10 % faster in cache but 5-10 % slower from memory: the 144-byte blocks make those
-// loads straddle cache lines.)
+// than 4 KiB into L1 in three runs of four, the same in the fourth. (Loading a Q4_K pair group's 64 bytes
+// whole, with the activations stored in its nibbles' order, ran 10 % faster in cache but no faster from
+// memory, where decode reads them, so it was not kept.)
 constexpr std::int64_t kByteKernelPrefetchBytes = 16384;
 
 // A Q4_K/Q5_K super-block's 8 scales (bytes 0-7) and 8 mins (bytes 8-15), unpacked in vector registers
