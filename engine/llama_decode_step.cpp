@@ -205,16 +205,17 @@ at::Tensor LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std:
     values = attention_rows(values);
 
     // Token i at position start_pos + i attends to positions 0 .. start_pos + i: the decode step's
-    // kernel per token and KV head, spread over the pool.
+    // kernel per token and KV head, spread over the pool. Items run KV head by KV head, so that a
+    // thread's consecutive tokens read the same head's keys and values while they are in cache.
     struct RowsAttention {
       const float *q, *keys, *values;
-      std::int64_t key_head_stride, value_head_stride, kv_heads, start_pos, q_size, head_dim, group;
+      std::int64_t key_head_stride, value_head_stride, steps, start_pos, q_size, head_dim, group;
       float scale;
       float* out;
       void items(std::int64_t first, std::int64_t last) const {
         thread_local std::vector<float> scores;
         for (std::int64_t item = first; item < last; ++item) {
-          const std::int64_t i = item / kv_heads, g = item % kv_heads, positions = start_pos + i + 1;
+          const std::int64_t g = item / steps, i = item % steps, positions = start_pos + i + 1;
           if (scores.size() < static_cast<std::size_t>(group * positions)) scores.resize(group * positions);
           kernels::attention_decode_head(q + i * q_size + g * group * head_dim, keys + g * key_head_stride,
                                          values + g * value_head_stride, positions, head_dim, group, head_dim, scale,
@@ -222,7 +223,7 @@ at::Tensor LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std:
         }
       }
     } const attention{q.data(), keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0), values.stride(0),
-                      kv_heads, start_pos, q_size, head_dim, group, scale, attended.data()};
+                      steps, start_pos, q_size, head_dim, group, scale, attended.data()};
     kernels::default_thread_pool().parallel_for(
         steps * kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->items(first, last); });
 
