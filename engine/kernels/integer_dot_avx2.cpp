@@ -130,10 +130,9 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
     const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
     const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed_scales));
-    const __m128i min_sums = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed_scales, 8)),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.byte_sums32 + 8 * s)));
     const float x_scale = x.byte_scales[s];
-    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sums), _mm_set1_ps(load_f16_scale(row + 2) * x_scale), mins_acc);
+    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x.byte_sums32 + 8 * s)),
+                            _mm_set1_ps(load_f16_scale(row + 2) * x_scale), mins_acc);
     __m256i high_bits = _mm256_setzero_si256();
     if constexpr (kFifthBits) high_bits = load256(row + 16);
     const std::int8_t* bytes = x.bytes + 256 * s;
@@ -155,8 +154,7 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
     }
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(load_f16_scale(row) * x_scale), acc);
   }
-  const __m128 mins = _mm_add_ps(mins_acc, _mm_movehl_ps(mins_acc, mins_acc));
-  return horizontal_sum(acc) - _mm_cvtss_f32(_mm_add_ss(mins, _mm_shuffle_ps(mins, mins, 1)));
+  return horizontal_sum(acc) - horizontal_sum(mins_acc);
 }
 
 // Q6_K against one-byte activations: per super-block d * x_scale * sum over groups of 16 of
@@ -173,8 +171,7 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
     const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
     // -32 * sum over the groups of sc * (sum of their bytes).
-    __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                   _mm256_slli_epi32(_mm256_madd_epi16(scales, load256(x.byte_sums16 + 16 * s)), 5));
+    __m256i sum = q6_k_offsets(scales, x.byte_sums16 + 16 * s);
     const std::int8_t* bytes = x.bytes + 256 * s;
     for (int half = 0; half < 2; ++half) {
       const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half == 0 ? 0x00 : 0x11);

@@ -121,18 +121,6 @@ KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivat
 // memory, where decode reads them, so it was not kept.)
 constexpr std::int64_t kByteKernelPrefetchBytes = 16384;
 
-// A Q4_K/Q5_K super-block's 8 scales (bytes 0-7) and 8 mins (bytes 8-15), unpacked in vector registers
-// (k_quant_scales_and_mins does it in general-purpose ones; moving its four words across cost more than
-// the unpacking): dwords (u0, u2, u1, u2) and (u0, u0, u1, u1) of the 12 bytes, shifted and masked.
-KVCHAT_ISA_AVX512_VNNI inline __m128i k_quant_scales_and_mins_vector(const std::uint8_t* packed) {
-  // 16 bytes read, 12 used: the caller's block continues for at least 4 more.
-  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-  const __m128i first = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)), second = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));
-  return _mm_or_si128(
-      _mm_and_si128(_mm_srlv_epi32(first, _mm_setr_epi32(0, 0, 0, 4)), _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
-      _mm_and_si128(_mm_srlv_epi32(second, _mm_setr_epi32(0, 2, 0, 2)), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
-}
-
 // Word indices for _mm512_permutexvar_epi16 that place 16-bit scales under the words of
 // _mm512_packs_epi32(a, b): 128-bit lane L holds a's 32-bit lanes 4L..4L+3, then b's. `a_low`, `a_high`:
 // the scale of a's lanes 0-7 and 8-15 (likewise for b), for lane groups of 8; Q6_K's groups of 4 lanes
@@ -161,15 +149,14 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
     for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kByteKernelPrefetchBytes + ahead, _MM_HINT_T1);
-    const __m128i packed_scales = k_quant_scales_and_mins_vector(row + 4);
+    const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
     const __m512i scale_words = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed_scales));
     std::uint32_t halves;
     std::memcpy(&halves, row, 4);
     // d * x_scale and dmin * x_scale.
     const __m128 factors = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))), _mm_set1_ps(x.byte_scales[s]));
-    const __m128i min_sums = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed_scales, 8)),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.byte_sums32 + 8 * s)));
-    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sums), _mm_shuffle_ps(factors, factors, 0x55), mins_acc);
+    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x.byte_sums32 + 8 * s)),
+                            _mm_shuffle_ps(factors, factors, 0x55), mins_acc);
     __m512i high_bits = _mm512_setzero_si512();
     if constexpr (kFifthBits) high_bits = _mm512_broadcast_i64x4(load256(row + 16));
     const std::int8_t* bytes = x.bytes + 256 * s;
@@ -192,8 +179,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
     }
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(factors), acc);
   }
-  const __m128 mins = _mm_add_ps(mins_acc, _mm_movehl_ps(mins_acc, mins_acc));
-  return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(_mm_add_ss(mins, _mm_shuffle_ps(mins, mins, 1)));
+  return _mm512_reduce_add_ps(acc) - horizontal_sum(mins_acc);
 }
 
 // Q6_K: d * x_scale * sum over groups of 16 of sc * (sum(q b) - 32 sum(b)). Half h's 64 low bytes give
@@ -220,8 +206,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
     const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
     const __m512i scale_words = _mm512_castsi256_si512(scales);
     // -32 * sum over the groups of sc * (sum of their bytes).
-    __m512i sum = _mm512_zextsi256_si512(_mm256_sub_epi32(
-        _mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(scales, load256(x.byte_sums16 + 16 * s)), 5)));
+    __m512i sum = _mm512_zextsi256_si512(q6_k_offsets(scales, x.byte_sums16 + 16 * s));
     const std::int8_t* bytes = x.bytes + 256 * s;
     for (int half = 0; half < 2; ++half, bytes += 128) {
       const __m512i low = _mm512_loadu_si512(row + 64 * half);
