@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -203,27 +204,30 @@ at::Tensor LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std:
     if (cache) std::tie(keys, values) = cache->append(layer_index, keys, values);
     keys = attention_rows(keys);
     values = attention_rows(values);
+    // The cache's rows (and their copies) keep keys and values in one layout.
+    const KvLayerRows rows{keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0)};
+    if (values.stride(0) != rows.head_stride) throw std::logic_error("forward_rows: keys and values differ in layout");
 
     // Token i at position start_pos + i attends to positions 0 .. start_pos + i: the decode step's
-    // kernel per token and KV head, spread over the pool. Items run KV head by KV head, so that a
+    // attention per token and KV head, spread over the pool. Items run KV head by KV head, so that a
     // thread's consecutive tokens read the same head's keys and values while they are in cache.
     struct RowsAttention {
-      const float *q, *keys, *values;
-      std::int64_t key_head_stride, value_head_stride, steps, start_pos, q_size, head_dim, group;
+      const float* q;
+      const KvLayerRows* rows;
+      std::int64_t steps, start_pos, q_size, head_dim, group;
       float scale;
       float* out;
       void items(std::int64_t first, std::int64_t last) const {
         thread_local std::vector<float> scores;
         for (std::int64_t item = first; item < last; ++item) {
           const std::int64_t g = item / steps, i = item % steps, positions = start_pos + i + 1;
-          if (scores.size() < static_cast<std::size_t>(group * positions)) scores.resize(group * positions);
-          kernels::attention_decode_head(q + i * q_size + g * group * head_dim, keys + g * key_head_stride,
-                                         values + g * value_head_stride, positions, head_dim, group, head_dim, scale,
-                                         scores.data(), out + i * q_size + g * group * head_dim);
+          // DecodeAttention keeps each KV head's scores at its own offset: [heads up to g + 1, positions].
+          if (scores.size() < static_cast<std::size_t>((g + 1) * group * positions)) scores.resize((g + 1) * group * positions);
+          const DecodeAttention token{q + i * q_size, rows, positions, head_dim, group, scale, scores.data(), out + i * q_size};
+          token.heads(g, g + 1);
         }
       }
-    } const attention{q.data(), keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0), values.stride(0),
-                      steps, start_pos, q_size, head_dim, group, scale, attended.data()};
+    } const attention{q.data(), &rows, steps, start_pos, q_size, head_dim, group, scale, attended.data()};
     kernels::default_thread_pool().parallel_for(
         steps * kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->items(first, last); });
 

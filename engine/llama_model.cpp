@@ -35,13 +35,14 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
   auto one_byte = [](const Linear& l) {
     return l.is_quantized() && kernels::activation_rounding(l.quantized.view.type) == kernels::ActivationRounding::OneBytePerValue;
   };
-  row_exact_ = fused_decode_ && one_byte(weights_.lm_head);
-  for (const LayerWeights& layer : weights_.layers)
-    for (const Linear* l : layer.matrices()) row_exact_ = row_exact_ || (fused_decode_ && one_byte(*l));
+  bool any_one_byte = one_byte(weights_.lm_head);
   streaming_rows_ = weights_.lm_head.streaming_rows();
   for (const LayerWeights& layer : weights_.layers)
-    for (const Linear* l : layer.matrices())
+    for (const Linear* l : layer.matrices()) {
+      any_one_byte = any_one_byte || one_byte(*l);
       streaming_rows_ = std::min(streaming_rows_, l->streaming_rows());
+    }
+  row_exact_ = fused_decode_ && any_one_byte;
 }
 
 std::shared_ptr<LlamaModel> LlamaModel::from_checkpoint(const std::string& directory, const ModelConfig& config,

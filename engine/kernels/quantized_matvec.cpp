@@ -238,6 +238,20 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
   }
 }
 
+// The roundings that products with weights of the added types take of their input.
+struct InputRoundings {
+  bool two_bytes = false, one_byte = false;
+  void add(GgufType type) {
+    const ActivationRounding rounding = activation_rounding(type);
+    two_bytes = two_bytes || rounding == ActivationRounding::TwoBytesPerValue;
+    one_byte = one_byte || rounding == ActivationRounding::OneBytePerValue;
+  }
+  // x [n, cols] rounded in each of them on the calling thread, or null when none is needed.
+  const ThreadActivations* apply(const float* x, std::int64_t n, std::int64_t cols) const {
+    return two_bytes || one_byte ? &ThreadActivations::quantize(x, n, cols, two_bytes, one_byte) : nullptr;
+  }
+};
+
 }  // namespace
 
 ActivationRounding activation_rounding(GgufType type) {
@@ -254,12 +268,9 @@ void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* 
   check_view("matmul_quantized", weight, n, x, y);
   if (n == 0 || weight.rows == 0) return;
   // Rounded once here, on the calling thread; the pool's threads read the caller's buffers.
-  const ActivationRounding rounding = activation_rounding(weight.type);
-  const ThreadActivations* activations =
-      rounding != ActivationRounding::None
-          ? &ThreadActivations::quantize(x, n, weight.cols, rounding == ActivationRounding::TwoBytesPerValue,
-                                         rounding == ActivationRounding::OneBytePerValue)
-          : nullptr;
+  InputRoundings roundings;
+  roundings.add(weight.type);
+  const ThreadActivations* activations = roundings.apply(x, n, weight.cols);
   struct Problem {
     const QuantizedMatrixView* weight;
     const float* x;
@@ -295,15 +306,10 @@ void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, 
     total_bytes += products[i].weight.rows * products[i].weight.row_bytes;
   }
   if (total_rows == 0) return;
-  // Each rounding the products' types ask for, made once (a Q4_K_M file's v may be Q8_0 next to Q4_K q and k).
-  bool two_bytes = false, one_byte = false;
-  for (int i = 0; i < count; ++i) {
-    const ActivationRounding rounding = activation_rounding(products[i].weight.type);
-    two_bytes = two_bytes || rounding == ActivationRounding::TwoBytesPerValue;
-    one_byte = one_byte || rounding == ActivationRounding::OneBytePerValue;
-  }
-  const ThreadActivations* activations =
-      two_bytes || one_byte ? &ThreadActivations::quantize(x, 1, products[0].weight.cols, two_bytes, one_byte) : nullptr;
+  // Each rounding the products' types ask for, made once (q/k/v of one input may differ in type).
+  InputRoundings roundings;
+  for (int i = 0; i < count; ++i) roundings.add(products[i].weight.type);
+  const ThreadActivations* activations = roundings.apply(x, 1, products[0].weight.cols);
   struct Problem {
     const SharedInputQuantizedProduct* products;
     int count;
