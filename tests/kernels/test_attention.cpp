@@ -1,4 +1,4 @@
-// Decode attention for one KV head against a double-precision reference, for the AVX2 and the
+// Decode attention for one KV head against a double-precision reference, for the AVX-512, AVX2 and
 // portable versions, with strided cache rows and GQA groups.
 #include <QtTest>
 #include "common/test_suite.h"
@@ -26,20 +26,27 @@ void AttentionTest::matches_reference_data() {
   QTest::addColumn<int>("n");
   QTest::addColumn<int>("group");
   QTest::addColumn<int>("head_dim");
-  QTest::addColumn<bool>("avx2");
-  for (bool avx2 : {true, false})
-    for (auto [n, group, head_dim] : std::vector<std::tuple<int, int, int>>{{1, 1, 8}, {5, 2, 8}, {37, 4, 64}, {300, 3, 64}, {129, 2, 32}, {17, 1, 80}, {23, 2, 12}, {9, 3, 4}, {200, 2, 8}})
-      QTest::newRow(QString("n%1 g%2 d%3 %4").arg(n).arg(group).arg(head_dim).arg(avx2 ? "avx2" : "portable").toUtf8())
-          << n << group << head_dim << avx2;
+  QTest::addColumn<QString>("kernels");
+  // The AVX-512 version takes head_dim in multiples of 16 (others go to the AVX2 one), queries in pairs
+  // for the scores and up to four per pass over the values, dimensions up to 64 per pass.
+  const std::vector<std::tuple<int, int, int>> shapes{
+      {1, 1, 8},    {5, 2, 8},    {37, 4, 64},  {300, 3, 64}, {129, 2, 32}, {17, 1, 80},  {23, 2, 12},
+      {9, 3, 4},    {200, 2, 8},  {7, 5, 16},   {64, 8, 64},  {70, 4, 128}, {33, 6, 48},  {150, 7, 96}};
+  for (const char* kernels : {"avx512", "avx2", "portable"})
+    for (auto [n, group, head_dim] : shapes)
+      QTest::newRow(QString("n%1 g%2 d%3 %4").arg(n).arg(group).arg(head_dim).arg(kernels).toUtf8())
+          << n << group << head_dim << QString(kernels);
 }
 
 void AttentionTest::matches_reference() {
   QFETCH(int, n);
   QFETCH(int, group);
   QFETCH(int, head_dim);
-  QFETCH(bool, avx2);
-  if (avx2 && !cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
-  set_avx2_kernels_enabled(avx2);
+  QFETCH(QString, kernels);
+  if (kernels == "avx512" && !cpu_has_avx512()) QSKIP("no AVX-512 on this processor");
+  if (kernels != "portable" && !cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
+  set_avx2_kernels_enabled(kernels != "portable");
+  set_avx512_kernels_enabled(kernels == "avx512");
   std::mt19937 rng(n * 131 + group * 7 + head_dim);
   std::normal_distribution<float> normal(0.f, 1.f);
   const int stride = head_dim + 3;  // cache rows need not be packed
@@ -51,6 +58,7 @@ void AttentionTest::matches_reference() {
   std::vector<float> scores(group * n), out(group * head_dim, NAN);
   attention_decode_head(q.data(), keys.data(), values.data(), n, stride, group, head_dim, scale, scores.data(), out.data());
   set_avx2_kernels_enabled(true);
+  set_avx512_kernels_enabled(true);
   for (int j = 0; j < group; ++j) {
     std::vector<double> p(n);
     double top = -INFINITY, sum = 0;
