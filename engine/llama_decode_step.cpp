@@ -275,7 +275,7 @@ void LlamaModel::decode_step(TokenId token, std::int64_t position, KvCache& cach
     const DecodeAttention attention{s.q.data(), &rows, positions, head_dim, group,
                                     1.0f / std::sqrt(static_cast<float>(head_dim)), s.scores.data(), s.attended.data()};
     // A long context makes attention a real share of the step: split it by KV head over the pool.
-    if (positions >= kParallelAttentionTokens && kv_heads > 1)
+    if (parallel_attention(positions))
       kernels::default_thread_pool().parallel_for(
           kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->heads(first, last); });
     else

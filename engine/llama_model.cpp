@@ -128,6 +128,12 @@ void LlamaModel::decode(TokenId token, std::int64_t position, KvCache& cache, De
   copy_logits(forward_checked(&token, 1, position, &cache, /*all_positions=*/false), context.logits);
 }
 
+bool LlamaModel::parallel_attention(std::int64_t positions) const {
+  const std::int64_t kv_bytes = 2 * config_.num_key_value_heads * positions * config_.head_dim *
+                                static_cast<std::int64_t>(sizeof(float));
+  return config_.num_key_value_heads > 1 && kv_bytes >= kParallelAttentionBytes;
+}
+
 // Attention of grouped queries [KVH, group*T, d] over keys/values [KVH, total, d] into `out` (same
 // shape as the queries). GQA without repeating K/V: query heads h = g*group + j share kv head g, so
 // the group is folded into the query rows.
@@ -144,7 +150,7 @@ void LlamaModel::attend(const at::Tensor& grouped_q, const at::Tensor& keys, con
     }
     out.narrow(0, first, count).copy_(at::matmul(at::softmax(scores, -1), v_heads));
   };
-  if (streaming && total >= kParallelAttentionTokens && kv_heads > 1) {
+  if (streaming && parallel_attention(total)) {
     // A long context makes attention a real share of a decode step: split it by KV head over the
     // kernels' pool (LibTorch's own threads are parked while streaming).
     kernels::default_thread_pool().parallel_for(kv_heads, [&](std::int64_t begin, std::int64_t end) {
