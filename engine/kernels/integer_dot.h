@@ -27,6 +27,13 @@ using IntegerRowDot = float (*)(const std::uint8_t* row, const QuantizedActivati
 // products stay in f32 (F32, F16, BF16, and those without an integer kernel).
 IntegerRowDot integer_row_dot(GgufType type);
 
+// dot(row, x^) for four activation vectors x[0..3] at once, out[v] bit-identical to what integer_row_dot(type)
+// gives for x[v] (a prompt's products read each row once for several vectors; this also shares the
+// weights' unpacking among them). Null where there is none: the caller takes the vectors one by one.
+using IntegerRowDot4 = void (*)(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
+                                float* out);
+IntegerRowDot4 integer_row_dot4(GgufType type);
+
 // The portable twins, also for tests.
 IntegerRowDot portable_integer_row_dot(GgufType type);
 // The AVX2 kernels (x86-64 builds only; for a processor with AVX2, FMA and F16C).
@@ -35,5 +42,7 @@ IntegerRowDot avx2_integer_row_dot(GgufType type);
 // K-quants), or null for a type that has none here (Q4_1, Q5_0, Q5_1 keep the AVX2 ones, and the K-quants
 // without VNNI).
 IntegerRowDot avx512_integer_row_dot(GgufType type);
+// The four-vector AVX-512 VNNI kernels (Q4_K, Q5_K), or null.
+IntegerRowDot4 avx512_integer_row_dot4(GgufType type);
 
 }  // namespace kvchat::kernels

@@ -182,6 +182,61 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
   return _mm512_reduce_add_ps(acc) - horizontal_sum(mins_acc);
 }
 
+// The same products for four activation vectors at once (a prompt's rows): the weights' unpacking (scales,
+// quants, the scales' word order) is done once for the four, and each vector's sums take exactly the
+// steps of dot_q4_q5_k in the same order, so each result is bit-identical to that kernel's.
+template <bool kFifthBits>
+KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
+                                         float* out) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16, kVectors = 4;
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
+  const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
+  __m512 acc[kVectors];
+  __m128 mins_acc[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    acc[v] = _mm512_setzero_ps();
+    mins_acc[v] = _mm_setzero_ps();
+  }
+  for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
+    const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
+    const __m512i scale_words = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed_scales));
+    const __m512i group_scales[2] = {_mm512_permutexvar_epi16(scale_index[0], scale_words),
+                                     _mm512_permutexvar_epi16(scale_index[1], scale_words)};
+    std::uint32_t halves;
+    std::memcpy(&halves, row, 4);
+    const __m128 d_and_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+    __m512i high_bits = _mm512_setzero_si512();
+    if constexpr (kFifthBits) high_bits = _mm512_broadcast_i64x4(load256(row + 16));
+    __m512i quants[4];
+    for (int pair = 0; pair < 4; ++pair) {
+      quants[pair] = _mm512_and_si512(
+          _mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(row + kNibblesAt + 32 * pair)), nibble_shift), low_mask);
+      if constexpr (kFifthBits) {
+        const __m512i bit_shift = _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1,
+                                                    2 * pair + 1, 2 * pair + 1);
+        quants[pair] =
+            _mm512_or_si512(quants[pair], _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
+      }
+    }
+    for (int v = 0; v < kVectors; ++v) {
+      const __m128 factors = _mm_mul_ps(d_and_dmin, _mm_set1_ps(x[v].byte_scales[s]));
+      mins_acc[v] = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x[v].byte_sums32 + 8 * s)),
+                                 _mm_shuffle_ps(factors, factors, 0x55), mins_acc[v]);
+      const std::int8_t* bytes = x[v].bytes + 256 * s;
+      __m512i sum = _mm512_setzero_si512();
+      for (int group = 0; group < 2; ++group) {
+        const __m512i first = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group], _mm512_loadu_si512(bytes + 128 * group));
+        const __m512i second =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group + 1], _mm512_loadu_si512(bytes + 128 * group + 64));
+        sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first, second), group_scales[group]);
+      }
+      acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(factors), acc[v]);
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) out[v] = _mm512_reduce_add_ps(acc[v]) - horizontal_sum(mins_acc[v]);
+}
+
 // Q6_K: d * x_scale * sum over groups of 16 of sc * (sum(q b) - 32 sum(b)). Half h's 64 low bytes give
 // elements 0-63 of the half in their low nibbles and 64-127 in their high ones, each 32 taking two of
 // the 32 top bytes' bit pairs: elements 32k..32k+31 bits 2k..2k+1.
@@ -226,6 +281,15 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
 }
 
 }  // namespace
+
+IntegerRowDot4 avx512_integer_row_dot4(GgufType type) {
+  if (!cpu_has_avx512_vnni()) return nullptr;
+  switch (type) {
+    case GgufType::Q4_K: return dot4_q4_q5_k<false>;
+    case GgufType::Q5_K: return dot4_q4_q5_k<true>;
+    default: return nullptr;
+  }
+}
 
 IntegerRowDot avx512_integer_row_dot(GgufType type) {
   switch (type) {

@@ -137,6 +137,14 @@ IntegerRowDot portable_integer_row_dot(GgufType type) {
   }
 }
 
+IntegerRowDot4 integer_row_dot4(GgufType type) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx512_kernels()) return avx512_integer_row_dot4(type);
+#endif
+  (void)type;
+  return nullptr;
+}
+
 IntegerRowDot integer_row_dot(GgufType type) {
 #if KVCHAT_HAVE_AVX2_KERNELS
   if (use_avx512_kernels())

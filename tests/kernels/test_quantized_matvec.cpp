@@ -200,6 +200,15 @@ const GgufType kTypes[] = {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufT
 
 }  // namespace
 
+// One row per block type and set of kernels.
+void add_type_and_kernels_rows() {
+  QTest::addColumn<int>("type");
+  QTest::addColumn<int>("kernels");
+  for (GgufType type : kTypes)
+    for (Kernels kernels : kAllKernels)
+      QTest::newRow(qPrintable(QString("%1 %2").arg(to_string(type), kernels_name(kernels)))) << int(type) << int(kernels);
+}
+
 class QuantizedMatvecTest : public QObject {
   Q_OBJECT
  private Q_SLOTS:
@@ -210,6 +219,8 @@ class QuantizedMatvecTest : public QObject {
   void matches_decoded_rows_data();
   void matches_decoded_rows();
   void shared_input_mixes_types();
+  void several_vectors_equal_one_at_a_time_data();
+  void several_vectors_equal_one_at_a_time();
   void decoded_rows_match_dequantize_data();
   void decoded_rows_match_dequantize();
   void rejects_bad_arguments();
@@ -277,13 +288,34 @@ void QuantizedMatvecTest::shared_input_mixes_types() {
   }
 }
 
-void QuantizedMatvecTest::decoded_rows_match_dequantize_data() {
-  QTest::addColumn<int>("type");
-  QTest::addColumn<int>("kernels");
-  for (GgufType type : kTypes)
-    for (Kernels kernels : kAllKernels)
-      QTest::newRow(qPrintable(QString("%1 %2").arg(to_string(type), kernels_name(kernels)))) << int(type) << int(kernels);
+void QuantizedMatvecTest::several_vectors_equal_one_at_a_time_data() { add_type_and_kernels_rows(); }
+
+// A prompt's product (several vectors, which some kernels take four at a time) gives each vector's row
+// the very bits that a product with that vector alone gives: the row-exact forwards rely on it.
+void QuantizedMatvecTest::several_vectors_equal_one_at_a_time() {
+  QFETCH(int, type);
+  QFETCH(int, kernels);
+  QString skip;
+  if (!use_kernels(Kernels(kernels), &skip)) QSKIP(qPrintable(skip));
+  std::mt19937 rng(static_cast<unsigned>(type * 17 + 3));
+  const std::int64_t rows = 700, cols = 768, n = 11;  // 700 rows: the pool's threads share them
+  const RandomMatrix m = random_matrix(GgufType(type), rows, cols, rng);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(static_cast<std::size_t>(n * cols)), bias(static_cast<std::size_t>(rows));
+  for (float& v : x) v = normal(rng);
+  for (float& v : bias) v = normal(rng);
+  std::vector<float> together(static_cast<std::size_t>(n * rows)), alone(static_cast<std::size_t>(rows));
+  kernels::matmul_quantized(m.view, x.data(), together.data(), n, bias.data());
+  for (std::int64_t i = 0; i < n; ++i) {
+    kernels::matmul_quantized(m.view, x.data() + i * cols, alone.data(), 1, bias.data());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float a = together[static_cast<std::size_t>(i * rows + r)], b = alone[static_cast<std::size_t>(r)];
+      QVERIFY2(std::memcmp(&a, &b, sizeof a) == 0, qPrintable(QString("vector %1 row %2: %3 vs %4").arg(i).arg(r).arg(a, 0, 'g', 9).arg(b, 0, 'g', 9)));
+    }
+  }
 }
+
+void QuantizedMatvecTest::decoded_rows_match_dequantize_data() { add_type_and_kernels_rows(); }
 
 // The prefill's decoded blocks of rows: the values of engine/gguf's dequantize (a K-quant's
 // d*sc*q - dmin*m may round once instead of twice).
