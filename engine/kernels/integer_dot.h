@@ -42,7 +42,8 @@ IntegerRowDot avx2_integer_row_dot(GgufType type);
 // K-quants), or null for a type that has none here (Q4_1, Q5_0, Q5_1 keep the AVX2 ones, and the K-quants
 // without VNNI).
 IntegerRowDot avx512_integer_row_dot(GgufType type);
-// The four-vector AVX-512 VNNI kernels (Q4_K, Q5_K, Q6_K), or null.
+// The four-vector kernels (the K-quants), AVX-512 VNNI and AVX2, or null.
 IntegerRowDot4 avx512_integer_row_dot4(GgufType type);
+IntegerRowDot4 avx2_integer_row_dot4(GgufType type);
 
 }  // namespace kvchat::kernels

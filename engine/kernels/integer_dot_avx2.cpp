@@ -114,6 +114,23 @@ KVCHAT_ISA_AVX2 inline __m256i word_broadcast(int j) {
   return _mm256_set1_epi16(static_cast<short>((2 * j) | ((2 * j + 1) << 8)));
 }
 
+// Pair `pair`'s 64 quants of a Q4_K/Q5_K super-block: sub-block 2p in `low`, 2p+1 in `high` (32 each).
+// Q5_K's fifth bits (`high_bits`, the block's 32 bytes of them): bit 2p of byte l for low-nibble element
+// l, bit 2p+1 for the high-nibble one, moved to bit 4.
+template <bool kFifthBits>
+KVCHAT_ISA_AVX2 inline void q4_q5_k_pair_quants(const std::uint8_t* block, __m256i high_bits, int pair, __m256i& low,
+                                                __m256i& high) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
+  const __m256i packed = load256(block + (kFifthBits ? 48 : 16) + 32 * pair);
+  low = _mm256_and_si256(packed, low_mask);
+  high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+  if constexpr (kFifthBits) {
+    const __m256i bits = _mm256_srli_epi16(high_bits, 2 * pair);
+    low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(bits, 4), fifth));
+    high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(bits, 3), fifth));
+  }
+}
+
 // Q4_K / Q5_K against one-byte activations (one scale per super-block): per super-block
 // d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)), the sums exact 32-bit integers.
 // The unsigned quants (at most 31) go straight into _mm256_maddubs_epi16 against the signed bytes (pair
@@ -121,8 +138,7 @@ KVCHAT_ISA_AVX2 inline __m256i word_broadcast(int j) {
 // bits: bit 2p of byte l for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
 template <bool kFifthBits>
 KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   __m256 acc = _mm256_setzero_ps();
   __m128 mins_acc = _mm_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
@@ -138,15 +154,8 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
     const std::int8_t* bytes = x.bytes + 256 * s;
     __m256i sum = _mm256_setzero_si256();
     for (int pair = 0; pair < 4; ++pair, bytes += 64) {
-      const __m256i packed = load256(row + kNibblesAt + 32 * pair);
-      __m256i low = _mm256_and_si256(packed, low_mask);
-      __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
-      if constexpr (kFifthBits) {
-        // Bit 2p (low) and 2p+1 (high) of each byte moved to bit 4.
-        const __m256i bits = _mm256_srli_epi16(high_bits, 2 * pair);
-        low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(bits, 4), fifth));
-        high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(bits, 3), fifth));
-      }
+      __m256i low, high;
+      q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair, low, high);
       const __m256i low_products = _mm256_maddubs_epi16(low, load256(bytes));
       const __m256i high_products = _mm256_maddubs_epi16(high, load256(bytes + 32));
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(low_products, _mm256_shuffle_epi8(scales, word_broadcast(2 * pair))));
@@ -186,7 +195,92 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
   return horizontal_sum(acc);
 }
 
+// The K-quant products for four activation vectors at once (a prompt's rows): the weights' unpacking done
+// once for the four, each vector's sums by exactly the steps of the one-vector kernel above, so that each
+// result is bit-identical to that kernel's.
+template <bool kFifthBits>
+KVCHAT_ISA_AVX2 void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
+                                  float* out) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
+  __m256 acc[kVectors];
+  __m128 mins_acc[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    acc[v] = _mm256_setzero_ps();
+    mins_acc[v] = _mm_setzero_ps();
+  }
+  for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
+    for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed_scales));
+    const float d = load_f16_scale(row), dmin = load_f16_scale(row + 2);
+    for (int v = 0; v < kVectors; ++v)
+      mins_acc[v] = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x[v].byte_sums32 + 8 * s)),
+                                 _mm_set1_ps(dmin * x[v].byte_scales[s]), mins_acc[v]);
+    __m256i high_bits = _mm256_setzero_si256();
+    if constexpr (kFifthBits) high_bits = load256(row + 16);
+    __m256i sum[kVectors];
+    for (__m256i& v : sum) v = _mm256_setzero_si256();
+    for (int pair = 0; pair < 4; ++pair) {
+      __m256i low, high;
+      q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair, low, high);
+      const __m256i low_scale = _mm256_shuffle_epi8(scales, word_broadcast(2 * pair));
+      const __m256i high_scale = _mm256_shuffle_epi8(scales, word_broadcast(2 * pair + 1));
+      for (int v = 0; v < kVectors; ++v) {
+        const std::int8_t* bytes = x[v].bytes + 256 * s + 64 * pair;
+        sum[v] = _mm256_add_epi32(sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(low, load256(bytes)), low_scale));
+        sum[v] = _mm256_add_epi32(sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(high, load256(bytes + 32)), high_scale));
+      }
+    }
+    for (int v = 0; v < kVectors; ++v)
+      acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[v]), _mm256_set1_ps(d * x[v].byte_scales[s]), acc[v]);
+  }
+  for (int v = 0; v < kVectors; ++v) out[v] = horizontal_sum(acc[v]) - horizontal_sum(mins_acc[v]);
+}
+
+KVCHAT_ISA_AVX2 void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
+                               float* out) {
+  constexpr int kVectors = 4;
+  __m256i group_scale[4];
+  for (int k = 0; k < 4; ++k)
+    group_scale[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))),
+                                       _mm_set1_epi16(static_cast<short>((4 * k + 2) | ((4 * k + 3) << 8))));
+  __m256 acc[kVectors];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
+    for (int ahead = 0; ahead < 256; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T0);
+    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
+    __m256i sum[kVectors];
+    for (int v = 0; v < kVectors; ++v) sum[v] = q6_k_offsets(scales, x[v].byte_sums16 + 16 * s);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half == 0 ? 0x00 : 0x11);
+      __m256i quants[4];
+      q6_k_half_quants(row, half, quants);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i group = _mm256_shuffle_epi8(half_scales, group_scale[k]);
+        for (int v = 0; v < kVectors; ++v)
+          sum[v] = _mm256_add_epi32(
+              sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(quants[k], load256(x[v].bytes + 256 * s + 128 * half + 32 * k)), group));
+      }
+    }
+    const float d = load_f16_scale(row + 208);
+    for (int v = 0; v < kVectors; ++v)
+      acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[v]), _mm256_set1_ps(d * x[v].byte_scales[s]), acc[v]);
+  }
+  for (int v = 0; v < kVectors; ++v) out[v] = horizontal_sum(acc[v]);
+}
+
 }  // namespace
+
+IntegerRowDot4 avx2_integer_row_dot4(GgufType type) {
+  switch (type) {
+    case GgufType::Q4_K: return dot4_q4_q5_k<false>;
+    case GgufType::Q5_K: return dot4_q4_q5_k<true>;
+    case GgufType::Q6_K: return dot4_q6_k;
+    default: return nullptr;
+  }
+}
 
 IntegerRowDot avx2_integer_row_dot(GgufType type) {
   switch (type) {

@@ -139,7 +139,9 @@ IntegerRowDot portable_integer_row_dot(GgufType type) {
 
 IntegerRowDot4 integer_row_dot4(GgufType type) {
 #if KVCHAT_HAVE_AVX2_KERNELS
-  if (use_avx512_kernels()) return avx512_integer_row_dot4(type);
+  // The same kernel family as integer_row_dot's choice, whose bits each result must have.
+  if (use_avx512_kernels() && avx512_integer_row_dot(type)) return avx512_integer_row_dot4(type);
+  if (use_avx2_kernels()) return avx2_integer_row_dot4(type);
 #endif
   (void)type;
   return nullptr;

@@ -210,7 +210,7 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
     for (std::int64_t first = 0; first < n; first += chunk) {
       const std::int64_t count = std::min(n - first, chunk);
       for (std::int64_t i = 0; i < count; ++i) vectors[i] = activations->row(first + i);
-      // Four vectors at a time where the type has such a kernel (the K-quants on AVX-512 VNNI): the row's
+      // Four vectors at a time where the type has such a kernel (the K-quants, AVX-512 VNNI or AVX2): the row's
       // unpacking is shared, and each result has the one-vector kernel's bits (the row-exact forwards).
       const IntegerRowDot4 dot4 = count >= 4 ? integer_row_dot4(w.type) : nullptr;
       for (std::int64_t r = begin; r < end; ++r) {
