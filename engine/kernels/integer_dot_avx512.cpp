@@ -136,12 +136,26 @@ KVCHAT_ISA_AVX512_VNNI inline __m512i packed_scale_index(int a_low, int a_high, 
 // Q4_K / Q5_K: d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)). Pair p's 32 bytes
 // hold sub-block 2p in their low nibbles and 2p+1 in their high ones: broadcast to both halves of a
 // 512-bit register and shifted by 0 and 4, they give the pair's 64 quants in element order. Q5_K's fifth
-// bits: bit 2p of byte l for element l of sub-block 2p, bit 2p+1 for sub-block 2p+1.
+// bits: bit 2p of byte l for element l of sub-block 2p, bit 2p+1 for sub-block 2p+1 (`high_bits`: the
+// block's 32 bytes of them in both halves).
 template <bool kFifthBits>
-KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
+KVCHAT_ISA_AVX512_VNNI inline __m512i q4_q5_k_pair_quants(const std::uint8_t* block, __m512i high_bits, int pair) {
   const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
   const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  __m512i quants =
+      _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(block + (kFifthBits ? 48 : 16) + 32 * pair)), nibble_shift),
+                       low_mask);
+  if constexpr (kFifthBits) {
+    const __m512i bit_shift =
+        _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1);
+    quants = _mm512_or_si512(quants, _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
+  }
+  return quants;
+}
+
+template <bool kFifthBits>
+KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   // Pairs 2g and 2g+1 packed together: sub-blocks 4g (low lanes of the first), 4g+1, 4g+2, 4g+3.
   const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
   __m512 acc = _mm512_setzero_ps();
@@ -165,13 +179,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
       __m512i products[2];
       for (int half = 0; half < 2; ++half) {
         const int pair = 2 * group + half;
-        __m512i quants = _mm512_and_si512(
-            _mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(row + kNibblesAt + 32 * pair)), nibble_shift), low_mask);
-        if constexpr (kFifthBits) {
-          const __m512i bit_shift = _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1,
-                                                      2 * pair + 1, 2 * pair + 1);
-          quants = _mm512_or_si512(quants, _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
-        }
+        const __m512i quants = q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair);
         products[half] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants, _mm512_loadu_si512(bytes + 64 * pair));
       }
       sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(products[0], products[1]),
@@ -188,9 +196,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
 template <bool kFifthBits>
 KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
                                          float* out) {
-  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16, kVectors = 4;
-  const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
-  const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
   const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
   __m512 acc[kVectors];
   __m128 mins_acc[kVectors];
@@ -209,16 +215,7 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const Quantize
     __m512i high_bits = _mm512_setzero_si512();
     if constexpr (kFifthBits) high_bits = _mm512_broadcast_i64x4(load256(row + 16));
     __m512i quants[4];
-    for (int pair = 0; pair < 4; ++pair) {
-      quants[pair] = _mm512_and_si512(
-          _mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(row + kNibblesAt + 32 * pair)), nibble_shift), low_mask);
-      if constexpr (kFifthBits) {
-        const __m512i bit_shift = _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1,
-                                                    2 * pair + 1, 2 * pair + 1);
-        quants[pair] =
-            _mm512_or_si512(quants[pair], _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
-      }
-    }
+    for (int pair = 0; pair < 4; ++pair) quants[pair] = q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair);
     for (int v = 0; v < kVectors; ++v) {
       const __m128 factors = _mm_mul_ps(d_and_dmin, _mm_set1_ps(x[v].byte_scales[s]));
       mins_acc[v] = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x[v].byte_sums32 + 8 * s)),
@@ -240,20 +237,31 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const Quantize
 // Q6_K: d * x_scale * sum over groups of 16 of sc * (sum(q b) - 32 sum(b)). Half h's 64 low bytes give
 // elements 0-63 of the half in their low nibbles and 64-127 in their high ones, each 32 taking two of
 // the 32 top bytes' bit pairs: elements 32k..32k+31 bits 2k..2k+1.
-KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+// Word indices for _mm512_permutexvar_epi16 that place half h's group scales under the packed words of
+// its two products: lane L holds group 8h + L (first products) and 8h + 4 + L (second).
+KVCHAT_ISA_AVX512_VNNI inline __m512i q6_k_scale_index(int half) {
+  alignas(64) std::int16_t index[32];
+  for (int lane = 0; lane < 4; ++lane)
+    for (int k = 0; k < 8; ++k) index[8 * lane + k] = static_cast<std::int16_t>(8 * half + lane + (k < 4 ? 0 : 4));
+  return _mm512_load_si512(index);
+}
+
+// Half h's 128 unsigned quants (0..63) in two 512-bit vectors: `first` elements 0-63, `second` 64-127.
+KVCHAT_ISA_AVX512_VNNI inline void q6_k_half_quants_512(const std::uint8_t* block, int half, __m512i& first, __m512i& second) {
   const __m512i low_mask = _mm512_set1_epi8(0x0F), top_mask = _mm512_set1_epi8(0x30);
   // Top bits of elements 0-31 (bits 0-1) and 32-63 (bits 2-3) moved to bits 4-5; of 64-95 (bits 4-5)
   // and 96-127 (bits 6-7) likewise.
   const __m512i first_top_shift = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
   const __m512i second_top_shift = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
-  // Packed words of half h: lane L holds group 8h + L (first products) and 8h + 4 + L (second).
-  __m512i scale_index[2];
-  for (int half = 0; half < 2; ++half) {
-    alignas(64) std::int16_t index[32];
-    for (int lane = 0; lane < 4; ++lane)
-      for (int k = 0; k < 8; ++k) index[8 * lane + k] = static_cast<std::int16_t>(8 * half + lane + (k < 4 ? 0 : 4));
-    scale_index[half] = _mm512_load_si512(index);
-  }
+  const __m512i low = _mm512_loadu_si512(block + 64 * half);
+  const __m512i top = _mm512_broadcast_i64x4(load256(block + 128 + 32 * half));
+  first = _mm512_or_si512(_mm512_and_si512(low, low_mask), _mm512_and_si512(_mm512_sllv_epi64(top, first_top_shift), top_mask));
+  second = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(low, 4), low_mask),
+                           _mm512_and_si512(_mm512_srlv_epi64(top, second_top_shift), top_mask));
+}
+
+KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     for (int ahead = 0; ahead < 256; ahead += 64)
@@ -264,12 +272,8 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
     __m512i sum = _mm512_zextsi256_si512(q6_k_offsets(scales, x.byte_sums16 + 16 * s));
     const std::int8_t* bytes = x.bytes + 256 * s;
     for (int half = 0; half < 2; ++half, bytes += 128) {
-      const __m512i low = _mm512_loadu_si512(row + 64 * half);
-      const __m512i top = _mm512_broadcast_i64x4(load256(row + 128 + 32 * half));
-      const __m512i first = _mm512_or_si512(_mm512_and_si512(low, low_mask),
-                                            _mm512_and_si512(_mm512_sllv_epi64(top, first_top_shift), top_mask));
-      const __m512i second = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(low, 4), low_mask),
-                                             _mm512_and_si512(_mm512_srlv_epi64(top, second_top_shift), top_mask));
+      __m512i first, second;
+      q6_k_half_quants_512(row, half, first, second);
       const __m512i first_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), first, _mm512_loadu_si512(bytes));
       const __m512i second_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), second, _mm512_loadu_si512(bytes + 64));
       sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first_products, second_products),
@@ -285,16 +289,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
 KVCHAT_ISA_AVX512_VNNI void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
                                       float* out) {
   constexpr int kVectors = 4;
-  const __m512i low_mask = _mm512_set1_epi8(0x0F), top_mask = _mm512_set1_epi8(0x30);
-  const __m512i first_top_shift = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
-  const __m512i second_top_shift = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
-  __m512i scale_index[2];
-  for (int half = 0; half < 2; ++half) {
-    alignas(64) std::int16_t index[32];
-    for (int lane = 0; lane < 4; ++lane)
-      for (int k = 0; k < 8; ++k) index[8 * lane + k] = static_cast<std::int16_t>(8 * half + lane + (k < 4 ? 0 : 4));
-    scale_index[half] = _mm512_load_si512(index);
-  }
+  const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc[kVectors];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
@@ -303,11 +298,7 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q6_k(const std::uint8_t* row, const QuantizedAc
     const float d = load_f16_scale(row + 208);
     __m512i quants[2][2], half_scales[2];
     for (int half = 0; half < 2; ++half) {
-      const __m512i low = _mm512_loadu_si512(row + 64 * half);
-      const __m512i top = _mm512_broadcast_i64x4(load256(row + 128 + 32 * half));
-      quants[half][0] = _mm512_or_si512(_mm512_and_si512(low, low_mask), _mm512_and_si512(_mm512_sllv_epi64(top, first_top_shift), top_mask));
-      quants[half][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(low, 4), low_mask),
-                                        _mm512_and_si512(_mm512_srlv_epi64(top, second_top_shift), top_mask));
+      q6_k_half_quants_512(row, half, quants[half][0], quants[half][1]);
       half_scales[half] = _mm512_permutexvar_epi16(scale_index[half], scale_words);
     }
     for (int v = 0; v < kVectors; ++v) {
