@@ -183,7 +183,8 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
     __m256i sum = q6_k_offsets(scales, x.byte_sums16 + 16 * s);
     const std::int8_t* bytes = x.bytes + 256 * s;
     for (int half = 0; half < 2; ++half) {
-      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half == 0 ? 0x00 : 0x11);
+      const __m256i half_scales = half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
+                                             : _mm256_permute2x128_si256(scales, scales, 0x11);
       __m256i quants[4];
       q6_k_half_quants(row, half, quants);
       for (int k = 0; k < 4; ++k, bytes += 32)
@@ -254,7 +255,8 @@ KVCHAT_ISA_AVX2 void dot4_q6_k(const std::uint8_t* row, const QuantizedActivatio
     __m256i sum[kVectors];
     for (int v = 0; v < kVectors; ++v) sum[v] = q6_k_offsets(scales, x[v].byte_sums16 + 16 * s);
     for (int half = 0; half < 2; ++half) {
-      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half == 0 ? 0x00 : 0x11);
+      const __m256i half_scales = half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
+                                             : _mm256_permute2x128_si256(scales, scales, 0x11);
       __m256i quants[4];
       q6_k_half_quants(row, half, quants);
       for (int k = 0; k < 4; ++k) {
