@@ -28,8 +28,11 @@ namespace {
 
 // As in the AVX2 kernels: each thread reads its rows as one linear stream, and a software prefetch
 // keeps enough misses in flight. These kernels go through a block about twice as fast, so they look
-// further ahead: one core streaming Q8_0 rows, 27.0 G weights/s at 1 KiB ahead, 32.2 at 4 KiB.
-constexpr std::int64_t kPrefetchBytes = 4096;
+// further ahead, and into L2: 16 KiB ahead. One core streaming Q8_0 rows did 27.0 G weights/s at 1 KiB
+// ahead into L1, 32.2 at 4 KiB; two cores decoding the 1B shape's Q8_0 matrices, paired with a read
+// probe between passes, read 0.89-0.98 of the probe's rate at 16 KiB into L2 against 0.78-0.83 at
+// 4 KiB into L1 (8 KiB into L2: 0.87-0.89, 32 KiB: 0.86-0.87). The K-quant kernels below found the same.
+constexpr std::int64_t kPrefetchBytes = 16384;
 
 KVCHAT_ISA_AVX512 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
 
@@ -71,7 +74,7 @@ KVCHAT_ISA_AVX512 float dot_q8_0(const std::uint8_t* row, const QuantizedActivat
     const __m512 factors = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_loadu_ps(x.scales + b)));
     for (int pair = 0; pair < 4; ++pair) {
       const std::uint8_t* first = row + 68 * pair;
-      _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
       const __m512i sums0 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(load256(first + 2)),
                                               _mm512_loadu_si512(x.values + 32 * (b + 2 * pair)));
       const __m512i sums1 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(load256(first + 36)),
@@ -94,7 +97,7 @@ KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivat
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   std::int64_t b = 0;
   for (; b + 2 <= blocks; b += 2, row += 36) {
-    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T1);
     const __m512 p0 = block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 2), eight)), x.values + 32 * b);
     const __m512 p1 =
         block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 20), eight)), x.values + 32 * b + 32);
@@ -115,11 +118,10 @@ KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivat
 // weights those words by the sub-block scales and adds them up: a super-block ends as one vector of
 // exact 32-bit sums, converted to f32 once.
 
-// Further ahead, and into L2: one core streaming Q4_K rows from memory, 16 KiB into L2 gave 4-10 % more
-// than 4 KiB into L1 in three runs of four, the same in the fourth. (Loading a Q4_K pair group's 64 bytes
-// whole, with the activations stored in its nibbles' order, ran 10 % faster in cache but no faster from
-// memory, where decode reads them, so it was not kept.)
-constexpr std::int64_t kByteKernelPrefetchBytes = 16384;
+// They prefetch as the kernels above (kPrefetchBytes into L2): one core streaming Q4_K rows from
+// memory, 16 KiB into L2 gave 4-10 % more than 4 KiB into L1 in three runs of four, the same in the
+// fourth. (Loading a Q4_K pair group's 64 bytes whole, with the activations stored in its nibbles'
+// order, ran 10 % faster in cache but no faster from memory, where decode reads them, so it was not kept.)
 
 // Word indices for _mm512_permutexvar_epi16 that place 16-bit scales under the words of
 // _mm512_packs_epi32(a, b): 128-bit lane L holds a's 32-bit lanes 4L..4L+3, then b's. `a_low`, `a_high`:
@@ -162,7 +164,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
   __m128 mins_acc = _mm_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
     for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kByteKernelPrefetchBytes + ahead, _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T1);
     const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
     const __m512i scale_words = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed_scales));
     std::uint32_t halves;
@@ -265,7 +267,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
   __m512 acc = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     for (int ahead = 0; ahead < 256; ahead += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kByteKernelPrefetchBytes + ahead, _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T1);
     const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
     const __m512i scale_words = _mm512_castsi256_si512(scales);
     // -32 * sum over the groups of sc * (sum of their bytes).
