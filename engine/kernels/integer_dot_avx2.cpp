@@ -166,14 +166,25 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
   return horizontal_sum(acc) - horizontal_sum(mins_acc);
 }
 
+// Shuffle indices that pick, for vector k of a Q6_K half, the scale of its low 128-bit lane's group (2k)
+// and of its high one's (2k+1) out of q6_k_half_scales.
+KVCHAT_ISA_AVX2 inline void q6_k_group_scale_index(__m256i (&index)[4]) {
+  for (int k = 0; k < 4; ++k)
+    index[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))),
+                                 _mm_set1_epi16(static_cast<short>((4 * k + 2) | ((4 * k + 3) << 8))));
+}
+
+// Half `half`'s eight 16-bit scales (of the super-block's sixteen in `scales`) in both 128-bit lanes.
+// Two calls with constant immediates: a computed one does not fold at -O1.
+KVCHAT_ISA_AVX2 inline __m256i q6_k_half_scales(__m256i scales, int half) {
+  return half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00) : _mm256_permute2x128_si256(scales, scales, 0x11);
+}
+
 // Q6_K against one-byte activations: per super-block d * x_scale * sum over groups of 16 of
 // sc * (sum(q b) - 32 sum(b)), exact in 32 bits; the quants (0..63) from q6_k_half_quants.
 KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  // Per vector k of a half: scale 2k in the low 128-bit lane, 2k+1 in the high one.
   __m256i group_scale[4];
-  for (int k = 0; k < 4; ++k)
-    group_scale[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))),
-                                       _mm_set1_epi16(static_cast<short>((4 * k + 2) | ((4 * k + 3) << 8))));
+  q6_k_group_scale_index(group_scale);
   __m256 acc = _mm256_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     for (int ahead = 0; ahead < 256; ahead += 64)
@@ -183,8 +194,7 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
     __m256i sum = q6_k_offsets(scales, x.byte_sums16 + 16 * s);
     const std::int8_t* bytes = x.bytes + 256 * s;
     for (int half = 0; half < 2; ++half) {
-      const __m256i half_scales = half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
-                                             : _mm256_permute2x128_si256(scales, scales, 0x11);
+      const __m256i half_scales = q6_k_half_scales(scales, half);
       __m256i quants[4];
       q6_k_half_quants(row, half, quants);
       for (int k = 0; k < 4; ++k, bytes += 32)
@@ -243,9 +253,7 @@ KVCHAT_ISA_AVX2 void dot4_q6_k(const std::uint8_t* row, const QuantizedActivatio
                                float* out) {
   constexpr int kVectors = 4;
   __m256i group_scale[4];
-  for (int k = 0; k < 4; ++k)
-    group_scale[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))),
-                                       _mm_set1_epi16(static_cast<short>((4 * k + 2) | ((4 * k + 3) << 8))));
+  q6_k_group_scale_index(group_scale);
   __m256 acc[kVectors];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
@@ -255,8 +263,7 @@ KVCHAT_ISA_AVX2 void dot4_q6_k(const std::uint8_t* row, const QuantizedActivatio
     __m256i sum[kVectors];
     for (int v = 0; v < kVectors; ++v) sum[v] = q6_k_offsets(scales, x[v].byte_sums16 + 16 * s);
     for (int half = 0; half < 2; ++half) {
-      const __m256i half_scales = half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
-                                             : _mm256_permute2x128_si256(scales, scales, 0x11);
+      const __m256i half_scales = q6_k_half_scales(scales, half);
       __m256i quants[4];
       q6_k_half_quants(row, half, quants);
       for (int k = 0; k < 4; ++k) {

@@ -207,12 +207,12 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
     const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / (2 * std::max<std::int64_t>(w.cols, 1)), 1,
                                                          std::min(n, kMaxChunkVectors));
     QuantizedActivations vectors[kMaxChunkVectors];  // the chunk's views, made once rather than per row
+    // Four vectors at a time where the type has such a kernel (the K-quants, AVX-512 VNNI or AVX2): the row's
+    // unpacking is shared, and each result has the one-vector kernel's bits (the row-exact forwards).
+    const IntegerRowDot4 dot4 = n >= 4 ? integer_row_dot4(w.type) : nullptr;
     for (std::int64_t first = 0; first < n; first += chunk) {
       const std::int64_t count = std::min(n - first, chunk);
       for (std::int64_t i = 0; i < count; ++i) vectors[i] = activations->row(first + i);
-      // Four vectors at a time where the type has such a kernel (the K-quants, AVX-512 VNNI or AVX2): the row's
-      // unpacking is shared, and each result has the one-vector kernel's bits (the row-exact forwards).
-      const IntegerRowDot4 dot4 = count >= 4 ? integer_row_dot4(w.type) : nullptr;
       for (std::int64_t r = begin; r < end; ++r) {
         const std::uint8_t* row = w.data + r * w.row_bytes;
         const float b = bias ? bias[r] : 0.f;
