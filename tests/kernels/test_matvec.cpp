@@ -29,7 +29,10 @@ struct Shape {
 
 const std::vector<Shape> kShapes = {{1, 1},   {3, 5},    {7, 9},     {4, 8},    {5, 16},   {9, 17},  {13, 31},
                                      {64, 64}, {172, 64}, {64, 172},  {33, 100}, {1000, 257}, {257, 1000},
-                                     {130, 2048}, {2050, 129}};
+                                     {130, 2048}, {2050, 129},
+                                     // Rows as long as real models' down projections (TinyLlama 5,632
+                                     // columns, the 1B shape 8,192), the second split into blocks by the pool.
+                                     {40, 4133}, {300, 8192}};
 
 std::vector<float> random_floats(std::size_t count, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
@@ -94,7 +97,7 @@ class MatvecTest : public QObject {
   void shared_input_products_equal_separate_ones() {
     std::mt19937 rng(2024);
     for_each_configuration([&](const QString& config) {
-      for (std::int64_t cols : {64, 257, 2048}) {
+      for (std::int64_t cols : {64, 257, 2048, 4133}) {
         const std::int64_t rows[3] = {203, 61, 1100};  // uneven, so blocks straddle the matrices
         std::vector<float> x = random_floats(static_cast<std::size_t>(cols), rng);
         std::vector<std::vector<float>> weights, biases, expected(3), got(3);
