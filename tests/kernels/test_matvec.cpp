@@ -30,8 +30,9 @@ struct Shape {
 const std::vector<Shape> kShapes = {{1, 1},   {3, 5},    {7, 9},     {4, 8},    {5, 16},   {9, 17},  {13, 31},
                                      {64, 64}, {172, 64}, {64, 172},  {33, 100}, {1000, 257}, {257, 1000},
                                      {130, 2048}, {2050, 129},
-                                     // Rows as long as real models' down projections (TinyLlama 5,632
-                                     // columns, the 1B shape 8,192), the second split into blocks by the pool.
+                                     // Long rows, as in down projections: 4,133 columns (no whole
+                                     // number of the kernels' 64-column steps), and the 1B shape's 8,192,
+                                     // a matrix the pool's threads split into blocks.
                                      {40, 4133}, {300, 8192}};
 
 std::vector<float> random_floats(std::size_t count, std::mt19937& rng) {
