@@ -33,7 +33,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {
   fused_decode_ = fused_decode_applies();
   auto one_byte = [](const Linear& l) {
-    return l.is_quantized() && kernels::activation_rounding(l.quantized.view.type) == kernels::ActivationRounding::OneBytePerValue;
+    return l.is_quantized() && kernels::rounds_to_one_byte(kernels::activation_rounding(l.quantized.view.type));
   };
   bool any_one_byte = one_byte(weights_.lm_head);
   streaming_rows_ = weights_.lm_head.streaming_rows();

@@ -191,12 +191,16 @@ void quantize_activation_bytes(const float* x, std::int64_t cols, std::int8_t* b
 void round_activations(ActivationRounding rounding, const float* x, std::int64_t n, std::int64_t cols, float* out) {
   if (rounding == ActivationRounding::None) throw std::invalid_argument("round_activations: no rounding asked for");
   const bool one_byte = rounding == ActivationRounding::OneBytePerValue;
+  const bool high_only = rounding == ActivationRounding::HighBytePerValue;
   const ThreadActivations& rounded = ThreadActivations::quantize(x, n, cols, !one_byte, one_byte);
   for (std::int64_t i = 0; i < n; ++i) {
     const QuantizedActivations row = rounded.row(i);
-    for (std::int64_t c = 0; c < cols; ++c)
-      out[i * cols + c] = one_byte ? row.byte_scales[c / kActivationSuperBlock] * static_cast<float>(row.bytes[c])
-                                   : row.scales[c / kActivationBlock] * static_cast<float>(kActivationRadix * row.high[c] + row.low[c]);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float scale = row.scales[c / kActivationBlock];
+      out[i * cols + c] = one_byte    ? row.byte_scales[c / kActivationSuperBlock] * static_cast<float>(row.bytes[c])
+                          : high_only ? scale * static_cast<float>(kActivationRadix) * static_cast<float>(row.high[c])
+                                      : scale * static_cast<float>(kActivationRadix * row.high[c] + row.low[c]);
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // The AVX2 integer dot products (integer_dot.h). Weights stay integers: unsigned ones (nibbles, K-quant
 // quants) go straight into _mm256_maddubs_epi16 against the activations' signed bytes; Q8_0's signed
 // ones take the sign of the weight onto the activations first (|w| * sign(w) q).
-// - Two bytes per activation (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): the 16-bit pair sums are weighted
+// - Q8_0 takes the activations' high bytes alone (one byte per activation in blocks of 32).
+// - Two bytes per activation (Q4_0, Q4_1, Q5_0, Q5_1): the 16-bit pair sums are weighted
 //   (_mm256_madd_epi16) by 254 and 1 and added: each block of 32 ends as eight exact 32-bit partial
 //   sums, converted to f32 once and scaled by the weight's and the activations' scales. Weight offsets
 //   (Q4_0's -8, Q5_0's -16, Q4_1/Q5_1's m) use the activations' block sums, once per block. Bounds:
@@ -48,12 +49,6 @@ KVCHAT_ISA_AVX2 inline __m256i low_at(const QuantizedActivations& x, std::int64_
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.low + element));
 }
 
-// Signed weights w: |w| times the activations carrying w's sign.
-KVCHAT_ISA_AVX2 inline __m256i dot_signed(__m256i w, const QuantizedActivations& x, std::int64_t element) {
-  return dot_unsigned(_mm256_sign_epi8(w, w), _mm256_sign_epi8(high_at(x, element), w),
-                      _mm256_sign_epi8(low_at(x, element), w), plain_high_factor(), plain_low_factor());
-}
-
 // 16 bytes of nibbles as 32 bytes: low nibbles (elements 0-15), then high nibbles (16-31).
 KVCHAT_ISA_AVX2 inline __m256i nibbles32(const std::uint8_t* at) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
@@ -71,20 +66,26 @@ KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
+// Q8_0 against the high bytes alone: |w| times the high bytes carrying w's sign, the 16-bit pair sums
+// (at most 2 * 128 * 127) added in pairs to eight exact 32-bit sums per block, scaled by d * (254 * s).
 KVCHAT_ISA_AVX2 float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 radix = _mm256_set1_ps(static_cast<float>(kActivationRadix));
+  auto block_sums = [&](const std::uint8_t* quants, std::int64_t element) {
+    const __m256i w = load256(quants);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(high_at(x, element), w)), ones);
+  };
+  auto factor = [&](const std::uint8_t* block, std::int64_t b) {
+    return _mm256_mul_ps(_mm256_set1_ps(load_f16_scale(block) * x.scales[b]), radix);
+  };
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   std::int64_t b = 0;
   for (; b + 2 <= blocks; b += 2, row += 68) {
     _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
-    const __m256i s0 = dot_signed(load256(row + 2), x, 32 * b);
-    const __m256i s1 = dot_signed(load256(row + 36), x, 32 * b + 32);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row + 34) * x.scales[b + 1]), _mm256_cvtepi32_ps(s1), acc1);
+    acc0 = _mm256_fmadd_ps(factor(row, b), _mm256_cvtepi32_ps(block_sums(row + 2, 32 * b)), acc0);
+    acc1 = _mm256_fmadd_ps(factor(row + 34, b + 1), _mm256_cvtepi32_ps(block_sums(row + 36, 32 * b + 32)), acc1);
   }
-  if (b < blocks) {
-    const __m256i s0 = dot_signed(load256(row + 2), x, 32 * b);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * x.scales[b]), _mm256_cvtepi32_ps(s0), acc0);
-  }
+  if (b < blocks) acc0 = _mm256_fmadd_ps(factor(row, b), _mm256_cvtepi32_ps(block_sums(row + 2, 32 * b)), acc0);
   return horizontal_sum(_mm256_add_ps(acc0, acc1));
 }
 

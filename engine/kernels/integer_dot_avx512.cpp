@@ -1,15 +1,17 @@
 // The AVX-512 integer dot products (integer_dot.h), for processors with AVX-512 F/BW/VL (and VNNI for
-// the K-quants).
+// Q8_0 and the K-quants).
 //
-// Q8_0 and Q4_0 (two bytes per activation): the AVX2 kernels multiply each weight twice
+// Q8_0 (one byte per activation, the high bytes): see dot_q8_0 below.
+//
+// Q4_0 (two bytes per activation): the AVX2 kernels multiply each weight twice
 // (_mm256_maddubs_epi16 against the activations' high byte, then the low one) and weight the two 16-bit
 // pair sums by 254 and 1. Here the activations come as one 16-bit integer each
 // (QuantizedActivations::values = 254 high + low, |v| <= 32385), the weights are widened to 16 bits, and
 // _mm512_madd_epi16 gives, per block of 32, sixteen exact 32-bit sums of two products: one multiply for
 // 32 weights, in registers twice as wide. Each block's sum is converted to f32 once and scaled by the
 // weight's and the activations' scales, as in the AVX2 kernels; the sums are the same exact integers,
-// so the results differ from theirs only in the order of the f32 additions. Bounds: a Q8_0 quant is at
-// most 128 in magnitude, so a pair sum is at most 2 * 128 * 32385 < 2^24.
+// so the results differ from theirs only in the order of the f32 additions. Bounds: a Q4_0 quant is at
+// most 8 in magnitude, so a pair sum is at most 2 * 8 * 32385 < 2^24.
 //
 // The K-quants (one byte per activation): see the VNNI section below. Block layouts:
 // engine/gguf/dequantize.cpp.
@@ -59,36 +61,45 @@ KVCHAT_ISA_AVX512 inline __m256i nibbles32(const std::uint8_t* at) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
 }
 
-// Q8_0, eight blocks at a time: their f16 scales gathered and converted together and multiplied by the
-// activations' (one vector of eight factors), and each two blocks' 16 sums folded to 8 side by side, so
-// one conversion and one FMA serve two blocks.
-KVCHAT_ISA_AVX512 float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+// Q8_0 against the activations' high bytes (AVX-512 VNNI), eight blocks at a time: two blocks' 64
+// quants in one register, |w| times the high bytes carrying w's sign through vpdpbusd (sixteen exact
+// 32-bit sums of four products, the first block's in lanes 0-7, the second's in 8-15), so one
+// conversion and one FMA serve two blocks; their f16 scales gathered and converted together and
+// multiplied by the activations' 254 * s.
+KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   __m512i pair_factor_index[4];
   for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m256 radix = _mm256_set1_ps(static_cast<float>(kActivationRadix));
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   std::int64_t b = 0;
   for (; b + 8 <= blocks; b += 8, row += 8 * 34) {
     std::uint16_t d[8];
     for (int k = 0; k < 8; ++k) std::memcpy(d + k, row + 34 * k, 2);
     const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d));
-    const __m512 factors = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_loadu_ps(x.scales + b)));
+    const __m512 factors =
+        _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_loadu_ps(x.scales + b)), radix));
     for (int pair = 0; pair < 4; ++pair) {
       const std::uint8_t* first = row + 68 * pair;
       _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
-      const __m512i sums0 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(load256(first + 2)),
-                                              _mm512_loadu_si512(x.values + 32 * (b + 2 * pair)));
-      const __m512i sums1 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(load256(first + 36)),
-                                              _mm512_loadu_si512(x.values + 32 * (b + 2 * pair + 1)));
+      const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load256(first + 2)), load256(first + 36), 1);
+      const __m512i high = _mm512_loadu_si512(x.high + 32 * (b + 2 * pair));
+      // -high where w < 0 (|high| <= 127, so no overflow); |w| as unsigned bytes (128 for -128).
+      const __m512i signed_high = _mm512_mask_sub_epi8(high, _mm512_movepi8_mask(quants), zero, high);
+      const __m512i sums = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(quants), signed_high);
       __m512& acc = pair % 2 == 0 ? acc0 : acc1;
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold_pair(sums0, sums1)),
-                            _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 tail = _mm256_setzero_ps();
   for (; b < blocks; ++b, row += 34) {
-    const __m512 p0 = block_products(_mm512_cvtepi8_epi16(load256(row + 2)), x.values + 32 * b);
-    acc0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(load_f16_scale(row) * x.scales[b]), acc0);
+    const __m256i w = load256(row + 2);
+    const __m256i high = load256(x.high + 32 * b);
+    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(high, w)), ones);
+    tail = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row) * x.scales[b]), radix), _mm256_cvtepi32_ps(sums), tail);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(tail);
 }
 
 // Q4_0: d * (q - 8), the offset taken off the bytes before they are widened.
@@ -331,9 +342,9 @@ IntegerRowDot4 avx512_integer_row_dot4(GgufType type) {
 
 IntegerRowDot avx512_integer_row_dot(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: return dot_q8_0;
+    // Q8_0's and the K-quants' kernels need VNNI; without it they keep the AVX2 ones.
+    case GgufType::Q8_0: return cpu_has_avx512_vnni() ? dot_q8_0 : nullptr;
     case GgufType::Q4_0: return dot_q4_0;
-    // The K-quants' kernels need VNNI; without it they keep the AVX2 ones.
     case GgufType::Q4_K: return cpu_has_avx512_vnni() ? dot_q4_q5_k<false> : nullptr;
     case GgufType::Q5_K: return cpu_has_avx512_vnni() ? dot_q4_q5_k<true> : nullptr;
     case GgufType::Q6_K: return cpu_has_avx512_vnni() ? dot_q6_k : nullptr;

@@ -254,7 +254,8 @@ struct InputRoundings {
   bool two_bytes = false, one_byte = false;
   void add(GgufType type) {
     const ActivationRounding rounding = activation_rounding(type);
-    two_bytes = two_bytes || rounding == ActivationRounding::TwoBytesPerValue;
+    // The high bytes alone are made by the two-byte rounding.
+    two_bytes = two_bytes || rounding == ActivationRounding::TwoBytesPerValue || rounding == ActivationRounding::HighBytePerValue;
     one_byte = one_byte || rounding == ActivationRounding::OneBytePerValue;
   }
   // x [n, cols] rounded in each of them on the calling thread, or null when none is needed.
@@ -267,6 +268,7 @@ struct InputRoundings {
 
 ActivationRounding activation_rounding(GgufType type) {
   switch (type) {
+    case GgufType::Q8_0: return ActivationRounding::HighBytePerValue;
     case GgufType::Q4_K:
     case GgufType::Q5_K:
     case GgufType::Q6_K: return ActivationRounding::OneBytePerValue;

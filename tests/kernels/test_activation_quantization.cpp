@@ -128,6 +128,7 @@ class ActivationQuantizationTest : public QObject {
   void follows_the_rule_data();
   void follows_the_rule();
   void rounded_values_are_scale_times_q();
+  void high_byte_values_are_scale_times_high();
   void rejects_partial_blocks();
   void bytes_follow_the_rule_data();
   void bytes_follow_the_rule();
@@ -191,6 +192,23 @@ void ActivationQuantizationTest::rounded_values_are_scale_times_q() {
   }
   kernels::round_activations(kernels::ActivationRounding::TwoBytesPerValue, x.data(), 2, 64, x.data());  // in place
   QVERIFY(x == out);
+}
+
+// Q8_0's rounding: the high bytes alone, each block's step 254 times the two-byte scale, within half a
+// step (plus the f32 roundings) of x.
+void ActivationQuantizationTest::high_byte_values_are_scale_times_high() {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(2 * 64);
+  for (float& v : x) v = normal(rng);
+  std::vector<float> out(x.size());
+  kernels::round_activations(kernels::ActivationRounding::HighBytePerValue, x.data(), 2, 64, out.data());
+  const Rounded expected = by_the_rule(x);
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    const float step = expected.scales[j / 32] * 254.f;
+    QCOMPARE(out[j], step * static_cast<float>(expected.high[j]));
+    QVERIFY(std::fabs(out[j] - x[j]) <= 0.51f * step);
+  }
 }
 
 void ActivationQuantizationTest::rejects_partial_blocks() {

@@ -78,11 +78,12 @@ RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, 
 }
 
 // The input as the block types' products see it, rounded here independently of the kernels. Two bytes
-// per value (Q8_0 and the 32-element types): per block of 32, s = max|x| / 127, t = x * (1 / s),
+// per value (the other 32-element types): per block of 32, s = max|x| / 127, t = x * (1 / s),
 // high = nearest integer of t, low = nearest integer of (t - high) * 254 (ties to even),
 // x^ = s / 254 * (254 high + low), and |x - x^| <= 0.51 * s / 254 (half a step, and the f32 roundings
-// of t). One byte per value (the K-quants): per super-block of 256, s = max|x| / 127,
-// x^ = s * nearest integer of x * (1 / s), |x - x^| <= 0.51 * s.
+// of t). The high byte alone (Q8_0): per block of 32, x^ = s * high, |x - x^| <= 0.51 * s. One byte
+// per value (the K-quants): per super-block of 256, s = max|x| / 127, x^ = s * nearest integer of
+// x * (1 / s), |x - x^| <= 0.51 * s.
 struct RoundedInput {
   std::vector<double> values, error_bound;
 };
@@ -104,6 +105,13 @@ RoundedInput round_input(const std::vector<float>& x, kernels::ActivationRoundin
     float largest = 0.f;
     for (std::size_t j = block; j < block + 32; ++j) largest = std::max(largest, std::fabs(x[j]));
     const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f, scale = unit / 254.f;
+    if (rounding == kernels::ActivationRounding::HighBytePerValue) {
+      for (std::size_t j = block; j < block + 32; ++j) {
+        rounded.values[j] = double(unit) * std::nearbyint(x[j] * inverse);
+        rounded.error_bound[j] = 0.51 * double(unit);
+      }
+      continue;
+    }
     for (std::size_t j = block; j < block + 32; ++j) {
       const float t = x[j] * inverse, high = std::nearbyint(t), low = std::nearbyint((t - high) * 254.f);
       rounded.values[j] = double(scale) * (254.0 * high + low);
