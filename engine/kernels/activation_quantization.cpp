@@ -196,10 +196,11 @@ void round_activations(ActivationRounding rounding, const float* x, std::int64_t
   for (std::int64_t i = 0; i < n; ++i) {
     const QuantizedActivations row = rounded.row(i);
     for (std::int64_t c = 0; c < cols; ++c) {
-      const float scale = row.scales[c / kActivationBlock];
-      out[i * cols + c] = one_byte    ? row.byte_scales[c / kActivationSuperBlock] * static_cast<float>(row.bytes[c])
-                          : high_only ? scale * static_cast<float>(kActivationRadix) * static_cast<float>(row.high[c])
-                                      : scale * static_cast<float>(kActivationRadix * row.high[c] + row.low[c]);
+      // The one-byte rounding leaves the two-byte scales null.
+      out[i * cols + c] = one_byte ? row.byte_scales[c / kActivationSuperBlock] * static_cast<float>(row.bytes[c])
+                          : high_only
+                              ? row.scales[c / kActivationBlock] * static_cast<float>(kActivationRadix) * static_cast<float>(row.high[c])
+                              : row.scales[c / kActivationBlock] * static_cast<float>(kActivationRadix * row.high[c] + row.low[c]);
     }
   }
 }
