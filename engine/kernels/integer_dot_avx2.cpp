@@ -66,15 +66,10 @@ KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-// Q8_0 against the high bytes alone: |w| times the high bytes carrying w's sign, the 16-bit pair sums
-// (at most 2 * 128 * 127) added in pairs to eight exact 32-bit sums per block, scaled by d * (254 * s).
+// Q8_0 against the high bytes alone: each block's eight exact 32-bit sums (q8_0_high_byte_sums) scaled
+// by d * (254 * s).
 KVCHAT_ISA_AVX2 float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  const __m256i ones = _mm256_set1_epi16(1);
   const __m256 radix = _mm256_set1_ps(static_cast<float>(kActivationRadix));
-  auto block_sums = [&](const std::uint8_t* quants, std::int64_t element) {
-    const __m256i w = load256(quants);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(high_at(x, element), w)), ones);
-  };
   auto factor = [&](const std::uint8_t* block, std::int64_t b) {
     return _mm256_mul_ps(_mm256_set1_ps(load_f16_scale(block) * x.scales[b]), radix);
   };
@@ -82,10 +77,10 @@ KVCHAT_ISA_AVX2 float dot_q8_0(const std::uint8_t* row, const QuantizedActivatio
   std::int64_t b = 0;
   for (; b + 2 <= blocks; b += 2, row += 68) {
     _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
-    acc0 = _mm256_fmadd_ps(factor(row, b), _mm256_cvtepi32_ps(block_sums(row + 2, 32 * b)), acc0);
-    acc1 = _mm256_fmadd_ps(factor(row + 34, b + 1), _mm256_cvtepi32_ps(block_sums(row + 36, 32 * b + 32)), acc1);
+    acc0 = _mm256_fmadd_ps(factor(row, b), _mm256_cvtepi32_ps(q8_0_high_byte_sums(row + 2, x.high + 32 * b)), acc0);
+    acc1 = _mm256_fmadd_ps(factor(row + 34, b + 1), _mm256_cvtepi32_ps(q8_0_high_byte_sums(row + 36, x.high + 32 * b + 32)), acc1);
   }
-  if (b < blocks) acc0 = _mm256_fmadd_ps(factor(row, b), _mm256_cvtepi32_ps(block_sums(row + 2, 32 * b)), acc0);
+  if (b < blocks) acc0 = _mm256_fmadd_ps(factor(row, b), _mm256_cvtepi32_ps(q8_0_high_byte_sums(row + 2, x.high + 32 * b)), acc0);
   return horizontal_sum(_mm256_add_ps(acc0, acc1));
 }
 

@@ -91,12 +91,9 @@ KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedAc
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 tail = _mm256_setzero_ps();
   for (; b < blocks; ++b, row += 34) {
-    const __m256i w = load256(row + 2);
-    const __m256i high = load256(x.high + 32 * b);
-    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(high, w)), ones);
+    const __m256i sums = q8_0_high_byte_sums(row + 2, x.high + 32 * b);
     tail = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row) * x.scales[b]), radix), _mm256_cvtepi32_ps(sums), tail);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(tail);

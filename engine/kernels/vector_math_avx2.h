@@ -30,6 +30,16 @@ KVCHAT_ISA_AVX2 inline float load_f16_scale(const std::uint8_t* at) {
   return _cvtsh_ss(bits);
 }
 
+// One Q8_0 block against the activations' high bytes (activation_quantization.h): its 32 signed quants
+// at `quants` times the 32 signed bytes at `high`, as eight exact 32-bit partial sums. |w| times the
+// bytes carrying w's sign through _mm256_maddubs_epi16 (pair sums at most 2 * 128 * 127, so no
+// saturation; a quant of -128 gives |w| = 128 as an unsigned byte), the pairs added by _mm256_madd_epi16.
+KVCHAT_ISA_AVX2 inline __m256i q8_0_high_byte_sums(const std::uint8_t* quants, const std::int8_t* high) {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants));
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(high));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
 // exp(x) for 8 floats: range reduction x = k ln2 + r, a degree-6 polynomial for exp(r) on
 // |r| <= ln2/2, and 2^k through the exponent bits. Relative error about 2e-7; inputs below -87
 // (softmax tails) give 0, inputs above 88.37 give exp(88.37) (finite).

@@ -54,6 +54,15 @@ Rounded by_the_rule(const std::vector<float>& x) {
   return r;
 }
 
+// `count` values from a normal distribution (mean 0, deviation 1), seeded.
+std::vector<float> normal_values(unsigned seed, std::size_t count) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(count);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
 // Blocks of every kind: normal values, a zero block, a NaN, an infinity, exact halves (ties), one
 // huge value beside tiny ones, and a block at the largest magnitude (q = +-127).
 std::vector<float> input_blocks(std::mt19937& rng) {
@@ -179,10 +188,7 @@ void ActivationQuantizationTest::follows_the_rule() {
 }
 
 void ActivationQuantizationTest::rounded_values_are_scale_times_q() {
-  std::mt19937 rng(4);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> x(2 * 64);
-  for (float& v : x) v = normal(rng);
+  std::vector<float> x = normal_values(4, 2 * 64);
   std::vector<float> out(x.size());
   kernels::round_activations(kernels::ActivationRounding::TwoBytesPerValue, x.data(), 2, 64, out.data());
   const Rounded expected = by_the_rule(x);
@@ -197,10 +203,7 @@ void ActivationQuantizationTest::rounded_values_are_scale_times_q() {
 // Q8_0's rounding: the high bytes alone, each block's step 254 times the two-byte scale, within half a
 // step (plus the f32 roundings) of x.
 void ActivationQuantizationTest::high_byte_values_are_scale_times_high() {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> x(2 * 64);
-  for (float& v : x) v = normal(rng);
+  std::vector<float> x = normal_values(5, 2 * 64);
   std::vector<float> out(x.size());
   kernels::round_activations(kernels::ActivationRounding::HighBytePerValue, x.data(), 2, 64, out.data());
   const Rounded expected = by_the_rule(x);
@@ -257,10 +260,7 @@ void ActivationQuantizationTest::bytes_follow_the_rule() {
 }
 
 void ActivationQuantizationTest::rounded_bytes_are_scale_times_byte() {
-  std::mt19937 rng(6);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> x(2 * 512);
-  for (float& v : x) v = normal(rng);
+  std::vector<float> x = normal_values(6, 2 * 512);
   std::vector<float> out(x.size());
   kernels::round_activations(kernels::ActivationRounding::OneBytePerValue, x.data(), 2, 512, out.data());
   const RoundedBytes expected = bytes_by_the_rule(x);
