@@ -32,17 +32,17 @@ void copy_logits(const at::Tensor& row, std::vector<float>& logits) {
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {
   fused_decode_ = fused_decode_applies();
-  auto one_byte = [](const Linear& l) {
-    return l.is_quantized() && kernels::rounds_to_one_byte(kernels::activation_rounding(l.quantized.view.type));
+  auto rounds_input = [](const Linear& l) {
+    return l.is_quantized() && kernels::activation_rounding(l.quantized.view.type) != kernels::ActivationRounding::None;
   };
-  bool any_one_byte = one_byte(weights_.lm_head);
+  bool any_rounded_input = rounds_input(weights_.lm_head);
   streaming_rows_ = weights_.lm_head.streaming_rows();
   for (const LayerWeights& layer : weights_.layers)
     for (const Linear* l : layer.matrices()) {
-      any_one_byte = any_one_byte || one_byte(*l);
+      any_rounded_input = any_rounded_input || rounds_input(*l);
       streaming_rows_ = std::min(streaming_rows_, l->streaming_rows());
     }
-  row_exact_ = fused_decode_ && any_one_byte;
+  row_exact_ = fused_decode_ && any_rounded_input;
 }
 
 std::shared_ptr<LlamaModel> LlamaModel::from_checkpoint(const std::string& directory, const ModelConfig& config,

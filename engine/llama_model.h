@@ -73,7 +73,7 @@ class LlamaModel {
   void attend(const at::Tensor& grouped_q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
               at::Tensor& out, bool streaming) const;
   // The row-exact forward (llama_decode_step.cpp): every token's row computed as decode_step computes
-  // it, for models whose products round their input to one byte (row_exact_).
+  // it, for models whose products round their input to bytes (row_exact_).
   at::Tensor forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
                           bool all_positions) const;
   // The fused step (llama_decode_step.cpp); the cache's rows must be prepared for one token.
@@ -85,8 +85,8 @@ class LlamaModel {
   ModelConfig config_;
   ModelWeights weights_;
   bool fused_decode_ = false;  // weights suit the fused decode step (taken while the kernels are on)
-  // Some matrix's products round their input to one byte per value (a K-quant): while the kernels are
-  // on, every forward is row-exact (forward_rows), so that prompts and decode steps agree to the bit.
+  // Some matrix's products round their input to one byte per value (a block type): while the kernels
+  // are on, every forward is row-exact (forward_rows), so that prompts and decode steps agree to the bit.
   bool row_exact_ = false;
   // Up to how many tokens a forward pass streams every matrix (the least of the matrices' own limits):
   // then the kernels' pool computes and LibTorch's threads are parked.

@@ -6,21 +6,45 @@
 // product with x,
 //   |error| <= sum over activation blocks b of 0.51 * scale_b * sum_{i in b} |w_i|   (rounding of x)
 //            + about 1e-6 * sum_i |w_i x^_i|                                        (f32 accumulation).
-// Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32) take two bytes per activation in blocks of 32, scaled once
-// per block: the rounding is about 1/129000 of the block's largest |x| per unit of |w|. Q8_0 takes the
-// high byte alone (one byte per activation, scaled per block of 32: about 1/250 of the block's largest
-// |x|, llama.cpp's Q8_0 activations), whose half as many bytes re-read per weight decode faster. Q4_K, Q5_K, Q6_K
-// (super-blocks of 256) take one byte per activation with one scale per super-block, so their sub-block
-// scales apply in integers and each super-block is scaled once: about 1/250 of the super-block's largest
-// |x| per unit of |w|, llama.cpp's Q8_K. Each type has an AVX2 kernel and a portable twin computing the
-// same integer sums (integer_dot_portable.cpp); Q4_0 also an AVX-512 one, and Q8_0 and the K-quants an
-// AVX-512 VNNI one (integer_dot_avx512.cpp).
+// The types with blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) take one byte per activation with a scale
+// per block (BlockBytes: about 1/250 of the block's largest |x| per unit of |w|, llama.cpp's Q8_0
+// activations). Q4_K, Q5_K, Q6_K (super-blocks of 256) take one byte per activation with one scale per
+// super-block (SuperBlockBytes), so their sub-block scales apply in integers and each super-block is
+// scaled once: about 1/250 of the super-block's largest |x| per unit of |w|, llama.cpp's Q8_K. Each type
+// has an AVX2 kernel and a portable twin computing the same integer sums (integer_dot_portable.cpp), and
+// an AVX-512 VNNI one (integer_dot_avx512.cpp).
 #include <cstdint>
 
 #include "engine/gguf/gguf_types.h"
 #include "engine/kernels/activation_quantization.h"
 
 namespace kvchat::kernels {
+
+// The types with blocks of 32 values (engine/gguf/dequantize.cpp documents them): a block's bytes, where
+// its 16 bytes of nibbles (or Q8_0's 32 signed quants) start, where its 32 fifth bits are (Q5_0/Q5_1),
+// the offset taken off each quant (w = d * (q - offset)) and whether an f16 min follows the scale
+// (w = d * q + m).
+template <GgufType kType> struct SmallBlockLayout;
+template <> struct SmallBlockLayout<GgufType::Q8_0> {
+  static constexpr int kBytes = 34, kQuantsAt = 2, kFifthBitsAt = -1, kOffset = 0;
+  static constexpr bool kMin = false, kSignedQuants = true;
+};
+template <> struct SmallBlockLayout<GgufType::Q4_0> {
+  static constexpr int kBytes = 18, kQuantsAt = 2, kFifthBitsAt = -1, kOffset = 8;
+  static constexpr bool kMin = false, kSignedQuants = true;  // once the offset is off
+};
+template <> struct SmallBlockLayout<GgufType::Q4_1> {
+  static constexpr int kBytes = 20, kQuantsAt = 4, kFifthBitsAt = -1, kOffset = 0;
+  static constexpr bool kMin = true, kSignedQuants = false;
+};
+template <> struct SmallBlockLayout<GgufType::Q5_0> {
+  static constexpr int kBytes = 22, kQuantsAt = 6, kFifthBitsAt = 2, kOffset = 16;
+  static constexpr bool kMin = false, kSignedQuants = true;
+};
+template <> struct SmallBlockLayout<GgufType::Q5_1> {
+  static constexpr int kBytes = 24, kQuantsAt = 8, kFifthBitsAt = 4, kOffset = 0;
+  static constexpr bool kMin = true, kSignedQuants = false;
+};
 
 // dot(row, x^) for a row of `blocks` blocks of the type.
 using IntegerRowDot = float (*)(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
@@ -40,9 +64,8 @@ IntegerRowDot4 integer_row_dot4(GgufType type);
 IntegerRowDot portable_integer_row_dot(GgufType type);
 // The AVX2 kernels (x86-64 builds only; for a processor with AVX2, FMA and F16C).
 IntegerRowDot avx2_integer_row_dot(GgufType type);
-// The AVX-512 kernels (x86-64 builds only; for a processor with AVX-512 F/BW/VL, and VNNI for Q8_0 and
-// the K-quants), or null for a type that has none here (Q4_1, Q5_0, Q5_1 keep the AVX2 ones, and Q8_0 and
-// the K-quants without VNNI).
+// The AVX-512 kernels (x86-64 builds only; for a processor with AVX-512 F/BW/VL and VNNI), or null
+// without VNNI.
 IntegerRowDot avx512_integer_row_dot(GgufType type);
 // The four-vector kernels (the K-quants), AVX-512 VNNI and AVX2, or null.
 IntegerRowDot4 avx512_integer_row_dot4(GgufType type);

@@ -1,20 +1,10 @@
-// The AVX-512 integer dot products (integer_dot.h), for processors with AVX-512 F/BW/VL (and VNNI for
-// Q8_0 and the K-quants).
+// The AVX-512 integer dot products (integer_dot.h), for processors with AVX-512 F/BW/VL and VNNI.
 //
-// Q8_0 (one byte per activation, the high bytes): see dot_q8_0 below.
+// The types with blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, one byte per activation with a scale per
+// block): see dot_q8_0 and dot_nibble_blocks below.
 //
-// Q4_0 (two bytes per activation): the AVX2 kernels multiply each weight twice
-// (_mm256_maddubs_epi16 against the activations' high byte, then the low one) and weight the two 16-bit
-// pair sums by 254 and 1. Here the activations come as one 16-bit integer each
-// (QuantizedActivations::values = 254 high + low, |v| <= 32385), the weights are widened to 16 bits, and
-// _mm512_madd_epi16 gives, per block of 32, sixteen exact 32-bit sums of two products: one multiply for
-// 32 weights, in registers twice as wide. Each block's sum is converted to f32 once and scaled by the
-// weight's and the activations' scales, as in the AVX2 kernels; the sums are the same exact integers,
-// so the results differ from theirs only in the order of the f32 additions. Bounds: a Q4_0 quant is at
-// most 8 in magnitude, so a pair sum is at most 2 * 8 * 32385 < 2^24.
-//
-// The K-quants (one byte per activation): see the VNNI section below. Block layouts:
-// engine/gguf/dequantize.cpp.
+// The K-quants (one byte per activation, a scale per super-block): see the second section below.
+// Block layouts: engine/gguf/dequantize.cpp.
 #include <cstring>
 
 #include "engine/kernels/cpu_features.h"
@@ -38,85 +28,174 @@ constexpr std::int64_t kPrefetchBytes = 16384;
 
 KVCHAT_ISA_AVX512 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
 
-// Sixteen 32-bit sums of two products each: 32 weights (16-bit) times the 32 activations from `values`.
-KVCHAT_ISA_AVX512 inline __m512 block_products(__m512i weights, const std::int16_t* values) {
-  return _mm512_cvtepi32_ps(_mm512_madd_epi16(weights, _mm512_loadu_si512(values)));
-}
-
 // Lane indices for _mm512_permutexvar_ps: element `low` in lanes 0-7, element `high` in lanes 8-15 (the
-// factors of two blocks whose sums fold_pair put side by side).
+// factors of two blocks whose sums share a register).
 KVCHAT_ISA_AVX512 inline __m512i two_lane_groups(int low, int high) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(low)), _mm256_set1_epi32(high), 1);
 }
 
-// Two blocks' sixteen 32-bit sums each, folded to eight each: the first block's in lanes 0-7, the
-// second's in lanes 8-15, so that one conversion and one FMA serve both.
-KVCHAT_ISA_AVX512 inline __m512i fold_pair(__m512i first, __m512i second) {
-  return _mm512_add_epi32(_mm512_shuffle_i64x2(first, second, 0x44), _mm512_shuffle_i64x2(first, second, 0xEE));
-}
-
-// 16 bytes of nibbles as 32 bytes in element order: low nibbles (elements 0-15), then high (16-31).
-KVCHAT_ISA_AVX512 inline __m256i nibbles32(const std::uint8_t* at) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
-}
-
-// Q8_0 against the activations' high bytes (AVX-512 VNNI), eight blocks at a time: two blocks' 64
-// quants in one register, |w| times the high bytes carrying w's sign through vpdpbusd (sixteen exact
-// 32-bit sums of four products, the first block's in lanes 0-7, the second's in 8-15), so one
-// conversion and one FMA serve two blocks; their f16 scales gathered and converted together and
-// multiplied by the activations' 254 * s.
+// Q8_0 against one-byte activations (AVX-512 VNNI), eight blocks at a time: two blocks' 64 quants in one
+// register, |w| times the bytes carrying w's sign through vpdpbusd (sixteen exact 32-bit sums of four
+// products, the first block's in lanes 0-7, the second's in 8-15; |byte| <= 127, so negating cannot
+// overflow; a quant of -128 gives |w| = 128 as an unsigned byte), so one conversion and one FMA serve
+// two blocks. The eight blocks' f16 scales are gathered and converted together and multiplied by the
+// activations' scales. A row's last blocks (fewer than eight) take the AVX2 kernel's steps.
 KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  const ActivationBytes& in = x.blocks;
   __m512i pair_factor_index[4];
   for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
   const __m512i zero = _mm512_setzero_si512();
-  const __m256 radix = _mm256_set1_ps(static_cast<float>(kActivationRadix));
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   std::int64_t b = 0;
   for (; b + 8 <= blocks; b += 8, row += 8 * 34) {
-    std::uint16_t d[8];
-    for (int k = 0; k < 8; ++k) std::memcpy(d + k, row + 34 * k, 2);
-    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d));
-    const __m512 factors =
-        _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_loadu_ps(x.scales + b)), radix));
+    auto scale_at = [&](int k) {
+      std::uint16_t bits;
+      std::memcpy(&bits, row + 34 * k, 2);
+      return static_cast<short>(bits);
+    };
+    // Built in registers: eight 2-byte stores read back as 16 bytes would miss store forwarding.
+    const __m128i halves = _mm_setr_epi16(scale_at(0), scale_at(1), scale_at(2), scale_at(3), scale_at(4), scale_at(5),
+                                          scale_at(6), scale_at(7));
+    const __m512 factors = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_loadu_ps(in.scales + b)));
     for (int pair = 0; pair < 4; ++pair) {
       const std::uint8_t* first = row + 68 * pair;
       _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
       const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load256(first + 2)), load256(first + 36), 1);
-      const __m512i high = _mm512_loadu_si512(x.high + 32 * (b + 2 * pair));
-      // -high where w < 0 (|high| <= 127, so no overflow); |w| as unsigned bytes (128 for -128).
-      const __m512i signed_high = _mm512_mask_sub_epi8(high, _mm512_movepi8_mask(quants), zero, high);
-      const __m512i sums = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(quants), signed_high);
+      const __m512i bytes = _mm512_loadu_si512(in.bytes + 32 * (b + 2 * pair));
+      const __m512i signed_bytes = _mm512_mask_sub_epi8(bytes, _mm512_movepi8_mask(quants), zero, bytes);
+      const __m512i sums = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(quants), signed_bytes);
       __m512& acc = pair % 2 == 0 ? acc0 : acc1;
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
   __m256 tail = _mm256_setzero_ps();
   for (; b < blocks; ++b, row += 34) {
-    const __m256i sums = q8_0_high_byte_sums(row + 2, x.high + 32 * b);
-    tail = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(load_f16_scale(row) * x.scales[b]), radix), _mm256_cvtepi32_ps(sums), tail);
+    const __m256i sums = small_block_sums<GgufType::Q8_0>(row, in.bytes + 32 * b);
+    tail = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * in.scales[b]), _mm256_cvtepi32_ps(sums), tail);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(tail);
 }
 
-// Q4_0: d * (q - 8), the offset taken off the bytes before they are widened.
-KVCHAT_ISA_AVX512 float dot_q4_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  const __m256i eight = _mm256_set1_epi8(8);
+// Q4_0, Q4_1, Q5_0, Q5_1 read eight blocks (144 to 192 bytes) as three 64-byte registers and take every
+// field out of them with word permutes (vpermt2w; every field of these layouts starts at an even byte):
+// a pair of blocks' 32 nibble bytes as [first, first, second, second] 128-bit lanes, which a shift by 0
+// or 4 and a mask make 64 quants in element order; the eight f16 scales (and mins) into one 128-bit
+// vector. Loading each block's fields on its own took twice the instructions: these kernels were bound by
+// them (two cores: 48 % of the bandwidth for Q4_0 against 78 % for Q4_K).
+template <GgufType kType>
+struct NibbleGroupIndices {
+  using Layout = SmallBlockLayout<kType>;
+  static constexpr int kGroupBytes = 8 * Layout::kBytes;  // at most 192: three registers
+  static_assert(kGroupBytes > 128 && kGroupBytes <= 192 && Layout::kBytes % 2 == 0 && Layout::kQuantsAt % 2 == 0);
+  // The register pair (r, r + 1) that holds pair p's nibbles, and the word indices into it.
+  static constexpr int first_register(int pair) {
+    const int r = (2 * pair * Layout::kBytes + Layout::kQuantsAt) / 64;
+    return r > 1 ? 1 : r;
+  }
+  struct Words {
+    short index[32];
+  };
+  static constexpr Words pair_words(int pair) {
+    Words words{};
+    for (int j = 0; j < 32; ++j) {
+      const int block = 2 * pair + j / 16, byte = block * Layout::kBytes + Layout::kQuantsAt + 2 * (j % 8);
+      words.index[j] = static_cast<short>((byte - 64 * first_register(pair)) / 2);
+    }
+    return words;
+  }
+  // An f16 field at `offset` of each block into words 0-7: from registers 0 and 1, then (for the
+  // fields past byte 128) from register 2 over the first result.
+  static constexpr Words field_words(int offset, bool from_third) {
+    Words words{};
+    for (int k = 0; k < 8; ++k) {
+      const int byte = k * Layout::kBytes + offset;
+      words.index[k] = static_cast<short>(from_third ? (byte >= 128 ? 32 + (byte - 128) / 2 : k) : (byte < 128 ? byte / 2 : 0));
+    }
+    return words;
+  }
+  static constexpr bool needs_third(int offset) { return 7 * Layout::kBytes + offset >= 128; }
+};
+
+template <GgufType kType>
+KVCHAT_ISA_AVX512 inline __m512i load_words(const typename NibbleGroupIndices<kType>::Words& words) {
+  return _mm512_loadu_si512(words.index);
+}
+
+// Eight blocks' f16 fields at `offset` as eight floats, from the group's registers.
+template <GgufType kType>
+KVCHAT_ISA_AVX512 inline __m256 group_field(const __m512i (&group)[3], __m512i first_index, __m512i third_index, int offset) {
+  __m512i words = _mm512_permutex2var_epi16(group[0], first_index, group[1]);
+  if (NibbleGroupIndices<kType>::needs_third(offset)) words = _mm512_permutex2var_epi16(words, third_index, group[2]);
+  return _mm256_cvtph_ps(_mm512_castsi512_si128(words));
+}
+
+// The kernel (AVX-512 VNNI): unsigned quants (0..31) through vpdpbusd against the bytes; each block's
+// offset (Q4_0's 8, Q5_0's 16) or min (Q4_1/Q5_1's m) against the activations' block sums, eight blocks
+// at once: d * s * sum q byte - offset * d * s * sum byte, or + m * s * sum byte. The offset's term is
+// rounded apart from the quants' (it is exact in llama.cpp's sign trick, which costs three instructions
+// per pair more); the error stays within f32 rounding of sum |q| |byte| instead of sum |q - offset| |byte|.
+template <GgufType kType>
+KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  using Layout = SmallBlockLayout<kType>;
+  using Indices = NibbleGroupIndices<kType>;
+  static constexpr typename Indices::Words kPairWords[4] = {Indices::pair_words(0), Indices::pair_words(1),
+                                                            Indices::pair_words(2), Indices::pair_words(3)};
+  static constexpr typename Indices::Words kScaleWords[2] = {Indices::field_words(0, false), Indices::field_words(0, true)};
+  static constexpr typename Indices::Words kMinWords[2] = {Indices::field_words(2, false), Indices::field_words(2, true)};
+  const ActivationBytes& in = x.blocks;
+  __m512i pair_index[4], pair_factor_index[4];
+  for (int pair = 0; pair < 4; ++pair) {
+    pair_index[pair] = load_words<kType>(kPairWords[pair]);
+    pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
+  }
+  const __m512i scale_index[2] = {load_words<kType>(kScaleWords[0]), load_words<kType>(kScaleWords[1])};
+  const __m512i min_index[2] = {load_words<kType>(kMinWords[0]), load_words<kType>(kMinWords[1])};
+  const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), low_mask = _mm512_set1_epi8(0x0F);
+  const __mmask64 last_register = _cvtu64_mask64(Indices::kGroupBytes == 192 ? ~0ull : (1ull << (Indices::kGroupBytes - 128)) - 1);
+  const __m512i zero = _mm512_setzero_si512();
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m256 offsets = _mm256_setzero_ps();
   std::int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2, row += 36) {
+  for (; b + 8 <= blocks; b += 8, row += Indices::kGroupBytes) {
     _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T1);
-    const __m512 p0 = block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 2), eight)), x.values + 32 * b);
-    const __m512 p1 =
-        block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 20), eight)), x.values + 32 * b + 32);
-    acc0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(load_f16_scale(row) * x.scales[b]), acc0);
-    acc1 = _mm512_fmadd_ps(p1, _mm512_set1_ps(load_f16_scale(row + 18) * x.scales[b + 1]), acc1);
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + 64, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + 128, _MM_HINT_T1);
+    // The last register only as far as the group goes (masked bytes are not read: no fault past a row).
+    const __m512i group[3] = {_mm512_loadu_si512(row), _mm512_loadu_si512(row + 64), _mm512_maskz_loadu_epi8(last_register, row + 128)};
+    const __m256 activation_scales = _mm256_loadu_ps(in.scales + b);
+    const __m256 d = group_field<kType>(group, scale_index[0], scale_index[1], 0);
+    const __m256 factors = _mm256_mul_ps(d, activation_scales);
+    const __m256 block_sums = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in.sums32 + b))));
+    if constexpr (Layout::kMin) {
+      const __m256 m = group_field<kType>(group, min_index[0], min_index[1], 2);
+      offsets = _mm256_fmadd_ps(m, _mm256_mul_ps(activation_scales, block_sums), offsets);
+    } else {
+      offsets = _mm256_fnmadd_ps(factors, _mm256_mul_ps(block_sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))), offsets);
+    }
+    const __m512 factors512 = _mm512_castps256_ps512(factors);
+    for (int pair = 0; pair < 4; ++pair) {
+      const int r = Indices::first_register(pair);
+      const __m512i nibbles = _mm512_permutex2var_epi16(group[r], pair_index[pair], group[r + 1]);
+      __m512i quants = _mm512_and_si512(_mm512_srlv_epi64(nibbles, nibble_shift), low_mask);
+      if constexpr (Layout::kFifthBitsAt >= 0) {
+        std::uint32_t low, high;
+        std::memcpy(&low, row + 2 * pair * Layout::kBytes + Layout::kFifthBitsAt, 4);
+        std::memcpy(&high, row + (2 * pair + 1) * Layout::kBytes + Layout::kFifthBitsAt, 4);
+        quants = _mm512_mask_add_epi8(quants, _cvtu64_mask64(low | std::uint64_t{high} << 32), quants, _mm512_set1_epi8(0x10));
+      }
+      const __m512i sums = _mm512_dpbusd_epi32(zero, quants, _mm512_loadu_si512(in.bytes + 32 * (b + 2 * pair)));
+      __m512& acc = pair % 2 == 0 ? acc0 : acc1;
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors512), acc);
+    }
   }
-  if (b < blocks) {
-    const __m512 p0 = block_products(_mm512_cvtepi8_epi16(_mm256_sub_epi8(nibbles32(row + 2), eight)), x.values + 32 * b);
-    acc0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(load_f16_scale(row) * x.scales[b]), acc0);
+  __m256 tail = _mm256_setzero_ps();
+  float tail_mins = 0.f;
+  for (; b < blocks; ++b, row += Layout::kBytes) {
+    const __m256i sums = small_block_sums<kType>(row, in.bytes + 32 * b);
+    tail = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * in.scales[b]), _mm256_cvtepi32_ps(sums), tail);
+    if constexpr (Layout::kMin) tail_mins += load_f16_scale(row + 2) * in.scales[b] * static_cast<float>(in.sums32[b]);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(_mm256_add_ps(tail, offsets)) + tail_mins;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -178,12 +257,12 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
     std::uint32_t halves;
     std::memcpy(&halves, row, 4);
     // d * x_scale and dmin * x_scale.
-    const __m128 factors = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))), _mm_set1_ps(x.byte_scales[s]));
-    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x.byte_sums32 + 8 * s)),
+    const __m128 factors = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))), _mm_set1_ps(x.super_blocks.scales[s]));
+    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x.super_blocks.sums32 + 8 * s)),
                             _mm_shuffle_ps(factors, factors, 0x55), mins_acc);
     __m512i high_bits = _mm512_setzero_si512();
     if constexpr (kFifthBits) high_bits = _mm512_broadcast_i64x4(load256(row + 16));
-    const std::int8_t* bytes = x.bytes + 256 * s;
+    const std::int8_t* bytes = x.super_blocks.bytes + 256 * s;
     __m512i sum = _mm512_setzero_si512();
     for (int group = 0; group < 2; ++group) {
       __m512i products[2];
@@ -227,10 +306,10 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const Quantize
     __m512i quants[4];
     for (int pair = 0; pair < 4; ++pair) quants[pair] = q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair);
     for (int v = 0; v < kVectors; ++v) {
-      const __m128 factors = _mm_mul_ps(d_and_dmin, _mm_set1_ps(x[v].byte_scales[s]));
-      mins_acc[v] = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x[v].byte_sums32 + 8 * s)),
+      const __m128 factors = _mm_mul_ps(d_and_dmin, _mm_set1_ps(x[v].super_blocks.scales[s]));
+      mins_acc[v] = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x[v].super_blocks.sums32 + 8 * s)),
                                  _mm_shuffle_ps(factors, factors, 0x55), mins_acc[v]);
-      const std::int8_t* bytes = x[v].bytes + 256 * s;
+      const std::int8_t* bytes = x[v].super_blocks.bytes + 256 * s;
       __m512i sum = _mm512_setzero_si512();
       for (int group = 0; group < 2; ++group) {
         const __m512i first = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group], _mm512_loadu_si512(bytes + 128 * group));
@@ -279,8 +358,8 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
     const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
     const __m512i scale_words = _mm512_castsi256_si512(scales);
     // -32 * sum over the groups of sc * (sum of their bytes).
-    __m512i sum = _mm512_zextsi256_si512(q6_k_offsets(scales, x.byte_sums16 + 16 * s));
-    const std::int8_t* bytes = x.bytes + 256 * s;
+    __m512i sum = _mm512_zextsi256_si512(q6_k_offsets(scales, x.super_blocks.sums16 + 16 * s));
+    const std::int8_t* bytes = x.super_blocks.bytes + 256 * s;
     for (int half = 0; half < 2; ++half, bytes += 128) {
       __m512i first, second;
       q6_k_half_quants_512(row, half, first, second);
@@ -289,7 +368,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
       sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first_products, second_products),
                                 _mm512_permutexvar_epi16(scale_index[half], scale_words));
     }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(load_f16_scale(row + 208) * x.byte_scales[s]), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(load_f16_scale(row + 208) * x.super_blocks.scales[s]), acc);
   }
   return _mm512_reduce_add_ps(acc);
 }
@@ -312,14 +391,14 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q6_k(const std::uint8_t* row, const QuantizedAc
       half_scales[half] = _mm512_permutexvar_epi16(scale_index[half], scale_words);
     }
     for (int v = 0; v < kVectors; ++v) {
-      __m512i sum = _mm512_zextsi256_si512(q6_k_offsets(scales, x[v].byte_sums16 + 16 * s));
-      const std::int8_t* bytes = x[v].bytes + 256 * s;
+      __m512i sum = _mm512_zextsi256_si512(q6_k_offsets(scales, x[v].super_blocks.sums16 + 16 * s));
+      const std::int8_t* bytes = x[v].super_blocks.bytes + 256 * s;
       for (int half = 0; half < 2; ++half, bytes += 128) {
         const __m512i first_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[half][0], _mm512_loadu_si512(bytes));
         const __m512i second_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[half][1], _mm512_loadu_si512(bytes + 64));
         sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first_products, second_products), half_scales[half]);
       }
-      acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * x[v].byte_scales[s]), acc[v]);
+      acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * x[v].super_blocks.scales[s]), acc[v]);
     }
   }
   for (int v = 0; v < kVectors; ++v) out[v] = _mm512_reduce_add_ps(acc[v]);
@@ -338,14 +417,18 @@ IntegerRowDot4 avx512_integer_row_dot4(GgufType type) {
 }
 
 IntegerRowDot avx512_integer_row_dot(GgufType type) {
+  // Without VNNI the AVX2 kernels serve.
+  if (!cpu_has_avx512_vnni()) return nullptr;
   switch (type) {
-    // Q8_0's and the K-quants' kernels need VNNI; without it they keep the AVX2 ones.
-    case GgufType::Q8_0: return cpu_has_avx512_vnni() ? dot_q8_0 : nullptr;
-    case GgufType::Q4_0: return dot_q4_0;
-    case GgufType::Q4_K: return cpu_has_avx512_vnni() ? dot_q4_q5_k<false> : nullptr;
-    case GgufType::Q5_K: return cpu_has_avx512_vnni() ? dot_q4_q5_k<true> : nullptr;
-    case GgufType::Q6_K: return cpu_has_avx512_vnni() ? dot_q6_k : nullptr;
-    default: return nullptr;  // Q4_1, Q5_0, Q5_1: the AVX2 kernels
+    case GgufType::Q8_0: return dot_q8_0;
+    case GgufType::Q4_0: return dot_nibble_blocks<GgufType::Q4_0>;
+    case GgufType::Q4_1: return dot_nibble_blocks<GgufType::Q4_1>;
+    case GgufType::Q5_0: return dot_nibble_blocks<GgufType::Q5_0>;
+    case GgufType::Q5_1: return dot_nibble_blocks<GgufType::Q5_1>;
+    case GgufType::Q4_K: return dot_q4_q5_k<false>;
+    case GgufType::Q5_K: return dot_q4_q5_k<true>;
+    case GgufType::Q6_K: return dot_q6_k;
+    default: return nullptr;
   }
 }
 

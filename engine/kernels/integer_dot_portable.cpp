@@ -1,6 +1,6 @@
 // The portable twins of the integer dot products (integer_dot.h): per block of 32 activations (per
-// super-block of 256 for the K-quants) the same exact integer sum as the AVX2 kernels (in 64 bits here),
-// scaled by the same factors. Block layouts are those of
+// super-block of 256 for the K-quants) the same exact integer sum as the AVX2 kernels, scaled by the same
+// factors. Block layouts are those of
 // engine/gguf/dequantize.cpp, which documents them.
 #include <cstring>
 
@@ -18,18 +18,6 @@ KVCHAT_ISA_BASELINE_INLINE inline float scale_at(const std::uint8_t* at) {
   return f16_to_f32(bits);
 }
 
-KVCHAT_ISA_BASELINE_INLINE inline std::int64_t sum32(const QuantizedActivations& x, std::int64_t block) {
-  return std::int64_t{x.sums[2 * block]} + x.sums[2 * block + 1];
-}
-
-// sum_j w[j] * (254 high[j] + low[j]) over `count` integers from element `first`.
-KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_range(const int* w, const QuantizedActivations& x, std::int64_t first,
-                                                         int count) {
-  std::int64_t sum = 0;
-  for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * (kActivationRadix * x.high[first + j] + x.low[first + j]);
-  return sum;
-}
-
 // The 32 integers of a Q4_0/Q4_1 block (0..15), or of a Q5_0/Q5_1 block with its fifth bits (0..31).
 KVCHAT_ISA_BASELINE_INLINE inline void nibbles32(const std::uint8_t* qs, std::uint32_t fifth_bits, int* w) {
   for (int j = 0; j < 16; ++j) {
@@ -38,19 +26,26 @@ KVCHAT_ISA_BASELINE_INLINE inline void nibbles32(const std::uint8_t* qs, std::ui
   }
 }
 
-// Q8_0 against the high bytes alone: d * (254 * s) * sum w high per block.
+// sum_j w[j] * bytes[j] over the 32 values of activation block b.
+KVCHAT_ISA_BASELINE_INLINE inline std::int32_t block_dot(const int* w, const QuantizedActivations& x, std::int64_t b) {
+  std::int32_t sum = 0;
+  for (int j = 0; j < 32; ++j) sum += w[j] * x.blocks.bytes[32 * b + j];
+  return sum;
+}
+
+// Q8_0: d * s * sum w byte per block, s the activations' scale.
 KVCHAT_ISA_BASELINE float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   float sum = 0.f;
+  int w[32];
   for (std::int64_t b = 0; b < blocks; ++b, row += 34) {
-    std::int32_t block_sum = 0;
-    for (int j = 0; j < 32; ++j) block_sum += static_cast<std::int8_t>(row[2 + j]) * x.high[32 * b + j];
-    sum += scale_at(row) * x.scales[b] * static_cast<float>(kActivationRadix) * static_cast<float>(block_sum);
+    for (int j = 0; j < 32; ++j) w[j] = static_cast<std::int8_t>(row[2 + j]);
+    sum += scale_at(row) * x.blocks.scales[b] * static_cast<float>(block_dot(w, x, b));
   }
   return sum;
 }
 
 // Q4_0, Q4_1, Q5_0, Q5_1: x = d * (q - offset) (+ m), so a block's product is
-// d * s * (sum q q_x - offset * sum q_x) (+ m * s * sum q_x), s the activations' scale.
+// d * s * sum (q - offset) byte (+ m * s * sum byte), s the activations' scale.
 template <int kHeader, bool kFifthBits, bool kMin, int kOffset>
 KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kHeader + (kFifthBits ? 4 : 0) + 16;
@@ -60,9 +55,9 @@ KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const Quantiz
     std::uint32_t fifth_bits = 0;
     if (kFifthBits) std::memcpy(&fifth_bits, row + kHeader, 4);
     nibbles32(row + kBlockBytes - 16, fifth_bits, w);
-    const std::int64_t q_sum = sum32(x, b);
-    sum += scale_at(row) * x.scales[b] * static_cast<float>(dot_range(w, x, 32 * b, 32) - kOffset * q_sum);
-    if (kMin) sum += scale_at(row + 2) * x.scales[b] * static_cast<float>(q_sum);
+    for (int& q : w) q -= kOffset;
+    sum += scale_at(row) * x.blocks.scales[b] * static_cast<float>(block_dot(w, x, b));
+    if (kMin) sum += scale_at(row + 2) * x.blocks.scales[b] * static_cast<float>(x.blocks.sums32[b]);
   }
   return sum;
 }
@@ -71,7 +66,7 @@ KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const Quantiz
 KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_bytes(const int* w, const QuantizedActivations& x, std::int64_t first,
                                                          int count) {
   std::int64_t sum = 0;
-  for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * x.bytes[first + j];
+  for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * x.super_blocks.bytes[first + j];
   return sum;
 }
 
@@ -93,10 +88,10 @@ KVCHAT_ISA_BASELINE float dot_q4_q5_k(const std::uint8_t* row, const QuantizedAc
       int scale, min;
       k_quant_scale_and_min(sub, row + 4, scale, min);
       scaled += scale * dot_bytes(w, x, 256 * s + 32 * sub, 32);
-      mins += min * std::int64_t{x.byte_sums32[8 * s + sub]};
+      mins += min * std::int64_t{x.super_blocks.sums32[8 * s + sub]};
     }
-    total += scale_at(row) * x.byte_scales[s] * static_cast<float>(scaled) -
-             scale_at(row + 2) * x.byte_scales[s] * static_cast<float>(mins);
+    total += scale_at(row) * x.super_blocks.scales[s] * static_cast<float>(scaled) -
+             scale_at(row + 2) * x.super_blocks.scales[s] * static_cast<float>(mins);
   }
   return total;
 }
@@ -115,9 +110,9 @@ KVCHAT_ISA_BASELINE float dot_q6_k(const std::uint8_t* row, const QuantizedActiv
       for (int l = 0; l < 32; ++l) w[l] = (k < 2 ? ql[l] & 0x0F : ql[l] >> 4) | (((qh[l] >> (2 * k)) & 3) << 4);
       for (int group = 0; group < 2; ++group)
         scaled += sc[2 * sub + group] * (dot_bytes(w + 16 * group, x, 256 * s + 32 * sub + 16 * group, 16) -
-                                         32 * std::int64_t{x.byte_sums16[16 * s + 2 * sub + group]});
+                                         32 * std::int64_t{x.super_blocks.sums16[16 * s + 2 * sub + group]});
     }
-    total += scale_at(row + 208) * x.byte_scales[s] * static_cast<float>(scaled);
+    total += scale_at(row + 208) * x.super_blocks.scales[s] * static_cast<float>(scaled);
   }
   return total;
 }

@@ -202,9 +202,9 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
   const GgufTypeInfo& info = gguf_type_info(w.type);
   const std::int64_t blocks = w.cols / info.block_size;
   if (const IntegerRowDot dot = activations ? integer_row_dot(w.type) : nullptr) {
-    // A prompt's vectors a chunk at a time, whose rounded values (two bytes each) stay in L2 while the
+    // A prompt's vectors a chunk at a time, whose rounded values (a byte each) stay in L2 while the
     // block's rows pass: all of them would be re-read from memory for every row.
-    const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / (2 * std::max<std::int64_t>(w.cols, 1)), 1,
+    const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / std::max<std::int64_t>(w.cols, 1), 1,
                                                          std::min(n, kMaxChunkVectors));
     QuantizedActivations vectors[kMaxChunkVectors];  // the chunk's views, made once rather than per row
     // Four vectors at a time where the type has such a kernel (the K-quants, AVX-512 VNNI or AVX2): the row's
@@ -251,16 +251,15 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
 
 // The roundings that products with weights of the added types take of their input.
 struct InputRoundings {
-  bool two_bytes = false, one_byte = false;
+  bool blocks = false, super_blocks = false;
   void add(GgufType type) {
     const ActivationRounding rounding = activation_rounding(type);
-    // The high bytes alone are made by the two-byte rounding.
-    two_bytes = two_bytes || rounding == ActivationRounding::TwoBytesPerValue || rounding == ActivationRounding::HighBytePerValue;
-    one_byte = one_byte || rounding == ActivationRounding::OneBytePerValue;
+    blocks = blocks || rounding == ActivationRounding::BlockBytes;
+    super_blocks = super_blocks || rounding == ActivationRounding::SuperBlockBytes;
   }
   // x [n, cols] rounded in each of them on the calling thread, or null when none is needed.
   const ThreadActivations* apply(const float* x, std::int64_t n, std::int64_t cols) const {
-    return two_bytes || one_byte ? &ThreadActivations::quantize(x, n, cols, two_bytes, one_byte) : nullptr;
+    return blocks || super_blocks ? &ThreadActivations::quantize(x, n, cols, blocks, super_blocks) : nullptr;
   }
 };
 
@@ -268,11 +267,15 @@ struct InputRoundings {
 
 ActivationRounding activation_rounding(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: return ActivationRounding::HighBytePerValue;
+    case GgufType::Q8_0:
+    case GgufType::Q4_0:
+    case GgufType::Q4_1:
+    case GgufType::Q5_0:
+    case GgufType::Q5_1: return ActivationRounding::BlockBytes;
     case GgufType::Q4_K:
     case GgufType::Q5_K:
-    case GgufType::Q6_K: return ActivationRounding::OneBytePerValue;
-    default: return portable_integer_row_dot(type) != nullptr ? ActivationRounding::TwoBytesPerValue : ActivationRounding::None;
+    case GgufType::Q6_K: return ActivationRounding::SuperBlockBytes;
+    default: return ActivationRounding::None;
   }
 }
 

@@ -28,10 +28,9 @@ void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* 
                       const float* bias = nullptr);
 
 // How products with weights of `type` round their input (activation_quantization.h): one byte per value
-// in blocks of 32 for Q8_0 (the high bytes of the two-byte rounding), two bytes per value in blocks of 32
-// for the other 32-element types, one byte per value in super-blocks of 256 for the K-quants, none for
-// F32/F16/BF16. The prefill GEMM rounds its input the same way (round_activations) to compute the same
-// products.
+// with a scale per block of 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, per super-block of 256 for the K-quants,
+// none for F32/F16/BF16 (and the types without integer kernels). The prefill GEMM rounds its input the
+// same way (round_activations) to compute the same products.
 ActivationRounding activation_rounding(GgufType type);
 
 // Rows [first, first + count) decoded to f32 into out [count, cols] (the prefill GEMM's blocks of

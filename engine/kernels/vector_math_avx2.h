@@ -2,6 +2,7 @@
 // Vector math shared by the AVX2 kernels (attention's softmax, the SwiGLU activation, the quantized
 // products' block scales and sums). Only for
 // functions marked KVCHAT_ISA_AVX2, called after use_avx2_kernels() said yes.
+#include "engine/kernels/integer_dot.h"
 #include "engine/kernels/isa_attributes.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
@@ -30,14 +31,49 @@ KVCHAT_ISA_AVX2 inline float load_f16_scale(const std::uint8_t* at) {
   return _cvtsh_ss(bits);
 }
 
-// One Q8_0 block against the activations' high bytes (activation_quantization.h): its 32 signed quants
-// at `quants` times the 32 signed bytes at `high`, as eight exact 32-bit partial sums. |w| times the
-// bytes carrying w's sign through _mm256_maddubs_epi16 (pair sums at most 2 * 128 * 127, so no
-// saturation; a quant of -128 gives |w| = 128 as an unsigned byte), the pairs added by _mm256_madd_epi16.
-KVCHAT_ISA_AVX2 inline __m256i q8_0_high_byte_sums(const std::uint8_t* quants, const std::int8_t* high) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants));
-  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(high));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+// 16 bytes of nibbles as 32 bytes in element order: low nibbles (elements 0-15), then high (16-31).
+KVCHAT_ISA_AVX2 inline __m256i nibbles32(const std::uint8_t* at) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+}
+
+// 32 bits as 32 bytes: 0x10 where bit j is set, in byte j (the fifth bits of Q5_0/Q5_1).
+KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
+  std::uint32_t bits;
+  std::memcpy(&bits, at, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                             _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                               0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// A block of 32 (SmallBlockLayout, integer_dot.h): its 32 quants in element order as bytes, less the
+// type's offset (signed for Q8_0, Q4_0 and Q5_0; unsigned for Q4_1 and Q5_1).
+template <GgufType kType>
+KVCHAT_ISA_AVX2 inline __m256i small_block_quants(const std::uint8_t* block) {
+  using Layout = SmallBlockLayout<kType>;
+  if constexpr (kType == GgufType::Q8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + Layout::kQuantsAt));
+  } else {
+    __m256i quants = nibbles32(block + Layout::kQuantsAt);
+    if constexpr (Layout::kFifthBitsAt >= 0) quants = _mm256_or_si256(quants, fifth_bits32(block + Layout::kFifthBitsAt));
+    if constexpr (Layout::kOffset != 0) quants = _mm256_sub_epi8(quants, _mm256_set1_epi8(Layout::kOffset));
+    return quants;
+  }
+}
+
+// A block of 32 against the 32 activation bytes at `bytes` (activation_quantization.h), as eight exact
+// 32-bit partial sums of quant * byte. Unsigned quants go straight into _mm256_maddubs_epi16; signed
+// ones as |w| times the bytes carrying w's sign (a Q8_0 quant of -128 gives |w| = 128 as an unsigned
+// byte). Pair sums at most 2 * 128 * 127, so no saturation; _mm256_madd_epi16 adds the pairs.
+template <GgufType kType>
+KVCHAT_ISA_AVX2 inline __m256i small_block_sums(const std::uint8_t* block, const std::int8_t* bytes) {
+  const __m256i w = small_block_quants<kType>(block);
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+  const __m256i pairs = SmallBlockLayout<kType>::kSignedQuants ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                                                               : _mm256_maddubs_epi16(w, x);
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
 // exp(x) for 8 floats: range reduction x = k ln2 + r, a degree-6 polynomial for exp(r) on

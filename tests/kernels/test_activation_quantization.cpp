@@ -1,8 +1,7 @@
-// Activations rounded to two bytes per value (engine/kernels/activation_quantization.h) against the
-// rule written out here (and the K-quants' one byte per value, below bytes_by_the_rule): per block of 32, s = max|x| / 127, t = x * (1/s), high = nearest integer of t,
-// low = nearest integer of (t - high) * 254, ties to even, scale = s / 254, sums of 254 high + low over
-// each 16; zero blocks give scale 0, non-finite ones scale NaN and zeros. The AVX2 and portable
-// versions must give exactly these values.
+// Activations rounded to one byte per value (engine/kernels/activation_quantization.h) against the rule
+// written out here (bytes_by_the_rule): per group of 32 or 256 values, s = max|x| / 127 (NaN when not
+// finite), byte = nearest integer of x * (1 / s), ties to even (0 for a zero or non-finite group), and the
+// byte sums of each 16 and each 32. The AVX2 and portable versions must give exactly these values.
 #include <QtTest>
 #include "common/test_suite.h"
 
@@ -20,39 +19,6 @@ namespace kernels_test_activation_quantization {
 using namespace kvchat;
 
 namespace {
-
-struct Rounded {
-  std::vector<std::int8_t> high, low;
-  std::vector<float> scales;
-  std::vector<std::int32_t> sums;
-};
-
-Rounded by_the_rule(const std::vector<float>& x) {
-  Rounded r{std::vector<std::int8_t>(x.size()), std::vector<std::int8_t>(x.size()), {}, {}};
-  for (std::size_t block = 0; block < x.size(); block += 32) {
-    float largest = 0.f;
-    bool finite = true;
-    for (std::size_t j = block; j < block + 32; ++j) {
-      finite = finite && std::isfinite(x[j]);
-      largest = std::max(largest, std::fabs(x[j]));
-    }
-    const float unit = finite ? largest / 127.f : std::numeric_limits<float>::quiet_NaN();
-    const float inverse = finite && unit > 0.f ? 1.f / unit : 0.f;
-    r.scales.push_back(unit / 254.f);
-    for (std::size_t j = block; j < block + 32; ++j) {
-      if (inverse == 0.f) continue;
-      const float t = x[j] * inverse, high = std::nearbyint(t);
-      r.high[j] = static_cast<std::int8_t>(high);
-      r.low[j] = static_cast<std::int8_t>(std::nearbyint((t - high) * 254.f));
-    }
-    for (std::size_t g = block; g < block + 32; g += 16) {
-      std::int32_t sum = 0;
-      for (std::size_t j = g; j < g + 16; ++j) sum += 254 * r.high[j] + r.low[j];
-      r.sums.push_back(sum);
-    }
-  }
-  return r;
-}
 
 // `count` values from a normal distribution (mean 0, deviation 1), seeded.
 std::vector<float> normal_values(unsigned seed, std::size_t count) {
@@ -80,28 +46,25 @@ std::vector<float> input_blocks(std::mt19937& rng) {
   return x;
 }
 
-// One byte per value (the K-quants' rounding): per super-block of 256, s = max|x| / 127 (NaN when not
-// finite), byte = nearest integer of x * (1 / s), ties to even (0 for a zero or non-finite block), and
-// the byte sums of each 16 and each 32.
 struct RoundedBytes {
   std::vector<std::int8_t> bytes;
   std::vector<float> scales;
   std::vector<std::int16_t> sums16, sums32;
 };
 
-RoundedBytes bytes_by_the_rule(const std::vector<float>& x) {
+RoundedBytes bytes_by_the_rule(const std::vector<float>& x, std::size_t group) {
   RoundedBytes r{std::vector<std::int8_t>(x.size()), {}, {}, {}};
-  for (std::size_t block = 0; block < x.size(); block += 256) {
+  for (std::size_t block = 0; block < x.size(); block += group) {
     float largest = 0.f;
     bool finite = true;
-    for (std::size_t j = block; j < block + 256; ++j) {
+    for (std::size_t j = block; j < block + group; ++j) {
       finite = finite && std::isfinite(x[j]);
       largest = std::max(largest, std::fabs(x[j]));
     }
     const float unit = finite ? largest / 127.f : std::numeric_limits<float>::quiet_NaN();
     const float inverse = finite && unit > 0.f ? 1.f / unit : 0.f;
     r.scales.push_back(unit);
-    for (std::size_t j = block; j < block + 256; ++j)
+    for (std::size_t j = block; j < block + group; ++j)
       if (inverse != 0.f) r.bytes[j] = static_cast<std::int8_t>(std::nearbyint(x[j] * inverse));
   }
   for (std::size_t g = 0; g < x.size(); g += 16) {
@@ -134,108 +97,27 @@ class ActivationQuantizationTest : public QObject {
   Q_OBJECT
  private Q_SLOTS:
   void cleanup() { kernels::set_avx2_kernels_enabled(true); }
-  void follows_the_rule_data();
-  void follows_the_rule();
-  void rounded_values_are_scale_times_q();
-  void high_byte_values_are_scale_times_high();
-  void rejects_partial_blocks();
-  void bytes_follow_the_rule_data();
-  void bytes_follow_the_rule();
-  void rounded_bytes_are_scale_times_byte();
+  void blocks_follow_the_rule_data();
+  void blocks_follow_the_rule();
+  void super_blocks_follow_the_rule_data() { blocks_follow_the_rule_data(); }
+  void super_blocks_follow_the_rule();
+  void rounded_values_are_scale_times_byte_data();
+  void rounded_values_are_scale_times_byte();
+  void rejects_partial_groups();
 };
 
-void ActivationQuantizationTest::follows_the_rule_data() {
+void ActivationQuantizationTest::blocks_follow_the_rule_data() {
   QTest::addColumn<bool>("avx2");
   QTest::newRow("avx2") << true;
   QTest::newRow("portable") << false;
 }
 
-void ActivationQuantizationTest::follows_the_rule() {
-  QFETCH(bool, avx2);
-  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
-  kernels::set_avx2_kernels_enabled(avx2);
-  std::mt19937 rng(3);
-  const std::vector<float> x = input_blocks(rng);
-  const Rounded expected = by_the_rule(x);
-  Rounded got{std::vector<std::int8_t>(x.size()), std::vector<std::int8_t>(x.size()), std::vector<float>(x.size() / 32),
-              std::vector<std::int32_t>(x.size() / 16)};
-  kernels::quantize_activations(x.data(), static_cast<std::int64_t>(x.size()), got.high.data(), got.low.data(),
-                                got.scales.data(), got.sums.data());
-  for (std::size_t j = 0; j < x.size(); ++j) {
-    QVERIFY2(got.high[j] == expected.high[j] && got.low[j] == expected.low[j],
-             qPrintable(QString("element %1 is %2,%3, expected %4,%5")
-                            .arg(j).arg(got.high[j]).arg(got.low[j]).arg(expected.high[j]).arg(expected.low[j])));
-    QVERIFY(std::abs(got.low[j]) <= 127);
-  }
-  for (std::size_t b = 0; b < expected.scales.size(); ++b) {
-    const bool both_nan = std::isnan(got.scales[b]) && std::isnan(expected.scales[b]);
-    QVERIFY2(both_nan || got.scales[b] == expected.scales[b], qPrintable(QString("scale %1").arg(b)));
-  }
-  QVERIFY(got.sums == expected.sums);
-  // The NaN and the infinity blocks, the zero block, and the ties at .5 rounded to even (in the high
-  // byte, with the half in the low one).
-  QVERIFY(std::isnan(got.scales[2]) && std::isnan(got.scales[3]));
-  QCOMPARE(got.scales[1], 0.f);
-  QCOMPARE(got.scales[5], 1.f / 254.f);
-  QCOMPARE(int(got.high[160]), 127);
-  QCOMPARE(int(got.high[161]), 2);  // 1.5 -> 2 - 0.5
-  QCOMPARE(int(got.low[161]), -127);
-  QCOMPARE(int(got.high[162]), 2);  // 2.5 -> 2 + 0.5
-  QCOMPARE(int(got.low[162]), 127);
-  QCOMPARE(int(got.high[165]), 0);  // 0.5 -> 0 + 0.5
-  QCOMPARE(int(got.high[224]), -127);
-  QCOMPARE(int(got.low[224]), 0);
-}
-
-void ActivationQuantizationTest::rounded_values_are_scale_times_q() {
-  std::vector<float> x = normal_values(4, 2 * 64);
-  std::vector<float> out(x.size());
-  kernels::round_activations(kernels::ActivationRounding::TwoBytesPerValue, x.data(), 2, 64, out.data());
-  const Rounded expected = by_the_rule(x);
-  for (std::size_t j = 0; j < x.size(); ++j) {
-    QCOMPARE(out[j], expected.scales[j / 32] * static_cast<float>(254 * expected.high[j] + expected.low[j]));
-    QVERIFY(std::fabs(out[j] - x[j]) <= 0.51f * expected.scales[j / 32]);
-  }
-  kernels::round_activations(kernels::ActivationRounding::TwoBytesPerValue, x.data(), 2, 64, x.data());  // in place
-  QVERIFY(x == out);
-}
-
-// Q8_0's rounding: the high bytes alone, each block's step 254 times the two-byte scale, within half a
-// step (plus the f32 roundings) of x.
-void ActivationQuantizationTest::high_byte_values_are_scale_times_high() {
-  std::vector<float> x = normal_values(5, 2 * 64);
-  std::vector<float> out(x.size());
-  kernels::round_activations(kernels::ActivationRounding::HighBytePerValue, x.data(), 2, 64, out.data());
-  const Rounded expected = by_the_rule(x);
-  for (std::size_t j = 0; j < x.size(); ++j) {
-    const float step = expected.scales[j / 32] * 254.f;
-    QCOMPARE(out[j], step * static_cast<float>(expected.high[j]));
-    QVERIFY(std::fabs(out[j] - x[j]) <= 0.51f * step);
-  }
-}
-
-void ActivationQuantizationTest::rejects_partial_blocks() {
-  std::vector<float> x(40);
-  std::vector<std::int8_t> high(40), low(40);
-  std::vector<float> scales(2);
-  std::vector<std::int32_t> sums(3);
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
-                           kernels::quantize_activations(x.data(), 40, high.data(), low.data(), scales.data(), sums.data()));
-}
-
-void ActivationQuantizationTest::bytes_follow_the_rule_data() { follows_the_rule_data(); }
-
-void ActivationQuantizationTest::bytes_follow_the_rule() {
-  QFETCH(bool, avx2);
-  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
-  kernels::set_avx2_kernels_enabled(avx2);
-  std::mt19937 rng(5);
-  const std::vector<float> x = input_super_blocks(rng);
-  const RoundedBytes expected = bytes_by_the_rule(x);
-  RoundedBytes got{std::vector<std::int8_t>(x.size()), std::vector<float>(x.size() / 256),
+// What the rule gives (bytes, scales and sums) against what kvchat's rounding gives, element by element.
+void compare_with_the_rule(const std::vector<float>& x, std::int64_t group, const RoundedBytes& expected) {
+  RoundedBytes got{std::vector<std::int8_t>(x.size()), std::vector<float>(x.size() / static_cast<std::size_t>(group)),
                    std::vector<std::int16_t>(x.size() / 16), std::vector<std::int16_t>(x.size() / 32)};
-  kernels::quantize_activation_bytes(x.data(), static_cast<std::int64_t>(x.size()), got.bytes.data(), got.scales.data(),
-                                     got.sums16.data(), got.sums32.data());
+  kernels::quantize_activation_bytes(x.data(), static_cast<std::int64_t>(x.size()), group, got.bytes.data(),
+                                     got.scales.data(), got.sums16.data(), got.sums32.data());
   for (std::size_t j = 0; j < x.size(); ++j)
     QVERIFY2(got.bytes[j] == expected.bytes[j],
              qPrintable(QString("element %1 is %2, expected %3").arg(j).arg(got.bytes[j]).arg(expected.bytes[j])));
@@ -245,32 +127,92 @@ void ActivationQuantizationTest::bytes_follow_the_rule() {
   }
   QVERIFY(got.sums16 == expected.sums16);
   QVERIFY(got.sums32 == expected.sums32);
-  // The zero, NaN and infinity super-blocks; ties to even at scale 1; the largest value at -127.
-  QCOMPARE(got.scales[1], 0.f);
-  QVERIFY(std::isnan(got.scales[2]) && std::isnan(got.scales[3]));
-  QCOMPARE(int(got.bytes[512 + 77]), 0);
-  QCOMPARE(got.scales[4], 1.f);
-  QCOMPARE(int(got.bytes[1024]), -127);
-  QCOMPARE(int(got.bytes[1024 + 1]), -2);  // -2.5 -> -2
-  QCOMPARE(int(got.bytes[1024 + 2]), -2);  // -1.5 -> -2
-  QCOMPARE(int(got.bytes[1024 + 4]), 0);   // 0.5 -> 0
-  QCOMPARE(int(got.bytes[1024 + 5]), 2);   // 1.5 -> 2
-  QCOMPARE(int(got.bytes[1280]), 127);
-  QCOMPARE(int(got.bytes[1281]), 0);
 }
 
-void ActivationQuantizationTest::rounded_bytes_are_scale_times_byte() {
+void ActivationQuantizationTest::blocks_follow_the_rule() {
+  QFETCH(bool, avx2);
+  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
+  kernels::set_avx2_kernels_enabled(avx2);
+  std::mt19937 rng(3);
+  const std::vector<float> x = input_blocks(rng);
+  const RoundedBytes expected = bytes_by_the_rule(x, 32);
+  compare_with_the_rule(x, 32, expected);
+  if (QTest::currentTestFailed()) return;
+  // The rule itself at the blocks of every kind: the zero, NaN and infinity blocks, ties to even at
+  // scale 1, the largest value at +-127.
+  QCOMPARE(expected.scales[1], 0.f);
+  QVERIFY(std::isnan(expected.scales[2]) && std::isnan(expected.scales[3]));
+  QCOMPARE(int(expected.bytes[64 + 5]), 0);
+  QCOMPARE(expected.scales[5], 1.f);
+  QCOMPARE(int(expected.bytes[160]), 127);
+  QCOMPARE(int(expected.bytes[161]), 2);  // 1.5 -> 2
+  QCOMPARE(int(expected.bytes[162]), 2);  // 2.5 -> 2
+  QCOMPARE(int(expected.bytes[165]), 0);  // 0.5 -> 0
+  QCOMPARE(int(expected.bytes[224]), -127);
+  QCOMPARE(int(expected.bytes[225]), 127);
+}
+
+void ActivationQuantizationTest::super_blocks_follow_the_rule() {
+  QFETCH(bool, avx2);
+  if (avx2 && !kernels::cpu_has_avx2_fma()) QSKIP("no AVX2 on this processor");
+  kernels::set_avx2_kernels_enabled(avx2);
+  std::mt19937 rng(5);
+  const std::vector<float> x = input_super_blocks(rng);
+  const RoundedBytes expected = bytes_by_the_rule(x, 256);
+  compare_with_the_rule(x, 256, expected);
+  if (QTest::currentTestFailed()) return;
+  // The zero, NaN and infinity super-blocks; ties to even at scale 1; the largest value at -127.
+  QCOMPARE(expected.scales[1], 0.f);
+  QVERIFY(std::isnan(expected.scales[2]) && std::isnan(expected.scales[3]));
+  QCOMPARE(int(expected.bytes[512 + 77]), 0);
+  QCOMPARE(expected.scales[4], 1.f);
+  QCOMPARE(int(expected.bytes[1024]), -127);
+  QCOMPARE(int(expected.bytes[1024 + 1]), -2);  // -2.5 -> -2
+  QCOMPARE(int(expected.bytes[1024 + 2]), -2);  // -1.5 -> -2
+  QCOMPARE(int(expected.bytes[1024 + 4]), 0);   // 0.5 -> 0
+  QCOMPARE(int(expected.bytes[1024 + 5]), 2);   // 1.5 -> 2
+  QCOMPARE(int(expected.bytes[1280]), 127);
+  QCOMPARE(int(expected.bytes[1281]), 0);
+}
+
+void ActivationQuantizationTest::rounded_values_are_scale_times_byte_data() {
+  QTest::addColumn<int>("rounding");
+  QTest::newRow("blocks of 32") << int(kernels::ActivationRounding::BlockBytes);
+  QTest::newRow("super-blocks of 256") << int(kernels::ActivationRounding::SuperBlockBytes);
+}
+
+// What the prefill GEMM multiplies by: scale * byte, within half a step (plus the f32 roundings) of x.
+void ActivationQuantizationTest::rounded_values_are_scale_times_byte() {
+  QFETCH(int, rounding);
+  const auto which = static_cast<kernels::ActivationRounding>(rounding);
+  const std::size_t group = static_cast<std::size_t>(kernels::activation_group(which));
   std::vector<float> x = normal_values(6, 2 * 512);
   std::vector<float> out(x.size());
-  kernels::round_activations(kernels::ActivationRounding::OneBytePerValue, x.data(), 2, 512, out.data());
-  const RoundedBytes expected = bytes_by_the_rule(x);
+  kernels::round_activations(which, x.data(), 2, 512, out.data());
+  const RoundedBytes expected = bytes_by_the_rule(x, group);
   for (std::size_t j = 0; j < x.size(); ++j) {
-    QCOMPARE(out[j], expected.scales[j / 256] * static_cast<float>(expected.bytes[j]));
-    QVERIFY(std::fabs(out[j] - x[j]) <= 0.51f * expected.scales[j / 256]);
+    QCOMPARE(out[j], expected.scales[j / group] * static_cast<float>(expected.bytes[j]));
+    QVERIFY(std::fabs(out[j] - x[j]) <= 0.51f * expected.scales[j / group]);
   }
-  std::vector<float> partial(300);
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::round_activations(kernels::ActivationRounding::OneBytePerValue,
-                                                                             partial.data(), 1, 300, partial.data()));
+  kernels::round_activations(which, x.data(), 2, 512, x.data());  // in place
+  QVERIFY(x == out);
+}
+
+void ActivationQuantizationTest::rejects_partial_groups() {
+  std::vector<float> x(300);
+  std::vector<std::int8_t> bytes(300);
+  std::vector<float> scales(10);
+  std::vector<std::int16_t> sums16(20), sums32(10);
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::quantize_activation_bytes(x.data(), 40, 32, bytes.data(), scales.data(),
+                                                                                     sums16.data(), sums32.data()));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::quantize_activation_bytes(x.data(), 288, 256, bytes.data(), scales.data(),
+                                                                                     sums16.data(), sums32.data()));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::quantize_activation_bytes(x.data(), 64, 64, bytes.data(), scales.data(),
+                                                                                     sums16.data(), sums32.data()));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::round_activations(kernels::ActivationRounding::SuperBlockBytes,
+                                                                             x.data(), 1, 288, x.data()));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::round_activations(kernels::ActivationRounding::None,
+                                                                             x.data(), 1, 32, x.data()));
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ActivationQuantizationTest)

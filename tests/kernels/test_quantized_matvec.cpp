@@ -1,7 +1,7 @@
 // The quantized products against a plain reference: every row decoded exactly (engine/gguf's
 // dequantize) and multiplied in double. The block types multiply the input rounded to integers
-// (activation_quantization.h: two bytes per value in blocks of 32, or one byte per value in super-blocks
-// of 256 for the K-quants): they must match the double product with the rounded input to f32 accuracy,
+// (activation_quantization.h: one byte per value with a scale per block of 32, or per super-block of 256
+// for the K-quants): they must match the double product with the rounded input to f32 accuracy,
 // and the exact product within the stated bound, sum over blocks of 0.51 scale * sum|w|.
 // Each type through the AVX2 kernels and the portable twins, one and several input vectors, with and
 // without bias, small (inline) and large (threaded) matrices, and shared-input jobs that mix types.
@@ -77,45 +77,22 @@ RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, 
   return m;
 }
 
-// The input as the block types' products see it, rounded here independently of the kernels. Two bytes
-// per value (the other 32-element types): per block of 32, s = max|x| / 127, t = x * (1 / s),
-// high = nearest integer of t, low = nearest integer of (t - high) * 254 (ties to even),
-// x^ = s / 254 * (254 high + low), and |x - x^| <= 0.51 * s / 254 (half a step, and the f32 roundings
-// of t). The high byte alone (Q8_0): per block of 32, x^ = s * high, |x - x^| <= 0.51 * s. One byte
-// per value (the K-quants): per super-block of 256, s = max|x| / 127, x^ = s * nearest integer of
-// x * (1 / s), |x - x^| <= 0.51 * s.
+// The input as the block types' products see it, rounded here independently of the kernels: per group
+// of 32 values (the 32-element types) or 256 (the K-quants), s = max|x| / 127, x^ = s * nearest integer
+// of x * (1 / s), |x - x^| <= 0.51 * s (half a step, and the f32 roundings).
 struct RoundedInput {
   std::vector<double> values, error_bound;
 };
 RoundedInput round_input(const std::vector<float>& x, kernels::ActivationRounding rounding) {
   RoundedInput rounded{std::vector<double>(x.size()), std::vector<double>(x.size())};
-  if (rounding == kernels::ActivationRounding::OneBytePerValue) {
-    for (std::size_t block = 0; block < x.size(); block += 256) {
-      float largest = 0.f;
-      for (std::size_t j = block; j < block + 256; ++j) largest = std::max(largest, std::fabs(x[j]));
-      const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f;
-      for (std::size_t j = block; j < block + 256; ++j) {
-        rounded.values[j] = double(unit) * std::nearbyint(x[j] * inverse);
-        rounded.error_bound[j] = 0.51 * double(unit);
-      }
-    }
-    return rounded;
-  }
-  for (std::size_t block = 0; block < x.size(); block += 32) {
+  const std::size_t group = rounding == kernels::ActivationRounding::SuperBlockBytes ? 256 : 32;
+  for (std::size_t block = 0; block < x.size(); block += group) {
     float largest = 0.f;
-    for (std::size_t j = block; j < block + 32; ++j) largest = std::max(largest, std::fabs(x[j]));
-    const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f, scale = unit / 254.f;
-    if (rounding == kernels::ActivationRounding::HighBytePerValue) {
-      for (std::size_t j = block; j < block + 32; ++j) {
-        rounded.values[j] = double(unit) * std::nearbyint(x[j] * inverse);
-        rounded.error_bound[j] = 0.51 * double(unit);
-      }
-      continue;
-    }
-    for (std::size_t j = block; j < block + 32; ++j) {
-      const float t = x[j] * inverse, high = std::nearbyint(t), low = std::nearbyint((t - high) * 254.f);
-      rounded.values[j] = double(scale) * (254.0 * high + low);
-      rounded.error_bound[j] = 0.51 * double(scale);
+    for (std::size_t j = block; j < block + group; ++j) largest = std::max(largest, std::fabs(x[j]));
+    const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f;
+    for (std::size_t j = block; j < block + group; ++j) {
+      rounded.values[j] = double(unit) * std::nearbyint(x[j] * inverse);
+      rounded.error_bound[j] = 0.51 * double(unit);
     }
   }
   return rounded;
