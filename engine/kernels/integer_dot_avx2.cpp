@@ -1,10 +1,8 @@
 // The AVX2 integer dot products (integer_dot.h). Weights stay integers: unsigned ones (nibbles, K-quant
-// quants) go straight into _mm256_maddubs_epi16 against the activations' signed bytes; signed ones (Q8_0,
-// and Q4_0/Q5_0 less their offset) take the sign of the weight onto the activations first (|w| * sign(w) q).
+// quants) go straight into _mm256_maddubs_epi16 against the activations' signed bytes; Q8_0's signed ones
+// take the sign of the weight onto the activations first (|w| * sign(w) q).
 // - Blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against one byte per activation with a scale per block:
-//   each block's eight exact 32-bit sums (small_block_sums, vector_math_avx2.h) converted to f32 and
-//   scaled by the weight's and the activations' scales; Q4_1/Q5_1's min goes through the activations'
-//   block sums, once per block.
+//   see dot_small_block.
 // - Super-blocks of 256 (Q4_K, Q5_K, Q6_K) against one byte per activation: the pair sums are weighted
 //   by the sub-block scales, so a whole super-block adds up in exact 32-bit lanes (at most
 //   8 * 63 * 2 * 2 * 63 * 128 < 2^28) and is converted once; mins and Q6_K's -32 go through the
@@ -29,21 +27,57 @@ constexpr std::int64_t kPrefetchBytes = 1024;
 
 KVCHAT_ISA_AVX2 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
 
-// A type with blocks of 32 (SmallBlockLayout): per block d * s * (its exact sums), s the activations'
-// scale, in two accumulators (blocks alternate); a min's m * s * (sum of the block's bytes) in a third.
+// A type with blocks of 32 (SmallBlockLayout), eight blocks at a time: each block's eight exact 32-bit
+// sums of quant * byte (_mm256_maddubs_epi16, the pairs added by _mm256_madd_epi16; pair sums at most
+// 2 * 128 * 127, so no saturation), converted and scaled by d * s, s the activations' scale. The eight
+// blocks' f16 scales are gathered and converted together, and each block's factor taken out of them
+// with one permute. Q8_0's signed quants go in as |w| times the bytes carrying w's sign (a quant of
+// -128 gives |w| = 128 as an unsigned byte). The 4- and 5-bit types' unsigned quants go in as they are:
+// Q4_0/Q5_0's offset (8, 16) and Q4_1/Q5_1's min m apply through the activations' block sums,
+// -offset * d * s * sum byte or m * s * sum byte, eight blocks at once. (The offset's term is rounded
+// apart from the quants'; the error stays within f32 rounding of sum |q| |byte|.) A row's last blocks
+// (fewer than eight) go one at a time.
 template <GgufType kType>
 KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   using Layout = SmallBlockLayout<kType>;
+  constexpr bool kSigned = kType == GgufType::Q8_0;
   const ActivationBytes& in = x.blocks;
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  float mins = 0.f;
-  for (std::int64_t b = 0; b < blocks; ++b, row += Layout::kBytes) {
-    if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
-    const __m256i sums = small_block_sums<kType>(row, in.bytes + 32 * b);
-    acc[b % 2] = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * in.scales[b]), _mm256_cvtepi32_ps(sums), acc[b % 2]);
-    if constexpr (Layout::kMin) mins += load_f16_scale(row + 2) * in.scales[b] * static_cast<float>(in.sums32[b]);
+  auto block_sums = [&](const std::uint8_t* block, std::int64_t b) {
+    const __m256i w = small_block_quants<kType>(block);
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.bytes + 32 * b));
+    const __m256i pairs = kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(bytes, w))
+                                  : _mm256_maddubs_epi16(w, bytes);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), offsets = _mm256_setzero_ps();
+  std::int64_t b = 0;
+  for (; b + 8 <= blocks; b += 8, row += 8 * Layout::kBytes) {
+    for (int line = 0; line < 8 * Layout::kBytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + line, _MM_HINT_T0);
+    const __m256 activation_scales = _mm256_loadu_ps(in.scales + b);
+    const __m256 factors = _mm256_mul_ps(eight_block_halves<kType>(row, 0), activation_scales);
+    if constexpr (!kSigned) {
+      const __m256 sums = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in.sums32 + b))));
+      if constexpr (Layout::kMin)
+        offsets = _mm256_fmadd_ps(eight_block_halves<kType>(row, 2), _mm256_mul_ps(activation_scales, sums), offsets);
+      else
+        offsets = _mm256_fnmadd_ps(factors, _mm256_mul_ps(sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))), offsets);
+    }
+    for (int k = 0; k < 8; k += 2) {
+      acc0 = _mm256_fmadd_ps(block_sums(row + k * Layout::kBytes, b + k),
+                             _mm256_permutevar8x32_ps(factors, _mm256_set1_epi32(k)), acc0);
+      acc1 = _mm256_fmadd_ps(block_sums(row + (k + 1) * Layout::kBytes, b + k + 1),
+                             _mm256_permutevar8x32_ps(factors, _mm256_set1_epi32(k + 1)), acc1);
+    }
   }
-  return horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + mins;
+  float tail = 0.f;
+  for (; b < blocks; ++b, row += Layout::kBytes) {
+    const float factor = load_f16_scale(row) * in.scales[b];
+    acc0 = _mm256_fmadd_ps(block_sums(row, b), _mm256_set1_ps(factor), acc0);
+    if constexpr (Layout::kMin) tail += load_f16_scale(row + 2) * in.scales[b] * static_cast<float>(in.sums32[b]);
+    else if constexpr (!kSigned) tail -= factor * static_cast<float>(Layout::kOffset * in.sums32[b]);
+  }
+  return horizontal_sum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), offsets)) + tail;
 }
 
 // Shuffles that broadcast 16-bit word j of each 128-bit lane (a sub-block's scale).

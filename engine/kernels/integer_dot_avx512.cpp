@@ -34,12 +34,22 @@ KVCHAT_ISA_AVX512 inline __m512i two_lane_groups(int low, int high) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(low)), _mm256_set1_epi32(high), 1);
 }
 
+// A row's blocks from `first` on (fewer than eight: what the kernels below leave), through the AVX2 kernel.
+template <GgufType kType>
+KVCHAT_ISA_AVX512 inline float avx2_tail(const std::uint8_t* rest, const QuantizedActivations& x, std::int64_t first,
+                                         std::int64_t blocks) {
+  if (first == blocks) return 0.f;
+  QuantizedActivations from_first = x;
+  from_first.blocks = {x.blocks.bytes + 32 * first, x.blocks.scales + first, x.blocks.sums16 + 2 * first, x.blocks.sums32 + first};
+  return avx2_integer_row_dot(kType)(rest, from_first, blocks - first);
+}
+
 // Q8_0 against one-byte activations (AVX-512 VNNI), eight blocks at a time: two blocks' 64 quants in one
 // register, |w| times the bytes carrying w's sign through vpdpbusd (sixteen exact 32-bit sums of four
 // products, the first block's in lanes 0-7, the second's in 8-15; |byte| <= 127, so negating cannot
 // overflow; a quant of -128 gives |w| = 128 as an unsigned byte), so one conversion and one FMA serve
 // two blocks. The eight blocks' f16 scales are gathered and converted together and multiplied by the
-// activations' scales. A row's last blocks (fewer than eight) take the AVX2 kernel's steps.
+// activations' scales. A row's last blocks (fewer than eight) go through the AVX2 kernel.
 KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   const ActivationBytes& in = x.blocks;
   __m512i pair_factor_index[4];
@@ -48,15 +58,8 @@ KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedAc
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   std::int64_t b = 0;
   for (; b + 8 <= blocks; b += 8, row += 8 * 34) {
-    auto scale_at = [&](int k) {
-      std::uint16_t bits;
-      std::memcpy(&bits, row + 34 * k, 2);
-      return static_cast<short>(bits);
-    };
-    // Built in registers: eight 2-byte stores read back as 16 bytes would miss store forwarding.
-    const __m128i halves = _mm_setr_epi16(scale_at(0), scale_at(1), scale_at(2), scale_at(3), scale_at(4), scale_at(5),
-                                          scale_at(6), scale_at(7));
-    const __m512 factors = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_loadu_ps(in.scales + b)));
+    const __m512 factors =
+        _mm512_castps256_ps512(_mm256_mul_ps(eight_block_halves<GgufType::Q8_0>(row, 0), _mm256_loadu_ps(in.scales + b)));
     for (int pair = 0; pair < 4; ++pair) {
       const std::uint8_t* first = row + 68 * pair;
       _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
@@ -68,12 +71,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedAc
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
     }
   }
-  __m256 tail = _mm256_setzero_ps();
-  for (; b < blocks; ++b, row += 34) {
-    const __m256i sums = small_block_sums<GgufType::Q8_0>(row, in.bytes + 32 * b);
-    tail = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * in.scales[b]), _mm256_cvtepi32_ps(sums), tail);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(tail);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + avx2_tail<GgufType::Q8_0>(row, x, b, blocks);
 }
 
 // Q4_0, Q4_1, Q5_0, Q5_1 read eight blocks (144 to 192 bytes) as three 64-byte registers and take every
@@ -188,14 +186,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const Qu
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors512), acc);
     }
   }
-  __m256 tail = _mm256_setzero_ps();
-  float tail_mins = 0.f;
-  for (; b < blocks; ++b, row += Layout::kBytes) {
-    const __m256i sums = small_block_sums<kType>(row, in.bytes + 32 * b);
-    tail = _mm256_fmadd_ps(_mm256_set1_ps(load_f16_scale(row) * in.scales[b]), _mm256_cvtepi32_ps(sums), tail);
-    if constexpr (Layout::kMin) tail_mins += load_f16_scale(row + 2) * in.scales[b] * static_cast<float>(in.sums32[b]);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(_mm256_add_ps(tail, offsets)) + tail_mins;
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(offsets) + avx2_tail<kType>(row, x, b, blocks);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -48,32 +48,30 @@ KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-// A block of 32 (SmallBlockLayout, integer_dot.h): its 32 quants in element order as bytes, less the
-// type's offset (signed for Q8_0, Q4_0 and Q5_0; unsigned for Q4_1 and Q5_1).
+// A block of 32 (SmallBlockLayout, integer_dot.h): its 32 quants in element order as bytes, Q8_0's
+// signed ones or the 4- and 5-bit types' unsigned ones (0..31, before their offset).
 template <GgufType kType>
 KVCHAT_ISA_AVX2 inline __m256i small_block_quants(const std::uint8_t* block) {
   using Layout = SmallBlockLayout<kType>;
   if constexpr (kType == GgufType::Q8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + Layout::kQuantsAt));
   } else {
-    __m256i quants = nibbles32(block + Layout::kQuantsAt);
-    if constexpr (Layout::kFifthBitsAt >= 0) quants = _mm256_or_si256(quants, fifth_bits32(block + Layout::kFifthBitsAt));
-    if constexpr (Layout::kOffset != 0) quants = _mm256_sub_epi8(quants, _mm256_set1_epi8(Layout::kOffset));
+    const __m256i quants = nibbles32(block + Layout::kQuantsAt);
+    if constexpr (Layout::kFifthBitsAt >= 0) return _mm256_or_si256(quants, fifth_bits32(block + Layout::kFifthBitsAt));
     return quants;
   }
 }
 
-// A block of 32 against the 32 activation bytes at `bytes` (activation_quantization.h), as eight exact
-// 32-bit partial sums of quant * byte. Unsigned quants go straight into _mm256_maddubs_epi16; signed
-// ones as |w| times the bytes carrying w's sign (a Q8_0 quant of -128 gives |w| = 128 as an unsigned
-// byte). Pair sums at most 2 * 128 * 127, so no saturation; _mm256_madd_epi16 adds the pairs.
+// Eight consecutive blocks' f16 fields at `offset` (a scale d, or a min m) as eight floats. Built in
+// registers: eight 2-byte stores read back as 16 bytes would miss store forwarding.
 template <GgufType kType>
-KVCHAT_ISA_AVX2 inline __m256i small_block_sums(const std::uint8_t* block, const std::int8_t* bytes) {
-  const __m256i w = small_block_quants<kType>(block);
-  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
-  const __m256i pairs = SmallBlockLayout<kType>::kSignedQuants ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
-                                                               : _mm256_maddubs_epi16(w, x);
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+KVCHAT_ISA_AVX2 inline __m256 eight_block_halves(const std::uint8_t* row, int offset) {
+  auto half_at = [&](int k) {
+    std::uint16_t bits;
+    std::memcpy(&bits, row + SmallBlockLayout<kType>::kBytes * k + offset, 2);
+    return static_cast<short>(bits);
+  };
+  return _mm256_cvtph_ps(_mm_setr_epi16(half_at(0), half_at(1), half_at(2), half_at(3), half_at(4), half_at(5), half_at(6), half_at(7)));
 }
 
 // exp(x) for 8 floats: range reduction x = k ln2 + r, a degree-6 polynomial for exp(r) on
