@@ -27,12 +27,14 @@ struct BlockFormat {
   const char* name;
   int block_size, block_bytes;
   int scale_offset;      // where the block's f16 d is (set to 1.0 so that sums stay finite)
-  int min_scale_offset;  // the K-quants' dmin, likewise (-1: none)
+  int min_scale_offset;  // the min's (Q4_1/Q5_1's m, the K-quants' dmin), likewise (-1: none)
 };
 
 constexpr BlockFormat kFormats[] = {
     {GgufType::Q8_0, "q8_0", 32, 34, 0, -1},  {GgufType::Q4_0, "q4_0", 32, 18, 0, -1},
-    {GgufType::Q4_K, "q4_k", 256, 144, 0, 2}, {GgufType::Q5_K, "q5_k", 256, 176, 0, 2},
+    {GgufType::Q4_1, "q4_1", 32, 20, 0, 2},   {GgufType::Q5_0, "q5_0", 32, 22, 0, -1},
+    {GgufType::Q5_1, "q5_1", 32, 24, 0, 2},   {GgufType::Q4_K, "q4_k", 256, 144, 0, 2},
+    {GgufType::Q5_K, "q5_k", 256, 176, 0, 2},
     {GgufType::Q6_K, "q6_k", 256, 210, 208, -1},
 };
 
