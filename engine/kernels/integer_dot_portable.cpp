@@ -33,31 +33,24 @@ KVCHAT_ISA_BASELINE_INLINE inline std::int32_t block_dot(const int* w, const Qua
   return sum;
 }
 
-// Q8_0: d * s * sum w byte per block, s the activations' scale.
-KVCHAT_ISA_BASELINE float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  float sum = 0.f;
-  int w[32];
-  for (std::int64_t b = 0; b < blocks; ++b, row += 34) {
-    for (int j = 0; j < 32; ++j) w[j] = static_cast<std::int8_t>(row[2 + j]);
-    sum += scale_at(row) * x.blocks.scales[b] * static_cast<float>(block_dot(w, x, b));
-  }
-  return sum;
-}
-
-// Q4_0, Q4_1, Q5_0, Q5_1: x = d * (q - offset) (+ m), so a block's product is
-// d * s * sum (q - offset) byte (+ m * s * sum byte), s the activations' scale.
-template <int kHeader, bool kFifthBits, bool kMin, int kOffset>
+// A type with blocks of 32 (SmallBlockLayout, integer_dot.h): x = d * (q - offset) (+ m), so a block's
+// product is d * s * sum (q - offset) byte (+ m * s * sum byte), s the activations' scale.
+template <GgufType kType>
 KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  constexpr int kBlockBytes = kHeader + (kFifthBits ? 4 : 0) + 16;
+  using Layout = SmallBlockLayout<kType>;
   float sum = 0.f;
   int w[32];
-  for (std::int64_t b = 0; b < blocks; ++b, row += kBlockBytes) {
-    std::uint32_t fifth_bits = 0;
-    if (kFifthBits) std::memcpy(&fifth_bits, row + kHeader, 4);
-    nibbles32(row + kBlockBytes - 16, fifth_bits, w);
-    for (int& q : w) q -= kOffset;
+  for (std::int64_t b = 0; b < blocks; ++b, row += Layout::kBytes) {
+    if constexpr (kType == GgufType::Q8_0) {
+      for (int j = 0; j < 32; ++j) w[j] = static_cast<std::int8_t>(row[Layout::kQuantsAt + j]);
+    } else {
+      std::uint32_t fifth_bits = 0;
+      if constexpr (Layout::kFifthBitsAt >= 0) std::memcpy(&fifth_bits, row + Layout::kFifthBitsAt, 4);
+      nibbles32(row + Layout::kQuantsAt, fifth_bits, w);
+      for (int& q : w) q -= Layout::kOffset;
+    }
     sum += scale_at(row) * x.blocks.scales[b] * static_cast<float>(block_dot(w, x, b));
-    if (kMin) sum += scale_at(row + 2) * x.blocks.scales[b] * static_cast<float>(x.blocks.sums32[b]);
+    if constexpr (Layout::kMin) sum += scale_at(row + 2) * x.blocks.scales[b] * static_cast<float>(x.blocks.sums32[b]);
   }
   return sum;
 }
@@ -121,11 +114,11 @@ KVCHAT_ISA_BASELINE float dot_q6_k(const std::uint8_t* row, const QuantizedActiv
 
 IntegerRowDot portable_integer_row_dot(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: return dot_q8_0;
-    case GgufType::Q4_0: return dot_small_block<2, false, false, 8>;
-    case GgufType::Q4_1: return dot_small_block<4, false, true, 0>;
-    case GgufType::Q5_0: return dot_small_block<2, true, false, 16>;
-    case GgufType::Q5_1: return dot_small_block<4, true, true, 0>;
+    case GgufType::Q8_0: return dot_small_block<GgufType::Q8_0>;
+    case GgufType::Q4_0: return dot_small_block<GgufType::Q4_0>;
+    case GgufType::Q4_1: return dot_small_block<GgufType::Q4_1>;
+    case GgufType::Q5_0: return dot_small_block<GgufType::Q5_0>;
+    case GgufType::Q5_1: return dot_small_block<GgufType::Q5_1>;
     case GgufType::Q4_K: return dot_q4_q5_k<false>;
     case GgufType::Q5_K: return dot_q4_q5_k<true>;
     case GgufType::Q6_K: return dot_q6_k;
