@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "app/broken_pipe.h"
 #include "app/connection_probe.h"
 #include "app/openai_protocol.h"
 #include "app/openai_sessions.h"
@@ -56,6 +57,7 @@ class OpenAiServer::Impl {
       : model_(model),
         options_(std::move(options)),
         sessions_(model, std::move(snapshots), options_.parallel, options_.max_queue, options_.memory_budget_bytes) {
+    ignore_broken_pipe_signals();  // a client gone mid-stream is a failed write, not the end of the server
     // Enough threads that every running and queued request has one, plus a few that answer /health,
     // errors and 429s while all of those are busy.
     const std::size_t threads = static_cast<std::size_t>(options_.parallel + options_.max_queue + 4);

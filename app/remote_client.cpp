@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "app/broken_pipe.h"
+
 namespace kvchat::app {
 
 namespace {
@@ -35,6 +37,7 @@ ServerAddress parse_base_url(const std::string& base_url) {
 }
 
 httplib::Client make_client(const ServerAddress& address, const RemoteEndpoint& endpoint) {
+  ignore_broken_pipe_signals();  // a server gone while the request is sent: an error, not the end of the app
   httplib::Client client(address.scheme_host_port);
   client.set_connection_timeout(10, 0);
   // A large model may think for minutes before its first token; a dead connection is still noticed.

@@ -123,7 +123,6 @@ int run_serve(const std::vector<std::string>& args) {
   server.bind();
   SignalStopper signals;  // destroyed before the server
   signals.stop_on_signal(server);
-  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-stream is a failed write, not the end of the server
   std::fprintf(stderr, "listening on http://%s:%d (model id %s, KV cache budget %lld MiB)\n", options.host.c_str(),
                server.bound_port(), options.model_id.c_str(), static_cast<long long>(options.memory_budget_bytes / kMiB));
   std::fflush(stderr);

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "app/broken_pipe.h"
+
 namespace kvchat::cli {
 
 namespace {
@@ -88,6 +90,7 @@ RequestOutcome stream_request(httplib::Client& client, const LoadPlan& plan, con
 }  // namespace
 
 LoadResult run_load(const LoadPlan& plan, const std::function<void()>& after_request) {
+  app::ignore_broken_pipe_signals();  // the server may close a connection while a request is sent
   LoadResult result;
   std::mutex mutex;
   std::vector<std::thread> clients;
