@@ -230,8 +230,9 @@ void QuantizedMatvecTest::matches_decoded_rows() {
   if (!use_kernels(Kernels(kernels), &skip)) QSKIP(qPrintable(skip));
   std::mt19937 rng(static_cast<unsigned>(type * 131 + rows));
   // Three K-quant super-blocks (24 small blocks); and, for the types with blocks of 32, 25 blocks, which
-  // leaves a remainder after the kernels' groups of two and of eight blocks.
-  for (const std::int64_t cols : {768, 800}) {
+  // leaves a remainder after the kernels' groups of two and of eight blocks; and, for the 16- and 32-bit
+  // types, a row that ends in single values after the kernels' groups of 64 and of 8.
+  for (const std::int64_t cols : {768, 800, 803}) {
     if (cols % gguf_type_info(GgufType(type)).block_size != 0) continue;
     const RandomMatrix m = random_matrix(GgufType(type), rows, cols, rng);
     std::normal_distribution<float> normal(0.f, 1.f);
