@@ -24,6 +24,8 @@ void for_row_blocks(std::int64_t rows, std::int64_t row_bytes,
 
 // sum_c a[c] * b[c] in float32.
 float dot_f32(const float* a, const float* b, std::int64_t n);
+// sum_c w[c] * x[c] in float32 for a row of IEEE halves (GGUF F16), widened exactly: the bf16 row loop.
+float dot_f16(const std::uint16_t* w, const float* x, std::int64_t n);
 
 // y[r] = sum_c W[r, c] * x[c] (+ bias[r])
 void matvec_f32(const float* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,

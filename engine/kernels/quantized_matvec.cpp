@@ -20,48 +20,15 @@
 namespace kvchat::kernels {
 namespace {
 
-// dot(row, x) for one row of `count` f16 values.
-using RowDot = float (*)(const std::uint8_t* row, const float* x, std::int64_t count);
-
 #if KVCHAT_HAVE_AVX2_KERNELS
 // ---------------------------------------------------------------------------------------------
-// AVX2 f32 kernels: the F16 product (the block types multiply integers, integer_dot.h), and the row
-// decoders of the prefill. Block layouts are those of engine/gguf/dequantize.cpp, which documents them.
+// AVX2 row decoders of the prefill (the block types' products multiply integers, integer_dot.h; F16's is
+// matvec.h's dot_f16). Block layouts are those of engine/gguf/dequantize.cpp, which documents them.
 
 // The low 8 signed bytes of v as 8 floats.
 KVCHAT_ISA_AVX2 inline __m256 widen_signed(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 // The low 8 unsigned bytes of v as 8 floats.
 KVCHAT_ISA_AVX2 inline __m256 widen_unsigned(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
-
-// F16 rows: eight halves at a time through the F16C converter, shaped as the bf16 kernel (matvec.cpp) for
-// the same reason: each thread's rows are one linear stream, eight independent accumulators cover the FMA
-// latency, and two prefetches per 128 bytes 8 KiB ahead keep enough misses in flight. Two cores at
-// 55-60 GB/s (bench/stream_bench.cpp): 0.76-0.77 of a contiguous read with two accumulators and 2 KiB
-// ahead, against the bf16 kernel's 0.85-0.86.
-constexpr std::int64_t kF16PrefetchBytes = 8192;
-
-KVCHAT_ISA_AVX2 inline __m256 load8_f16(const std::uint16_t* w) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-}
-
-KVCHAT_ISA_AVX2 float dot_f16_avx2(const std::uint8_t* row, const float* x, std::int64_t count) {
-  const auto* w = reinterpret_cast<const std::uint16_t*>(row);
-  __m256 acc[8];
-  for (__m256& a : acc) a = _mm256_setzero_ps();
-  std::int64_t c = 0;
-  for (; c + 64 <= count; c += 64) {
-    const char* ahead = reinterpret_cast<const char*>(w + c) + kF16PrefetchBytes;
-    _mm_prefetch(ahead, _MM_HINT_T0);
-    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(load8_f16(w + c + 8 * j), _mm256_loadu_ps(x + c + 8 * j), acc[j]);
-  }
-  for (; c + 8 <= count; c += 8) acc[0] = _mm256_fmadd_ps(load8_f16(w + c), _mm256_loadu_ps(x + c), acc[0]);
-  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[1], acc[5])),
-                                   _mm256_add_ps(_mm256_add_ps(acc[2], acc[6]), _mm256_add_ps(acc[3], acc[7])));
-  float result = horizontal_sum(sum);
-  for (; c < count; ++c) result += _cvtsh_ss(w[c]) * x[c];
-  return result;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Row decoders for the prefill GEMM (whole rows to f32, as engine/gguf's dequantize computes them;
@@ -159,15 +126,6 @@ KVCHAT_ISA_AVX2 void decode_f16_avx2(const std::uint8_t* row, float* out, std::i
 }
 #endif  // KVCHAT_HAVE_AVX2_KERNELS
 
-// The f32 kernel for F16 rows, or null.
-RowDot f16_row_dot(GgufType type) {
-#if KVCHAT_HAVE_AVX2_KERNELS
-  if (use_avx2_kernels() && type == GgufType::F16) return dot_f16_avx2;
-#endif
-  (void)type;
-  return nullptr;
-}
-
 RowDecoder fast_row_decoder(GgufType type) {
 #if KVCHAT_HAVE_AVX2_KERNELS
   if (use_avx2_kernels()) {
@@ -203,8 +161,8 @@ constexpr std::int64_t kMaxChunkVectors = 64;
 
 // Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows). Block types: the integer
 // kernel against the activations rounded once per product (`activations`, row i for vector i). F16:
-// the f32 kernel. Others (and F16 on the portable path): each row decoded once into a buffer the
-// thread keeps (it stays in L1/L2) and multiplied by every vector in f32.
+// dot_f16 (matvec.h) on the row as it is. Others: each row decoded once into a buffer the thread keeps
+// (it stays in L1/L2) and multiplied by every vector in f32.
 void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadActivations* activations, float* y,
                     std::int64_t n, const float* bias, std::int64_t begin, std::int64_t end) {
   const GgufTypeInfo& info = gguf_type_info(w.type);
@@ -237,11 +195,11 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
     }
     return;
   }
-  if (const RowDot dot = f16_row_dot(w.type)) {
+  if (w.type == GgufType::F16) {
     for (std::int64_t r = begin; r < end; ++r) {
-      const std::uint8_t* row = w.data + r * w.row_bytes;
+      const auto* row = reinterpret_cast<const std::uint16_t*>(w.data + r * w.row_bytes);
       const float b = bias ? bias[r] : 0.f;
-      for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot(row, x + i * w.cols, w.cols) + b;
+      for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot_f16(row, x + i * w.cols, w.cols) + b;
     }
     return;
   }
