@@ -4,7 +4,8 @@
 // (>= 512 MiB in all) and the copies are used round-robin, as decode does with a model's layers.
 //
 // Build (from the repository root, after building kvchat_kernels in build/):
-//   g++ -O2 -std=c++17 -I. bench/kernels_bench.cpp build/engine/libkvchat_kernels.a -pthread -o kernels_bench
+//   g++ -O2 -std=c++17 -I. bench/kernels_bench.cpp build/engine/libkvchat_kernels.a
+//       build/engine/libkvchat_gguf.a -lspdlog -lfmt -pthread -o kernels_bench
 // Usage: kernels_bench [--portable] [--tiny] [--small-pages] [--layers N] [threads...]   (default threads: 1 2; layers: 4)
 #include <algorithm>
 #include <chrono>
