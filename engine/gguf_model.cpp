@@ -100,7 +100,29 @@ class GgufWeightReader {
 
 }  // namespace
 
+namespace {
+
+// A file whose tensors name more layers than its block_count is damaged or mislabelled: running the first
+// block_count layers of it would give a plausible-looking but wrong model, so it is refused.
+void check_no_layers_beyond_block_count(const GgufFile& file, std::int64_t layers) {
+  constexpr std::string_view prefix = "blk.";
+  for (const GgufTensor& tensor : file.tensors()) {
+    const std::string_view name = tensor.name;
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    std::int64_t layer = 0;
+    std::size_t at = prefix.size();
+    while (at < name.size() && name[at] >= '0' && name[at] <= '9' && layer <= layers)
+      layer = layer * 10 + (name[at++] - '0');
+    if (at > prefix.size() && layer >= layers)
+      fail(file, "tensor " + std::string(name) + " belongs to a layer past the " + std::to_string(layers) +
+                     " layers the metadata's block_count declares");
+  }
+}
+
+}  // namespace
+
 ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, const ModelConfig& config) {
+  check_no_layers_beyond_block_count(*file, config.num_hidden_layers);
   const GgufWeightReader reader(file);
   const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
   const std::int64_t q_out = config.num_attention_heads * config.head_dim;

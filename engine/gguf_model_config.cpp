@@ -67,7 +67,11 @@ ModelConfig model_config_from_gguf(const GgufFile& file) {
   if (config.max_position_embeddings > kMaxContextPositions)
     fail(file, "metadata " + arch + ".context_length is " + std::to_string(config.max_position_embeddings) +
                    ", more than the " + std::to_string(kMaxContextPositions) + " positions kvchat accepts");
-  config.rms_norm_eps = positive_float_or(file, arch + ".attention.layer_norm_rms_eps", 1e-5);
+  // The key llama.cpp's writer and convert_hf_to_gguf.py store. No default: families differ (Llama 2 1e-5,
+  // Llama 3 and Qwen2 1e-6), and a guessed epsilon changes every logit without any error.
+  const std::string eps_key = arch + ".attention.layer_norm_rms_epsilon";
+  if (!file.has_metadata(eps_key)) fail(file, "metadata " + eps_key + " (the RMSNorm epsilon) is missing");
+  config.rms_norm_eps = positive_float_or(file, eps_key, 0.0);
   config.rope_theta = positive_float_or(file, arch + ".rope.freq_base", 10000.0);
   config.qkv_bias = arch == "qwen2";
 

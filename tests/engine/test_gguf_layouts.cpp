@@ -29,6 +29,7 @@ struct Shape {
   std::string arch;  // "qwen2" or "llama"
   bool tied;
   std::int64_t hidden = 64, inter = 96, layers = 2, heads = 4, kv_heads = 2, vocab = 80;
+  double rms_norm_eps = 1e-6;
   std::int64_t head_dim() const { return hidden / heads; }
 };
 
@@ -80,7 +81,7 @@ void write_hf_directory(const std::string& directory, const Shape& s, const Tens
                            {"intermediate_size", s.inter},  {"num_hidden_layers", s.layers},
                            {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads},
                            {"vocab_size", s.vocab},         {"max_position_embeddings", 128},
-                           {"rms_norm_eps", 1e-6},          {"rope_theta", s.arch == "qwen2" ? 1000000.0 : 10000.0},
+                           {"rms_norm_eps", s.rms_norm_eps},         {"rope_theta", s.arch == "qwen2" ? 1000000.0 : 10000.0},
                            {"tie_word_embeddings", s.tied}, {"hidden_act", "silu"},
                            {"use_sliding_window", false},   {"sliding_window", 4096}};
   write_file(directory + "/config.json", config.dump());
@@ -139,7 +140,7 @@ test::GgufPieces gguf_pieces(const Shape& s, const Tensors& tensors) {
                      kv_u32(a + ".embedding_length", s.hidden), kv_u32(a + ".block_count", s.layers),
                      kv_u32(a + ".feed_forward_length", s.inter), kv_u32(a + ".attention.head_count", s.heads),
                      kv_u32(a + ".attention.head_count_kv", s.kv_heads),
-                     kv_f32(a + ".attention.layer_norm_rms_eps", 1e-6f),
+                     kv_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_norm_eps)),
                      kv_f32(a + ".rope.freq_base", a == "qwen2" ? 1000000.f : 10000.f),
                      kv_u32(a + ".rope.dimension_count", s.head_dim())};
   for (const auto& [name, hf_tensor] : tensors) {
@@ -182,6 +183,8 @@ class GgufLayoutsTest : public QObject {
  private Q_SLOTS:
   void same_logits_in_both_layouts_data();
   void same_logits_in_both_layouts();
+  void rms_norm_epsilon_is_read_data();
+  void rms_norm_epsilon_is_read();
   void qwen2_biases_are_used();
   void model_level_errors();
 };
@@ -231,6 +234,34 @@ void GgufLayoutsTest::same_logits_in_both_layouts() {
   }
 }
 
+void GgufLayoutsTest::rms_norm_epsilon_is_read_data() {
+  QTest::addColumn<QString>("arch");
+  QTest::addColumn<double>("eps");
+  for (const char* arch : {"qwen2", "llama"})
+    for (double eps : {1e-6, 0.5}) QTest::newRow(qPrintable(QString("%1 %2").arg(arch).arg(eps))) << QString(arch) << eps;
+}
+
+// The standard key llama.cpp writes (attention.layer_norm_rms_epsilon) sets the epsilon: a file and a
+// Hugging Face folder with the same epsilon give the same logits, and a large one is not lost to a default.
+void GgufLayoutsTest::rms_norm_epsilon_is_read() {
+  QFETCH(QString, arch);
+  QFETCH(double, eps);
+  Shape shape{arch.toStdString(), false};
+  shape.rms_norm_eps = eps;
+  const Tensors tensors = random_hf_tensors(shape, 15);
+  QTemporaryDir directory;
+  write_hf_directory(directory.path().toStdString(), shape, tensors);
+  const std::string gguf_path = directory.path().toStdString() + "/model.gguf";
+  write_file(gguf_path, gguf_pieces(shape, tensors).bytes());
+  const LoadedModel hf = load_model(directory.path().toStdString());
+  const LoadedModel gguf = load_model(gguf_path);
+  QCOMPARE(gguf.config.rms_norm_eps, static_cast<double>(static_cast<float>(eps)));
+  const std::vector<TokenId> ids = {1, 17, 42, 5, 79};
+  const double worst = (all_logits(*hf.model, ids) - all_logits(*gguf.model, ids)).abs().max().item<double>();
+  // The file stores the epsilon as f32, the folder as a double: they differ in the last bits only.
+  QVERIFY2(worst < 1e-4, qPrintable(QString("logits differ by %1").arg(worst)));
+}
+
 // Dropping the q/k/v biases must change the logits: the biases are read and applied.
 void GgufLayoutsTest::qwen2_biases_are_used() {
   const Shape shape{"qwen2", false};
@@ -276,6 +307,16 @@ void GgufLayoutsTest::model_level_errors() {
   expect_load_error(write_variant("rope.gguf",
                                   [](test::GgufPieces& p) { p.metadata[9] = kv_u32("llama.rope.dimension_count", 8); }),
                     "rope.dimension_count");
+  // No epsilon: a guessed default would change every logit silently.
+  expect_load_error(write_variant("eps.gguf",
+                                  [](test::GgufPieces& p) {
+                                    p.metadata.erase(p.metadata.begin() + 7);
+                                    p.metadata.push_back(kv_f32("llama.attention.layer_norm_rms_eps", 1e-6f));
+                                  }),
+                    "metadata llama.attention.layer_norm_rms_epsilon (the RMSNorm epsilon) is missing");
+  // block_count says fewer layers than the file has tensors for.
+  expect_load_error(write_variant("blocks.gguf", [](test::GgufPieces& p) { p.metadata[3] = kv_u32("llama.block_count", 1); }),
+                    "tensor blk.1.attn_norm.weight belongs to a layer past the 1 layers the metadata's block_count declares");
   // A vocabulary-only file has no weights.
   expect_load_error(test::shared_path("fixtures/gguf/llama3-vocab-only.gguf"), "tensor token_embd.weight is missing");
   // A file that is not GGUF at all.

@@ -148,6 +148,8 @@ void GgufReferencesTest::logits_match() {
   QFETCH(QString, file);
   const auto model = model_of(file);
   const nlohmann::json reference = reference_of(file);
+  // The file's RMSNorm epsilon is the one llama.cpp ran with (read from the file, not a default).
+  QCOMPARE(static_cast<float>(model->config().rms_norm_eps), reference["hparams"]["eps"].get<float>());
   const bool is_f32 = !reference.contains("dequantized_f32");
   // The exact engine's tolerance against f32 logits, and llama.cpp's quantization step dq.
   const double max_logit = reference.value("max_abs_logit_all_positions", reference["max_abs_logit"].get<double>());
