@@ -183,7 +183,7 @@ std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const Q
     // Continuing the conversation's exact ids, as the next turn will: re-encoding the whole chat can differ by
     // a token at each reply boundary.
     measure.prompt_tokens =
-        static_cast<int>(runner.encode_messages(messages, transcripts_.value(current_conversation_)).size());
+        static_cast<int>(runner.encode_messages(messages).size());
   } catch (const std::exception& error) {
     spdlog::debug("cannot count the draft's tokens: {}", error.what());
     return std::nullopt;
@@ -196,7 +196,7 @@ std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const Q
     std::vector<ChatMessage> alone;
     if (!messages.empty() && messages.front().role == "system") alone.push_back(messages.front());
     alone.push_back(messages.back());
-    measure.fits = static_cast<int>(runner.encode_messages(alone, ConversationTokens{}).size()) < measure.context_limit;
+    measure.fits = static_cast<int>(runner.encode_messages(alone).size()) < measure.context_limit;
   }
   return measure;
 }

@@ -197,8 +197,10 @@ class ChatController : public QObject {
     std::shared_ptr<std::atomic<bool>> stop;
     bool continuing = false;          // continueReply(): message_id is an existing reply that grows
     QJsonObject continued_stats;      // that reply's figures before, restored if going on fails
+    QString continued_text;           // and its text before
     QJsonObject remote_details;       // a remote reply's extra stats keys (RemoteWorker::replyDetails)
     QJsonObject failure_stats;        // saved with the error when the turn fails (an interrupted reply's figures)
+    ReplyTokens reply_tokens;         // the local engine's exact ids of the finished reply
   };
 
   // chat_controller_turns.cpp

@@ -34,6 +34,9 @@ void ChatController::set_up_turns() {
     last_timings_ = timings;
     Q_EMIT decodeTimingsChanged();
   });
+  connect(worker_, &EngineWorker::replyTokens, this, [this](quint64 turn_id, const ReplyTokens& tokens) {
+    if (active_ && active_->turn_id == turn_id) active_->reply_tokens = tokens;
+  });
   connect(worker_, &EngineWorker::finished, this, &ChatController::on_finished);
   connect(worker_, &EngineWorker::failed, this, &ChatController::on_failed);
   // The remote backend reports a turn with the same signals, so the rest of the turn is the same.
@@ -240,8 +243,11 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
     turn.message_id = continued->id;
     turn.text = continued->text;
     turn.committed_text = continued->text;
+    turn.continued_text = continued->text;
     turn.continued_stats = continued->stats;
     turn.continuing = true;
+    // Kept should going on fail before any text arrives (a finished turn replaces them with all the ids).
+    turn.reply_tokens = ReplyTokens{continued->token_ids, continued->token_vocabulary};
   } else {
     MessageRecord reply;
     reply.conversation_id = conversation_id;
@@ -365,7 +371,8 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
     for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)
       saved.insert(it.key(), it.value());
     if (active_->continuing) saved.insert(kReplyContinuedKey, true);
-    store_->finish_message(message_id, active_->text, saved);
+    store_->finish_message(message_id, active_->text, saved, active_->reply_tokens.ids,
+                           active_->reply_tokens.vocabulary);
   } catch (const std::exception& error) {
     spdlog::error("cannot save the reply: {}", error.what());
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
@@ -400,8 +407,12 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
   const bool continuing = active_->continuing;
   try {
     if (continuing) {
-      // Going on with a reply failed: the reply itself stands as it was (plus anything that did arrive).
-      store_->finish_message(message_id, active_->text, active_->continued_stats);
+      // Going on with a reply failed: the reply itself stands as it was (plus anything that did arrive; then
+      // its ids no longer cover its text).
+      const bool unchanged = active_->text == active_->continued_text;
+      store_->finish_message(message_id, active_->text, active_->continued_stats,
+                             unchanged ? active_->reply_tokens.ids : std::vector<TokenId>{},
+                             active_->reply_tokens.vocabulary);
     } else {
       QJsonObject stats = active_->failure_stats;
       stats.insert(kReplyErrorKey, message);

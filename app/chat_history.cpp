@@ -86,7 +86,7 @@ std::vector<ChatMessage> chat_messages_for_engine(const ConversationRecord& conv
   if (!conversation.system_prompt.trimmed().isEmpty())
     chat.push_back({"system", conversation.system_prompt.toStdString()});
   for (const MessageRecord& message : messages_in_context(messages))
-    chat.push_back({message.role.toStdString(), message.text.toStdString()});
+    chat.push_back({message.role.toStdString(), message.text.toStdString(), message.token_ids, message.token_vocabulary});
   return chat;
 }
 

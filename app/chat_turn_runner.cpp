@@ -8,6 +8,7 @@
 
 #include "engine/model_loader.h"
 #include "engine/session.h"
+#include "engine/text/chat_prompt.h"
 
 namespace kvchat::app {
 
@@ -135,64 +136,25 @@ int ChatTurnRunner::effective_context_limit(int requested_limit) const {
   return requested_limit;
 }
 
-namespace {
-
-// The rendered conversation cut right after the last message's content (the reply to continue): what the
-// template writes after it (the end of the turn) is not part of the prompt.
-void cut_after_last_content(RenderedPrompt& prompt) {
-  if (prompt.content_ranges.empty()) throw std::invalid_argument("the reply to continue is not in the rendered prompt");
-  const std::size_t end = prompt.content_ranges.back().second;
-  prompt.text.resize(end);
-}
-
-}  // namespace
-
-std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessage>& messages,
-                                                     const ConversationTokens& known, bool continue_reply,
+std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessage>& messages, bool continue_reply,
                                                      std::string* rendered_text) const {
   if (!model_.tokenizer)
     throw std::invalid_argument("model " + model_.path + " has no tokenizer, so it cannot be used for chat");
-  RenderedPrompt prompt = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/!continue_reply);
-  if (continue_reply) cut_after_last_content(prompt);
-  *rendered_text = prompt.text;
-  const Tokenizer& tokenizer = *model_.tokenizer;
-
-  // Continue the exact ids of the longest turn boundary the new prompt starts with.
-  if (const ConversationTokens::Boundary* boundary = known.longest_boundary_in(prompt.text)) {
-    const size_t offset = boundary->text_length;
-    const std::string_view rest = std::string_view(prompt.text).substr(offset);
-    std::vector<TokenId> ids(known.ids().begin(), known.ids().begin() + static_cast<std::ptrdiff_t>(boundary->token_count));
-    if (rest.empty()) return ids;
-    std::vector<TokenId> rest_ids;
-    if (prompt.uses_template) {
-      std::vector<std::pair<size_t, size_t>> rest_ranges;
-      for (const auto& [first, second] : prompt.content_ranges) {
-        if (second <= offset) continue;
-        rest_ranges.emplace_back(std::max(first, offset) - offset, second - offset);
-      }
-      rest_ids = tokenizer.encode_chat(rest, rest_ranges, /*add_special_tokens=*/false);
-    } else {
-      rest_ids = tokenizer.encode(rest, /*add_special_tokens=*/false, /*parse_special=*/false);
-    }
-    ids.insert(ids.end(), rest_ids.begin(), rest_ids.end());
-    return ids;
-  }
-  if (prompt.uses_template)
-    return tokenizer.encode_chat(prompt.text, prompt.content_ranges, /*add_special_tokens=*/false);
-  return tokenizer.encode(prompt.text, /*add_special_tokens=*/true, /*parse_special=*/false);
+  ChatPrompt prompt = encode_chat_prompt(model_.formatter, *model_.tokenizer, messages,
+                                         continue_reply ? PromptEnd::ContinueLastMessage : PromptEnd::GenerationPrompt);
+  *rendered_text = std::move(prompt.text);
+  return std::move(prompt.ids);
 }
 
-std::vector<TokenId> ChatTurnRunner::encode_messages(const std::vector<ChatMessage>& messages,
-                                                     const ConversationTokens& known, bool continue_reply) const {
+std::vector<TokenId> ChatTurnRunner::encode_messages(const std::vector<ChatMessage>& messages, bool continue_reply) const {
   std::string text;
-  return encode_rendered(messages, known, continue_reply, &text);
+  return encode_rendered(messages, continue_reply, &text);
 }
 
 ChatTurnRunner::FittedPrompt ChatTurnRunner::fit_prompt(const std::vector<ChatMessage>& messages,
-                                                        const ConversationTokens& known, const TurnOptions& options,
-                                                        int context_limit) const {
+                                                        const TurnOptions& options, int context_limit) const {
   FittedPrompt fitted;
-  fitted.ids = encode_rendered(messages, known, options.continue_reply, &fitted.text);
+  fitted.ids = encode_rendered(messages, options.continue_reply, &fitted.text);
   const size_t limit = static_cast<size_t>(context_limit);
   if (options.overflow == ContextOverflowPolicy::Stop) {
     if (fitted.ids.size() >= limit) throw ContextLimitError(too_long_message(fitted.ids.size(), context_limit));
@@ -227,12 +189,11 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::drop_oldest_turns(const std::vector
   for (std::size_t i = first_turn + 1; i < messages.size(); ++i)
     if (messages[i].role == "user" || i + 1 == messages.size()) cuts.push_back(i);
 
-  const ConversationTokens nothing_known;
   auto fitted_from = [&](std::size_t cut) {
     std::vector<ChatMessage> kept(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(first_turn));
     kept.insert(kept.end(), messages.begin() + static_cast<std::ptrdiff_t>(cut), messages.end());
     FittedPrompt fitted;
-    fitted.ids = encode_rendered(kept, nothing_known, continue_reply, &fitted.text);
+    fitted.ids = encode_rendered(kept, continue_reply, &fitted.text);
     fitted.dropped_messages = static_cast<int>(cut - first_turn);
     return fitted;
   };
@@ -262,12 +223,13 @@ TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript
                                 " message");
   TurnOutcome outcome;
   outcome.context_limit = effective_context_limit(options.context_limit);
-  FittedPrompt fitted = fit_prompt(messages, transcript, options, outcome.context_limit);
+  FittedPrompt fitted = fit_prompt(messages, options, outcome.context_limit);
   outcome.dropped_messages = fitted.dropped_messages;
   outcome.prompt_ids = fitted.ids;
 
   GenerationConfig config = options.generation;
   config.context_limit = outcome.context_limit;  // the engine stops the reply there (ContextFull)
+  config.sampled_vocabulary = model_.tokenizer->vocab_size();  // every sampled id has text
 
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
   if (options.continue_reply) {
@@ -303,6 +265,18 @@ TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript
   std::vector<TokenId> reply_ids = result.generated;
   if (outcome.stats.stop_reason == StopReason::Eos && !reply_ids.empty()) reply_ids.pop_back();
   transcript.record_turn(fitted.ids, fitted.text, reply_ids, outcome.reply);
+
+  // The reply's exact ids, for the next prompt to use in place of its text. A continued reply's are the
+  // ids it already had and the new ones, known only when the first part's were.
+  const ChatMessage& last = messages.back();
+  const std::uint64_t vocabulary = model_.tokenizer->vocabulary_fingerprint();
+  if (!options.continue_reply) {
+    outcome.reply_ids = std::move(reply_ids);
+  } else if (!last.token_ids.empty() && last.token_vocabulary == vocabulary) {
+    outcome.reply_ids = last.token_ids;
+    outcome.reply_ids.insert(outcome.reply_ids.end(), reply_ids.begin(), reply_ids.end());
+  }
+  if (!outcome.reply_ids.empty()) outcome.reply_vocabulary = vocabulary;
   return outcome;
 }
 

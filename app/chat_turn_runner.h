@@ -85,6 +85,11 @@ struct TurnOutcome {
   std::string reply;                  // the whole reply text (concatenation of every chunk)
   std::vector<TokenId> prompt_ids;    // what was given to Session::generate
   std::vector<TokenId> generated_ids; // sampled ids (a final stop token included)
+  // The reply's exact ids (a final end-of-sequence id left out; a continued reply's earlier ids first),
+  // to keep with its text as ChatMessage::token_ids; empty when not known. reply_vocabulary is the
+  // tokenizer's vocabulary fingerprint.
+  std::vector<TokenId> reply_ids;
+  std::uint64_t reply_vocabulary = 0;
   GenerationStats stats;              // as the engine reported them
   int context_limit = 0;              // the effective limit this turn ran under
   int dropped_messages = 0;           // leading non-system messages left out to fit the window
@@ -101,10 +106,9 @@ class ChatTurnRunner {
 
   int effective_context_limit(int requested_limit) const;
 
-  // The prompt ids for `messages` (the generation prompt added), continuing `known`'s exact ids up to
-  // the longest turn boundary the rendered text starts with.
-  std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
-                                       bool continue_reply = false) const;
+  // The prompt ids for `messages` (the generation prompt added, or the last reply's text continued): a
+  // function of the messages alone, their replies' exact ids included (encode_chat_prompt).
+  std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages, bool continue_reply = false) const;
 
   // Runs one turn. `messages` ends with the new user message. Throws ContextLimitError,
   // std::invalid_argument (no tokenizer, empty prompt) and whatever the engine throws; on success the
@@ -119,12 +123,12 @@ class ChatTurnRunner {
     std::string text;
     int dropped_messages = 0;
   };
-  FittedPrompt fit_prompt(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
-                          const TurnOptions& options, int context_limit) const;
+  FittedPrompt fit_prompt(const std::vector<ChatMessage>& messages, const TurnOptions& options,
+                          int context_limit) const;
   FittedPrompt drop_oldest_turns(const std::vector<ChatMessage>& messages, std::size_t target,
                                  bool continue_reply) const;
-  std::vector<TokenId> encode_rendered(const std::vector<ChatMessage>& messages, const ConversationTokens& known,
-                                       bool continue_reply, std::string* rendered_text) const;
+  std::vector<TokenId> encode_rendered(const std::vector<ChatMessage>& messages, bool continue_reply,
+                                       std::string* rendered_text) const;
 
   const LoadedModel& model_;
 };

@@ -61,7 +61,10 @@ const char* const kSchema[] = {
     " backend TEXT NOT NULL DEFAULT '',"
     " settings TEXT NOT NULL DEFAULT '{}',"
     " stats TEXT NOT NULL DEFAULT '{}',"
-    " complete INTEGER NOT NULL DEFAULT 1)",
+    " complete INTEGER NOT NULL DEFAULT 1,"
+    // A reply's exact token ids (little-endian int32), and the vocabulary fingerprint they belong to.
+    " token_ids BLOB,"
+    " token_vocabulary INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id)",
 };
 
@@ -158,15 +161,26 @@ int check_schema_version(const QSqlDatabase& db, const QString& path) {
 }
 
 // Version 1 -> 2: messages.backend, which backend answered a reply ('' for replies written before).
+// Version 2 -> 3: messages.token_ids and token_vocabulary, a reply's exact ids (none for replies written
+// before: their text is encoded, the same way every time).
 void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
-  if (version >= 2) return;
-  WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema to version 2"));
-  StoreQuery(db, path, QStringLiteral("cannot add the messages.backend column"),
-             QStringLiteral("ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''")).run();
-  StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
-             QStringLiteral("INSERT INTO schema_version (version) VALUES (2)")).run();
+  if (version >= ConversationStore::kSchemaVersion) return;
+  WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema"));
+  const QStringList steps[] = {
+      {QStringLiteral("ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''")},
+      {QStringLiteral("ALTER TABLE messages ADD COLUMN token_ids BLOB"),
+       QStringLiteral("ALTER TABLE messages ADD COLUMN token_vocabulary INTEGER NOT NULL DEFAULT 0")},
+  };
+  for (int to = version + 1; to <= ConversationStore::kSchemaVersion; ++to) {
+    for (const QString& statement : steps[to - 2])
+      StoreQuery(db, path, QStringLiteral("cannot migrate the schema to version %1").arg(to), statement).run();
+    StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
+               QStringLiteral("INSERT INTO schema_version (version) VALUES (%1)").arg(to))
+        .run();
+  }
   transaction.commit();
-  spdlog::info("conversation store {}: migrated from schema version {} to 2", path.toStdString(), version);
+  spdlog::info("conversation store {}: migrated from schema version {} to {}", path.toStdString(), version,
+               ConversationStore::kSchemaVersion);
 }
 
 // The connection settings of a writer: WAL journal, NORMAL sync, foreign keys.
@@ -217,6 +231,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
       // A reader leaves an older file as it is and reads it without the newer columns.
       if (!read_only) migrate_schema(db, database_path_, version);
       has_backend_column_ = !read_only || version >= 2;
+      has_token_columns_ = !read_only || version >= 3;
       if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
         StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
                    QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
@@ -291,11 +306,44 @@ const QString kConversationColumns = QStringLiteral(
     "SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
     " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) FROM conversations c");
 
-// messages_query(): a version-1 file opened read-only has no backend column.
-QString message_columns(bool has_backend_column) {
-  return QStringLiteral("SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1"
+// An older file opened read-only lacks the newer columns.
+QString message_columns(bool has_backend_column, bool has_token_columns) {
+  return QStringLiteral("SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1, %2"
                         " FROM messages")
-      .arg(has_backend_column ? QStringLiteral("backend") : QStringLiteral("''"));
+      .arg(has_backend_column ? QStringLiteral("backend") : QStringLiteral("''"),
+           has_token_columns ? QStringLiteral("token_ids, token_vocabulary") : QStringLiteral("NULL, 0"));
+}
+
+QByteArray token_ids_blob(const std::vector<TokenId>& ids) {
+  QByteArray blob;
+  blob.reserve(static_cast<int>(ids.size() * 4));
+  for (const TokenId id : ids) {
+    const auto value = static_cast<std::uint32_t>(id);
+    for (int shift = 0; shift < 32; shift += 8) blob.append(static_cast<char>((value >> shift) & 0xFF));
+  }
+  return blob;
+}
+
+// SQL NULL for no ids.
+QVariant token_ids_column(const std::vector<TokenId>& ids) {
+  return ids.empty() ? QVariant(QMetaType(QMetaType::QByteArray)) : QVariant(token_ids_blob(ids));
+}
+
+std::vector<TokenId> token_ids_from_blob(const QString& path, qint64 message_id, const QByteArray& blob) {
+  std::vector<TokenId> ids;
+  if (blob.size() % 4 != 0) {
+    // The ids only save re-encoding the text: a damaged column is dropped, the message kept.
+    spdlog::warn("conversation store {}: message {} has an unreadable token_ids column ({} bytes); its text will be "
+                 "encoded instead", path.toStdString(), message_id, blob.size());
+    return ids;
+  }
+  ids.reserve(static_cast<std::size_t>(blob.size() / 4));
+  for (int at = 0; at < blob.size(); at += 4) {
+    std::uint32_t value = 0;
+    for (int byte = 0; byte < 4; ++byte) value |= static_cast<std::uint32_t>(static_cast<unsigned char>(blob[at + byte])) << (8 * byte);
+    ids.push_back(static_cast<TokenId>(value));
+  }
+  return ids;
 }
 
 MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
@@ -310,6 +358,9 @@ MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
   record.stats = parse_json_column(path, record.id, "stats", row.value(7).toString());
   record.complete = row.value(8).toInt() != 0;
   record.backend = row.value(9).toString();
+  record.token_ids = token_ids_from_blob(path, record.id, row.value(10).toByteArray());
+  record.token_vocabulary = static_cast<quint64>(row.value(11).toLongLong());
+  if (record.token_ids.empty()) record.token_vocabulary = 0;
   return record;
 }
 
@@ -393,7 +444,7 @@ std::optional<ConversationRecord> ConversationStore::conversation(qint64 convers
 QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
-                   message_columns(has_backend_column_) + QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
+                   message_columns(has_backend_column_, has_token_columns_) + QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
   QList<MessageRecord> records;
@@ -404,7 +455,7 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
 std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read message %1").arg(message_id),
-                   message_columns(has_backend_column_) + QStringLiteral(" WHERE id = :id"));
+                   message_columns(has_backend_column_, has_token_columns_) + QStringLiteral(" WHERE id = :id"));
   query.bind(QStringLiteral(":id"), message_id);
   QSqlQuery& rows = query.run();
   if (!rows.next()) return std::nullopt;
@@ -425,9 +476,10 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
   const qint64 created = message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now_ms();
   StoreQuery insert(db, database_path_, purpose,
                     QStringLiteral("INSERT INTO messages"
-                                   " (conversation_id, role, text, created_at, model, backend, settings, stats, complete)"
+                                   " (conversation_id, role, text, created_at, model, backend, settings, stats, complete,"
+                                   " token_ids, token_vocabulary)"
                                    " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
-                                   " :stats, :complete)"));
+                                   " :stats, :complete, :token_ids, :token_vocabulary)"));
   insert.bind(QStringLiteral(":conversation_id"), message.conversation_id)
       .bind(QStringLiteral(":role"), message.role)
       .bind(QStringLiteral(":text"), non_null(message.text))
@@ -436,7 +488,9 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
       .bind(QStringLiteral(":backend"), non_null(message.backend))
       .bind(QStringLiteral(":settings"), json_text(message.settings))
       .bind(QStringLiteral(":stats"), json_text(message.stats))
-      .bind(QStringLiteral(":complete"), message.complete ? 1 : 0);
+      .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
+      .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
+      .bind(QStringLiteral(":token_vocabulary"), message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary));
   const qint64 id = insert.run().lastInsertId().toLongLong();
   touch_conversation(db, database_path_, message.conversation_id);
   transaction.commit();
@@ -445,8 +499,15 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
 
 void ConversationStore::update_message_text(qint64 message_id, const QString& text) {
   // Called about once a second while a reply streams: one statement, one commit, nothing else.
-  update_message_columns(message_id, QStringLiteral("cannot update message %1").arg(message_id),
-                         {{QStringLiteral("text"), non_null(text)}});
+  const QString purpose = QStringLiteral("cannot update message %1").arg(message_id);
+  QSqlDatabase db = connection(connection_name_);
+  WriteTransaction transaction(db, database_path_, purpose);
+  StoreQuery update(db, database_path_, purpose,
+                    QStringLiteral("UPDATE messages SET text = :text, token_ids = NULL, token_vocabulary = 0"
+                                   " WHERE id = :id"));
+  update.bind(QStringLiteral(":text"), non_null(text)).bind(QStringLiteral(":id"), message_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no message %1").arg(message_id));
+  transaction.commit();
 }
 
 void ConversationStore::set_message_origin(qint64 message_id, const QString& backend, const QString& model) {
@@ -468,7 +529,8 @@ void ConversationStore::update_message_columns(qint64 message_id, const QString&
   transaction.commit();
 }
 
-void ConversationStore::finish_message(qint64 message_id, const QString& text, const QJsonObject& stats) {
+void ConversationStore::finish_message(qint64 message_id, const QString& text, const QJsonObject& stats,
+                                       const std::vector<TokenId>& token_ids, quint64 token_vocabulary) {
   QSqlDatabase db = connection(connection_name_);
   const QString purpose = QStringLiteral("cannot finish message %1").arg(message_id);
   WriteTransaction transaction(db, database_path_, purpose);
@@ -478,9 +540,12 @@ void ConversationStore::finish_message(qint64 message_id, const QString& text, c
   if (!owner_id.isValid()) fail(database_path_, QStringLiteral("no message %1").arg(message_id));
   const qint64 conversation_id = owner_id.toLongLong();
   StoreQuery(db, database_path_, purpose,
-             QStringLiteral("UPDATE messages SET text = :text, stats = :stats, complete = 1 WHERE id = :id"))
+             QStringLiteral("UPDATE messages SET text = :text, stats = :stats, complete = 1, token_ids = :token_ids,"
+                            " token_vocabulary = :token_vocabulary WHERE id = :id"))
       .bind(QStringLiteral(":text"), non_null(text))
       .bind(QStringLiteral(":stats"), json_text(stats))
+      .bind(QStringLiteral(":token_ids"), token_ids_column(token_ids))
+      .bind(QStringLiteral(":token_vocabulary"), token_ids.empty() ? 0 : static_cast<qint64>(token_vocabulary))
       .bind(QStringLiteral(":id"), message_id)
       .run();
   touch_conversation(db, database_path_, conversation_id);

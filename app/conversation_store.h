@@ -10,6 +10,9 @@
 
 #include <optional>
 #include <stdexcept>
+#include <vector>
+
+#include "engine/types.h"
 
 namespace kvchat::app {
 
@@ -38,6 +41,12 @@ struct MessageRecord {
   QJsonObject settings;
   QJsonObject stats;
   bool complete = true;  // false while a reply is still streaming (or was killed mid-stream)
+  // A reply's exact token ids, under the tokenizer whose vocabulary fingerprint is token_vocabulary: the next
+  // prompt uses them in place of the text's encoding, so a turn after a restart or a lost cache is given the
+  // same ids. Empty for typed messages, remote replies, and replies written before the column or whose text
+  // changed since.
+  std::vector<kvchat::TokenId> token_ids;
+  quint64 token_vocabulary = 0;
 };
 
 // How the constructor treats a missing database file.
@@ -74,8 +83,12 @@ class ConversationStore {
   QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation
   std::optional<MessageRecord> message(qint64 message_id) const;
   qint64 add_message(const MessageRecord& message);  // committed before it returns; bumps updated_at
-  void update_message_text(qint64 message_id, const QString& text);  // streaming progress, committed (complete stays false)
-  void finish_message(qint64 message_id, const QString& text, const QJsonObject& stats);  // complete = true, committed
+  // Streaming progress, committed (complete stays false); the message's token ids no longer match its text
+  // and are cleared.
+  void update_message_text(qint64 message_id, const QString& text);
+  // complete = true, committed, with the text's exact token ids (none: cleared).
+  void finish_message(qint64 message_id, const QString& text, const QJsonObject& stats,
+                      const std::vector<kvchat::TokenId>& token_ids = {}, quint64 token_vocabulary = 0);
   void delete_messages_from(qint64 conversation_id, qint64 first_message_id);  // that message and all after it
   // Records which backend and model answered a reply (a remote turn learns the model from the server).
   void set_message_origin(qint64 message_id, const QString& backend, const QString& model);
@@ -85,14 +98,16 @@ class ConversationStore {
   // Runs SQLite's `PRAGMA integrity_check` and returns its first row ("ok" for a healthy file).
   QString integrity_check() const;
 
-  // 2: messages.backend. Opening a version-1 file for writing migrates it; a reader leaves it as it is.
-  static constexpr int kSchemaVersion = 2;
+  // 2: messages.backend. 3: messages.token_ids and token_vocabulary. Opening an older file for writing
+  // migrates it; a reader leaves it as it is.
+  static constexpr int kSchemaVersion = 3;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
   QString database_path_;
   QString connection_name_;
   bool has_backend_column_ = true;
+  bool has_token_columns_ = true;
 };
 
 }  // namespace kvchat::app

@@ -93,6 +93,7 @@ void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::app::TurnRequest>("kvchat::app::TurnRequest");
   qRegisterMetaType<kvchat::app::SnapshotOptions>("kvchat::app::SnapshotOptions");
   qRegisterMetaType<kvchat::app::DecodeTimings>("kvchat::app::DecodeTimings");
+  qRegisterMetaType<kvchat::app::ReplyTokens>("kvchat::app::ReplyTokens");
   qRegisterMetaType<kvchat::app::ConversationTokens>("kvchat::app::ConversationTokens");
   qRegisterMetaType<kvchat::GenerationStats>("kvchat::GenerationStats");
 }
@@ -208,6 +209,7 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     timings.step_ms = QList<double>(outcome.decode_step_ms.begin(), outcome.decode_step_ms.end());
     timings.cache_mode = outcome.stats.cache_mode;
     Q_EMIT decodeTimings(turn_id, timings);
+    Q_EMIT replyTokens(turn_id, ReplyTokens{std::move(outcome.reply_ids), outcome.reply_vocabulary});
     Q_EMIT finished(turn_id, outcome.stats);
   } catch (const std::exception& error) {
     spdlog::error("turn {} failed: {}", turn_id, error.what());

@@ -76,6 +76,12 @@ struct DecodeTimings {
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
 };
 
+// A finished reply's exact token ids (ChatMessage::token_ids), for the store to keep with its text.
+struct ReplyTokens {
+  std::vector<TokenId> ids;  // empty: not known
+  quint64 vocabulary = 0;    // the tokenizer's vocabulary fingerprint
+};
+
 class EngineWorker : public QObject {
   Q_OBJECT
  public:
@@ -109,8 +115,9 @@ class EngineWorker : public QObject {
   // After a turn: the exact ids the conversation has given the model (what the next turn continues). Lets the
   // GUI thread count a typed message's tokens exactly as the next turn will (ChatController::measureDraft).
   void transcriptUpdated(qint64 conversation_id, const kvchat::app::ConversationTokens& transcript);
-  // Just before finished(): the reply's per-step decode times.
+  // Just before finished(): the reply's per-step decode times, and its exact ids.
   void decodeTimings(quint64 turn_id, const kvchat::app::DecodeTimings& timings);
+  void replyTokens(quint64 turn_id, const kvchat::app::ReplyTokens& tokens);
   void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void failed(quint64 turn_id, const QString& message);
 
@@ -136,5 +143,6 @@ Q_DECLARE_METATYPE(kvchat::app::ModelInfo)
 Q_DECLARE_METATYPE(kvchat::app::TurnRequest)
 Q_DECLARE_METATYPE(kvchat::app::SnapshotOptions)
 Q_DECLARE_METATYPE(kvchat::app::DecodeTimings)
+Q_DECLARE_METATYPE(kvchat::app::ReplyTokens)
 Q_DECLARE_METATYPE(kvchat::app::ConversationTokens)
 Q_DECLARE_METATYPE(kvchat::GenerationStats)

@@ -203,7 +203,7 @@ ApiError context_error(std::size_t prompt_tokens, int limit) {
 }  // namespace
 
 std::vector<TokenId> ServerSessions::check_chat_prompt(const Lease& lease, const std::vector<ChatMessage>& messages) const {
-  std::vector<TokenId> ids = runner_.encode_messages(messages, lease.entry().transcript);
+  std::vector<TokenId> ids = runner_.encode_messages(messages);
   if (ids.size() >= static_cast<std::size_t>(context_limit())) throw context_error(ids.size(), context_limit());
   return ids;
 }

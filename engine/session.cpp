@@ -147,7 +147,9 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   // Decode: one token per step, through the cache, or by recomputing the whole sequence (O(n^2)).
   DecodeResult decode;
   if (prefill.complete) {
-    const std::size_t total = prompt.size() + static_cast<std::size_t>(std::max(0, config.max_new_tokens));
+    // The context limit bounds the reply whatever max_new_tokens says.
+    const std::size_t total = static_cast<std::size_t>(
+        std::min<std::int64_t>(limit, static_cast<std::int64_t>(prompt.size()) + std::max(0, config.max_new_tokens)));
     TokenGenerator::FeedToken feed;
     if (cache_) {
       history_.reserve(total);

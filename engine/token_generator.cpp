@@ -44,7 +44,12 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
                                  std::chrono::steady_clock::time_point started) const {
   // Steady state allocates nothing: every buffer below is sized before the first step.
   Sampler sampler(config_.sampling);
-  const auto token_budget = static_cast<std::size_t>(std::max(0, config_.max_new_tokens));
+  // Room for the tokens this run can make: the context limit bounds them whatever max_new_tokens says.
+  const auto room = static_cast<std::size_t>(std::max<std::int64_t>(0, context_limit_ - static_cast<std::int64_t>(prompt.size())) + 1);
+  const auto token_budget = std::min(static_cast<std::size_t>(std::max(0, config_.max_new_tokens)), room);
+  // Ids past the tokenizer's have no text: they are never sampled.
+  const std::int64_t sampled = config_.sampled_vocabulary > 0 ? std::min<std::int64_t>(vocab_size, config_.sampled_vocabulary)
+                                                              : vocab_size;
   std::vector<TokenId> recent;  // what the repetition penalty looks at
   recent.reserve(prompt.size() + token_budget);
   recent = prompt;
@@ -56,7 +61,7 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
     if (!all_finite(logits, vocab_size))
       throw std::runtime_error("the model produced NaN or infinite logits at position " + std::to_string(position - 1) +
                                ": its weights are corrupt or out of range");
-    const TokenId token = sampler.sample(logits, vocab_size, recent);
+    const TokenId token = sampler.sample(logits, sampled, recent);
     const auto now = DecodeRate::Clock::now();
     if (result.generated.empty()) {
       rate.first_token_at(now);

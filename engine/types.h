@@ -12,6 +12,11 @@ using TokenId = std::int32_t;
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant"
   std::string content;
+  // The exact ids the model wrote for `content` (a reply), under the tokenizer whose vocabulary fingerprint
+  // is `token_vocabulary`; empty when unknown (typed text, a reply from another model or server). The
+  // prompt uses them in place of the text's encoding, which would not give back the sampled ids.
+  std::vector<TokenId> token_ids = {};
+  std::uint64_t token_vocabulary = 0;
 };
 
 // Sampling. temperature <= 0 means greedy (argmax); the filters then have no effect.
@@ -42,6 +47,9 @@ struct GenerationConfig {
   int prefill_chunk_tokens = 512;      // prefill runs in chunks of at most this many tokens
   int context_limit = 0;               // prompt + generated tokens never exceed it (0 or more = the model's)
   std::vector<TokenId> stop_token_ids; // empty = the model's end-of-sequence ids
+  // Only ids below this are sampled (0 = every row of the output). A tokenizer smaller than the embedding
+  // table (padded for speed, or a mismatched file) has no text for the ids past its own.
+  int sampled_vocabulary = 0;
 };
 
 enum class StopReason {

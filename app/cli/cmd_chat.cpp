@@ -98,7 +98,8 @@ bool run_turn(ChatContext& chat, const std::string& text) {
     chat.pool->save_snapshot(chat.conversation_id, chat.transcript.serialize());
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats));
+    chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats),
+                               outcome.reply_ids, outcome.reply_vocabulary);
     if (outcome.dropped_messages > 0 && outcome.dropped_messages < static_cast<int>(in_context.size())) {
       const app::MessageRecord marker = app::context_cut_marker(
           chat.conversation_id, in_context[outcome.dropped_messages].id, outcome.dropped_messages, outcome.context_limit);

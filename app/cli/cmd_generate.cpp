@@ -5,6 +5,7 @@
 
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
+#include "engine/text/chat_prompt.h"
 #include "engine/text/regular_file.h"
 #include "engine/llama_model.h"
 #include "engine/session.h"
@@ -37,10 +38,7 @@ std::vector<ChatMessage> read_messages(const std::string& path) {
 // The first request of a conversation, encoded as ChatTurnRunner encodes it: the template's text with
 // its control tokens parsed, the messages' contents never.
 std::vector<TokenId> encode_messages(const ModelSource& source, const std::vector<ChatMessage>& messages) {
-  const RenderedPrompt rendered = source.formatter.render_prompt(messages, /*add_generation_prompt=*/true);
-  if (rendered.uses_template)
-    return source.tokenizer->encode_chat(rendered.text, rendered.content_ranges, /*add_special_tokens=*/false);
-  return source.tokenizer->encode(rendered.text, /*add_special_tokens=*/true, /*parse_special=*/false);
+  return encode_chat_prompt(source.formatter, *source.tokenizer, messages, PromptEnd::GenerationPrompt).ids;
 }
 
 const char* kUsage =
@@ -98,6 +96,8 @@ int run_generate(const std::vector<std::string>& args) {
     throw UsageError("missing --prompt-ids or --prompt");
   }
   if (prompt.empty()) throw UsageError("the prompt is empty");
+  // The reply is decoded to text when there is a tokenizer: ids past its vocabulary have none.
+  if (source.tokenizer) config.sampled_vocabulary = source.tokenizer->vocab_size();
 
   Session session(source.model, config.cache_mode);
   GenerationResult result = session.generate(prompt, config);

@@ -1,7 +1,10 @@
 #include "engine/text/chat_template.h"
 #include "engine/text/regular_file.h"
 
+#include <algorithm>
+#include <ctime>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -178,25 +181,187 @@ std::string ChatFormatter::render(const std::vector<ChatMessage>& messages, bool
                            today);
 }
 
-RenderedPrompt ChatFormatter::render_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                            const nlohmann::ordered_json& extra_context,
-                                            const std::string& today) const {
-  RenderedPrompt prompt;
-  prompt.text = render(messages, add_generation_prompt, extra_context, today);
-  prompt.uses_template = has_template();
-  std::size_t search_from = 0;
-  for (const ChatMessage& message : messages) {
-    // The template may have trimmed the content (Jinja's trim = Python's str.strip()).
-    for (const std::string& candidate :
-         {message.content, jinja::pystr::strip(message.content, std::nullopt, true, true)}) {
-      if (candidate.empty()) break;
-      std::size_t at = prompt.text.find(candidate, search_from);
-      if (at == std::string::npos) continue;
-      prompt.content_ranges.emplace_back(at, at + candidate.size());
-      search_from = at + candidate.size();
+namespace {
+
+// Markers no template writes: characters of Unicode's private use area. In the positional render each
+// message's content is kContentOpen + its index + kContentClose; while the real render runs, each piece of
+// control-token text a message holds is kTypedOpen + its index + kTypedClose.
+constexpr std::string_view kContentOpen = "\xEE\x80\x80";   // U+E000
+constexpr std::string_view kContentClose = "\xEE\x80\x81";  // U+E001
+constexpr std::string_view kTypedOpen = "\xEE\x80\x82";     // U+E002
+constexpr std::string_view kTypedClose = "\xEE\x80\x83";    // U+E003
+
+std::string marker(std::string_view open, std::size_t index, std::string_view close) {
+  return std::string(open) + std::to_string(index) + std::string(close);
+}
+
+// The index of the marker `open digits close` at `at` (below `limit`), with `end` set past it.
+std::optional<std::size_t> read_marker(std::string_view text, std::size_t at, std::string_view open,
+                                       std::string_view close, std::size_t limit, std::size_t& end) {
+  if (text.compare(at, open.size(), open) != 0) return std::nullopt;
+  std::size_t pos = at + open.size(), index = 0, digits = 0;
+  for (; pos < text.size() && text[pos] >= '0' && text[pos] <= '9' && digits < 9; ++pos, ++digits)
+    index = index * 10 + static_cast<std::size_t>(text[pos] - '0');
+  if (digits == 0 || index >= limit || text.compare(pos, close.size(), close) != 0) return std::nullopt;
+  end = pos + close.size();
+  return index;
+}
+
+// The next content marker at or after `from`: its position (npos when none) and index, `end` past it.
+std::size_t next_content_marker(std::string_view text, std::size_t from, std::size_t messages, std::size_t& index,
+                                std::size_t& end) {
+  for (std::size_t at = text.find(kContentOpen, from); at != std::string_view::npos; at = text.find(kContentOpen, at + 1))
+    if (std::optional<std::size_t> found = read_marker(text, at, kContentOpen, kContentClose, messages, end)) {
+      index = *found;
+      return at;
+    }
+  return std::string_view::npos;
+}
+
+// The control-token text typed in messages, swapped out while the template runs: a template must neither
+// see it as its own tokens nor branch on it, and the tokenizer must read it as plain text afterwards.
+class TypedControlText {
+ public:
+  // `content` with each control-token piece, and each marker character (so that no typed text reads as a
+  // marker), replaced by a marker.
+  std::string escape(const std::string& content, const ControlTextFinder& find_control_text) {
+    std::vector<std::pair<std::size_t, std::size_t>> ranges = find_control_text(content);
+    for (std::size_t at = content.find("\xEE\x80"); at != std::string::npos; at = content.find("\xEE\x80", at + 1))
+      if (at + 2 < content.size() && static_cast<unsigned char>(content[at + 2]) <= 0x83) ranges.emplace_back(at, at + 3);
+    if (ranges.empty()) return content;
+    std::sort(ranges.begin(), ranges.end());
+    std::string escaped;
+    std::size_t copied = 0;
+    for (auto [begin, end] : ranges) {
+      begin = std::max(begin, copied);
+      if (end <= begin) continue;
+      escaped.append(content, copied, begin - copied);
+      escaped += marker(kTypedOpen, pieces_.size(), kTypedClose);
+      pieces_.push_back(content.substr(begin, end - begin));
+      copied = end;
+    }
+    return escaped + content.substr(copied);
+  }
+
+  // `rendered` with every marker replaced by its text again; `pieces` receives where those texts now are,
+  // and map() turns an offset of `rendered` (outside markers) into one of the restored text.
+  std::string restore(const std::string& rendered, std::vector<std::pair<std::size_t, std::size_t>>& pieces) {
+    shifts_.clear();
+    if (pieces_.empty()) return rendered;
+    std::string text;
+    std::size_t copied = 0;
+    for (std::size_t at = rendered.find(kTypedOpen); at != std::string::npos; at = rendered.find(kTypedOpen, copied)) {
+      std::size_t end = 0;
+      const std::optional<std::size_t> index = read_marker(rendered, at, kTypedOpen, kTypedClose, pieces_.size(), end);
+      if (!index)
+        throw TemplateError("the chat template cut apart control-token text typed in a message, so the prompt "
+                            "cannot be told apart from the template's own tokens");
+      text.append(rendered, copied, at - copied);
+      pieces.emplace_back(text.size(), text.size() + pieces_[*index].size());
+      text += pieces_[*index];
+      copied = end;
+      shifts_.emplace_back(end, text.size());
+    }
+    return text + rendered.substr(copied);
+  }
+
+  std::size_t map(std::size_t offset) const {
+    auto after = std::upper_bound(shifts_.begin(), shifts_.end(), std::make_pair(offset, std::numeric_limits<std::size_t>::max()));
+    if (after == shifts_.begin()) return offset;
+    --after;
+    return offset - after->first + after->second;
+  }
+
+ private:
+  std::vector<std::string> pieces_;
+  std::vector<std::pair<std::size_t, std::size_t>> shifts_;  // (offset past a marker, restored offset there)
+};
+
+// Walks the positional render (a marker for each content) and the real one side by side: between markers
+// both hold the same template text, and at a marker the real render holds the content, whole or trimmed,
+// followed by the next stretch of template text. Stops where they disagree (a template that changes a
+// content otherwise, or branches on it): contents past that point get no position.
+void align_contents(std::string_view positional, std::string_view rendered, const std::vector<ChatMessage>& messages,
+                    std::vector<RenderedPrompt::Content>& contents) {
+  std::size_t p = 0, r = 0, index = 0, marker_end = 0;
+  std::size_t at = next_content_marker(positional, 0, messages.size(), index, marker_end);
+  if (rendered.compare(0, at == std::string_view::npos ? positional.size() : at, positional, 0, at) != 0) return;
+  r = at == std::string_view::npos ? positional.size() : at;
+  while (at != std::string_view::npos) {
+    const std::size_t message = index;
+    p = marker_end;
+    at = next_content_marker(positional, p, messages.size(), index, marker_end);
+    const std::string_view following = positional.substr(p, (at == std::string_view::npos ? positional.size() : at) - p);
+    const std::string& content = messages[message].content;
+    const std::string trimmed = jinja::pystr::strip(content, std::nullopt, true, true);
+    bool found = false;
+    for (const std::string* candidate : {&content, &trimmed}) {
+      const std::size_t end = r + candidate->size();
+      if (rendered.compare(r, candidate->size(), *candidate) != 0 ||
+          rendered.compare(end, following.size(), following) != 0 ||
+          (at == std::string_view::npos && end + following.size() != rendered.size()))
+        continue;
+      contents.push_back({message, r, end, candidate->size() == content.size()});
+      r = end + following.size();
+      found = true;
       break;
     }
+    if (!found) return;
   }
+}
+
+std::string local_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &local);
+  return text;
+}
+
+}  // namespace
+
+RenderedPrompt ChatFormatter::render_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                            const nlohmann::ordered_json& extra_context, const std::string& today,
+                                            const ControlTextFinder& control_text) const {
+  RenderedPrompt prompt;
+  prompt.uses_template = has_template();
+  if (!template_) {
+    // Plain concatenation: every byte is some message's text.
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const std::size_t begin = prompt.text.size();
+      prompt.text += messages[i].content;
+      prompt.contents.push_back({i, begin, prompt.text.size(), true});
+      prompt.content_ranges.emplace_back(begin, prompt.text.size());
+    }
+    return prompt;
+  }
+  const std::string date = today.empty() ? local_date() : today;  // both renders see the same day
+
+  TypedControlText typed;
+  std::vector<ChatMessage> escaped = messages;
+  if (control_text)
+    for (ChatMessage& message : escaped) message.content = typed.escape(message.content, control_text);
+  const std::string rendered = render(escaped, add_generation_prompt, extra_context, date);
+
+  std::vector<ChatMessage> marked = messages;
+  for (std::size_t i = 0; i < marked.size(); ++i) marked[i].content = marker(kContentOpen, i, kContentClose);
+  std::vector<RenderedPrompt::Content> contents;
+  try {
+    align_contents(render(marked, add_generation_prompt, extra_context, date), rendered, escaped, contents);
+  } catch (const std::exception& error) {
+    // A template that inspects the contents may refuse markers: then no content has a position.
+    spdlog::debug("chat template: no content positions ({})", error.what());
+  }
+
+  prompt.text = typed.restore(rendered, prompt.content_ranges);
+  for (RenderedPrompt::Content& content : contents) {
+    content.begin = typed.map(content.begin);
+    content.end = typed.map(content.end);
+    prompt.content_ranges.emplace_back(content.begin, content.end);
+  }
+  prompt.contents = std::move(contents);
+  std::sort(prompt.content_ranges.begin(), prompt.content_ranges.end());
   return prompt;
 }
 

@@ -2,9 +2,11 @@
 // Chat templates: a Jinja2 subset interpreter, enough for the templates real Hugging Face models
 // ship (Llama 3/3.1, Qwen3, Gemma 3, DeepSeek-V3, ChatML, Zephyr), rendering exactly as
 // transformers does (trim_blocks, lstrip_blocks, loopcontrols). No Qt, no torch.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,13 +34,27 @@ class ChatTemplate {
   std::unique_ptr<Impl> impl_;
 };
 
-// A rendered prompt and where the users' and assistants' message contents sit in it, so that the
-// tokenizer never turns text a person typed into control tokens (Tokenizer::encode_chat).
+// A rendered prompt and where the messages' contents sit in it, so that the tokenizer never turns text a
+// person typed into control tokens (Tokenizer::encode_chat) and a reply's exact ids can stand for its text.
 struct RenderedPrompt {
+  // One place where a message's content was rendered. Found by position: the template is rendered once
+  // more with a marker in place of each content, and the two renders are walked side by side; a content
+  // the template changed beyond trimming it has none (and neither has anything after it).
+  struct Content {
+    std::size_t message = 0;          // index into the messages
+    std::size_t begin = 0, end = 0;   // bytes [begin, end) of text
+    bool whole = true;                // false: the template trimmed the content's white space
+  };
   std::string text;
-  std::vector<std::pair<size_t, size_t>> content_ranges;  // byte ranges [first, second) of message text
+  std::vector<Content> contents;
+  // Byte ranges [first, second) in which no control token may be read: every located content, and every
+  // piece of control-token text typed in any message (kept from the template while it rendered).
+  std::vector<std::pair<size_t, size_t>> content_ranges;
   bool uses_template = false;  // false: plain concatenation, encode with add_special_tokens = true
 };
+
+// The byte ranges of a text that a tokenizer would read as control (added) tokens: Tokenizer::added_token_ranges.
+using ControlTextFinder = std::function<std::vector<std::pair<size_t, size_t>>(std::string_view)>;
 
 // What a model directory's tokenizer_config.json says about chat formatting.
 class ChatFormatter {
@@ -60,11 +76,14 @@ class ChatFormatter {
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object(),
                      const std::string& today = "") const;
-  // render() plus the byte ranges of each message's content inside the text (found in order; a
-  // template that trims content is handled by searching for the trimmed text).
+  // render() plus where each message's content sits in the text, by position. With `control_text`, every
+  // piece of control-token text inside a message is swapped for an inert marker while the template runs
+  // and put back afterwards, so it can neither be taken for the template's own tokens nor change what the
+  // template does; those pieces are content ranges too. Throws TemplateError when the template cut such
+  // a marker apart.
   RenderedPrompt render_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object(),
-                               const std::string& today = "") const;
+                               const std::string& today = "", const ControlTextFinder& control_text = {}) const;
 
  private:
   std::shared_ptr<const ChatTemplate> template_;

@@ -4,6 +4,7 @@
 // (Llama 2 / Mistral / TinyLlama / stories260K). Anything a file uses that is not implemented
 // is a TokenizerError naming it.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,25 @@ class Tokenizer {
   std::vector<TokenId> encode_chat(std::string_view text,
                                    const std::vector<std::pair<size_t, size_t>>& plain_ranges,
                                    bool add_special_tokens = false) const;
+
+  // A stretch of text whose ids are known exactly (a reply the model wrote: re-encoding its text would
+  // not give back the ids it sampled).
+  struct KnownIds {
+    std::size_t begin = 0, end = 0;  // bytes [begin, end) of the text
+    std::vector<TokenId> ids;
+  };
+  // encode_chat, with each `known` stretch (sorted, disjoint, outside `plain_ranges`) given as its ids:
+  // the text around it is split there as at an added token, and no added token is recognised inside it.
+  std::vector<TokenId> encode_chat(std::string_view text, const std::vector<std::pair<size_t, size_t>>& plain_ranges,
+                                   bool add_special_tokens, const std::vector<KnownIds>& known) const;
+
+  // The byte ranges of `text` that encode(text, false, parse_special = true) would turn into added
+  // tokens (special or not), left to right: what a chat prompt must keep apart from typed text.
+  std::vector<std::pair<size_t, size_t>> added_token_ranges(std::string_view text) const;
+
+  // A hash of the vocabulary (every id's token string and whether it is special): ids kept with a
+  // text are only reused under a tokenizer with the same fingerprint.
+  std::uint64_t vocabulary_fingerprint() const;
 
   // clean_up_tokenization_spaces: nullopt = the tokenizer_config.json default.
   std::string decode(const std::vector<TokenId>& ids, bool skip_special_tokens = false,

@@ -216,6 +216,12 @@ void ChatControllerTurnsTest::continue_goes_on_with_a_reply_cut_short() {
   QVERIFY(longer.controller()->send("Once upon a time"));
   QVERIFY(longer.waitIdle());
   QCOMPARE(records[1].text, longer.controller()->currentMessages().at(1).text);
+  // Each reply is stored with its exact ids: the continued one's are the first part's and the new ones,
+  // the same as the longer reply's.
+  QCOMPARE(cut.token_ids.size(), std::size_t{12});
+  QCOMPARE(records[1].token_ids.size(), std::size_t{24});
+  QCOMPARE(records[1].token_ids, longer.controller()->currentMessages().at(1).token_ids);
+  QVERIFY(std::equal(cut.token_ids.begin(), cut.token_ids.end(), records[1].token_ids.begin()));
 
   // A reply that ended by itself cannot be continued.
   QVERIFY(!kvchat::app::is_continuable_reply(MessageRecord{0, 0, "assistant", "x", {}, {}, {}, QJsonObject{{"stop_reason", "eos"}}}));

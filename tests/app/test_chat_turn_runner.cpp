@@ -1,5 +1,6 @@
 // ChatTurnRunner on stories260K, greedy: streamed text, token-exact continuation across turns, stopping
 // mid-reply and continuing, and the context limit (stop with an error, or drop the oldest turns).
+#include <QTemporaryDir>
 #include <QtTest>
 #include "common/test_suite.h"
 
@@ -9,6 +10,7 @@
 
 #include "app/chat_turn_runner.h"
 #include "common/test_paths.h"
+#include "common/tiny_llama3_chat_model.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -54,6 +56,8 @@ class ChatTurnRunnerTest : public QObject {
   void cache_off_gives_the_same_tokens();
   void context_limit_stop_policy_throws_a_clear_error();
   void context_limit_drop_policy_leaves_out_the_oldest_turns();
+  void ids_past_the_tokenizer_are_never_sampled();
+  void a_huge_max_new_tokens_is_bounded_by_the_context();
 
  private:
   LoadedModel model_;
@@ -227,7 +231,7 @@ void ChatTurnRunnerTest::context_limit_stop_policy_throws_a_clear_error() {
   Session session(model_.model, KvCacheMode::Contiguous);
   ConversationTokens transcript;
   const std::vector<ChatMessage> messages = {{"user", "Once upon a time there was a little girl named Lily"}};
-  const auto prompt_tokens = runner.encode_messages(messages, transcript).size();
+  const auto prompt_tokens = runner.encode_messages(messages).size();
   TurnOptions options = greedy(50);
   options.context_limit = static_cast<int>(prompt_tokens);  // no room for a single new token
   try {
@@ -255,8 +259,7 @@ void ChatTurnRunnerTest::context_limit_drop_policy_leaves_out_the_oldest_turns()
       {"assistant", "The bird was blue and it sang a happy song for the dog and the cat."},
       {"user", "Lily came to play"},
   };
-  const ConversationTokens nothing;
-  const auto full_tokens = runner.encode_messages(messages, nothing).size();
+  const auto full_tokens = runner.encode_messages(messages).size();
   TurnOptions options = greedy(16);
   options.overflow = ContextOverflowPolicy::DropOldestTurns;
   options.context_limit = static_cast<int>(full_tokens);  // full prompt + reply room does not fit
@@ -268,13 +271,49 @@ void ChatTurnRunnerTest::context_limit_drop_policy_leaves_out_the_oldest_turns()
   // The prompt is exactly the system prompt plus the kept messages.
   std::vector<ChatMessage> kept = {messages[0]};
   kept.insert(kept.end(), messages.begin() + 1 + outcome.dropped_messages, messages.end());
-  QCOMPARE(outcome.prompt_ids, runner.encode_messages(kept, nothing));
+  QCOMPARE(outcome.prompt_ids, runner.encode_messages(kept));
   QVERIFY(static_cast<int>(outcome.prompt_ids.size()) + outcome.stats.generated_tokens <= options.context_limit);
 
   // A last message longer than the window on its own cannot be fitted.
   options.context_limit = 4;
   ConversationTokens other;
   QVERIFY_THROWS_EXCEPTION(ContextLimitError, runner.run(session, other, messages, options, nullptr, {}));
+}
+
+// A tokenizer smaller than the embedding table (the random chat model's 1000 rows, a tokenizer that ends
+// at id 517): the rows past it have no text, so a reply never samples them and always decodes.
+void ChatTurnRunnerTest::ids_past_the_tokenizer_are_never_sampled() {
+  QTemporaryDir dir;
+  const LoadedModel model =
+      kvchat::load_model_directory(kvchat::test::make_tiny_llama3_chat_model(dir.filePath("model").toStdString(), 517));
+  QCOMPARE(model.tokenizer->vocab_size(), 517);
+  QCOMPARE(model.config.vocab_size, std::int64_t(1000));
+  // Without the limit, greedy decoding of this model picks a row past 517 within these steps.
+  Session unlimited(model.model, KvCacheMode::Contiguous);
+  const std::vector<TokenId> prompt = ChatTurnRunner(model).encode_messages({{"user", "Tell me a story"}});
+  GenerationConfig config = greedy(48).generation;
+  const auto free_run = unlimited.generate(prompt, config).generated;
+  QVERIFY(std::any_of(free_run.begin(), free_run.end(), [](TokenId id) { return id >= 517; }));
+
+  Session session(model.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  const TurnOutcome outcome = ChatTurnRunner(model).run(session, transcript, {{"user", "Tell me a story"}}, greedy(48), nullptr, {});
+  QVERIFY(!outcome.generated_ids.empty());
+  for (TokenId id : outcome.generated_ids) QVERIFY2(id < 517, qPrintable(QString("sampled id %1").arg(id)));
+  QCOMPARE(outcome.reply, model.tokenizer->decode(outcome.reply_ids, true));
+}
+
+// max_new_tokens far past the context: the reply stops at the context limit, nothing is sized by the
+// requested count.
+void ChatTurnRunnerTest::a_huge_max_new_tokens_is_bounded_by_the_context() {
+  const ChatTurnRunner runner(model_);
+  Session session(model_.model, KvCacheMode::Contiguous);
+  ConversationTokens transcript;
+  TurnOptions options = greedy(2147483647);
+  options.context_limit = 40;
+  const TurnOutcome outcome = runner.run(session, transcript, {{"user", "Once upon a time"}}, options, nullptr, {});
+  QVERIFY(outcome.stats.stop_reason == StopReason::ContextFull || outcome.stats.stop_reason == StopReason::Eos);
+  QVERIFY(static_cast<int>(outcome.prompt_ids.size()) + outcome.stats.generated_tokens <= 40);
 }
 
 KVCHAT_TEST_APPLESS_MAIN(ChatTurnRunnerTest)

@@ -13,6 +13,7 @@
 #include "common/cli_runner.h"
 #include "common/test_paths.h"
 #include "common/chat_fixture.h"
+#include "common/tiny_llama3_chat_model.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -40,6 +41,7 @@ class CliChatTest : public QObject {
   void usage_errors_are_clear();
   void empty_messages_and_nul_bytes();
   void a_later_run_restores_the_conversation_from_its_snapshot();
+  void replies_do_not_depend_on_the_cache_or_a_restart();
 
  private:
   std::string expected_reply(const std::vector<kvchat::ChatMessage>& messages, int max_new_tokens) const;
@@ -186,6 +188,55 @@ void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
   QCOMPARE(messages[1].text, in_memory[1].text);
   QCOMPARE(messages[3].text, in_memory[3].text);
   QCOMPARE(kvchat::app::stats_from_json(in_memory[3].stats).reused_tokens, second_stats.reused_tokens);
+}
+
+// The prompt of a turn is a function of the conversation alone: four turns in one process (the cache kept
+// in memory), four processes without snapshots (each turn re-reads the chat from the database), and four
+// processes whose snapshot folder is deleted halfway give the same replies, id for id. The model is a
+// chat model with random weights, whose replies re-encode to other ids than the ones it sampled (checked
+// below), so a prompt rebuilt from the text alone would differ.
+void CliChatTest::replies_do_not_depend_on_the_cache_or_a_restart() {
+  const QString model = QString::fromStdString(kvchat::test::make_tiny_llama3_chat_model(dir_.filePath("chat-model").toStdString()));
+  const QStringList lines = {"Tell me a story", "And then?", "Why did she leave?", "How does it end?"};
+  const QStringList common{"chat", "--model", model, "--max-new-tokens", "12"};
+
+  const QString in_memory_db = dir_.filePath("canonical-memory.sqlite3");
+  const CliResult in_memory = run_cli(common + QStringList{"--db", in_memory_db, "--kv-snapshots", "off"},
+                                      (lines.join('\n') + '\n').toStdString());
+  QVERIFY2(in_memory.exit_code == 0, in_memory.err.c_str());
+
+  const QString restarted_db = dir_.filePath("canonical-restarted.sqlite3");
+  const QString snapshot_db = dir_.filePath("canonical-snapshots.sqlite3");
+  QTemporaryDir snapshots;
+  for (int turn = 0; turn < lines.size(); ++turn) {
+    const QStringList conversation = turn == 0 ? QStringList{} : QStringList{"--conversation", "1"};
+    const CliResult restarted =
+        run_cli(common + conversation + QStringList{"--db", restarted_db, "--kv-snapshots", "off", "--message", lines[turn]});
+    QVERIFY2(restarted.exit_code == 0, restarted.err.c_str());
+    if (turn == 2) QVERIFY(QDir(snapshots.path()).removeRecursively());  // lost (or evicted) snapshots
+    const CliResult with_snapshots =
+        run_cli(common + conversation + QStringList{"--db", snapshot_db, "--cache-dir", snapshots.path(), "--message", lines[turn]});
+    QVERIFY2(with_snapshots.exit_code == 0, with_snapshots.err.c_str());
+  }
+
+  const auto expected = ConversationStore(in_memory_db, StoreOpenMode::ReadOnly).messages(1);
+  QCOMPARE(expected.size(), 2 * lines.size());
+  bool re_encoding_differs = false;
+  for (const QString& db : {restarted_db, snapshot_db}) {
+    const auto messages = ConversationStore(db, StoreOpenMode::ReadOnly).messages(1);
+    QCOMPARE(messages.size(), expected.size());
+    for (int i = 1; i < messages.size(); i += 2) {
+      QVERIFY(!expected[i].token_ids.empty());
+      QCOMPARE(messages[i].token_ids, expected[i].token_ids);
+      QCOMPARE(messages[i].text, expected[i].text);
+      const auto stats = kvchat::app::stats_from_json(messages[i].stats);
+      QCOMPARE(stats.prompt_tokens, kvchat::app::stats_from_json(expected[i].stats).prompt_tokens);
+    }
+  }
+  const kvchat::LoadedModel chat_model = kvchat::load_model_directory(model.toStdString());
+  for (int i = 1; i < expected.size(); i += 2)
+    re_encoding_differs |= chat_model.tokenizer->encode(expected[i].text.toStdString(), false, false) != expected[i].token_ids;
+  QVERIFY2(re_encoding_differs, "the replies re-encode to their own ids: this test would not see a prompt built from text");
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliChatTest)

@@ -73,6 +73,8 @@ class ConversationStoreTest : public QObject {
   void unwritable_folder_names_the_path();
   void existing_only_does_not_create();
   void newer_schema_is_refused();
+  void reply_token_ids_are_kept_with_their_text();
+  void version_two_file_gains_the_token_columns();
 };
 
 void ConversationStoreTest::round_trip_after_reopen() {
@@ -382,6 +384,71 @@ void ConversationStoreTest::newer_schema_is_refused() {
   const QString message = store_error_of([&] { ConversationStore store(path); });
   QVERIFY2(message.contains(QStringLiteral("schema version 99")), qPrintable(message));
   QVERIFY2(message.contains(path), qPrintable(message));
+}
+
+// A reply's exact ids are kept with its text: finished with them, read back in order (ids above 2^24 and
+// negative values round-trip as stored), cleared when the text changes, and a damaged column is dropped
+// without losing the message.
+void ConversationStoreTest::reply_token_ids_are_kept_with_their_text() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("tokens.sqlite3");
+  ConversationStore store(path);
+  const qint64 conversation = store.create_conversation("Tokens");
+  MessageRecord reply;
+  reply.conversation_id = conversation;
+  reply.role = "assistant";
+  reply.complete = false;
+  const qint64 id = store.add_message(reply);
+  const std::vector<kvchat::TokenId> ids = {1, 128000, 16777217, 0, 42};
+  const quint64 vocabulary = 0xF123456789ABCDEFull;
+  store.finish_message(id, "Hello there", QJsonObject(), ids, vocabulary);
+  QCOMPARE(store.message(id)->token_ids, ids);
+  QCOMPARE(store.message(id)->token_vocabulary, vocabulary);
+  QCOMPARE(ConversationStore(path, StoreOpenMode::ReadOnly).messages(conversation)[0].token_ids, ids);
+
+  store.update_message_text(id, "Hello there, more");  // the ids no longer stand for the text
+  QVERIFY(store.message(id)->token_ids.empty());
+  QCOMPARE(store.message(id)->token_vocabulary, quint64(0));
+
+  store.finish_message(id, "Hello there", QJsonObject(), ids, vocabulary);
+  raw_query(path, QStringLiteral("UPDATE messages SET token_ids = x'010203' WHERE id = %1").arg(id));
+  QCOMPARE(store.message(id)->text, QStringLiteral("Hello there"));
+  QVERIFY(store.message(id)->token_ids.empty());
+
+  // Added with ids (an import, a copied chat): kept too.
+  reply.text = "Copied";
+  reply.token_ids = {7, 8, 9};
+  reply.token_vocabulary = 5;
+  const qint64 copied = store.add_message(reply);
+  QCOMPARE(store.message(copied)->token_ids, reply.token_ids);
+  QCOMPARE(store.message(copied)->token_vocabulary, quint64(5));
+}
+
+// A version-2 file (no token columns): a reader reads it as it is, a writer migrates it, and its replies
+// have no ids (their text is encoded).
+void ConversationStoreTest::version_two_file_gains_the_token_columns() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("v2.sqlite3");
+  qint64 id = 0;
+  {
+    ConversationStore store(path);
+    MessageRecord reply;
+    reply.conversation_id = store.create_conversation("Old");
+    reply.role = "assistant";
+    reply.text = "old reply";
+    id = store.add_message(reply);
+  }
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_ids"));
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_vocabulary"));
+  raw_query(path, QStringLiteral("DELETE FROM schema_version"));
+  raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (2)"));
+  QCOMPARE(ConversationStore(path, StoreOpenMode::ReadOnly).message(id)->text, QStringLiteral("old reply"));
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("2"));
+  ConversationStore store(path);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("3"));
+  QVERIFY(store.message(id)->token_ids.empty());
+  store.finish_message(id, "old reply", QJsonObject(), {3, 4}, 9);
+  QCOMPARE(store.message(id)->token_ids, (std::vector<kvchat::TokenId>{3, 4}));
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ConversationStoreTest)

@@ -38,6 +38,7 @@ struct TurnResult {
   std::optional<GenerationStats> stats;
   QString error;
   int last_reported_tokens = -1;
+  kvchat::app::ReplyTokens tokens;  // the reply's exact ids, as the store keeps them
 };
 
 struct CacheEvent {
@@ -60,6 +61,8 @@ class WorkerHarness : public QObject {
     });
     connect(worker_, &EngineWorker::tokenStats, this,
             [this](quint64 turn, int tokens, double) { results_[turn].last_reported_tokens = tokens; });
+    connect(worker_, &EngineWorker::replyTokens, this,
+            [this](quint64 turn, const kvchat::app::ReplyTokens& tokens) { results_[turn].tokens = tokens; });
     connect(worker_, &EngineWorker::finished, this,
             [this](quint64 turn, const GenerationStats& stats) { results_[turn].stats = stats; done_.insert(turn); });
     connect(worker_, &EngineWorker::failed, this, [this](quint64 turn, const QString& message) {
@@ -141,8 +144,9 @@ class WorkerHarness : public QObject {
   quint64 next_turn_ = 1;
 };
 
-std::vector<ChatMessage> continued(std::vector<ChatMessage> messages, const QString& reply, const char* next_user) {
-  messages.push_back({"assistant", reply.toStdString()});
+// The conversation as the store gives it back: the reply with its exact ids, then the next message.
+std::vector<ChatMessage> continued(std::vector<ChatMessage> messages, const TurnResult& reply, const char* next_user) {
+  messages.push_back({"assistant", reply.text.toStdString(), reply.tokens.ids, reply.tokens.vocabulary});
   messages.push_back({"user", next_user});
   return messages;
 }
@@ -200,7 +204,7 @@ void EngineWorkerTest::second_turn_prefills_only_its_new_tokens() {
   QCOMPARE(cached, first.stats->cache_tokens);
   QVERIFY(cached > 0);
 
-  const TurnResult second = harness.run(harness.request(7, continued(first_messages, first.text, "Lily was happy")));
+  const TurnResult second = harness.run(harness.request(7, continued(first_messages, first, "Lily was happy")));
   QVERIFY2(second.error.isEmpty(), qPrintable(second.error));
   QCOMPARE(static_cast<qint64>(second.stats->reused_tokens), cached);
   QCOMPARE(second.stats->prefilled_tokens, second.stats->prompt_tokens - second.stats->reused_tokens);
@@ -220,7 +224,7 @@ void EngineWorkerTest::switching_conversations_keeps_each_cache() {
   QVERIFY(a_first.stats && b_first.stats);
   QCOMPARE(harness.cache_events.back().total, harness.last_bytes_of(1) + harness.last_bytes_of(2));
 
-  const TurnResult a_second = harness.run(harness.request(1, continued(a1, a_first.text, "The sun was warm")));
+  const TurnResult a_second = harness.run(harness.request(1, continued(a1, a_first, "The sun was warm")));
   QVERIFY(a_second.stats);
   QCOMPARE(static_cast<qint64>(a_second.stats->reused_tokens), a_cached);  // nothing of A re-read
   QVERIFY(harness.evicted.isEmpty());
@@ -236,7 +240,7 @@ void EngineWorkerTest::small_budget_evicts_and_rebuilds_with_identical_output() 
   const qint64 a_bytes = control.last_bytes_of(1);
   const TurnResult control_b1 = control.run(control.request(2, b1));
   const qint64 b_bytes = control.last_bytes_of(2);
-  const auto a2 = continued(a1, control_a1.text, "The sun was warm");
+  const auto a2 = continued(a1, control_a1, "The sun was warm");
   const TurnResult control_a2 = control.run(control.request(1, a2));
   QVERIFY(control_a2.stats);
 
@@ -270,7 +274,7 @@ void EngineWorkerTest::cache_off_gives_identical_greedy_output() {
     QVERIFY(harness.load(kvchat::test::stories_model_directory()));
     const std::vector<ChatMessage> first_messages = {{"user", "The cat sat"}};
     const TurnResult first = harness.run(harness.request(3, first_messages, 30, mode));
-    const TurnResult second = harness.run(harness.request(3, continued(first_messages, first.text, "A bird sang"), 30, mode));
+    const TurnResult second = harness.run(harness.request(3, continued(first_messages, first, "A bird sang"), 30, mode));
     QVERIFY(first.stats && second.stats);
     texts[m] = first.text + "|" + second.text;
     if (mode == KvCacheMode::Off) {
@@ -300,23 +304,20 @@ void EngineWorkerTest::stop_after_the_first_chunk_then_continue_consistently() {
   QVERIFY2(stopped.stats->generated_tokens <= 2, "generation ends within one token of the stop");
   QVERIFY(!stopped.text.isEmpty());
 
-  const auto next_messages = continued(first_messages, stopped.text, "Lily saw a cat");
+  const auto next_messages = continued(first_messages, stopped, "Lily saw a cat");
   const TurnResult next = harness.run(harness.request(5, next_messages, 40));
   QVERIFY2(next.error.isEmpty(), qPrintable(next.error));
   QCOMPARE(static_cast<qint64>(next.stats->reused_tokens), stopped.stats->cache_tokens);
 
   // A fresh session given the same token history produces the same reply.
   const kvchat::app::ChatTurnRunner runner(reference_);
-  kvchat::app::ConversationTokens none;
-  const auto first_prompt = runner.encode_messages(first_messages, none);
+  const auto first_prompt = runner.encode_messages(first_messages);
   kvchat::Session replay(reference_.model, KvCacheMode::Contiguous);
   kvchat::GenerationConfig config;
   config.max_new_tokens = stopped.stats->generated_tokens;
   const auto first_ids = replay.generate(first_prompt, config).generated;
-  kvchat::app::ConversationTokens history;
-  history.record_turn(first_prompt, reference_.formatter.render_prompt(first_messages, true).text, first_ids,
-                      stopped.text.toStdString());
-  const auto next_prompt = runner.encode_messages(next_messages, history);
+  QCOMPARE(stopped.tokens.ids, first_ids);
+  const auto next_prompt = runner.encode_messages(next_messages);
   QCOMPARE(next.stats->prompt_tokens, static_cast<int>(next_prompt.size()));
   kvchat::Session fresh(reference_.model, KvCacheMode::Contiguous);
   config.max_new_tokens = 40;

@@ -292,8 +292,10 @@ class TestRemoteBackend : public QObject {
       reply.model = "stories260K";
       reply_id = store.add_message(reply);
     }
-    // What a version-1 file looks like: no backend column, version 1.
+    // What a version-1 file looks like: no backend column (nor the later token columns), version 1.
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN backend");
+    kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN token_ids");
+    kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN token_vocabulary");
     kvchat::test::raw_query(path, "DELETE FROM schema_version");
     kvchat::test::raw_query(path, "INSERT INTO schema_version (version) VALUES (1)");
     QCOMPARE(kvchat::test::raw_query(path, "SELECT count(*) FROM pragma_table_info('messages') WHERE name = 'backend'"),
@@ -306,8 +308,10 @@ class TestRemoteBackend : public QObject {
     QCOMPARE(kvchat::test::raw_query(path, "SELECT max(version) FROM schema_version"), QStringLiteral("1"));
     {
       kvchat::app::ConversationStore store(path);
-      QCOMPARE(kvchat::test::raw_query(path, "SELECT max(version) FROM schema_version"), QStringLiteral("2"));
+      QCOMPARE(kvchat::test::raw_query(path, "SELECT max(version) FROM schema_version"),
+               QString::number(kvchat::app::ConversationStore::kSchemaVersion));
       QCOMPARE(store.message(reply_id)->text, QStringLiteral("kept"));
+      QVERIFY(store.message(reply_id)->token_ids.empty());  // a reply from before its ids were kept
       QCOMPARE(store.message(reply_id)->model, QStringLiteral("stories260K"));
       store.set_message_origin(reply_id, "http://example:8000/v1", "big-model");
       QCOMPARE(store.message(reply_id)->backend, QStringLiteral("http://example:8000/v1"));

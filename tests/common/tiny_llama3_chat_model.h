@@ -13,7 +13,9 @@
 
 namespace kvchat::test {
 
-inline std::string make_tiny_llama3_chat_model(const std::string& destination) {
+// `vocabulary_end` < 1000 leaves the reserved tokens from that id on out: a tokenizer smaller than the
+// model's embedding table, whose rows past it have no text.
+inline std::string make_tiny_llama3_chat_model(const std::string& destination, int vocabulary_end = 1000) {
   namespace fs = std::filesystem;
   copy_reference_model("tiny-llama3-random", destination);
   nlohmann::ordered_json tokenizer = read_json_file(shared_path("models/stories260K/tokenizer.json"));
@@ -25,7 +27,7 @@ inline std::string make_tiny_llama3_chat_model(const std::string& destination) {
                                          {"rstrip", false}, {"normalized", false}, {"special", true}});
   };
   for (const char* special : llama3_specials) add_special(special);
-  for (int reserved = 0; id < 1000; ++reserved) add_special("<|reserved_special_token_" + std::to_string(reserved) + "|>");
+  for (int reserved = 0; id < vocabulary_end; ++reserved) add_special("<|reserved_special_token_" + std::to_string(reserved) + "|>");
   tokenizer["post_processor"] = {
       {"type", "TemplateProcessing"},
       {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},

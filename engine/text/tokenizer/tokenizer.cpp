@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include "engine/text/tokenizer/tokenizer_bpe.h"
 #include "engine/text/tokenizer/tokenizer_json.h"
@@ -154,7 +155,22 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
   throw TokenizerError(tokenizer_json_path + " (or its tokenizer_config.json): unexpected JSON content: " + error.what());
 }
 
-Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  XXH3_state_t* state = XXH3_createState();
+  if (state == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(state);
+  for (TokenId id = 0; id < impl_->id_limit; ++id) {
+    const std::string* token = impl_->token_string(id);
+    // An id without a token and an empty token differ; so do special and ordinary tokens.
+    const char mark = token == nullptr ? 'x' : impl_->is_special(id) ? 's' : 'n';
+    const std::uint64_t length = token ? token->size() : 0;
+    XXH3_64bits_update(state, &mark, 1);
+    XXH3_64bits_update(state, &length, sizeof length);
+    if (token) XXH3_64bits_update(state, token->data(), token->size());
+  }
+  impl_->vocabulary_fingerprint = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
@@ -173,7 +189,20 @@ void Tokenizer::Impl::encode_segment(std::string_view segment, bool at_text_star
 
 std::vector<TokenId> Tokenizer::Impl::encode(std::string_view text,
                                              std::vector<std::pair<std::size_t, std::size_t>> plain_ranges,
-                                             bool parse_special, bool add_special_tokens) const {
+                                             bool parse_special, bool add_special_tokens,
+                                             const std::vector<Tokenizer::KnownIds>& known) const {
+  std::vector<std::pair<std::size_t, std::size_t>> known_ranges;
+  for (const Tokenizer::KnownIds& span : known) {
+    if (span.begin >= span.end || span.end > text.size() ||
+        (!known_ranges.empty() && span.begin < known_ranges.back().second))
+      throw TokenizerError("known ids for bytes [" + std::to_string(span.begin) + ", " + std::to_string(span.end) +
+                           ") are not a sorted, disjoint, non-empty range of the text of " +
+                           std::to_string(text.size()) + " bytes");
+    for (TokenId id : span.ids) check_id(id);
+    known_ranges.emplace_back(span.begin, span.end);
+  }
+  // No added token is looked for inside a known stretch either.
+  plain_ranges.insert(plain_ranges.end(), known_ranges.begin(), known_ranges.end());
   std::sort(plain_ranges.begin(), plain_ranges.end());
   std::vector<std::pair<std::size_t, std::size_t>> merged;
   for (auto [begin, end] : plain_ranges) {
@@ -194,18 +223,25 @@ std::vector<TokenId> Tokenizer::Impl::encode(std::string_view text,
   std::string repaired;
   if (!utf8::is_valid(text)) {
     std::vector<std::size_t> cuts{0};
-    for (auto [begin, end] : merged) {
-      cuts.push_back(begin);
-      cuts.push_back(end);
-    }
+    for (const auto* ranges : {&merged, &known_ranges})
+      for (auto [begin, end] : *ranges) {
+        cuts.push_back(begin);
+        cuts.push_back(end);
+      }
     cuts.push_back(text.size());
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     std::vector<std::size_t> new_cuts;
     for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
       new_cuts.push_back(repaired.size());
       repaired += utf8::replace_invalid(text.substr(cuts[k], cuts[k + 1] - cuts[k]));
     }
     new_cuts.push_back(repaired.size());
-    for (std::size_t r = 0; r < merged.size(); ++r) merged[r] = {new_cuts[1 + 2 * r], new_cuts[2 + 2 * r]};
+    auto moved = [&](std::size_t offset) {
+      return new_cuts[static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), offset) - cuts.begin())];
+    };
+    for (auto* ranges : {&merged, &known_ranges})
+      for (auto& [begin, end] : *ranges) begin = moved(begin), end = moved(end);
     text = repaired;
   }
 
@@ -222,11 +258,23 @@ std::vector<TokenId> Tokenizer::Impl::encode(std::string_view text,
   ids.reserve(text.size() / 3 + 4);
   if (add_special_tokens) ids.insert(ids.end(), special_template.prefix.begin(), special_template.prefix.end());
   std::size_t copied = 0;
+  std::size_t next_known = 0;
+  // The known stretches before `until`, each after the text that precedes it.
+  auto emit_known_before = [&](std::size_t until) {
+    for (; next_known < known_ranges.size() && known_ranges[next_known].first < until; ++next_known) {
+      const auto [begin, end] = known_ranges[next_known];
+      if (begin > copied) encode_segment(text.substr(copied, begin - copied), copied == 0, ids);
+      ids.insert(ids.end(), known[next_known].ids.begin(), known[next_known].ids.end());
+      copied = end;
+    }
+  };
   for (const AddedTokenMatch& match : matches) {
+    emit_known_before(match.begin);
     if (match.begin > copied) encode_segment(text.substr(copied, match.begin - copied), copied == 0, ids);
     ids.push_back(match.id);
     copied = match.end;
   }
+  emit_known_before(text.size());
   if (copied < text.size()) encode_segment(text.substr(copied), copied == 0, ids);
   if (add_special_tokens) ids.insert(ids.end(), special_template.suffix.begin(), special_template.suffix.end());
   return ids;
@@ -241,6 +289,23 @@ std::vector<TokenId> Tokenizer::encode_chat(std::string_view text,
                                             bool add_special_tokens) const {
   return impl_->encode(text, plain_ranges, true, add_special_tokens);
 }
+
+std::vector<TokenId> Tokenizer::encode_chat(std::string_view text,
+                                            const std::vector<std::pair<size_t, size_t>>& plain_ranges,
+                                            bool add_special_tokens, const std::vector<KnownIds>& known) const {
+  return impl_->encode(text, plain_ranges, true, add_special_tokens, known);
+}
+
+std::vector<std::pair<size_t, size_t>> Tokenizer::added_token_ranges(std::string_view text) const {
+  std::vector<AddedTokenMatch> matches;
+  impl_->added.find(text, 0, text.size(), /*include_special=*/true, matches);
+  std::vector<std::pair<size_t, size_t>> ranges;
+  ranges.reserve(matches.size());
+  for (const AddedTokenMatch& match : matches) ranges.emplace_back(match.begin, match.end);
+  return ranges;
+}
+
+std::uint64_t Tokenizer::vocabulary_fingerprint() const { return impl_->vocabulary_fingerprint; }
 
 // ---------------------------------------------------------------- decoding
 

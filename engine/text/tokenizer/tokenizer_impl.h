@@ -34,11 +34,14 @@ struct Tokenizer::Impl {
   std::optional<std::string> chat_template;  // GGUF tokenizer.chat_template
   bool clean_up_default = false;
   TokenId id_limit = 0;
+  std::uint64_t vocabulary_fingerprint = 0;  // computed once the vocabulary is complete
 
   // Added tokens are recognised everywhere except inside `plain_ranges` (sorted, disjoint byte
   // ranges of `text`); with parse_special false only non-special added tokens are.
+  // `known` stretches (sorted, disjoint) are emitted as their ids, like added tokens.
   std::vector<TokenId> encode(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>> plain_ranges,
-                              bool parse_special, bool add_special_tokens) const;
+                              bool parse_special, bool add_special_tokens,
+                              const std::vector<Tokenizer::KnownIds>& known = {}) const;
   // Normalizer + pre-tokenizer + model over one stretch of text between added tokens.
   void encode_segment(std::string_view segment, bool at_text_start, std::vector<TokenId>& out) const;
 
