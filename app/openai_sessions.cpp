@@ -11,10 +11,19 @@
 
 namespace kvchat::app::openai {
 
+namespace {
+
+std::size_t common_prefix(const std::vector<TokenId>& a, const std::vector<TokenId>& b) {
+  return static_cast<std::size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+}
+
+constexpr std::size_t kMinimumReuseTokens = 16;
+
+}  // namespace
+
 struct ServerSessions::Entry {
   SessionPool::ConversationId id = 0;
-  Session* session = nullptr;     // owned by the pool
-  ConversationTokens transcript;  // the exact ids of this session's chat turns (empty after a raw prompt)
+  Session* session = nullptr;  // owned by the pool
   bool busy = false;
   std::uint64_t last_used = 0;
   std::int64_t cache_bytes = 0;  // when it last started or finished a request (its thread may be growing it)
@@ -32,24 +41,8 @@ ServerSessions::ServerSessions(const LoadedModel& model, std::shared_ptr<Snapsho
       // turns; their memory is bounded by the budget, the count only bounds the search for a match.
       max_sessions_(static_cast<std::size_t>(std::max(16, 4 * parallel_))),
       budget_bytes_(std::max<std::int64_t>(0, budget_bytes)),
-      pool_(model.model, std::move(snapshots), "openai") {
-  restore_transcripts();
-}
-
-void ServerSessions::restore_transcripts() {
-  if (!pool_.snapshots()) return;
-  // An earlier run's sessions, by their snapshots' keys: their caches are restored from disk when a request
-  // continues them, and their transcripts give that request the exact ids of the earlier replies.
-  for (std::size_t id = 1; id <= max_sessions_; ++id) {
-    const std::optional<std::string> saved = pool_.snapshot_annotation(static_cast<SessionPool::ConversationId>(id));
-    if (!saved) continue;
-    std::optional<ConversationTokens> transcript = ConversationTokens::deserialize(*saved);
-    if (!transcript) continue;
-    while (entries_.size() < id) add_entry();
-    entries_[id - 1]->transcript = std::move(*transcript);
-  }
-  if (!entries_.empty()) spdlog::info("{} sessions of an earlier run found in the KV snapshot folder", entries_.size());
-}
+      prefill_chunk_tokens_(GenerationConfig{}.prefill_chunk_tokens),
+      pool_(model.model, std::move(snapshots), "openai") {}
 
 ServerSessions::Entry* ServerSessions::add_entry() {
   auto entry = std::make_unique<Entry>();
@@ -62,6 +55,8 @@ ServerSessions::Entry* ServerSessions::add_entry() {
 ServerSessions::~ServerSessions() = default;
 
 int ServerSessions::context_limit() const { return runner_.effective_context_limit(0); }
+
+void ServerSessions::set_prefill_chunk_tokens(int tokens) { prefill_chunk_tokens_ = std::max(1, tokens); }
 
 void ServerSessions::check_not_shutting_down() const {
   if (shutting_down_.load())
@@ -91,22 +86,22 @@ void ServerSessions::wait_for_slot(std::unique_lock<std::mutex>& lock) {
   ++running_;
 }
 
-ServerSessions::Entry* ServerSessions::pick(const std::function<std::size_t(const Entry&)>& shared_tokens) {
+ServerSessions::Entry* ServerSessions::pick(const std::vector<TokenId>& prompt_ids) {
   Entry* best = nullptr;
   std::size_t best_tokens = 0;
   Entry* oldest_idle = nullptr;
   for (const auto& entry : entries_) {
     if (entry->busy) continue;
     if (!oldest_idle || entry->last_used < oldest_idle->last_used) oldest_idle = entry.get();
-    const std::size_t tokens = shared_tokens(*entry);
+    const std::size_t tokens = common_prefix(entry->session->history(), prompt_ids);
     if (tokens > best_tokens) best = entry.get(), best_tokens = tokens;
   }
+  // A few shared tokens (a begin-of-text id, a template's header) are no reason to give up another
+  // conversation's cache for them.
+  if (best_tokens < kMinimumReuseTokens) best = nullptr;
   if (!best && entries_.size() < max_sessions_) best = add_entry();
   // running_ <= parallel_ < max_sessions_, so some session is idle.
-  if (!best) {
-    best = oldest_idle;
-    best->transcript.clear();
-  }
+  if (!best) best = oldest_idle;
   pool_.acquire(best->id, KvCacheMode::Contiguous);  // marks it used, attaches the snapshot restorer
   best->busy = true;
   best->last_used = ++use_clock_;
@@ -116,40 +111,11 @@ ServerSessions::Entry* ServerSessions::pick(const std::function<std::size_t(cons
   return best;
 }
 
-std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_chat(const std::vector<ChatMessage>& messages) {
-  std::string rendered;
-  try {
-    rendered = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/true).text;
-  } catch (const std::exception& error) {
-    // A template may refuse a conversation (roles out of order, a system message where it takes none).
-    throw ApiError(400, std::string("the model's chat template cannot render these messages: ") + error.what(),
-                   "invalid_request_error", "messages", "template_error");
-  }
-  std::unique_lock<std::mutex> lock(mutex_);
-  wait_for_slot(lock);
-  try {
-    Entry* entry = pick([&](const Entry& candidate) -> std::size_t {
-      const ConversationTokens::Boundary* boundary = candidate.transcript.longest_boundary_in(rendered);
-      return boundary ? boundary->token_count : 0;
-    });
-    return std::make_unique<Lease>(this, entry);
-  } catch (...) {
-    --running_;
-    slot_freed_.notify_one();
-    throw;
-  }
-}
-
 std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_prompt(const std::vector<TokenId>& prompt_ids) {
   std::unique_lock<std::mutex> lock(mutex_);
   wait_for_slot(lock);
   try {
-    Entry* entry = pick([&](const Entry& candidate) -> std::size_t {
-      const std::vector<TokenId>& history = candidate.session->history();
-      return static_cast<std::size_t>(
-          std::mismatch(history.begin(), history.end(), prompt_ids.begin(), prompt_ids.end()).first - history.begin());
-    });
-    return std::make_unique<Lease>(this, entry);
+    return std::make_unique<Lease>(this, pick(prompt_ids));
   } catch (...) {
     --running_;
     slot_freed_.notify_one();
@@ -160,7 +126,7 @@ std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_prompt(const 
 void ServerSessions::release(Entry* entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   // Written on the store's thread: the next request (or the next run of the server) restores from it.
-  if (pool_.snapshots()) pool_.save_snapshot(entry->id, entry->transcript.serialize());
+  if (pool_.snapshots()) pool_.save_snapshot(entry->id);
   entry->busy = false;
   entry->cache_bytes = entry->session->cache_bytes();
   enforce_budget();
@@ -202,8 +168,17 @@ ApiError context_error(std::size_t prompt_tokens, int limit) {
 }
 }  // namespace
 
-std::vector<TokenId> ServerSessions::check_chat_prompt(const Lease& lease, const std::vector<ChatMessage>& messages) const {
-  std::vector<TokenId> ids = runner_.encode_messages(messages, lease.entry().transcript);
+std::vector<TokenId> ServerSessions::encode_chat(const std::vector<ChatMessage>& messages) const {
+  try {
+    model_.formatter.render_prompt(messages, /*add_generation_prompt=*/true);
+  } catch (const std::exception& error) {
+    // A template may refuse a conversation (roles out of order, a system message where it takes none).
+    throw ApiError(400, std::string("the model's chat template cannot render these messages: ") + error.what(),
+                   "invalid_request_error", "messages", "template_error");
+  }
+  // Nothing known about the conversation: the same messages give the same ids on any server.
+  std::vector<TokenId> ids = runner_.encode_messages(messages, ConversationTokens{});
+  if (ids.empty()) throw ApiError(400, "the messages encode to no tokens", "invalid_request_error", "messages");
   if (ids.size() >= static_cast<std::size_t>(context_limit())) throw context_error(ids.size(), context_limit());
   return ids;
 }
@@ -223,6 +198,8 @@ GenerationConfig ServerSessions::generation_config(const SamplingRequest& reques
   GenerationConfig config;
   config.max_new_tokens = request.max_tokens > 0 ? request.max_tokens : context_limit();
   config.cache_mode = KvCacheMode::Contiguous;
+  config.context_limit = context_limit();  // the engine stops the reply there (ContextFull)
+  config.prefill_chunk_tokens = prefill_chunk_tokens_;
   config.sampling.temperature = request.temperature;
   config.sampling.top_p = request.top_p;
   // Without a seed every request samples differently, as OpenAI's API does.
@@ -245,6 +222,14 @@ class ReplyForwarder {
   }
   void finish(int generated_tokens) {
     if (!client_gone_) forward(filter_.finish(), generated_tokens);
+  }
+  // Before a prefill chunk: is the client still there? A long prompt's prefill stops when it is not.
+  void check_client_during_prefill(std::int64_t cached_tokens, std::size_t prompt_tokens) {
+    if (stop_.load() || !sink_ || sink_(std::string())) return;
+    client_gone_ = true;
+    stop_.store(true);
+    spdlog::warn("client disconnected during the prefill ({} of {} prompt tokens cached): prefill stopped",
+                 cached_tokens, prompt_tokens);
   }
   bool client_gone() const { return client_gone_; }
   bool stop_text_matched() const { return filter_.matched(); }
@@ -269,50 +254,24 @@ class ReplyForwarder {
 
 }  // namespace
 
-CompletionResult ServerSessions::run_chat(const Lease& lease, const std::vector<ChatMessage>& messages,
-                                          const SamplingRequest& request, const TextSink& sink,
-                                          bool* stopped_by_client) {
-  TurnOptions options;
-  options.generation = generation_config(request);
-  options.overflow = ContextOverflowPolicy::Stop;
-  std::atomic<bool> stop{false};
-  ReplyForwarder forwarder(request.stop, sink, stop);
-  int generated = 0;
-  Entry& entry = lease.entry();
-  TurnOutcome outcome;
-  const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
-  try {
-    outcome = runner_.run(*entry.session, entry.transcript, messages, options, &stop,
-                          [&](const ReplyProgress& progress) {
-                            generated = progress.generated_tokens;
-                            forwarder.push(progress.chunk, progress.generated_tokens);
-                            if (shutting_down_.load()) stop.store(true);
-                          });
-  } catch (const ContextLimitError& error) {
-    throw ApiError(400, error.what(), "invalid_request_error", "messages", "context_length_exceeded");
-  }
-  forwarder.finish(generated);
-  if (stopped_by_client) *stopped_by_client = forwarder.client_gone();
-  return CompletionResult{forwarder.text, finish_reason(outcome.stats.stop_reason, forwarder.stop_text_matched()),
-                          outcome.stats};
-}
-
-CompletionResult ServerSessions::run_prompt(const Lease& lease, const std::vector<TokenId>& prompt_ids,
-                                            const SamplingRequest& request, const TextSink& sink,
-                                            bool* stopped_by_client) {
-  GenerationConfig config = generation_config(request);
-  config.context_limit = context_limit();
+CompletionResult ServerSessions::run(const Lease& lease, const std::vector<TokenId>& prompt_ids,
+                                     const SamplingRequest& request, const TextSink& sink, bool* stopped_by_client) {
+  const GenerationConfig config = generation_config(request);
   std::atomic<bool> stop{false};
   ReplyForwarder forwarder(request.stop, sink, stop);
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
   int generated = 0;
   Entry& entry = lease.entry();
-  entry.transcript.clear();  // a raw prompt has no chat turns to continue
   const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
-  GenerationResult result =
-      entry.session->generate(prompt_ids, config, &stop, [&](TokenId token, const DecodeProgress& progress) {
+  GenerationResult result = entry.session->generate(
+      prompt_ids, config, &stop,
+      [&](TokenId token, const DecodeProgress& progress) {
         generated = progress.generated_tokens;
         forwarder.push(decoder.push(token), generated);
+        if (shutting_down_.load()) stop.store(true);
+      },
+      [&](std::int64_t cached_tokens) {
+        forwarder.check_client_during_prefill(cached_tokens, prompt_ids.size());
         if (shutting_down_.load()) stop.store(true);
       });
   forwarder.push(decoder.finish(), generated);
