@@ -1,6 +1,8 @@
 // Which session a server request runs on changes nothing but speed: a conversation's reply is the same
-// on a fresh server, on one holding its session and on one whose session was evicted; and a client that
-// leaves during a long prefill frees its slot there. On an OpenAiServer inside the test process (its sessions reachable, the
+// on a fresh server, on one holding its session and on one whose session was evicted; a prefix shared
+// with another conversation (a long system prompt, an edited last message) is reused exactly as far as
+// the prompts' ids agree, also from a session still prefilling it; and a client that leaves during a long
+// prefill frees its slot there. On an OpenAiServer inside the test process (its sessions reachable, the
 // queue's state exact), and on ServerSessions alone. stories260K (no chat template), greedy.
 #include <QtTest>
 #include "common/test_suite.h"
@@ -156,6 +158,45 @@ class TestOpenAiServerSessions : public QObject {
     QVERIFY2(cached_tokens(kept) > int(encode({messages[0]}).size()), kept.body.c_str());
   }
 
+  // Two conversations sharing a long system prompt: the second reuses exactly the prefix the two prompts'
+  // ids share, copied into a session of its own, so the first keeps its whole cache and its next turn
+  // continues it. An edited last message reuses everything before the edit. Every reply is a fresh
+  // server's.
+  void shared_prefix_is_reused_across_conversations() {
+    const std::vector<json> first = {system_message(long_system_prompt()), user("Tom had a red ball.")};
+    const std::vector<json> second = {system_message(long_system_prompt()), user("Lily saw a big tree.")};
+    const std::size_t shared = common_prefix(encode(first), encode(second));
+    QVERIFY2(shared >= 100 && shared < encode(first).size() && shared < encode(second).size(),
+             qPrintable(QString("%1 shared tokens").arg(shared)));
+
+    InProcessServer server(model_, options(1, 4));
+    const HttpReply first_reply = post_chat(server, first);
+    QCOMPARE(first_reply.status, 200);
+    QCOMPARE(cached_tokens(first_reply), 0);
+    const HttpReply second_reply = post_chat(server, second);
+    QCOMPARE(second_reply.status, 200);
+    QCOMPARE(cached_tokens(second_reply), int(shared));
+    QCOMPARE(reply_text(second_reply), fresh_reply(second));
+    QCOMPARE(reply_text(first_reply), fresh_reply(first));
+
+    std::vector<json> first_next = first;
+    first_next.push_back(assistant(reply_text(first_reply)));
+    first_next.push_back(user("He was happy."));
+    const HttpReply continued = post_chat(server, first_next);
+    QCOMPARE(continued.status, 200);
+    QVERIFY2(cached_tokens(continued) > int(shared), continued.body.c_str());
+    QCOMPARE(reply_text(continued), fresh_reply(first_next));
+
+    std::vector<json> edited = first_next;
+    edited.back() = user("He was sad.");
+    const std::size_t before_edit = common_prefix(encode(first_next), encode(edited));
+    QVERIFY(before_edit > shared && before_edit < encode(edited).size());
+    const HttpReply edited_reply = post_chat(server, edited);
+    QCOMPARE(edited_reply.status, 200);
+    QCOMPARE(cached_tokens(edited_reply), int(before_edit));
+    QCOMPARE(reply_text(edited_reply), fresh_reply(edited));
+  }
+
   // One slot, held by the test; a request with a long prompt waits for it, and its client leaves while it
   // waits. When the slot comes free the request stops before its first prefill chunk: nothing is
   // prefilled or generated, the slot is free again, and the next request is served.
@@ -220,6 +261,66 @@ class TestOpenAiServerSessions : public QObject {
     QVERIFY(sessions.acquire_for_prompt(ids) != nullptr);
   }
 
+  // The session sharing the longest prefix is still prefilling it (its client is slow to be asked): the
+  // second request waits for that prefix rather than prefilling it again, gets a copy as soon as the
+  // first's prefill holds it, and both replies are those of sessions of their own.
+  void running_prefill_shares_its_prefix() {
+    const std::vector<kvchat::ChatMessage> first =
+        chat_messages({system_message(long_system_prompt()), user("Tom had a red ball.")});
+    const std::vector<kvchat::ChatMessage> second =
+        chat_messages({system_message(long_system_prompt()), user("Lily saw a big tree.")});
+    SamplingRequest sampling;
+    sampling.temperature = 0;
+    sampling.max_tokens = 16;
+    auto alone = [&](const std::vector<kvchat::ChatMessage>& messages) {
+      ServerSessions sessions(model_, nullptr, 1, 0);
+      sessions.set_prefill_chunk_tokens(16);
+      const std::vector<TokenId> ids = sessions.encode_chat(messages);
+      auto lease = sessions.acquire_for_prompt(ids);
+      return sessions.run(*lease, ids, sampling, {}, nullptr).text;
+    };
+    const std::string first_alone = alone(first), second_alone = alone(second);
+
+    ServerSessions sessions(model_, nullptr, /*parallel=*/2, /*max_queue=*/0);
+    sessions.set_prefill_chunk_tokens(16);
+    const std::vector<TokenId> first_ids = sessions.encode_chat(first), second_ids = sessions.encode_chat(second);
+    const std::size_t shared = common_prefix(first_ids, second_ids);
+    QVERIFY(shared >= 100 && shared < second_ids.size());
+
+    std::mutex mutex;
+    std::condition_variable resumed;
+    bool go = false;
+    auto first_lease = sessions.acquire_for_prompt(first_ids);
+    CompletionResult first_result;
+    std::thread first_thread([&] {
+      // Asked before its first chunk, the client answers only once the second request waits.
+      first_result = sessions.run(*first_lease, first_ids, sampling, [&](const std::string&) {
+        std::unique_lock<std::mutex> lock(mutex);
+        resumed.wait(lock, [&] { return go; });
+        return true;
+      }, nullptr);
+      first_lease.reset();
+    });
+    std::unique_ptr<ServerSessions::Lease> second_lease;
+    std::thread second_thread([&] { second_lease = sessions.acquire_for_prompt(second_ids); });
+    wait_until([&] { return sessions.status().waiting_for_prefix == 1; });
+    QCOMPARE(sessions.status().prefix_copies, std::int64_t(0));
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      go = true;
+    }
+    resumed.notify_all();
+    second_thread.join();
+    QCOMPARE(sessions.status().prefix_copies, std::int64_t(1));
+    const CompletionResult second_result = sessions.run(*second_lease, second_ids, sampling, {}, nullptr);
+    second_lease.reset();
+    first_thread.join();
+    QCOMPARE(second_result.stats.reused_tokens, int(shared));
+    QCOMPARE(second_result.stats.prefilled_tokens, int(second_ids.size() - shared));
+    QCOMPARE(second_result.text, second_alone);
+    QCOMPARE(first_result.text, first_alone);
+    QCOMPARE(first_result.stats.prefilled_tokens, int(first_ids.size()));
+  }
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestOpenAiServerSessions)
