@@ -118,8 +118,7 @@ class OpenAiServer::Impl {
   struct Job {
     std::unique_ptr<ServerSessions::Lease> lease;
     SamplingRequest sampling;
-    std::vector<ChatMessage> messages;  // chat
-    std::vector<TokenId> prompt_ids;    // raw prompt
+    std::vector<TokenId> prompt_ids;    // the messages or the raw prompt, encoded
     bool chat = true;
     ChunkIdentity identity;
   };
@@ -221,9 +220,8 @@ void OpenAiServer::Impl::chat_completions(const httplib::Request& request, httpl
   check_model(parsed.sampling.model);
   auto job = std::make_shared<Job>();
   job->sampling = std::move(parsed.sampling);
-  job->messages = std::move(parsed.messages);
-  job->lease = sessions_.acquire_for_chat(job->messages);
-  job->prompt_ids = sessions_.check_chat_prompt(*job->lease, job->messages);
+  job->prompt_ids = sessions_.encode_chat(parsed.messages);
+  job->lease = sessions_.acquire_for_prompt(job->prompt_ids);
   job->identity = ChunkIdentity{"chatcmpl-" + std::to_string(next_id_++), unix_time(), options_.model_id};
   respond(std::move(job), request, response);
 }
@@ -241,8 +239,7 @@ void OpenAiServer::Impl::completions(const httplib::Request& request, httplib::R
 }
 
 CompletionResult OpenAiServer::Impl::run_job(Job& job, const TextSink& sink, bool* client_gone) {
-  CompletionResult result = job.chat ? sessions_.run_chat(*job.lease, job.messages, job.sampling, sink, client_gone)
-                                     : sessions_.run_prompt(*job.lease, job.prompt_ids, job.sampling, sink, client_gone);
+  CompletionResult result = sessions_.run(*job.lease, job.prompt_ids, job.sampling, sink, client_gone);
   job.lease.reset();  // the slot is free as soon as the generation is done
   record_stats(result.stats, client_gone && *client_gone);
   return result;

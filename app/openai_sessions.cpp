@@ -11,13 +11,45 @@
 
 namespace kvchat::app::openai {
 
+namespace {
+
+std::size_t common_prefix(const std::vector<TokenId>& a, const std::vector<TokenId>& b) {
+  return static_cast<std::size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+}
+
+// Fewer shared tokens than this are prefilled again rather than copied into another session: a handful
+// of prefill steps costs about what the copy does, and the copy takes a session.
+constexpr std::size_t kMinimumCopyTokens = 16;
+
+}  // namespace
+
+struct ServerSessions::PrefixRequest {
+  Entry* destination = nullptr;
+  const std::vector<TokenId>* prompt = nullptr;
+  std::size_t wanted = 0;  // what the source shares with `prompt` once its prefill has got that far
+  bool done = false;
+};
+
 struct ServerSessions::Entry {
   SessionPool::ConversationId id = 0;
-  Session* session = nullptr;     // owned by the pool
-  ConversationTokens transcript;  // the exact ids of this session's chat turns (empty after a raw prompt)
-  bool busy = false;
+  Session* session = nullptr;  // owned by the pool
+  bool busy = false;           // leased to a request, or being copied from
   std::uint64_t last_used = 0;
   std::int64_t cache_bytes = 0;  // when it last started or finished a request (its thread may be growing it)
+  // The ids of the last request it served that its cache still holds: a prompt that continues all of
+  // them is that conversation's next turn (or the same turn again) and runs here.
+  std::size_t prompt_tokens = 0;
+  // While busy: the ids its cache holds once its request's prefill is done.
+  std::vector<TokenId> prompt;
+  // Other requests waiting for a copy of its prefix; served on the thread using it, guarded by mutex_.
+  std::vector<PrefixRequest*> prefix_requests;
+  std::atomic<bool> prefix_requested{false};  // !prefix_requests.empty(), read without the lock
+};
+
+struct ServerSessions::Placement {
+  Entry* destination = nullptr;
+  Entry* source = nullptr;  // to copy a prefix from; null when the destination has what it can reuse
+  bool source_running = false;
 };
 
 ServerSessions::Lease::~Lease() { owner_->release(entry_); }
@@ -30,26 +62,11 @@ ServerSessions::ServerSessions(const LoadedModel& model, std::shared_ptr<Snapsho
       max_queue_(std::max(0, max_queue)),
       // Idle sessions keep their caches for returning conversations, so a session per client taking
       // turns; their memory is bounded by the budget, the count only bounds the search for a match.
+      // A request holds at most two sessions (its own and the one it copies from), so some are idle.
       max_sessions_(static_cast<std::size_t>(std::max(16, 4 * parallel_))),
       budget_bytes_(std::max<std::int64_t>(0, budget_bytes)),
-      pool_(model.model, std::move(snapshots), "openai") {
-  restore_transcripts();
-}
-
-void ServerSessions::restore_transcripts() {
-  if (!pool_.snapshots()) return;
-  // An earlier run's sessions, by their snapshots' keys: their caches are restored from disk when a request
-  // continues them, and their transcripts give that request the exact ids of the earlier replies.
-  for (std::size_t id = 1; id <= max_sessions_; ++id) {
-    const std::optional<std::string> saved = pool_.snapshot_annotation(static_cast<SessionPool::ConversationId>(id));
-    if (!saved) continue;
-    std::optional<ConversationTokens> transcript = ConversationTokens::deserialize(*saved);
-    if (!transcript) continue;
-    while (entries_.size() < id) add_entry();
-    entries_[id - 1]->transcript = std::move(*transcript);
-  }
-  if (!entries_.empty()) spdlog::info("{} sessions of an earlier run found in the KV snapshot folder", entries_.size());
-}
+      prefill_chunk_tokens_(GenerationConfig{}.prefill_chunk_tokens),
+      pool_(model.model, std::move(snapshots), "openai") {}
 
 ServerSessions::Entry* ServerSessions::add_entry() {
   auto entry = std::make_unique<Entry>();
@@ -62,6 +79,8 @@ ServerSessions::Entry* ServerSessions::add_entry() {
 ServerSessions::~ServerSessions() = default;
 
 int ServerSessions::context_limit() const { return runner_.effective_context_limit(0); }
+
+void ServerSessions::set_prefill_chunk_tokens(int tokens) { prefill_chunk_tokens_ = std::max(1, tokens); }
 
 void ServerSessions::check_not_shutting_down() const {
   if (shutting_down_.load())
@@ -91,78 +110,177 @@ void ServerSessions::wait_for_slot(std::unique_lock<std::mutex>& lock) {
   ++running_;
 }
 
-ServerSessions::Entry* ServerSessions::pick(const std::function<std::size_t(const Entry&)>& shared_tokens) {
-  Entry* best = nullptr;
-  std::size_t best_tokens = 0;
-  Entry* oldest_idle = nullptr;
+// An idle session other than `keep` for a request that reuses nothing of it: a new one (an evicted
+// session's snapshot stays on disk for its conversation's return), an idle one without a cache, or else
+// the least recently used.
+ServerSessions::Entry* ServerSessions::spare_entry(const Entry* keep) {
+  if (entries_.size() < max_sessions_) return add_entry();
+  Entry* oldest = nullptr;
   for (const auto& entry : entries_) {
-    if (entry->busy) continue;
-    if (!oldest_idle || entry->last_used < oldest_idle->last_used) oldest_idle = entry.get();
-    const std::size_t tokens = shared_tokens(*entry);
-    if (tokens > best_tokens) best = entry.get(), best_tokens = tokens;
+    if (entry->busy || entry.get() == keep) continue;
+    if (entry->session->history().empty()) return entry.get();
+    if (!oldest || entry->last_used < oldest->last_used) oldest = entry.get();
   }
-  if (!best && entries_.size() < max_sessions_) best = add_entry();
-  // running_ <= parallel_ < max_sessions_, so some session is idle.
-  if (!best) {
-    best = oldest_idle;
-    best->transcript.clear();
-  }
-  pool_.acquire(best->id, KvCacheMode::Contiguous);  // marks it used, attaches the snapshot restorer
-  best->busy = true;
-  best->last_used = ++use_clock_;
-  best->cache_bytes = best->session->cache_bytes();
-  enforce_budget();
-  spdlog::debug("request on session {} ({} tokens shared with its cache)", best->id, best_tokens);
-  return best;
+  return oldest;
 }
 
-std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_chat(const std::vector<ChatMessage>& messages) {
-  std::string rendered;
-  try {
-    rendered = model_.formatter.render_prompt(messages, /*add_generation_prompt=*/true).text;
-  } catch (const std::exception& error) {
-    // A template may refuse a conversation (roles out of order, a system message where it takes none).
-    throw ApiError(400, std::string("the model's chat template cannot render these messages: ") + error.what(),
-                   "invalid_request_error", "messages", "template_error");
+ServerSessions::Placement ServerSessions::place(const std::vector<TokenId>& prompt_ids, PrefixRequest& request) {
+  Entry* idle = nullptr;  // the idle session sharing the longest prefix with the prompt
+  std::size_t idle_shared = 0;
+  Entry* running = nullptr;  // the busy one whose cache will share the longest prefix
+  std::size_t running_shared = 0;
+  for (const auto& entry : entries_) {
+    if (entry->busy) {
+      const std::size_t shared = common_prefix(entry->prompt, prompt_ids);
+      if (shared > running_shared) running = entry.get(), running_shared = shared;
+    } else {
+      const std::size_t shared = common_prefix(entry->session->history(), prompt_ids);
+      if (shared > idle_shared) idle = entry.get(), idle_shared = shared;
+    }
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  wait_for_slot(lock);
-  try {
-    Entry* entry = pick([&](const Entry& candidate) -> std::size_t {
-      const ConversationTokens::Boundary* boundary = candidate.transcript.longest_boundary_in(rendered);
-      return boundary ? boundary->token_count : 0;
-    });
-    return std::make_unique<Lease>(this, entry);
-  } catch (...) {
-    --running_;
-    slot_freed_.notify_one();
-    throw;
+
+  Placement placement;
+  if (idle && idle_shared >= idle->prompt_tokens) {
+    placement.destination = idle;  // the next turn of its conversation: what goes is at most its last reply
+  } else {
+    // Waiting for a running prefill pays when it saves at least what one of its chunks takes.
+    const std::size_t wait_for =
+        std::max(kMinimumCopyTokens, static_cast<std::size_t>(std::max(1, prefill_chunk_tokens_)));
+    if (running && running_shared >= wait_for && running_shared >= idle_shared + wait_for) {
+      placement.source = running;
+      placement.source_running = true;
+    } else if (idle && idle_shared >= kMinimumCopyTokens) {
+      placement.source = idle;
+    }
+    placement.destination = spare_entry(placement.source);
+    if (!placement.destination) {
+      // Only the source itself is free: run there, giving up the rest of its cache.
+      placement.destination = placement.source;
+      placement.source = nullptr;
+    }
   }
+
+  Entry& destination = *placement.destination;
+  pool_.acquire(destination.id, KvCacheMode::Contiguous);  // marks it used, attaches the snapshot restorer
+  destination.busy = true;
+  destination.prompt = prompt_ids;
+  destination.prompt_tokens = prompt_ids.size();
+  destination.last_used = ++use_clock_;
+  destination.cache_bytes = destination.session->cache_bytes();
+  if (placement.source_running) {
+    request = PrefixRequest{&destination, &prompt_ids, running_shared, false};
+    placement.source->prefix_requests.push_back(&request);
+    placement.source->prefix_requested.store(true);
+    ++waiting_for_prefix_;
+  } else if (placement.source) {
+    // Kept from other requests while it is read; they may ask it for a copy meanwhile.
+    Entry& source = *placement.source;
+    source.busy = true;
+    source.prompt = source.session->history();
+    source.cache_bytes = source.session->cache_bytes();
+  }
+  enforce_budget();
+  spdlog::debug("request on session {} ({} prompt tokens; {} shared with session {}{})", destination.id,
+                prompt_ids.size(), placement.source ? common_prefix(placement.source->prompt, prompt_ids) : 0,
+                placement.source ? placement.source->id : destination.id,
+                placement.source_running ? ", copied once its prefill holds them" : "");
+  return placement;
 }
 
 std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_prompt(const std::vector<TokenId>& prompt_ids) {
   std::unique_lock<std::mutex> lock(mutex_);
   wait_for_slot(lock);
+  PrefixRequest request;
+  Placement placement;
   try {
-    Entry* entry = pick([&](const Entry& candidate) -> std::size_t {
-      const std::vector<TokenId>& history = candidate.session->history();
-      return static_cast<std::size_t>(
-          std::mismatch(history.begin(), history.end(), prompt_ids.begin(), prompt_ids.end()).first - history.begin());
-    });
-    return std::make_unique<Lease>(this, entry);
+    placement = place(prompt_ids, request);
   } catch (...) {
     --running_;
     slot_freed_.notify_one();
     throw;
   }
+  lock.unlock();
+  auto lease = std::make_unique<Lease>(this, placement.destination);
+  if (placement.source_running) {
+    // The source's thread copies the prefix between its prefill chunks or tokens, or when it is done.
+    lock.lock();
+    prefix_copied_.wait(lock, [&] { return request.done; });
+    --waiting_for_prefix_;
+    lock.unlock();
+  } else if (placement.source) {
+    copy_prefix(*placement.destination, *placement.source, prompt_ids);
+    lock.lock();
+    finish_use(*placement.source, lock);
+    lock.unlock();
+  }
+  check_not_shutting_down();
+  return lease;
+}
+
+std::int64_t ServerSessions::copy_prefix(Entry& destination, const Entry& source,
+                                         const std::vector<TokenId>& prompt_ids) {
+  const std::size_t shared = common_prefix(source.session->history(), prompt_ids);
+  try {
+    const std::int64_t copied = destination.session->copy_prefix_from(*source.session, static_cast<std::int64_t>(shared));
+    spdlog::debug("copied {} cached tokens from session {} to session {}", copied, source.id, destination.id);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (copied > 0) ++prefix_copies_;
+    return copied;
+  } catch (const std::exception& error) {
+    // Nothing is lost but time: the request prefills what it did not get.
+    spdlog::error("copying {} cached tokens from session {} to session {} failed, prefilling them instead: {}", shared,
+                  source.id, destination.id, error.what());
+    destination.session->clear();
+    return 0;
+  }
+}
+
+// On the thread using `source` (it is busy): copies its prefix to the requests waiting for it, once its
+// cache holds what they wait for (`prefill_done`: it holds all it will).
+void ServerSessions::serve_prefix_requests(Entry& source, bool prefill_done) {
+  if (!source.prefix_requested.load()) return;
+  std::vector<PrefixRequest*> ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<PrefixRequest*>& pending = source.prefix_requests;
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (prefill_done || common_prefix(source.session->history(), *(*it)->prompt) >= (*it)->wanted) {
+        ready.push_back(*it);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    source.prefix_requested.store(!pending.empty());
+  }
+  if (ready.empty()) return;
+  for (PrefixRequest* request : ready) copy_prefix(*request->destination, source, *request->prompt);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (PrefixRequest* request : ready) request->done = true;
+  }
+  prefix_copied_.notify_all();
+}
+
+// With `lock` held, on the thread that used `entry`: serves the copies still asked of it, then makes it idle.
+void ServerSessions::finish_use(Entry& entry, std::unique_lock<std::mutex>& lock) {
+  while (!entry.prefix_requests.empty()) {
+    lock.unlock();
+    serve_prefix_requests(entry, /*prefill_done=*/true);
+    lock.lock();
+  }
+  entry.busy = false;
+  entry.prompt.clear();
+  entry.prompt.shrink_to_fit();
+  entry.prompt_tokens = std::min(entry.prompt_tokens, entry.session->history().size());
+  entry.cache_bytes = entry.session->cache_bytes();
 }
 
 void ServerSessions::release(Entry* entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  finish_use(*entry, lock);
   // Written on the store's thread: the next request (or the next run of the server) restores from it.
-  if (pool_.snapshots()) pool_.save_snapshot(entry->id, entry->transcript.serialize());
-  entry->busy = false;
-  entry->cache_bytes = entry->session->cache_bytes();
+  if (pool_.snapshots()) pool_.save_snapshot(entry->id);
   enforce_budget();
   --running_;
   slot_freed_.notify_one();
@@ -189,6 +307,8 @@ ServerSessions::Status ServerSessions::status() {
     status.cache_bytes += entry->busy ? entry->cache_bytes : entry->session->cache_bytes();
   status.budget_bytes = budget_bytes_;
   status.evictions = evictions_;
+  status.waiting_for_prefix = waiting_for_prefix_;
+  status.prefix_copies = prefix_copies_;
   return status;
 }
 
@@ -202,8 +322,17 @@ ApiError context_error(std::size_t prompt_tokens, int limit) {
 }
 }  // namespace
 
-std::vector<TokenId> ServerSessions::check_chat_prompt(const Lease& lease, const std::vector<ChatMessage>& messages) const {
-  std::vector<TokenId> ids = runner_.encode_messages(messages);
+std::vector<TokenId> ServerSessions::encode_chat(const std::vector<ChatMessage>& messages) const {
+  // Nothing known about the conversation: the same messages give the same ids on any server.
+  std::vector<TokenId> ids;
+  try {
+    ids = runner_.encode_messages(messages);
+  } catch (const TemplateError& error) {
+    // A template may refuse a conversation (roles out of order, a system message where it takes none).
+    throw ApiError(400, std::string("the model's chat template cannot render these messages: ") + error.what(),
+                   "invalid_request_error", "messages", "template_error");
+  }
+  if (ids.empty()) throw ApiError(400, "the messages encode to no tokens", "invalid_request_error", "messages");
   if (ids.size() >= static_cast<std::size_t>(context_limit())) throw context_error(ids.size(), context_limit());
   return ids;
 }
@@ -223,6 +352,9 @@ GenerationConfig ServerSessions::generation_config(const SamplingRequest& reques
   GenerationConfig config;
   config.max_new_tokens = request.max_tokens > 0 ? request.max_tokens : context_limit();
   config.cache_mode = KvCacheMode::Contiguous;
+  config.context_limit = context_limit();  // the engine stops the reply there (ContextFull)
+  config.prefill_chunk_tokens = prefill_chunk_tokens_;
+  config.sampled_vocabulary = model_.tokenizer->vocab_size();  // the reply is decoded: every id needs text
   config.sampling.temperature = request.temperature;
   config.sampling.top_p = request.top_p;
   // Without a seed every request samples differently, as OpenAI's API does.
@@ -245,6 +377,14 @@ class ReplyForwarder {
   }
   void finish(int generated_tokens) {
     if (!client_gone_) forward(filter_.finish(), generated_tokens);
+  }
+  // Before a prefill chunk: is the client still there? A long prompt's prefill stops when it is not.
+  void check_client_during_prefill(std::int64_t cached_tokens, std::size_t prompt_tokens) {
+    if (stop_.load() || !sink_ || sink_(std::string())) return;
+    client_gone_ = true;
+    stop_.store(true);
+    spdlog::warn("client disconnected during the prefill ({} of {} prompt tokens cached): prefill stopped",
+                 cached_tokens, prompt_tokens);
   }
   bool client_gone() const { return client_gone_; }
   bool stop_text_matched() const { return filter_.matched(); }
@@ -269,50 +409,26 @@ class ReplyForwarder {
 
 }  // namespace
 
-CompletionResult ServerSessions::run_chat(const Lease& lease, const std::vector<ChatMessage>& messages,
-                                          const SamplingRequest& request, const TextSink& sink,
-                                          bool* stopped_by_client) {
-  TurnOptions options;
-  options.generation = generation_config(request);
-  options.overflow = ContextOverflowPolicy::Stop;
-  std::atomic<bool> stop{false};
-  ReplyForwarder forwarder(request.stop, sink, stop);
-  int generated = 0;
-  Entry& entry = lease.entry();
-  TurnOutcome outcome;
-  const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
-  try {
-    outcome = runner_.run(*entry.session, entry.transcript, messages, options, &stop,
-                          [&](const ReplyProgress& progress) {
-                            generated = progress.generated_tokens;
-                            forwarder.push(progress.chunk, progress.generated_tokens);
-                            if (shutting_down_.load()) stop.store(true);
-                          });
-  } catch (const ContextLimitError& error) {
-    throw ApiError(400, error.what(), "invalid_request_error", "messages", "context_length_exceeded");
-  }
-  forwarder.finish(generated);
-  if (stopped_by_client) *stopped_by_client = forwarder.client_gone();
-  return CompletionResult{forwarder.text, finish_reason(outcome.stats.stop_reason, forwarder.stop_text_matched()),
-                          outcome.stats};
-}
-
-CompletionResult ServerSessions::run_prompt(const Lease& lease, const std::vector<TokenId>& prompt_ids,
-                                            const SamplingRequest& request, const TextSink& sink,
-                                            bool* stopped_by_client) {
-  GenerationConfig config = generation_config(request);
-  config.context_limit = context_limit();
+CompletionResult ServerSessions::run(const Lease& lease, const std::vector<TokenId>& prompt_ids,
+                                     const SamplingRequest& request, const TextSink& sink, bool* stopped_by_client) {
+  const GenerationConfig config = generation_config(request);
   std::atomic<bool> stop{false};
   ReplyForwarder forwarder(request.stop, sink, stop);
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
   int generated = 0;
   Entry& entry = lease.entry();
-  entry.transcript.clear();  // a raw prompt has no chat turns to continue
   const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
-  GenerationResult result =
-      entry.session->generate(prompt_ids, config, &stop, [&](TokenId token, const DecodeProgress& progress) {
+  GenerationResult result = entry.session->generate(
+      prompt_ids, config, &stop,
+      [&](TokenId token, const DecodeProgress& progress) {
+        serve_prefix_requests(entry, /*prefill_done=*/true);
         generated = progress.generated_tokens;
         forwarder.push(decoder.push(token), generated);
+        if (shutting_down_.load()) stop.store(true);
+      },
+      [&](std::int64_t cached_tokens) {
+        serve_prefix_requests(entry, /*prefill_done=*/false);
+        forwarder.check_client_during_prefill(cached_tokens, prompt_ids.size());
         if (shutting_down_.load()) stop.store(true);
       });
   forwarder.push(decoder.finish(), generated);

@@ -19,11 +19,12 @@ Prefiller::Prefiller(const LlamaModel& model, int chunk_tokens)
     : model_(model), chunk_tokens_(static_cast<std::size_t>(std::max(1, chunk_tokens))) {}
 
 PrefillResult Prefiller::run(const std::vector<TokenId>& prompt, KvCache& cache, std::vector<float>& logits,
-                             const std::atomic<bool>* stop) const {
+                             const std::atomic<bool>* stop, const BeforePrefillChunk& before_chunk) const {
   const auto started = Clock::now();
   PrefillResult result;
   at::Tensor last;
   for (auto begin = static_cast<std::size_t>(cache.size()); begin < prompt.size(); begin += chunk_tokens_) {
+    if (before_chunk) before_chunk(cache.size());
     if (stop_requested(stop)) break;
     const std::vector<TokenId> piece(prompt.begin() + static_cast<std::ptrdiff_t>(begin),
                                      prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), begin + chunk_tokens_)));

@@ -3,6 +3,7 @@
 // (checking the stop flag between them), and leaves the last position's logits for the first sample.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/types.h"
@@ -18,6 +19,11 @@ struct PrefillResult {
   bool complete = false;  // every prompt token ran and `logits` holds the last one's logits
 };
 
+// Called on the prefilling thread before each chunk with how many prompt tokens the cache holds so far:
+// the caller's chance to look at the world (is the client still there?) and set the stop flag, which
+// ends the prefill before that chunk.
+using BeforePrefillChunk = std::function<void(std::int64_t cached_tokens)>;
+
 class Prefiller {
  public:
   // Keeps a reference: `model` must outlive the prefiller.
@@ -26,7 +32,7 @@ class Prefiller {
   // Cached: runs prompt[cache.size() ..] into the cache (the caller has truncated the cache to the
   // prefix it shares with the prompt, and left at least one token to run).
   PrefillResult run(const std::vector<TokenId>& prompt, KvCache& cache, std::vector<float>& logits,
-                    const std::atomic<bool>* stop) const;
+                    const std::atomic<bool>* stop, const BeforePrefillChunk& before_chunk = {}) const;
   // Uncached: the whole sequence in one forward (the O(n^2) path's first step).
   PrefillResult run_uncached(const std::vector<TokenId>& sequence, std::vector<float>& logits,
                              const std::atomic<bool>* stop) const;

@@ -64,6 +64,26 @@ void Session::set_cache_mode(KvCacheMode mode) {
   clear();
 }
 
+std::int64_t Session::copy_prefix_from(const Session& source, std::int64_t tokens) {
+  if (&source == this) return 0;
+  tokens = std::clamp<std::int64_t>(tokens, 0, static_cast<std::int64_t>(source.history_.size()));
+  if (!cache_ || !source.cache_ || tokens == 0) return 0;
+  const KvCacheShape &from = source.cache_->shape(), &to = cache_->shape();
+  if (from.layers != to.layers || from.kv_heads != to.kv_heads || from.head_dim != to.head_dim || from.dtype != to.dtype)
+    throw std::invalid_argument("copy_prefix_from: the sessions' caches have different shapes");
+  // The cache's buffers may have been made under inference mode (a generation grew them), and such
+  // tensors may be written only under it.
+  c10::InferenceMode inference_guard;
+  cache_->truncate(0);
+  for (std::int64_t layer = 0; layer < to.layers; ++layer) {
+    const auto [keys, values] = source.cache_->view(layer, tokens);
+    cache_->append(layer, keys, values);
+  }
+  cache_->commit(tokens);
+  history_.assign(source.history_.begin(), source.history_.begin() + tokens);
+  return tokens;
+}
+
 void Session::truncate(std::int64_t tokens) {
   tokens = std::clamp<std::int64_t>(tokens, 0, static_cast<std::int64_t>(history_.size()));
   if (cache_) cache_->truncate(tokens);
@@ -111,7 +131,8 @@ RestoredPrefix Session::restore_prefix(const std::vector<TokenId>& prompt) {
 }
 
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
-                                   const std::atomic<bool>* stop, const TokenCallback& on_token) {
+                                   const std::atomic<bool>* stop, const TokenCallback& on_token,
+                                   const BeforePrefillChunk& before_prefill_chunk) {
   // The guard belongs to the thread that runs the model, so it is made here, not at load.
   c10::InferenceMode inference_guard;
   const ModelConfig& model_config = model_->config();
@@ -137,10 +158,17 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   if (cache_) {
     restored = restore_prefix(prompt);
     reused_tokens = keep_common_prefix(prompt);
-    prefill = prefiller.run(prompt, *cache_, logits, stop);
+    BeforePrefillChunk before_chunk;
+    if (before_prefill_chunk)
+      before_chunk = [&](std::int64_t cached_tokens) {
+        history_.assign(prompt.begin(), prompt.begin() + cached_tokens);  // what the cache holds so far
+        before_prefill_chunk(cached_tokens);
+      };
+    prefill = prefiller.run(prompt, *cache_, logits, stop, before_chunk);
     history_.assign(prompt.begin(), prompt.begin() + cache_->size());
   } else {
     sequence = prompt;
+    if (before_prefill_chunk) before_prefill_chunk(0);
     prefill = prefiller.run_uncached(sequence, logits, stop);
   }
 

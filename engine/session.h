@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/decode_context.h"
+#include "engine/prefill.h"
 #include "engine/token_generator.h"
 #include "engine/types.h"
 
@@ -56,9 +57,12 @@ class Session {
   // an end-of-sequence id the cache ends with the reply's last real token: the next turn's prompt
   // continues from there. The cache mode of `config` applies from this call on (switching drops the
   // cache). `stop` may be null. Throws std::invalid_argument for an empty prompt or one longer than the
-  // context limit.
+  // context limit. `before_prefill_chunk` runs on this thread before each prefill chunk (history() then
+  // holds the prompt's ids the cache holds so far): a long prompt's prefill can be stopped part way
+  // through by setting `stop` there, and another session may copy the prefix prefilled so far.
   GenerationResult generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
-                            const std::atomic<bool>* stop = nullptr, const TokenCallback& on_token = {});
+                            const std::atomic<bool>* stop = nullptr, const TokenCallback& on_token = {},
+                            const BeforePrefillChunk& before_prefill_chunk = {});
 
   const std::vector<TokenId>& history() const { return history_; }  // tokens the cache holds
   std::int64_t cache_tokens() const;
@@ -71,6 +75,12 @@ class Session {
   void set_prefix_restorer(PrefixRestorer* restorer) { restorer_ = restorer; }
   // A copy of the cache's positions and their ids, for a snapshot (null when nothing is cached).
   std::unique_ptr<KvSnapshot> capture() const;
+
+  // Replaces this session's cache with a copy of `source`'s first `tokens` cached positions and their ids
+  // (a branch: another conversation sharing that prefix continues from it without prefilling it).
+  // Returns how many positions were copied (fewer when `source` holds fewer; 0 when either cache is
+  // off). Not while either session generates on another thread: the caller serialises them.
+  std::int64_t copy_prefix_from(const Session& source, std::int64_t tokens);
 
   void truncate(std::int64_t tokens);  // keep the first `tokens` cached positions
   void clear();                        // drop the cache and its memory (e.g. evicted under a budget)

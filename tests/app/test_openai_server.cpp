@@ -287,8 +287,8 @@ class TestOpenAiServer : public QObject {
   }
 
   // A chat template (Llama 2's shape, with <s> and </s> as special tokens in the rendered text): the
-  // reply equals the terminal chat's (the same turn code), streamed or whole, and later turns continue
-  // the exact ids of earlier replies, so each prefills only its new turn.
+  // reply equals the terminal chat's (the same turn code), streamed or whole, and later turns reuse the
+  // cache of earlier ones, so each prefills little more than its new turn.
   void chat_template_conversation() {
     QTemporaryDir dir;
     const std::string model = kvchat::test::copy_reference_model("stories260K", dir.filePath("templated").toStdString());
@@ -331,8 +331,8 @@ class TestOpenAiServer : public QObject {
     QCOMPARE(chat.out, messages[1]["content"].get<std::string>() + "\n");
   }
 
-  // --cache-dir: a session's KV cache and its exact ids outlive the server; the next run restores them
-  // for a request that continues the conversation, and replies as a server that never stopped does.
+  // --cache-dir: a session's KV cache outlives the server; the next run restores it for a request that
+  // continues the conversation, and replies as a server that never stopped does.
   void snapshots_survive_a_restart() {
     QTemporaryDir cache;
     std::vector<json> messages = {user("A little bird")};

@@ -1,5 +1,6 @@
 // Sessions: cached (both implementations) == uncached, multi-turn reuse, truncation to a common
-// prefix, the stop flag from another thread, and the context limit.
+// prefix, a prefix copied from another session, the stop flag from another thread and between prefill
+// chunks, and the context limit.
 #include <QtTest>
 #include "common/test_suite.h"
 #include <atomic>
@@ -53,6 +54,8 @@ class SessionTest : public QObject {
   void truncation_to_common_prefix();
   void stop_flag_from_another_thread();
   void stop_during_prefill_keeps_cache_consistent();
+  void stop_between_prefill_chunks();
+  void copied_prefix_equals_prefilled_one();
   void context_limit_stops_generation();
   void end_of_sequence_token_is_never_cached();
   void over_long_prompt_is_rejected();
@@ -203,6 +206,79 @@ void SessionTest::stop_during_prefill_keeps_cache_consistent() {
   auto resumed = session.generate(prompt, config, &stop);
   QCOMPARE(resumed.stats.prefilled_tokens, int(prompt.size()));
   QCOMPARE(resumed.generated.size(), size_t(10));
+}
+
+// The caller is asked before every prefill chunk, with the cache (and history()) holding the chunks run
+// so far; a stop set there ends the prefill before the next chunk.
+void SessionTest::stop_between_prefill_chunks() {
+  auto model = load("models/stories260K");
+  GenerationConfig config;
+  config.max_new_tokens = 10;
+  config.prefill_chunk_tokens = 4;
+  std::vector<TokenId> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 297, 309, 409, 416};
+  Session session(model, KvCacheMode::Contiguous);
+  GenerationConfig one_token = config;
+  one_token.max_new_tokens = 1;  // never fed: the cache holds the 3 prompt tokens
+  session.generate(std::vector<TokenId>(prompt.begin(), prompt.begin() + 3), one_token);
+  QCOMPARE(session.cache_tokens(), int64_t(3));
+  std::atomic<bool> stop{false};
+  std::vector<std::int64_t> asked;
+  auto result = session.generate(prompt, config, &stop, {}, [&](std::int64_t cached_tokens) {
+    asked.push_back(cached_tokens);
+    QCOMPARE(session.history(), std::vector<TokenId>(prompt.begin(), prompt.begin() + cached_tokens));
+    if (asked.size() == 3) stop = true;
+  });
+  // 3 reused, then chunks of 4 from there: asked at 3, 7 and 11, stopped before the third chunk.
+  QCOMPARE(asked, (std::vector<std::int64_t>{3, 7, 11}));
+  QCOMPARE(result.stats.reused_tokens, 3);
+  QCOMPARE(result.stats.prefilled_tokens, 8);
+  QCOMPARE(result.stats.stop_reason, StopReason::Stopped);
+  QVERIFY(result.generated.empty());
+  QCOMPARE(session.cache_tokens(), int64_t(11));
+  QCOMPARE(session.history(), std::vector<TokenId>(prompt.begin(), prompt.begin() + 11));
+
+  // Unasked, or never stopped, it runs to the end as before.
+  stop = false;
+  asked.clear();
+  auto resumed = session.generate(prompt, config, &stop, {}, [&](std::int64_t cached_tokens) { asked.push_back(cached_tokens); });
+  QCOMPARE(asked, (std::vector<std::int64_t>{11}));
+  QCOMPARE(resumed.stats.prefilled_tokens, 3);
+  QVERIFY(resumed.generated == run(model, KvCacheMode::Off, prompt, 10).generated);
+}
+
+// A prefix copied from another session's cache serves as its own prefill would: the same reply, with
+// the copied positions reused; the source keeps its cache.
+void SessionTest::copied_prefix_equals_prefilled_one() {
+  auto model = load("models/stories260K");
+  for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
+    GenerationConfig config;
+    config.cache_mode = mode;
+    config.max_new_tokens = 20;
+    config.stop_token_ids = {-1};
+    Session source(model, mode);
+    const std::vector<TokenId> first = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+    source.generate(first, config);
+    const std::vector<TokenId> source_history = source.history();
+
+    const std::vector<TokenId> second = {1, 403, 407, 261, 378, 432, 297, 309, 409};
+    Session branch(model, mode);
+    branch.generate({1, 297, 309}, config);  // whatever it held is replaced
+    QCOMPARE(branch.copy_prefix_from(source, 6), int64_t(6));
+    QCOMPARE(branch.history(), std::vector<TokenId>(first.begin(), first.begin() + 6));
+    QCOMPARE(branch.cache_tokens(), int64_t(6));
+    auto result = branch.generate(second, config);
+    QCOMPARE(result.stats.reused_tokens, 6);
+    QCOMPARE(result.stats.prefilled_tokens, 3);
+    QVERIFY(result.generated == run(model, KvCacheMode::Off, second, 20).generated);
+    QCOMPARE(source.history(), source_history);
+
+    // More than the source holds: what it holds. A session without a cache copies nothing.
+    Session whole(model, mode);
+    QCOMPARE(whole.copy_prefix_from(source, 10000), int64_t(source_history.size()));
+    QCOMPARE(whole.history(), source_history);
+    Session off(model, KvCacheMode::Off);
+    QCOMPARE(off.copy_prefix_from(source, 6), int64_t(0));
+  }
 }
 
 void SessionTest::context_limit_stops_generation() {
