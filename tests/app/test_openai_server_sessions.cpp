@@ -110,7 +110,7 @@ class TestOpenAiServerSessions : public QObject {
   }
   // The ids a server that never saw the conversation gives it.
   std::vector<TokenId> encode(const std::vector<json>& messages) const {
-    return kvchat::app::ChatTurnRunner(model_).encode_messages(chat_messages(messages), kvchat::app::ConversationTokens{});
+    return kvchat::app::ChatTurnRunner(model_).encode_messages(chat_messages(messages));
   }
   std::string fresh_reply(const std::vector<json>& messages) {
     InProcessServer fresh(model_, options(1, 4));
