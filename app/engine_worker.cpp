@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "app/compute_lock.h"
+#include "app/snapshot_key.h"
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -50,9 +51,7 @@ void EngineWorker::open_snapshots() {
   std::shared_ptr<SnapshotStore> store;
   if (options.enabled && !options.directory.isEmpty()) {
     try {
-      const LlamaModel& model = *state_->model->model;
-      store = std::make_shared<SnapshotStore>(options.directory.toStdString(), options.disk_budget_bytes,
-                                              fingerprint_model(model), model.cache_shape());
+      store = open_snapshot_store(options.directory.toStdString(), options.disk_budget_bytes, *state_->model->model);
       const std::string prefix = options.key_prefix.toStdString() + "-";
       const qint64 budget = options.disk_budget_bytes;
       store->set_written_callback([this, prefix, budget](const std::string& key, std::int64_t tokens, std::int64_t file_bytes,

@@ -20,6 +20,7 @@
 #include "app/cli/store_access.h"
 #include "app/conversation_store.h"
 #include "app/reply_committer.h"
+#include "app/snapshot_key.h"
 #include "app/stats_json.h"
 #include "engine/model_loader.h"
 #include "engine/kv_snapshot.h"
@@ -253,8 +254,7 @@ int run_chat(const std::vector<std::string>& args) {
     const QString directory = parser.value("cache-dir") ? QString::fromStdString(*parser.value("cache-dir"))
                                                         : app::ChatSettings{}.effective_snapshot_directory();
     try {
-      snapshots = std::make_shared<SnapshotStore>(directory.toStdString(), snapshot_budget_mib << 20,
-                                                  fingerprint_model(*model.model), model.model->cache_shape());
+      snapshots = app::open_snapshot_store(directory.toStdString(), snapshot_budget_mib << 20, *model.model);
     } catch (const SnapshotError& error) {
       throw UsageError(std::string("--cache-dir: ") + error.what());
     }
