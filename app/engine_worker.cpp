@@ -12,6 +12,7 @@
 
 #include "app/compute_lock.h"
 #include "app/snapshot_key.h"
+#include "app/snapshot_transcript.h"
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -157,13 +158,8 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     ConversationTokens& transcript = state_->transcripts[request.conversation_id];
     if (transcript.ids().empty()) {
       // First turn in this process: the snapshot on disk knows the exact ids of the earlier turns.
-      if (const std::optional<std::string> saved = pool.snapshot_annotation(request.conversation_id)) {
-        if (std::optional<ConversationTokens> restored = ConversationTokens::deserialize(*saved))
-          transcript = std::move(*restored);
-        else
-          spdlog::warn("the transcript kept with conversation {}'s KV snapshot is unreadable; re-encoding its text",
-                       request.conversation_id);
-      }
+      if (std::optional<ConversationTokens> restored = transcript_from_snapshot(pool, request.conversation_id, *model))
+        transcript = std::move(*restored);
     }
 
     TurnOptions options;

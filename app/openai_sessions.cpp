@@ -6,6 +6,7 @@
 #include <random>
 
 #include "app/compute_lock.h"
+#include "app/snapshot_transcript.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
@@ -41,9 +42,8 @@ void ServerSessions::restore_transcripts() {
   // An earlier run's sessions, by their snapshots' keys: their caches are restored from disk when a request
   // continues them, and their transcripts give that request the exact ids of the earlier replies.
   for (std::size_t id = 1; id <= max_sessions_; ++id) {
-    const std::optional<std::string> saved = pool_.snapshot_annotation(static_cast<SessionPool::ConversationId>(id));
-    if (!saved) continue;
-    std::optional<ConversationTokens> transcript = ConversationTokens::deserialize(*saved);
+    std::optional<ConversationTokens> transcript =
+        transcript_from_snapshot(pool_, static_cast<SessionPool::ConversationId>(id), model_);
     if (!transcript) continue;
     while (entries_.size() < id) add_entry();
     entries_[id - 1]->transcript = std::move(*transcript);
