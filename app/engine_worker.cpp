@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "app/compute_lock.h"
+#include "app/snapshot_key.h"
+#include "app/snapshot_transcript.h"
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -50,9 +52,7 @@ void EngineWorker::open_snapshots() {
   std::shared_ptr<SnapshotStore> store;
   if (options.enabled && !options.directory.isEmpty()) {
     try {
-      const LlamaModel& model = *state_->model->model;
-      store = std::make_shared<SnapshotStore>(options.directory.toStdString(), options.disk_budget_bytes,
-                                              fingerprint_model(model), model.cache_shape());
+      store = open_snapshot_store(options.directory.toStdString(), options.disk_budget_bytes, *state_->model->model);
       const std::string prefix = options.key_prefix.toStdString() + "-";
       const qint64 budget = options.disk_budget_bytes;
       store->set_written_callback([this, prefix, budget](const std::string& key, std::int64_t tokens, std::int64_t file_bytes,
@@ -159,13 +159,8 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     ConversationTokens& transcript = state_->transcripts[request.conversation_id];
     if (transcript.ids().empty()) {
       // First turn in this process: the snapshot on disk knows the exact ids of the earlier turns.
-      if (const std::optional<std::string> saved = pool.snapshot_annotation(request.conversation_id)) {
-        if (std::optional<ConversationTokens> restored = ConversationTokens::deserialize(*saved))
-          transcript = std::move(*restored);
-        else
-          spdlog::warn("the transcript kept with conversation {}'s KV snapshot is unreadable; re-encoding its text",
-                       request.conversation_id);
-      }
+      if (std::optional<ConversationTokens> restored = transcript_from_snapshot(pool, request.conversation_id, *model))
+        transcript = std::move(*restored);
     }
 
     TurnOptions options;

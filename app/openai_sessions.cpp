@@ -6,6 +6,7 @@
 #include <random>
 
 #include "app/compute_lock.h"
+#include "app/snapshot_transcript.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 

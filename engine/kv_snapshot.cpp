@@ -5,10 +5,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "engine/llama_model.h"
 
@@ -18,17 +21,17 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'C', 'H', 'A', 'T', 'K', 'V'};
 constexpr std::int64_t kDataAlignment = 64;
-// Sanity bounds of a header's shape (far above any real model): past them a file is corrupt, and the
-// products below cannot overflow.
+// Sanity bounds of a header's shape (far above any real model): past them a file is corrupt.
 constexpr std::uint64_t kMaxLayers = 4096, kMaxHeads = 4096, kMaxHeadDim = 65536;
-constexpr std::uint64_t kMaxTokens = std::uint64_t(1) << 24;
 
 // Offsets of the header's fields.
 enum HeaderOffset : std::size_t {
   kVersionAt = 8, kDtypeAt = 12, kFingerprintAt = 16, kLayersAt = 24, kKvHeadsAt = 32, kHeadDimAt = 40,
   kTokenCountAt = 48, kDataOffsetAt = 56, kFileBytesAt = 64, kTokensChecksumAt = 72, kDataChecksumAt = 80,
-  kAnnotationBytesAt = 88, kAnnotationChecksumAt = 96, kHeaderChecksumAt = 120,
+  kAnnotationBytesAt = 88, kAnnotationChecksumAt = 96, kInstallationAt = 104, kHeaderChecksumAt = 120,
 };
+
+using Kind = SnapshotError::Kind;
 
 template <typename T>
 void put(std::uint8_t* header, std::size_t offset, T value) { std::memcpy(header + offset, &value, sizeof value); }
@@ -37,6 +40,17 @@ T get(const std::uint8_t* header, std::size_t offset) {
   T value;
   std::memcpy(&value, header + offset, sizeof value);
   return value;
+}
+
+std::uint64_t checksum(const SnapshotKey& key, const void* data, std::size_t size) {
+  if (key.secret.empty()) return XXH3_64bits(data, size);
+  return XXH3_64bits_withSecret(data, size, key.secret.data(), key.secret.size());
+}
+
+void check_key(const SnapshotKey& key) {
+  if (key.secret.empty() ? key.installation != 0 : key.secret.size() != kSnapshotSecretBytes || key.installation == 0)
+    throw std::invalid_argument("a KV snapshot key has installation 0 and no secret, or another installation and a " +
+                                std::to_string(kSnapshotSecretBytes) + "-byte secret");
 }
 
 std::uint32_t dtype_code(at::ScalarType dtype) {
@@ -66,6 +80,17 @@ std::int64_t data_offset_for(std::int64_t tokens, std::int64_t annotation_bytes)
   return align_up(annotation_offset(tokens) + annotation_bytes);
 }
 
+// snapshot_data_bytes for a header's claims: false when the product does not fit in 63 bits (the bounds
+// above allow shapes whose bytes wrap around, which would let a short file pass the size check).
+bool checked_data_bytes(const KvCacheShape& shape, std::int64_t tokens, std::int64_t* bytes) {
+  std::int64_t product = 2;
+  for (const std::int64_t factor : {shape.layers, shape.kv_heads, shape.head_dim, tokens,
+                                    static_cast<std::int64_t>(c10::elementSize(shape.dtype))})
+    if (__builtin_mul_overflow(product, factor, &product)) return false;
+  *bytes = product;
+  return true;
+}
+
 std::string os_error(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
 }
@@ -86,46 +111,88 @@ void write_all(int fd, const void* data, std::size_t size, const std::string& pa
   }
 }
 
-void read_all_at(int fd, void* data, std::size_t size, std::int64_t offset, const std::string& path) {
+// Reads exactly `size` bytes at `offset`: false when the file ends first; an I/O error throws.
+bool read_exactly_at(int fd, void* data, std::size_t size, std::int64_t offset, const std::string& path) {
   auto* bytes = static_cast<std::uint8_t*>(data);
   while (size > 0) {
     const ssize_t got = ::pread(fd, bytes, size, offset);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw SnapshotError(os_error("cannot read snapshot", path));
-    if (got == 0) throw SnapshotError("snapshot " + path + " ends early (truncated)");
+    if (got < 0) throw SnapshotError(os_error("cannot read snapshot", path), Kind::Unreadable);
+    if (got == 0) return false;
     bytes += got;
     size -= static_cast<std::size_t>(got);
     offset += got;
   }
+  return true;
 }
 
-void fsync_directory_of(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  FileCloser folder{::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (folder.fd >= 0) ::fsync(folder.fd);  // best effort: the rename is already atomic
+void read_all_at(int fd, void* data, std::size_t size, std::int64_t offset, const std::string& path) {
+  if (!read_exactly_at(fd, data, size, offset, path)) throw SnapshotError("snapshot " + path + " ends early (truncated)");
 }
 
-// Opens a snapshot, checks what its header and tokens claim against the file, and reads the tokens.
-SnapshotHeader read_header_from(int fd, const std::string& path) {
+int open_regular(const std::string& path) {
+  // O_NONBLOCK: a FIFO under a snapshot's name must not block the open; O_NOFOLLOW: nor lead elsewhere.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) throw SnapshotError(os_error("cannot open snapshot", path), errno == ELOOP ? Kind::NotOurs : Kind::Unreadable);
+  return fd;
+}
+
+// The header of a regular file, or nullopt when there is none (too short, or not a regular file).
+std::optional<std::array<std::uint8_t, kSnapshotHeaderBytes>> read_header_bytes(int fd, const std::string& path,
+                                                                                 struct stat* info) {
+  if (::fstat(fd, info) != 0) throw SnapshotError(os_error("cannot stat snapshot", path), Kind::Unreadable);
+  if (!S_ISREG(info->st_mode) || info->st_size < kSnapshotHeaderBytes) return std::nullopt;
+  std::array<std::uint8_t, kSnapshotHeaderBytes> header{};
+  if (!read_exactly_at(fd, header.data(), header.size(), 0, path)) return std::nullopt;
+  return header;
+}
+
+bool header_checksum_holds(const std::uint8_t* header, const SnapshotKey& key) {
+  return checksum(key, header, kHeaderChecksumAt) == get<std::uint64_t>(header, kHeaderChecksumAt);
+}
+
+SnapshotOwner owner_of_header(const std::uint8_t* header, const SnapshotKey& key) {
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) return SnapshotOwner::NotOurs;
+  const auto installation = get<std::uint64_t>(header, kInstallationAt);
+  const auto version = get<std::uint32_t>(header, kVersionAt);
+  if (installation == key.installation)
+    return header_checksum_holds(header, key) && version == kSnapshotFormatVersion ? SnapshotOwner::Ours
+                                                                                   : SnapshotOwner::NotOurs;
+  if (installation == 0 && header_checksum_holds(header, SnapshotKey{}) && version == kSnapshotFormatVersion)
+    return SnapshotOwner::Unkeyed;
+  return SnapshotOwner::NotOurs;
+}
+
+// Checks a snapshot's header and what it claims against the file, then reads what `options` asks for.
+SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotKey& key,
+                                const SnapshotReadOptions& options) {
+  check_key(key);
   struct stat info {};
-  if (::fstat(fd, &info) != 0) throw SnapshotError(os_error("cannot stat snapshot", path));
-  if (!S_ISREG(info.st_mode)) throw SnapshotError("snapshot " + path + " is not a regular file");
-  if (info.st_size < kSnapshotHeaderBytes)
-    throw SnapshotError("snapshot " + path + " is truncated (" + std::to_string(info.st_size) + " bytes, less than its header)");
-  std::uint8_t header[kSnapshotHeaderBytes];
-  read_all_at(fd, header, sizeof header, 0, path);
-  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) throw SnapshotError("snapshot " + path + " is not a kvchat KV snapshot (bad magic)");
-  if (XXH3_64bits(header, kHeaderChecksumAt) != get<std::uint64_t>(header, kHeaderChecksumAt))
-    throw SnapshotError("snapshot " + path + ": header checksum mismatch (the file is corrupt)");
+  const auto bytes = read_header_bytes(fd, path, &info);
+  if (!S_ISREG(info.st_mode)) throw SnapshotError("snapshot " + path + " is not a regular file", Kind::NotOurs);
+  if (!bytes)
+    throw SnapshotError("snapshot " + path + " is truncated (" + std::to_string(info.st_size) + " bytes, less than its header)",
+                        Kind::NotOurs);
+  const std::uint8_t* header = bytes->data();
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0)
+    throw SnapshotError("snapshot " + path + " is not a kvchat KV snapshot (bad magic)", Kind::NotOurs);
+  const auto installation = get<std::uint64_t>(header, kInstallationAt);
+  if (installation != key.installation) {
+    if (owner_of_header(header, key) == SnapshotOwner::Unkeyed)
+      throw SnapshotError("snapshot " + path + " has no installation key; this installation's snapshots have one");
+    throw SnapshotError("snapshot " + path + " was written by another kvchat installation", Kind::NotOurs);
+  }
+  if (!header_checksum_holds(header, key))
+    throw SnapshotError("snapshot " + path + ": header checksum mismatch (the file is corrupt, or was not written by " +
+                        "this installation)", Kind::NotOurs);
   const auto version = get<std::uint32_t>(header, kVersionAt);
   if (version != kSnapshotFormatVersion)
     throw SnapshotError("snapshot " + path + " has format version " + std::to_string(version) + "; this kvchat reads version " +
-                        std::to_string(kSnapshotFormatVersion));
+                        std::to_string(kSnapshotFormatVersion), Kind::NotOurs);
   const auto layers = get<std::uint64_t>(header, kLayersAt), kv_heads = get<std::uint64_t>(header, kKvHeadsAt),
              head_dim = get<std::uint64_t>(header, kHeadDimAt), count = get<std::uint64_t>(header, kTokenCountAt);
   if (layers == 0 || layers > kMaxLayers || kv_heads == 0 || kv_heads > kMaxHeads || head_dim == 0 ||
-      head_dim > kMaxHeadDim || count == 0 || count > kMaxTokens)
+      head_dim > kMaxHeadDim || count == 0 || count > static_cast<std::uint64_t>(kMaxSnapshotTokens))
     throw SnapshotError("snapshot " + path + ": implausible shape in its header");
 
   SnapshotHeader result;
@@ -139,22 +206,34 @@ SnapshotHeader read_header_from(int fd, const std::string& path) {
   result.data_offset = get<std::int64_t>(header, kDataOffsetAt);
   result.file_bytes = get<std::int64_t>(header, kFileBytesAt);
   result.data_checksum = get<std::uint64_t>(header, kDataChecksumAt);
+  std::int64_t data_bytes = 0, file_bytes = 0;
+  if (!checked_data_bytes(result.shape, tokens, &data_bytes) ||
+      __builtin_add_overflow(result.data_offset, data_bytes, &file_bytes))
+    throw SnapshotError("snapshot " + path + ": its header's shape gives more bytes than a file can hold");
   if (result.data_offset != data_offset_for(tokens, static_cast<std::int64_t>(annotation_bytes)) ||
-      result.file_bytes != result.data_offset + snapshot_data_bytes(result.shape, tokens))
+      result.file_bytes != file_bytes)
     throw SnapshotError("snapshot " + path + ": its header's sizes do not add up");
   if (info.st_size != result.file_bytes)
     throw SnapshotError("snapshot " + path + " has " + std::to_string(info.st_size) + " bytes, its header says " +
                         std::to_string(result.file_bytes) + " (truncated or extended)");
-  result.tokens.resize(static_cast<std::size_t>(tokens));
-  read_all_at(fd, result.tokens.data(), result.tokens.size() * sizeof(TokenId), kSnapshotHeaderBytes, path);
-  if (XXH3_64bits(result.tokens.data(), result.tokens.size() * sizeof(TokenId)) != get<std::uint64_t>(header, kTokensChecksumAt))
-    throw SnapshotError("snapshot " + path + ": token checksum mismatch (the file is corrupt)");
-  for (TokenId id : result.tokens)
-    if (id < 0) throw SnapshotError("snapshot " + path + ": negative token id " + std::to_string(id));
-  result.annotation.resize(static_cast<std::size_t>(annotation_bytes));
-  read_all_at(fd, result.annotation.data(), result.annotation.size(), annotation_offset(tokens), path);
-  if (XXH3_64bits(result.annotation.data(), result.annotation.size()) != get<std::uint64_t>(header, kAnnotationChecksumAt))
-    throw SnapshotError("snapshot " + path + ": annotation checksum mismatch (the file is corrupt)");
+  if (tokens > options.max_tokens)
+    throw SnapshotError("snapshot " + path + " holds " + std::to_string(tokens) + " tokens, more than this model's context of " +
+                        std::to_string(options.max_tokens), Kind::NotOurs);
+  result.token_count = tokens;
+  if (options.read_tokens) {
+    result.tokens.resize(static_cast<std::size_t>(tokens));
+    read_all_at(fd, result.tokens.data(), result.tokens.size() * sizeof(TokenId), kSnapshotHeaderBytes, path);
+    if (checksum(key, result.tokens.data(), result.tokens.size() * sizeof(TokenId)) != get<std::uint64_t>(header, kTokensChecksumAt))
+      throw SnapshotError("snapshot " + path + ": token checksum mismatch (the file is corrupt)");
+    for (TokenId id : result.tokens)
+      if (id < 0) throw SnapshotError("snapshot " + path + ": negative token id " + std::to_string(id));
+  }
+  if (options.read_annotation) {
+    result.annotation.resize(static_cast<std::size_t>(annotation_bytes));
+    read_all_at(fd, result.annotation.data(), result.annotation.size(), annotation_offset(tokens), path);
+    if (checksum(key, result.annotation.data(), result.annotation.size()) != get<std::uint64_t>(header, kAnnotationChecksumAt))
+      throw SnapshotError("snapshot " + path + ": annotation checksum mismatch (the file is corrupt)");
+  }
   return result;
 }
 
@@ -260,7 +339,9 @@ KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& hi
   return snapshot;
 }
 
-void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, std::uint64_t fingerprint) {
+void write_snapshot_at(int directory_fd, const std::string& name, const std::string& path,
+                       const KvSnapshot& snapshot, std::uint64_t fingerprint, const SnapshotKey& key) {
+  check_key(key);
   const auto tokens = static_cast<std::int64_t>(snapshot.tokens.size());
   const auto annotation_bytes = static_cast<std::int64_t>(snapshot.annotation.size());
   const std::int64_t data_offset = data_offset_for(tokens, annotation_bytes);
@@ -278,50 +359,106 @@ void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, st
   put<std::uint64_t>(header, kTokenCountAt, static_cast<std::uint64_t>(tokens));
   put<std::int64_t>(header, kDataOffsetAt, data_offset);
   put<std::int64_t>(header, kFileBytesAt, data_offset + static_cast<std::int64_t>(snapshot.data.size()));
-  put<std::uint64_t>(header, kTokensChecksumAt, XXH3_64bits(snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId)));
-  put<std::uint64_t>(header, kDataChecksumAt, XXH3_64bits(snapshot.data.data(), snapshot.data.size()));
+  put<std::uint64_t>(header, kTokensChecksumAt, checksum(key, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId)));
+  put<std::uint64_t>(header, kDataChecksumAt, checksum(key, snapshot.data.data(), snapshot.data.size()));
   put<std::uint64_t>(header, kAnnotationBytesAt, static_cast<std::uint64_t>(annotation_bytes));
-  put<std::uint64_t>(header, kAnnotationChecksumAt, XXH3_64bits(snapshot.annotation.data(), snapshot.annotation.size()));
-  put<std::uint64_t>(header, kHeaderChecksumAt, XXH3_64bits(header, kHeaderChecksumAt));
+  put<std::uint64_t>(header, kAnnotationChecksumAt, checksum(key, snapshot.annotation.data(), snapshot.annotation.size()));
+  put<std::uint64_t>(header, kInstallationAt, key.installation);
+  put<std::uint64_t>(header, kHeaderChecksumAt, checksum(key, header, kHeaderChecksumAt));
 
   // A name no other writer (thread or process) uses; the rename makes the whole file appear at once.
   static std::atomic<std::uint64_t> counter{0};
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++counter);
+  const std::string temporary = name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++counter);
+  const std::string temporary_path = path + ".tmp." + temporary.substr(name.size() + 5);
   try {
-    FileCloser file{::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
-    if (file.fd < 0) throw SnapshotError(os_error("cannot create snapshot", temporary));
-    write_all(file.fd, header, sizeof header, temporary);
-    write_all(file.fd, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId), temporary);
-    write_all(file.fd, snapshot.annotation.data(), snapshot.annotation.size(), temporary);
+    FileCloser file{::openat(directory_fd, temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
+    if (file.fd < 0) throw SnapshotError(os_error("cannot create snapshot", temporary_path));
+    write_all(file.fd, header, sizeof header, temporary_path);
+    write_all(file.fd, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId), temporary_path);
+    write_all(file.fd, snapshot.annotation.data(), snapshot.annotation.size(), temporary_path);
     const std::vector<std::uint8_t> padding(static_cast<std::size_t>(data_offset - annotation_offset(tokens) - annotation_bytes), 0);
-    write_all(file.fd, padding.data(), padding.size(), temporary);
-    write_all(file.fd, snapshot.data.data(), snapshot.data.size(), temporary);
-    if (::fsync(file.fd) != 0) throw SnapshotError(os_error("cannot flush snapshot", temporary));
+    write_all(file.fd, padding.data(), padding.size(), temporary_path);
+    write_all(file.fd, snapshot.data.data(), snapshot.data.size(), temporary_path);
+    if (::fsync(file.fd) != 0) throw SnapshotError(os_error("cannot flush snapshot", temporary_path));
     if (::close(file.fd) != 0) {
       file.fd = -1;
-      throw SnapshotError(os_error("cannot close snapshot", temporary));
+      throw SnapshotError(os_error("cannot close snapshot", temporary_path));
     }
     file.fd = -1;
-    if (::rename(temporary.c_str(), path.c_str()) != 0) throw SnapshotError(os_error("cannot rename snapshot to", path));
+    // The name is taken only while free; a file already there is replaced only when it is one of this
+    // installation's snapshots (a symbolic link, a folder or another program's file stays as it is).
+    if (::renameat2(directory_fd, temporary.c_str(), directory_fd, name.c_str(), RENAME_NOREPLACE) != 0) {
+      if (errno != EEXIST && errno != EINVAL && errno != ENOSYS) throw SnapshotError(os_error("cannot rename snapshot to", path));
+      FileCloser existing{::openat(directory_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)};
+      if (existing.fd >= 0 ? snapshot_owner(existing.fd, key) == SnapshotOwner::NotOurs : errno != ENOENT)
+        throw SnapshotError(path + " exists and is not a KV snapshot of this installation: it is left as it is",
+                            Kind::NotOurs);
+      if (::renameat(directory_fd, temporary.c_str(), directory_fd, name.c_str()) != 0)
+        throw SnapshotError(os_error("cannot rename snapshot to", path));
+    }
   } catch (...) {
-    ::unlink(temporary.c_str());
+    ::unlinkat(directory_fd, temporary.c_str(), 0);
     throw;
   }
-  fsync_directory_of(path);
+  ::fsync(directory_fd);  // best effort: the rename is already atomic
 }
 
-SnapshotHeader read_snapshot_header(const std::string& path) {
-  FileCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (file.fd < 0) throw SnapshotError(os_error("cannot open snapshot", path));
-  return read_header_from(file.fd, path);
+void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, std::uint64_t fingerprint,
+                         const SnapshotKey& key) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  FileCloser folder{::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (folder.fd < 0) throw SnapshotError(os_error("cannot open the folder of snapshot", path));
+  write_snapshot_at(folder.fd, slash == std::string::npos ? path : path.substr(slash + 1), path, snapshot, fingerprint, key);
 }
 
-LoadedSnapshot read_snapshot_file(const std::string& path, std::uint64_t fingerprint, const KvCacheShape& shape) {
-  FileCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (file.fd < 0) throw SnapshotError(os_error("cannot open snapshot", path));
+SnapshotOwner snapshot_owner(int fd, const SnapshotKey& key) {
+  struct stat info {};
+  try {
+    const auto header = read_header_bytes(fd, "", &info);
+    return header ? owner_of_header(header->data(), key) : SnapshotOwner::NotOurs;
+  } catch (const SnapshotError&) {
+    return SnapshotOwner::NotOurs;
+  }
+}
+
+bool is_unfinished_snapshot(int fd) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) return false;
+  if (info.st_size == 0) return true;
+  char start[sizeof kMagic] = {};
+  const auto length = static_cast<std::size_t>(std::min<std::int64_t>(info.st_size, sizeof kMagic));
+  try {
+    return read_exactly_at(fd, start, length, 0, "") && std::memcmp(start, kMagic, length) == 0;
+  } catch (const SnapshotError&) {
+    return false;
+  }
+}
+
+SnapshotHeader read_snapshot_header(int fd, const std::string& path, const SnapshotKey& key,
+                                    const SnapshotReadOptions& options) {
+  return read_header_from(fd, path, key, options);
+}
+
+SnapshotHeader read_snapshot_header(const std::string& path, const SnapshotKey& key) {
+  FileCloser file{open_regular(path)};
+  return read_header_from(file.fd, path, key, SnapshotReadOptions{});
+}
+
+std::vector<TokenId> read_snapshot_tokens(int fd, const std::string& path, std::int64_t first, std::int64_t count) {
+  std::vector<TokenId> tokens(static_cast<std::size_t>(std::max<std::int64_t>(count, 0)));
+  read_all_at(fd, tokens.data(), tokens.size() * sizeof(TokenId), kSnapshotHeaderBytes + first * std::int64_t(sizeof(TokenId)),
+              path);
+  return tokens;
+}
+
+LoadedSnapshot read_snapshot_file(int fd, const std::string& path, std::uint64_t fingerprint, const KvCacheShape& shape,
+                                  const SnapshotKey& key) {
   LoadedSnapshot loaded;
-  loaded.header = read_header_from(file.fd, path);
-  const SnapshotHeader& header = loaded.header;
+  SnapshotReadOptions options;
+  if (shape.max_tokens > 0) options.max_tokens = std::min(options.max_tokens, shape.max_tokens);
+  // The header alone first: the model and the cache it claims are checked before the tokens are read.
+  const SnapshotHeader header = read_header_from(fd, path, key, SnapshotReadOptions{kMaxSnapshotTokens, false, false});
   if (header.fingerprint != fingerprint)
     throw SnapshotError("snapshot " + path + " was made by another model (fingerprint " + ModelFingerprint{header.fingerprint, {}}.hex() +
                         ", this model's is " + ModelFingerprint{fingerprint, {}}.hex() + ")");
@@ -330,13 +467,18 @@ LoadedSnapshot read_snapshot_file(const std::string& path, std::uint64_t fingerp
                         c10::toString(shape.dtype));
   if (header.shape.layers != shape.layers || header.shape.kv_heads != shape.kv_heads || header.shape.head_dim != shape.head_dim)
     throw SnapshotError("snapshot " + path + " has another cache shape than this model's");
-  if (static_cast<std::int64_t>(header.tokens.size()) > shape.max_tokens)
-    throw SnapshotError("snapshot " + path + " holds more tokens than this model's context");
-  loaded.data = HugePageBuffer(static_cast<std::size_t>(header.file_bytes - header.data_offset));
-  read_all_at(file.fd, loaded.data.data(), loaded.data.size(), header.data_offset, path);
-  if (XXH3_64bits(loaded.data.data(), loaded.data.size()) != header.data_checksum)
+  loaded.header = read_header_from(fd, path, key, options);
+  loaded.data = HugePageBuffer(static_cast<std::size_t>(loaded.header.file_bytes - loaded.header.data_offset));
+  read_all_at(fd, loaded.data.data(), loaded.data.size(), loaded.header.data_offset, path);
+  if (checksum(key, loaded.data.data(), loaded.data.size()) != loaded.header.data_checksum)
     throw SnapshotError("snapshot " + path + ": K/V data checksum mismatch (the file is corrupt)");
   return loaded;
+}
+
+LoadedSnapshot read_snapshot_file(const std::string& path, std::uint64_t fingerprint, const KvCacheShape& shape,
+                                  const SnapshotKey& key) {
+  FileCloser file{open_regular(path)};
+  return read_snapshot_file(file.fd, path, fingerprint, shape, key);
 }
 
 void restore_snapshot(const KvCacheShape& shape, const std::vector<TokenId>& snapshot_tokens,

@@ -12,7 +12,18 @@
 //
 // Lookups see every snapshot in the model's folder, including files written by another kvchat process
 // since the last lookup (the folder is listed each time; a file's header and tokens are read once per
-// identity). A file that fails any check is logged, deleted and never used.
+// identity). The index keeps a bounded summary of each snapshot, not its tokens: chained hashes of its
+// token blocks (at most kMaxSummaryBlocks a file, at most kMaxIndexedSnapshots files, the newest first),
+// so a lookup compares hashes and then reads at most one block of tokens from a few files. A file of more
+// tokens than the model's context is not read past its header.
+//
+// What the store touches: only regular files named <key>.kvsnap (and its own temporary names) in model
+// folders named by a fingerprint, each opened relative to its folder without following a symbolic link;
+// a model folder that is a symbolic link is never entered (this model's makes the constructor throw).
+// A file is deleted (disk budget, remove, a failed check) only when its header shows it is a snapshot of
+// this installation (snapshot_owner); anything else is left as it is. A file that fails a check is
+// logged and never used; it is deleted only when it is such a snapshot, and never because this process
+// could not read it (an I/O error, no memory).
 //
 // Thread-safe: any thread may call any method.
 #include <condition_variable>
@@ -36,8 +47,11 @@ class SnapshotStore {
   using WrittenCallback = std::function<void(const std::string& key, std::int64_t tokens, std::int64_t file_bytes,
                                              std::int64_t folder_bytes)>;
 
-  // disk_budget_bytes <= 0: no budget. `shape` is the cache shape snapshots must have (dtype included).
-  SnapshotStore(std::string directory, std::int64_t disk_budget_bytes, ModelFingerprint fingerprint, KvCacheShape shape);
+  // disk_budget_bytes <= 0: no budget. `shape` is the cache shape snapshots must have (dtype included;
+  // max_tokens, the model's context, bounds their token counts). `key`: the installation's (kv_snapshot.h).
+  // Throws SnapshotError when the folder cannot be made or the model's folder is not a folder of its own.
+  SnapshotStore(std::string directory, std::int64_t disk_budget_bytes, ModelFingerprint fingerprint, KvCacheShape shape,
+                SnapshotKey key = {});
   ~SnapshotStore();  // writes what is still queued, then stops the thread
   SnapshotStore(const SnapshotStore&) = delete;
   SnapshotStore& operator=(const SnapshotStore&) = delete;
@@ -59,39 +73,62 @@ class SnapshotStore {
   // The snapshot of this model sharing the longest prefix with `prompt`, if that prefix has at least
   // `minimum_tokens` tokens.
   std::optional<Match> best_match(const std::vector<TokenId>& prompt, std::int64_t minimum_tokens);
-  // Reads `match`'s file and validates it fully. A file that fails is deleted; the reason is logged and
-  // returned in `rejection`.
+  // Reads `match`'s file and validates it fully. A file that fails is not used again (and deleted when it
+  // is a damaged snapshot of this installation); the reason is logged and returned in `rejection`.
   std::optional<LoadedSnapshot> load(const Match& match, std::string* rejection = nullptr);
 
   // The annotation of `key`'s snapshot (header, tokens and annotation checked; a file that fails is
-  // deleted); nullopt when there is none.
+  // treated as load() does); nullopt when there is none.
   std::optional<std::string> annotation_of(const std::string& key);
+  // Deletes this model's snapshot of `key`, which the caller found unusable (its annotation), with the reason.
+  void discard(const std::string& key, const std::string& reason);
 
   void remove(const std::string& key);  // every model's snapshot of `key` (a deleted or cleared chat)
   void remove_all();                    // every snapshot in the folder, of every model
 
-  std::int64_t folder_bytes() const;  // every snapshot in the folder, of every model
+  std::int64_t folder_bytes() const;  // every snapshot of this installation in the folder, of every model
   std::string path_for(const std::string& key) const;
   const std::string& directory() const { return directory_; }
   const ModelFingerprint& fingerprint() const { return fingerprint_; }
   const KvCacheShape& shape() const { return shape_; }
+  std::int64_t summary_block_tokens() const { return block_tokens_; }
+
+  static constexpr std::size_t kMaxIndexedSnapshots = 4096;
+  static constexpr std::int64_t kMaxSummaryBlocks = 1024;
 
  private:
-  struct IndexEntry {
+  struct FileIdentity {
     std::uint64_t device = 0, inode = 0;
     std::int64_t size = 0, modified_ns = 0;
-    std::vector<TokenId> tokens;
+    bool operator==(const FileIdentity& other) const {
+      return device == other.device && inode == other.inode && size == other.size && modified_ns == other.modified_ns;
+    }
+  };
+  struct IndexEntry {
+    FileIdentity identity;
+    bool usable = false;  // false: failed a check or left alone; not read again until the file changes
+    std::int64_t tokens = 0;
+    std::vector<std::uint64_t> block_hashes;  // [i]: the hash of tokens [0, (i + 1) * block_tokens_)
   };
   void writer_loop();
   void write_one(const std::string& key, const KvSnapshot& snapshot);
   void refresh_index_locked();
-  void enforce_budget(const std::string& keep_path);
-  void reject(const std::string& path, const std::string& reason);
+  IndexEntry index_file(int folder, const std::string& name, const FileIdentity& identity);
+  void enforce_budget(const std::string& keep_name);
+  // Logs why `name` (of this model's folder) failed and acts on it: deleted when it is a damaged snapshot
+  // of this installation, else marked unusable in the index.
+  void reject_locked(int folder, const std::string& name, const SnapshotError& error);
+  void unusable_locked(int folder, const std::string& name);
+  bool delete_locked(int folder, const std::string& name);
+  std::vector<std::uint64_t> block_hashes(const TokenId* tokens, std::int64_t count) const;
 
   const std::string directory_;
   const std::string model_directory_;
   const ModelFingerprint fingerprint_;
   const KvCacheShape shape_;
+  const SnapshotKey key_;
+  const std::int64_t max_tokens_;    // the model's context (kMaxSnapshotTokens when the shape has none)
+  const std::int64_t block_tokens_;  // tokens per summary block
 
   mutable std::mutex mutex_;
   std::condition_variable work_ready_, work_done_;
@@ -101,7 +138,7 @@ class SnapshotStore {
   bool stopping_ = false;
   std::int64_t disk_budget_bytes_ = 0;
   WrittenCallback on_written_;
-  std::map<std::string, IndexEntry> index_;  // by path: this model's snapshots as last listed
+  std::map<std::string, IndexEntry> index_;  // by file name: this model's snapshots as last listed
   std::thread writer_;
 };
 

@@ -7,6 +7,7 @@
 #include <QElapsedTimer>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -20,6 +21,8 @@
 #include "app/cli/store_access.h"
 #include "app/conversation_store.h"
 #include "app/reply_committer.h"
+#include "app/snapshot_key.h"
+#include "app/snapshot_transcript.h"
 #include "app/stats_json.h"
 #include "engine/model_loader.h"
 #include "engine/kv_snapshot.h"
@@ -236,30 +239,39 @@ int run_chat(const std::vector<std::string>& args) {
   if (snapshot_budget_mib < 0 || snapshot_budget_mib > (std::int64_t(1) << 40))
     throw UsageError("--snapshot-budget-mib must be 0 (no limit) or a number of MiB");
 
+  const std::optional<std::string> cache_dir = parser.value("cache-dir");
+  // Checked before anything is created: a --cache-dir that cannot be used must not leave a conversation behind.
+  if (cache_dir && snapshots_on) {
+    std::error_code error;
+    if (std::filesystem::exists(*cache_dir, error) && !std::filesystem::is_directory(*cache_dir, error))
+      throw UsageError("--cache-dir: " + *cache_dir + " is not a folder");
+  }
+
   ensure_core_application();
   // The desktop app's name, so that the default database is the one the app uses.
   QCoreApplication::setApplicationName("kvchat");
   const QString database_path = parser.value("db") ? QString::fromStdString(*parser.value("db"))
                                                     : app::ConversationStore::default_database_path();
-  app::ConversationStore store(database_path);
 
   const LoadedModel model = load_model(model_directory, LoadOptions{WeightDtype::Float32, threads});
   if (!model.tokenizer) throw UsageError("model " + model_directory + " has no tokenizer (tokenizer.json or GGUF tokenizer metadata)");
 
+  std::shared_ptr<SnapshotStore> snapshots;
+  if (snapshots_on && options.generation.cache_mode != KvCacheMode::Off) {
+    const QString directory = cache_dir ? QString::fromStdString(*cache_dir) : app::ChatSettings{}.effective_snapshot_directory();
+    try {
+      snapshots = app::open_snapshot_store(directory.toStdString(), snapshot_budget_mib << 20, *model.model);
+    } catch (const SnapshotError& error) {
+      if (cache_dir) throw UsageError(std::string("--cache-dir: ") + error.what());
+      throw;
+    }
+  }
+
+  // The conversation store is opened once every option has been checked and the model loaded.
+  app::ConversationStore store(database_path);
   const qint64 conversation_id = open_conversation(parser, store, database_path);
   std::fprintf(stderr, "conversation: %lld\n", static_cast<long long>(conversation_id));
 
-  std::shared_ptr<SnapshotStore> snapshots;
-  if (snapshots_on && options.generation.cache_mode != KvCacheMode::Off) {
-    const QString directory = parser.value("cache-dir") ? QString::fromStdString(*parser.value("cache-dir"))
-                                                        : app::ChatSettings{}.effective_snapshot_directory();
-    try {
-      snapshots = std::make_shared<SnapshotStore>(directory.toStdString(), snapshot_budget_mib << 20,
-                                                  fingerprint_model(*model.model), model.model->cache_shape());
-    } catch (const SnapshotError& error) {
-      throw UsageError(std::string("--cache-dir: ") + error.what());
-    }
-  }
   SessionPool pool(model.model, snapshots, app::snapshot_key_prefix(database_path).toStdString());
   ChatContext chat;
   chat.store = &store;
@@ -268,9 +280,8 @@ int run_chat(const std::vector<std::string>& args) {
   chat.pool = &pool;
   chat.options = options;
   // The exact ids of the earlier turns, kept with the conversation's snapshot by the last run.
-  if (const std::optional<std::string> saved = pool.snapshot_annotation(conversation_id))
-    if (std::optional<app::ConversationTokens> transcript = app::ConversationTokens::deserialize(*saved))
-      chat.transcript = std::move(*transcript);
+  if (std::optional<app::ConversationTokens> transcript = app::transcript_from_snapshot(pool, conversation_id, model))
+    chat.transcript = std::move(*transcript);
 
   return chat_turns(parser, [&chat](const std::string& text) { return run_turn(chat, text); });
 }

@@ -13,6 +13,7 @@
 #include "app/cli/model_options.h"
 #include "app/openai_server.h"
 #include "app/settings.h"
+#include "app/snapshot_key.h"
 #include "engine/kv_snapshot.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -115,8 +116,7 @@ int run_serve(const std::vector<std::string>& args) {
   std::shared_ptr<SnapshotStore> snapshots;
   if (auto directory = parser.value("cache-dir")) {
     try {
-      snapshots = std::make_shared<SnapshotStore>(*directory, std::int64_t(2048) << 20, fingerprint_model(*model.model),
-                                                  model.model->cache_shape());
+      snapshots = app::open_snapshot_store(*directory, std::int64_t(2048) << 20, *model.model);
     } catch (const SnapshotError& error) {
       throw UsageError(std::string("--cache-dir: ") + error.what());
     }

@@ -1,7 +1,10 @@
 // KV snapshot files: never a wrong cache. A snapshot that is corrupt (a flipped byte anywhere),
-// truncated, of another model, another cache dtype, another format version or another token prefix is
-// ignored with a log message saying which check failed, deleted, and the turn's output is exactly a
-// fresh prefill's. A writer killed with SIGKILL leaves the previous snapshot or none, never a part.
+// truncated, of another model, another cache dtype, another format version, another installation or
+// another token prefix is ignored with a log message saying which check failed, and the turn's output
+// is exactly a fresh prefill's; it is deleted only when its header shows it is this installation's. A
+// writer killed with SIGKILL leaves the previous snapshot or none, never a part. The store touches
+// nothing but its own snapshot files (no symbolic link followed), reads no snapshot past the model's
+// context, and finds the longest shared prefix from bounded summaries.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "common/snapshot_support.h"
@@ -30,21 +34,31 @@ using kvchat::GenerationResult;
 using kvchat::KvCacheMode;
 using kvchat::KvSnapshot;
 using kvchat::SessionPool;
+using kvchat::SnapshotKey;
 using kvchat::SnapshotStore;
 using kvchat::TokenId;
+namespace fs = std::filesystem;
 namespace test = kvchat::test;
+
+// An installation's key as app/snapshot_key.cpp makes one, from a seed.
+SnapshotKey key_of_installation(std::uint64_t installation, unsigned seed) {
+  std::mt19937 random(seed);
+  SnapshotKey key{installation, std::string(kvchat::kSnapshotSecretBytes, '\0')};
+  for (char& c : key.secret) c = static_cast<char>(random());
+  return key;
+}
 
 class KvSnapshotsTest : public QObject {
   Q_OBJECT
 
  private:
-  std::shared_ptr<SnapshotStore> make_store(const QTemporaryDir& folder) const {
-    return std::make_shared<SnapshotStore>(folder.path().toStdString(), 0, fingerprint_, loaded_.model->cache_shape());
+  std::shared_ptr<SnapshotStore> make_store(const QTemporaryDir& folder, const SnapshotKey& key = {}) const {
+    return std::make_shared<SnapshotStore>(folder.path().toStdString(), 0, fingerprint_, loaded_.model->cache_shape(), key);
   }
 
   // Conversation 1's first turn, its snapshot written: returns the snapshot's path.
-  std::string write_first_turn(const QTemporaryDir& folder) {
-    auto store = make_store(folder);
+  std::string write_first_turn(const QTemporaryDir& folder, const SnapshotKey& key = {}) {
+    auto store = make_store(folder, key);
     SessionPool pool(loaded_.model, store);
     pool.acquire(1, KvCacheMode::Contiguous).generate(first_prompt_, test::greedy(20));
     if (!pool.save_snapshot(1, "the transcript of chat 1")) return {};
@@ -53,29 +67,29 @@ class KvSnapshotsTest : public QObject {
   }
 
   // Turn 2 of conversation 1 in a new pool (a new process's view) over the snapshot folder.
-  GenerationResult second_turn(const QTemporaryDir& folder) {
-    SessionPool pool(loaded_.model, make_store(folder));
+  GenerationResult second_turn(const QTemporaryDir& folder, const SnapshotKey& key = {}) {
+    SessionPool pool(loaded_.model, make_store(folder, key));
     return pool.acquire(1, KvCacheMode::Contiguous).generate(second_prompt_, test::greedy(20));
   }
 
-  // The snapshot at `path` replaced by `bytes` is ignored with `message` in the log and deleted; the turn
-  // gives a fresh prefill's ids.
+  enum class Then { Deleted, LeftAlone };
+  // The snapshot at `path` replaced by `bytes` is ignored with `message` in the log, and deleted when its
+  // header shows it is one of this installation's (else left as it is); the turn gives a fresh prefill's ids.
   void expect_rejected(const QTemporaryDir& folder, const std::string& path, const QByteArray& bytes,
-                       const std::string& message) {
+                       const std::string& message, Then then = Then::Deleted, const SnapshotKey& key = {}) {
     QVERIFY(test::write_bytes(path, bytes));
     test::LogCapture log;
-    const GenerationResult result = second_turn(folder);
+    const GenerationResult result = second_turn(folder, key);
     QCOMPARE(result.stats.restored_tokens, 0);
     QCOMPARE(result.stats.reused_tokens, 0);
     QCOMPARE(result.generated, fresh_.generated);
     QVERIFY2(log.contains(message), (message + " not in the log: " + log.all()).c_str());
-    QVERIFY2(!std::filesystem::exists(path), "a rejected snapshot is deleted");
-  }
-
-  static QByteArray with_header_checksum(QByteArray bytes) {
-    const std::uint64_t checksum = XXH3_64bits(bytes.constData(), 120);
-    std::memcpy(bytes.data() + 120, &checksum, sizeof checksum);
-    return bytes;
+    if (then == Then::Deleted) {
+      QVERIFY2(!fs::exists(path), "a rejected snapshot of this installation is deleted");
+    } else {
+      QVERIFY2(fs::exists(path), "a file not provably this installation's snapshot is left alone");
+      QCOMPARE(test::read_bytes(path), bytes);
+    }
   }
 
  private Q_SLOTS:
@@ -114,7 +128,11 @@ class KvSnapshotsTest : public QObject {
       int offset;
       const char* message;
     };
-    const Flip flips[] = {{20, "header checksum mismatch"},
+    // A flipped header byte leaves no proof that the file is a snapshot of this installation: it stays.
+    QByteArray header_flipped = valid;
+    header_flipped[20] = static_cast<char>(header_flipped[20] ^ 0x10);
+    expect_rejected(folder, path, header_flipped, "header checksum mismatch", Then::LeftAlone);
+    const Flip flips[] = {
                           {130, "token checksum mismatch"},
                           {128 + 4 * (40 + 19) + 3, "annotation checksum mismatch"},
                           {static_cast<int>(valid.size()) - 1, "K/V data checksum mismatch"},
@@ -130,8 +148,9 @@ class KvSnapshotsTest : public QObject {
     QTemporaryDir folder;
     const std::string path = write_first_turn(folder);
     const QByteArray valid = test::read_bytes(path);
-    expect_rejected(folder, path, QByteArray(), "less than its header");
-    expect_rejected(folder, path, valid.left(100), "less than its header");
+    // Shorter than a header: nothing shows it is a snapshot, so it stays.
+    expect_rejected(folder, path, QByteArray(), "less than its header", Then::LeftAlone);
+    expect_rejected(folder, path, valid.left(100), "less than its header", Then::LeftAlone);
     for (int size : {130, static_cast<int>(valid.size()) / 2, static_cast<int>(valid.size()) - 1})
       expect_rejected(folder, path, valid.left(size), "(truncated or extended)");
     expect_rejected(folder, path, valid + QByteArray(8, '\0'), "(truncated or extended)");
@@ -143,7 +162,9 @@ class KvSnapshotsTest : public QObject {
     QByteArray bytes = test::read_bytes(path);
     const std::uint32_t version = kvchat::kSnapshotFormatVersion + 1;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
-    expect_rejected(folder, path, with_header_checksum(bytes), "has format version 2; this kvchat reads version 1");
+    // Another kvchat's file: left for it.
+    expect_rejected(folder, path, test::with_header_checksum(bytes), "has format version 2; this kvchat reads version 1",
+                    Then::LeftAlone);
   }
 
   // Snapshots of the same shape from other weights (random, other seed) and of another RoPE base: other
@@ -254,6 +275,187 @@ class KvSnapshotsTest : public QObject {
     SnapshotStore store(folder.path().toStdString(), 0, fingerprint_, shape);
     const auto match = store.best_match(snapshots[0].tokens, 1);
     if (match) QCOMPARE(match->path, path);
+  }
+
+  // The store lists, writes and deletes only its own snapshot files. The cache folder itself may be a
+  // symbolic link (the user named it); a model folder that is one is never entered (another model's is
+  // skipped, this model's makes the store refuse the folder); a file named like a snapshot that is none
+  // and a symbolic link named like one are never written through, followed or deleted, by the disk
+  // budget, a lookup, remove or remove_all.
+  void only_its_own_files_are_touched() {
+    QTemporaryDir outside, cache_target, holder;
+    const std::string elsewhere = outside.path().toStdString();
+    const QByteArray precious("the user's own file, not a snapshot\n");
+    const char* const kept_names[] = {"notes.kvsnap", "c-1.kvsnap", "c-2.kvsnap", "c-7.kvsnap", "other.txt"};
+    for (const char* name : kept_names) QVERIFY(test::write_bytes(elsewhere + "/" + name, precious));
+    const std::string cache = holder.path().toStdString() + "/cache";
+    fs::create_directory_symlink(cache_target.path().toStdString(), cache);
+    fs::create_directory_symlink(elsewhere, cache + "/0123456789abcdef");  // "another model's folder"
+    const std::string own = cache_target.path().toStdString() + "/" + fingerprint_.hex();
+    fs::create_directories(own);
+    QVERIFY(test::write_bytes(own + "/c-7.kvsnap", precious));
+    fs::create_symlink(elsewhere + "/c-1.kvsnap", own + "/c-8.kvsnap");
+    test::LogCapture log;
+    {
+      // A budget of one byte: after each write, every other snapshot of this installation goes.
+      auto store = std::make_shared<SnapshotStore>(cache, 1, fingerprint_, loaded_.model->cache_shape());
+      SessionPool pool(loaded_.model, store);
+      for (int conversation : {1, 2, 7, 8}) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // unambiguous file times for the budget
+        pool.acquire(conversation, KvCacheMode::Contiguous).generate(test::made_up_prompt(40, conversation), test::greedy(4));
+        QVERIFY(pool.save_snapshot(conversation));
+        store->flush();
+        if (conversation == 1) QVERIFY(fs::is_regular_file(own + "/c-1.kvsnap"));  // written through the cache link
+        if (conversation == 2) QVERIFY(!fs::exists(own + "/c-1.kvsnap") && fs::is_regular_file(own + "/c-2.kvsnap"));
+      }
+      QVERIFY2(log.contains(own.substr(own.size() - 16) + "/c-7.kvsnap exists and is not a KV snapshot of this installation"),
+               log.all().c_str());
+      QVERIFY2(log.contains("/c-8.kvsnap exists and is not a KV snapshot of this installation"), log.all().c_str());
+      // Lookups see neither as a snapshot (and say so once); asking for their annotations finds none.
+      QVERIFY(!store->best_match(test::made_up_prompt(40, 7), 2));
+      QVERIFY(!store->best_match(test::made_up_prompt(40, 8), 2));
+      QVERIFY2(log.contains("/c-7.kvsnap is truncated (36 bytes, less than its header)"), log.all().c_str());
+      QCOMPARE(store->annotation_of("c-7"), std::optional<std::string>());
+      QCOMPARE(store->annotation_of("c-8"), std::optional<std::string>());
+      QCOMPARE(store->folder_bytes(), static_cast<std::int64_t>(fs::file_size(own + "/c-2.kvsnap")));
+      QVERIFY(pool.forget(7));
+      QVERIFY(pool.forget(8));
+      store->remove("notes");
+      store->remove_all();
+      QVERIFY(!fs::exists(own + "/c-2.kvsnap"));
+    }
+    for (const char* name : kept_names) QCOMPARE(test::read_bytes(elsewhere + "/" + name), precious);
+    QCOMPARE(test::read_bytes(own + "/c-7.kvsnap"), precious);
+    QVERIFY(fs::is_symlink(own + "/c-8.kvsnap"));
+    QCOMPARE(fs::read_symlink(own + "/c-8.kvsnap").string(), elsewhere + "/c-1.kvsnap");
+
+    // This model's folder a symbolic link: the store refuses the folder, and writes nothing through it.
+    QTemporaryDir second, target;
+    fs::create_directory_symlink(target.path().toStdString(), second.path().toStdString() + "/" + fingerprint_.hex());
+    try {
+      SnapshotStore store(second.path().toStdString(), 0, fingerprint_, loaded_.model->cache_shape());
+      QFAIL("a store over a model folder that is a symbolic link");
+    } catch (const kvchat::SnapshotError& error) {
+      QVERIFY2(std::string(error.what()).find(fingerprint_.hex() + " is a symbolic link or not a folder: kvchat keeps "
+                                              "snapshots only in a folder of its own") != std::string::npos,
+               error.what());
+    }
+    QVERIFY(fs::is_empty(target.path().toStdString()));
+  }
+
+  // A snapshot claiming more tokens than the model's context, its checksums valid, hard-linked twelve
+  // times: never read past its header (no token of it is held in memory), never used, never deleted.
+  void a_snapshot_longer_than_the_context_is_left_alone() {
+    QTemporaryDir folder;
+    const std::string directory = folder.path().toStdString() + "/" + fingerprint_.hex();
+    fs::create_directories(directory);
+    const kvchat::KvCacheShape shape = loaded_.model->cache_shape();
+    test::CraftedSnapshot crafted;
+    crafted.fingerprint = fingerprint_.hash;
+    crafted.layers = static_cast<std::uint64_t>(shape.layers);
+    crafted.kv_heads = static_cast<std::uint64_t>(shape.kv_heads);
+    crafted.head_dim = static_cast<std::uint64_t>(shape.head_dim);
+    crafted.tokens = std::int64_t(1) << 20;
+    crafted.token = 1;
+    crafted.data_bytes = kvchat::snapshot_data_bytes(shape, crafted.tokens);
+    QVERIFY(test::write_crafted_snapshot(directory + "/long-0.kvsnap", crafted));
+    for (int link = 1; link < 12; ++link)
+      fs::create_hard_link(directory + "/long-0.kvsnap", directory + "/long-" + std::to_string(link) + ".kvsnap");
+    const std::vector<TokenId> prompt(40, 1);  // its first 40 tokens are the prompt
+    test::LogCapture log;
+    SessionPool pool(loaded_.model, make_store(folder));
+    const GenerationResult result = pool.acquire(1, KvCacheMode::Contiguous).generate(prompt, test::greedy(4));
+    QCOMPARE(result.stats.restored_tokens, 0);
+    kvchat::Session fresh(loaded_.model, KvCacheMode::Contiguous);
+    QCOMPARE(result.generated, fresh.generate(prompt, test::greedy(4)).generated);
+    QVERIFY2(log.contains("/long-0.kvsnap holds 1048576 tokens, more than this model's context of 512"), log.all().c_str());
+    for (int link = 0; link < 12; ++link) QVERIFY(fs::exists(directory + "/long-" + std::to_string(link) + ".kvsnap"));
+  }
+
+  // Four snapshots share the prompt's first 17, 200, 203 and 205 tokens (three of them in the same summary
+  // block): the lookup finds exactly the 205 and the restore gives a fresh prefill's ids.
+  void the_longest_shared_prefix_is_found_exactly() {
+    QTemporaryDir folder;
+    auto store = make_store(folder);
+    const std::vector<TokenId> base = test::made_up_prompt(300, 5);
+    {
+      SessionPool pool(loaded_.model, store);
+      const int diverging[] = {200, 17, 205, 203};
+      for (int conversation = 1; conversation <= 4; ++conversation) {
+        std::vector<TokenId> prompt(base.begin(), base.begin() + 240);
+        prompt[static_cast<std::size_t>(diverging[conversation - 1])] = static_cast<TokenId>(450 + conversation);
+        pool.acquire(conversation, KvCacheMode::Contiguous).generate(prompt, test::greedy(2));
+        QVERIFY(pool.save_snapshot(conversation));
+      }
+      store->flush();
+    }
+    QCOMPARE(store->summary_block_tokens(), std::int64_t{16});
+    const std::optional<SnapshotStore::Match> match = store->best_match(base, 1);
+    QVERIFY(match);
+    QCOMPARE(match->key, std::string("c-3"));
+    QCOMPARE(match->tokens, std::int64_t{205});
+    QCOMPARE(match->snapshot_tokens, std::int64_t{241});
+    QVERIFY(!store->best_match(base, 206));
+    const std::vector<TokenId> shorter(base.begin(), base.begin() + 201);
+    QCOMPARE(store->best_match(shorter, 1)->tokens, std::int64_t{201});
+    SessionPool pool(loaded_.model, store);
+    const GenerationResult restored = pool.acquire(9, KvCacheMode::Contiguous).generate(base, test::greedy(6));
+    QCOMPARE(restored.stats.restored_tokens, 205);
+    QCOMPARE(restored.stats.restored_from, std::string("c-3"));
+    kvchat::Session fresh(loaded_.model, KvCacheMode::Contiguous);
+    QCOMPARE(restored.generated, fresh.generate(base, test::greedy(6)).generated);
+  }
+
+  // 2 x 4096 layers x 4096 heads x 65536 dims x 2^21 tokens x 4 bytes is 2^64 bytes, 0 in 64 bits: a
+  // header claiming that shape and no K/V data at all "adds up" unless the product is checked.
+  void a_header_whose_sizes_wrap_around_is_rejected() {
+    QTemporaryDir folder;
+    const std::string path = folder.path().toStdString() + "/wrap.kvsnap";
+    test::CraftedSnapshot crafted;
+    crafted.fingerprint = fingerprint_.hash;
+    crafted.layers = 4096;
+    crafted.kv_heads = 4096;
+    crafted.head_dim = 65536;
+    crafted.tokens = std::int64_t(1) << 21;
+    crafted.token = 1;
+    crafted.data_bytes = 0;
+    QVERIFY(test::write_crafted_snapshot(path, crafted));
+    try {
+      kvchat::read_snapshot_header(path);
+      QFAIL("a header whose sizes wrap around was accepted");
+    } catch (const kvchat::SnapshotError& error) {
+      QCOMPARE(std::string(error.what()), "snapshot " + path + ": its header's shape gives more bytes than a file can hold");
+      QVERIFY(error.kind == kvchat::SnapshotError::Kind::Damaged);
+    }
+  }
+
+  // Keyed checksums: a snapshot is restored by the installation that wrote it; another installation's
+  // key (or none) leaves it alone and unused; one edited with its checksums recomputed without the
+  // secret is rejected; an unkeyed one where the installation keys its own is deleted.
+  void snapshots_are_keyed_by_installation() {
+    const SnapshotKey mine = key_of_installation(0x1111, 1), theirs = key_of_installation(0x2222, 2);
+    QTemporaryDir folder;
+    const std::string path = write_first_turn(folder, mine);
+    const QByteArray valid = test::read_bytes(path);
+    QCOMPARE(test::field_of<std::uint64_t>(valid, test::kSnapshotInstallationAt), std::uint64_t{0x1111});
+    QCOMPARE(second_turn(folder, mine).stats.restored_tokens, static_cast<int>(first_prompt_.size()) + 19);
+
+    expect_rejected(folder, path, valid, "was written by another kvchat installation", Then::LeftAlone, theirs);
+    expect_rejected(folder, path, valid, "was written by another kvchat installation", Then::LeftAlone, SnapshotKey{});
+
+    // The annotation edited and every checksum recomputed, without the secret: not this installation's.
+    QByteArray edited = valid;
+    edited[128 + 4 * 59 + 6] = 'X';
+    expect_rejected(folder, path, test::with_annotation_checksum(edited, SnapshotKey{}), "header checksum mismatch",
+                    Then::LeftAlone, mine);
+    // The same edit with the secret (what this installation would write) passes every check.
+    QVERIFY(test::write_bytes(path, test::with_annotation_checksum(edited, mine)));
+    QCOMPARE(kvchat::read_snapshot_header(path, mine).annotation, std::string("the trXnscript of chat 1"));
+
+    // A snapshot of the unkeyed form (as written before the installation had a key) is deleted.
+    QTemporaryDir unkeyed;
+    const std::string unkeyed_path = write_first_turn(unkeyed);
+    expect_rejected(unkeyed, unkeyed_path, test::read_bytes(unkeyed_path), "has no installation key", Then::Deleted, mine);
   }
 
  private:
