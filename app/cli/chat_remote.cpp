@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "app/chat_history.h"
+#include "app/cli/terminal_output.h"
 #include "app/remote_worker.h"
 #include "app/reply_committer.h"
 #include "app/stats_json.h"
@@ -47,16 +48,18 @@ bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, cons
 
   std::string reply_text;
   app::ReplyCommitter committer(store.path(), reply_id);
+  TerminalText shown(is_terminal(stdout));
   auto on_chunk = [&](std::string_view chunk, int) {
     reply_text.append(chunk);
     committer.update(reply_text);
-    std::fwrite(chunk.data(), 1, chunk.size(), stdout);
+    const std::string printable = shown.feed(chunk);
+    std::fwrite(printable.data(), 1, printable.size(), stdout);
     std::fflush(stdout);
   };
   try {
     const app::RemoteReply answer = app::stream_remote_chat(endpoint, messages, generation, nullptr, on_chunk);
     committer.stop();
-    std::fputc('\n', stdout);
+    std::fputs((shown.finish() + "\n").c_str(), stdout);
     std::fflush(stdout);
     QJsonObject stats = app::stats_to_json(answer.stats);
     const QJsonObject details = app::RemoteWorker::stats_details(answer);
@@ -77,7 +80,8 @@ bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, cons
     return true;
   } catch (const std::exception& error) {
     committer.stop();
-    if (!reply_text.empty()) std::fputc('\n', stdout);
+    const std::string held = shown.finish();
+    if (!reply_text.empty()) std::fputs((held + "\n").c_str(), stdout);
     QJsonObject stats;
     stats.insert(app::kReplyErrorKey, QString::fromUtf8(error.what()));
     store.finish_message(reply_id, QString::fromStdString(reply_text), stats);

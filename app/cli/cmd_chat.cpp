@@ -18,6 +18,7 @@
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "app/cli/store_access.h"
+#include "app/cli/terminal_output.h"
 #include "app/conversation_store.h"
 #include "app/reply_committer.h"
 #include "app/stats_json.h"
@@ -49,7 +50,8 @@ const char* kUsage =
     "--backend http://localhost:8000/v1 (vLLM), http://localhost:8080/v1 (llama-server),\n"
     "http://localhost:11434/v1 (Ollama). --api-key KEY (default: $KVCHAT_API_KEY), --remote-model NAME\n"
     "(default: the first model of the server's /v1/models). The server keeps its own cache; --kv-cache,\n"
-    "--context-limit, --overflow, --threads and the snapshot options are the local engine's.";
+    "--context-limit, --overflow, --threads and the snapshot options are the local engine's.\n"
+    "Where standard output is a terminal, control characters of a reply are shown as \\xNN escapes.";
 
 struct ChatContext {
   app::ConversationStore* store = nullptr;
@@ -83,11 +85,13 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   std::string reply_text;
   // Printed text reaches the database within kReplyCommitBound, however slow the next token is.
   app::ReplyCommitter committer(chat.store->path(), reply_id);
+  TerminalText shown(is_terminal(stdout));
   auto on_progress = [&](const app::ReplyProgress& progress) {
     if (progress.chunk.empty()) return;
     reply_text.append(progress.chunk);
     committer.update(reply_text);
-    std::fwrite(progress.chunk.data(), 1, progress.chunk.size(), stdout);
+    const std::string printable = shown.feed(progress.chunk);
+    std::fwrite(printable.data(), 1, printable.size(), stdout);
     std::fflush(stdout);
   };
   const app::ChatTurnRunner runner(*chat.model);
@@ -96,7 +100,7 @@ bool run_turn(ChatContext& chat, const std::string& text) {
     app::TurnOutcome outcome = runner.run(session, chat.transcript, messages, chat.options, nullptr, on_progress);
     committer.stop();
     chat.pool->save_snapshot(chat.conversation_id, chat.transcript.serialize());
-    std::fputc('\n', stdout);
+    std::fputs((shown.finish() + "\n").c_str(), stdout);
     std::fflush(stdout);
     chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats));
     if (outcome.dropped_messages > 0 && outcome.dropped_messages < static_cast<int>(in_context.size())) {

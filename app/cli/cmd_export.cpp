@@ -9,6 +9,7 @@
 
 #include "app/cli/cli_command.h"
 #include "app/cli/store_access.h"
+#include "app/cli/terminal_output.h"
 #include "app/exporter.h"
 
 namespace kvchat::cli {
@@ -40,7 +41,8 @@ int run_export(const std::vector<std::string>& args) {
     app::write_text_file(QString::fromStdString(*out), contents);
   } else {
     const QByteArray bytes = contents.toUtf8();
-    std::fwrite(bytes.constData(), 1, static_cast<size_t>(bytes.size()), stdout);
+    // A title or a message may hold escape sequences: a terminal is shown them, not made to act on them.
+    write_for_terminal(stdout, std::string_view(bytes.constData(), static_cast<size_t>(bytes.size())));
     if (std::fflush(stdout) != 0 || std::ferror(stdout))
       throw std::runtime_error(std::string("cannot write to stdout: ") + std::strerror(errno));
   }
@@ -65,8 +67,9 @@ const CliRegistration kRegistration{CliCommand{
     "export a conversation as Markdown, JSON or text",
     "usage: kvchat-cli export --db PATH --conversation ID [--format md|json|txt] [--out FILE]\n\n"
     "Writes the conversation (every message in order with its role, replies with their stats) to FILE,\n"
-    "atomically, or to stdout without --out. The format defaults to md. A damaged database: what could be\n"
-    "read is written, what is missing is said on stderr, and the exit status is 1.",
+    "atomically, or to stdout without --out (control characters escaped as \\xNN where stdout is a terminal).\n"
+    "The format defaults to md. A damaged database: what could be read is written, what is missing is said\n"
+    "on stderr, and the exit status is 1.",
     run_export,
 }};
 

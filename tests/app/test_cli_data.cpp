@@ -11,6 +11,7 @@
 #include "app/stats_json.h"
 #include "common/cli_runner.h"
 #include "common/damaged_database.h"
+#include "common/terminal_cli_runner.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_cli_data {
@@ -45,6 +46,7 @@ class CliDataTest : public QObject {
   void unknown_conversation_fails_clearly();
   void missing_database_is_reported_not_created();
   void bad_format_is_a_usage_error();
+  void export_to_a_terminal_escapes_control_characters();
   void damaged_database_is_exported_with_what_is_missing();
 
  private:
@@ -207,6 +209,35 @@ void CliDataTest::bad_format_is_a_usage_error() {
   const CliResult no_id = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_});
   QCOMPARE(no_id.exit_code, 2);
   QVERIFY2(no_id.err.find("--conversation") != std::string::npos, no_id.err.c_str());
+}
+
+// A title or a message holding escape sequences (a window title, a clipboard write, a cleared screen) reaches a
+// terminal as visible text; a pipe or a file still gets the exact text.
+void CliDataTest::export_to_a_terminal_escapes_control_characters() {
+  const QString db = dir_.filePath(QStringLiteral("escapes.sqlite3"));
+  qint64 id = 0;
+  {
+    ConversationStore store(db);
+    id = store.create_conversation(QStringLiteral("Title\x1b]0;owned\x07\x1b[2J \u009b6n done"));
+    store.add_message(message(id, QStringLiteral("user"), QStringLiteral("copy \x1b]52;c;aGk=\x07\ttab\r\nnext")));
+  }
+  const QStringList arguments = {QStringLiteral("export"), QStringLiteral("--db"), db, QStringLiteral("--conversation"),
+                                 QString::number(id), QStringLiteral("--format"), QStringLiteral("txt")};
+  const CliResult shown = kvchat::test::run_cli_on_terminal(arguments);
+  QVERIFY2(shown.exit_code == 0, shown.err.c_str());
+  QVERIFY2(shown.out.rfind("Title\\x1b]0;owned\\x07\\x1b[2J \\x9b6n done\n", 0) == 0, shown.out.c_str());
+  QVERIFY2(shown.out.find("\nUser:\ncopy \\x1b]52;c;aGk=\\x07\ttab\\x0d\nnext\n") != std::string::npos,
+           shown.out.c_str());
+  QVERIFY(shown.out.find('\x1b') == std::string::npos);
+  QVERIFY(shown.out.find('\x07') == std::string::npos);
+  QVERIFY(shown.out.find("\xC2\x9B") == std::string::npos);  // U+009B (CSI) in UTF-8
+
+  const CliResult piped = run_cli(arguments);
+  QVERIFY2(piped.exit_code == 0, piped.err.c_str());
+  ConversationStore store(db, kvchat::app::StoreOpenMode::ReadOnly);
+  QCOMPARE(QString::fromStdString(piped.out),
+           kvchat::app::export_conversation(*store.conversation(id), store.messages(id), ExportFormat::Text));
+  QVERIFY(piped.out.find("\x1b]52;c;aGk=\x07") != std::string::npos);
 }
 
 // A damaged file: what can be read is exported and listed, the damage and what is missing are named on
