@@ -288,6 +288,8 @@ void ChatController::dispatch_turn(const TurnRequest& request) {
   endpoint.base_url = settings_.remote_base_url.trimmed().toStdString();
   endpoint.api_key = settings_.remote_api_key.toStdString();
   endpoint.model = settings_.remote_model.trimmed().toStdString();
+  endpoint.idle_timeout_s = settings_.remote_idle_timeout_s;
+  endpoint.total_timeout_s = settings_.remote_reply_timeout_s;
   QMetaObject::invokeMethod(
       remote_worker_, [worker = remote_worker_, request, endpoint] { worker->runTurn(request, endpoint); },
       Qt::QueuedConnection);

@@ -19,6 +19,10 @@ QJsonObject RemoteWorker::stats_details(const RemoteReply& reply) {
   if (reply.cached_tokens) details.insert(kStatsCachedTokensKey, *reply.cached_tokens);
   details.insert(kStatsFiguresKey, reply.server_timings ? QStringLiteral("server") : QStringLiteral("client"));
   if (!reply.interruption.empty()) details.insert(kStatsInterruptedKey, true);
+  if (reply.invalid_utf8) details.insert(kStatsInvalidUtf8Key, true);
+  if (reply.unreadable_events > 0) details.insert(kStatsUnreadableEventsKey, reply.unreadable_events);
+  if (!reply.rejected_figures.empty())
+    details.insert(kStatsRejectedFiguresKey, QString::fromStdString(reply.rejected_figures));
   return details;
 }
 

@@ -176,6 +176,10 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.backend = backend == QLatin1String("remote") ? BackendKind::Remote : BackendKind::Local;
   loaded.remote_base_url = settings.value(QStringLiteral("remote_base_url")).toString();
   loaded.remote_model = settings.value(QStringLiteral("remote_model")).toString();
+  loaded.remote_idle_timeout_s = read_clamped(settings, "remote_idle_timeout_s", defaults.remote_idle_timeout_s, 1,
+                                              ChatSettings::kMaxRemoteTimeout);
+  loaded.remote_reply_timeout_s = read_clamped(settings, "remote_reply_timeout_s", defaults.remote_reply_timeout_s, 1,
+                                               ChatSettings::kMaxRemoteTimeout);
   settings.endGroup();
   loaded.remote_api_key = read_api_key(api_key_path(settings));
   return loaded;
@@ -206,6 +210,8 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("backend"), QString::fromLatin1(to_string(backend)));
   settings.setValue(QStringLiteral("remote_base_url"), remote_base_url);
   settings.setValue(QStringLiteral("remote_model"), remote_model);
+  settings.setValue(QStringLiteral("remote_idle_timeout_s"), remote_idle_timeout_s);
+  settings.setValue(QStringLiteral("remote_reply_timeout_s"), remote_reply_timeout_s);
   settings.endGroup();
   write_api_key(api_key_path(settings), remote_api_key);
   settings.sync();
