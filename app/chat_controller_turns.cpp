@@ -248,7 +248,9 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
     reply.role = "assistant";
     // A remote reply's model and server are recorded when the server names its model (replyDetails).
     reply.model = usesRemoteBackend() ? settings_.remote_model : model_info_.name;
-    reply.backend = usesRemoteBackend() ? settings_.remote_base_url.trimmed() : QStringLiteral("local");
+    reply.backend = usesRemoteBackend()
+                        ? QString::fromStdString(displayed_base_url(settings_.remote_base_url.trimmed().toStdString()))
+                        : QStringLiteral("local");
     reply.settings = settings_.to_json();
     reply.complete = false;
     turn.message_id = store_->add_message(reply);

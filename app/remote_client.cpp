@@ -43,8 +43,12 @@ const std::regex& base_url_pattern() {
 ServerAddress parse_base_url(const std::string& base_url) {
   std::smatch match;
   if (!std::regex_match(base_url, match, base_url_pattern()))
-    throw RemoteError("the server address '" + base_url +
+    throw RemoteError("the server address '" + displayed_base_url(base_url) +
                       "' is not a base URL: it must look like http://host:port/v1 (or https://...)");
+  if (match[2].str().find('@') != std::string::npos)
+    throw RemoteError("the server address '" + displayed_base_url(base_url) +
+                      "' has credentials in it (user:password@): they would be shown and stored with every reply. "
+                      "Give the key as the API key instead (Settings > Backend, --api-key or KVCHAT_API_KEY)");
   std::string prefix = match[3].str();
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
   return {match[1].str() + match[2].str(), prefix};
@@ -323,12 +327,42 @@ RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatM
 
 void check_base_url(const std::string& base_url) { parse_base_url(base_url); }
 
-std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint) { return list_models(endpoint); }
+std::string displayed_base_url(const std::string& base_url) {
+  static const std::regex credentials(R"(^([A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@)");
+  return std::regex_replace(base_url, credentials, "$1***@", std::regex_constants::format_first_only);
+}
+
+std::string redact_api_key(std::string text, const RemoteEndpoint& endpoint) {
+  const std::string& key = endpoint.api_key;
+  if (key.empty()) return text;
+  const std::string replacement = "[API key]";
+  for (std::size_t at = 0; (at = text.find(key, at)) != std::string::npos; at += replacement.size())
+    text.replace(at, key.size(), replacement);
+  return text;
+}
+
+std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint) {
+  try {
+    std::vector<std::string> models = list_models(endpoint);
+    for (std::string& model : models) model = redact_api_key(std::move(model), endpoint);
+    return models;
+  } catch (const RemoteError& error) {
+    throw RemoteError(redact_api_key(error.what(), endpoint));
+  }
+}
 
 RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
                                const GenerationConfig& generation, const std::atomic<bool>* stop,
                                const RemoteChunkCallback& on_chunk) {
-  return stream_reply(endpoint, messages, generation, stop, on_chunk);
+  try {
+    RemoteReply reply = stream_reply(endpoint, messages, generation, stop, on_chunk);
+    reply.model = redact_api_key(std::move(reply.model), endpoint);
+    reply.interruption = redact_api_key(std::move(reply.interruption), endpoint);
+    reply.rejected_figures = redact_api_key(std::move(reply.rejected_figures), endpoint);
+    return reply;
+  } catch (const RemoteError& error) {
+    throw RemoteError(redact_api_key(error.what(), endpoint));
+  }
 }
 
 }  // namespace kvchat::app

@@ -23,7 +23,7 @@ struct RemoteError : std::runtime_error {
 
 struct RemoteEndpoint {
   std::string base_url;  // e.g. http://localhost:8000/v1 (the part before /chat/completions)
-  std::string api_key;   // sent as Authorization: Bearer KEY when not empty; never logged
+  std::string api_key;   // sent as Authorization: Bearer KEY when not empty; never logged, shown or stored
   std::string model;     // empty = the first model of /v1/models
   // A reply ends as failed, its text kept, when nothing arrives for idle_timeout_s (the server's first
   // token included: a large model may read a long prompt for minutes) or when it takes longer than
@@ -34,8 +34,16 @@ struct RemoteEndpoint {
   static constexpr int kDefaultTotalTimeoutSeconds = 3600;
 };
 
-// Throws RemoteError unless `base_url` is http:// or https:// with a host.
+// Throws RemoteError unless `base_url` is http:// or https:// with a host and without credentials
+// (user:password@host would put a secret wherever the address is shown or stored).
 void check_base_url(const std::string& base_url);
+
+// `base_url` as it may be shown, logged and stored: any user:password@ replaced by ***@.
+std::string displayed_base_url(const std::string& base_url);
+
+// `text` with every occurrence of the endpoint's API key replaced by [API key]: a server that echoes the
+// key in an error must not put it on the screen or into the chats.
+std::string redact_api_key(std::string text, const RemoteEndpoint& endpoint);
 
 // The ids of /v1/models, in the server's order. Throws RemoteError.
 std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint);

@@ -31,6 +31,16 @@ QString read_api_key(const QString& path) {
     spdlog::warn("API key file {}: cannot be read ({})", path.toStdString(), file.errorString().toStdString());
     return {};
   }
+  // A key file others may read (an older version's, a copy, a umask) is made owner-only as soon as it is seen.
+  struct stat status {};
+  if (::fstat(file.handle(), &status) == 0 && (status.st_mode & 077) != 0) {
+    if (::fchmod(file.handle(), 0600) == 0)
+      spdlog::warn("API key file {}: was readable by others (mode {:o}); made readable by its owner only",
+                   path.toStdString(), status.st_mode & 0777);
+    else
+      spdlog::error("API key file {}: is readable by others (mode {:o}) and cannot be changed", path.toStdString(),
+                    status.st_mode & 0777);
+  }
   return QString::fromUtf8(file.readAll()).trimmed();
 }
 

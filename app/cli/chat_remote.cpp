@@ -69,10 +69,11 @@ app::RemoteEndpoint remote_endpoint_from_options(const std::string& base_url, co
   if (endpoint.model.empty()) {
     const std::vector<std::string> models = app::list_remote_models(endpoint);
     if (models.empty())
-      throw app::RemoteError("the server at " + base_url + " lists no models: name one with --remote-model");
+      throw app::RemoteError("the server at " + app::displayed_base_url(base_url) +
+                             " lists no models: name one with --remote-model");
     endpoint.model = models.front();
   }
-  std::fprintf(stderr, "backend: %s, model: %s\n", endpoint.base_url.c_str(),
+  std::fprintf(stderr, "backend: %s, model: %s\n", app::displayed_base_url(endpoint.base_url).c_str(),
                escaped_for_terminal(endpoint.model).c_str());
   return endpoint;
 }
@@ -91,7 +92,7 @@ bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, cons
   reply.conversation_id = conversation_id;
   reply.role = "assistant";
   reply.model = QString::fromStdString(endpoint.model);
-  reply.backend = QString::fromStdString(endpoint.base_url);
+  reply.backend = QString::fromStdString(app::displayed_base_url(endpoint.base_url));
   reply.complete = false;
   const qint64 reply_id = store.add_message(reply);
 

@@ -367,6 +367,42 @@ class CliChatRemoteTest : public QObject {
              QStringLiteral("usage.prompt_tokens is 1e+300, not a token count"));
   }
 
+  // A 401 that echoes the key, and a key in the base URL: never on stderr, never in the database.
+  void api_key_is_never_shown_or_stored() {
+    const std::string secret = "sk-cli-secret-0123456789";
+    ScriptedServer server;
+    QVERIFY(server.start([&](ScriptedConnection& connection) {
+      connection.send_head("401 Unauthorized", "Content-Type: application/json\r\n");
+      connection.send(R"({"error":{"message":"incorrect API key provided: )" + secret + R"("}})");
+    }));
+    const QString db = dir_.filePath("key.sqlite3");
+    const CliResult refused =
+        run_cli(scripted_chat(server, db, {"--api-key", QString::fromStdString(secret)}), {}, 60000);
+    QCOMPARE(refused.exit_code, 1);
+    QVERIFY2(refused.err.find("refused the API key (401): incorrect API key provided: [API key]. Set the right key") !=
+                 std::string::npos,
+             refused.err.c_str());
+    QVERIFY2(server.last_request().find("Authorization: Bearer " + secret) != std::string::npos,
+             server.last_request().c_str());
+    QVERIFY(refused.err.find(secret) == std::string::npos);
+    QVERIFY(!file_bytes(db).contains(QByteArray::fromStdString(secret)));
+    QVERIFY(!file_bytes(db + "-wal").contains(QByteArray::fromStdString(secret)));
+    QVERIFY(kvchat::app::is_failed_reply(stored_reply(db)));
+
+    const QString with_credentials = QStringLiteral("http://user:%1@127.0.0.1:%2/v1")
+                                         .arg(QString::fromStdString(secret))
+                                         .arg(server.port());
+    const QString url_db = dir_.filePath("url-key.sqlite3");
+    const CliResult url = run_cli({"chat", "--backend", with_credentials, "--db", url_db, "--message", "Hi"});
+    QCOMPARE(url.exit_code, 2);
+    const QString refused_url =
+        QStringLiteral("--backend: the server address 'http://***@127.0.0.1:%1/v1' has credentials in it "
+                       "(user:password@)").arg(server.port());
+    QVERIFY2(url.err.find(refused_url.toStdString()) != std::string::npos, url.err.c_str());
+    QVERIFY(url.err.find(secret) == std::string::npos);
+    QVERIFY(!QFile::exists(url_db));
+  }
+
   // On a terminal a reply's escape sequences (a clipboard write, a cleared screen) are shown, not obeyed;
   // the database and a pipe get the text as it came.
   void reply_escapes_reach_a_terminal_as_text() {

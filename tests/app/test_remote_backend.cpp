@@ -409,6 +409,71 @@ class TestRemoteBackend : public QObject {
     QCOMPARE(last_message(fixture.controller()).text, QStringLiteral("Once upon"));
   }
 
+  // A 401 that echoes the key, and credentials in the base URL: neither reaches the window's error nor the
+  // chats' database.
+  void api_key_echo_and_url_credentials_are_redacted() {
+    const QString secret = QStringLiteral("sk-window-secret-0123456789");
+    kvchat::test::ScriptedServer server;
+    QVERIFY(server.start([&](kvchat::test::ScriptedConnection& connection) {
+      connection.send_head("401 Unauthorized", "Content-Type: application/json\r\n");
+      connection.send(R"({"error":{"message":"incorrect API key provided: )" + secret.toStdString() + R"("}})");
+    }));
+    ChatFixture fixture;
+    ChatSettings settings = scripted_settings(server);
+    settings.remote_api_key = secret;
+    QVERIFY(fixture.open(settings));
+    QSignalSpy failed(fixture.controller(), &ChatController::replyFailed);
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hi")));
+    QVERIFY(fixture.waitIdle());
+    QCOMPARE(failed.count(), 1);
+    QCOMPARE(failed.first().at(2).toString(),
+             QStringLiteral("the server at %1 refused the API key (401): incorrect API key provided: [API key]. "
+                            "Set the right key in Settings > Backend, --api-key or KVCHAT_API_KEY")
+                 .arg(server.base_url()));
+
+    settings.remote_api_key.clear();
+    settings.remote_base_url = QStringLiteral("http://user:%1@127.0.0.1:%2/v1").arg(secret).arg(server.port());
+    fixture.close();
+    QVERIFY(fixture.open(settings));
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hi again")));
+    QVERIFY(fixture.waitIdle());
+    const MessageRecord reply = last_message(fixture.controller());
+    QCOMPARE(reply.backend, QStringLiteral("http://***@127.0.0.1:%1/v1").arg(server.port()));
+    const QString refused =
+        QStringLiteral("the server address 'http://***@127.0.0.1:%1/v1' has credentials in it").arg(server.port());
+    QVERIFY2(kvchat::app::reply_error(reply).startsWith(refused), qPrintable(kvchat::app::reply_error(reply)));
+    fixture.close();
+    for (const QString& file : {fixture.databasePath(), fixture.databasePath() + "-wal"})
+      QVERIFY2(!file_bytes(file).contains(secret.toUtf8()), qPrintable(file));
+  }
+
+  // A key file left readable by others (an older version, a copy, a umask) is made owner-only: when the
+  // settings are saved, and when they are loaded.
+  void key_file_is_made_owner_only() {
+    QTemporaryDir dir;
+    QSettings ini(dir.filePath("kvchat.ini"), QSettings::IniFormat);
+    const QString key_path = ChatSettings::api_key_path(ini);
+    const QFileDevice::Permissions others = QFileDevice::ReadGroup | QFileDevice::ReadOther |
+                                            QFileDevice::WriteGroup | QFileDevice::WriteOther;
+    auto write_readable_key = [&] {
+      QFile key(key_path);
+      QVERIFY(key.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      key.write("old-key");
+      key.close();
+      QVERIFY(key.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadGroup |
+                                 QFileDevice::ReadOther));
+      QVERIFY((QFile(key_path).permissions() & others) != QFileDevice::Permissions());
+    };
+    write_readable_key();
+    QCOMPARE(ChatSettings::load(ini).remote_api_key, QStringLiteral("old-key"));
+    QCOMPARE(QFile(key_path).permissions() & others, QFileDevice::Permissions());
+    write_readable_key();
+    ChatSettings settings;
+    settings.remote_api_key = QStringLiteral("new-key");
+    settings.save(ini);
+    QCOMPARE(QFile(key_path).permissions() & others, QFileDevice::Permissions());
+    QCOMPARE(ChatSettings::load(ini).remote_api_key, QStringLiteral("new-key"));
+  }
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestRemoteBackend)
