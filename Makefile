@@ -2,7 +2,8 @@
 #   make run   - install missing packages, build, launch the GUI on the embedded model
 #   make test  - install missing packages, build, run the test suites (ctest)
 #   make test-sanitize - the same suites on a build with AddressSanitizer + UndefinedBehaviorSanitizer
-#   make fuzz  - libFuzzer targets over every model-file parser, FUZZ_SECONDS (60) each (scripts/fuzz.sh)
+#   make fuzz  - libFuzzer targets over every model-file parser and a remote server's answers, FUZZ_SECONDS (60) each
+#                (scripts/fuzz.sh)
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)

@@ -254,7 +254,9 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
     reply.role = "assistant";
     // A remote reply's model and server are recorded when the server names its model (replyDetails).
     reply.model = usesRemoteBackend() ? settings_.remote_model : model_info_.name;
-    reply.backend = usesRemoteBackend() ? settings_.remote_base_url.trimmed() : QStringLiteral("local");
+    reply.backend = usesRemoteBackend()
+                        ? QString::fromStdString(displayed_base_url(settings_.remote_base_url.trimmed().toStdString()))
+                        : QStringLiteral("local");
     reply.settings = settings_.to_json();
     reply.complete = false;
     turn.message_id = store_->add_message(reply);
@@ -294,6 +296,8 @@ void ChatController::dispatch_turn(const TurnRequest& request) {
   endpoint.base_url = settings_.remote_base_url.trimmed().toStdString();
   endpoint.api_key = settings_.remote_api_key.toStdString();
   endpoint.model = settings_.remote_model.trimmed().toStdString();
+  endpoint.idle_timeout_s = settings_.remote_idle_timeout_s;
+  endpoint.total_timeout_s = settings_.remote_reply_timeout_s;
   QMetaObject::invokeMethod(
       remote_worker_, [worker = remote_worker_, request, endpoint] { worker->runTurn(request, endpoint); },
       Qt::QueuedConnection);

@@ -183,6 +183,19 @@ void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
                ConversationStore::kSchemaVersion);
 }
 
+// PRAGMA quick_check or integrity_check (with a limit on the findings): "" for a sound file, else what it
+// found, or the error that stopped it (a damaged page can make the check itself fail).
+QString check_database(const QSqlDatabase& db, const QString& pragma) {
+  QSqlQuery query(db);
+  if (!query.exec(pragma)) return sqlite_message(query.lastError());
+  QStringList findings;
+  while (query.next()) findings << query.value(0).toString().split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  query.finish();
+  if (findings == QStringList{QStringLiteral("ok")}) return {};
+  findings.removeAll(QStringLiteral("*** in database main ***"));
+  return findings.isEmpty() ? QStringLiteral("the check gave no result") : findings.join(QStringLiteral("; "));
+}
+
 // The connection settings of a writer: WAL journal, NORMAL sync, foreign keys.
 void configure_writer(const QSqlDatabase& db, const QString& path) {
   StoreQuery wal(db, path, QStringLiteral("cannot enable the WAL journal"), QStringLiteral("PRAGMA journal_mode = WAL"));
@@ -223,11 +236,14 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
     const DatabaseIdentity identity = identify_database(db, database_path_);
     if (identity.owner == DatabaseOwner::Foreign || (read_only && identity.owner == DatabaseOwner::Empty))
       fail(database_path_, QStringLiteral("not a kvchat database (%1); it was left unchanged").arg(identity.description));
+    // Every check that may refuse the file comes before the first write (the journal mode is one): a refused
+    // file is left exactly as it was.
+    const int version = identity.owner == DatabaseOwner::Empty ? 0 : check_schema_version(db, database_path_);
+    if (identity.owner != DatabaseOwner::Empty) check_for_damage(db, read_only);
     if (!read_only) configure_writer(db, database_path_);
     if (identity.owner == DatabaseOwner::Empty) {
       create_schema(db, database_path_);
     } else {
-      const int version = check_schema_version(db, database_path_);
       // A reader leaves an older file as it is and reads it without the newer columns.
       if (!read_only) migrate_schema(db, database_path_, version);
       has_backend_column_ = !read_only || version >= 2;
@@ -443,8 +459,11 @@ std::optional<ConversationRecord> ConversationStore::conversation(qint64 convers
 
 QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
   QSqlDatabase db = connection(connection_name_);
+  // A damaged file's index may have lost entries its table still holds: it is read from the table itself.
+  const QString source = damage_.isEmpty() ? QString() : QStringLiteral(" NOT INDEXED");
   StoreQuery query(db, database_path_, QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
-                   message_columns(has_backend_column_, has_token_columns_) + QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
+                   message_columns(has_backend_column_, has_token_columns_) + source +
+                       QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
   QList<MessageRecord> records;
@@ -581,6 +600,63 @@ QString ConversationStore::integrity_check() const {
   StoreQuery query(db, database_path_, QStringLiteral("integrity check failed"),
                    QStringLiteral("PRAGMA integrity_check"));
   return query.single_value().toString();
+}
+
+// Damaged pages make queries return part of the rows without an error: a chat would go on from part of its
+// history and write into the damaged file. quick_check reads every page (not the indexes' agreement with
+// their tables, which integrity_check adds at a higher cost, paid only once a file has failed the first).
+void ConversationStore::check_for_damage(const QSqlDatabase& db, bool read_only) {
+  damage_ = check_database(db, QStringLiteral("PRAGMA quick_check(8)"));
+  if (damage_.isEmpty()) return;
+  const QString thorough = check_database(db, QStringLiteral("PRAGMA integrity_check(8)"));
+  if (!thorough.isEmpty()) damage_ = thorough;
+  // Reported by the caller (the StoreError below, or a reader's damage()): logged here only for the record.
+  spdlog::info("conversation store {}: the file is damaged: {}", database_path_.toStdString(), damage_.toStdString());
+  if (!read_only)
+    fail(database_path_, QStringLiteral("the file is damaged (%1); nothing was written to it. Keep a copy of it: "
+                                        "kvchat-cli export can still read what is intact, and sqlite3's .recover "
+                                        "command may save more")
+                             .arg(damage_));
+}
+
+QString ConversationStore::damage() const { return damage_; }
+
+QString ConversationStore::missing_messages(qint64 conversation_id) const {
+  if (damage_.isEmpty()) return {};
+  QSqlDatabase db = connection(connection_name_);
+  // The messages are read through the index; a row it lists that the table lacks, or one the table holds
+  // that it does not list, is missing from what messages() returns.
+  auto ids = [&](const QString& source) -> std::optional<QList<qint64>> {
+    QSqlQuery query(db);
+    const QString sql =
+        QStringLiteral("SELECT id FROM messages %1 WHERE conversation_id = :id ORDER BY id").arg(source);
+    if (!query.prepare(sql)) return std::nullopt;
+    query.bindValue(QStringLiteral(":id"), conversation_id);
+    if (!query.exec()) return std::nullopt;
+    QList<qint64> found;
+    while (query.next()) found << query.value(0).toLongLong();
+    if (query.lastError().isValid()) return std::nullopt;
+    return found;
+  };
+  const auto listed = ids(QStringLiteral("INDEXED BY messages_by_conversation"));
+  const auto stored = ids(QStringLiteral("NOT INDEXED"));
+  if (!listed || !stored) return QStringLiteral("its messages cannot all be read (the file is damaged)");
+  QStringList unreadable, unlisted;
+  for (const qint64 id : *listed)
+    if (!stored->contains(id)) unreadable << QString::number(id);
+  for (const qint64 id : *stored)
+    if (!listed->contains(id)) unlisted << QString::number(id);
+  const auto plural = [](const QStringList& ids, const char* one, const char* many) {
+    return QString::fromLatin1(ids.size() == 1 ? one : many).arg(ids.join(QStringLiteral(", ")));
+  };
+  QStringList missing;
+  if (!unreadable.isEmpty())
+    missing << plural(unreadable, "message %1 cannot be read", "messages %1 cannot be read") +
+                   QStringLiteral(" (%1 of the %2 the index lists)").arg(unreadable.size()).arg(listed->size());
+  if (!unlisted.isEmpty())
+    missing << plural(unlisted, "message %1 is missing from the index (its row was read)",
+                      "messages %1 are missing from the index (their rows were read)");
+  return missing.join(QStringLiteral("; "));
 }
 
 }  // namespace kvchat::app

@@ -9,6 +9,8 @@
 #include <QString>
 
 #include <optional>
+
+class QSqlDatabase;
 #include <stdexcept>
 #include <vector>
 
@@ -98,13 +100,23 @@ class ConversationStore {
   // Runs SQLite's `PRAGMA integrity_check` and returns its first row ("ok" for a healthy file).
   QString integrity_check() const;
 
+  // Every open runs PRAGMA quick_check. A damaged file is refused by a writer (StoreError naming the path and
+  // the damage, nothing written); a reader opens it, so that what is intact can still be read and saved, and
+  // damage() says what the check found ("" for a sound file).
+  QString damage() const;
+  // For a damaged file: which of the conversation's messages messages() cannot return ("" when none is
+  // known to be missing, and always for a sound file).
+  QString missing_messages(qint64 conversation_id) const;
+
   // 2: messages.backend. 3: messages.token_ids and token_vocabulary. Opening an older file for writing
   // migrates it; a reader leaves it as it is.
   static constexpr int kSchemaVersion = 3;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
+  void check_for_damage(const QSqlDatabase& db, bool read_only);
   QString database_path_;
+  QString damage_;
   QString connection_name_;
   bool has_backend_column_ = true;
   bool has_token_columns_ = true;

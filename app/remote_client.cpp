@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include <regex>
 
 #include "app/broken_pipe.h"
+#include "app/remote_stream.h"
 
 namespace kvchat::app {
 
@@ -19,29 +21,47 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// An error answer is read up to this size (its message is all that is shown of it).
+constexpr std::size_t kMaxErrorBodyBytes = 64 * 1024;
+// A /models answer: thousands of models fit many times over.
+constexpr std::size_t kMaxModelListBytes = 8 << 20;
+// A /models question is a quick one: its first byte within the first time, the whole answer within the second.
+constexpr int kModelListIdleSeconds = 30;
+constexpr int kModelListTimeoutSeconds = 60;
+
 // The server, split for httplib: "https://host:port" and the path prefix ("/v1", no trailing slash).
 struct ServerAddress {
   std::string scheme_host_port;
   std::string path_prefix;
 };
 
-ServerAddress parse_base_url(const std::string& base_url) {
-  static const std::regex pattern(R"(^(https?://[^/\s?#]+)(/[^\s?#]*)?$)", std::regex::icase);
-  std::smatch match;
-  if (!std::regex_match(base_url, match, pattern))
-    throw RemoteError("the server address '" + base_url +
-                      "' is not a base URL: it must look like http://host:port/v1 (or https://...)");
-  std::string prefix = match[2].str();
-  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  return {match[1].str(), prefix};
+const std::regex& base_url_pattern() {
+  static const std::regex pattern(R"(^(https?://)([^/\s?#]+)(/[^\s?#]*)?$)", std::regex::icase);
+  return pattern;
 }
+
+ServerAddress parse_base_url(const std::string& base_url) {
+  std::smatch match;
+  if (!std::regex_match(base_url, match, base_url_pattern()))
+    throw RemoteError("the server address '" + displayed_base_url(base_url) +
+                      "' is not a base URL: it must look like http://host:port/v1 (or https://...)");
+  if (match[2].str().find('@') != std::string::npos)
+    throw RemoteError("the server address '" + displayed_base_url(base_url) +
+                      "' has credentials in it (user:password@): they would be shown and stored with every reply. "
+                      "Give the key as the API key instead (Settings > Backend, --api-key or KVCHAT_API_KEY)");
+  std::string prefix = match[3].str();
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  return {match[1].str() + match[2].str(), prefix};
+}
+
+int clamped_seconds(int seconds, int fallback) { return seconds > 0 ? std::min(seconds, 7 * 24 * 3600) : fallback; }
 
 httplib::Client make_client(const ServerAddress& address, const RemoteEndpoint& endpoint) {
   ignore_broken_pipe_signals();  // a server gone while the request is sent: an error, not the end of the app
   httplib::Client client(address.scheme_host_port);
   client.set_connection_timeout(10, 0);
-  // A large model may think for minutes before its first token; a dead connection is still noticed.
-  client.set_read_timeout(600, 0);
+  // The idle timeout is watched by RequestWatch; the socket's own read timeout only backs it up.
+  client.set_read_timeout(clamped_seconds(endpoint.idle_timeout_s, RemoteEndpoint::kDefaultIdleTimeoutSeconds) + 5, 0);
   client.set_write_timeout(60, 0);
   if (!endpoint.api_key.empty()) client.set_bearer_token_auth(endpoint.api_key.c_str());
   return client;
@@ -57,23 +77,6 @@ std::string transport_failure(httplib::Error error) {
     case httplib::Error::Write: return "the connection was closed while sending the request";
     default: return "the request failed (" + httplib::to_string(error) + ")";
   }
-}
-
-// The human part of an error body: OpenAI's {"error": {"message"}}, {"error": "..."}, {"detail": ...}, or the text.
-std::string server_message(const std::string& body) {
-  const json parsed = json::parse(body, nullptr, false);
-  if (parsed.is_object()) {
-    if (auto error = parsed.find("error"); error != parsed.end()) {
-      if (error->is_string()) return error->get<std::string>();
-      if (error->is_object() && error->contains("message") && (*error)["message"].is_string())
-        return (*error)["message"].get<std::string>();
-    }
-    if (auto detail = parsed.find("detail"); detail != parsed.end())
-      return detail->is_string() ? detail->get<std::string>() : detail->dump();
-  }
-  std::string text = body.substr(0, 300);
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  return text.empty() ? "no message" : text;
 }
 
 [[noreturn]] void throw_status(const std::string& base_url, int status, const std::string& body,
@@ -103,122 +106,119 @@ json request_body(const std::string& model, const std::vector<ChatMessage>& mess
   return body;
 }
 
-double number_at(const json& object, const char* key, double fallback) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_number() ? it->get<double>() : fallback;
-}
+// Ends a request from another thread (httplib's Client::stop closes its socket, made for that) when the stop
+// flag is set, when nothing has arrived for the idle timeout, or when the request has taken longer than the
+// total timeout: a blocking read would otherwise wait as long as the server likes, and only Stop would end it.
+class RequestWatch {
+ public:
+  enum class Reason { None, Stopped, Idle, Total };
 
-// usage (OpenAI), and "timings": llama.cpp's (prompt_ms, predicted_per_second, ...) or kvchat serve's.
-void read_figures(const json& event, RemoteReply& reply) {
-  if (auto usage = event.find("usage"); usage != event.end() && usage->is_object()) {
-    reply.usage_reported = true;
-    reply.stats.prompt_tokens = static_cast<int>(number_at(*usage, "prompt_tokens", 0));
-    reply.stats.generated_tokens = static_cast<int>(number_at(*usage, "completion_tokens", 0));
-    if (auto details = usage->find("prompt_tokens_details"); details != usage->end() && details->is_object())
-      if (auto cached = details->find("cached_tokens"); cached != details->end() && cached->is_number())
-        reply.cached_tokens = cached->get<int>();
+  RequestWatch(httplib::Client& client, const std::atomic<bool>* stop, int idle_seconds, int total_seconds)
+      : client_(client), stop_(stop), idle_(std::chrono::seconds(idle_seconds)),
+        deadline_(Clock::now() + std::chrono::seconds(total_seconds)) {
+    arrived();
+    thread_ = std::thread([this] { run(); });
   }
-  if (auto timings = event.find("timings"); timings != event.end() && timings->is_object()) {
-    const json& t = *timings;
-    if (t.contains("ttft_ms") || t.contains("prompt_ms")) reply.server_timings = true;
-    reply.stats.ttft_ms = number_at(t, "ttft_ms", number_at(t, "prompt_ms", reply.stats.ttft_ms));
-    reply.stats.prefill_tokens_per_second =
-        number_at(t, "prefill_tokens_per_second", number_at(t, "prompt_per_second", reply.stats.prefill_tokens_per_second));
-    reply.stats.decode_tokens_per_second = number_at(
-        t, "decode_tokens_per_second", number_at(t, "predicted_per_second", reply.stats.decode_tokens_per_second));
-    reply.stats.decode_ms = number_at(t, "predicted_ms", reply.stats.decode_ms);
-    if (!reply.cached_tokens && t.contains("cache_n")) reply.cached_tokens = static_cast<int>(number_at(t, "cache_n", 0));
-    if (!reply.cached_tokens && t.contains("cached_tokens"))
-      reply.cached_tokens = static_cast<int>(number_at(t, "cached_tokens", 0));
+  ~RequestWatch() { finish(); }
+  RequestWatch(const RequestWatch&) = delete;
+  RequestWatch& operator=(const RequestWatch&) = delete;
+
+  void arrived() { last_arrival_ = Clock::now().time_since_epoch().count(); }
+  Reason reason() const { return reason_.load(); }
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    changed_.notify_all();
+    if (thread_.joinable()) thread_.join();
   }
-}
 
-}  // namespace
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!done_) {
+      if (reason_ == Reason::None) {
+        const Clock::time_point now = Clock::now();
+        if (stop_ && stop_->load())
+          reason_ = Reason::Stopped;
+        else if (now - Clock::time_point(Clock::duration(last_arrival_.load())) > idle_)
+          reason_ = Reason::Idle;
+        else if (now > deadline_)
+          reason_ = Reason::Total;
+      }
+      // Again at every tick: a connection still being opened at the first call is closed at the next.
+      if (reason_ != Reason::None) client_.stop();
+      changed_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
 
-void check_base_url(const std::string& base_url) { parse_base_url(base_url); }
+  httplib::Client& client_;
+  const std::atomic<bool>* stop_;
+  const Clock::duration idle_;
+  const Clock::time_point deadline_;
+  std::atomic<Clock::rep> last_arrival_{0};
+  std::atomic<Reason> reason_{Reason::None};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
-std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint) {
+std::vector<std::string> list_models(const RemoteEndpoint& endpoint) {
   const ServerAddress address = parse_base_url(endpoint.base_url);
   httplib::Client client = make_client(address, endpoint);
-  client.set_read_timeout(30, 0);
-  const httplib::Result result = client.Get((address.path_prefix + "/models").c_str());
-  if (!result) throw RemoteError("cannot reach " + endpoint.base_url + ": " + transport_failure(result.error()));
-  if (result->status != 200) throw_status(endpoint.base_url, result->status, result->body, "");
-  const json parsed = json::parse(result->body, nullptr, false);
+  client.set_read_timeout(kModelListIdleSeconds, 0);
+  httplib::Request request;
+  request.method = "GET";
+  request.path = address.path_prefix + "/models";
+  int status = 0;
+  std::string body;
+  bool too_long = false;
+  RequestWatch watch(client, nullptr, kModelListIdleSeconds, kModelListTimeoutSeconds);
+  request.response_handler = [&](const httplib::Response& response) {
+    status = response.status;
+    watch.arrived();
+    return true;
+  };
+  request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
+    watch.arrived();
+    const std::size_t cap = status == 200 ? kMaxModelListBytes : kMaxErrorBodyBytes;
+    body.append(data, std::min(length, cap - body.size()));
+    too_long = body.size() >= cap;
+    return !too_long;
+  };
+  const httplib::Result result = client.send(request);
+  watch.finish();
+  if (watch.reason() == RequestWatch::Reason::Idle || watch.reason() == RequestWatch::Reason::Total) {
+    const int waited = watch.reason() == RequestWatch::Reason::Idle ? kModelListIdleSeconds : kModelListTimeoutSeconds;
+    throw RemoteError("the server at " + endpoint.base_url + " did not answer /models within " +
+                      std::to_string(waited) + " s");
+  }
+  if (!result && status == 0)
+    throw RemoteError("cannot reach " + endpoint.base_url + ": " + transport_failure(result.error()));
+  if (status != 200) throw_status(endpoint.base_url, status, body, "");
+  if (too_long)
+    throw RemoteError("the server at " + endpoint.base_url + " answered /models with more than " +
+                      std::to_string(kMaxModelListBytes >> 20) + " MiB");
+  std::string problem;
+  const json parsed = parse_server_json(body, &problem);
+  if (parsed.is_discarded())
+    throw RemoteError("the server at " + endpoint.base_url + " answered /models with " +
+                      (problem == "not JSON" ? "something other than JSON: " + server_message(body) : problem));
   if (!parsed.is_object() || !parsed.contains("data") || !parsed["data"].is_array())
     throw RemoteError("the server at " + endpoint.base_url + " answered /models without a \"data\" list: " +
-                      server_message(result->body));
+                      server_message(body));
   std::vector<std::string> models;
   for (const json& entry : parsed["data"])
     if (entry.is_object() && entry.contains("id") && entry["id"].is_string()) models.push_back(entry["id"].get<std::string>());
   return models;
 }
 
-namespace {
-
-// The server-sent events of one streamed reply, fed as bytes arrive.
-class StreamParser {
- public:
-  StreamParser(RemoteReply& reply, const RemoteChunkCallback& on_chunk) : reply_(reply), on_chunk_(on_chunk) {}
-
-  void feed(const char* data, std::size_t length) {
-    pending_.append(data, length);
-    for (std::size_t end; (end = pending_.find('\n')) != std::string::npos;) {
-      std::string line = pending_.substr(0, end);
-      pending_.erase(0, end + 1);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data:", 0) == 0) handle_data(line.substr(line.size() > 5 && line[5] == ' ' ? 6 : 5));
-    }
-  }
-  bool done() const { return done_; }
-  bool finished() const { return finish_reason_seen_; }
-  int chunks() const { return chunks_; }
-  const std::string& stream_error() const { return stream_error_; }
-  Clock::time_point first_chunk_at() const { return first_chunk_at_; }
-  Clock::time_point last_chunk_at() const { return last_chunk_at_; }
-
- private:
-  void handle_data(const std::string& data) {
-    if (data == "[DONE]") {
-      done_ = true;
-      return;
-    }
-    const json event = json::parse(data, nullptr, false);
-    if (!event.is_object()) return;  // a keep-alive or a line this client does not know
-    if (event.contains("error")) stream_error_ = server_message(data);
-    if (event.contains("model") && event["model"].is_string()) reply_.model = event["model"].get<std::string>();
-    read_figures(event, reply_);
-    auto choices = event.find("choices");
-    if (choices == event.end() || !choices->is_array() || choices->empty()) return;
-    const json& choice = (*choices)[0];
-    if (auto delta = choice.find("delta"); delta != choice.end() && delta->is_object())
-      if (auto content = delta->find("content"); content != delta->end() && content->is_string() && !content->empty()) {
-        const std::string text = content->get<std::string>();
-        last_chunk_at_ = Clock::now();
-        if (chunks_++ == 0) first_chunk_at_ = last_chunk_at_;
-        reply_.text += text;
-        if (on_chunk_) on_chunk_(text, chunks_);
-      }
-    if (auto reason = choice.find("finish_reason"); reason != choice.end() && reason->is_string()) {
-      finish_reason_seen_ = true;
-      reply_.stats.stop_reason = reason->get<std::string>() == "length" ? StopReason::MaxTokens : StopReason::Eos;
-    }
-  }
-
-  RemoteReply& reply_;
-  const RemoteChunkCallback& on_chunk_;
-  std::string pending_;
-  bool done_ = false;
-  bool finish_reason_seen_ = false;
-  int chunks_ = 0;
-  std::string stream_error_;
-  Clock::time_point first_chunk_at_, last_chunk_at_;
-};
-
 double milliseconds(Clock::duration duration) { return std::chrono::duration<double, std::milli>(duration).count(); }
 
 // What the client measured, where the server reported nothing better.
-void fill_client_figures(RemoteReply& reply, const StreamParser& parser, Clock::time_point started) {
+void fill_client_figures(RemoteReply& reply, const ServerEventStream& parser, Clock::time_point started) {
   GenerationStats& stats = reply.stats;
   if (!reply.usage_reported) stats.generated_tokens = parser.chunks();  // one chunk per token on the servers known
   stats.reused_tokens = reply.cached_tokens.value_or(0);
@@ -231,47 +231,14 @@ void fill_client_figures(RemoteReply& reply, const StreamParser& parser, Clock::
     stats.decode_tokens_per_second = (stats.generated_tokens - 1) * 1000.0 / stats.decode_ms;
 }
 
-// client.send(), and Stop honoured while no data flows too (a server still reading a long prompt): a watcher
-// closes the socket (httplib's Client::stop, made for another thread) once the flag is set.
-httplib::Result send_stoppable(httplib::Client& client, const httplib::Request& request, const std::atomic<bool>* stop,
-                               bool& stopped) {
-  if (!stop) return client.send(request);
-  std::mutex mutex;
-  std::condition_variable done_changed;
-  bool done = false;
-  std::atomic<bool> closed_by_watcher{false};
-  std::thread watcher([&] {
-    std::unique_lock<std::mutex> lock(mutex);
-    while (!done) {
-      if (stop->load()) {
-        closed_by_watcher = true;
-        client.stop();
-        return;
-      }
-      done_changed.wait_for(lock, std::chrono::milliseconds(50));
-    }
-  });
-  httplib::Result result = client.send(request);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    done = true;
-  }
-  done_changed.notify_all();
-  watcher.join();
-  if (closed_by_watcher) stopped = true;
-  return result;
-}
-
-}  // namespace
-
-RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
-                               const GenerationConfig& generation, const std::atomic<bool>* stop,
-                               const RemoteChunkCallback& on_chunk) {
+RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
+                         const GenerationConfig& generation, const std::atomic<bool>* stop,
+                         const RemoteChunkCallback& on_chunk) {
   const ServerAddress address = parse_base_url(endpoint.base_url);
   RemoteReply reply;
   reply.model = endpoint.model;
   if (reply.model.empty()) {
-    const std::vector<std::string> models = list_remote_models(endpoint);
+    const std::vector<std::string> models = list_models(endpoint);
     if (models.empty()) throw RemoteError("the server at " + endpoint.base_url + " lists no models (/models is empty)");
     reply.model = models.front();
   }
@@ -285,48 +252,117 @@ RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector
   request.set_header("Accept", "text/event-stream");
   if (!endpoint.api_key.empty()) request.set_header("Authorization", "Bearer " + endpoint.api_key);
 
+  const int idle_seconds = clamped_seconds(endpoint.idle_timeout_s, RemoteEndpoint::kDefaultIdleTimeoutSeconds);
+  const int total_seconds = clamped_seconds(endpoint.total_timeout_s, RemoteEndpoint::kDefaultTotalTimeoutSeconds);
   const Clock::time_point started = Clock::now();
-  StreamParser parser(reply, on_chunk);
+  ServerEventStream parser(reply, on_chunk, ReplyLimits::for_max_tokens(generation.max_new_tokens));
   int status = 0;
   std::string error_body;
   bool stopped = false;
+  RequestWatch watch(client, stop, idle_seconds, total_seconds);
   request.response_handler = [&](const httplib::Response& response) {
     status = response.status;
+    watch.arrived();
     return true;
   };
+  // Bytes arrive here after decompression: the parser's bound on the stream also bounds a compressed bomb.
   request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
+    watch.arrived();
     if (status != 200) {
-      error_body.append(data, std::min<std::size_t>(length, 65536 - std::min<std::size_t>(error_body.size(), 65536)));
-      return true;
+      error_body.append(data, std::min(length, kMaxErrorBodyBytes - error_body.size()));
+      return error_body.size() < kMaxErrorBodyBytes;
     }
-    parser.feed(data, length);
-    // Returning false closes the connection: the server sees the client go and stops generating.
+    // What arrived before Stop is kept; returning false closes the connection: the server sees the client go
+    // and stops generating.
+    const bool more = parser.feed(data, length);
     if (stop && stop->load()) stopped = true;
-    return !stopped;
+    return more && !stopped && watch.reason() == RequestWatch::Reason::None;
   };
   spdlog::info("remote turn: {} messages to {} (model {})", messages.size(), endpoint.base_url, model);
-  const httplib::Result result = send_stoppable(client, request, stop, stopped);
-  if (!result && status == 0 && !stopped)
+  const httplib::Result result = client.send(request);
+  watch.finish();
+  const RequestWatch::Reason ended_by = watch.reason();
+  if (!result && status == 0 && ended_by == RequestWatch::Reason::None)
     throw RemoteError("cannot reach " + endpoint.base_url + ": " + transport_failure(result.error()));
   if (status != 200 && status != 0) throw_status(endpoint.base_url, status, error_body, model);
   reply.model = reply.model.empty() ? model : reply.model;
   fill_client_figures(reply, parser, started);
-  if (stopped) {
+  if ((stopped || ended_by == RequestWatch::Reason::Stopped) && parser.failure().empty() && !parser.done()) {
     reply.stats.stop_reason = StopReason::Stopped;
     return reply;
   }
   if (!parser.stream_error().empty() && reply.text.empty())
     throw RemoteError("the server at " + endpoint.base_url + " reported an error: " + parser.stream_error());
-  if (!parser.done() && !parser.finished()) {
+  if (parser.done()) return reply;
+  // Why the client ended the reply before the server said it was complete (a bound, a timeout).
+  std::string ended;
+  if (!parser.failure().empty())
+    ended = parser.failure();
+  else if (ended_by == RequestWatch::Reason::Idle)
+    ended = "it sent nothing for " + std::to_string(idle_seconds) +
+            " s (the idle timeout: Settings > Backend, --idle-timeout)";
+  else if (ended_by == RequestWatch::Reason::Total)
+    ended = "the reply took longer than " + std::to_string(total_seconds) +
+            " s (the reply timeout: Settings > Backend, --reply-timeout)";
+  if (ended.empty() && parser.finished()) return reply;
+  if (!ended.empty()) {
+    if (reply.text.empty())
+      throw RemoteError("the server at " + endpoint.base_url + (status == 0 ? " did not answer: " : " sent no text: ") +
+                        ended);
+    reply.interruption = "the reply from " + endpoint.base_url + " was ended: " + ended +
+                         ". The text so far is kept; Regenerate to ask again";
+  } else {
     const std::string why = !result ? transport_failure(result.error()) : "the stream ended without [DONE]";
     if (reply.text.empty())
       throw RemoteError("the server at " + endpoint.base_url + " broke off before replying: " + why);
     reply.interruption = "the connection to " + endpoint.base_url + " broke off mid-reply (" + why +
                          "): the reply is cut short; Regenerate to ask again";
-    reply.stats.stop_reason = StopReason::Stopped;
-    spdlog::warn("remote turn interrupted after {} chunks: {}", parser.chunks(), why);
   }
+  reply.stats.stop_reason = StopReason::Stopped;
+  spdlog::warn("remote turn cut short after {} chunks: {}", parser.chunks(), reply.interruption);
   return reply;
+}
+
+}  // namespace
+
+void check_base_url(const std::string& base_url) { parse_base_url(base_url); }
+
+std::string displayed_base_url(const std::string& base_url) {
+  static const std::regex credentials(R"(^([A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@)");
+  return std::regex_replace(base_url, credentials, "$1***@", std::regex_constants::format_first_only);
+}
+
+std::string redact_api_key(std::string text, const RemoteEndpoint& endpoint) {
+  const std::string& key = endpoint.api_key;
+  if (key.empty()) return text;
+  const std::string replacement = "[API key]";
+  for (std::size_t at = 0; (at = text.find(key, at)) != std::string::npos; at += replacement.size())
+    text.replace(at, key.size(), replacement);
+  return text;
+}
+
+std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint) {
+  try {
+    std::vector<std::string> models = list_models(endpoint);
+    for (std::string& model : models) model = redact_api_key(std::move(model), endpoint);
+    return models;
+  } catch (const RemoteError& error) {
+    throw RemoteError(redact_api_key(error.what(), endpoint));
+  }
+}
+
+RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
+                               const GenerationConfig& generation, const std::atomic<bool>* stop,
+                               const RemoteChunkCallback& on_chunk) {
+  try {
+    RemoteReply reply = stream_reply(endpoint, messages, generation, stop, on_chunk);
+    reply.model = redact_api_key(std::move(reply.model), endpoint);
+    reply.interruption = redact_api_key(std::move(reply.interruption), endpoint);
+    reply.rejected_figures = redact_api_key(std::move(reply.rejected_figures), endpoint);
+    return reply;
+  } catch (const RemoteError& error) {
+    throw RemoteError(redact_api_key(error.what(), endpoint));
+  }
 }
 
 }  // namespace kvchat::app

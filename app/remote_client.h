@@ -23,12 +23,27 @@ struct RemoteError : std::runtime_error {
 
 struct RemoteEndpoint {
   std::string base_url;  // e.g. http://localhost:8000/v1 (the part before /chat/completions)
-  std::string api_key;   // sent as Authorization: Bearer KEY when not empty; never logged
+  std::string api_key;   // sent as Authorization: Bearer KEY when not empty; never logged, shown or stored
   std::string model;     // empty = the first model of /v1/models
+  // A reply ends as failed, its text kept, when nothing arrives for idle_timeout_s (the server's first
+  // token included: a large model may read a long prompt for minutes) or when it takes longer than
+  // total_timeout_s in all.
+  int idle_timeout_s = kDefaultIdleTimeoutSeconds;
+  int total_timeout_s = kDefaultTotalTimeoutSeconds;
+  static constexpr int kDefaultIdleTimeoutSeconds = 300;
+  static constexpr int kDefaultTotalTimeoutSeconds = 3600;
 };
 
-// Throws RemoteError unless `base_url` is http:// or https:// with a host.
+// Throws RemoteError unless `base_url` is http:// or https:// with a host and without credentials
+// (user:password@host would put a secret wherever the address is shown or stored).
 void check_base_url(const std::string& base_url);
+
+// `base_url` as it may be shown, logged and stored: any user:password@ replaced by ***@.
+std::string displayed_base_url(const std::string& base_url);
+
+// `text` with every occurrence of the endpoint's API key replaced by [API key]: a server that echoes the
+// key in an error must not put it on the screen or into the chats.
+std::string redact_api_key(std::string text, const RemoteEndpoint& endpoint);
 
 // The ids of /v1/models, in the server's order. Throws RemoteError.
 std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint);
@@ -42,8 +57,14 @@ struct RemoteReply {
   bool usage_reported = false;  // prompt and generated tokens come from the server's usage
   std::optional<int> cached_tokens;  // the server said how many prompt tokens it had cached
   bool server_timings = false;  // ttft and speeds come from the server's timings, not the client's clock
-  // Not empty: the connection broke after the reply had started; `text` is what arrived before.
+  // Not empty: the reply was cut short after it had started (the connection broke, a timeout, a limit);
+  // `text` is what arrived before.
   std::string interruption;
+  bool invalid_utf8 = false;   // some events held bytes that are not UTF-8: `text` has U+FFFD in their place
+  int unreadable_events = 0;   // events that were not JSON (their text, if any, is missing from `text`)
+  // Not empty: the server's usage or timings held values that are no token counts or durations (the
+  // figures are then the client's own); says which.
+  std::string rejected_figures;
 };
 
 // Called for every piece of text as it arrives, with the count of content chunks so far.
@@ -52,7 +73,9 @@ using RemoteChunkCallback = std::function<void(std::string_view chunk, int chunk
 // Streams one reply (stream: true, stream_options.include_usage). `stop` set closes the connection: the
 // reply ends with StopReason::Stopped. Throws RemoteError when the server cannot be reached, refuses
 // the request (401 key, 404 model, any other error status: its message included) or breaks off before
-// sending anything; a break after text arrived returns that text with `interruption` set.
+// sending anything; a break after text arrived returns that text with `interruption` set. So do the
+// endpoint's timeouts and the bounds of remote_stream.h (text for max_new_tokens, line length, stream
+// size, JSON nesting).
 RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
                                const GenerationConfig& generation, const std::atomic<bool>* stop,
                                const RemoteChunkCallback& on_chunk);

@@ -19,6 +19,10 @@ QJsonObject RemoteWorker::stats_details(const RemoteReply& reply) {
   if (reply.cached_tokens) details.insert(kStatsCachedTokensKey, *reply.cached_tokens);
   details.insert(kStatsFiguresKey, reply.server_timings ? QStringLiteral("server") : QStringLiteral("client"));
   if (!reply.interruption.empty()) details.insert(kStatsInterruptedKey, true);
+  if (reply.invalid_utf8) details.insert(kStatsInvalidUtf8Key, true);
+  if (reply.unreadable_events > 0) details.insert(kStatsUnreadableEventsKey, reply.unreadable_events);
+  if (!reply.rejected_figures.empty())
+    details.insert(kStatsRejectedFiguresKey, QString::fromStdString(reply.rejected_figures));
   return details;
 }
 
@@ -46,7 +50,8 @@ void RemoteWorker::runTurn(const TurnRequest& request, const RemoteEndpoint& end
     const RemoteReply reply =
         stream_remote_chat(endpoint, request.messages, request.generation, request.stop.get(), on_chunk);
     if (!batch.isEmpty()) Q_EMIT textReady(turn_id, batch);
-    Q_EMIT replyDetails(turn_id, QString::fromStdString(endpoint.base_url), QString::fromStdString(reply.model),
+    Q_EMIT replyDetails(turn_id, QString::fromStdString(displayed_base_url(endpoint.base_url)),
+                        QString::fromStdString(reply.model),
                         stats_details(reply));
     if (!reply.interruption.empty())
       Q_EMIT interrupted(turn_id, QString::fromStdString(reply.interruption), reply.stats);

@@ -31,6 +31,16 @@ QString read_api_key(const QString& path) {
     spdlog::warn("API key file {}: cannot be read ({})", path.toStdString(), file.errorString().toStdString());
     return {};
   }
+  // A key file others may read (an older version's, a copy, a umask) is made owner-only as soon as it is seen.
+  struct stat status {};
+  if (::fstat(file.handle(), &status) == 0 && (status.st_mode & 077) != 0) {
+    if (::fchmod(file.handle(), 0600) == 0)
+      spdlog::warn("API key file {}: was readable by others (mode {:o}); made readable by its owner only",
+                   path.toStdString(), status.st_mode & 0777);
+    else
+      spdlog::error("API key file {}: is readable by others (mode {:o}) and cannot be changed", path.toStdString(),
+                    status.st_mode & 0777);
+  }
   return QString::fromUtf8(file.readAll()).trimmed();
 }
 
@@ -176,6 +186,10 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.backend = backend == QLatin1String("remote") ? BackendKind::Remote : BackendKind::Local;
   loaded.remote_base_url = settings.value(QStringLiteral("remote_base_url")).toString();
   loaded.remote_model = settings.value(QStringLiteral("remote_model")).toString();
+  loaded.remote_idle_timeout_s = read_clamped(settings, "remote_idle_timeout_s", defaults.remote_idle_timeout_s, 1,
+                                              ChatSettings::kMaxRemoteTimeout);
+  loaded.remote_reply_timeout_s = read_clamped(settings, "remote_reply_timeout_s", defaults.remote_reply_timeout_s, 1,
+                                               ChatSettings::kMaxRemoteTimeout);
   settings.endGroup();
   loaded.remote_api_key = read_api_key(api_key_path(settings));
   return loaded;
@@ -206,6 +220,8 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("backend"), QString::fromLatin1(to_string(backend)));
   settings.setValue(QStringLiteral("remote_base_url"), remote_base_url);
   settings.setValue(QStringLiteral("remote_model"), remote_model);
+  settings.setValue(QStringLiteral("remote_idle_timeout_s"), remote_idle_timeout_s);
+  settings.setValue(QStringLiteral("remote_reply_timeout_s"), remote_reply_timeout_s);
   settings.endGroup();
   write_api_key(api_key_path(settings), remote_api_key);
   settings.sync();

@@ -42,6 +42,13 @@ struct ChatSettings {
   BackendKind backend = BackendKind::Local;
   QString remote_base_url;  // e.g. http://localhost:8000/v1
   QString remote_model;     // empty = the first model the server lists
+  // A remote reply ends as failed (its text kept) after this long without a byte from the server, or this
+  // long in all (RemoteEndpoint's idle_timeout_s and total_timeout_s).
+  int remote_idle_timeout_s = kDefaultRemoteIdleTimeout;
+  int remote_reply_timeout_s = kDefaultRemoteReplyTimeout;
+  static constexpr int kDefaultRemoteIdleTimeout = 300;
+  static constexpr int kDefaultRemoteReplyTimeout = 3600;
+  static constexpr int kMaxRemoteTimeout = 7 * 24 * 3600;
   // Kept out of the settings file and of every reply's saved settings: save() writes it to
   // api_key_path() (permissions 0600), load() reads it from there.
   QString remote_api_key;

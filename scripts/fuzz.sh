@@ -2,7 +2,7 @@
 # make fuzz: builds the libFuzzer targets of tests/fuzz/ with clang (ASan + UBSan) into build-fuzz/, writes
 # their seed corpora from the reference fixtures, and runs each target for FUZZ_SECONDS seconds.
 #   FUZZ_SECONDS   seconds per target (default 60)
-#   FUZZ_TARGETS   which targets (default: all five)
+#   FUZZ_TARGETS   which targets (default: all six)
 #   FUZZ_BUILD_DIR build folder (default build-fuzz)
 #   FUZZ_PARALLEL  targets run at a time (default: JOBS, else the number of cores)
 #   FUZZ_ARGS      more libFuzzer options (e.g. "-jobs=2 -workers=2")
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"safetensors model_config tokenizer chat_template gguf"}
+targets=${FUZZ_TARGETS:-"safetensors model_config tokenizer chat_template gguf remote_stream"}
 shared_dir=${KVCHAT_SHARED_DIR:-$(cd .. && pwd)/shared}
 
 if [ ! -f "$build_dir/build.ninja" ]; then

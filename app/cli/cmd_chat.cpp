@@ -19,6 +19,7 @@
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "app/cli/store_access.h"
+#include "app/cli/terminal_output.h"
 #include "app/conversation_store.h"
 #include "app/reply_committer.h"
 #include "app/snapshot_key.h"
@@ -52,7 +53,10 @@ const char* kUsage =
     "--backend http://localhost:8000/v1 (vLLM), http://localhost:8080/v1 (llama-server),\n"
     "http://localhost:11434/v1 (Ollama). --api-key KEY (default: $KVCHAT_API_KEY), --remote-model NAME\n"
     "(default: the first model of the server's /v1/models). The server keeps its own cache; --kv-cache,\n"
-    "--context-limit, --overflow, --threads and the snapshot options are the local engine's.";
+    "--context-limit, --overflow, --threads and the snapshot options are the local engine's.\n"
+    "A remote reply ends as failed, its text kept, after --idle-timeout S seconds without a byte from the\n"
+    "server (default 300) or --reply-timeout S seconds in all (default 3600); Ctrl-C stops it (kept too).\n"
+    "Where standard output is a terminal, control characters of a reply are shown as \\xNN escapes.";
 
 struct ChatContext {
   app::ConversationStore* store = nullptr;
@@ -86,11 +90,13 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   std::string reply_text;
   // Printed text reaches the database within kReplyCommitBound, however slow the next token is.
   app::ReplyCommitter committer(chat.store->path(), reply_id);
+  TerminalText shown(is_terminal(stdout));
   auto on_progress = [&](const app::ReplyProgress& progress) {
     if (progress.chunk.empty()) return;
     reply_text.append(progress.chunk);
     committer.update(reply_text);
-    std::fwrite(progress.chunk.data(), 1, progress.chunk.size(), stdout);
+    const std::string printable = shown.feed(progress.chunk);
+    std::fwrite(printable.data(), 1, printable.size(), stdout);
     std::fflush(stdout);
   };
   const app::ChatTurnRunner runner(*chat.model);
@@ -99,7 +105,7 @@ bool run_turn(ChatContext& chat, const std::string& text) {
     app::TurnOutcome outcome = runner.run(session, chat.transcript, messages, chat.options, nullptr, on_progress);
     committer.stop();
     chat.pool->save_snapshot(chat.conversation_id, chat.transcript.serialize());
-    std::fputc('\n', stdout);
+    std::fputs((shown.finish() + "\n").c_str(), stdout);
     std::fflush(stdout);
     chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats),
                                outcome.reply_ids, outcome.reply_vocabulary);
@@ -192,10 +198,19 @@ int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
   QCoreApplication::setApplicationName("kvchat");
   const QString database_path = parser.value("db") ? QString::fromStdString(*parser.value("db"))
                                                     : app::ConversationStore::default_database_path();
+  const int idle_timeout = parser.int_or("idle-timeout", app::RemoteEndpoint::kDefaultIdleTimeoutSeconds);
+  const int reply_timeout = parser.int_or("reply-timeout", app::RemoteEndpoint::kDefaultTotalTimeoutSeconds);
+  for (const auto& [option, seconds] :
+       {std::pair{"idle-timeout", idle_timeout}, std::pair{"reply-timeout", reply_timeout}})
+    if (seconds < 1 || seconds > app::ChatSettings::kMaxRemoteTimeout)
+      throw UsageError(std::string("--") + option + " must be from 1 to " +
+                       std::to_string(app::ChatSettings::kMaxRemoteTimeout) + " seconds");
   app::ConversationStore store(database_path);
   // Asked before anything is stored: a server that is down or refuses the key leaves the database as it was.
-  const app::RemoteEndpoint endpoint =
+  app::RemoteEndpoint endpoint =
       remote_endpoint_from_options(base_url, parser.value_or("api-key", ""), parser.value_or("remote-model", ""));
+  endpoint.idle_timeout_s = idle_timeout;
+  endpoint.total_timeout_s = reply_timeout;
   const qint64 conversation_id = open_conversation(parser, store, database_path);
   std::fprintf(stderr, "conversation: %lld\n", static_cast<long long>(conversation_id));
   return chat_turns(parser, [&](const std::string& text) {
@@ -206,14 +221,14 @@ int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
 int run_chat(const std::vector<std::string>& args) {
   ArgParser parser({"model", "db", "conversation", "message", "kv-cache", "max-new-tokens", "temperature", "seed",
                     "context-limit", "overflow", "threads", "system", "cache-dir", "kv-snapshots", "snapshot-budget-mib",
-                    "backend", "api-key", "remote-model"},
+                    "backend", "api-key", "remote-model", "idle-timeout", "reply-timeout"},
                    {});
   parser.parse(args);
   // Checked before anything is created: an empty message must not leave an empty conversation behind.
   if (auto message = parser.value("message"); message && message->find_first_not_of(" \t\r\n") == std::string::npos)
     throw UsageError("--message is empty");
   if (auto backend = parser.value("backend")) return run_remote_chat(parser, *backend);
-  for (const char* remote_only : {"api-key", "remote-model"})
+  for (const char* remote_only : {"api-key", "remote-model", "idle-timeout", "reply-timeout"})
     if (parser.value(remote_only)) throw UsageError(std::string("--") + remote_only + " needs --backend URL");
   const std::string model_directory = parser.required("model");
 

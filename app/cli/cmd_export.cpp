@@ -9,6 +9,7 @@
 
 #include "app/cli/cli_command.h"
 #include "app/cli/store_access.h"
+#include "app/cli/terminal_output.h"
 #include "app/exporter.h"
 
 namespace kvchat::cli {
@@ -33,15 +34,30 @@ int run_export(const std::vector<std::string>& args) {
   if (!conversation)
     throw std::runtime_error("no conversation " + std::to_string(conversation_id) + " in " +
                              store->path().toStdString());
-  const QString contents = app::export_conversation(*conversation, store->messages(conversation_id), format);
+  const QList<app::MessageRecord> messages = store->messages(conversation_id);
+  const QString contents = app::export_conversation(*conversation, messages, format);
 
   if (const auto out = parser.value("out")) {
     app::write_text_file(QString::fromStdString(*out), contents);
   } else {
     const QByteArray bytes = contents.toUtf8();
-    std::fwrite(bytes.constData(), 1, static_cast<size_t>(bytes.size()), stdout);
+    // A title or a message may hold escape sequences: a terminal is shown them, not made to act on them.
+    write_for_terminal(stdout, std::string_view(bytes.constData(), static_cast<size_t>(bytes.size())));
     if (std::fflush(stdout) != 0 || std::ferror(stdout))
       throw std::runtime_error(std::string("cannot write to stdout: ") + std::strerror(errno));
+  }
+  // What a damaged file still gave is written (it may be all that can be saved of the chat), but never as
+  // if it were the whole conversation.
+  if (!store->damage().isEmpty()) {
+    const QString missing = store->missing_messages(conversation_id);
+    std::fprintf(stderr,
+                 "kvchat-cli export: error: conversation store %s is damaged (%s). Conversation %lld: %s; the export "
+                 "holds the %lld message(s) that could be read\n",
+                 store->path().toUtf8().constData(), store->damage().toUtf8().constData(), conversation_id,
+                 missing.isEmpty() ? "no message is known to be missing, but others may be"
+                                   : missing.toUtf8().constData(),
+                 static_cast<long long>(messages.size()));
+    return 1;
   }
   return 0;
 }
@@ -51,7 +67,9 @@ const CliRegistration kRegistration{CliCommand{
     "export a conversation as Markdown, JSON or text",
     "usage: kvchat-cli export --db PATH --conversation ID [--format md|json|txt] [--out FILE]\n\n"
     "Writes the conversation (every message in order with its role, replies with their stats) to FILE,\n"
-    "atomically, or to stdout without --out. The format defaults to md.",
+    "atomically, or to stdout without --out (control characters escaped as \\xNN where stdout is a terminal).\n"
+    "The format defaults to md. A damaged database: what could be read is written, what is missing is said\n"
+    "on stderr, and the exit status is 1.",
     run_export,
 }};
 

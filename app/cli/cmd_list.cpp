@@ -36,7 +36,8 @@ int run_list(const std::vector<std::string>& args) {
   ArgParser parser({"db"}, {});
   parser.parse(args);
   auto store = open_existing_store(parser.required("db"));
-  for (const app::ConversationRecord& conversation : store->conversations()) {
+  const QList<app::ConversationRecord> conversations = store->conversations();
+  for (const app::ConversationRecord& conversation : conversations) {
     const QString title = printable_title(conversation.title);
     const QByteArray line = QStringLiteral("%1\t%2\t%3\t%4\n")
                                 .arg(conversation.id)
@@ -47,6 +48,17 @@ int run_list(const std::vector<std::string>& args) {
     std::fwrite(line.constData(), 1, static_cast<size_t>(line.size()), stdout);
   }
   std::fflush(stdout);
+  // A damaged file lists what it can; the counts and the conversations may be wrong, and each one known to
+  // miss messages is named.
+  if (!store->damage().isEmpty()) {
+    std::fprintf(stderr, "kvchat-cli list: error: conversation store %s is damaged (%s); this list may be incomplete\n",
+                 store->path().toUtf8().constData(), store->damage().toUtf8().constData());
+    for (const app::ConversationRecord& conversation : conversations)
+      if (const QString missing = store->missing_messages(conversation.id); !missing.isEmpty())
+        std::fprintf(stderr, "kvchat-cli list: conversation %lld: %s\n", static_cast<long long>(conversation.id),
+                     missing.toUtf8().constData());
+    return 1;
+  }
   return 0;
 }
 
@@ -55,7 +67,8 @@ const CliRegistration kRegistration{CliCommand{
     "list the conversations of a database",
     "usage: kvchat-cli list --db PATH\n\n"
     "Prints one conversation per line, most recently updated first, tab-separated:\n"
-    "id, updated time (UTC, ISO 8601), message count, title.",
+    "id, updated time (UTC, ISO 8601), message count, title. A damaged database: what could be read is\n"
+    "listed, the damage and the conversations known to miss messages are named on stderr, exit status 1.",
     run_list,
 }};
 

@@ -10,6 +10,8 @@
 #include "app/exporter.h"
 #include "app/stats_json.h"
 #include "common/cli_runner.h"
+#include "common/damaged_database.h"
+#include "common/terminal_cli_runner.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_cli_data {
@@ -44,6 +46,8 @@ class CliDataTest : public QObject {
   void unknown_conversation_fails_clearly();
   void missing_database_is_reported_not_created();
   void bad_format_is_a_usage_error();
+  void export_to_a_terminal_escapes_control_characters();
+  void damaged_database_is_exported_with_what_is_missing();
 
  private:
   QTemporaryDir dir_;
@@ -205,6 +209,83 @@ void CliDataTest::bad_format_is_a_usage_error() {
   const CliResult no_id = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_});
   QCOMPARE(no_id.exit_code, 2);
   QVERIFY2(no_id.err.find("--conversation") != std::string::npos, no_id.err.c_str());
+}
+
+// A title or a message holding escape sequences (a window title, a clipboard write, a cleared screen) reaches a
+// terminal as visible text; a pipe or a file still gets the exact text.
+void CliDataTest::export_to_a_terminal_escapes_control_characters() {
+  const QString db = dir_.filePath(QStringLiteral("escapes.sqlite3"));
+  qint64 id = 0;
+  {
+    ConversationStore store(db);
+    id = store.create_conversation(QStringLiteral("Title\x1b]0;owned\x07\x1b[2J \u009b6n done"));
+    store.add_message(message(id, QStringLiteral("user"), QStringLiteral("copy \x1b]52;c;aGk=\x07\ttab\r\nnext")));
+  }
+  const QStringList arguments = {QStringLiteral("export"), QStringLiteral("--db"), db, QStringLiteral("--conversation"),
+                                 QString::number(id), QStringLiteral("--format"), QStringLiteral("txt")};
+  const CliResult shown = kvchat::test::run_cli_on_terminal(arguments);
+  QVERIFY2(shown.exit_code == 0, shown.err.c_str());
+  QVERIFY2(shown.out.rfind("Title\\x1b]0;owned\\x07\\x1b[2J \\x9b6n done\n", 0) == 0, shown.out.c_str());
+  QVERIFY2(shown.out.find("\nUser:\ncopy \\x1b]52;c;aGk=\\x07\ttab\\x0d\nnext\n") != std::string::npos,
+           shown.out.c_str());
+  QVERIFY(shown.out.find('\x1b') == std::string::npos);
+  QVERIFY(shown.out.find('\x07') == std::string::npos);
+  QVERIFY(shown.out.find("\xC2\x9B") == std::string::npos);  // U+009B (CSI) in UTF-8
+
+  const CliResult piped = run_cli(arguments);
+  QVERIFY2(piped.exit_code == 0, piped.err.c_str());
+  ConversationStore store(db, kvchat::app::StoreOpenMode::ReadOnly);
+  QCOMPARE(QString::fromStdString(piped.out),
+           kvchat::app::export_conversation(*store.conversation(id), store.messages(id), ExportFormat::Text));
+  QVERIFY(piped.out.find("\x1b]52;c;aGk=\x07") != std::string::npos);
+}
+
+// A damaged file: what can be read is exported and listed, the damage and what is missing are named on
+// stderr, and the exit status says it is not the whole conversation.
+void CliDataTest::damaged_database_is_exported_with_what_is_missing() {
+  const QString db = dir_.filePath(QStringLiteral("damaged.sqlite3"));
+  QString why;
+  QVERIFY2(kvchat::test::write_damaged_database(db, kvchat::test::Damage::LostTableRow, &why), qPrintable(why));
+  const CliResult exported = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db,
+                                      QStringLiteral("--conversation"), QStringLiteral("2"), QStringLiteral("--format"),
+                                      QStringLiteral("json")});
+  QCOMPARE(exported.exit_code, 1);
+  const std::string damaged = "kvchat-cli export: error: conversation store " + db.toStdString() + " is damaged (";
+  QVERIFY2(exported.err.find(damaged) != std::string::npos, exported.err.c_str());
+  QVERIFY2(exported.err.find("). Conversation 2: message 7 cannot be read (1 of the 4 the index lists); the export "
+                             "holds the 3 message(s) that could be read\n") != std::string::npos,
+           exported.err.c_str());
+  const QJsonArray items = QJsonDocument::fromJson(QByteArray::fromStdString(exported.out))
+                               .object()
+                               .value(QStringLiteral("messages"))
+                               .toArray();
+  QCOMPARE(items.size(), 3);
+  QCOMPARE(items[0].toObject()[QStringLiteral("text")].toString(), kvchat::test::damaged_database_text(5));
+  QCOMPARE(items[2].toObject()[QStringLiteral("text")].toString(), kvchat::test::damaged_database_text(8));
+
+  // Through a damaged index: every message is still read from the table; the file is still damaged.
+  const QString index_db = dir_.filePath(QStringLiteral("damaged-index.sqlite3"));
+  QVERIFY2(kvchat::test::write_damaged_database(index_db, kvchat::test::Damage::LostIndexEntry, &why), qPrintable(why));
+  const CliResult whole = run_cli({QStringLiteral("export"), QStringLiteral("--db"), index_db,
+                                   QStringLiteral("--conversation"), QStringLiteral("2"), QStringLiteral("--format"),
+                                   QStringLiteral("txt")});
+  QCOMPARE(whole.exit_code, 1);
+  QVERIFY2(whole.err.find("Conversation 2: message 8 is missing from the index (its row was read); the export holds "
+                          "the 4 message(s) that could be read") != std::string::npos,
+           whole.err.c_str());
+  for (qint64 id = 5; id <= 8; ++id)
+    QVERIFY(whole.out.find(kvchat::test::damaged_database_text(id).toStdString()) != std::string::npos);
+
+  // list: what it can, then the damage and the conversation known to miss messages.
+  const CliResult listed = run_cli({QStringLiteral("list"), QStringLiteral("--db"), index_db});
+  QCOMPARE(listed.exit_code, 1);
+  QVERIFY2(listed.out.find("\t3\tDamaged\n") != std::string::npos, listed.out.c_str());
+  QVERIFY2(listed.err.find("kvchat-cli list: error: conversation store " + index_db.toStdString() + " is damaged (") !=
+               std::string::npos,
+           listed.err.c_str());
+  QVERIFY2(listed.err.find("); this list may be incomplete\nkvchat-cli list: conversation 2: message 8 is missing from "
+                           "the index (its row was read)\n") != std::string::npos,
+           listed.err.c_str());
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliDataTest)

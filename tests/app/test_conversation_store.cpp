@@ -11,6 +11,7 @@
 #include "app/conversation_store.h"
 #include "app/settings.h"
 #include "app/stats_json.h"
+#include "common/damaged_database.h"
 #include "common/raw_sqlite.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -75,6 +76,9 @@ class ConversationStoreTest : public QObject {
   void newer_schema_is_refused();
   void reply_token_ids_are_kept_with_their_text();
   void version_two_file_gains_the_token_columns();
+  void refused_newer_schema_is_left_untouched();
+  void damaged_file_is_refused_for_writing();
+  void damaged_file_is_read_with_what_is_missing();
 };
 
 void ConversationStoreTest::round_trip_after_reopen() {
@@ -449,6 +453,85 @@ void ConversationStoreTest::version_two_file_gains_the_token_columns() {
   QVERIFY(store.message(id)->token_ids.empty());
   store.finish_message(id, "old reply", QJsonObject(), {3, 4}, 9);
   QCOMPARE(store.message(id)->token_ids, (std::vector<kvchat::TokenId>{3, 4}));
+}
+
+// A file refused for its schema is refused before anything is written to it: its journal mode included.
+void ConversationStoreTest::refused_newer_schema_is_left_untouched() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("future-delete-mode.sqlite3"));
+  { ConversationStore store(path); }
+  QCOMPARE(raw_query(path, QStringLiteral("PRAGMA journal_mode=DELETE")), QStringLiteral("delete"));
+  raw_query(path, QStringLiteral("UPDATE schema_version SET version = 99"));
+  QFile file(path);
+  QVERIFY(file.open(QIODevice::ReadOnly));
+  const QByteArray before = file.readAll();
+  file.close();
+  for (const StoreOpenMode mode : {StoreOpenMode::CreateIfMissing, StoreOpenMode::ReadOnly}) {
+    const QString message = store_error_of([&] { ConversationStore store(path, mode); });
+    QCOMPARE(message, QStringLiteral("conversation store %1: schema version 99 is newer than this program's %2")
+                          .arg(path)
+                          .arg(ConversationStore::kSchemaVersion));
+  }
+  QVERIFY(file.open(QIODevice::ReadOnly));
+  QCOMPARE(file.readAll(), before);
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) QVERIFY2(!QFile::exists(path + suffix), suffix);
+  QCOMPARE(raw_query(path, QStringLiteral("PRAGMA journal_mode")), QStringLiteral("delete"));
+}
+
+// Damaged pages let SQLite return part of a conversation without an error: a writer refuses the file,
+// naming it and the damage, and writes nothing.
+void ConversationStoreTest::damaged_file_is_refused_for_writing() {
+  QTemporaryDir dir;
+  for (const auto damage : {kvchat::test::Damage::LostTableRow, kvchat::test::Damage::LostIndexEntry}) {
+    const QString path = dir.filePath(QStringLiteral("damaged-%1.sqlite3").arg(static_cast<int>(damage)));
+    QString why;
+    QVERIFY2(kvchat::test::write_damaged_database(path, damage, &why), qPrintable(why));
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QByteArray before = file.readAll();
+    file.close();
+    const QString message = store_error_of([&] { ConversationStore store(path); });
+    QVERIFY2(message.startsWith(QStringLiteral("conversation store %1: the file is damaged (").arg(path)),
+             qPrintable(message));
+    QVERIFY2(message.contains(QStringLiteral("); nothing was written to it. Keep a copy of it")), qPrintable(message));
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    QCOMPARE(file.readAll(), before);
+    QVERIFY(!QFile::exists(path + QStringLiteral("-wal")));
+  }
+}
+
+// A reader opens a damaged file (what is intact can still be saved), says it is damaged, reads the messages
+// from the table rather than from a damaged index, and names the ones it cannot read.
+void ConversationStoreTest::damaged_file_is_read_with_what_is_missing() {
+  QTemporaryDir dir;
+  using kvchat::test::damaged_database_text;
+  const QString lost_row = dir.filePath(QStringLiteral("lost-row.sqlite3"));
+  QString why;
+  QVERIFY2(kvchat::test::write_damaged_database(lost_row, kvchat::test::Damage::LostTableRow, &why), qPrintable(why));
+  {
+    ConversationStore store(lost_row, StoreOpenMode::ReadOnly);
+    QVERIFY(!store.damage().isEmpty());
+    QCOMPARE(store.missing_messages(1), QString());
+    QCOMPARE(ids_of(store.messages(1)), (QList<qint64>{1, 2, 3, 4}));
+    QCOMPARE(store.missing_messages(2), QStringLiteral("message 7 cannot be read (1 of the 4 the index lists)"));
+    const QList<MessageRecord> read = store.messages(2);
+    QCOMPARE(ids_of(read), (QList<qint64>{5, 6, 8}));
+    QCOMPARE(read[2].text, damaged_database_text(8));
+  }
+  const QString lost_entry = dir.filePath(QStringLiteral("lost-entry.sqlite3"));
+  QVERIFY2(kvchat::test::write_damaged_database(lost_entry, kvchat::test::Damage::LostIndexEntry, &why),
+           qPrintable(why));
+  ConversationStore store(lost_entry, StoreOpenMode::ReadOnly);
+  QVERIFY(!store.damage().isEmpty());
+  QCOMPARE(ids_of(store.messages(2)), (QList<qint64>{5, 6, 7, 8}));
+  QCOMPARE(store.missing_messages(2), QStringLiteral("message 8 is missing from the index (its row was read)"));
+
+  // A sound file: nothing to say.
+  const QString sound = dir.filePath(QStringLiteral("sound.sqlite3"));
+  { ConversationStore created(sound); }
+  ConversationStore reader(sound, StoreOpenMode::ReadOnly);
+  QCOMPARE(reader.damage(), QString());
+  QCOMPARE(reader.missing_messages(1), QString());
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ConversationStoreTest)

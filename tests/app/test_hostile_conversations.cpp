@@ -1,7 +1,7 @@
 // Hostile conversations and databases, end to end through kvchat-cli under the limits of
 // common/hostile_case.h: a message far over the context, another program's SQLite file, a database in
-// DELETE journal mode, NUL and control characters, an empty message. Model folders, templates, GGUF
-// files and arguments: test_hostile_inputs.cpp.
+// DELETE journal mode, NUL and control characters, an empty message, a damaged database, one of a newer
+// schema. Model folders, templates, GGUF files, arguments and remote servers: test_hostile_inputs.cpp.
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -9,6 +9,7 @@
 
 #include "app/conversation_store.h"
 #include "common/chat_fixture.h"
+#include "common/damaged_database.h"
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
 #include "common/raw_sqlite.h"
@@ -49,6 +50,8 @@ class HostileConversationsTest : public QObject {
   void reading_leaves_a_delete_mode_database_unchanged();
   void nul_and_control_characters();
   void empty_message_creates_no_conversation();
+  void damaged_database_is_not_chatted_on();
+  void newer_schema_is_left_byte_for_byte();
 
  private:
   QStringList chat(const QString& db, const QStringList& more) const {
@@ -139,6 +142,49 @@ void HostileConversationsTest::empty_message_creates_no_conversation() {
   const QString db = dir_.filePath("empty.sqlite3");
   KVCHAT_EXPECT_FAILURE(run_case("empty --message", chat(db, {"--message", ""})), 2, QStringList{"--message is empty"});
   QVERIFY(!QFile::exists(db) || ConversationStore(db, StoreOpenMode::ReadOnly).conversations().isEmpty());
+}
+
+// Pages damaged so that SQLite returns 3 of a conversation's 4 messages without an error: chat refuses the
+// file (it would run on part of the history and write into the damage), export says what is missing.
+void HostileConversationsTest::damaged_database_is_not_chatted_on() {
+  for (const auto damage : {kvchat::test::Damage::LostIndexEntry, kvchat::test::Damage::LostTableRow}) {
+    const QString db = dir_.filePath(QStringLiteral("damaged-%1.sqlite3").arg(static_cast<int>(damage)));
+    QString why;
+    QVERIFY2(kvchat::test::write_damaged_database(db, damage, &why), qPrintable(why));
+    const QByteArray before = file_bytes(db);
+    const LimitedCliResult chatted =
+        run_case("chat on a damaged database", chat(db, {"--conversation", "2", "--message", "Once upon"}));
+    const QString refused = QStringLiteral("conversation store %1: the file is damaged (").arg(db);
+    KVCHAT_EXPECT_FAILURE(chatted, 1, QStringList{refused, "); nothing was written to it"});
+    QCOMPARE(file_bytes(db), before);
+    QVERIFY(!has_side_files(db));
+    const QString missing =
+        damage == kvchat::test::Damage::LostTableRow
+            ? QStringLiteral("Conversation 2: message 7 cannot be read (1 of the 4 the index lists)")
+            : QStringLiteral("Conversation 2: message 8 is missing from the index (its row was read)");
+    KVCHAT_EXPECT_FAILURE(run_case("export of a damaged database", {"export", "--db", db, "--conversation", "2"}), 1,
+                          QStringList{missing});
+    QCOMPARE(file_bytes(db), before);
+  }
+}
+
+// A database of a newer schema is refused by chat and by list, and left exactly as it was: in DELETE mode
+// still, with no journal beside it.
+void HostileConversationsTest::newer_schema_is_left_byte_for_byte() {
+  const QString db = dir_.filePath("future.sqlite3");
+  KVCHAT_EXPECT_SUCCESS(run_case("chat to create", chat(db, {"--message", "Once upon"})));
+  QCOMPARE(raw_query(db, QStringLiteral("PRAGMA journal_mode=DELETE")), QStringLiteral("delete"));
+  raw_query(db, QStringLiteral("INSERT INTO schema_version (version) VALUES (99)"));
+  QVERIFY(!has_side_files(db));
+  const QByteArray before = file_bytes(db);
+  const QString refused =
+      QStringLiteral("conversation store %1: schema version 99 is newer than this program's").arg(db);
+  KVCHAT_EXPECT_FAILURE(run_case("chat on a newer schema", chat(db, {"--conversation", "1", "--message", "hi"})), 1,
+                        QStringList{refused});
+  KVCHAT_EXPECT_FAILURE(run_case("list on a newer schema", {"list", "--db", db}), 1, QStringList{refused});
+  QCOMPARE(file_bytes(db), before);
+  QVERIFY(!has_side_files(db));
+  QCOMPARE(raw_query(db, QStringLiteral("PRAGMA journal_mode")), QStringLiteral("delete"));
 }
 
 KVCHAT_TEST_GUILESS_MAIN(HostileConversationsTest)

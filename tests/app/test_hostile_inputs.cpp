@@ -1,4 +1,4 @@
-// Hostile model folders, chat templates, GGUF files and arguments, end to end through kvchat-cli: each
+// Hostile model folders, chat templates, GGUF files, arguments and remote servers, end to end through kvchat-cli: each
 // case runs the real program under 2 GiB of address space and a CPU limit (common/hostile_case.h) and
 // must end with its specific error and a normal exit, or, where the input is legitimate, work, within
 // 2 s of CPU. Conversations and databases: test_hostile_conversations.cpp.
@@ -13,6 +13,7 @@
 
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
+#include "common/scripted_server.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_hostile_inputs {
@@ -23,10 +24,13 @@ using kvchat::test::run_case;
 
 // Changes one file of a copy of stories260K.
 using ModelEdit = std::function<void(const std::string& model)>;
+// What a hostile OpenAI-compatible server answers.
+using ServerScript = std::function<void(kvchat::test::ScriptedConnection&)>;
 
 }  // namespace app_test_hostile_inputs
 
 Q_DECLARE_METATYPE(app_test_hostile_inputs::ModelEdit)
+Q_DECLARE_METATYPE(app_test_hostile_inputs::ServerScript)
 
 namespace app_test_hostile_inputs {
 
@@ -124,6 +128,8 @@ class HostileInputsTest : public QObject {
   void arguments();
   void random_weights_of_a_billion_layers();
   void gguf_files();
+  void remote_servers_data();
+  void remote_servers();
 
  private:
   QString model_copy(const QString& name) const;
@@ -353,6 +359,82 @@ void HostileInputsTest::gguf_files() {
     KVCHAT_EXPECT_FAILURE(result, 1, QStringList{c.as_model});
     result = run_case("tokenize " + name, {"tokenize", "--tokenizer", c.path, "--text", "hi"});
     KVCHAT_EXPECT_FAILURE(result, 1, QStringList{c.as_tokenizer});
+  }
+}
+
+// kvchat-cli chat --backend against servers that answer with JSON nested 100,000 deep, never stop, never
+// end a line, send a gzip bomb or impossible figures: each turn ends with its reason (or, for the figures,
+// works without them), within the CPU and memory limits.
+void HostileInputsTest::remote_servers_data() {
+  using kvchat::test::ScriptedConnection;
+  QTest::addColumn<ServerScript>("script");
+  QTest::addColumn<bool>("name_the_model");  // false: the model is asked of /models
+  QTest::addColumn<int>("exit_code");
+  QTest::addColumn<QStringList>("fragments");
+  const std::string deep = repeated("[", 100000) + repeated("]", 100000);
+  const std::string keep_alives = ": keep-alive\n" + repeated("\n", 4096);
+  QTest::newRow("event nested 100,000 deep")
+      << ServerScript([deep](ScriptedConnection& c) {
+           if (c.send_head("200 OK")) c.send(R"(data: {"error":{"code":1},"detail":)" + deep + "}\n\n");
+         })
+      << true << 1 << QStringList{"sent no text: the server sent an event of JSON nested more than 64 levels deep"};
+  QTest::newRow("/models nested 100,000 deep")
+      << ServerScript([deep](ScriptedConnection& c) {
+           if (c.send_head("200 OK", "Content-Type: application/json\r\n")) c.send(R"({"detail":)" + deep + "}");
+         })
+      << false << 1 << QStringList{"answered /models with JSON nested more than 64 levels deep"};
+  QTest::newRow("endless reply")
+      << ServerScript([](ScriptedConnection& c) {
+           if (!c.send_head("200 OK")) return;
+           while (c.send(kvchat::test::content_event(repeated("x", 1000)))) {
+           }
+         })
+      << true << 1 << QStringList{"the reply passed 65 KiB of text, more than the requested tokens can make"};
+  QTest::newRow("endless keep-alives")
+      << ServerScript([keep_alives](ScriptedConnection& c) {
+           if (!c.send_head("200 OK")) return;
+           while (c.send(keep_alives)) {
+           }
+         })
+      << true << 1 << QStringList{"the server sent more than 4112 KiB for one reply of at most 65 KiB of text"};
+  QTest::newRow("line without end")
+      << ServerScript([](ScriptedConnection& c) {
+           if (!c.send_head("200 OK") || !c.send("data: {\"choices\":[{\"delta\":{\"content\":\"")) return;
+           while (c.send(repeated("x", 65536))) {
+           }
+         })
+      << true << 1 << QStringList{"the server sent more than 1 MiB without a line break"};
+  QTest::newRow("gzip bomb")
+      << ServerScript([keep_alives](ScriptedConnection& c) { kvchat::test::send_gzip_bomb(c, keep_alives); })
+      << true << 1 << QStringList{"the server sent more than 4112 KiB for one reply of at most 65 KiB of text"};
+  QTest::newRow("usage 1e300")
+      << ServerScript([](ScriptedConnection& c) {
+           if (c.send_head("200 OK"))
+             c.send(kvchat::test::content_event("Hi") +
+                    R"(data: {"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":1e300}})"
+                    "\n\ndata: [DONE]\n\n");
+         })
+      << true << 0
+      << QStringList{"the server's figures are not used: usage.prompt_tokens is 1e+300, not a token count"};
+}
+
+void HostileInputsTest::remote_servers() {
+  QFETCH(ServerScript, script);
+  QFETCH(bool, name_the_model);
+  QFETCH(int, exit_code);
+  QFETCH(QStringList, fragments);
+  kvchat::test::ScriptedServer server;
+  QVERIFY(server.start(script));
+  QStringList arguments = {"chat", "--backend", server.base_url(), "--db", dir_.filePath("remote.sqlite3"),
+                           "--message", "Hi", "--max-new-tokens", "4"};
+  if (name_the_model) arguments << "--remote-model" << "m";
+  const LimitedCliResult result = run_case(QTest::currentDataTag(), arguments);
+  if (exit_code == 0) {
+    KVCHAT_EXPECT_SUCCESS(result);
+    for (const QString& fragment : fragments)
+      QVERIFY2(result.err.find(fragment.toStdString()) != std::string::npos, result.err.c_str());
+  } else {
+    KVCHAT_EXPECT_FAILURE(result, exit_code, fragments);
   }
 }
 

@@ -20,6 +20,7 @@
 #include "common/chat_fixture.h"
 #include "common/cutting_proxy.h"
 #include "common/raw_sqlite.h"
+#include "common/scripted_server.h"
 #include "common/server_process.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -52,6 +53,20 @@ ChatSettings remote_settings(const ServerProcess& server, int max_new_tokens = 4
 }
 
 MessageRecord last_message(ChatController* controller) { return controller->currentMessages().last(); }
+
+// The window's settings for a scripted server (its model named, so that only the chat request is made).
+ChatSettings scripted_settings(const kvchat::test::ScriptedServer& server) {
+  ChatSettings settings = kvchat::test::greedy_chat_settings(4);
+  settings.backend = BackendKind::Remote;
+  settings.remote_base_url = server.base_url();
+  settings.remote_model = QStringLiteral("m");
+  return settings;
+}
+
+QByteArray file_bytes(const QString& path) {
+  QFile file(path);
+  return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+}
 
 }  // namespace
 
@@ -341,6 +356,127 @@ class TestRemoteBackend : public QObject {
     QVERIFY(!database.readAll().contains(kApiKey));
     QSettings reread(fixture.path("kvchat.ini"), QSettings::IniFormat);
     QCOMPARE(ChatSettings::load(reread).remote_api_key, QString::fromLatin1(kApiKey));
+  }
+
+  // One event nested 100,000 deep used to end the whole window (a stack overflow where it was printed): the
+  // turn fails with the reason, its text so far kept in a finished row, and the window goes on.
+  void deeply_nested_event_fails_the_turn_not_the_app() {
+    kvchat::test::ScriptedServer server;
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    QVERIFY(server.start([&](kvchat::test::ScriptedConnection& connection) {
+      if (connection.send_head("200 OK"))
+        connection.send(kvchat::test::content_event("Hello") + R"(data: {"error":{"code":1},"detail":)" + deep +
+                        "}\n\n");
+    }));
+    ChatFixture fixture;
+    QVERIFY(fixture.open(scripted_settings(server)));
+    ChatController* controller = fixture.controller();
+    QSignalSpy failed(controller, &ChatController::replyFailed);
+    QVERIFY(controller->send(QStringLiteral("Hi")));
+    QVERIFY(fixture.waitIdle());
+    QCOMPARE(failed.count(), 1);
+    const QString message = failed.first().at(2).toString();
+    QCOMPARE(message, QStringLiteral("the reply from %1 was ended: the server sent an event of JSON nested more "
+                                     "than 64 levels deep. The text so far is kept; Regenerate to ask again")
+                          .arg(server.base_url()));
+    const MessageRecord reply = last_message(controller);
+    QCOMPARE(reply.text, QStringLiteral("Hello"));
+    QVERIFY(reply.complete);
+    QCOMPARE(reply.stats.value("interrupted").toBool(), true);
+    QCOMPARE(kvchat::app::reply_error(reply), message);
+  }
+
+  // Settings > Backend's idle timeout: a server that goes silent mid-reply ends the turn after it, the text
+  // kept; the setting survives a save and a load.
+  void idle_timeout_comes_from_the_settings() {
+    kvchat::test::ScriptedServer server;
+    QVERIFY(server.start([](kvchat::test::ScriptedConnection& connection) {
+      if (connection.send_head("200 OK") && connection.send(kvchat::test::content_event("Once upon")))
+        connection.wait_for_client_to_go();
+    }));
+    ChatFixture fixture;
+    ChatSettings settings = scripted_settings(server);
+    settings.remote_idle_timeout_s = 1;
+    settings.remote_reply_timeout_s = 120;
+    QVERIFY(fixture.open(settings));
+    QSettings saved(fixture.path("kvchat.ini"), QSettings::IniFormat);
+    QCOMPARE(ChatSettings::load(saved).remote_idle_timeout_s, 1);
+    QCOMPARE(ChatSettings::load(saved).remote_reply_timeout_s, 120);
+    QSignalSpy failed(fixture.controller(), &ChatController::replyFailed);
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hi")));
+    QVERIFY(fixture.waitIdle());
+    QCOMPARE(failed.count(), 1);
+    QCOMPARE(failed.first().at(2).toString(),
+             QStringLiteral("the reply from %1 was ended: it sent nothing for 1 s (the idle timeout: Settings > "
+                            "Backend, --idle-timeout). The text so far is kept; Regenerate to ask again")
+                 .arg(server.base_url()));
+    QCOMPARE(last_message(fixture.controller()).text, QStringLiteral("Once upon"));
+  }
+
+  // A 401 that echoes the key, and credentials in the base URL: neither reaches the window's error nor the
+  // chats' database.
+  void api_key_echo_and_url_credentials_are_redacted() {
+    const QString secret = QStringLiteral("sk-window-secret-0123456789");
+    kvchat::test::ScriptedServer server;
+    QVERIFY(server.start([&](kvchat::test::ScriptedConnection& connection) {
+      connection.send_head("401 Unauthorized", "Content-Type: application/json\r\n");
+      connection.send(R"({"error":{"message":"incorrect API key provided: )" + secret.toStdString() + R"("}})");
+    }));
+    ChatFixture fixture;
+    ChatSettings settings = scripted_settings(server);
+    settings.remote_api_key = secret;
+    QVERIFY(fixture.open(settings));
+    QSignalSpy failed(fixture.controller(), &ChatController::replyFailed);
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hi")));
+    QVERIFY(fixture.waitIdle());
+    QCOMPARE(failed.count(), 1);
+    QCOMPARE(failed.first().at(2).toString(),
+             QStringLiteral("the server at %1 refused the API key (401): incorrect API key provided: [API key]. "
+                            "Set the right key in Settings > Backend, --api-key or KVCHAT_API_KEY")
+                 .arg(server.base_url()));
+
+    settings.remote_api_key.clear();
+    settings.remote_base_url = QStringLiteral("http://user:%1@127.0.0.1:%2/v1").arg(secret).arg(server.port());
+    fixture.close();
+    QVERIFY(fixture.open(settings));
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hi again")));
+    QVERIFY(fixture.waitIdle());
+    const MessageRecord reply = last_message(fixture.controller());
+    QCOMPARE(reply.backend, QStringLiteral("http://***@127.0.0.1:%1/v1").arg(server.port()));
+    const QString refused =
+        QStringLiteral("the server address 'http://***@127.0.0.1:%1/v1' has credentials in it").arg(server.port());
+    QVERIFY2(kvchat::app::reply_error(reply).startsWith(refused), qPrintable(kvchat::app::reply_error(reply)));
+    fixture.close();
+    for (const QString& file : {fixture.databasePath(), fixture.databasePath() + "-wal"})
+      QVERIFY2(!file_bytes(file).contains(secret.toUtf8()), qPrintable(file));
+  }
+
+  // A key file left readable by others (an older version, a copy, a umask) is made owner-only: when the
+  // settings are saved, and when they are loaded.
+  void key_file_is_made_owner_only() {
+    QTemporaryDir dir;
+    QSettings ini(dir.filePath("kvchat.ini"), QSettings::IniFormat);
+    const QString key_path = ChatSettings::api_key_path(ini);
+    const QFileDevice::Permissions others = QFileDevice::ReadGroup | QFileDevice::ReadOther |
+                                            QFileDevice::WriteGroup | QFileDevice::WriteOther;
+    auto write_readable_key = [&] {
+      QFile key(key_path);
+      QVERIFY(key.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      key.write("old-key");
+      key.close();
+      QVERIFY(key.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadGroup |
+                                 QFileDevice::ReadOther));
+      QVERIFY((QFile(key_path).permissions() & others) != QFileDevice::Permissions());
+    };
+    write_readable_key();
+    QCOMPARE(ChatSettings::load(ini).remote_api_key, QStringLiteral("old-key"));
+    QCOMPARE(QFile(key_path).permissions() & others, QFileDevice::Permissions());
+    write_readable_key();
+    ChatSettings settings;
+    settings.remote_api_key = QStringLiteral("new-key");
+    settings.save(ini);
+    QCOMPARE(QFile(key_path).permissions() & others, QFileDevice::Permissions());
+    QCOMPARE(ChatSettings::load(ini).remote_api_key, QStringLiteral("new-key"));
   }
 };
 

@@ -281,6 +281,39 @@ void gguf_seeds(const Seeds& seeds) {
   seeds.write("gguf", "stories260K-Q4_0-whole", seeds.read("fixtures/gguf/stories260K-Q4_0.gguf"));
 }
 
+// --- remote_stream: streamed replies as the servers known send them, cut into pieces at NUL bytes ---
+void remote_stream_seeds(const Seeds& seeds) {
+  const std::string head = R"(data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,)";
+  const std::string role = head + R"("delta":{"role":"assistant"}}]})";
+  auto content = [&head](const std::string& text) {
+    return head + R"("delta":{"content":")" + text + R"("},"finish_reason":null}]})";
+  };
+  const std::string finish = R"(data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})";
+  const std::string usage = R"(data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,)"
+                            R"("prompt_tokens_details":{"cached_tokens":8}}})";
+  const std::string llama_timings =
+      R"(data: {"choices":[{"delta":{},"finish_reason":"length"}],"timings":{"prompt_n":12,"prompt_ms":35.5,)"
+      R"("prompt_per_second":338.0,"predicted_n":3,"predicted_ms":20.1,"predicted_per_second":149.2,"cache_n":8}})";
+  const std::string kvchat_timings =
+      R"(data: {"choices":[{"delta":{},"finish_reason":"stop"}],"timings":{"ttft_ms":12.5,)"
+      R"("prefill_tokens_per_second":900,"decode_tokens_per_second":80.5,"cached_tokens":4}})";
+  const std::string done = "data: [DONE]";
+  const std::string nl = "\n\n";
+  seeds.write("remote_stream", "openai",
+              role + nl + content("Once") + nl + content(" upon") + nl + finish + nl + usage + nl + done + nl);
+  seeds.write("remote_stream", "llama_cpp_pieces",
+              content("Hello") + "\r\n\r\n" + content(" wor") + kSeparator + content("ld") + "\r" + kSeparator +
+                  "\n\r\n" + llama_timings + "\r\n\r\n" + done + "\r\n\r\n");
+  seeds.write("remote_stream", "kvchat_serve", ": keep-alive\n\n" + content("caf\xC3" + kSeparator + "\xA9") + nl +
+                                                   kvchat_timings + nl + done + nl);
+  seeds.write("remote_stream", "error_event",
+              content("partial") + nl + R"(data: {"error":{"message":"the model crashed","code":500}})" + nl);
+  seeds.write("remote_stream", "error_body", R"({"error":{"message":"incorrect API key provided","type":"auth"}})");
+  seeds.write("remote_stream", "detail_body", R"({"detail":[{"loc":["body","model"],"msg":"field required"}]})");
+  seeds.write("remote_stream", "models", R"({"object":"list","data":[{"id":"stories260K","object":"model"}]})");
+  seeds.write("remote_stream", "escapes", content("\\u001b]52;c;aGk=\\u0007\\u009b2J") + nl + done + nl);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -294,6 +327,7 @@ int main(int argc, char** argv) {
   tokenizer_seeds(seeds);
   chat_template_seeds(seeds);
   gguf_seeds(seeds);
+  remote_stream_seeds(seeds);
   for (const auto& target : fs::directory_iterator(seeds.out)) {
     std::size_t count = 0;
     for ([[maybe_unused]] const auto& file : fs::directory_iterator(target.path())) ++count;
