@@ -30,7 +30,7 @@ nlohmann::json error_body(const ApiError& error);
 
 // What both endpoints share.
 struct SamplingRequest {
-  std::string model;
+  std::string model;   // "" when the request names none: the served model
   int max_tokens = 0;  // 0 = until the end of the context
   float temperature = 1.0f;
   float top_p = 1.0f;
