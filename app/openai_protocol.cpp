@@ -180,7 +180,8 @@ json timings_json(const GenerationStats& stats) {
 }
 
 std::string finish_reason(StopReason reason, bool stop_text_matched) {
-  if (stop_text_matched || reason == StopReason::Eos || reason == StopReason::Stopped) return "stop";
+  if (stop_text_matched || reason == StopReason::Eos) return "stop";
+  if (reason == StopReason::Stopped) return kFinishInterrupted;
   return "length";
 }
 

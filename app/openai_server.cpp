@@ -91,8 +91,9 @@ std::string trim_blanks(const std::string& text) {
   return text.substr(first, text.find_last_not_of(" \t") - first + 1);
 }
 
-// "Bearer KEY", the scheme in any case (RFC 9110: schemes are case-insensitive). Every byte of the key is
-// compared whatever the first difference, so the time taken says nothing about the key.
+// "Bearer KEY", the scheme in any case (RFC 9110: schemes are case-insensitive). Every byte of a key of
+// the right length is compared whatever the first difference, so the time taken does not tell how much
+// of a guess was right.
 bool bearer_matches(const std::string& authorization, const std::string& key) {
   const std::string value = trim_blanks(authorization);
   const auto space = value.find_first_of(" \t");
@@ -204,6 +205,7 @@ class OpenAiServer::Impl {
   // httplib's stop() does nothing before its accept loop runs, so a stop() right after serve() began
   // on another thread waits for that loop.
   void stop() {
+    shutting_down_.store(true);
     sessions_.shut_down();
     bool serving = false;
     {
@@ -226,6 +228,7 @@ class OpenAiServer::Impl {
   void check_model(const std::string& model) const;
   bool add_cors_headers(const httplib::Request& request, httplib::Response& response) const;
   void answer_options(const httplib::Request& request, httplib::Response& response) const;
+  ApiError interrupted_error(const CompletionResult& result) const;
 
   // One generation request, either endpoint: runs it whole, or streams it from httplib's content
   // provider (after the status line went out, so every refusal happens before).
@@ -246,6 +249,7 @@ class OpenAiServer::Impl {
   ServerSessions sessions_;
   BoundedHttpServer server_;
   int port_ = 0;
+  std::atomic<bool> shutting_down_{false};
   std::atomic<std::uint64_t> next_id_{1};
   std::mutex lifecycle_mutex_;
   bool stopping_ = false;
@@ -478,7 +482,9 @@ void OpenAiServer::Impl::respond(std::shared_ptr<Job> job, const httplib::Reques
     bool client_gone = false;
     const CompletionResult result =
         run_job(*job, [&connection](const std::string&) { return connection.open(); }, &client_gone);
-    // With the client gone the write below fails; the log line says why the reply was cut short.
+    // Stopped by the server's shutdown: an error, not a 200 with part of a reply. With the client gone the
+    // write below fails; the log line says why the reply was cut short.
+    if (result.finish_reason == kFinishInterrupted && !client_gone) throw interrupted_error(result);
     const json body = job->chat ? chat_completion_response(job->identity.id, job->identity.created, job->identity.model, result)
                                 : completion_response(job->identity.id, job->identity.created, job->identity.model, result);
     response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -510,6 +516,15 @@ bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
     return true;
   }
   if (client_gone) return false;
+  if (result.finish_reason == kFinishInterrupted) {
+    // No finish reason and no [DONE]: the stream ends with the error, so no client takes the cut reply
+    // for a whole one.
+    const ApiError error = interrupted_error(result);
+    spdlog::warn("{}: {}", job.identity.id, error.what());
+    write(sse_event(error_body(error)));
+    sink.done();
+    return true;
+  }
   const json last = job.chat ? chat_chunk(job.identity, "", false, result.finish_reason)
                              : completion_chunk(job.identity, "", result.finish_reason);
   if (!write(sse_event(last))) return false;
@@ -519,6 +534,15 @@ bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
   if (!write(kSseDone)) return false;
   sink.done();
   return true;
+}
+
+ApiError OpenAiServer::Impl::interrupted_error(const CompletionResult& result) const {
+  const std::string cut = "the reply was cut short after " + std::to_string(result.stats.generated_tokens) + " tokens";
+  if (shutting_down_.load())
+    return ApiError(503, "the server is shutting down: " + cut + "; send the request again when it is back",
+                    "server_error", "", "server_shutting_down");
+  return ApiError(500, "the generation was stopped before its end: " + cut, "server_error", "",
+                  "generation_interrupted");
 }
 
 OpenAiServer::OpenAiServer(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, ServerOptions options)

@@ -1,10 +1,17 @@
 // The server's HTTP surface as clients other than the OpenAI SDKs meet it, on an OpenAiServer inside the
 // test process: browser pages (CORS preflights and origins), the paths without /v1 that a bare base URL
 // and llama.cpp's clients use, the Authorization scheme in any case, a request without `model`, 405 for
-// a path's other method, 411 without a length, and Retry-After on 429. stories260K, greedy.
+// a path's other method, 411 without a length, Retry-After on 429, and a reply cut by the server's
+// shutdown ending in an error rather than looking whole. stories260K, greedy.
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+
+#include "app/compute_lock.h"
 #include "app/openai_protocol.h"
 #include "app/openai_sessions.h"
 #include "common/in_process_server.h"
@@ -209,6 +216,66 @@ class TestOpenAiServerHttp : public QObject {
         raw_request(server.port(), "POST", "/v1/chat/completions", bearer(), chat_request("Once", 4).dump());
     QCOMPARE(busy.status, 429);
     QCOMPARE(busy.header("retry-after"), std::string("1"));
+  }
+
+  // The server stops while a reply streams: the stream ends with an error event, without a finish
+  // reason or [DONE], so the client knows the reply is cut. The generation is held at its start (the
+  // compute lock a model load takes) until the stop is in, so it is cut whatever the machine's speed.
+  void stream_cut_by_shutdown_ends_in_an_error() {
+    InProcessServer server(model_, options());
+    std::unique_lock<std::shared_mutex> hold(kvchat::app::compute_settings_mutex());
+    json request = chat_request("One day", 400);
+    request["stream"] = true;
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool first_event = false;
+    std::vector<std::string> events;
+    std::thread client([&] {
+      httplib::Client http = server.client();
+      kvchat::test::post_stream(http, "/v1/chat/completions", request.dump(),
+                                {{"Authorization", std::string("Bearer ") + kKey}}, [&](const std::string& data) {
+                                  std::lock_guard<std::mutex> lock(mutex);
+                                  events.push_back(data);
+                                  first_event = true;
+                                  changed.notify_all();
+                                  return true;
+                                });
+    });
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return first_event; });  // the role chunk: the request runs, held at the lock
+    }
+    server.server().stop();  // returns at once: the running request is not waited for
+    hold.unlock();
+    client.join();
+    QVERIFY(!events.empty());
+    for (const std::string& event : events) {
+      QVERIFY2(event != "[DONE]", "a cut stream ended with [DONE]");
+      const json chunk = json::parse(event);
+      if (chunk.contains("choices") && !chunk["choices"].empty())
+        QVERIFY2(chunk["choices"][0]["finish_reason"].is_null(), event.c_str());
+    }
+    const json last = json::parse(events.back());
+    QVERIFY2(last.contains("error"), events.back().c_str());
+    QCOMPARE(last["error"]["code"].get<std::string>(), std::string("server_shutting_down"));
+    QVERIFY2(last["error"]["message"].get<std::string>().find("the reply was cut short after ") != std::string::npos,
+             events.back().c_str());
+  }
+
+  // The same for a whole reply: 503, not a 200 with part of a reply.
+  void whole_reply_cut_by_shutdown_is_503() {
+    InProcessServer server(model_, options());
+    std::unique_lock<std::shared_mutex> hold(kvchat::app::compute_settings_mutex());
+    RawResponse reply;
+    std::thread client([&] {
+      reply = raw_request(server.port(), "POST", "/v1/chat/completions", bearer(), chat_request("One day", 400).dump());
+    });
+    while (server.server().sessions().status().running == 0) std::this_thread::yield();
+    server.server().stop();
+    hold.unlock();
+    client.join();
+    QCOMPARE(reply.status, 503);
+    QCOMPARE(reply.error_code(), std::string("server_shutting_down"));
   }
 };
 
