@@ -2,11 +2,14 @@
 // case runs the real program under 2 GiB of address space and a CPU limit (common/hostile_case.h) and
 // must end with its specific error and a normal exit, or, where the input is legitimate, work, within
 // 2 s of CPU. `kvchat-cli serve` under the same limits meets hostile clients (endless chunked bodies,
-// impossible lengths, slow headers, connections left half-sent) and sizes it cannot start. Conversations
-// and databases: test_hostile_conversations.cpp.
+// impossible lengths, slow headers, connections left half-sent) and sizes it cannot start; the local
+// server's key meets a settings folder left by an older version. Conversations and databases:
+// test_hostile_conversations.cpp.
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <QFile>
+#include <QSettings>
 #include <QTemporaryDir>
 #include <QtTest>
 #include "common/test_suite.h"
@@ -16,6 +19,7 @@
 #include <functional>
 #include <thread>
 
+#include "app/local_server.h"
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
 #include "common/raw_http.h"
@@ -182,6 +186,7 @@ class HostileInputsTest : public QObject {
   void gguf_files();
   void server_under_hostile_clients();
   void server_threads_that_cannot_start();
+  void server_key_in_an_older_settings_folder();
 
  private:
   QString model_copy(const QString& name) const;
@@ -504,6 +509,45 @@ void HostileInputsTest::server_threads_that_cannot_start() {
                                                         kvchat::test::shared_path("models/stories260K").c_str()});
   KVCHAT_EXPECT_FAILURE(result, 1, QStringList{"kvchat-cli serve: error: cannot start the server's 356 threads ("});
   QVERIFY2(result.err.find("listening on") == std::string::npos, result.err.c_str());
+}
+
+// A settings folder as an older version left it: the local server's key in the settings file, and a key
+// file that anyone may read. Reading the settings moves the key into the key file, owner-only; where the
+// key file cannot be written (a folder in its place) the key stays where it was rather than being lost.
+void HostileInputsTest::server_key_in_an_older_settings_folder() {
+  QTemporaryDir dir;
+  const QString ini_path = dir.filePath("kvchat.ini");
+  const QString key_path = dir.filePath("kvchat-server-api-key");
+  auto write = [](const QString& path, const QByteArray& bytes) {
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    file.write(bytes);
+  };
+  write(ini_path, "[local_server]\nenabled=true\napi_key=sk-older-789\n");
+  write(key_path, "");
+  QVERIFY(::chmod(QFile::encodeName(key_path).constData(), 0644) == 0);
+  {
+    QSettings ini(ini_path, QSettings::IniFormat);
+    QCOMPARE(kvchat::app::LocalServerSettings::load(ini).api_key, QString("sk-older-789"));
+  }
+  QFile ini_file(ini_path);
+  QVERIFY(ini_file.open(QIODevice::ReadOnly));
+  QVERIFY(!ini_file.readAll().contains("sk-older-789"));
+  QFile key_file(key_path);
+  QVERIFY(key_file.open(QIODevice::ReadOnly));
+  QCOMPARE(key_file.readAll(), QByteArray("sk-older-789"));
+  struct stat status {};
+  QCOMPARE(::stat(QFile::encodeName(key_path).constData(), &status), 0);
+  QCOMPARE(status.st_mode & 0777, 0600u);
+
+  QVERIFY(QFile::remove(key_path));
+  QVERIFY(QDir().mkpath(key_path));
+  write(ini_path, "[local_server]\nenabled=true\napi_key=sk-older-789\n");
+  {
+    QSettings ini(ini_path, QSettings::IniFormat);
+    QCOMPARE(kvchat::app::LocalServerSettings::load(ini).api_key, QString("sk-older-789"));
+    QCOMPARE(ini.value("local_server/api_key").toString(), QString("sk-older-789"));
+  }
 }
 
 KVCHAT_TEST_GUILESS_MAIN(HostileInputsTest)
