@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "app/openai_server.h"
+#include "app/settings.h"
 #include "engine/model_loader.h"
 
 namespace kvchat::app {
@@ -28,17 +29,42 @@ LocalServerSettings LocalServerSettings::load(QSettings& settings) {
   else
     spdlog::warn("settings {}/port: {} is not a port (0 to 65535); using {}", kGroup.toStdString(),
                  settings.value(QStringLiteral("port")).toString().toStdString(), kDefaultPort);
-  loaded.api_key = settings.value(QStringLiteral("api_key")).toString();
+  const QVariant stored_key = settings.value(QStringLiteral("api_key"));
   settings.endGroup();
+  const QString key_path = api_key_path(settings);
+  loaded.api_key = read_key_file(key_path);
+  if (stored_key.isValid()) {
+    // Where older versions kept it: readable by anyone who can read the settings file.
+    const QString old_key = stored_key.toString().trimmed();
+    if (loaded.api_key.isEmpty() && !old_key.isEmpty()) {
+      write_key_file(key_path, old_key);
+      loaded.api_key = read_key_file(key_path);
+    }
+    if (loaded.api_key.isEmpty() && !old_key.isEmpty()) {
+      spdlog::error("settings {}: the local server's API key could not be moved to {}; it stays in the settings file",
+                    settings.fileName().toStdString(), key_path.toStdString());
+      loaded.api_key = old_key;
+    } else {
+      settings.remove(kGroup + QStringLiteral("/api_key"));
+      settings.sync();
+      spdlog::info("settings {}: the local server's API key moved to {} (owner-only)",
+                   settings.fileName().toStdString(), key_path.toStdString());
+    }
+  }
   return loaded;
+}
+
+QString LocalServerSettings::api_key_path(const QSettings& settings) {
+  return QFileInfo(settings.fileName()).absoluteDir().filePath(QStringLiteral("kvchat-server-api-key"));
 }
 
 void LocalServerSettings::save(QSettings& settings) const {
   settings.beginGroup(kGroup);
   settings.setValue(QStringLiteral("enabled"), enabled);
   settings.setValue(QStringLiteral("port"), port);
-  settings.setValue(QStringLiteral("api_key"), api_key);
+  settings.remove(QStringLiteral("api_key"));
   settings.endGroup();
+  write_key_file(api_key_path(settings), api_key);
   settings.sync();
 }
 
@@ -79,9 +105,13 @@ void LocalServer::start(const LocalServerSettings& settings, std::shared_ptr<con
   options.api_key = settings.api_key.toStdString();
   options.memory_budget_bytes = budget_bytes;
   options.model_id = QFileInfo(QDir::cleanPath(QString::fromStdString(model->path))).fileName().toStdString();
+  // Every thread the server needs starts here, where a failure (out of memory or of threads) is caught and
+  // shown: bind() starts the connection threads before it holds the port, then the listening thread.
+  std::thread serve_thread;
   try {
     auto server = std::make_shared<openai::OpenAiServer>(*model, nullptr, options);
     server->bind();
+    serve_thread = std::thread([server] { server->serve(); });
     port_ = server->bound_port();
     server_ = std::move(server);
   } catch (const std::exception& error) {
@@ -93,7 +123,7 @@ void LocalServer::start(const LocalServerSettings& settings, std::shared_ptr<con
   model_ = std::move(model);
   settings_ = settings;
   budget_bytes_ = budget_bytes;
-  serve_thread_ = std::thread([server = server_] { server->serve(); });
+  serve_thread_ = std::move(serve_thread);
   spdlog::info("serving {} on {} (KV cache budget {} MiB)", options.model_id, url().toStdString(), budget_bytes >> 20);
   Q_EMIT servingChanged(true, url());
 }

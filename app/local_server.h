@@ -4,8 +4,9 @@
 // has its own sessions (the app's conversations are never run by it); the model and the kernels are
 // shared, and compute_lock.h keeps a model load or a thread-count change from running under it.
 //
-// Lives on the GUI thread. Starting binds the port at once (a port in use is a failed() signal naming
-// it, never a silent failure); the server then runs on threads of its own. Stopping closes the port at
+// Lives on the GUI thread. Starting binds the port and starts the server's threads at once (a port in use,
+// or threads the machine cannot start, is a failed() signal saying so, never a silent failure or an
+// abort); the server then runs on threads of its own. Stopping closes the port at
 // once, stops running generations at their next token, and lets the last requests end on a thread of
 // its own, so the GUI never waits for a slow client.
 #include <QObject>
@@ -27,15 +28,20 @@ namespace openai {
 class OpenAiServer;
 }
 
-// The setting, in its own QSettings group ("local_server"), apart from the chat settings.
+// The setting, in its own QSettings group ("local_server"), apart from the chat settings; the API key in
+// a file of its own beside the settings file (api_key_path(), owner-only), never in the settings file.
 struct LocalServerSettings {
   bool enabled = false;
   int port = 8080;  // 0 = any free port (tests)
   QString api_key;  // empty = none required
   static constexpr int kDefaultPort = 8080;
 
-  static LocalServerSettings load(QSettings& settings);  // a bad port keeps the default, logged
+  // A bad port keeps the default, logged. A key an older version left in the settings file is moved to
+  // the key file (and removed from the settings file once the key file holds it).
+  static LocalServerSettings load(QSettings& settings);
   void save(QSettings& settings) const;
+  // "kvchat-server-api-key" next to the settings file (the remote backend's key is "kvchat-api-key").
+  static QString api_key_path(const QSettings& settings);
   bool operator==(const LocalServerSettings& other) const {
     return enabled == other.enabled && port == other.port && api_key == other.api_key;
   }

@@ -72,12 +72,18 @@ std::vector<std::string> parse_stop(const json& object) {
 }
 
 int parse_max_tokens(const json& object) {
+  constexpr std::int64_t kMaxTokens = std::int64_t(1) << 24;  // the most positions a model may have
   int max_tokens = 0;
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {
     const json* value = field(object, name, &json::is_number_integer, "an integer");
     if (!value) continue;
-    if (value->get<std::int64_t>() < 1 || value->get<std::int64_t>() > (1 << 24))
-      throw invalid(name, std::string("'") + name + "' must be at least 1");
+    // An unsigned value over 2^63 reads as negative as a signed one: compare it unsigned.
+    if ((value->is_number_unsigned() && value->get<std::uint64_t>() > std::uint64_t(kMaxTokens)) ||
+        (!value->is_number_unsigned() && value->get<std::int64_t>() > kMaxTokens))
+      throw invalid(name, std::string("'") + name + "' must be at most " + std::to_string(kMaxTokens) + ", got " +
+                              value->dump());
+    if (value->get<std::int64_t>() < 1)
+      throw invalid(name, std::string("'") + name + "' must be at least 1, got " + value->dump());
     max_tokens = value->get<int>();
   }
   return max_tokens;
@@ -85,9 +91,9 @@ int parse_max_tokens(const json& object) {
 
 SamplingRequest parse_sampling(const json& object) {
   SamplingRequest request;
-  const json* model = field(object, "model", &json::is_string, "a string");
-  if (!model) throw invalid("model", "'model' is required");
-  request.model = model->get<std::string>();
+  // Optional, as llama.cpp and Ollama take it: one server serves one model.
+  if (const json* model = field(object, "model", &json::is_string, "a string"))
+    request.model = model->get<std::string>();
   request.max_tokens = parse_max_tokens(object);
   request.temperature = static_cast<float>(number_in(object, "temperature", 0.0, 2.0, 1.0));
   request.top_p = static_cast<float>(number_in(object, "top_p", 0.0, 1.0, 1.0));
@@ -174,7 +180,8 @@ json timings_json(const GenerationStats& stats) {
 }
 
 std::string finish_reason(StopReason reason, bool stop_text_matched) {
-  if (stop_text_matched || reason == StopReason::Eos || reason == StopReason::Stopped) return "stop";
+  if (stop_text_matched || reason == StopReason::Eos) return "stop";
+  if (reason == StopReason::Stopped) return kFinishInterrupted;
   return "length";
 }
 

@@ -30,7 +30,7 @@ nlohmann::json error_body(const ApiError& error);
 
 // What both endpoints share.
 struct SamplingRequest {
-  std::string model;
+  std::string model;   // "" when the request names none: the served model
   int max_tokens = 0;  // 0 = until the end of the context
   float temperature = 1.0f;
   float top_p = 1.0f;
@@ -58,7 +58,7 @@ CompletionRequest parse_completion_request(const std::string& body);
 // What one generation produced, as the responses report it.
 struct CompletionResult {
   std::string text;
-  std::string finish_reason;  // "stop" or "length"
+  std::string finish_reason;  // "stop", "length" or kFinishInterrupted
   GenerationStats stats;
 };
 
@@ -67,8 +67,11 @@ struct CompletionResult {
 nlohmann::json usage_json(const GenerationStats& stats);
 nlohmann::json timings_json(const GenerationStats& stats);
 
-// A finish reason from the engine's stop reason; `stop_text_matched` wins.
+// A finish reason from the engine's stop reason; `stop_text_matched` wins. A generation stopped from
+// outside (the server shutting down, the client gone) is kFinishInterrupted, which is never sent as a
+// finish reason: the server answers it with an error, so a cut reply never looks complete.
 std::string finish_reason(StopReason reason, bool stop_text_matched);
+inline constexpr const char* kFinishInterrupted = "interrupted";
 
 // Whole responses (stream false).
 nlohmann::json chat_completion_response(const std::string& id, std::int64_t created, const std::string& model,

@@ -285,6 +285,9 @@ QString ChatSettings::api_key_path(const QSettings& settings) {
   return QFileInfo(settings.fileName()).absoluteDir().filePath(QStringLiteral("kvchat-api-key"));
 }
 
+QString read_key_file(const QString& path) { return read_api_key(path); }
+void write_key_file(const QString& path, const QString& key) { write_api_key(path, key); }
+
 QJsonObject ChatSettings::to_json() const {
   QJsonObject json;
   json.insert(QStringLiteral("cache_mode"),

@@ -67,6 +67,11 @@ struct ChatSettings {
   static QString api_key_path(const QSettings& settings);
 };
 
+// A secret kept in a file of its own beside the settings file, never in it: owner-only (0600) from the
+// moment it exists; an empty key removes the file. Reading a missing or unreadable file gives "" (logged).
+QString read_key_file(const QString& path);
+void write_key_file(const QString& path, const QString& key);
+
 // How a database's conversations are named in a snapshot folder that several databases may share
 // ("d" + 12 hex digits of the SHA-1 of its absolute path): the app and kvchat-cli agree on it.
 QString snapshot_key_prefix(const QString& database_path);

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -26,20 +27,26 @@ namespace serve_command {
 const char* kUsage =
     "usage: kvchat-cli serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
     "                        [--parallel N] [--max-queue N] [--cache-dir DIR] [--model-id NAME]\n"
-    "                        [--max-body-mib N] [--memory-budget-mib N] [--threads N]\n"
+    "                        [--max-body-mib N] [--memory-budget-mib N] [--threads N] [--cors-origin ORIGIN|*]\n"
+    "                        [--header-timeout-s N] [--body-timeout-s N]\n"
     "Serves the OpenAI API: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
-    "(stream true: server-sent events). Requests name the model by its id: --model-id, default the\n"
-    "model's folder or file name. --parallel requests generate at once (default 1), each on its own KV\n"
-    "cache; up to --max-queue more wait (default 16), any beyond are answered 429. A request's prompt is\n"
-    "its messages encoded whole; it reuses the cache sharing the longest prefix with it (a copy of that\n"
-    "prefix when another conversation's cache holds it), so a multi-turn client prefills only its new turn\n"
-    "and conversations sharing a system prompt prefill it once. A client that leaves stops its prefill\n"
-    "before the next chunk, or its generation at the next token.\n"
+    "(stream true: server-sent events), each also without /v1 (a client given the bare base URL). Requests\n"
+    "may name the model by its id: --model-id, default the model's folder or file name. --parallel requests\n"
+    "generate at once (default 1, at most 64), each on its own KV cache; up to --max-queue more wait\n"
+    "(default 16, at most 256), any beyond are answered 429 (Retry-After). A request's prompt is its\n"
+    "messages encoded whole; it reuses the cache sharing the longest prefix with it (a copy of that prefix\n"
+    "when another conversation's cache holds it), so a multi-turn client prefills only its new turn and\n"
+    "conversations sharing a system prompt prefill it once. A client that leaves stops its prefill before\n"
+    "the next chunk, or its generation at the next token.\n"
     "--cache-dir: KV snapshots are written there after each request and restored by later ones\n"
     "(and by the next run). --memory-budget-mib: the sessions' KV caches together (default as the desktop\n"
     "app's: a quarter of the machine's memory); the least recently used idle ones are evicted beyond it\n"
     "(with --cache-dir their snapshots are written first). GET /health reports the caches and the budget.\n"
     "--api-key: every endpoint but /health needs Authorization: Bearer KEY.\n"
+    "--cors-origin: the web pages that may call the API from a browser: ORIGIN (https://host[:port], several\n"
+    "separated by commas) or * for any; default this machine's (http(s)://localhost, 127.0.0.1, [::1]).\n"
+    "A request's headers must arrive within --header-timeout-s (default 10) and its body within\n"
+    "--body-timeout-s (default 60) of them; --max-body-mib (default 8, at most 256) holds for chunked bodies too.\n"
     "Binds 127.0.0.1 unless --host says otherwise. Prints `listening on http://HOST:PORT` on stderr.";
 
 // SIGINT and SIGTERM stop the server from a thread of their own, not from the handler: stopping takes
@@ -89,9 +96,18 @@ int positive_option(const ArgParser& parser, const std::string& name, int fallba
   return value;
 }
 
+int bounded_option(const ArgParser& parser, const std::string& name, int fallback, int minimum, int maximum) {
+  const int value = parser.int_or(name, fallback);
+  if (value < minimum || value > maximum)
+    throw UsageError("--" + name + " must be from " + std::to_string(minimum) + " to " + std::to_string(maximum) +
+                     ", got " + std::to_string(value));
+  return value;
+}
+
 int run_serve(const std::vector<std::string>& args) {
   ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
-                    "max-body-mib", "memory-budget-mib", "threads"},
+                    "max-body-mib", "memory-budget-mib", "threads", "cors-origin", "header-timeout-s",
+                    "body-timeout-s"},
                    {});
   parser.parse(args);
   const std::string model_path = parser.required("model");
@@ -100,9 +116,26 @@ int run_serve(const std::vector<std::string>& args) {
   options.port = parser.int_or("port", 8080);
   if (options.port < 0 || options.port > 65535) throw UsageError("--port must be 0 (any free port) to 65535");
   options.api_key = parser.value_or("api-key", "");
-  options.parallel = positive_option(parser, "parallel", 1, 1);
-  options.max_queue = positive_option(parser, "max-queue", 16, 0);
-  options.max_body_bytes = static_cast<std::size_t>(positive_option(parser, "max-body-mib", 8, 1)) << 20;
+  using app::openai::ServerOptions;
+  options.parallel = bounded_option(parser, "parallel", 1, 1, ServerOptions::kMaxParallel);
+  options.max_queue = bounded_option(parser, "max-queue", 16, 0, ServerOptions::kMaxQueue);
+  options.max_body_bytes = static_cast<std::size_t>(bounded_option(
+                               parser, "max-body-mib", 8, 1, static_cast<int>(ServerOptions::kMaxBodyBytes >> 20)))
+                           << 20;
+  options.cors_origin = parser.value_or("cors-origin", "");
+  if (parser.value("cors-origin") && options.cors_origin != "*") {
+    std::size_t start = 0;
+    do {
+      const std::size_t end = std::min(options.cors_origin.find(',', start), options.cors_origin.size());
+      const std::string origin = options.cors_origin.substr(start, end - start);
+      if (origin.find("http://") == std::string::npos && origin.find("https://") == std::string::npos)
+        throw UsageError("--cors-origin takes * or origins such as https://chat.example.org:3000 (several separated "
+                         "by commas), got '" + origin + "'");
+      start = end + 1;
+    } while (start <= options.cors_origin.size());
+  }
+  options.header_timeout_ms = bounded_option(parser, "header-timeout-s", 10, 1, 3600) * 1000;
+  options.body_timeout_ms = bounded_option(parser, "body-timeout-s", 60, 1, 3600) * 1000;
   options.model_id = parser.value_or("model-id", default_model_id(model_path));
   constexpr std::int64_t kMiB = std::int64_t(1) << 20;
   options.memory_budget_bytes = parser.value("memory-budget-mib")

@@ -1,19 +1,29 @@
 // Hostile model folders, chat templates, GGUF files, arguments and remote servers, end to end through kvchat-cli: each
 // case runs the real program under 2 GiB of address space and a CPU limit (common/hostile_case.h) and
 // must end with its specific error and a normal exit, or, where the input is legitimate, work, within
-// 2 s of CPU. Conversations and databases: test_hostile_conversations.cpp.
+// 2 s of CPU. `kvchat-cli serve` under the same limits meets hostile clients (endless chunked bodies,
+// impossible lengths, slow headers, connections left half-sent) and sizes it cannot start; the local
+// server's key meets a settings folder left by an older version. Conversations and databases:
+// test_hostile_conversations.cpp.
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <QFile>
+#include <QSettings>
 #include <QTemporaryDir>
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
+#include <thread>
 
+#include "app/local_server.h"
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
 #include "common/scripted_server.h"
+#include "common/raw_http.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_hostile_inputs {
@@ -104,6 +114,56 @@ ModelEdit tokenizer_id(bool added_token, std::int64_t id) {
   };
 }
 
+// `kvchat-cli serve` as a hostile client meets it: under the limits of run_limited_cli (2 GiB of address
+// space, a CPU budget), started and stopped by the test.
+class LimitedServer {
+ public:
+  bool start(const QStringList& arguments) {
+    process_.setChildProcessModifier([] {
+      const rlimit address_space{kvchat::test::kChildAddressSpaceBytes, kvchat::test::kChildAddressSpaceBytes};
+      const rlimit cpu{60, 60};
+      if (!kvchat::test::kSanitizedBuild) setrlimit(RLIMIT_AS, &address_space);
+      setrlimit(RLIMIT_CPU, &cpu);
+    });
+    process_.setProcessChannelMode(QProcess::MergedChannels);  // the log is on stderr
+    cpu_before_ = kvchat::test::children_cpu_seconds();
+    process_.start(QString::fromStdString(kvchat::test::build_dir()) + "/kvchat-cli",
+                   QStringList{"serve", "--port", "0"} + arguments);
+    if (!process_.waitForStarted(30000)) return false;
+    const std::string marker = "listening on http://127.0.0.1:";
+    while (log_.find(marker) == std::string::npos) {
+      if (process_.state() == QProcess::NotRunning || !process_.waitForReadyRead(60000)) return false;
+      log_ += process_.readAll().toStdString();
+    }
+    port_ = std::stoi(log_.substr(log_.find(marker) + marker.size()));
+    return port_ > 0;
+  }
+  ~LimitedServer() {
+    if (process_.state() != QProcess::NotRunning) {
+      process_.kill();
+      process_.waitForFinished(10000);
+    }
+  }
+  // SIGTERM: true when the server then ends by itself with exit code 0.
+  bool stop() {
+    process_.terminate();
+    const bool finished = process_.waitForFinished(30000);
+    log_ += process_.readAll().toStdString();
+    cpu_seconds_ = kvchat::test::children_cpu_seconds() - cpu_before_;
+    return finished && process_.exitStatus() == QProcess::NormalExit && process_.exitCode() == 0;
+  }
+  int port() const { return port_; }
+  const std::string& log() const { return log_; }
+  double cpu_seconds() const { return cpu_seconds_; }
+
+ private:
+  QProcess process_;
+  std::string log_;
+  int port_ = 0;
+  double cpu_before_ = 0.0;
+  double cpu_seconds_ = 0.0;
+};
+
 void llama3_tokenizer(const std::string& model) {
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
     std::filesystem::remove(model + "/" + file);
@@ -130,6 +190,9 @@ class HostileInputsTest : public QObject {
   void gguf_files();
   void remote_servers_data();
   void remote_servers();
+  void server_under_hostile_clients();
+  void server_threads_that_cannot_start();
+  void server_key_in_an_older_settings_folder();
 
  private:
   QString model_copy(const QString& name) const;
@@ -308,6 +371,18 @@ void HostileInputsTest::arguments_data() {
     QTest::newRow((std::string("--temperature ") + temperature).c_str())
         << generate + QStringList{"MODEL", "--temperature", temperature}
         << QStringList{QStringLiteral("option --temperature expects a finite number, got '%1'").arg(temperature)};
+  // The sizes of the server: at 100,000 it would start as many threads and never answer.
+  const QStringList serve = {"serve", "--port", "0", "--model", "MODEL"};
+  QTest::newRow("serve --parallel 100000") << serve + QStringList{"--parallel", "100000"}
+                                           << QStringList{"--parallel must be from 1 to 64, got 100000"};
+  QTest::newRow("serve --max-queue 100000") << serve + QStringList{"--max-queue", "100000"}
+                                            << QStringList{"--max-queue must be from 0 to 256, got 100000"};
+  QTest::newRow("serve --max-body-mib 100000") << serve + QStringList{"--max-body-mib", "100000"}
+                                               << QStringList{"--max-body-mib must be from 1 to 256, got 100000"};
+  QTest::newRow("serve --header-timeout-s 0") << serve + QStringList{"--header-timeout-s", "0"}
+                                              << QStringList{"--header-timeout-s must be from 1 to 3600, got 0"};
+  QTest::newRow("serve --cors-origin evil") << serve + QStringList{"--cors-origin", "evil"}
+                                            << QStringList{"--cors-origin takes * or origins such as"};
 }
 
 void HostileInputsTest::arguments() {
@@ -435,6 +510,125 @@ void HostileInputsTest::remote_servers() {
       QVERIFY2(result.err.find(fragment.toStdString()) != std::string::npos, result.err.c_str());
   } else {
     KVCHAT_EXPECT_FAILURE(result, exit_code, fragments);
+  }
+}
+
+// One server, a 1 MiB body limit and one second for headers and for bodies, against clients that would hold
+// it: each is answered while it is still sending, and the server stops on SIGTERM.
+void HostileInputsTest::server_under_hostile_clients() {
+  LimitedServer server;
+  QVERIFY2(server.start({"--model", kvchat::test::shared_path("models/stories260K").c_str(), "--threads", "1",
+                         "--max-body-mib", "1", "--header-timeout-s", "1", "--body-timeout-s", "1"}),
+           server.log().c_str());
+  const std::string post =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  {
+    kvchat::test::RawHttpConnection endless(server.port());
+    QVERIFY(endless.send(post + "Transfer-Encoding: chunked\r\n\r\n"));
+    QVERIFY2(endless.send_until_answered("10000\r\n" + std::string(0x10000, 'a') + "\r\n", std::size_t(30) << 20,
+                                         std::chrono::milliseconds(0)),
+             "30 MB of chunks were read without an answer");
+    const kvchat::test::RawResponse refused = endless.read_response();
+    QCOMPARE(refused.status, 413);
+    QCOMPARE(refused.error_code(), std::string("request_too_large"));
+  }
+  const std::vector<std::pair<std::string, int>> lengths = {{"-1", 400}, {"18446744073709551616", 413}};
+  for (const auto& [length, status] : lengths) {
+    kvchat::test::RawHttpConnection connection(server.port());
+    QVERIFY(connection.send(post + "Content-Length: " + length + "\r\n\r\n"));
+    QVERIFY2(connection.send_until_answered("a", 3000, std::chrono::milliseconds(20)), length.c_str());
+    QCOMPARE(connection.read_response().status, status);
+  }
+  {
+    kvchat::test::RawHttpConnection slow(server.port());
+    QVERIFY(slow.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "));
+    QVERIFY(slow.send_until_answered("a", 3000, std::chrono::milliseconds(20)));
+    const kvchat::test::RawResponse refused = slow.read_response();
+    QCOMPARE(refused.status, 408);
+    QCOMPARE(refused.json()["error"]["message"].get<std::string>(),
+             std::string("the request's headers did not arrive within 1 s"));
+  }
+  {
+    // More half-sent requests than the server takes connections (1 running + 16 queued + 32), kept alive a
+    // byte at a time.
+    std::vector<std::unique_ptr<kvchat::test::RawHttpConnection>> half_sent;
+    for (int i = 0; i < 60; ++i) {
+      half_sent.push_back(std::make_unique<kvchat::test::RawHttpConnection>(server.port()));
+      QVERIFY(half_sent.back()->send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "));
+    }
+    std::atomic<bool> answered{false};
+    std::atomic<bool> gave_up{false};
+    std::thread trickle([&] {
+      for (int round = 0; round < 600 && !answered.load(); ++round) {
+        for (auto& connection : half_sent) connection->send("a");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      gave_up.store(!answered.load());
+    });
+    kvchat::test::RawHttpConnection probe(server.port());
+    QVERIFY(probe.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+    const int status = probe.read_response().status;
+    answered.store(true);
+    trickle.join();
+    QCOMPARE(status, 200);
+    QVERIFY2(!gave_up.load(), "/health was answered only once the half-sent requests stopped");
+  }
+  QVERIFY2(server.stop(), server.log().c_str());
+  qInfo("serve under hostile clients: %.2f s CPU", server.cpu_seconds());
+  QVERIFY2(server.cpu_seconds() <= kvchat::test::kHeavyCaseCpuSeconds, server.log().c_str());
+}
+
+// Sizes whose threads do not fit in 2 GiB of address space (64 + 256 + 32 connections' threads, 8 MiB of
+// stack each): a clear error before the server listens, not an abort after it said it listens.
+void HostileInputsTest::server_threads_that_cannot_start() {
+  if (kvchat::test::kSanitizedBuild) QSKIP("no address-space cap in a sanitized build");
+  rlimit stack{};
+  if (getrlimit(RLIMIT_STACK, &stack) != 0 || stack.rlim_cur < (rlim_t{8} << 20))
+    QSKIP("threads' stacks are smaller than 8 MiB here: the sizes would fit");
+  const LimitedCliResult result =
+      run_case("serve --parallel 64 --max-queue 256", {"serve", "--port", "0", "--threads", "1", "--parallel", "64",
+                                                        "--max-queue", "256", "--model",
+                                                        kvchat::test::shared_path("models/stories260K").c_str()});
+  KVCHAT_EXPECT_FAILURE(result, 1, QStringList{"kvchat-cli serve: error: cannot start the server's 356 threads ("});
+  QVERIFY2(result.err.find("listening on") == std::string::npos, result.err.c_str());
+}
+
+// A settings folder as an older version left it: the local server's key in the settings file, and a key
+// file that anyone may read. Reading the settings moves the key into the key file, owner-only; where the
+// key file cannot be written (a folder in its place) the key stays where it was rather than being lost.
+void HostileInputsTest::server_key_in_an_older_settings_folder() {
+  QTemporaryDir dir;
+  const QString ini_path = dir.filePath("kvchat.ini");
+  const QString key_path = dir.filePath("kvchat-server-api-key");
+  auto write = [](const QString& path, const QByteArray& bytes) {
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    file.write(bytes);
+  };
+  write(ini_path, "[local_server]\nenabled=true\napi_key=sk-older-789\n");
+  write(key_path, "");
+  QVERIFY(::chmod(QFile::encodeName(key_path).constData(), 0644) == 0);
+  {
+    QSettings ini(ini_path, QSettings::IniFormat);
+    QCOMPARE(kvchat::app::LocalServerSettings::load(ini).api_key, QString("sk-older-789"));
+  }
+  QFile ini_file(ini_path);
+  QVERIFY(ini_file.open(QIODevice::ReadOnly));
+  QVERIFY(!ini_file.readAll().contains("sk-older-789"));
+  QFile key_file(key_path);
+  QVERIFY(key_file.open(QIODevice::ReadOnly));
+  QCOMPARE(key_file.readAll(), QByteArray("sk-older-789"));
+  struct stat status {};
+  QCOMPARE(::stat(QFile::encodeName(key_path).constData(), &status), 0);
+  QCOMPARE(status.st_mode & 0777, 0600u);
+
+  QVERIFY(QFile::remove(key_path));
+  QVERIFY(QDir().mkpath(key_path));
+  write(ini_path, "[local_server]\nenabled=true\napi_key=sk-older-789\n");
+  {
+    QSettings ini(ini_path, QSettings::IniFormat);
+    QCOMPARE(kvchat::app::LocalServerSettings::load(ini).api_key, QString("sk-older-789"));
+    QCOMPARE(ini.value("local_server/api_key").toString(), QString("sk-older-789"));
   }
 }
 

@@ -1,7 +1,8 @@
 // The desktop app's "Serve the loaded model on localhost:PORT" through ChatController, as the settings
 // dialog applies it: turned on, it answers HTTP with the greedy text of `kvchat-cli generate` while the
-// app's own chat runs beside it; turned off, its port is closed; a port in use is a clear error; a
-// model switch restarts it on the new model. stories260K, greedy.
+// app's own chat runs beside it; turned off, its port is closed; a port in use is a clear error, and so
+// are threads the machine cannot start; a model switch restarts it on the new model. Its API key is kept
+// in an owner-only file of its own, never in the settings file. stories260K, greedy.
 #include <QSignalSpy>
 #include <QtTest>
 #include "common/test_suite.h"
@@ -9,11 +10,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <QFile>
+#include <QTemporaryDir>
 
 #include <thread>
 
 #include "app/local_server.h"
+#include "common/address_space_headroom.h"
 #include "common/chat_fixture.h"
 #include "common/cli_runner.h"
 #include "common/server_process.h"
@@ -139,6 +145,82 @@ class TestLocalServer : public QObject {
     QVERIFY(models);
     QCOMPARE(models->status, 200);
     QCOMPARE(json::parse(models->body)["data"][0]["id"].get<std::string>(), std::string("stories260K-Q8_0.gguf"));
+  }
+
+  // The server's threads cannot all start (little address space left, as under a memory limit with
+  // many compute threads): the app goes on, and says why it is not serving.
+  void threads_that_cannot_start_are_a_clear_error() {
+    kvchat::test::ChatFixture fixture;
+    QVERIFY(fixture.open(kvchat::test::greedy_chat_settings(kMaxTokens)));
+    LocalServer& server = fixture.controller()->localServer();
+    QSignalSpy failed(&server, &LocalServer::failed);
+    {
+      kvchat::test::AddressSpaceHeadroom headroom(std::size_t(64) << 20);
+      if (!headroom.active()) QSKIP("the address space cannot be capped here (sanitized build)");
+      fixture.controller()->applyLocalServerSettings(serve_on(0));
+    }
+    QVERIFY(!server.isServing());
+    QCOMPARE(failed.count(), 1);
+    const QString message = failed[0][0].toString();
+    QVERIFY2(message.startsWith("Cannot serve the model on localhost:0: cannot start the server's ") &&
+                 message.contains(" threads ("),
+             qPrintable(message));
+    // With room again, the same settings serve.
+    fixture.controller()->applyLocalServerSettings(serve_on(0));
+    QVERIFY(server.isServing());
+    QVERIFY(port_answers(server.port()));
+  }
+
+  // The key is written to kvchat-server-api-key beside the settings file, owner-only, and never to the
+  // settings file; a key an older version left in the settings file is moved out when it is read.
+  void api_key_is_kept_out_of_the_settings_file() {
+    QTemporaryDir dir;
+    const QString ini_path = dir.filePath("kvchat.ini");
+    const QString key_path = dir.filePath("kvchat-server-api-key");
+    auto file_text = [](const QString& path) {
+      QFile file(path);
+      return file.open(QIODevice::ReadOnly) ? QString::fromUtf8(file.readAll()) : QString();
+    };
+    auto mode = [](const QString& path) {
+      struct stat status {};
+      return ::stat(QFile::encodeName(path).constData(), &status) == 0 ? (status.st_mode & 0777) : 0u;
+    };
+    {
+      QSettings ini(ini_path, QSettings::IniFormat);
+      QCOMPARE(LocalServerSettings::api_key_path(ini), key_path);
+      serve_on(9090, "sk-local-123").save(ini);
+    }
+    QVERIFY2(!file_text(ini_path).contains("sk-local-123"), qPrintable(file_text(ini_path)));
+    QCOMPARE(file_text(key_path), QString("sk-local-123"));
+    QCOMPARE(mode(key_path), 0600u);
+    {
+      QSettings ini(ini_path, QSettings::IniFormat);
+      QCOMPARE(LocalServerSettings::load(ini).api_key, QString("sk-local-123"));
+    }
+
+    // As older versions wrote it: the key in the settings file, no key file.
+    QVERIFY(QFile::remove(key_path));
+    {
+      QFile ini(ini_path);
+      QVERIFY(ini.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      ini.write("[local_server]\nenabled=true\nport=9090\napi_key=sk-older-456\n");
+    }
+    {
+      QSettings ini(ini_path, QSettings::IniFormat);
+      const LocalServerSettings loaded = LocalServerSettings::load(ini);
+      QCOMPARE(loaded.api_key, QString("sk-older-456"));
+      QCOMPARE(loaded.port, 9090);
+    }
+    QVERIFY2(!file_text(ini_path).contains("sk-older-456"), qPrintable(file_text(ini_path)));
+    QCOMPARE(file_text(key_path), QString("sk-older-456"));
+    QCOMPARE(mode(key_path), 0600u);
+
+    // No key: no key file.
+    {
+      QSettings ini(ini_path, QSettings::IniFormat);
+      serve_on(9090).save(ini);
+    }
+    QVERIFY(!QFile::exists(key_path));
   }
 };
 

@@ -1,7 +1,10 @@
 // The server's limits over real HTTP, on an OpenAiServer inside the test process (so a test can hold a
 // generation slot itself and the queue's state is exact, not a race): 429 for a full queue, 503 for a
 // queued request when the server shuts down, a whole (non-streamed) reply whose client leaves stops
-// its generation, and the sessions' KV caches kept under the memory budget. stories260K, greedy.
+// its generation, and the sessions' KV caches kept under the memory budget. What one client may hold:
+// a chunked body is held to the body limit, headers and bodies to their times, a length that is no
+// length is answered at once, and half-sent connections cannot hold up the others; the options that
+// size the server are bounded. stories260K, greedy.
 #include <QTemporaryDir>
 #include <QtTest>
 #include "common/test_suite.h"
@@ -13,12 +16,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "app/openai_protocol.h"
 #include "app/openai_sessions.h"
 #include "common/in_process_server.h"
+#include "common/raw_http.h"
 #include "common/server_process.h"
 #include "engine/kv_snapshot.h"
 #include "engine/llama_model.h"
@@ -30,6 +36,8 @@ namespace app_test_openai_server_limits {
 using kvchat::app::openai::ServerOptions;
 using kvchat::test::HttpReply;
 using kvchat::test::InProcessServer;
+using kvchat::test::RawHttpConnection;
+using kvchat::test::RawResponse;
 using nlohmann::json;
 
 namespace {
@@ -193,6 +201,142 @@ class TestOpenAiServerLimits : public QObject {
       const int restored = continued.json()["timings"]["restored_tokens"];
       QVERIFY2(with_snapshots ? restored > 0 : restored == 0, continued.body.c_str());
     }
+  }
+
+  // A chunked body is held to the body limit as one with a length is: refused 413 while the client is
+  // still sending it, not read to its end. A chunked body within the limit is served.
+  void chunked_body_over_the_limit_is_413() {
+    ServerOptions limited = options(1, 0);
+    limited.max_body_bytes = std::size_t(1) << 20;
+    InProcessServer server(model_, limited);
+    const std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n";
+    RawHttpConnection endless(server.port());
+    QVERIFY(endless.send(head + "\r\n"));
+    const std::string chunk = "10000\r\n" + std::string(0x10000, 'a') + "\r\n";
+    QVERIFY2(endless.send_until_answered(chunk, std::size_t(30) << 20, std::chrono::milliseconds(0)),
+             "30 MB of chunks were sent without an answer");
+    const RawResponse refused = endless.read_response();
+    QCOMPARE(refused.status, 413);
+    QCOMPARE(refused.error_code(), std::string("request_too_large"));
+
+    const std::string body = chat_request({user("Once")}, 4).dump();
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    RawHttpConnection within(server.port());
+    QVERIFY(within.send(head + "Connection: close\r\n\r\n" + size + "\r\n" + body + "\r\n0\r\n\r\n"));
+    const RawResponse served = within.read_response();
+    QCOMPARE(served.status, 200);
+    QVERIFY(served.json()["choices"][0]["message"]["content"].is_string());
+  }
+
+  // Headers sent a byte at a time get 408 once the header time is up, the request line as the headers;
+  // so does a body that stops coming. The connection is closed.
+  void slow_headers_and_bodies_are_408() {
+    ServerOptions slow = options(1, 0);
+    slow.header_timeout_ms = 500;
+    slow.body_timeout_ms = 500;
+    InProcessServer server(model_, slow);
+    const struct {
+      std::string start;
+      std::string message;
+    } cases[] = {
+        {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", "the request's headers did not arrive within 500 ms"},
+        {"GET /heal", "the request's headers did not arrive within 500 ms"},
+        {"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n{",
+         "the request's body did not arrive within 500 ms"},
+    };
+    for (const auto& c : cases) {
+      RawHttpConnection connection(server.port());
+      QVERIFY(connection.send(c.start));
+      // A byte every 20 ms, for at most a minute: each arrives long before a read would time out.
+      QVERIFY2(connection.send_until_answered(" ", 3000, std::chrono::milliseconds(20)), c.start.c_str());
+      const RawResponse refused = connection.read_response();
+      QCOMPARE(refused.status, 408);
+      QCOMPARE(refused.error_code(), std::string("request_timeout"));
+      QCOMPARE(refused.json()["error"]["message"].get<std::string>(), c.message);
+      QCOMPARE(refused.header("connection"), std::string("close"));
+    }
+    QCOMPARE(health(server)["status"].get<std::string>(), std::string("ok"));
+  }
+
+  // A Content-Length that is not a number of bytes, or one no body could have, is answered at once, while
+  // the client is still sending: never read as a length to wait for.
+  void impossible_lengths_are_answered_at_once() {
+    InProcessServer server(model_, options(1, 0));
+    const struct {
+      const char* length;
+      int status;
+      const char* code;
+    } cases[] = {{"-1", 400, "invalid_framing"},
+                 {"18446744073709551616", 413, "request_too_large"},
+                 {"18446744073709551615", 413, "request_too_large"},
+                 {"99999999999999999999999999", 413, "request_too_large"},
+                 {"1e3", 400, "invalid_framing"},
+                 {"0x10", 400, "invalid_framing"}};
+    for (const auto& c : cases) {
+      RawHttpConnection connection(server.port());
+      QVERIFY(connection.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::string(c.length) + "\r\n\r\n"));
+      QVERIFY2(connection.send_until_answered("a", 3000, std::chrono::milliseconds(20)), c.length);
+      const RawResponse refused = connection.read_response();
+      QCOMPARE(refused.status, c.status);
+      QCOMPARE(refused.error_code(), std::string(c.code));
+    }
+    RawHttpConnection both(server.port());
+    QVERIFY(both.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+                      "Transfer-Encoding: chunked\r\n\r\n"));
+    const RawResponse smuggled = both.read_response();
+    QCOMPARE(smuggled.status, 400);
+    QCOMPARE(smuggled.error_code(), std::string("invalid_framing"));
+  }
+
+  // More half-sent requests than the server takes connections, each kept alive by a byte now and then:
+  // /health is still answered while they go on, because a new connection replaces the one that has waited
+  // longest for its headers.
+  void half_sent_requests_do_not_hold_up_others() {
+    InProcessServer server(model_, options(1, 0));
+    const int allowed = 1 + 0 + ServerOptions::kSpareConnections;
+    std::vector<std::unique_ptr<RawHttpConnection>> half_sent;
+    for (int i = 0; i < allowed + 8; ++i) {
+      half_sent.push_back(std::make_unique<RawHttpConnection>(server.port()));
+      QVERIFY(half_sent.back()->send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "));
+    }
+    std::atomic<bool> answered{false};
+    std::atomic<bool> gave_up{false};
+    std::thread trickle([&] {
+      for (int round = 0; round < 1200 && !answered.load(); ++round) {  // a byte each 50 ms, for at most a minute
+        for (auto& connection : half_sent) connection->send("a");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      gave_up.store(!answered.load());
+    });
+    RawHttpConnection probe(server.port());
+    QVERIFY(probe.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+    const RawResponse reply = probe.read_response();
+    answered.store(true);
+    trickle.join();
+    QCOMPARE(reply.status, 200);
+    QVERIFY2(!gave_up.load(), "/health was answered only after the half-sent requests stopped");
+    const auto closed =
+        std::count_if(half_sent.begin(), half_sent.end(), [](const auto& c) { return c->closed_by_server(); });
+    QVERIFY2(closed >= 1, "no half-sent request was closed");
+  }
+
+  // The options that size the server (its threads, its queue, its body) have upper bounds: past them the
+  // server is not made, rather than made unable to answer.
+  void sizes_are_bounded() {
+    for (const auto& [parallel, queue] : std::vector<std::pair<int, int>>{{100000, 0}, {0, 0}, {1, 100000}, {1, -1}}) {
+      ServerOptions sized = options(parallel, queue);
+      QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kvchat::app::openai::OpenAiServer(model_, nullptr, sized));
+    }
+    ServerOptions huge_body = options(1, 0);
+    huge_body.max_body_bytes = std::size_t(1) << 40;
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kvchat::app::openai::OpenAiServer(model_, nullptr, huge_body));
+    ServerOptions largest = options(ServerOptions::kMaxParallel, ServerOptions::kMaxQueue);
+    kvchat::app::openai::OpenAiServer server(model_, nullptr, largest);  // the bounds themselves are fine
   }
 };
 

@@ -1,7 +1,7 @@
 // The local server in the desktop app's window, offscreen over stories260K: the settings dialog's own
 // "Local server" section (off by default, port 8080, its label naming the port, its own settings group),
 // and the status bar's "Serving on http://127.0.0.1:PORT" while it runs, gone when it stops; a port
-// that cannot be bound says why.
+// that cannot be bound, or server threads that cannot start, say why (the window stays up).
 #include <QtTest>
 #include "common/test_suite.h"
 
@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "app/local_server.h"
+#include "common/address_space_headroom.h"
 #include "common/chat_fixture.h"
 #include "ui/local_server_group.h"
 #include "ui/main_window.h"
@@ -95,6 +96,29 @@ class LocalServerUiTest : public QObject {
     ::close(taken);
     QCOMPARE(label->text(), QString("Not serving"));
     QVERIFY2(label->toolTip().contains(QString("localhost:%1").arg(taken_port)), qPrintable(label->toolTip()));
+    QVERIFY(!fixture.controller()->localServer().isServing());
+  }
+
+  // Little address space left (a memory limit, the compute threads at their maximum): the server's
+  // threads cannot start, and the status bar says so instead of the app aborting.
+  void threads_that_cannot_start_show_not_serving() {
+    kvchat::test::ChatFixture fixture;
+    QVERIFY(fixture.open(kvchat::test::greedy_chat_settings()));
+    kvchat::ui::MainWindow window(fixture.controller());
+    window.show();
+    LocalServerSettings serve;
+    serve.enabled = true;
+    serve.port = 0;
+    {
+      kvchat::test::AddressSpaceHeadroom headroom(std::size_t(64) << 20);
+      if (!headroom.active()) QSKIP("the address space cannot be capped here (sanitized build)");
+      fixture.controller()->applyLocalServerSettings(serve);
+    }
+    QLabel* label = window.servingLabel();
+    QCOMPARE(label->text(), QString("Not serving"));
+    QVERIFY(label->isVisible());
+    QVERIFY2(label->toolTip().contains("cannot start the server's ") && label->toolTip().contains(" threads ("),
+             qPrintable(label->toolTip()));
     QVERIFY(!fixture.controller()->localServer().isServing());
   }
 };
