@@ -22,6 +22,7 @@
 #include "app/local_server.h"
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
+#include "common/tiny_llama3_chat_model.h"
 #include "common/scripted_server.h"
 #include "common/raw_http.h"
 
@@ -193,6 +194,9 @@ class HostileInputsTest : public QObject {
   void server_under_hostile_clients();
   void server_threads_that_cannot_start();
   void server_key_in_an_older_settings_folder();
+  void gguf_metadata_that_disagrees_with_the_file();
+  void a_reply_as_long_as_an_int_allows();
+  void a_tokenizer_smaller_than_the_model();
 
  private:
   QString model_copy(const QString& name) const;
@@ -630,6 +634,66 @@ void HostileInputsTest::server_key_in_an_older_settings_folder() {
     QCOMPARE(kvchat::app::LocalServerSettings::load(ini).api_key, QString("sk-older-789"));
     QCOMPARE(ini.value("local_server/api_key").toString(), QString("sk-older-789"));
   }
+}
+
+namespace {
+
+// `bytes` with the first occurrence of `from` (a metadata key and what follows it) replaced by `to`, of the
+// same length so every offset stays where it was.
+std::string patched(std::string bytes, const std::string& from, const std::string& to) {
+  const std::size_t at = bytes.find(from);
+  if (at == std::string::npos || from.size() != to.size()) return {};
+  return bytes.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+// A GGUF file whose metadata disagrees with its tensors, or lacks the RMSNorm epsilon: a load error naming
+// the problem, never a model that runs on part of the file or a guessed epsilon.
+void HostileInputsTest::gguf_metadata_that_disagrees_with_the_file() {
+  const std::string whole = kvchat::test::read_file_bytes(kvchat::test::shared_path("fixtures/gguf/stories260K-F32.gguf"));
+  std::string block_count_value = "llama.block_count";
+  block_count_value += std::string("\x04\x00\x00\x00\x05\x00\x00\x00", 8);  // uint32 5
+  std::string two_blocks = block_count_value;
+  two_blocks[two_blocks.size() - 4] = '\x02';
+  const struct {
+    const char* name;
+    std::string bytes;
+    QString error;
+  } cases[] = {
+      {"block_count 2 of 5 layers", patched(whole, block_count_value, two_blocks),
+       "belongs to a layer past the 2 layers the metadata's block_count declares"},
+      {"no RMSNorm epsilon", patched(whole, "layer_norm_rms_epsilon", "layer_norm_rms_epsiloN"),
+       "metadata llama.attention.layer_norm_rms_epsilon (the RMSNorm epsilon) is missing"},
+  };
+  for (const auto& c : cases) {
+    QVERIFY2(!c.bytes.empty(), c.name);
+    const QString path = dir_.filePath(QString(c.name).replace(' ', '-') + ".gguf");
+    kvchat::test::write_file_bytes(path.toStdString(), c.bytes);
+    KVCHAT_EXPECT_FAILURE(run_case(c.name, {"generate", "--model", path, "--prompt-ids", "1,2"}), 1, QStringList{c.error});
+  }
+}
+
+// --max-new-tokens at INT_MAX: the reply stops at the model's context (512 positions), and nothing is sized
+// by the requested count (it was a bare std::bad_alloc).
+void HostileInputsTest::a_reply_as_long_as_an_int_allows() {
+  const LimitedCliResult result =
+      run_case("--max-new-tokens 2147483647", {"generate", "--model", kvchat::test::shared_path("models/stories260K").c_str(),
+                                               "--prompt-ids", "1,2", "--max-new-tokens", "2147483647", "--json"});
+  KVCHAT_EXPECT_SUCCESS(result);
+  const json out = json::parse(result.out);
+  QVERIFY2(out["stats"]["generated_tokens"].get<int>() <= 510, result.out.c_str());
+}
+
+// A tokenizer that ends at id 517 for a model of 1000 rows: every reply decodes (ids without text are
+// never sampled) instead of failing half way.
+void HostileInputsTest::a_tokenizer_smaller_than_the_model() {
+  const std::string model = kvchat::test::make_tiny_llama3_chat_model(dir_.filePath("small-tokenizer").toStdString(), 517);
+  const LimitedCliResult result =
+      run_case("tokenizer of 517 ids, model of 1000", {"chat", "--model", QString::fromStdString(model), "--db",
+                                                       dir_.filePath("small-tokenizer.sqlite3"), "--kv-snapshots", "off",
+                                                       "--message", "Tell me a story", "--max-new-tokens", "48"});
+  KVCHAT_EXPECT_SUCCESS(result);
 }
 
 KVCHAT_TEST_GUILESS_MAIN(HostileInputsTest)
