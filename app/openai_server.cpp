@@ -392,7 +392,9 @@ void OpenAiServer::Impl::install_routes() {
                        {"sessions", status.sessions},
                        {"kv_cache_bytes", status.cache_bytes},
                        {"kv_cache_budget_bytes", status.budget_bytes},
-                       {"kv_cache_evictions", status.evictions}};
+                       {"kv_cache_evictions", status.evictions},
+                       {"waiting_for_prefix", status.waiting_for_prefix},
+                       {"prefix_copies", status.prefix_copies}};
     response.set_content(body.dump(), "application/json");
   };
   const auto models = [this](const httplib::Request&, httplib::Response& response) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "app/chat_history.h"
+#include "app/remote_client.h"
 #include "ui/chat_view.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
@@ -90,12 +91,21 @@ void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
   refresh_placeholder();
 }
 
+namespace {
+
+// The server's address as the window shows it: credentials in the URL never are.
+QString shown_base_url(const kvchat::app::ChatSettings& settings) {
+  return QString::fromStdString(kvchat::app::displayed_base_url(settings.remote_base_url.trimmed().toStdString()));
+}
+
+}  // namespace
+
 void MainWindow::refresh_model_label() {
   const kvchat::app::ChatSettings& settings = controller_->settings();
   if (controller_->usesRemoteBackend()) {
     const QString model = settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model;
-    model_label_->setFullText(tr("%1 on %2").arg(model, settings.remote_base_url));
-    model_label_->setToolTip(tr("Replies come from the OpenAI-compatible server at %1").arg(settings.remote_base_url));
+    model_label_->setFullText(tr("%1 on %2").arg(model, shown_base_url(settings)));
+    model_label_->setToolTip(tr("Replies come from the OpenAI-compatible server at %1").arg(shown_base_url(settings)));
   } else if (controller_->isModelLoaded()) {
     model_label_->setFullText(format_model_summary(controller_->modelInfo()));
     model_label_->setToolTip(format_model_details(controller_->modelInfo()));
@@ -277,7 +287,7 @@ void MainWindow::refresh_cache_gauge() {
     cache_label_->setFullText(text);
     cache_label_->setToolTip(tr("Replies come from %1; its cache is its own. The figures are the cached_tokens it "
                                 "reported for this chat's last prompt.")
-                                 .arg(controller_->settings().remote_base_url));
+                                 .arg(shown_base_url(controller_->settings())));
     return;
   }
   if (!gauge.cache_enabled) {

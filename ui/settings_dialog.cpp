@@ -190,6 +190,27 @@ void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::Chat
   model_row->addWidget(remote_model_, 1);
   model_row->addWidget(fetch);
   form->addRow(tr("Server model"), model_row);
+  // A silent server, or one that never ends a reply, ends the turn as failed (its text kept).
+  auto* timeout_row = new QHBoxLayout;
+  auto seconds_box = [&](const char* name, int value, const QString& tip) {
+    auto* box = new QSpinBox(this);
+    box->setObjectName(name);
+    box->setRange(1, kvchat::app::ChatSettings::kMaxRemoteTimeout);
+    box->setSuffix(tr(" s"));
+    box->setValue(value);
+    box->setToolTip(tip);
+    return box;
+  };
+  remote_idle_timeout_ = seconds_box("remoteIdleTimeoutSpin", settings.remote_idle_timeout_s,
+                                     tr("How long the server may send nothing (the first token included)"));
+  remote_reply_timeout_ = seconds_box("remoteReplyTimeoutSpin", settings.remote_reply_timeout_s,
+                                      tr("How long one reply may take in all"));
+  timeout_row->addWidget(new QLabel(tr("silent for"), this));
+  timeout_row->addWidget(remote_idle_timeout_);
+  timeout_row->addWidget(new QLabel(tr("whole reply"), this));
+  timeout_row->addWidget(remote_reply_timeout_);
+  timeout_row->addStretch(1);
+  form->addRow(tr("Give up when"), timeout_row);
   remote_status_ = new QLabel(this);
   remote_status_->setObjectName("remoteStatusLabel");
   remote_status_->setWordWrap(true);
@@ -210,7 +231,8 @@ void SettingsDialog::fetchRemoteModels() {
       answer->error = QString::fromUtf8(error.what());
     }
   });
-  remote_status_->setText(tr("Asking %1\u2026").arg(QString::fromStdString(endpoint.base_url)));
+  remote_status_->setText(
+      tr("Asking %1\u2026").arg(QString::fromStdString(kvchat::app::displayed_base_url(endpoint.base_url))));
   // Delivered on this (the GUI) thread; a dialog closed meanwhile simply gets nothing.
   connect(thread, &QThread::finished, this, [this, answer] {
     if (!answer->error.isEmpty()) {
@@ -251,6 +273,8 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.remote_base_url = remote_url_->text().trimmed();
   settings.remote_api_key = remote_key_->text();
   settings.remote_model = remote_model_->currentText().trimmed();
+  settings.remote_idle_timeout_s = remote_idle_timeout_->value();
+  settings.remote_reply_timeout_s = remote_reply_timeout_->value();
   settings.kv_cache_enabled = kv_cache_->isChecked();
   settings.temperature = temperature_->value();
   settings.top_k = top_k_->value();

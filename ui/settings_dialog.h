@@ -53,6 +53,8 @@ class SettingsDialog : public QDialog {
   QCheckBox* kv_cache_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
   QSpinBox* top_k_ = nullptr;
+  QSpinBox* remote_idle_timeout_ = nullptr;
+  QSpinBox* remote_reply_timeout_ = nullptr;
   QDoubleSpinBox* top_p_ = nullptr;
   QDoubleSpinBox* min_p_ = nullptr;
   QDoubleSpinBox* repetition_penalty_ = nullptr;

@@ -176,6 +176,8 @@ class TestOpenAiServerSessions : public QObject {
     const HttpReply second_reply = post_chat(server, second);
     QCOMPARE(second_reply.status, 200);
     QCOMPARE(cached_tokens(second_reply), int(shared));
+    QCOMPARE(health(server)["prefix_copies"].get<int>(), 1);  // the first conversation's cache kept whole
+    QCOMPARE(health(server)["waiting_for_prefix"].get<int>(), 0);
     QCOMPARE(reply_text(second_reply), fresh_reply(second));
     QCOMPARE(reply_text(first_reply), fresh_reply(first));
 

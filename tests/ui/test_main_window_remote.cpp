@@ -9,11 +9,13 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSpinBox>
 
 #include "app/chat_history.h"
 #include "common/chat_fixture.h"
 #include "common/server_process.h"
 #include "ui/chat_view.h"
+#include "ui/elided_label.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"
 #include "ui/message_widget.h"
@@ -106,6 +108,35 @@ class MainWindowRemoteTest : public QObject {
                                   .arg(base_url())),
              qPrintable(stats));
     QVERIFY(window_->findChild<QPushButton*>("regenerateButton")->isEnabled());
+  }
+
+  // The remote timeouts are set in the dialog and kept in the settings.
+  void timeouts_are_set_in_the_dialog() {
+    kvchat::ui::SettingsDialog* dialog = window_->openSettingsDialog();
+    QVERIFY(dialog->isVisible());
+    auto* idle = dialog->findChild<QSpinBox*>("remoteIdleTimeoutSpin");
+    auto* whole = dialog->findChild<QSpinBox*>("remoteReplyTimeoutSpin");
+    QVERIFY(idle && whole);
+    QCOMPARE(idle->value(), fixture_.controller()->settings().remote_idle_timeout_s);
+    idle->setValue(77);
+    whole->setValue(900);
+    dialog->accept();
+    QCOMPARE(fixture_.controller()->settings().remote_idle_timeout_s, 77);
+    QCOMPARE(fixture_.controller()->settings().remote_reply_timeout_s, 900);
+  }
+
+  // A base URL with credentials in it: the status bar names the server without them.
+  void credentials_in_the_url_are_never_shown() {
+    ChatController* controller = fixture_.controller();
+    kvchat::app::ChatSettings settings = controller->settings();
+    settings.remote_base_url = QStringLiteral("http://me:sk-in-the-url@127.0.0.1:%1/v1").arg(server_.port());
+    controller->applySettings(settings);
+    auto* label = window_->findChild<kvchat::ui::ElidedLabel*>("modelLabel");
+    QVERIFY(label);
+    QVERIFY2(label->fullText().contains(QStringLiteral("http://***@127.0.0.1:%1/v1").arg(server_.port())),
+             qPrintable(label->fullText()));
+    QVERIFY(!label->fullText().contains(QStringLiteral("sk-in-the-url")));
+    QVERIFY(!label->toolTip().contains(QStringLiteral("sk-in-the-url")));
   }
 
   void cleanupTestCase() { window_.reset(); }
