@@ -31,7 +31,6 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     model_loaded_ = true;
     model_loading_ = false;
     cache_figures_.clear();
-    transcripts_.clear();  // ids of the previous model
     total_cache_bytes_ = 0;
     if (!remember_model_path_.isEmpty() && remember_model_path_ == info.directory) {
       settings_.model_path = info.directory;
@@ -51,10 +50,6 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     Q_EMIT modelLoadFailed(directory, message);
   });
   connect(worker_, &EngineWorker::cacheChanged, this, &ChatController::on_cache_changed);
-  connect(worker_, &EngineWorker::transcriptUpdated, this,
-          [this](qint64 conversation_id, const ConversationTokens& transcript) {
-            if (store_->conversation(conversation_id)) transcripts_.insert(conversation_id, transcript);
-          });
   connect(worker_, &EngineWorker::cacheEvicted, this, &ChatController::on_cache_evicted);
   connect(worker_, &EngineWorker::snapshotWritten, this, &ChatController::on_snapshot_written);
   remote_worker_ = new RemoteWorker;
@@ -215,7 +210,6 @@ bool ChatController::clearCache(qint64 conversation_id) {
     return false;
   }
   spdlog::info("clearing the cached state of conversation {} (memory and disk)", conversation_id);
-  transcripts_.remove(conversation_id);  // the worker forgets its ids too
   QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
                             Qt::QueuedConnection);
   return true;
@@ -227,7 +221,6 @@ bool ChatController::clearAllCachedState() {
     return false;
   }
   spdlog::info("clearing every conversation's cached state (memory and disk)");
-  transcripts_.clear();
   for (auto& figures : cache_figures_) figures = ConversationCacheFigures{};
   QMetaObject::invokeMethod(worker_, [worker = worker_] { worker->clearAllCachedState(); }, Qt::QueuedConnection);
   Q_EMIT cacheGaugeChanged();

@@ -266,7 +266,6 @@ class ChatController : public QObject {
     qint64 snapshot_bytes = 0;
   };
   QHash<qint64, ConversationCacheFigures> cache_figures_;
-  QHash<qint64, ConversationTokens> transcripts_;  // the worker's, as of each conversation's last turn
   qint64 total_cache_bytes_ = 0;
   QString snapshot_key_prefix_;        // this database's conversations in a shared snapshot folder
   QString snapshot_directory_override_;

@@ -71,7 +71,6 @@ void ChatController::deleteConversation(qint64 conversation_id) {
       end_turn();
     }
     queued_conversations_.removeAll(conversation_id);
-    transcripts_.remove(conversation_id);
     store_->delete_conversation(conversation_id);
     QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
                               Qt::QueuedConnection);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "engine/model_loader.h"
 #include "engine/session.h"
@@ -29,104 +28,7 @@ std::string last_message_too_long(size_t prompt_tokens, int limit, int model_lim
                               : ", the model's maximum: shorten it");
 }
 
-template <typename Sequence>
-std::size_t common_prefix_length(const Sequence& a, const Sequence& b) {
-  const std::size_t limit = std::min(a.size(), b.size());
-  std::size_t n = 0;
-  while (n < limit && a[n] == b[n]) ++n;
-  return n;
-}
-
 }  // namespace
-
-const ConversationTokens::Boundary* ConversationTokens::longest_boundary_in(const std::string& text) const {
-  const std::size_t shared = common_prefix_length(text_, text);
-  for (auto it = boundaries_.rbegin(); it != boundaries_.rend(); ++it)
-    if (it->text_length <= shared) return &*it;
-  return nullptr;
-}
-
-void ConversationTokens::record_turn(const std::vector<TokenId>& prompt_ids, const std::string& prompt_text,
-                                     const std::vector<TokenId>& reply_ids, const std::string& reply_text) {
-  std::vector<TokenId> ids = prompt_ids;
-  ids.insert(ids.end(), reply_ids.begin(), reply_ids.end());
-  std::string text = prompt_text + reply_text;
-  // A boundary stays true while both its ids and its text are unchanged.
-  const std::size_t same_ids = common_prefix_length(ids_, ids), same_text = common_prefix_length(text_, text);
-  boundaries_.erase(std::remove_if(boundaries_.begin(), boundaries_.end(),
-                                   [&](const Boundary& b) { return b.token_count > same_ids || b.text_length > same_text; }),
-                    boundaries_.end());
-  // The prompt alone serves a regenerate; prompt + reply serves the next turn and an edit after it.
-  for (const Boundary added : {Boundary{prompt_text.size(), prompt_ids.size()}, Boundary{text.size(), ids.size()}})
-    if (added.token_count > 0 && (boundaries_.empty() || boundaries_.back().text_length < added.text_length))
-      boundaries_.push_back(added);
-  ids_ = std::move(ids);
-  text_ = std::move(text);
-}
-
-namespace {
-constexpr std::string_view kTranscriptMagic = "kvchat-transcript-1\n";
-
-template <typename T>
-void append_value(std::string& out, T value) { out.append(reinterpret_cast<const char*>(&value), sizeof value); }
-
-template <typename T>
-bool take_value(std::string_view& in, T& value) {
-  if (in.size() < sizeof value) return false;
-  std::memcpy(&value, in.data(), sizeof value);
-  in.remove_prefix(sizeof value);
-  return true;
-}
-}  // namespace
-
-std::string ConversationTokens::serialize() const {
-  std::string out(kTranscriptMagic);
-  append_value<std::uint64_t>(out, ids_.size());
-  out.append(reinterpret_cast<const char*>(ids_.data()), ids_.size() * sizeof(TokenId));
-  append_value<std::uint64_t>(out, text_.size());
-  out += text_;
-  append_value<std::uint64_t>(out, boundaries_.size());
-  for (const Boundary& boundary : boundaries_) {
-    append_value<std::uint64_t>(out, boundary.text_length);
-    append_value<std::uint64_t>(out, boundary.token_count);
-  }
-  return out;
-}
-
-std::optional<ConversationTokens> ConversationTokens::deserialize(std::string_view in) {
-  if (in.substr(0, kTranscriptMagic.size()) != kTranscriptMagic) return std::nullopt;
-  in.remove_prefix(kTranscriptMagic.size());
-  ConversationTokens tokens;
-  std::uint64_t count = 0;
-  if (!take_value(in, count) || count > in.size() / sizeof(TokenId)) return std::nullopt;
-  tokens.ids_.resize(count);
-  std::memcpy(tokens.ids_.data(), in.data(), count * sizeof(TokenId));
-  in.remove_prefix(count * sizeof(TokenId));
-  if (!take_value(in, count) || count > in.size()) return std::nullopt;
-  tokens.text_.assign(in.data(), count);
-  in.remove_prefix(count);
-  if (!take_value(in, count) || count > in.size() / 16) return std::nullopt;
-  for (std::uint64_t i = 0; i < count; ++i) {
-    Boundary boundary;
-    std::uint64_t text_length = 0, token_count = 0;
-    take_value(in, text_length);
-    take_value(in, token_count);
-    boundary.text_length = text_length;
-    boundary.token_count = token_count;
-    const bool ascending = tokens.boundaries_.empty() || tokens.boundaries_.back().text_length < boundary.text_length;
-    if (!ascending || text_length > tokens.text_.size() || token_count > tokens.ids_.size() || token_count == 0)
-      return std::nullopt;
-    tokens.boundaries_.push_back(boundary);
-  }
-  if (!in.empty()) return std::nullopt;
-  return tokens;
-}
-
-void ConversationTokens::clear() {
-  ids_.clear();
-  text_.clear();
-  boundaries_.clear();
-}
 
 ChatTurnRunner::ChatTurnRunner(const LoadedModel& model) : model_(model) {}
 
@@ -136,25 +38,19 @@ int ChatTurnRunner::effective_context_limit(int requested_limit) const {
   return requested_limit;
 }
 
-std::vector<TokenId> ChatTurnRunner::encode_rendered(const std::vector<ChatMessage>& messages, bool continue_reply,
-                                                     std::string* rendered_text) const {
+std::vector<TokenId> ChatTurnRunner::encode_messages(const std::vector<ChatMessage>& messages,
+                                                     bool continue_reply) const {
   if (!model_.tokenizer)
     throw std::invalid_argument("model " + model_.path + " has no tokenizer, so it cannot be used for chat");
   ChatPrompt prompt = encode_chat_prompt(model_.formatter, *model_.tokenizer, messages,
                                          continue_reply ? PromptEnd::ContinueLastMessage : PromptEnd::GenerationPrompt);
-  *rendered_text = std::move(prompt.text);
   return std::move(prompt.ids);
-}
-
-std::vector<TokenId> ChatTurnRunner::encode_messages(const std::vector<ChatMessage>& messages, bool continue_reply) const {
-  std::string text;
-  return encode_rendered(messages, continue_reply, &text);
 }
 
 ChatTurnRunner::FittedPrompt ChatTurnRunner::fit_prompt(const std::vector<ChatMessage>& messages,
                                                         const TurnOptions& options, int context_limit) const {
   FittedPrompt fitted;
-  fitted.ids = encode_rendered(messages, options.continue_reply, &fitted.text);
+  fitted.ids = encode_messages(messages, options.continue_reply);
   const size_t limit = static_cast<size_t>(context_limit);
   if (options.overflow == ContextOverflowPolicy::Stop) {
     if (fitted.ids.size() >= limit) throw ContextLimitError(too_long_message(fitted.ids.size(), context_limit));
@@ -193,7 +89,7 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::drop_oldest_turns(const std::vector
     std::vector<ChatMessage> kept(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(first_turn));
     kept.insert(kept.end(), messages.begin() + static_cast<std::ptrdiff_t>(cut), messages.end());
     FittedPrompt fitted;
-    fitted.ids = encode_rendered(kept, continue_reply, &fitted.text);
+    fitted.ids = encode_messages(kept, continue_reply);
     fitted.dropped_messages = static_cast<int>(cut - first_turn);
     return fitted;
   };
@@ -214,8 +110,7 @@ ChatTurnRunner::FittedPrompt ChatTurnRunner::drop_oldest_turns(const std::vector
   return best;
 }
 
-TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript,
-                                const std::vector<ChatMessage>& messages, const TurnOptions& options,
+TurnOutcome ChatTurnRunner::run(Session& session, const std::vector<ChatMessage>& messages, const TurnOptions& options,
                                 const std::atomic<bool>* stop, const ReplyProgressCallback& on_progress) const {
   if (messages.empty()) throw std::invalid_argument("a chat turn needs at least one message");
   if (options.continue_reply && messages.back().role != "assistant")
@@ -264,7 +159,6 @@ TurnOutcome ChatTurnRunner::run(Session& session, ConversationTokens& transcript
 
   std::vector<TokenId> reply_ids = result.generated;
   if (outcome.stats.stop_reason == StopReason::Eos && !reply_ids.empty()) reply_ids.pop_back();
-  transcript.record_turn(fitted.ids, fitted.text, reply_ids, outcome.reply);
 
   // The reply's exact ids, for the next prompt to use in place of its text. A continued reply's are the
   // ids it already had and the new ones, known only when the first part's were.

@@ -5,7 +5,6 @@
 // No Qt widgets, no torch in this header.
 #include <atomic>
 #include <functional>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -25,42 +24,6 @@ namespace kvchat::app {
 // longer than the window on its own). The message says how many tokens were needed and the limit.
 struct ContextLimitError : std::runtime_error {
   using std::runtime_error::runtime_error;
-};
-
-// The exact ids a conversation has given the model and the rendered text they stand for, with the
-// turn boundaries marked. Re-encoding a whole transcript after every reply would not give back the ids
-// the model sampled (BPE merges differently across the reply boundary, a decoder strips a leading
-// space), so a new turn's prompt is the exact ids up to the longest boundary its text starts with, then
-// the encoding of the rest. Which of those ids are still cached is the Session's decision alone (token
-// ids compared exactly); this only answers which ids stand for a rendered text. Kept by the caller, so
-// it survives the cache being switched off or evicted.
-class ConversationTokens {
- public:
-  struct Boundary {
-    std::size_t text_length = 0;  // bytes of text() ...
-    std::size_t token_count = 0;  // ... that ids()[0, token_count) stand for
-  };
-  // The longest boundary whose text is a prefix of `text` (null when none is).
-  const Boundary* longest_boundary_in(const std::string& text) const;
-  const std::vector<TokenId>& ids() const { return ids_; }
-  const std::string& text() const { return text_; }
-
-  // A turn ran on `prompt_ids` (the rendered `prompt_text`) and produced `reply_ids`, whose text is
-  // `reply_text` (a final end-of-sequence id left out: a template writes its own turn end). Boundaries
-  // of earlier turns that the new ids and text still start with are kept.
-  void record_turn(const std::vector<TokenId>& prompt_ids, const std::string& prompt_text,
-                   const std::vector<TokenId>& reply_ids, const std::string& reply_text);
-  void clear();
-
-  // Exact bytes (ids, text, boundaries) for keeping with the conversation's KV snapshot; deserialize
-  // checks every length and boundary and returns nullopt for anything else.
-  std::string serialize() const;
-  static std::optional<ConversationTokens> deserialize(std::string_view bytes);
-
- private:
-  std::vector<TokenId> ids_;
-  std::string text_;
-  std::vector<Boundary> boundaries_;  // ascending
 };
 
 struct TurnOptions {
@@ -111,24 +74,19 @@ class ChatTurnRunner {
   std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages, bool continue_reply = false) const;
 
   // Runs one turn. `messages` ends with the new user message. Throws ContextLimitError,
-  // std::invalid_argument (no tokenizer, empty prompt) and whatever the engine throws; on success the
-  // turn is recorded in `transcript` for the next one.
-  TurnOutcome run(Session& session, ConversationTokens& transcript, const std::vector<ChatMessage>& messages,
-                  const TurnOptions& options, const std::atomic<bool>* stop,
-                  const ReplyProgressCallback& on_progress) const;
+  // std::invalid_argument (no tokenizer, empty prompt) and whatever the engine throws.
+  TurnOutcome run(Session& session, const std::vector<ChatMessage>& messages, const TurnOptions& options,
+                  const std::atomic<bool>* stop, const ReplyProgressCallback& on_progress) const;
 
  private:
   struct FittedPrompt {
     std::vector<TokenId> ids;
-    std::string text;
     int dropped_messages = 0;
   };
   FittedPrompt fit_prompt(const std::vector<ChatMessage>& messages, const TurnOptions& options,
                           int context_limit) const;
   FittedPrompt drop_oldest_turns(const std::vector<ChatMessage>& messages, std::size_t target,
                                  bool continue_reply) const;
-  std::vector<TokenId> encode_rendered(const std::vector<ChatMessage>& messages, bool continue_reply,
-                                       std::string* rendered_text) const;
 
   const LoadedModel& model_;
 };

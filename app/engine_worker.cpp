@@ -6,13 +6,10 @@
 
 #include <algorithm>
 #include <exception>
-#include <map>
-#include <optional>
 #include <utility>
 
 #include "app/compute_lock.h"
 #include "app/snapshot_key.h"
-#include "app/snapshot_transcript.h"
 #include "engine/compute_options.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
@@ -32,7 +29,6 @@ constexpr qint64 kTextBatchMilliseconds = 30;
 struct EngineWorker::State {
   std::shared_ptr<const LoadedModel> model;
   std::unique_ptr<SessionPool> pool;  // the loaded model's sessions (and snapshots)
-  std::map<qint64, ConversationTokens> transcripts;
   SnapshotOptions snapshot_options;
   int threads = -1;  // engine threads currently set; -1 = never set
 };
@@ -75,8 +71,11 @@ void EngineWorker::configureSnapshots(const SnapshotOptions& options) {
   }
   if (!state_->model) return;
   // A new pool: caches in memory are rebuilt (from the new folder's snapshots, or by prefill).
-  for (const auto& [conversation_id, transcript] : state_->transcripts) Q_EMIT cacheChanged(conversation_id, 0, 0, 0, 0);
+  std::vector<qint64> resident;
+  if (state_->pool)
+    for (const auto& entry : state_->pool->resident()) resident.push_back(entry.conversation);
   open_snapshots();
+  for (qint64 conversation_id : resident) Q_EMIT cacheChanged(conversation_id, 0, 0, 0, 0);
 }
 
 void EngineWorker::clearAllCachedState() {
@@ -94,7 +93,6 @@ void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::app::SnapshotOptions>("kvchat::app::SnapshotOptions");
   qRegisterMetaType<kvchat::app::DecodeTimings>("kvchat::app::DecodeTimings");
   qRegisterMetaType<kvchat::app::ReplyTokens>("kvchat::app::ReplyTokens");
-  qRegisterMetaType<kvchat::app::ConversationTokens>("kvchat::app::ConversationTokens");
   qRegisterMetaType<kvchat::GenerationStats>("kvchat::GenerationStats");
 }
 
@@ -111,8 +109,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
       throw std::invalid_argument("model " + directory.toStdString() +
                                   " has no tokenizer (tokenizer.json or GGUF tokenizer metadata), so it cannot be used for chat");
     state_->threads = threads;
-    // Caches and transcripts belong to the model that made them (listeners drop theirs on loaded()).
-    state_->transcripts.clear();
+    // Caches belong to the model that made them (listeners drop theirs on loaded()).
     state_->model = model;
     open_snapshots();
 
@@ -156,12 +153,6 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     }
     SessionPool& pool = *state_->pool;
     Session& session = pool.acquire(request.conversation_id, request.generation.cache_mode);
-    ConversationTokens& transcript = state_->transcripts[request.conversation_id];
-    if (transcript.ids().empty()) {
-      // First turn in this process: the snapshot on disk knows the exact ids of the earlier turns.
-      if (std::optional<ConversationTokens> restored = transcript_from_snapshot(pool, request.conversation_id, *model))
-        transcript = std::move(*restored);
-    }
 
     TurnOptions options;
     options.generation = request.generation;
@@ -188,17 +179,15 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     };
 
     const ChatTurnRunner runner(*model);
-    TurnOutcome outcome =
-        runner.run(session, transcript, request.messages, options, request.stop.get(), on_progress);
+    TurnOutcome outcome = runner.run(session, request.messages, options, request.stop.get(), on_progress);
     flush();
-    pool.save_snapshot(request.conversation_id, transcript.serialize());  // written on the store's thread
+    pool.save_snapshot(request.conversation_id);  // written on the store's thread
     if (outcome.dropped_messages > 0) Q_EMIT contextTrimmed(turn_id, outcome.dropped_messages, outcome.context_limit);
     spdlog::debug("turn {}: {} prompt tokens ({} reused), {} generated, stop {}", turn_id,
                   outcome.stats.prompt_tokens, outcome.stats.reused_tokens, outcome.stats.generated_tokens,
                   to_string(outcome.stats.stop_reason));
     // Cache figures first, so that whoever handles finished() already sees the caches as they now are.
     enforce_budget(request.conversation_id, request.cache_budget_bytes);
-    Q_EMIT transcriptUpdated(request.conversation_id, transcript);
     DecodeTimings timings;
     timings.first_position = static_cast<int>(outcome.prompt_ids.size()) + 1;
     timings.step_ms = QList<double>(outcome.decode_step_ms.begin(), outcome.decode_step_ms.end());
@@ -228,7 +217,6 @@ void EngineWorker::enforce_budget(qint64 active_conversation, qint64 budget_byte
 }
 
 void EngineWorker::forgetConversation(qint64 conversation_id) {
-  state_->transcripts.erase(conversation_id);
   if (!state_->pool) return;
   if (state_->pool->forget(conversation_id)) Q_EMIT cacheChanged(conversation_id, 0, 0, total_cache_bytes(), 0);
   if (SnapshotStore* store = state_->pool->snapshots())

@@ -2,9 +2,9 @@
 // The engine's thread. An EngineWorker lives on its own QThread: it loads the model and keeps one Session
 // (one KV cache) per conversation in a SessionPool, so that returning to a chat resumes without re-reading
 // it. Caches live under a memory budget: past it, the least recently used conversation's cache is dropped.
-// With snapshots on, every completed reply's cache is also written to disk in the background (with the
-// conversation's exact transcript), so that a conversation continued after an eviction, a model reload or
-// a restart of the app restores its prompt from disk instead of prefilling it.
+// With snapshots on, every completed reply's cache is also written to disk in the background, so that a
+// conversation continued after an eviction, a model reload or a restart of the app restores its prompt
+// from disk instead of prefilling it.
 //
 // Everything crosses threads by value through queued signals. Stopping is the one exception: the worker's
 // event loop is busy inside generate(), so the GUI thread sets the turn's atomic stop flag directly.
@@ -95,8 +95,7 @@ class EngineWorker : public QObject {
   // Loads a model directory or a .gguf file. On failure the previous model (and its caches) stays in use.
   void loadModel(const QString& path, int threads);
   void runTurn(const kvchat::app::TurnRequest& request);
-  // Drops a conversation's cache, snapshot and tokens (the conversation was deleted, or its cached state
-  // cleared).
+  // Drops a conversation's cache and snapshot (the conversation was deleted, or its cached state cleared).
   void forgetConversation(qint64 conversation_id);
   // Applies to the next model load; a change of folder or on/off also applies to the loaded model now.
   void configureSnapshots(const kvchat::app::SnapshotOptions& options);
@@ -112,9 +111,6 @@ class EngineWorker : public QObject {
   void tokenStats(quint64 turn_id, int generated_tokens, double decode_tokens_per_second);
   // The oldest `dropped_messages` non-system messages of the request were left out to fit the window.
   void contextTrimmed(quint64 turn_id, int dropped_messages, int context_limit);
-  // After a turn: the exact ids the conversation has given the model (what the next turn continues). Lets the
-  // GUI thread count a typed message's tokens exactly as the next turn will (ChatController::measureDraft).
-  void transcriptUpdated(qint64 conversation_id, const kvchat::app::ConversationTokens& transcript);
   // Just before finished(): the reply's per-step decode times, and its exact ids.
   void decodeTimings(quint64 turn_id, const kvchat::app::DecodeTimings& timings);
   void replyTokens(quint64 turn_id, const kvchat::app::ReplyTokens& tokens);
@@ -144,5 +140,4 @@ Q_DECLARE_METATYPE(kvchat::app::TurnRequest)
 Q_DECLARE_METATYPE(kvchat::app::SnapshotOptions)
 Q_DECLARE_METATYPE(kvchat::app::DecodeTimings)
 Q_DECLARE_METATYPE(kvchat::app::ReplyTokens)
-Q_DECLARE_METATYPE(kvchat::app::ConversationTokens)
 Q_DECLARE_METATYPE(kvchat::GenerationStats)

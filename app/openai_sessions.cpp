@@ -6,7 +6,6 @@
 #include <random>
 
 #include "app/compute_lock.h"
-#include "app/snapshot_transcript.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
 

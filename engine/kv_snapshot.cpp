@@ -28,7 +28,7 @@ constexpr std::uint64_t kMaxLayers = 4096, kMaxHeads = 4096, kMaxHeadDim = 65536
 enum HeaderOffset : std::size_t {
   kVersionAt = 8, kDtypeAt = 12, kFingerprintAt = 16, kLayersAt = 24, kKvHeadsAt = 32, kHeadDimAt = 40,
   kTokenCountAt = 48, kDataOffsetAt = 56, kFileBytesAt = 64, kTokensChecksumAt = 72, kDataChecksumAt = 80,
-  kAnnotationBytesAt = 88, kAnnotationChecksumAt = 96, kInstallationAt = 104, kHeaderChecksumAt = 120,
+  kReservedAt = 88, kInstallationAt = 104, kHeaderChecksumAt = 120,  // [88, 104): zero (version 1's annotation)
 };
 
 using Kind = SnapshotError::Kind;
@@ -73,11 +73,14 @@ at::ScalarType dtype_of_code(std::uint32_t code, const std::string& path) {
 
 std::int64_t align_up(std::int64_t value) { return (value + kDataAlignment - 1) / kDataAlignment * kDataAlignment; }
 
-std::int64_t annotation_offset(std::int64_t tokens) {
+std::int64_t tokens_end(std::int64_t tokens) {
   return kSnapshotHeaderBytes + tokens * static_cast<std::int64_t>(sizeof(TokenId));
 }
-std::int64_t data_offset_for(std::int64_t tokens, std::int64_t annotation_bytes) {
-  return align_up(annotation_offset(tokens) + annotation_bytes);
+std::int64_t data_offset_for(std::int64_t tokens) { return align_up(tokens_end(tokens)); }
+
+// A format version this kvchat knows of but no longer reads: its files are still this installation's.
+bool is_older_version(std::uint32_t version) {
+  return version >= kOldestSnapshotFormatVersion && version < kSnapshotFormatVersion;
 }
 
 // snapshot_data_bytes for a header's claims: false when the product does not fit in 63 bits (the bounds
@@ -155,11 +158,10 @@ SnapshotOwner owner_of_header(const std::uint8_t* header, const SnapshotKey& key
   if (std::memcmp(header, kMagic, sizeof kMagic) != 0) return SnapshotOwner::NotOurs;
   const auto installation = get<std::uint64_t>(header, kInstallationAt);
   const auto version = get<std::uint32_t>(header, kVersionAt);
+  const bool known_version = version == kSnapshotFormatVersion || is_older_version(version);
   if (installation == key.installation)
-    return header_checksum_holds(header, key) && version == kSnapshotFormatVersion ? SnapshotOwner::Ours
-                                                                                   : SnapshotOwner::NotOurs;
-  if (installation == 0 && header_checksum_holds(header, SnapshotKey{}) && version == kSnapshotFormatVersion)
-    return SnapshotOwner::Unkeyed;
+    return header_checksum_holds(header, key) && known_version ? SnapshotOwner::Ours : SnapshotOwner::NotOurs;
+  if (installation == 0 && header_checksum_holds(header, SnapshotKey{}) && known_version) return SnapshotOwner::Unkeyed;
   return SnapshotOwner::NotOurs;
 }
 
@@ -186,9 +188,11 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
     throw SnapshotError("snapshot " + path + ": header checksum mismatch (the file is corrupt, or was not written by " +
                         "this installation)", Kind::NotOurs);
   const auto version = get<std::uint32_t>(header, kVersionAt);
+  // An older version's file is this installation's to delete; a newer one is a newer kvchat's.
   if (version != kSnapshotFormatVersion)
     throw SnapshotError("snapshot " + path + " has format version " + std::to_string(version) + "; this kvchat reads version " +
-                        std::to_string(kSnapshotFormatVersion), Kind::NotOurs);
+                            std::to_string(kSnapshotFormatVersion),
+                        is_older_version(version) ? Kind::Damaged : Kind::NotOurs);
   const auto layers = get<std::uint64_t>(header, kLayersAt), kv_heads = get<std::uint64_t>(header, kKvHeadsAt),
              head_dim = get<std::uint64_t>(header, kHeadDimAt), count = get<std::uint64_t>(header, kTokenCountAt);
   if (layers == 0 || layers > kMaxLayers || kv_heads == 0 || kv_heads > kMaxHeads || head_dim == 0 ||
@@ -200,9 +204,6 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
   result.shape = KvCacheShape{static_cast<std::int64_t>(layers), static_cast<std::int64_t>(kv_heads),
                               static_cast<std::int64_t>(head_dim), 0, dtype_of_code(get<std::uint32_t>(header, kDtypeAt), path)};
   const auto tokens = static_cast<std::int64_t>(count);
-  const auto annotation_bytes = get<std::uint64_t>(header, kAnnotationBytesAt);
-  if (annotation_bytes > static_cast<std::uint64_t>(kMaxSnapshotAnnotationBytes))
-    throw SnapshotError("snapshot " + path + ": implausible annotation size in its header");
   result.data_offset = get<std::int64_t>(header, kDataOffsetAt);
   result.file_bytes = get<std::int64_t>(header, kFileBytesAt);
   result.data_checksum = get<std::uint64_t>(header, kDataChecksumAt);
@@ -210,8 +211,7 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
   if (!checked_data_bytes(result.shape, tokens, &data_bytes) ||
       __builtin_add_overflow(result.data_offset, data_bytes, &file_bytes))
     throw SnapshotError("snapshot " + path + ": its header's shape gives more bytes than a file can hold");
-  if (result.data_offset != data_offset_for(tokens, static_cast<std::int64_t>(annotation_bytes)) ||
-      result.file_bytes != file_bytes)
+  if (result.data_offset != data_offset_for(tokens) || result.file_bytes != file_bytes)
     throw SnapshotError("snapshot " + path + ": its header's sizes do not add up");
   if (info.st_size != result.file_bytes)
     throw SnapshotError("snapshot " + path + " has " + std::to_string(info.st_size) + " bytes, its header says " +
@@ -227,12 +227,6 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
       throw SnapshotError("snapshot " + path + ": token checksum mismatch (the file is corrupt)");
     for (TokenId id : result.tokens)
       if (id < 0) throw SnapshotError("snapshot " + path + ": negative token id " + std::to_string(id));
-  }
-  if (options.read_annotation) {
-    result.annotation.resize(static_cast<std::size_t>(annotation_bytes));
-    read_all_at(fd, result.annotation.data(), result.annotation.size(), annotation_offset(tokens), path);
-    if (checksum(key, result.annotation.data(), result.annotation.size()) != get<std::uint64_t>(header, kAnnotationChecksumAt))
-      throw SnapshotError("snapshot " + path + ": annotation checksum mismatch (the file is corrupt)");
   }
   return result;
 }
@@ -343,11 +337,9 @@ void write_snapshot_at(int directory_fd, const std::string& name, const std::str
                        const KvSnapshot& snapshot, std::uint64_t fingerprint, const SnapshotKey& key) {
   check_key(key);
   const auto tokens = static_cast<std::int64_t>(snapshot.tokens.size());
-  const auto annotation_bytes = static_cast<std::int64_t>(snapshot.annotation.size());
-  const std::int64_t data_offset = data_offset_for(tokens, annotation_bytes);
+  const std::int64_t data_offset = data_offset_for(tokens);
   if (tokens == 0 || static_cast<std::int64_t>(snapshot.data.size()) != snapshot_data_bytes(snapshot.shape, tokens))
     throw SnapshotError("write_snapshot_file: the snapshot's data does not match its shape");
-  if (annotation_bytes > kMaxSnapshotAnnotationBytes) throw SnapshotError("write_snapshot_file: the annotation is too large");
   std::uint8_t header[kSnapshotHeaderBytes] = {};
   std::memcpy(header, kMagic, sizeof kMagic);
   put<std::uint32_t>(header, kVersionAt, kSnapshotFormatVersion);
@@ -361,8 +353,6 @@ void write_snapshot_at(int directory_fd, const std::string& name, const std::str
   put<std::int64_t>(header, kFileBytesAt, data_offset + static_cast<std::int64_t>(snapshot.data.size()));
   put<std::uint64_t>(header, kTokensChecksumAt, checksum(key, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId)));
   put<std::uint64_t>(header, kDataChecksumAt, checksum(key, snapshot.data.data(), snapshot.data.size()));
-  put<std::uint64_t>(header, kAnnotationBytesAt, static_cast<std::uint64_t>(annotation_bytes));
-  put<std::uint64_t>(header, kAnnotationChecksumAt, checksum(key, snapshot.annotation.data(), snapshot.annotation.size()));
   put<std::uint64_t>(header, kInstallationAt, key.installation);
   put<std::uint64_t>(header, kHeaderChecksumAt, checksum(key, header, kHeaderChecksumAt));
 
@@ -375,8 +365,7 @@ void write_snapshot_at(int directory_fd, const std::string& name, const std::str
     if (file.fd < 0) throw SnapshotError(os_error("cannot create snapshot", temporary_path));
     write_all(file.fd, header, sizeof header, temporary_path);
     write_all(file.fd, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId), temporary_path);
-    write_all(file.fd, snapshot.annotation.data(), snapshot.annotation.size(), temporary_path);
-    const std::vector<std::uint8_t> padding(static_cast<std::size_t>(data_offset - annotation_offset(tokens) - annotation_bytes), 0);
+    const std::vector<std::uint8_t> padding(static_cast<std::size_t>(data_offset - tokens_end(tokens)), 0);
     write_all(file.fd, padding.data(), padding.size(), temporary_path);
     write_all(file.fd, snapshot.data.data(), snapshot.data.size(), temporary_path);
     if (::fsync(file.fd) != 0) throw SnapshotError(os_error("cannot flush snapshot", temporary_path));
@@ -458,7 +447,7 @@ LoadedSnapshot read_snapshot_file(int fd, const std::string& path, std::uint64_t
   SnapshotReadOptions options;
   if (shape.max_tokens > 0) options.max_tokens = std::min(options.max_tokens, shape.max_tokens);
   // The header alone first: the model and the cache it claims are checked before the tokens are read.
-  const SnapshotHeader header = read_header_from(fd, path, key, SnapshotReadOptions{kMaxSnapshotTokens, false, false});
+  const SnapshotHeader header = read_header_from(fd, path, key, SnapshotReadOptions{kMaxSnapshotTokens, false});
   if (header.fingerprint != fingerprint)
     throw SnapshotError("snapshot " + path + " was made by another model (fingerprint " + ModelFingerprint{header.fingerprint, {}}.hex() +
                         ", this model's is " + ModelFingerprint{fingerprint, {}}.hex() + ")");

@@ -1,16 +1,19 @@
 #pragma once
 // A KV cache snapshot: one conversation's cached tokens and the K/V of every layer, as a file that a
-// later process can trust or reject. The file format (version 1, little-endian):
+// later process can trust or reject. The file format (version 2, little-endian):
 //
 //   [0, 128)        header: magic "KVCHATKV", format version, model fingerprint, cache dtype and shape,
-//                   token count, offsets, checksums of the tokens, the annotation and the K/V data, the
-//                   writing installation's id, and last the header's own checksum (of its first 120 bytes)
+//                   token count, offsets, checksums of the tokens and the K/V data, 16 reserved bytes
+//                   (zero), the writing installation's id, and last the header's own checksum (of its
+//                   first 120 bytes)
 //   [128, ...)      tokens: token_count int32 ids
-//   then            annotation: the caller's bytes about what the tokens stand for (kvchat's app keeps a
-//                   conversation's exact transcript there, so a later process encodes the next prompt
-//                   with the very ids the model sampled)
-//   [data_offset,)  K/V data (data_offset 64-byte aligned): per layer, keys [kv_heads, tokens, head_dim]
-//                   then values in the same layout, elements of the cache dtype
+//   [data_offset,)  K/V data (data_offset: the end of the tokens, 64-byte aligned): per layer, keys
+//                   [kv_heads, tokens, head_dim] then values in the same layout, elements of the cache dtype
+//
+// Version 1 had a section of the caller's bytes between the tokens and the K/V data, its size and
+// checksum where version 2 has the reserved bytes. The header's first 120 bytes are laid out alike in
+// every version, so a file of an older version is still known as this installation's: it is never
+// used, and it is deleted or replaced like a damaged one. A newer version's file is left as it is.
 //
 // The K/V layout is the cache's own ([kv_heads, tokens, head_dim]), so a snapshot is written and
 // restored with one strided copy per layer and tensor, and the first k positions of a snapshot can be
@@ -43,12 +46,12 @@ class LlamaModel;
 struct SnapshotError : std::runtime_error {
   enum class Kind {
     // A snapshot of this installation (its header checks out under this installation's key) that fails
-    // a later check, or a snapshot of the unkeyed form where this installation keys its own: a store may
-    // delete it.
+    // a later check or is of an older format version, or a snapshot of the unkeyed form where this
+    // installation keys its own: a store may delete it.
     Damaged,
     // Not provably a snapshot this installation wrote (no kvchat header, a header checksum that fails,
-    // another installation's or format version's), or one this model cannot use (more tokens than its
-    // context): left as it is.
+    // another installation's, a newer format version's), or one this model cannot use (more tokens than
+    // its context): left as it is.
     NotOurs,
     // The file could not be read (an I/O error, too many open files, no memory): it may be whole.
     Unreadable,
@@ -57,7 +60,8 @@ struct SnapshotError : std::runtime_error {
   Kind kind;
 };
 
-constexpr std::uint32_t kSnapshotFormatVersion = 1;
+constexpr std::uint32_t kSnapshotFormatVersion = 2;
+constexpr std::uint32_t kOldestSnapshotFormatVersion = 1;  // the first kvchat's
 constexpr std::int64_t kSnapshotHeaderBytes = 128;
 // The most tokens a snapshot file may claim, whatever the model (its context bounds it further).
 constexpr std::int64_t kMaxSnapshotTokens = std::int64_t(1) << 24;
@@ -86,10 +90,8 @@ ModelFingerprint fingerprint_model(const LlamaModel& model);
 struct KvSnapshot {
   KvCacheShape shape;  // layers, kv_heads, head_dim, dtype (max_tokens unused)
   std::vector<TokenId> tokens;
-  HugePageBuffer data;             // the K/V data section, as in the file
-  std::string annotation;          // opaque to the engine (at most kMaxSnapshotAnnotationBytes)
+  HugePageBuffer data;  // the K/V data section, as in the file
 };
-constexpr std::int64_t kMaxSnapshotAnnotationBytes = std::int64_t(64) << 20;
 
 // Copies the cache's first history.size() positions (history: the ids those positions hold).
 KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& history);
@@ -119,7 +121,6 @@ bool is_unfinished_snapshot(int fd);
 struct SnapshotReadOptions {
   std::int64_t max_tokens = kMaxSnapshotTokens;  // more is NotOurs ("more tokens than this model's context")
   bool read_tokens = true;                        // false: the token checksum is not checked either
-  bool read_annotation = true;                    // false: nor the annotation's
 };
 
 // The header and tokens of a snapshot file, checked (header checksum, version, sizes, token checksum)
@@ -129,7 +130,6 @@ struct SnapshotHeader {
   KvCacheShape shape;
   std::int64_t token_count = 0;
   std::vector<TokenId> tokens;  // when read (SnapshotReadOptions::read_tokens)
-  std::string annotation;  // when read
   std::int64_t file_bytes = 0;
   std::int64_t data_offset = 0;
   std::uint64_t data_checksum = 0;

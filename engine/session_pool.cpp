@@ -55,22 +55,14 @@ std::string SessionPool::snapshot_key(ConversationId conversation) const {
   return key_prefix_ + "-" + std::to_string(conversation);
 }
 
-std::optional<std::string> SessionPool::snapshot_annotation(ConversationId conversation) {
-  if (!snapshots_) return std::nullopt;
-  snapshots_->flush();  // a snapshot of it may still be queued
-  return snapshots_->annotation_of(snapshot_key(conversation));
-}
-
-bool SessionPool::save_snapshot(ConversationId conversation, std::string annotation) {
+bool SessionPool::save_snapshot(ConversationId conversation) {
   auto it = entries_.find(conversation);
   if (!snapshots_ || it == entries_.end()) return false;
   Entry& entry = it->second;
   const Session& session = *entry.session;
-  if (!annotation.empty()) entry.annotation = std::move(annotation);
   if (session.history().empty() || session.history() == entry.saved_tokens) return false;
   std::unique_ptr<KvSnapshot> snapshot = session.capture();
   if (!snapshot) return false;
-  snapshot->annotation = entry.annotation;
   snapshots_->save(snapshot_key(conversation), std::move(*snapshot));
   entry.saved_tokens = session.history();
   return true;

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,11 +56,8 @@ class SessionPool {
   void forget_all();
 
   // Hands a copy of the conversation's cache to the snapshot store, unless the newest one it was given
-  // holds the same tokens. `annotation` is kept with it (the app's transcript of the conversation).
-  // Returns whether a snapshot was queued.
-  bool save_snapshot(ConversationId conversation, std::string annotation = {});
-  // The annotation saved with the conversation's snapshot on disk, if there is one.
-  std::optional<std::string> snapshot_annotation(ConversationId conversation);
+  // holds the same tokens. Returns whether a snapshot was queued.
+  bool save_snapshot(ConversationId conversation);
   SnapshotStore* snapshots() const { return snapshots_.get(); }
   std::string snapshot_key(ConversationId conversation) const;
   // A snapshot is restored only when it gives at least this many more tokens than the cache holds
@@ -88,7 +84,6 @@ class SessionPool {
     std::unique_ptr<Session> session;
     std::uint64_t last_used = 0;
     std::vector<TokenId> saved_tokens;  // of the newest snapshot handed to the store
-    std::string annotation;             // the newest annotation given (an eviction's snapshot keeps it)
   };
   class Restorer;
   std::shared_ptr<const LlamaModel> model_;

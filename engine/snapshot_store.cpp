@@ -377,7 +377,6 @@ SnapshotStore::IndexEntry SnapshotStore::index_file(int folder, const std::strin
                         errno == ELOOP ? SnapshotError::Kind::NotOurs : SnapshotError::Kind::Unreadable);
   SnapshotReadOptions options;
   options.max_tokens = max_tokens_;
-  options.read_annotation = false;  // checked when it is asked for (annotation_of) or the file is loaded
   const SnapshotHeader header = read_snapshot_header(file.get(), path, key_, options);
   if (header.fingerprint != fingerprint_.hash)
     throw SnapshotError("snapshot " + path + " was made by another model than its folder's");
@@ -537,48 +536,6 @@ std::optional<LoadedSnapshot> SnapshotStore::load(const Match& match, std::strin
   } catch (const std::exception& other) {
     return failed(SnapshotError("snapshot " + match.path + ": " + other.what(), SnapshotError::Kind::Unreadable));
   }
-}
-
-std::optional<std::string> SnapshotStore::annotation_of(const std::string& key) {
-  const std::string path = path_for(key), name = key + kExtension;
-  const Descriptor cache = open_cache_folder(directory_);
-  const Descriptor folder = cache ? open_subfolder(cache.get(), fingerprint_.hex()) : Descriptor();
-  if (!folder) return std::nullopt;
-  struct stat info {};
-  if (::fstatat(folder.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
-  auto failed = [&](const SnapshotError& failure) -> std::optional<std::string> {
-    std::lock_guard<std::mutex> lock(mutex_);
-    reject_locked(folder.get(), name, failure);
-    return std::nullopt;
-  };
-  try {
-    const Descriptor file = open_file(folder.get(), name);
-    if (!file)
-      throw SnapshotError("cannot open snapshot " + path + ": " + std::strerror(errno),
-                          errno == ELOOP ? SnapshotError::Kind::NotOurs : SnapshotError::Kind::Unreadable);
-    SnapshotReadOptions options;
-    options.max_tokens = max_tokens_;
-    SnapshotHeader header = read_snapshot_header(file.get(), path, key_, options);
-    if (header.fingerprint != fingerprint_.hash) throw SnapshotError("snapshot " + path + " was made by another model than its folder's");
-    return std::move(header.annotation);
-  } catch (const SnapshotError& failure) {
-    return failed(failure);
-  } catch (const std::bad_alloc&) {
-    return failed(SnapshotError("snapshot " + path + ": out of memory while reading it", SnapshotError::Kind::Unreadable));
-  }
-}
-
-void SnapshotStore::discard(const std::string& key, const std::string& reason) {
-  const std::string name = key + kExtension;
-  path_for(key);
-  std::lock_guard<std::mutex> lock(mutex_);
-  const Descriptor cache = open_cache_folder(directory_);
-  const Descriptor folder = cache ? open_subfolder(cache.get(), fingerprint_.hex()) : Descriptor();
-  if (!folder) return;
-  if (delete_locked(folder.get(), name))
-    spdlog::warn("KV snapshot {} deleted: {}", path_for(key), reason);
-  else
-    unusable_locked(folder.get(), name);
 }
 
 void SnapshotStore::remove(const std::string& key) {

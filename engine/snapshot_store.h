@@ -77,12 +77,6 @@ class SnapshotStore {
   // is a damaged snapshot of this installation); the reason is logged and returned in `rejection`.
   std::optional<LoadedSnapshot> load(const Match& match, std::string* rejection = nullptr);
 
-  // The annotation of `key`'s snapshot (header, tokens and annotation checked; a file that fails is
-  // treated as load() does); nullopt when there is none.
-  std::optional<std::string> annotation_of(const std::string& key);
-  // Deletes this model's snapshot of `key`, which the caller found unusable (its annotation), with the reason.
-  void discard(const std::string& key, const std::string& reason);
-
   void remove(const std::string& key);  // every model's snapshot of `key` (a deleted or cleared chat)
   void remove_all();                    // every snapshot in the folder, of every model
 

@@ -23,7 +23,6 @@
 #include "app/conversation_store.h"
 #include "app/reply_committer.h"
 #include "app/snapshot_key.h"
-#include "app/snapshot_transcript.h"
 #include "app/stats_json.h"
 #include "engine/model_loader.h"
 #include "engine/kv_snapshot.h"
@@ -63,7 +62,6 @@ struct ChatContext {
   qint64 conversation_id = 0;
   const LoadedModel* model = nullptr;
   SessionPool* pool = nullptr;
-  app::ConversationTokens transcript;
   app::TurnOptions options;
 };
 
@@ -102,9 +100,9 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   const app::ChatTurnRunner runner(*chat.model);
   try {
     Session& session = chat.pool->acquire(chat.conversation_id, chat.options.generation.cache_mode);
-    app::TurnOutcome outcome = runner.run(session, chat.transcript, messages, chat.options, nullptr, on_progress);
+    app::TurnOutcome outcome = runner.run(session, messages, chat.options, nullptr, on_progress);
     committer.stop();
-    chat.pool->save_snapshot(chat.conversation_id, chat.transcript.serialize());
+    chat.pool->save_snapshot(chat.conversation_id);
     std::fputs((shown.finish() + "\n").c_str(), stdout);
     std::fflush(stdout);
     chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats),
@@ -294,9 +292,6 @@ int run_chat(const std::vector<std::string>& args) {
   chat.model = &model;
   chat.pool = &pool;
   chat.options = options;
-  // The exact ids of the earlier turns, kept with the conversation's snapshot by the last run.
-  if (std::optional<app::ConversationTokens> transcript = app::transcript_from_snapshot(pool, conversation_id, model))
-    chat.transcript = std::move(*transcript);
 
   return chat_turns(parser, [&chat](const std::string& text) { return run_turn(chat, text); });
 }

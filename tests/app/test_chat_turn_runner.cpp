@@ -27,7 +27,6 @@ using kvchat::TokenId;
 using kvchat::app::ChatTurnRunner;
 using kvchat::app::ContextLimitError;
 using kvchat::app::ContextOverflowPolicy;
-using kvchat::app::ConversationTokens;
 using kvchat::app::ReplyProgress;
 using kvchat::app::TurnOptions;
 using kvchat::app::TurnOutcome;
@@ -78,10 +77,9 @@ void ChatTurnRunnerTest::reply_text_is_the_decoded_greedy_continuation() {
   const auto expected = reference.generate(prompt, config);
 
   Session session(model_.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
   std::string streamed;
   int callbacks = 0;
-  const TurnOutcome outcome = runner.run(session, transcript, messages, greedy(48), nullptr,
+  const TurnOutcome outcome = runner.run(session, messages, greedy(48), nullptr,
                                          [&](const ReplyProgress& progress) {
                                            streamed.append(progress.chunk);
                                            ++callbacks;
@@ -100,16 +98,15 @@ void ChatTurnRunnerTest::reply_text_is_the_decoded_greedy_continuation() {
 void ChatTurnRunnerTest::second_turn_reuses_the_whole_cache() {
   const ChatTurnRunner runner(model_);
   Session session(model_.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
   std::vector<ChatMessage> messages = {{"user", "Once upon a time"}};
-  const TurnOutcome first = runner.run(session, transcript, messages, greedy(40), nullptr, {});
+  const TurnOutcome first = runner.run(session, messages, greedy(40), nullptr, {});
   const auto cached_after_first = session.cache_tokens();
   QCOMPARE(first.stats.cache_tokens, cached_after_first);
   QVERIFY(cached_after_first > 0);
 
   messages.push_back({"assistant", first.reply});
   messages.push_back({"user", "Lily went to the park"});
-  const TurnOutcome second = runner.run(session, transcript, messages, greedy(40), nullptr, {});
+  const TurnOutcome second = runner.run(session, messages, greedy(40), nullptr, {});
   // Everything the cache held is reused; only the new tokens are prefilled.
   QCOMPARE(static_cast<std::int64_t>(second.stats.reused_tokens), cached_after_first);
   QCOMPARE(second.stats.prefilled_tokens, second.stats.prompt_tokens - second.stats.reused_tokens);
@@ -128,10 +125,9 @@ void ChatTurnRunnerTest::second_turn_reuses_the_whole_cache() {
 void ChatTurnRunnerTest::stopped_turn_then_next_turn_matches_a_fresh_session() {
   const ChatTurnRunner runner(model_);
   Session session(model_.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
   std::vector<ChatMessage> messages = {{"user", "Tom had a red ball"}};
   std::atomic<bool> stop{false};
-  const TurnOutcome stopped = runner.run(session, transcript, messages, greedy(200), &stop,
+  const TurnOutcome stopped = runner.run(session, messages, greedy(200), &stop,
                                          [&](const ReplyProgress& progress) {
                                            if (progress.generated_tokens == 3) stop.store(true);
                                          });
@@ -140,7 +136,7 @@ void ChatTurnRunnerTest::stopped_turn_then_next_turn_matches_a_fresh_session() {
 
   messages.push_back({"assistant", stopped.reply});
   messages.push_back({"user", "The sun was hot"});
-  const TurnOutcome next = runner.run(session, transcript, messages, greedy(40), nullptr, {});
+  const TurnOutcome next = runner.run(session, messages, greedy(40), nullptr, {});
   QVERIFY(next.stats.reused_tokens > 0);
 
   Session fresh(model_.model, KvCacheMode::Contiguous);
@@ -153,16 +149,15 @@ void ChatTurnRunnerTest::stopped_turn_then_next_turn_matches_a_fresh_session() {
 void ChatTurnRunnerTest::regenerated_and_edited_turns_reuse_the_cache() {
   const ChatTurnRunner runner(model_);
   Session session(model_.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
   auto fresh_reply = [&](const std::vector<TokenId>& prompt) {
     Session fresh(model_.model, KvCacheMode::Contiguous);
     return fresh.generate(prompt, greedy(20).generation).generated;
   };
   std::vector<ChatMessage> messages = {{"user", "Tom had a red ball"}};
-  const TurnOutcome first = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  const TurnOutcome first = runner.run(session, messages, greedy(20), nullptr, {});
 
   // Regenerate: the very same prompt ids; all but the last prompt token come from the cache.
-  const TurnOutcome again = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  const TurnOutcome again = runner.run(session, messages, greedy(20), nullptr, {});
   QCOMPARE(again.prompt_ids, first.prompt_ids);
   QCOMPARE(again.stats.reused_tokens, static_cast<int>(first.prompt_ids.size()) - 1);
   QCOMPARE(again.stats.prefilled_tokens, 1);
@@ -170,7 +165,7 @@ void ChatTurnRunnerTest::regenerated_and_edited_turns_reuse_the_cache() {
 
   messages.push_back({"assistant", again.reply});
   messages.push_back({"user", "The sun was hot"});
-  const TurnOutcome second = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  const TurnOutcome second = runner.run(session, messages, greedy(20), nullptr, {});
   // The turn continues the exact ids of the first turn: prompt and reply as sampled.
   std::vector<TokenId> first_turn = first.prompt_ids;
   first_turn.insert(first_turn.end(), first.generated_ids.begin(), first.generated_ids.end());
@@ -184,7 +179,7 @@ void ChatTurnRunnerTest::regenerated_and_edited_turns_reuse_the_cache() {
   // edited text's ids still agree.
   messages.back().content = "The moon was bright";
   const auto cached_before_edit = session.history();
-  const TurnOutcome edited = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  const TurnOutcome edited = runner.run(session, messages, greedy(20), nullptr, {});
   QVERIFY(std::equal(first_turn.begin(), first_turn.end(), edited.prompt_ids.begin()));
   std::size_t shared = 0;
   while (shared < cached_before_edit.size() && shared < edited.prompt_ids.size() &&
@@ -196,7 +191,7 @@ void ChatTurnRunnerTest::regenerated_and_edited_turns_reuse_the_cache() {
   QCOMPARE(edited.generated_ids, fresh_reply(edited.prompt_ids));
 
   // Regenerate the edited turn: its own prompt boundary serves it.
-  const TurnOutcome edited_again = runner.run(session, transcript, messages, greedy(20), nullptr, {});
+  const TurnOutcome edited_again = runner.run(session, messages, greedy(20), nullptr, {});
   QCOMPARE(edited_again.prompt_ids, edited.prompt_ids);
   QCOMPARE(edited_again.stats.reused_tokens, static_cast<int>(edited.prompt_ids.size()) - 1);
   QCOMPARE(edited_again.generated_ids, edited.generated_ids);
@@ -208,12 +203,11 @@ void ChatTurnRunnerTest::cache_off_gives_the_same_tokens() {
   const KvCacheMode modes[2] = {KvCacheMode::Contiguous, KvCacheMode::Off};
   for (int m = 0; m < 2; ++m) {
     Session session(model_.model, modes[m]);
-    ConversationTokens transcript;
     std::vector<ChatMessage> messages = {{"user", "The cat"}};
-    outcomes[m].push_back(runner.run(session, transcript, messages, greedy(30, modes[m]), nullptr, {}));
+    outcomes[m].push_back(runner.run(session, messages, greedy(30, modes[m]), nullptr, {}));
     messages.push_back({"assistant", outcomes[m].back().reply});
     messages.push_back({"user", "A bird sang"});
-    outcomes[m].push_back(runner.run(session, transcript, messages, greedy(30, modes[m]), nullptr, {}));
+    outcomes[m].push_back(runner.run(session, messages, greedy(30, modes[m]), nullptr, {}));
   }
   for (int turn = 0; turn < 2; ++turn) {
     QCOMPARE(outcomes[1][turn].prompt_ids, outcomes[0][turn].prompt_ids);
@@ -229,13 +223,12 @@ void ChatTurnRunnerTest::cache_off_gives_the_same_tokens() {
 void ChatTurnRunnerTest::context_limit_stop_policy_throws_a_clear_error() {
   const ChatTurnRunner runner(model_);
   Session session(model_.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
   const std::vector<ChatMessage> messages = {{"user", "Once upon a time there was a little girl named Lily"}};
   const auto prompt_tokens = runner.encode_messages(messages).size();
   TurnOptions options = greedy(50);
   options.context_limit = static_cast<int>(prompt_tokens);  // no room for a single new token
   try {
-    runner.run(session, transcript, messages, options, nullptr, {});
+    runner.run(session, messages, options, nullptr, {});
     QFAIL("a prompt that fills the whole context must be refused");
   } catch (const ContextLimitError& error) {
     const QString message = QString::fromUtf8(error.what());
@@ -244,7 +237,7 @@ void ChatTurnRunnerTest::context_limit_stop_policy_throws_a_clear_error() {
   }
   // With a little room the reply is cut at the limit and says so.
   options.context_limit = static_cast<int>(prompt_tokens) + 5;
-  const TurnOutcome outcome = runner.run(session, transcript, messages, options, nullptr, {});
+  const TurnOutcome outcome = runner.run(session, messages, options, nullptr, {});
   QCOMPARE(outcome.stats.generated_tokens, 5);
   QCOMPARE(outcome.stats.stop_reason, StopReason::ContextFull);
 }
@@ -264,8 +257,7 @@ void ChatTurnRunnerTest::context_limit_drop_policy_leaves_out_the_oldest_turns()
   options.overflow = ContextOverflowPolicy::DropOldestTurns;
   options.context_limit = static_cast<int>(full_tokens);  // full prompt + reply room does not fit
   Session session(model_.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
-  const TurnOutcome outcome = runner.run(session, transcript, messages, options, nullptr, {});
+  const TurnOutcome outcome = runner.run(session, messages, options, nullptr, {});
   QVERIFY(outcome.dropped_messages > 0);
   QCOMPARE(outcome.dropped_messages % 2, 0);  // whole exchanges: the first kept turn is a user's
   // The prompt is exactly the system prompt plus the kept messages.
@@ -276,8 +268,7 @@ void ChatTurnRunnerTest::context_limit_drop_policy_leaves_out_the_oldest_turns()
 
   // A last message longer than the window on its own cannot be fitted.
   options.context_limit = 4;
-  ConversationTokens other;
-  QVERIFY_THROWS_EXCEPTION(ContextLimitError, runner.run(session, other, messages, options, nullptr, {}));
+  QVERIFY_THROWS_EXCEPTION(ContextLimitError, runner.run(session, messages, options, nullptr, {}));
 }
 
 // A tokenizer smaller than the embedding table (the random chat model's 1000 rows, a tokenizer that ends
@@ -296,8 +287,8 @@ void ChatTurnRunnerTest::ids_past_the_tokenizer_are_never_sampled() {
   QVERIFY(std::any_of(free_run.begin(), free_run.end(), [](TokenId id) { return id >= 517; }));
 
   Session session(model.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
-  const TurnOutcome outcome = ChatTurnRunner(model).run(session, transcript, {{"user", "Tell me a story"}}, greedy(48), nullptr, {});
+  const TurnOutcome outcome =
+      ChatTurnRunner(model).run(session, {{"user", "Tell me a story"}}, greedy(48), nullptr, {});
   QVERIFY(!outcome.generated_ids.empty());
   for (TokenId id : outcome.generated_ids) QVERIFY2(id < 517, qPrintable(QString("sampled id %1").arg(id)));
   QCOMPARE(outcome.reply, model.tokenizer->decode(outcome.reply_ids, true));
@@ -308,10 +299,9 @@ void ChatTurnRunnerTest::ids_past_the_tokenizer_are_never_sampled() {
 void ChatTurnRunnerTest::a_huge_max_new_tokens_is_bounded_by_the_context() {
   const ChatTurnRunner runner(model_);
   Session session(model_.model, KvCacheMode::Contiguous);
-  ConversationTokens transcript;
   TurnOptions options = greedy(2147483647);
   options.context_limit = 40;
-  const TurnOutcome outcome = runner.run(session, transcript, {{"user", "Once upon a time"}}, options, nullptr, {});
+  const TurnOutcome outcome = runner.run(session, {{"user", "Once upon a time"}}, options, nullptr, {});
   QVERIFY(outcome.stats.stop_reason == StopReason::ContextFull || outcome.stats.stop_reason == StopReason::Eos);
   QVERIFY(static_cast<int>(outcome.prompt_ids.size()) + outcome.stats.generated_tokens <= 40);
 }

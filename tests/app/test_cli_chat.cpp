@@ -57,10 +57,9 @@ void CliChatTest::initTestCase() {
 std::string CliChatTest::expected_reply(const std::vector<kvchat::ChatMessage>& messages, int max_new_tokens) const {
   const kvchat::app::ChatTurnRunner runner(model_);
   kvchat::Session session(model_.model, kvchat::KvCacheMode::Contiguous);
-  kvchat::app::ConversationTokens fresh;
   kvchat::app::TurnOptions options;
   options.generation.max_new_tokens = max_new_tokens;
-  return runner.run(session, fresh, messages, options, nullptr, {}).reply;
+  return runner.run(session, messages, options, nullptr, {}).reply;
 }
 
 void CliChatTest::one_turn_with_message() {

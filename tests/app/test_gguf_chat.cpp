@@ -112,13 +112,12 @@ void GgufChatTest::turn_runner_reply_ids_equal_the_engines_greedy_ids() {
   const kvchat::LoadedModel model = kvchat::load_model(gguf_path().toStdString());
   const kvchat::app::ChatTurnRunner runner(model);
   kvchat::Session session(model.model, KvCacheMode::Contiguous);
-  kvchat::app::ConversationTokens transcript;
   kvchat::app::TurnOptions options;
   options.generation.max_new_tokens = kMaxNewTokens;
   options.generation.sampling.temperature = 0.0f;
   std::string streamed;
   const kvchat::app::TurnOutcome outcome =
-      runner.run(session, transcript, {{"user", kPrompt}}, options, nullptr,
+      runner.run(session, {{"user", kPrompt}}, options, nullptr,
                  [&](const kvchat::app::ReplyProgress& progress) { streamed.append(progress.chunk); });
   QCOMPARE(outcome.prompt_ids, prompt_);
   QCOMPARE(outcome.generated_ids, expected_.generated);

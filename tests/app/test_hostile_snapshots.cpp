@@ -1,7 +1,7 @@
 // A hostile or broken KV snapshot folder, end to end through kvchat-cli chat under the limits of
 // common/hostile_case.h: model folders that are symbolic links to the user's files, a snapshot claiming
-// 2^24 tokens hard-linked forty times, a transcript whose ids are outside the vocabulary (its checksums
-// valid), a --cache-dir that is a file, and another installation's snapshots. Each turn works or fails
+// 2^24 tokens hard-linked forty times, a conversation's snapshot whose ids are outside the vocabulary (its
+// checksums valid), a --cache-dir that is a file, and another installation's snapshots. Each turn works or fails
 // with its specific error, nothing outside the store's own files is touched, and no chat is lost.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,7 +52,7 @@ class HostileSnapshotsTest : public QObject {
   void initTestCase();
   void linked_model_folders_are_never_entered();
   void a_snapshot_claiming_two_to_the_24_tokens_costs_nothing();
-  void a_transcript_with_ids_outside_the_vocabulary_is_dropped_not_the_chat();
+  void ids_outside_the_vocabulary_in_a_snapshot_never_change_a_reply();
   void a_cache_dir_that_is_a_file_leaves_no_conversation();
   void another_installations_snapshots_are_left_alone();
 
@@ -145,35 +145,46 @@ void HostileSnapshotsTest::a_snapshot_claiming_two_to_the_24_tokens_costs_nothin
   for (int link = 0; link < 40; ++link) QVERIFY(fs::exists(folder + "/bomb-" + std::to_string(link) + ".kvsnap"));
 }
 
-// The transcript kept with a conversation's snapshot, its second id changed to 1000000 and its checksums
-// recomputed with this installation's key (what only a bug or someone holding the key could write): the
-// next turn encodes the conversation's text instead, succeeds, and so does every later one.
-void HostileSnapshotsTest::a_transcript_with_ids_outside_the_vocabulary_is_dropped_not_the_chat() {
-  const QString cache = path("oov-cache"), db = path("oov.sqlite3");
-  KVCHAT_EXPECT_SUCCESS(run_case("first turn", chat(db, cache, {"--message", "Once upon a time"})));
+// A conversation's snapshot, its ids from the 20th on changed to 1000000 (outside the vocabulary of 512)
+// and its checksums recomputed with this installation's key (what only a bug or someone holding the key
+// could write). The next turns restore no more than the 20 ids the prompt shares with it and reply
+// exactly as the same conversation does without snapshots.
+void HostileSnapshotsTest::ids_outside_the_vocabulary_in_a_snapshot_never_change_a_reply() {
+  const QString cache = path("oov-cache"), db = path("oov.sqlite3"), without = path("oov-without-snapshots.sqlite3");
+  const QStringList longer{"--max-new-tokens", "24"};
+  const QStringList first{"--message", "Once upon a time, there was a little girl named Lily"};
+  KVCHAT_EXPECT_SUCCESS(run_case("first turn", chat(db, cache, first + longer)));
+  QVERIFY(QFile::copy(db, without));
   const std::string folder = cache.toStdString() + "/" + model_folder_name_;
   const QStringList files = snapshot_files(folder);
   QCOMPARE(files.size(), 1);
   const std::string snapshot = folder + "/" + files[0].toStdString();
   QByteArray bytes = kvchat::test::read_bytes(snapshot);
-  const int transcript = bytes.indexOf("kvchat-transcript-1\n");
-  QVERIFY(transcript > 128);
-  const int second_id = transcript + 20 + 8 + 4;  // after the magic, the id count and the first id
-  kvchat::test::set_field<std::int32_t>(bytes, second_id, 1000000);
-  QVERIFY(kvchat::test::write_bytes(snapshot, kvchat::test::with_annotation_checksum(bytes, key_)));
+  const auto tokens = kvchat::test::field_of<std::uint64_t>(bytes, kvchat::test::kSnapshotTokenCountAt);
+  QVERIFY(tokens > 32);
+  for (int i = 20; i < static_cast<int>(tokens); ++i)
+    kvchat::test::set_field<std::int32_t>(bytes, 128 + 4 * i, 1000000);
+  QVERIFY(kvchat::test::write_bytes(snapshot, kvchat::test::with_token_checksum(bytes, key_)));
 
-  LimitedCliResult result = run_case("turn after the edit", chat(db, cache, {"--conversation", "1", "--message", "Lily"}));
-  KVCHAT_EXPECT_SUCCESS(result);
-  QVERIFY2(result.err.find("the transcript kept with conversation 1's KV snapshot is not used (token id 1000000 is outside "
-                           "the vocabulary of 512 ids); its text is encoded again") != std::string::npos,
-           result.err.c_str());
-  result = run_case("the turn after it", chat(db, cache, {"--conversation", "1", "--message", "and Tom"}));
-  KVCHAT_EXPECT_SUCCESS(result);
-  QVERIFY2(result.err.find("not used") == std::string::npos, result.err.c_str());
-  ConversationStore store(db, StoreOpenMode::ReadOnly);
-  const auto messages = store.messages(1);
+  const QStringList lines = {"Lily", "and Tom"};
+  for (int turn = 0; turn < lines.size(); ++turn) {
+    const QStringList arguments = QStringList{"--conversation", "1", "--message", lines[turn]} + longer;
+    const LimitedCliResult result = run_case("a turn after the edit", chat(db, cache, arguments));
+    KVCHAT_EXPECT_SUCCESS(result);
+    if (turn == 0) QVERIFY2(result.err.find("(20 restored from disk") != std::string::npos, result.err.c_str());
+    const QStringList off{"--kv-snapshots", "off"};
+    KVCHAT_EXPECT_SUCCESS(run_case("the same turn without snapshots", chat(without, cache, arguments + off)));
+  }
+  const auto messages = ConversationStore(db, StoreOpenMode::ReadOnly).messages(1);
+  const auto expected = ConversationStore(without, StoreOpenMode::ReadOnly).messages(1);
   QCOMPARE(messages.size(), 6);
-  for (const auto& message : messages) QVERIFY2(message.stats.value("error").isUndefined(), qPrintable(message.text));
+  QCOMPARE(expected.size(), 6);
+  for (int i = 0; i < 6; ++i) {
+    QVERIFY2(messages[i].stats.value("error").isUndefined(), qPrintable(messages[i].text));
+    QCOMPARE(messages[i].text, expected[i].text);
+    QCOMPARE(messages[i].token_ids, expected[i].token_ids);
+  }
+  QVERIFY(!messages[5].token_ids.empty());
 }
 
 void HostileSnapshotsTest::a_cache_dir_that_is_a_file_leaves_no_conversation() {

@@ -82,8 +82,9 @@ inline bool write_bytes(const std::string& path, const QByteArray& bytes) {
 }
 
 // Offsets of a snapshot header's fields (engine/kv_snapshot.cpp), for files made or edited byte by byte.
-constexpr int kSnapshotFingerprintAt = 16, kSnapshotTokensChecksumAt = 72, kSnapshotAnnotationBytesAt = 88,
-              kSnapshotAnnotationChecksumAt = 96, kSnapshotInstallationAt = 104, kSnapshotHeaderChecksumAt = 120;
+constexpr int kSnapshotVersionAt = 8, kSnapshotFingerprintAt = 16, kSnapshotTokenCountAt = 48,
+              kSnapshotDataOffsetAt = 56, kSnapshotFileBytesAt = 64, kSnapshotTokensChecksumAt = 72,
+              kSnapshotInstallationAt = 104, kSnapshotHeaderChecksumAt = 120;
 
 // XXH3-64 keyed as the snapshot files of `key` are.
 inline std::uint64_t snapshot_checksum(const kvchat::SnapshotKey& key, const void* data, std::size_t size) {
@@ -107,20 +108,40 @@ inline QByteArray with_header_checksum(QByteArray bytes, const kvchat::SnapshotK
   return bytes;
 }
 
-// `bytes` (a snapshot file) with its annotation section's checksum, then its header's, recomputed for `key`:
-// what someone who edited the annotation and knew the key would write.
-inline QByteArray with_annotation_checksum(QByteArray bytes, const kvchat::SnapshotKey& key = {}) {
-  const auto tokens = field_of<std::uint64_t>(bytes, 48);
-  const auto annotation_bytes = field_of<std::uint64_t>(bytes, kSnapshotAnnotationBytesAt);
-  const int annotation_at = 128 + static_cast<int>(tokens) * 4;
-  set_field<std::uint64_t>(bytes, kSnapshotAnnotationChecksumAt,
-                           snapshot_checksum(key, bytes.constData() + annotation_at, static_cast<std::size_t>(annotation_bytes)));
+// `bytes` (a snapshot file) with its token section's checksum, then its header's, recomputed for `key`:
+// what someone who edited the token ids and knew the key would write.
+inline QByteArray with_token_checksum(QByteArray bytes, const kvchat::SnapshotKey& key = {}) {
+  const auto tokens = field_of<std::uint64_t>(bytes, kSnapshotTokenCountAt);
+  const auto token_bytes = static_cast<std::size_t>(tokens) * sizeof(TokenId);
+  set_field<std::uint64_t>(bytes, kSnapshotTokensChecksumAt,
+                           snapshot_checksum(key, bytes.constData() + 128, token_bytes));
   return with_header_checksum(bytes, key);
 }
 
-// A snapshot file made byte by byte, as a hostile one would be: `tokens` copies of `token`, an empty
-// annotation and `data_bytes` of K/V data left as a hole (the file is sparse). Every checksum but the
-// data's is right for `key`, and the header claims what it is given, whether it adds up or not.
+// `bytes` (a snapshot file of the current format) as the first kvchat wrote it, format version 1: the
+// same header, tokens and K/V data with a section of `annotation` bytes between the tokens and the data
+// (its size at header offset 88, its checksum at 96), every checksum right for `key`.
+inline QByteArray as_format_version_1(const QByteArray& bytes, const QByteArray& annotation,
+                                      const kvchat::SnapshotKey& key = {}) {
+  const auto tokens = field_of<std::uint64_t>(bytes, kSnapshotTokenCountAt);
+  const int tokens_end = 128 + static_cast<int>(tokens) * 4;
+  const auto data_at = field_of<std::int64_t>(bytes, kSnapshotDataOffsetAt);
+  QByteArray old = bytes.left(tokens_end) + annotation;
+  old += QByteArray(static_cast<int>((old.size() + 63) / 64 * 64 - old.size()), '\0');
+  const std::int64_t data_offset = old.size();
+  old += bytes.mid(static_cast<int>(data_at));
+  set_field<std::uint32_t>(old, kSnapshotVersionAt, 1);
+  set_field<std::int64_t>(old, kSnapshotDataOffsetAt, data_offset);
+  set_field<std::int64_t>(old, kSnapshotFileBytesAt, old.size());
+  set_field<std::uint64_t>(old, 88, static_cast<std::uint64_t>(annotation.size()));
+  const auto annotation_bytes = static_cast<std::size_t>(annotation.size());
+  set_field<std::uint64_t>(old, 96, snapshot_checksum(key, annotation.constData(), annotation_bytes));
+  return with_header_checksum(old, key);
+}
+
+// A snapshot file made byte by byte, as a hostile one would be: `tokens` copies of `token` and
+// `data_bytes` of K/V data left as a hole (the file is sparse). Every checksum but the data's is right
+// for `key`, and the header claims what it is given, whether it adds up or not.
 struct CraftedSnapshot {
   std::uint64_t fingerprint = 0;
   std::uint64_t layers = 1, kv_heads = 1, head_dim = 1;
@@ -132,16 +153,16 @@ struct CraftedSnapshot {
 inline bool write_crafted_snapshot(const std::string& path, const CraftedSnapshot& crafted, const kvchat::SnapshotKey& key = {}) {
   QByteArray header(128, '\0');
   std::memcpy(header.data(), "KVCHATKV", 8);
-  set_field<std::uint32_t>(header, 8, kvchat::kSnapshotFormatVersion);
+  set_field<std::uint32_t>(header, kSnapshotVersionAt, kvchat::kSnapshotFormatVersion);
   set_field<std::uint32_t>(header, 12, crafted.dtype_code);
   set_field<std::uint64_t>(header, kSnapshotFingerprintAt, crafted.fingerprint);
   set_field<std::uint64_t>(header, 24, crafted.layers);
   set_field<std::uint64_t>(header, 32, crafted.kv_heads);
   set_field<std::uint64_t>(header, 40, crafted.head_dim);
-  set_field<std::uint64_t>(header, 48, static_cast<std::uint64_t>(crafted.tokens));
+  set_field<std::uint64_t>(header, kSnapshotTokenCountAt, static_cast<std::uint64_t>(crafted.tokens));
   const std::int64_t data_offset = (128 + crafted.tokens * 4 + 63) / 64 * 64;
-  set_field<std::int64_t>(header, 56, data_offset);
-  set_field<std::int64_t>(header, 64, data_offset + crafted.data_bytes);
+  set_field<std::int64_t>(header, kSnapshotDataOffsetAt, data_offset);
+  set_field<std::int64_t>(header, kSnapshotFileBytesAt, data_offset + crafted.data_bytes);
   // The token section's checksum, a piece at a time (it may be tens of MB).
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
   if (key.secret.empty())
@@ -153,7 +174,6 @@ inline bool write_crafted_snapshot(const std::string& path, const CraftedSnapsho
     XXH3_64bits_update(state.get(), piece.data(),
                        static_cast<std::size_t>(std::min<std::int64_t>(crafted.tokens - done, piece.size())) * sizeof(TokenId));
   set_field<std::uint64_t>(header, kSnapshotTokensChecksumAt, XXH3_64bits_digest(state.get()));
-  set_field<std::uint64_t>(header, kSnapshotAnnotationChecksumAt, snapshot_checksum(key, "", 0));
   set_field<std::uint64_t>(header, kSnapshotInstallationAt, key.installation);
   header = with_header_checksum(header, key);
 

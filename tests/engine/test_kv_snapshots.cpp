@@ -1,7 +1,8 @@
 // KV snapshot files: never a wrong cache. A snapshot that is corrupt (a flipped byte anywhere),
 // truncated, of another model, another cache dtype, another format version, another installation or
 // another token prefix is ignored with a log message saying which check failed, and the turn's output
-// is exactly a fresh prefill's; it is deleted only when its header shows it is this installation's. A
+// is exactly a fresh prefill's; it is deleted only when its header shows it is this installation's (an
+// older format version's included, which a new snapshot also replaces). A
 // writer killed with SIGKILL leaves the previous snapshot or none, never a part. The store touches
 // nothing but its own snapshot files (no symbolic link followed), reads no snapshot past the model's
 // context, and finds the longest shared prefix from bounded summaries.
@@ -61,7 +62,7 @@ class KvSnapshotsTest : public QObject {
     auto store = make_store(folder, key);
     SessionPool pool(loaded_.model, store);
     pool.acquire(1, KvCacheMode::Contiguous).generate(first_prompt_, test::greedy(20));
-    if (!pool.save_snapshot(1, "the transcript of chat 1")) return {};
+    if (!pool.save_snapshot(1)) return {};
     store->flush();
     return store->path_for(pool.snapshot_key(1));
   }
@@ -111,8 +112,9 @@ class KvSnapshotsTest : public QObject {
     const kvchat::SnapshotHeader header = kvchat::read_snapshot_header(path);
     QCOMPARE(header.tokens.size(), first_prompt_.size() + 19);  // the prompt and every fed reply token
     QCOMPARE(header.fingerprint, fingerprint_.hash);
-    QCOMPARE(header.annotation, std::string("the transcript of chat 1"));
-    QCOMPARE(SessionPool(loaded_.model, make_store(folder)).snapshot_annotation(1), std::optional<std::string>(header.annotation));
+    // The K/V data starts where the tokens end, rounded up to 64 bytes.
+    QCOMPARE(header.data_offset, std::int64_t{(128 + 4 * (40 + 19) + 63) / 64 * 64});
+    QCOMPARE(header.file_bytes, static_cast<std::int64_t>(fs::file_size(path)));
     const GenerationResult result = second_turn(folder);
     QCOMPARE(result.stats.restored_tokens, static_cast<int>(header.tokens.size()));
     QCOMPARE(result.stats.reused_tokens, result.stats.restored_tokens);
@@ -134,7 +136,7 @@ class KvSnapshotsTest : public QObject {
     expect_rejected(folder, path, header_flipped, "header checksum mismatch", Then::LeftAlone);
     const Flip flips[] = {
                           {130, "token checksum mismatch"},
-                          {128 + 4 * (40 + 19) + 3, "annotation checksum mismatch"},
+                          {128 + 4 * (40 + 19) - 1, "token checksum mismatch"},
                           {static_cast<int>(valid.size()) - 1, "K/V data checksum mismatch"},
                           {static_cast<int>(valid.size()) / 2, "K/V data checksum mismatch"}};
     for (const Flip& flip : flips) {
@@ -163,8 +165,34 @@ class KvSnapshotsTest : public QObject {
     const std::uint32_t version = kvchat::kSnapshotFormatVersion + 1;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
     // Another kvchat's file: left for it.
-    expect_rejected(folder, path, test::with_header_checksum(bytes), "has format version 2; this kvchat reads version 1",
+    expect_rejected(folder, path, test::with_header_checksum(bytes), "has format version 3; this kvchat reads version 2",
                     Then::LeftAlone);
+  }
+
+  // A snapshot the first kvchat wrote (format version 1: the conversation's transcript between the tokens
+  // and the K/V data), every checksum right for this installation: never used and deleted; while it is
+  // there, a new snapshot of the conversation replaces it, the folder's size counts it and removing the
+  // conversation deletes it.
+  void an_older_format_version_is_deleted_and_replaced() {
+    const SnapshotKey mine = key_of_installation(0x1111, 1);
+    QTemporaryDir folder;
+    const std::string path = write_first_turn(folder, mine);
+    const QByteArray current = test::read_bytes(path);
+    const QByteArray version_1 = test::as_format_version_1(current, "kvchat-transcript-1\nthe ids of chat 1", mine);
+    QCOMPARE(test::field_of<std::uint32_t>(version_1, test::kSnapshotVersionAt), std::uint32_t{1});
+    QVERIFY(version_1.size() > current.size());
+    expect_rejected(folder, path, version_1, "has format version 1; this kvchat reads version 2", Then::Deleted, mine);
+
+    QVERIFY(test::write_bytes(path, version_1));
+    QCOMPARE(make_store(folder, mine)->folder_bytes(), static_cast<std::int64_t>(version_1.size()));
+    kvchat::Session session(loaded_.model, KvCacheMode::Contiguous);
+    session.generate(first_prompt_, test::greedy(20));
+    kvchat::write_snapshot_file(path, *session.capture(), fingerprint_.hash, mine);
+    QCOMPARE(test::read_bytes(path), current);
+
+    QVERIFY(test::write_bytes(path, version_1));
+    make_store(folder, mine)->remove("c-1");
+    QVERIFY(!fs::exists(path));
   }
 
   // Snapshots of the same shape from other weights (random, other seed) and of another RoPE base: other
@@ -311,12 +339,10 @@ class KvSnapshotsTest : public QObject {
       QVERIFY2(log.contains(own.substr(own.size() - 16) + "/c-7.kvsnap exists and is not a KV snapshot of this installation"),
                log.all().c_str());
       QVERIFY2(log.contains("/c-8.kvsnap exists and is not a KV snapshot of this installation"), log.all().c_str());
-      // Lookups see neither as a snapshot (and say so once); asking for their annotations finds none.
+      // Lookups see neither as a snapshot (and say so once).
       QVERIFY(!store->best_match(test::made_up_prompt(40, 7), 2));
       QVERIFY(!store->best_match(test::made_up_prompt(40, 8), 2));
       QVERIFY2(log.contains("/c-7.kvsnap is truncated (36 bytes, less than its header)"), log.all().c_str());
-      QCOMPARE(store->annotation_of("c-7"), std::optional<std::string>());
-      QCOMPARE(store->annotation_of("c-8"), std::optional<std::string>());
       QCOMPARE(store->folder_bytes(), static_cast<std::int64_t>(fs::file_size(own + "/c-2.kvsnap")));
       QVERIFY(pool.forget(7));
       QVERIFY(pool.forget(8));
@@ -443,14 +469,15 @@ class KvSnapshotsTest : public QObject {
     expect_rejected(folder, path, valid, "was written by another kvchat installation", Then::LeftAlone, theirs);
     expect_rejected(folder, path, valid, "was written by another kvchat installation", Then::LeftAlone, SnapshotKey{});
 
-    // The annotation edited and every checksum recomputed, without the secret: not this installation's.
+    // A token id edited and every checksum recomputed, without the secret: not this installation's.
     QByteArray edited = valid;
-    edited[128 + 4 * 59 + 6] = 'X';
-    expect_rejected(folder, path, test::with_annotation_checksum(edited, SnapshotKey{}), "header checksum mismatch",
+    const TokenId last = test::field_of<TokenId>(valid, 128 + 4 * 58);
+    test::set_field<TokenId>(edited, 128 + 4 * 58, last == 7 ? 8 : 7);
+    expect_rejected(folder, path, test::with_token_checksum(edited, SnapshotKey{}), "header checksum mismatch",
                     Then::LeftAlone, mine);
     // The same edit with the secret (what this installation would write) passes every check.
-    QVERIFY(test::write_bytes(path, test::with_annotation_checksum(edited, mine)));
-    QCOMPARE(kvchat::read_snapshot_header(path, mine).annotation, std::string("the trXnscript of chat 1"));
+    QVERIFY(test::write_bytes(path, test::with_token_checksum(edited, mine)));
+    QCOMPARE(kvchat::read_snapshot_header(path, mine).tokens.back(), last == 7 ? 8 : 7);
 
     // A snapshot of the unkeyed form (as written before the installation had a key) is deleted.
     QTemporaryDir unkeyed;
