@@ -213,7 +213,8 @@ void measure_decode_under_write(SessionPool& pool, SnapshotStore& store, std::ve
   result.decode_steps_during_write = static_cast<int>(during);
   result.decode_tok_s_writing = steps_per_second(writing.arrived, 0, steps);
   result.decode_tok_s_during_write = steps_per_second(writing.arrived, 0, during);
-  result.background_write_ms = ms_between(queued, *written_at);
+  // From the save call, not from its return: a small write can end on the store's thread before save returns.
+  result.background_write_ms = ms_between(saving, *written_at);
 }
 
 }  // namespace
