@@ -43,6 +43,20 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:allocator_may
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer-14 || true)}
 
+# What a failed run found, for a log that is all a CI run keeps: the sanitizer's or the C++ runtime's report
+# with its stack, and the input that did it (base64, when small) to save under tests/fuzz/regressions/.
+report_finding() {
+  local log=$1 artifacts=$2
+  grep -aE "ERROR: |SUMMARY: |runtime error|==[0-9]+==|terminate called|what\(\): |Assertion|^ +#[0-9]+ 0x" "$log" |
+    head -40 | sed 's/^/  /' || true
+  local input
+  input=$(find "$artifacts" -type f -newer "$log.start" 2>/dev/null | head -1)
+  if [ -n "$input" ] && [ "$(stat -c %s "$input")" -le 8192 ]; then
+    echo "  input $(basename "$input"), base64:"
+    base64 -w 100 "$input" | sed 's/^/    /'
+  fi
+}
+
 # One target's run; its summary goes to $fuzz_dir/logs/<target>.summary, its status is the run's.
 fuzz_one() {
   local target=$1
@@ -51,6 +65,7 @@ fuzz_one() {
   local log=$fuzz_dir/logs/$target.log
   local summary=$fuzz_dir/logs/$target.summary
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
+  touch "$log.start"  # artifacts newer than this are this run's
   local inputs=("$corpus" "$fuzz_dir/seeds/$target")
   [ -d "tests/fuzz/regressions/$target" ] && inputs+=("tests/fuzz/regressions/$target")
   if [ "${FUZZ_REPLAY:-0}" = 1 ]; then
@@ -63,7 +78,7 @@ fuzz_one() {
       return 0
     fi
     echo "  FAILED: see $log and $artifacts/" >> "$summary"
-    grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$log" | head -5 | sed 's/^/  /' >> "$summary" || true
+    report_finding "$log" "$artifacts" >> "$summary"
     return 1
   fi
   echo "fuzz_$target: ${seconds}s (log: $log)" > "$summary"
@@ -75,7 +90,7 @@ fuzz_one() {
     grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+[[:space:]]+DONE" "$log" | sed 's/^/  /' >> "$summary" || true
   else
     echo "  FAILED: see $log and $artifacts/" >> "$summary"
-    grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$log" | head -5 | sed 's/^/  /' >> "$summary" || true
+    report_finding "$log" "$artifacts" >> "$summary"
     return 1
   fi
 }

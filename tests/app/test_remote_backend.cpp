@@ -16,6 +16,7 @@
 
 #include "app/chat_history.h"
 #include "app/conversation_store.h"
+#include "app/remote_stream.h"
 #include "app/remote_worker.h"
 #include "common/chat_fixture.h"
 #include "common/cutting_proxy.h"
@@ -384,6 +385,31 @@ class TestRemoteBackend : public QObject {
     QVERIFY(reply.complete);
     QCOMPARE(reply.stats.value("interrupted").toBool(), true);
     QCOMPARE(kvchat::app::reply_error(reply), message);
+  }
+
+  // The depth limit counts brackets of the JSON, not brackets inside its strings: 64 levels are read, 65 are
+  // refused, and a string of brackets (escaped quotes included) is text.
+  void server_json_depth_counts_only_the_structure() {
+    using kvchat::app::parse_server_json;
+    const auto nested = [](int depth, const std::string& inside) {
+      std::string text;
+      for (int i = 0; i < depth; ++i) text += i % 2 ? "[" : "{\"k\":";
+      text += inside;
+      for (int i = depth - 1; i >= 0; --i) text += i % 2 ? "]" : "}";
+      return text;
+    };
+    std::string problem;
+    QVERIFY(!parse_server_json(nested(64, "1"), &problem).is_discarded());
+    QVERIFY(parse_server_json(nested(65, "1"), &problem).is_discarded());
+    QCOMPARE(problem, std::string("JSON nested more than 64 levels deep"));
+    const std::string brackets = "\"\\\"" + std::string(200, '[') + "\\\\\"";  // "\"[[[...\\"
+    problem.clear();
+    const nlohmann::json text = parse_server_json(nested(64, brackets), &problem);
+    QVERIFY2(!text.is_discarded(), problem.c_str());
+    QVERIFY(parse_server_json("[[1]", &problem).is_discarded());
+    QCOMPARE(problem, std::string("not JSON"));
+    QVERIFY(parse_server_json(std::string(70, '['), &problem).is_discarded());
+    QCOMPARE(problem, std::string("JSON nested more than 64 levels deep"));
   }
 
   // Settings > Backend's idle timeout: a server that goes silent mid-reply ends the turn after it, the text
