@@ -179,6 +179,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.snapshot_directory = settings.value(QStringLiteral("snapshot_directory"), defaults.snapshot_directory).toString();
   loaded.font_point_size = read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0,
                                              ChatSettings::kMaxFontPointSize);
+  loaded.export_directory = settings.value(QStringLiteral("export_directory")).toString();
   const QString backend = settings.value(QStringLiteral("backend"), QStringLiteral("local")).toString();
   if (backend != QLatin1String("local") && backend != QLatin1String("remote"))
     spdlog::warn("settings {}: backend '{}' is neither local nor remote; using local", file_of(settings),
@@ -217,6 +218,7 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("snapshot_disk_budget_bytes"), QString::number(snapshot_disk_budget_bytes));
   settings.setValue(QStringLiteral("snapshot_directory"), snapshot_directory);
   settings.setValue(QStringLiteral("font_point_size"), font_point_size);
+  settings.setValue(QStringLiteral("export_directory"), export_directory);
   settings.setValue(QStringLiteral("backend"), QString::fromLatin1(to_string(backend)));
   settings.setValue(QStringLiteral("remote_base_url"), remote_base_url);
   settings.setValue(QStringLiteral("remote_model"), remote_model);

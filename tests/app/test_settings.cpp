@@ -69,6 +69,7 @@ void SettingsTest::save_load_round_trip() {
   saved.context_limit = 2048;
   saved.context_overflow = ContextOverflowPolicy::DropOldestTurns;
   saved.cache_budget_bytes = 6LL * 1024 * 1024 * 1024;
+  saved.export_directory = QStringLiteral("/home/me/Chats, exported");
   {
     QSettings ini(path, QSettings::IniFormat);
     saved.save(ini);
@@ -89,6 +90,7 @@ void SettingsTest::save_load_round_trip() {
   QCOMPARE(loaded.context_limit, saved.context_limit);
   QCOMPARE(loaded.context_overflow, saved.context_overflow);
   QCOMPARE(loaded.cache_budget_bytes, saved.cache_budget_bytes);
+  QCOMPARE(loaded.export_directory, saved.export_directory);
 }
 
 void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
