@@ -26,7 +26,10 @@ struct ChatSettings {
   double top_p = 0.95;
   double min_p = 0.05;
   double repetition_penalty = 1.1;
-  quint64 seed = 0;  // 0 = a fresh random seed each turn
+  quint64 seed = 0;  // 0 = a fresh random seed each turn; at most kMaxSeed
+  // The signed 64-bit range, so that a seed means the same to the engine and to a server (vLLM's schema
+  // refuses larger ones). Drawn seeds stay below it too.
+  static constexpr quint64 kMaxSeed = 0x7fffffffffffffffULL;
   int max_new_tokens = 256;
   QString default_system_prompt;
   QString model_path;       // a model directory or a .gguf file; empty = the embedded stories260K

@@ -61,7 +61,7 @@ void SettingsTest::save_load_round_trip() {
   saved.top_p = 0.5;
   saved.min_p = 0.125;
   saved.repetition_penalty = 1.3;
-  saved.seed = 18446744073709551557ull;  // the largest 64-bit prime: must not pass through a double
+  saved.seed = 9223372036854775783ull;  // the largest prime below 2^63: must not pass through a double
   saved.max_new_tokens = 999;
   saved.default_system_prompt = QStringLiteral("Be kind.\nUse \"quotes\", commas, = signs; and ünïcode.");
   saved.model_path = QStringLiteral("/models/My Llama, v2");
