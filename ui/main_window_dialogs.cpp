@@ -16,6 +16,7 @@
 #include <QStandardPaths>
 
 #include "app/exporter.h"
+#include "app/third_party.h"
 #include "ui/caches_dialog.h"
 #include "ui/local_server_group.h"
 #include "ui/settings_dialog.h"
@@ -174,15 +175,10 @@ QMessageBox* MainWindow::openAboutDialog() {
       tr("<h3>kvchat %1</h3>"
          "<p>A local Llama chat that makes its KV cache visible.</p>"
          "<p>%2</p>"
-         "<p><b>Licences</b><br>"
-         "Qt %3 \u2014 LGPL 3<br>"
-         "LibTorch \u2014 BSD 3-Clause<br>"
-         "spdlog and fmt \u2014 MIT<br>"
-         "nlohmann/json \u2014 MIT<br>"
-         "PCRE2 \u2014 BSD<br>"
-         "SQLite \u2014 public domain<br>"
+         "<p><b>Licences</b> (Qt %3)<br>%4<br>"
          "stories260K (the embedded model, from karpathy's tinyllamas) \u2014 MIT</p>")
-          .arg(QStringLiteral(KVCHAT_VERSION), model, QString::fromLatin1(qVersion()));
+          .arg(QStringLiteral(KVCHAT_VERSION), model, QString::fromLatin1(qVersion()),
+               kvchat::app::third_party_licences_html());
   auto* box = new QMessageBox(QMessageBox::NoIcon, tr("About kvchat"), text, QMessageBox::Ok, this);
   box->setObjectName("aboutDialog");
   box->setTextFormat(Qt::RichText);
