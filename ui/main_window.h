@@ -107,6 +107,7 @@ class MainWindow : public QMainWindow {
   void refresh_cache_gauge();
   void refresh_reply_stats();
   void refresh_placeholder();
+  void refresh_window_title();  // names what answers: the loaded model, or the server's
   bool generating_here() const;  // the current chat is the one generating
   void refresh_token_counter();
   bool draft_fits();  // false (and says why) when the typed message cannot fit the context
