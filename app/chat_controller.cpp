@@ -119,6 +119,13 @@ void ChatController::setFontPointSize(int points) {
   settings_storage_->sync();
 }
 
+void ChatController::setExportDirectory(const QString& directory) {
+  if (settings_.export_directory == directory) return;
+  settings_.export_directory = directory;
+  settings_.save(*settings_storage_);
+  settings_storage_->sync();
+}
+
 void ChatController::loadModel(const QString& path, bool remember) {
   const QString resolved = path.isEmpty() ? resolve_model_path(settings_.model_path) : path;
   remember_model_path_ = remember ? resolved : QString();

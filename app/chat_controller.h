@@ -77,6 +77,8 @@ class ChatController : public QObject {
   LocalServer& localServer() const { return *local_server_; }
   // Saves only the chat's text size (a display choice: no reload, nothing for the next turn).
   void setFontPointSize(int points);
+  // Saves only the folder of the last export (where the next export dialog starts, also after a restart).
+  void setExportDirectory(const QString& directory);
 
   // `path` is a model directory or a .gguf file; empty = the settings' model (or the embedded one). With
   // remember, a successful load becomes the settings' model path, so the next start opens it again

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "app/broken_pipe.h"
 #include "app/remote_stream.h"
@@ -92,18 +94,38 @@ std::string transport_failure(httplib::Error error) {
   throw RemoteError("the server at " + base_url + " answered " + std::to_string(status) + ": " + message);
 }
 
-json request_body(const std::string& model, const std::vector<ChatMessage>& messages, const GenerationConfig& generation) {
-  json history = json::array();
-  for (const ChatMessage& message : messages) history.push_back({{"role", message.role}, {"content", message.content}});
-  json body{{"model", model},
-            {"messages", std::move(history)},
-            {"stream", true},
-            {"stream_options", {{"include_usage", true}}},
-            {"max_tokens", generation.max_new_tokens},
-            {"temperature", generation.sampling.temperature}};
-  if (generation.sampling.temperature > 0 && generation.sampling.top_p < 1.0f) body["top_p"] = generation.sampling.top_p;
-  if (generation.sampling.seed != 0) body["seed"] = generation.sampling.seed;
-  return body;
+// The fields of request_body's extensions: what a server that refuses unknown fields names in its error.
+constexpr const char* kExtensionFields[] = {"top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n"};
+
+// The servers (by base URL) that refused the extensions in this process: they are not sent them again.
+std::mutex refused_extensions_mutex;
+std::set<std::string>& servers_refusing_extensions() {
+  static std::set<std::string> servers;
+  return servers;
+}
+
+bool server_refuses_extensions(const std::string& base_url) {
+  std::lock_guard<std::mutex> lock(refused_extensions_mutex);
+  return servers_refusing_extensions().count(base_url) != 0;
+}
+
+// The settings the extensions carry that are not at their "off" value, as the settings dialog names them.
+std::string active_extensions(const GenerationConfig& generation) {
+  const SamplingParams& sampling = generation.sampling;
+  std::vector<std::string> names;
+  if (sampling.temperature > 0 && sampling.top_k > 0) names.push_back("top-k");
+  if (sampling.temperature > 0 && sampling.min_p > 0.0f) names.push_back("min-p");
+  if (sampling.repetition_penalty != 1.0f) names.push_back("repetition penalty");
+  std::string joined;
+  for (const std::string& name : names) joined += (joined.empty() ? "" : ", ") + name;
+  return joined;
+}
+
+// A 400 (or a schema's 422) whose message names one of the extension fields: the server does not take them.
+bool refuses_an_extension(int status, const std::string& error_body) {
+  if (status != 400 && status != 422) return false;
+  return std::any_of(std::begin(kExtensionFields), std::end(kExtensionFields),
+                     [&](const char* field) { return error_body.find(field) != std::string::npos; });
 }
 
 // Ends a request from another thread (httplib's Client::stop closes its socket, made for that) when the stop
@@ -243,48 +265,71 @@ RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatM
     reply.model = models.front();
   }
   const std::string model = reply.model;
-  httplib::Client client = make_client(address, endpoint);
-  httplib::Request request;
-  request.method = "POST";
-  request.path = address.path_prefix + "/chat/completions";
-  request.body = request_body(model, messages, generation).dump();
-  request.set_header("Content-Type", "application/json");
-  request.set_header("Accept", "text/event-stream");
-  if (!endpoint.api_key.empty()) request.set_header("Authorization", "Bearer " + endpoint.api_key);
-
   const int idle_seconds = clamped_seconds(endpoint.idle_timeout_s, RemoteEndpoint::kDefaultIdleTimeoutSeconds);
   const int total_seconds = clamped_seconds(endpoint.total_timeout_s, RemoteEndpoint::kDefaultTotalTimeoutSeconds);
-  const Clock::time_point started = Clock::now();
   ServerEventStream parser(reply, on_chunk, ReplyLimits::for_max_tokens(generation.max_new_tokens));
+  bool extensions = !server_refuses_extensions(endpoint.base_url);
+  Clock::time_point started;
   int status = 0;
-  std::string error_body;
   bool stopped = false;
-  RequestWatch watch(client, stop, idle_seconds, total_seconds);
-  request.response_handler = [&](const httplib::Response& response) {
-    status = response.status;
-    watch.arrived();
-    return true;
-  };
-  // Bytes arrive here after decompression: the parser's bound on the stream also bounds a compressed bomb.
-  request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
-    watch.arrived();
-    if (status != 200) {
-      error_body.append(data, std::min(length, kMaxErrorBodyBytes - error_body.size()));
-      return error_body.size() < kMaxErrorBodyBytes;
+  std::optional<httplib::Error> transport_error;  // the last request's, when it ended without a whole answer
+  RequestWatch::Reason ended_by = RequestWatch::Reason::None;
+  // At most twice: once more without the sampling extensions when the server refuses them (nothing has been
+  // streamed then: the parser is still untouched).
+  while (true) {
+    httplib::Client client = make_client(address, endpoint);
+    httplib::Request request;
+    request.method = "POST";
+    request.path = address.path_prefix + "/chat/completions";
+    request.body = chat_request_body(model, messages, generation, extensions);
+    request.set_header("Content-Type", "application/json");
+    request.set_header("Accept", "text/event-stream");
+    if (!endpoint.api_key.empty()) request.set_header("Authorization", "Bearer " + endpoint.api_key);
+
+    started = Clock::now();
+    status = 0;
+    std::string error_body;
+    RequestWatch watch(client, stop, idle_seconds, total_seconds);
+    request.response_handler = [&](const httplib::Response& response) {
+      status = response.status;
+      watch.arrived();
+      return true;
+    };
+    // Bytes arrive here after decompression: the parser's bound on the stream also bounds a compressed bomb.
+    request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
+      watch.arrived();
+      if (status != 200) {
+        error_body.append(data, std::min(length, kMaxErrorBodyBytes - error_body.size()));
+        return error_body.size() < kMaxErrorBodyBytes;
+      }
+      // What arrived before Stop is kept; returning false closes the connection: the server sees the client go
+      // and stops generating.
+      const bool more = parser.feed(data, length);
+      if (stop && stop->load()) stopped = true;
+      return more && !stopped && watch.reason() == RequestWatch::Reason::None;
+    };
+    spdlog::info("remote turn: {} messages to {} (model {})", messages.size(), endpoint.base_url, model);
+    const httplib::Result result = client.send(request);
+    watch.finish();
+    ended_by = watch.reason();
+    transport_error = result ? std::nullopt : std::optional<httplib::Error>(result.error());
+    if (!result && status == 0 && ended_by == RequestWatch::Reason::None)
+      throw RemoteError("cannot reach " + endpoint.base_url + ": " + transport_failure(result.error()));
+    if (extensions && refuses_an_extension(status, error_body) && ended_by == RequestWatch::Reason::None) {
+      spdlog::warn("the server at {} refused a sampling field ({}): asking again without top_k, min_p and the "
+                   "repetition penalty, which it will not be sent again",
+                   endpoint.base_url, server_message(error_body));
+      {
+        std::lock_guard<std::mutex> lock(refused_extensions_mutex);
+        servers_refusing_extensions().insert(endpoint.base_url);
+      }
+      extensions = false;
+      continue;
     }
-    // What arrived before Stop is kept; returning false closes the connection: the server sees the client go
-    // and stops generating.
-    const bool more = parser.feed(data, length);
-    if (stop && stop->load()) stopped = true;
-    return more && !stopped && watch.reason() == RequestWatch::Reason::None;
-  };
-  spdlog::info("remote turn: {} messages to {} (model {})", messages.size(), endpoint.base_url, model);
-  const httplib::Result result = client.send(request);
-  watch.finish();
-  const RequestWatch::Reason ended_by = watch.reason();
-  if (!result && status == 0 && ended_by == RequestWatch::Reason::None)
-    throw RemoteError("cannot reach " + endpoint.base_url + ": " + transport_failure(result.error()));
-  if (status != 200 && status != 0) throw_status(endpoint.base_url, status, error_body, model);
+    if (status != 200 && status != 0) throw_status(endpoint.base_url, status, error_body, model);
+    break;
+  }
+  if (!extensions) reply.unsent_settings = active_extensions(generation);
   reply.model = reply.model.empty() ? model : reply.model;
   fill_client_figures(reply, parser, started);
   if ((stopped || ended_by == RequestWatch::Reason::Stopped) && parser.failure().empty() && !parser.done()) {
@@ -312,7 +357,7 @@ RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatM
     reply.interruption = "the reply from " + endpoint.base_url + " was ended: " + ended +
                          ". The text so far is kept; Regenerate to ask again";
   } else {
-    const std::string why = !result ? transport_failure(result.error()) : "the stream ended without [DONE]";
+    const std::string why = transport_error ? transport_failure(*transport_error) : "the stream ended without [DONE]";
     if (reply.text.empty())
       throw RemoteError("the server at " + endpoint.base_url + " broke off before replying: " + why);
     reply.interruption = "the connection to " + endpoint.base_url + " broke off mid-reply (" + why +
@@ -326,6 +371,36 @@ RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatM
 }  // namespace
 
 void check_base_url(const std::string& base_url) { parse_base_url(base_url); }
+
+std::uint64_t remote_seed(std::uint64_t seed) { return seed & kMaxRemoteSeed; }
+
+std::string chat_request_body(const std::string& model, const std::vector<ChatMessage>& messages,
+                              const GenerationConfig& generation, bool sampling_extensions) {
+  json history = json::array();
+  for (const ChatMessage& message : messages) history.push_back({{"role", message.role}, {"content", message.content}});
+  const SamplingParams& sampling = generation.sampling;
+  json body{{"model", model},
+            {"messages", std::move(history)},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}},
+            {"max_tokens", generation.max_new_tokens},
+            {"temperature", sampling.temperature}};
+  // Greedy (temperature 0) takes the most likely token whatever the filters say: they are left out then.
+  const bool sampled = sampling.temperature > 0;
+  if (sampled && sampling.top_p < 1.0f) body["top_p"] = sampling.top_p;
+  // As a signed 64-bit number: servers (vLLM) refuse larger seeds.
+  if (sampling.seed != 0) body["seed"] = static_cast<std::int64_t>(remote_seed(sampling.seed));
+  if (!sampling_extensions) return body.dump();
+  // Each setting at its "off" value is left out: servers differ in how they spell off (vLLM's top_k -1).
+  if (sampled && sampling.top_k > 0) body["top_k"] = sampling.top_k;
+  if (sampled && sampling.min_p > 0.0f) body["min_p"] = sampling.min_p;
+  if (sampling.repetition_penalty != 1.0f) {
+    body["repetition_penalty"] = sampling.repetition_penalty;  // vLLM
+    body["repeat_penalty"] = sampling.repetition_penalty;      // llama-server, over the same recent window
+    body["repeat_last_n"] = sampling.repetition_window;
+  }
+  return body.dump();
+}
 
 std::string displayed_base_url(const std::string& base_url) {
   static const std::regex credentials(R"(^([A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@)");

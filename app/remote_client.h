@@ -4,6 +4,7 @@
 // Debian, so https works too): the desktop app calls it on its remote worker's thread, kvchat-cli chat
 // directly. The API is stateless, so every turn sends the conversation's whole history.
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -45,6 +46,20 @@ std::string displayed_base_url(const std::string& base_url);
 // key in an error must not put it on the screen or into the chats.
 std::string redact_api_key(std::string text, const RemoteEndpoint& endpoint);
 
+// Seeds go out as signed 64-bit numbers (vLLM's schema refuses anything larger): remote_seed() keeps the
+// low 63 bits, so a seed from 1 to kMaxRemoteSeed is sent as it is.
+inline constexpr std::uint64_t kMaxRemoteSeed = 0x7fffffffffffffffULL;
+std::uint64_t remote_seed(std::uint64_t seed);
+
+// The /chat/completions request for a turn. OpenAI's own fields: model, messages, stream (with usage),
+// max_tokens, temperature, top_p (sampled turns, below 1), seed (not 0). With `sampling_extensions`, the
+// settings OpenAI's API lacks, as the common servers spell them, each only when it is not "off": top_k and
+// min_p (sampled turns; vLLM and llama-server), repetition_penalty (vLLM) and repeat_penalty with
+// repeat_last_n, its window (llama-server). Ollama's /v1 ignores them. OpenAI's additive frequency_penalty is
+// another kind of penalty and is never derived from the repetition penalty.
+std::string chat_request_body(const std::string& model, const std::vector<ChatMessage>& messages,
+                              const GenerationConfig& generation, bool sampling_extensions = true);
+
 // The ids of /v1/models, in the server's order. Throws RemoteError.
 std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint);
 
@@ -65,6 +80,10 @@ struct RemoteReply {
   // Not empty: the server's usage or timings held values that are no token counts or durations (the
   // figures are then the client's own); says which.
   std::string rejected_figures;
+  // Not empty: the server refused the sampling extensions (chat_request_body; OpenAI's API answers 400 to
+  // fields it does not know), so the turn was asked again without them, and these settings did not apply.
+  // Such a server is not sent them again while the process runs.
+  std::string unsent_settings;
 };
 
 // Called for every piece of text as it arrives, with the count of content chunks so far.

@@ -23,6 +23,8 @@ QJsonObject RemoteWorker::stats_details(const RemoteReply& reply) {
   if (reply.unreadable_events > 0) details.insert(kStatsUnreadableEventsKey, reply.unreadable_events);
   if (!reply.rejected_figures.empty())
     details.insert(kStatsRejectedFiguresKey, QString::fromStdString(reply.rejected_figures));
+  if (!reply.unsent_settings.empty())
+    details.insert(kStatsUnsentSettingsKey, QString::fromStdString(reply.unsent_settings));
   return details;
 }
 

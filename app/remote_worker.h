@@ -22,6 +22,7 @@ inline constexpr const char* kStatsInterruptedKey = "interrupted";    // true: t
 inline constexpr const char* kStatsInvalidUtf8Key = "invalid_utf8";   // true: bytes not UTF-8 became U+FFFD
 inline constexpr const char* kStatsUnreadableEventsKey = "unreadable_events";  // events that were not JSON
 inline constexpr const char* kStatsRejectedFiguresKey = "rejected_figures";    // why the server's figures were not used
+inline constexpr const char* kStatsUnsentSettingsKey = "unsent_settings";      // settings the server refused
 
 class RemoteWorker : public QObject {
   Q_OBJECT

@@ -150,7 +150,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.top_p = read_clamped(settings, "top_p", defaults.top_p, 0.0, 1.0);
   loaded.min_p = read_clamped(settings, "min_p", defaults.min_p, 0.0, 1.0);
   loaded.repetition_penalty = read_clamped(settings, "repetition_penalty", defaults.repetition_penalty, 0.1, 10.0);
-  loaded.seed = read_clamped<quint64>(settings, "seed", defaults.seed, 0, std::numeric_limits<quint64>::max());
+  loaded.seed = read_clamped<quint64>(settings, "seed", defaults.seed, 0, ChatSettings::kMaxSeed);
   loaded.max_new_tokens = read_clamped(settings, "max_new_tokens", defaults.max_new_tokens, 1, 1 << 20);
   loaded.default_system_prompt =
       settings.value(QStringLiteral("default_system_prompt"), defaults.default_system_prompt).toString();
@@ -179,6 +179,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.snapshot_directory = settings.value(QStringLiteral("snapshot_directory"), defaults.snapshot_directory).toString();
   loaded.font_point_size = read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0,
                                              ChatSettings::kMaxFontPointSize);
+  loaded.export_directory = settings.value(QStringLiteral("export_directory")).toString();
   const QString backend = settings.value(QStringLiteral("backend"), QStringLiteral("local")).toString();
   if (backend != QLatin1String("local") && backend != QLatin1String("remote"))
     spdlog::warn("settings {}: backend '{}' is neither local nor remote; using local", file_of(settings),
@@ -217,6 +218,7 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("snapshot_disk_budget_bytes"), QString::number(snapshot_disk_budget_bytes));
   settings.setValue(QStringLiteral("snapshot_directory"), snapshot_directory);
   settings.setValue(QStringLiteral("font_point_size"), font_point_size);
+  settings.setValue(QStringLiteral("export_directory"), export_directory);
   settings.setValue(QStringLiteral("backend"), QString::fromLatin1(to_string(backend)));
   settings.setValue(QStringLiteral("remote_base_url"), remote_base_url);
   settings.setValue(QStringLiteral("remote_model"), remote_model);
@@ -240,7 +242,7 @@ kvchat::GenerationConfig ChatSettings::to_generation_config() const {
   config.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
   // Seed 0 means "surprise me": each turn (each call) draws its own, never 0, so the reply can still be
   // reproduced from the seed saved with it.
-  config.sampling.seed = seed != 0 ? seed : (QRandomGenerator::global()->generate64() | 1u);
+  config.sampling.seed = seed != 0 ? std::min(seed, kMaxSeed) : ((QRandomGenerator::global()->generate64() & kMaxSeed) | 1u);
   return config;
 }
 

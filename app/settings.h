@@ -26,7 +26,10 @@ struct ChatSettings {
   double top_p = 0.95;
   double min_p = 0.05;
   double repetition_penalty = 1.1;
-  quint64 seed = 0;  // 0 = a fresh random seed each turn
+  quint64 seed = 0;  // 0 = a fresh random seed each turn; at most kMaxSeed
+  // The signed 64-bit range, so that a seed means the same to the engine and to a server (vLLM's schema
+  // refuses larger ones). Drawn seeds stay below it too.
+  static constexpr quint64 kMaxSeed = 0x7fffffffffffffffULL;
   int max_new_tokens = 256;
   QString default_system_prompt;
   QString model_path;       // a model directory or a .gguf file; empty = the embedded stories260K
@@ -53,6 +56,7 @@ struct ChatSettings {
   // api_key_path() (permissions 0600), load() reads it from there.
   QString remote_api_key;
   int font_point_size = 0;        // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
+  QString export_directory;       // where the last export was written; empty = none yet (not part of to_json)
   static constexpr int kMinFontPointSize = 6;
   static constexpr int kMaxFontPointSize = 48;
 

@@ -71,6 +71,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
   else if (controller_->isModelLoading()) load_busy_->show();
   refresh_model_label();
+  refresh_window_title();
   setChatFontSize(controller_->settings().font_point_size);
   setMinimumSize(kMinimumWidth, kMinimumHeight);
   resize(1240, 780);
@@ -285,6 +286,8 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::settingsChanged, this, [this] {
     refresh_cache_gauge();
     refresh_model_label();
+    refresh_window_title();
+    refresh_placeholder();
     refresh_buttons();  // a server set (or cleared) changes whether a message can be sent
   });
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);

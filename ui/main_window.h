@@ -47,8 +47,9 @@ class MainWindow : public QMainWindow {
   QFileDialog* openModelFileDialog();
   QFileDialog* openModelDirectoryDialog();
   bool exportCurrentConversation(const QString& path);  // format from the extension (.md, .json, .txt)
-  // File > Export: a non-modal save dialog ("exportDialog") that starts in the last export folder (else
-  // Documents, else home); a name without an extension gets the chosen type's.
+  // File > Export: a non-modal save dialog ("exportDialog") that starts in the last export folder (kept in
+  // the settings, so also after a restart; else Documents, else home) and says what the export holds
+  // ("exportContentsLabel"); a name without an extension gets the chosen type's.
   QFileDialog* openExportDialog();
   SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
   QMessageBox* openAboutDialog();                       // Help > About ("aboutDialog")
@@ -106,6 +107,7 @@ class MainWindow : public QMainWindow {
   void refresh_cache_gauge();
   void refresh_reply_stats();
   void refresh_placeholder();
+  void refresh_window_title();  // names what answers: the loaded model, or the server's
   bool generating_here() const;  // the current chat is the one generating
   void refresh_token_counter();
   bool draft_fits();  // false (and says why) when the typed message cannot fit the context
@@ -122,7 +124,6 @@ class MainWindow : public QMainWindow {
   bool editing_last_message_ = false;
   qint64 input_conversation_ = 0;    // the chat the input box's text belongs to
   QHash<qint64, QString> drafts_;    // unsent text of the other chats
-  QString last_export_directory_;
 
   QListWidget* conversation_list_ = nullptr;
   QLabel* title_label_ = nullptr;

@@ -7,12 +7,16 @@
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGridLayout>
+#include <QLabel>
 #include <QInputDialog>
 #include <QListWidget>
 #include <QMessageBox>
 #include <QRegularExpression>
 #include <QStandardPaths>
 
+#include "app/exporter.h"
+#include "app/third_party.h"
 #include "ui/caches_dialog.h"
 #include "ui/local_server_group.h"
 #include "ui/settings_dialog.h"
@@ -91,7 +95,7 @@ bool MainWindow::exportCurrentConversation(const QString& path) {
     const QString suffix = QFileInfo(path).suffix();
     const auto format = kvchat::app::export_format_from_string(suffix.isEmpty() ? QStringLiteral("md") : suffix);
     controller_->exportConversation(controller_->currentConversationId(), path, format);
-    last_export_directory_ = QFileInfo(path).absolutePath();
+    controller_->setExportDirectory(QFileInfo(path).absolutePath());
     show_notice(tr("Exported to %1").arg(path), 5000);
     return true;
   } catch (const std::exception& error) {
@@ -106,12 +110,32 @@ QFileDialog* MainWindow::openExportDialog() {
   if (const auto record = controller_->conversation(controller_->currentConversationId())) title = record->title;
   title.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9 _-]")), QStringLiteral("_"));
   // Not the process's working directory: the last export's folder, else Documents, else home.
-  QString folder = last_export_directory_;
+  QString folder = controller_->settings().export_directory;
   if (folder.isEmpty() || !QFileInfo(folder).isDir())
     folder = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
   if (folder.isEmpty() || !QFileInfo(folder).isDir()) folder = QDir::homePath();
   auto* dialog = new QFileDialog(this, tr("Export chat"), QDir(folder).filePath(title + QStringLiteral(".md")));
   dialog->setObjectName("exportDialog");
+  // What the file will hold, before the user picks a name: all of it, regenerated replies included.
+  const kvchat::app::ExportContents contents = kvchat::app::export_contents(controller_->currentMessages());
+  const QString messages = contents.messages == 1 ? tr("1 message") : tr("%1 messages").arg(contents.messages);
+  const QString versions = contents.other_versions == 1 ? tr("1 other version")
+                                                        : tr("%1 other versions").arg(contents.other_versions);
+  QString summary = tr("Exports all %1 of this chat as it reads, each reply with its model and figures").arg(messages);
+  if (contents.other_versions > 0) {
+    summary += tr(", and the %1 of regenerated replies, each marked as such (in JSON, a reply's "
+                  "\u201calternatives\u201d).").arg(versions);
+    dialog->setWindowTitle(tr("Export chat: %1 and %2 of replies").arg(messages, versions));
+  } else {
+    summary += tr(". No reply was regenerated: there are no other versions.");
+    dialog->setWindowTitle(tr("Export chat: %1").arg(messages));
+  }
+  if (auto* grid = qobject_cast<QGridLayout*>(dialog->layout())) {  // the dialog's own widgets, not a native one
+    auto* label = new QLabel(summary, dialog);
+    label->setObjectName("exportContentsLabel");
+    label->setWordWrap(true);
+    grid->addWidget(label, grid->rowCount(), 0, 1, grid->columnCount());
+  }
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   dialog->setAcceptMode(QFileDialog::AcceptSave);
   dialog->setFileMode(QFileDialog::AnyFile);
@@ -151,15 +175,10 @@ QMessageBox* MainWindow::openAboutDialog() {
       tr("<h3>kvchat %1</h3>"
          "<p>A local Llama chat that makes its KV cache visible.</p>"
          "<p>%2</p>"
-         "<p><b>Licences</b><br>"
-         "Qt %3 \u2014 LGPL 3<br>"
-         "LibTorch \u2014 BSD 3-Clause<br>"
-         "spdlog and fmt \u2014 MIT<br>"
-         "nlohmann/json \u2014 MIT<br>"
-         "PCRE2 \u2014 BSD<br>"
-         "SQLite \u2014 public domain<br>"
+         "<p><b>Licences</b> (Qt %3)<br>%4<br>"
          "stories260K (the embedded model, from karpathy's tinyllamas) \u2014 MIT</p>")
-          .arg(QStringLiteral(KVCHAT_VERSION), model, QString::fromLatin1(qVersion()));
+          .arg(QStringLiteral(KVCHAT_VERSION), model, QString::fromLatin1(qVersion()),
+               kvchat::app::third_party_licences_html());
   auto* box = new QMessageBox(QMessageBox::NoIcon, tr("About kvchat"), text, QMessageBox::Ok, this);
   box->setObjectName("aboutDialog");
   box->setTextFormat(Qt::RichText);

@@ -82,9 +82,9 @@ void MainWindow::show_model_loading(const QString& path) {
   refresh_buttons();
 }
 
-void MainWindow::show_model_loaded(const kvchat::app::ModelInfo& info) {
+void MainWindow::show_model_loaded(const kvchat::app::ModelInfo&) {
   load_busy_->hide();
-  setWindowTitle(QStringLiteral("kvchat \u2014 %1").arg(info.name));
+  refresh_window_title();
   refresh_model_label();
   refresh_buttons();
   refresh_cache_gauge();
@@ -192,17 +192,42 @@ void MainWindow::reload_messages() {
   refresh_placeholder();
 }
 
+void MainWindow::refresh_window_title() {
+  // What answers in this window: the server's model in remote mode (the local model then does not), else
+  // the loaded model.
+  const kvchat::app::ChatSettings& settings = controller_->settings();
+  QString what;
+  if (controller_->usesRemoteBackend())
+    what = tr("%1 on %2").arg(settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model,
+                              shown_base_url(settings));
+  else if (controller_->isModelLoaded())
+    what = controller_->modelInfo().name;
+  setWindowTitle(what.isEmpty() ? QStringLiteral("kvchat") : QStringLiteral("kvchat \u2014 %1").arg(what));
+}
+
 void MainWindow::refresh_placeholder() {
   QString text;
-  if (controller_->isModelLoaded()) {
+  if (controller_->usesRemoteBackend()) {
+    const kvchat::app::ChatSettings& settings = controller_->settings();
+    const QString model = settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model;
+    text = tr("<p>Replies come from <b>%1</b> on the OpenAI-compatible server at %2.</p>")
+               .arg(model.toHtmlEscaped(), shown_base_url(settings).toHtmlEscaped());
+    text += tr("<p>Type a message below and press Enter.</p>");
+    text += tr("<p>Settings \u2192 Backend switches back to a model on this computer.</p>");
+  } else if (controller_->isModelLoaded()) {
     const kvchat::app::ModelInfo& info = controller_->modelInfo();
     text = tr("<p><b>%1</b> is loaded (%2).</p>").arg(info.name.toHtmlEscaped(), format_model_summary(info).toHtmlEscaped());
-    if (!info.has_chat_template)
-      text += tr("<p>It has no chat template: it does not answer questions, it <b>continues the text you type</b>. "
-                 "The embedded stories260K is a tiny model that writes children's stories: try "
-                 "\u201cOnce upon a time\u201d.</p>");
-    else
+    text += tr("<p>Architecture: %1 \u00b7 chat template: %2</p>")
+                .arg(info.architecture.isEmpty() ? tr("unknown") : info.architecture.toHtmlEscaped(),
+                     info.has_chat_template ? tr("yes") : tr("no"));
+    if (!info.has_chat_template) {
+      text += tr("<p>Without a chat template it does not answer questions: it <b>continues the text you type</b>.</p>");
+      // Only the embedded model is known to write children's stories.
+      if (info.name == QLatin1String("stories260K"))
+        text += tr("<p>stories260K is a tiny model that writes children's stories: try \u201cOnce upon a time\u201d.</p>");
+    } else {
       text += tr("<p>Type a message below and press Enter.</p>");
+    }
     text += tr("<p>File \u2192 Open model file\u2026 loads another model (a .gguf file or a Hugging Face folder).</p>");
   } else {
     text = tr("<p>No model is loaded yet.</p>");

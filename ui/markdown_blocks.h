@@ -1,28 +1,14 @@
 #pragma once
-// Splitting a message into prose and fenced code blocks, and the Markdown the prose is rendered from.
-// Code blocks get their own widget (monospace, a Copy button, scrolling sideways instead of widening the
-// transcript); prose is rendered by QTextDocument's Markdown reader with raw HTML off.
-#include <QList>
-#include <QString>
+// Splitting a message into prose and fenced code blocks, and the Markdown the prose is rendered from
+// (app/markdown_text.h: the Markdown export follows the same rules). Code blocks get their own widget
+// (monospace, a Copy button, scrolling sideways instead of widening the transcript); prose is rendered by
+// QTextDocument's Markdown reader with raw HTML off.
+#include "app/markdown_text.h"
 
 namespace kvchat::ui {
 
-struct MessageSegment {
-  enum class Kind { Prose, Code };
-  Kind kind = Kind::Prose;
-  QString text;      // prose: Markdown source; code: the block's lines, without the fences
-  QString language;  // code: the fence's info word ("cpp"), may be empty
-  bool operator==(const MessageSegment& other) const {
-    return kind == other.kind && text == other.text && language == other.language;
-  }
-};
-
-// Fenced blocks (``` or ~~~, up to three spaces of indent; closed by a fence of the same character at least
-// as long). A block not closed yet (a reply still streaming) runs to the end. Empty prose is left out.
-QList<MessageSegment> split_message_segments(const QString& markdown);
-
-// Model text breaks lines where it means them: every single line break inside prose becomes a Markdown hard
-// break (two trailing spaces), so paragraphs do not run together. Blank lines stay paragraph breaks.
-QString with_hard_line_breaks(const QString& prose);
+using kvchat::app::MessageSegment;
+using kvchat::app::split_message_segments;
+using kvchat::app::with_hard_line_breaks;
 
 }  // namespace kvchat::ui

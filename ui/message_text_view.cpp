@@ -2,13 +2,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <QApplication>
+#include <QClipboard>
+#include <QCursor>
 #include <QDesktopServices>
 #include <QFontDatabase>
+#include <QMessageBox>
 #include <QResizeEvent>
 #include <QScrollBar>
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QToolTip>
 
 #include <cmath>
 
@@ -67,10 +72,14 @@ MessageTextView::MessageTextView(Mode mode, QWidget* parent) : QTextBrowser(pare
   document()->setDocumentMargin(mode == Mode::Code ? 6 : 0);
   setFrameShape(QFrame::NoFrame);
   setReadOnly(true);
-  setOpenLinks(false);  // a click on a web link opens the browser (below); nothing else is followed
-  connect(this, &QTextBrowser::anchorClicked, this, [](const QUrl& url) {
-    if (url.scheme() == QLatin1String("https") || url.scheme() == QLatin1String("http")) QDesktopServices::openUrl(url);
+  setOpenLinks(false);  // a click on a web link asks, then opens the browser (below); nothing else is followed
+  // The text is the model's: a link's words may say anything, so the address itself is shown on hover and
+  // in the question before anything opens.
+  connect(this, &QTextBrowser::highlighted, this, [this](const QUrl& url) {
+    setToolTip(url.isEmpty() ? QString() : url.toString(QUrl::FullyEncoded));
+    if (!url.isEmpty()) QToolTip::showText(QCursor::pos(), toolTip(), this);
   });
+  connect(this, &QTextBrowser::anchorClicked, this, &MessageTextView::ask_to_open_link);
   // Selectable by mouse, but not a Tab stop: the transcript would otherwise hold dozens of them.
   setFocusPolicy(Qt::ClickFocus);
   setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard | Qt::LinksAccessibleByMouse);
@@ -116,6 +125,36 @@ QSize MessageTextView::minimumSizeHint() const {
 void MessageTextView::resizeEvent(QResizeEvent* event) {
   QTextBrowser::resizeEvent(event);
   if (event->oldSize().width() != event->size().width()) fit_height();
+}
+
+void MessageTextView::ask_to_open_link(const QUrl& url) {
+  const QString address = url.toString(QUrl::FullyEncoded);
+  if (url.scheme() != QLatin1String("https") && url.scheme() != QLatin1String("http")) {
+    spdlog::info("a link in a message is not a web address ({}): not opened", address.toStdString());
+    return;
+  }
+  QWidget* parent = window();
+  auto* question = new QMessageBox(QMessageBox::Question, tr("Open link"),
+                                   tr("Open this address in the web browser?\n\n%1").arg(address),
+                                   QMessageBox::Open | QMessageBox::Cancel, parent);
+  question->setObjectName("openLinkDialog");
+  question->setDefaultButton(QMessageBox::Cancel);
+  question->setAttribute(Qt::WA_DeleteOnClose);
+  connect(question, &QMessageBox::finished, parent, [parent, url, address](int result) {
+    if (result != QMessageBox::Open) return;
+    if (QDesktopServices::openUrl(url)) return;
+    // No browser (or none that started): the address goes to the clipboard so it can be pasted into one.
+    spdlog::warn("opening {} failed: no web browser started", address.toStdString());
+    QApplication::clipboard()->setText(address);
+    auto* failure = new QMessageBox(QMessageBox::Warning, tr("Link not opened"),
+                                    tr("No web browser could be started for\n%1\n\nThe address is copied to the "
+                                       "clipboard.").arg(address),
+                                    QMessageBox::Ok, parent);
+    failure->setObjectName("openLinkFailedDialog");
+    failure->setAttribute(Qt::WA_DeleteOnClose);
+    failure->open();
+  });
+  question->open();
 }
 
 QVariant MessageTextView::loadResource(int type, const QUrl& name) {

@@ -3,6 +3,7 @@
 // as text, or plain text. It never loads a resource the text names (no image, no file, no remote URL), wraps
 // long words anywhere instead of widening the transcript, and is exactly as tall as its text (the transcript
 // scrolls, not the view). In code mode it is monospace, does not wrap, and scrolls sideways inside itself.
+// A web link shows its address on hover (the tooltip) and opens only after a question naming it.
 #include <QTextBrowser>
 
 namespace kvchat::ui {
@@ -27,6 +28,9 @@ class MessageTextView : public QTextBrowser {
 
  private:
   void fit_height();
+  // A web link clicked: asks (a window-modal "openLinkDialog" naming the address), then opens the browser;
+  // when none starts, says so ("openLinkFailedDialog") and copies the address. Other schemes are ignored.
+  void ask_to_open_link(const QUrl& url);
   Mode mode_;
   QString source_;
 };

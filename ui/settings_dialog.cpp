@@ -17,6 +17,7 @@
 #include <QThread>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <memory>
 
 #include "app/remote_client.h"
@@ -63,20 +64,24 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   top_k_ = make_int(0, 100000, settings.top_k, this);
   top_k_->setObjectName("topKSpin");
   top_k_->setSpecialValueText(tr("off"));
+  top_k_->setToolTip(tr("On a server: sent as top_k (vLLM, llama-server)"));
   form->addRow(tr("Top-k"), top_k_);
   top_p_ = make_double(0.0, 1.0, 0.01, 3, settings.top_p, this);
   top_p_->setObjectName("topPSpin");
   form->addRow(tr("Top-p"), top_p_);
   min_p_ = make_double(0.0, 1.0, 0.01, 3, settings.min_p, this);
   min_p_->setObjectName("minPSpin");
+  min_p_->setToolTip(tr("On a server: sent as min_p (vLLM, llama-server)"));
   form->addRow(tr("Min-p"), min_p_);
   repetition_penalty_ = make_double(0.5, 3.0, 0.05, 2, settings.repetition_penalty, this);
   repetition_penalty_->setObjectName("repetitionPenaltySpin");
+  repetition_penalty_->setToolTip(tr("On a server: sent as repetition_penalty (vLLM) and repeat_penalty "
+                                     "(llama-server)"));
   form->addRow(tr("Repetition penalty"), repetition_penalty_);
   seed_ = new QLineEdit(QString::number(settings.seed), this);
   seed_->setObjectName("seedEdit");
   seed_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9]{1,19}"), seed_));
-  seed_->setToolTip(tr("0 = a fresh random seed each turn"));
+  seed_->setToolTip(tr("0 = a fresh random seed each turn; at most %1").arg(kvchat::app::ChatSettings::kMaxSeed));
   form->addRow(tr("Seed"), seed_);
   max_new_tokens_ = make_int(1, 1 << 20, settings.max_new_tokens, this);
   max_new_tokens_->setObjectName("maxNewTokensSpin");
@@ -149,6 +154,19 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   snapshot_directory_->setPlaceholderText(kvchat::app::ChatSettings{}.effective_snapshot_directory());
   form->addRow(tr("Snapshot folder"), snapshot_directory_);
 
+  // What only this computer's engine uses: greyed out (with the hint under the backend) for a server.
+  for (QWidget* field : std::initializer_list<QWidget*>{kv_cache_, threads_, context_limit_, context_limit_note_, overflow_,
+                                                         cache_budget_mib_, snapshots_, snapshot_budget_mib_,
+                                                         snapshot_directory_, model_path_, browse_file, browse_directory})
+    local_only_ << field;
+  for (QObject* field : std::initializer_list<QObject*>{kv_cache_, threads_, overflow_, cache_budget_mib_, snapshots_,
+                                                         snapshot_budget_mib_, snapshot_directory_})
+    if (QWidget* label = form->labelForField(static_cast<QWidget*>(field))) local_only_ << label;
+  for (QLayout* row : {static_cast<QLayout*>(context_row), static_cast<QLayout*>(model_row)})
+    if (QWidget* label = form->labelForField(row)) local_only_ << label;
+  connect(backend_, &QComboBox::currentIndexChanged, this, &SettingsDialog::refresh_local_only_rows);
+  refresh_local_only_rows();
+
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
   connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
@@ -168,6 +186,14 @@ void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::Chat
   backend_->addItem(tr("OpenAI-compatible server"), QStringLiteral("remote"));
   backend_->setCurrentIndex(settings.backend == kvchat::app::BackendKind::Remote ? 1 : 0);
   form->addRow(tr("Backend"), backend_);
+  local_only_hint_ = new QLabel(tr("On a server, the greyed-out settings do not apply: they are this computer's "
+                                   "engine's. Temperature, top-p, top-k, min-p, the repetition penalty, the seed "
+                                   "and max new tokens are sent with every request (README: Remote backend)."),
+                                this);
+  local_only_hint_->setObjectName("localOnlyHint");
+  local_only_hint_->setWordWrap(true);
+  local_only_hint_->setStyleSheet("color: palette(mid);");
+  form->addRow(QString(), local_only_hint_);
   remote_url_ = new QLineEdit(settings.remote_base_url, this);
   remote_url_->setObjectName("remoteUrlEdit");
   remote_url_->setPlaceholderText(tr("http://localhost:8000/v1 (vLLM), :8080/v1 (llama-server), :11434/v1 (Ollama)"));
@@ -217,6 +243,12 @@ void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::Chat
   form->addRow(QString(), remote_status_);
 }
 
+void SettingsDialog::refresh_local_only_rows() {
+  const bool local = backend_->currentData().toString() != QLatin1String("remote");
+  for (QWidget* widget : local_only_) widget->setEnabled(local);
+  local_only_hint_->setVisible(!local);
+}
+
 void SettingsDialog::fetchRemoteModels() {
   const kvchat::app::RemoteEndpoint endpoint{remote_url_->text().trimmed().toStdString(), remote_key_->text().toStdString(), ""};
   struct Answer {
@@ -240,12 +272,22 @@ void SettingsDialog::fetchRemoteModels() {
       Q_EMIT modelsFetched(0);
       return;
     }
-    const QString chosen = remote_model_->currentText();
+    const QString chosen = remote_model_->currentText().trimmed();
     remote_model_->clear();
-    for (const std::string& model : answer->models) remote_model_->addItem(QString::fromStdString(model));
-    remote_model_->setCurrentText(chosen.isEmpty() && !answer->models.empty() ? QString::fromStdString(answer->models.front())
-                                                                              : chosen);
-    remote_status_->setText(tr("%n model(s) on the server", nullptr, static_cast<int>(answer->models.size())));
+    QStringList models;
+    for (const std::string& model : answer->models) models << QString::fromStdString(model);
+    remote_model_->addItems(models);
+    QString status = models.size() == 1 ? tr("1 model on the server") : tr("%1 models on the server").arg(models.size());
+    // A model this server does not have would be asked for on every turn (and named in the status bar):
+    // its first one is taken instead, and the dialog says so.
+    if (models.isEmpty() || models.contains(chosen)) {
+      remote_model_->setCurrentText(chosen);
+    } else {
+      remote_model_->setCurrentText(models.front());
+      if (!chosen.isEmpty())
+        status += tr(". It has no \u201c%1\u201d: its first model, \u201c%2\u201d, is chosen instead.").arg(chosen, models.front());
+    }
+    remote_status_->setText(status);
     Q_EMIT modelsFetched(static_cast<int>(answer->models.size()));
   });
   connect(thread, &QThread::finished, thread, &QObject::deleteLater);
@@ -281,7 +323,7 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.top_p = top_p_->value();
   settings.min_p = min_p_->value();
   settings.repetition_penalty = repetition_penalty_->value();
-  settings.seed = seed_->text().toULongLong();
+  settings.seed = std::min(seed_->text().toULongLong(), kvchat::app::ChatSettings::kMaxSeed);
   settings.max_new_tokens = max_new_tokens_->value();
   settings.default_system_prompt = system_prompt_->toPlainText();
   settings.model_path = model_path_->text().trimmed();

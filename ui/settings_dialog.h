@@ -4,6 +4,7 @@
 // threads, the context limit and its overflow policy, the cache memory budget. It edits a copy of the
 // settings; the caller applies settings() when the dialog is accepted (from the next turn on).
 #include <QDialog>
+#include <QList>
 
 #include "app/settings.h"
 
@@ -44,6 +45,7 @@ class SettingsDialog : public QDialog {
 
  private:
   void add_backend_rows(QFormLayout* form, const kvchat::app::ChatSettings& settings);
+  void refresh_local_only_rows();  // greyed out while the backend is a server
   kvchat::app::ChatSettings original_;
   QComboBox* backend_ = nullptr;
   QLineEdit* remote_url_ = nullptr;
@@ -71,6 +73,8 @@ class SettingsDialog : public QDialog {
   QSpinBox* snapshot_budget_mib_ = nullptr;
   QLineEdit* snapshot_directory_ = nullptr;
   class QVBoxLayout* sections_ = nullptr;
+  QList<QWidget*> local_only_;  // the fields (and their labels) only this computer's engine uses
+  QLabel* local_only_hint_ = nullptr;
 };
 
 }  // namespace kvchat::ui

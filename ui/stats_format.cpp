@@ -87,6 +87,8 @@ QString format_remote_stats(const QJsonObject& json) {
   else if (stats.prompt_tokens > 0)
     parts << QStringLiteral("prompt %1").arg(stats.prompt_tokens);
   parts << QString::fromLatin1(kvchat::to_string(stats.stop_reason));
+  if (json.contains("unsent_settings"))
+    parts << QStringLiteral("the server refused %1: not applied").arg(json.value("unsent_settings").toString());
   return parts.join(QStringLiteral(" \u00b7 "));
 }
 }  // namespace

@@ -35,6 +35,7 @@ class ChatControllerTurnsTest : public QObject {
   void continue_goes_on_with_a_reply_cut_short();
   void decode_times_are_recorded_per_step();
   void clearing_a_chats_cache_frees_it();
+  void switching_alternatives_reuses_the_common_prefix();
 };
 
 namespace {
@@ -285,6 +286,51 @@ void ChatControllerTurnsTest::clearing_a_chats_cache_frees_it() {
   const auto stats = kvchat::app::stats_from_json(controller->currentMessages().last().stats);
   QCOMPARE(stats.reused_tokens, 0);
   QCOMPARE(stats.restored_tokens, 0);
+}
+
+// After Regenerate and a switch back to the first reply, the next turn's prompt shares with the cache the
+// first prompt and the two replies' common beginning: all of it is reused, compared id by id.
+void ChatControllerTurnsTest::switching_alternatives_reuses_the_common_prefix() {
+  ChatFixture fixture;
+  ChatSettings settings = greedy_chat_settings(24);
+  settings.temperature = 1.0;
+  settings.top_k = 0;
+  settings.top_p = 1.0;
+  settings.min_p = 0.0;
+  settings.seed = 0;  // a seed of its own for each turn: the replies differ somewhere
+  QVERIFY(fixture.open(settings));
+  ChatController* controller = fixture.controller();
+  QVERIFY(controller->send("Once upon a time"));
+  QVERIFY(fixture.waitIdle());
+  QVERIFY(controller->regenerate());
+  QVERIFY(fixture.waitIdle());
+  auto records = controller->currentMessages();
+  QCOMPARE(records.size(), 3);
+  const MessageRecord first = records[1];
+  const MessageRecord second = records[2];
+  QVERIFY(kvchat::app::is_hidden_alternative(first));
+  const auto second_stats = kvchat::app::stats_from_json(second.stats);
+  QCOMPARE(second_stats.reused_tokens, second_stats.prompt_tokens - 1);  // Regenerate re-runs only the last id
+  QVERIFY(!first.token_ids.empty());
+  QVERIFY(!second.token_ids.empty());
+  // What the cache holds after the second reply: its prompt and the reply's ids, all but the last sampled.
+  const int cached = static_cast<int>(controller->cacheGauge().conversation_tokens);
+  const int prompt_tokens = second_stats.prompt_tokens;
+  QCOMPARE(cached, prompt_tokens + second_stats.generated_tokens - 1);
+
+  QVERIFY(controller->showAlternative(first.id));
+  QVERIFY(controller->send("The end"));
+  QVERIFY(fixture.waitIdle());
+  records = controller->currentMessages();
+  const auto stats = kvchat::app::stats_from_json(records.last().stats);
+  // The second reply's ids in the cache (an end-of-sequence id is not among a reply's ids).
+  const std::size_t fed = static_cast<std::size_t>(cached - prompt_tokens);
+  QVERIFY(fed <= second.token_ids.size());
+  std::size_t common = 0;
+  while (common < first.token_ids.size() && common < fed && first.token_ids[common] == second.token_ids[common])
+    ++common;
+  QCOMPARE(stats.reused_tokens, prompt_tokens + static_cast<int>(common));
+  QCOMPARE(stats.prefilled_tokens, stats.prompt_tokens - stats.reused_tokens);
 }
 
 KVCHAT_TEST_MAIN(ChatControllerTurnsTest)

@@ -9,6 +9,7 @@
 
 #include "app/chat_history.h"
 #include "app/exporter.h"
+#include "app/markdown_text.h"
 #include "app/settings.h"
 #include "app/stats_json.h"
 
@@ -107,6 +108,9 @@ class ExporterTest : public QObject {
   void write_text_file_reports_the_path();
   void every_format_places_the_cut_where_the_context_began();
   void a_failed_turn_is_exported_with_its_error();
+  void regenerated_replies_are_exported_as_other_versions();
+  void a_turn_showing_none_of_its_replies_still_exports_them();
+  void markdown_keeps_the_line_breaks_the_window_shows();
 };
 
 void ExporterTest::format_names() {
@@ -134,7 +138,7 @@ void ExporterTest::markdown_has_every_message_in_order() {
                           QStringLiteral("## Assistant\n\nThe kitten hid under the bed.\n"),
                           QStringLiteral("stories260K · ") + kvchat::app::stats_summary(f.messages[1].stats),
                           QStringLiteral("## Marker\n\n> Older turns were dropped to fit the context.\n"),
-                          QStringLiteral("## User\n\nAnd then?\nTell me more ✨\n"),
+                          QStringLiteral("## User\n\nAnd then?  \nTell me more ✨\n"),
                           QStringLiteral("## Assistant\n\nShe found a ball of yarn\n"),
                           QStringLiteral("*(incomplete)*"),
                           QStringLiteral("stop: stopped"),
@@ -305,6 +309,118 @@ void ExporterTest::a_failed_turn_is_exported_with_its_error() {
   const auto context = kvchat::app::messages_in_context(f.messages);
   QCOMPARE(context.size(), 1);
   QCOMPARE(context[0].id, 303);
+}
+
+namespace {
+
+// A turn answered three times: reply 9 first, then 10 (Regenerate), then 11 (Regenerate); the chat shows 10.
+QList<MessageRecord> regenerated_turn() {
+  QList<MessageRecord> messages;
+  messages.append(message(8, QStringLiteral("user"), QStringLiteral("Tell me a story"), 1000));
+  const QStringList texts{"Once there was a fox.", "Once there was a bear.\nIt slept.", "Once there was an owl."};
+  for (int i = 0; i < texts.size(); ++i) {
+    MessageRecord reply = message(9 + i, QStringLiteral("assistant"), texts[i], 2000 + i);
+    reply.model = QStringLiteral("stories260K");
+    kvchat::GenerationStats stats;
+    stats.generated_tokens = 6 + i;
+    reply.stats = kvchat::app::stats_to_json(stats);
+    if (9 + i != 10) reply.settings.insert(kvchat::app::kHiddenAlternativeKey, true);
+    messages.append(reply);
+  }
+  messages.append(message(12, QStringLiteral("user"), QStringLiteral("And then?"), 5000));
+  return messages;
+}
+
+}  // namespace
+
+// Regenerate keeps the replies it replaces; an export used to leave them out without a word (ids 8, 10, 12).
+void ExporterTest::regenerated_replies_are_exported_as_other_versions() {
+  Fixture f = make_fixture();
+  f.messages = regenerated_turn();
+  const QJsonArray items = QJsonDocument::fromJson(
+                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+                               .object()
+                               .value("messages")
+                               .toArray();
+  QList<qint64> ids;
+  for (const auto& item : items) ids << item.toObject().value("id").toInteger();
+  QCOMPARE(ids, (QList<qint64>{8, 10, 12}));
+  const QJsonArray alternatives = items[1].toObject().value("alternatives").toArray();
+  QCOMPARE(alternatives.size(), 2);
+  QCOMPARE(alternatives[0].toObject().value("id").toInteger(), 9);
+  QCOMPARE(alternatives[0].toObject().value("text").toString(), QStringLiteral("Once there was a fox."));
+  QCOMPARE(alternatives[1].toObject().value("id").toInteger(), 11);
+  QCOMPARE(alternatives[1].toObject().value("role").toString(), QStringLiteral("assistant"));
+  QCOMPARE(alternatives[1].toObject().value("stats").toObject().value("generated_tokens").toInt(), 8);
+  QVERIFY(alternatives[1].toObject().value("alternatives").isUndefined());
+  QCOMPARE(items[0].toObject().value("alternatives").isUndefined(), true);  // a user message has none
+
+  const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
+  const QString note = QStringLiteral("*Kept by Regenerate; the chat shows version 2, and only that one is given to the model.*");
+  verify_in_order(md, {"## User\n\nTell me a story\n", "## Assistant\n\nOnce there was a bear.  \nIt slept.\n",
+                       "stories260K · 7 tokens",
+                       "\n### Other version 1 of 3 of this reply\n\n" + note + "\n\nOnce there was a fox.\n",
+                       "stories260K · 6 tokens",
+                       "\n### Other version 3 of 3 of this reply\n\n" + note + "\n\nOnce there was an owl.\n",
+                       "stories260K · 8 tokens", "## User\n\nAnd then?\n"});
+  QCOMPARE(md.count(QStringLiteral("\n## ")), 3);  // the other versions are not messages of the chat
+
+  const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
+  verify_in_order(text, {"\nAssistant:\nOnce there was a bear.\nIt slept.\n[stories260K · 7 tokens",
+                         "\nOther version 1 of 3 of this reply (Kept by Regenerate; the chat shows version 2, and only "
+                         "that one is given to the model):\nOnce there was a fox.\n[stories260K · 6 tokens",
+                         "\nOther version 3 of 3 of this reply (", "):\nOnce there was an owl.\n[stories260K · 8 tokens",
+                         "\nUser:\nAnd then?\n"});
+  QCOMPARE(text.count(QStringLiteral("\nAssistant:\n")), 1);
+
+  const kvchat::app::ExportContents contents = kvchat::app::export_contents(f.messages);
+  QCOMPARE(contents.messages, 3);
+  QCOMPARE(contents.other_versions, 2);
+}
+
+void ExporterTest::a_turn_showing_none_of_its_replies_still_exports_them() {
+  Fixture f = make_fixture();
+  f.messages = regenerated_turn();
+  f.messages[2].settings.insert(kvchat::app::kHiddenAlternativeKey, true);  // the shown one too
+  const QJsonArray items = QJsonDocument::fromJson(
+                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+                               .object()
+                               .value("messages")
+                               .toArray();
+  QList<qint64> ids;
+  for (const auto& item : items) ids << item.toObject().value("id").toInteger();
+  QCOMPARE(ids, (QList<qint64>{8, 9, 10, 11, 12}));
+  QCOMPARE(items[2].toObject().value("settings").toObject().value("hidden_alternative").toBool(), true);
+  const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
+  verify_in_order(md, {"## User\n\nTell me a story\n",
+                       "### Other version 1 of 3 of this reply\n\n*Kept by Regenerate; the chat shows no version of "
+                       "this reply.*\n\nOnce there was a fox.",
+                       "### Other version 2 of 3", "### Other version 3 of 3", "## User\n\nAnd then?"});
+  const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
+  verify_in_order(text, {"\nUser:\nTell me a story\n", "\nOther version 1 of 3 of this reply (Kept by Regenerate; "
+                         "the chat shows no version of this reply):\nOnce there was a fox.\n", "Other version 3 of 3"});
+}
+
+// The window shows a reply's single line breaks as breaks (and a user's words as typed); Markdown viewers join
+// lines into one paragraph unless the break is a hard one.
+void ExporterTest::markdown_keeps_the_line_breaks_the_window_shows() {
+  Fixture f = make_fixture();
+  f.conversation.system_prompt = QStringLiteral("Be brief.\nBe kind.");
+  f.messages = {message(1, QStringLiteral("user"), QStringLiteral("line one\nline two"), 1000),
+                message(2, QStringLiteral("assistant"),
+                        QStringLiteral("First paragraph,\nits second line.\n\nSecond paragraph.\n```\nint a;\nint b;\n```\n"
+                                       "After the code\nand on."),
+                        2000)};
+  const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
+  verify_in_order(md, {"> Be brief.  \n> Be kind.\n", "## User\n\nline one  \nline two\n",
+                       "## Assistant\n\nFirst paragraph,  \nits second line.\n\nSecond paragraph.\n```\nint a;\n"
+                       "int b;\n```\nAfter the code  \nand on.\n"});
+  // The text export is the text as written.
+  const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
+  QVERIFY2(text.contains("\nAssistant:\nFirst paragraph,\nits second line.\n\nSecond paragraph.\n```\nint a;"), qPrintable(text));
+  // The same rule as the window's, fence by fence: a block that never closes stays code to the end.
+  QCOMPARE(kvchat::app::markdown_with_hard_line_breaks("a\nb\n~~~\nc\nd"), QStringLiteral("a  \nb\n~~~\nc\nd"));
+  QCOMPARE(kvchat::app::markdown_with_hard_line_breaks("a\\\nb  \nc"), QStringLiteral("a\\\nb  \nc"));
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ExporterTest)

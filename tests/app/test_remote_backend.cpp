@@ -13,9 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <limits>
+#include <mutex>
 
 #include "app/chat_history.h"
 #include "app/conversation_store.h"
+#include "app/remote_client.h"
 #include "app/remote_stream.h"
 #include "app/remote_worker.h"
 #include "common/chat_fixture.h"
@@ -504,6 +507,86 @@ class TestRemoteBackend : public QObject {
     QCOMPARE(QFile(key_path).permissions() & others, QFileDevice::Permissions());
     QCOMPARE(ChatSettings::load(ini).remote_api_key, QStringLiteral("new-key"));
   }
+
+  // The settings OpenAI's API lacks go out as vLLM and llama-server spell them; a server that refuses them
+  // (OpenAI answers 400 naming the field) gets the turn again without them, and not again after that.
+  void sampling_extensions_are_sent_and_dropped_for_a_server_that_refuses_them() {
+    std::mutex mutex;
+    std::vector<json> bodies;
+    kvchat::test::ScriptedServer server;
+    QVERIFY(server.start([&](kvchat::test::ScriptedConnection& connection) {
+      const std::string& request = connection.request();
+      const json body = json::parse(request.substr(request.find("\r\n\r\n") + 4), nullptr, false);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        bodies.push_back(body);
+      }
+      if (body.contains("top_k")) {
+        connection.send_head("400 Bad Request", "Content-Type: application/json\r\n");
+        connection.send(R"({"error":{"message":"Unrecognized request argument supplied: top_k","type":"invalid_request_error"}})");
+        return;
+      }
+      if (connection.send_head("200 OK"))
+        connection.send(kvchat::test::content_event("Hello") + "data: [DONE]\n\n");
+    }));
+    ChatFixture fixture;
+    ChatSettings settings = scripted_settings(server);
+    settings.temperature = 0.7;
+    settings.top_k = 40;
+    settings.top_p = 0.9;
+    settings.min_p = 0.05;
+    settings.repetition_penalty = 1.1;
+    settings.seed = 1234;
+    QVERIFY(fixture.open(settings));
+    QVERIFY(fixture.controller()->send(QStringLiteral("Hi")));
+    QVERIFY(fixture.waitIdle());
+    const MessageRecord reply = last_message(fixture.controller());
+    QVERIFY2(!kvchat::app::is_failed_reply(reply), qPrintable(kvchat::app::reply_error(reply)));
+    QCOMPARE(reply.text, QStringLiteral("Hello"));
+    QCOMPARE(reply.stats.value("unsent_settings").toString(), QStringLiteral("top-k, min-p, repetition penalty"));
+    std::lock_guard<std::mutex> lock(mutex);
+    QCOMPARE(bodies.size(), std::size_t{2});
+    QCOMPARE(bodies[0]["top_k"].get<int>(), 40);
+    QCOMPARE(bodies[0]["min_p"].get<float>(), 0.05f);
+    QCOMPARE(bodies[0]["repetition_penalty"].get<float>(), 1.1f);
+    QCOMPARE(bodies[0]["repeat_penalty"].get<float>(), 1.1f);
+    QCOMPARE(bodies[0]["repeat_last_n"].get<int>(), kvchat::SamplingParams{}.repetition_window);
+    QCOMPARE(bodies[0]["top_p"].get<float>(), 0.9f);
+    QCOMPARE(bodies[0]["seed"].get<std::int64_t>(), 1234);
+    for (const char* field : {"top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n"})
+      QVERIFY2(!bodies[1].contains(field), field);
+    QCOMPARE(bodies[1]["top_p"].get<float>(), 0.9f);
+    QCOMPARE(bodies[1]["messages"], bodies[0]["messages"]);
+  }
+
+  // vLLM's schema takes a seed as a signed 64-bit number: a turn's drawn seed (setting 0) and a set one stay
+  // within it.
+  void seeds_stay_within_the_signed_64_bit_range() {
+    ChatSettings settings;
+    settings.seed = 0;
+    // Half of all 64-bit draws are above 2^63 - 1: two hundred in range do not happen by chance.
+    for (int i = 0; i < 200; ++i) {
+      const std::uint64_t seed = settings.to_generation_config().sampling.seed;
+      QVERIFY2(seed >= 1 && seed <= ChatSettings::kMaxSeed, qPrintable(QString::number(seed)));
+    }
+    settings.seed = std::numeric_limits<quint64>::max();
+    QCOMPARE(settings.to_generation_config().sampling.seed, ChatSettings::kMaxSeed);
+    {
+      QTemporaryDir dir;
+      QSettings ini(dir.filePath("kvchat.ini"), QSettings::IniFormat);
+      ini.setValue("chat/seed", QStringLiteral("17958220492697838977"));
+      QCOMPARE(ChatSettings::load(ini).seed, ChatSettings::kMaxSeed);
+    }
+    kvchat::GenerationConfig generation;
+    generation.sampling.temperature = 0.5f;
+    generation.sampling.seed = 17958220492697838977ULL;
+    const json body = json::parse(kvchat::app::chat_request_body("m", {{"user", "Hi"}}, generation));
+    QVERIFY(body["seed"].is_number_integer());
+    QVERIFY(!body["seed"].is_number_unsigned() || body["seed"].get<std::uint64_t>() <= kvchat::app::kMaxRemoteSeed);
+    QCOMPARE(body["seed"].get<std::int64_t>(), static_cast<std::int64_t>(17958220492697838977ULL & kvchat::app::kMaxRemoteSeed));
+    QCOMPARE(body.dump().find("17958220492697838977"), std::string::npos);
+  }
+
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestRemoteBackend)

@@ -61,7 +61,7 @@ void SettingsTest::save_load_round_trip() {
   saved.top_p = 0.5;
   saved.min_p = 0.125;
   saved.repetition_penalty = 1.3;
-  saved.seed = 18446744073709551557ull;  // the largest 64-bit prime: must not pass through a double
+  saved.seed = 9223372036854775783ull;  // the largest prime below 2^63: must not pass through a double
   saved.max_new_tokens = 999;
   saved.default_system_prompt = QStringLiteral("Be kind.\nUse \"quotes\", commas, = signs; and ünïcode.");
   saved.model_path = QStringLiteral("/models/My Llama, v2");
@@ -69,6 +69,7 @@ void SettingsTest::save_load_round_trip() {
   saved.context_limit = 2048;
   saved.context_overflow = ContextOverflowPolicy::DropOldestTurns;
   saved.cache_budget_bytes = 6LL * 1024 * 1024 * 1024;
+  saved.export_directory = QStringLiteral("/home/me/Chats, exported");
   {
     QSettings ini(path, QSettings::IniFormat);
     saved.save(ini);
@@ -89,6 +90,7 @@ void SettingsTest::save_load_round_trip() {
   QCOMPARE(loaded.context_limit, saved.context_limit);
   QCOMPARE(loaded.context_overflow, saved.context_overflow);
   QCOMPARE(loaded.cache_budget_bytes, saved.cache_budget_bytes);
+  QCOMPARE(loaded.export_directory, saved.export_directory);
 }
 
 void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {

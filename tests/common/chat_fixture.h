@@ -44,6 +44,14 @@ class ChatFixture {
   }
   kvchat::app::ChatController* controller() const { return controller_.get(); }
   void close() { controller_.reset(); }
+  // The next start: a new controller on the same database and settings file, as the last one left them.
+  bool restart() {
+    controller_.reset();
+    controller_ = std::make_unique<kvchat::app::ChatController>(databasePath(), &ini_);
+    QSignalSpy loaded(controller_.get(), &kvchat::app::ChatController::modelLoaded);
+    controller_->loadModel(QString());
+    return loaded.wait(60000);
+  }
   // Until no turn runs and none waits.
   bool waitIdle() const {
     return QTest::qWaitFor([&] { return !controller_->isGenerating() && controller_->queuedConversationIds().isEmpty(); },

@@ -337,6 +337,8 @@ void MainWindowDefectsTest::the_first_screen_and_about_say_what_runs() {
   const QString placeholder = window_->chatView()->placeholderText();
   QVERIFY2(placeholder.contains("<b>stories260K</b> is loaded"), qPrintable(placeholder));
   QVERIFY2(placeholder.contains("continues the text you type"), qPrintable(placeholder));
+  QVERIFY2(placeholder.contains(QStringLiteral("<p>Architecture: llama \u00b7 chat template: no</p>")), qPrintable(placeholder));
+  QVERIFY2(placeholder.contains(QStringLiteral("try \u201cOnce upon a time\u201d")), qPrintable(placeholder));
   type_and_send("Once upon a time");
   QVERIFY(wait_idle());
   QCOMPARE(window_->chatView()->placeholderText(), QString());

@@ -131,6 +131,12 @@ void MainWindowGgufTest::file_menu_opens_a_gguf_file_and_shows_its_type() {
   QVERIFY2(tooltip[1].endsWith(QStringLiteral(" in memory")), qPrintable(tooltip[1]));
   QVERIFY2(tooltip[2].contains(QStringLiteral("5 layers, context 512 tokens")), qPrintable(tooltip[2]));
   QVERIFY(window_->windowTitle().endsWith(QStringLiteral("stories260K-Q8_0.gguf")));
+  // The new-chat screen describes the model now loaded, not the embedded one it replaced.
+  const QString welcome = window_->chatView()->placeholderText();
+  QVERIFY2(welcome.contains(QStringLiteral("<b>stories260K-Q8_0.gguf</b> is loaded")), qPrintable(welcome));
+  QVERIFY2(welcome.contains(QStringLiteral("<p>Architecture: llama \u00b7 chat template: no</p>")), qPrintable(welcome));
+  QVERIFY2(welcome.contains(QStringLiteral("continues the text you type")), qPrintable(welcome));
+  QVERIFY2(!welcome.contains(QStringLiteral("Once upon a time")), qPrintable(welcome));
 
   // The chosen file is the settings' model from now on.
   ini_->sync();

@@ -83,6 +83,13 @@ class MainWindowRemoteTest : public QObject {
     ChatController* controller = fixture_.controller();
     QVERIFY(controller->usesRemoteBackend());
     QCOMPARE(controller->settings().remote_model, QStringLiteral("stories260K"));
+    // The title and the new-chat screen name the server's model, not the local one (also stories260K here).
+    QCOMPARE(window_->windowTitle(), QStringLiteral("kvchat \u2014 stories260K on %1").arg(base_url()));
+    const QString welcome = window_->chatView()->placeholderText();
+    QVERIFY2(welcome.startsWith(QStringLiteral("<p>Replies come from <b>stories260K</b> on the OpenAI-compatible server "
+                                               "at %1.</p>").arg(base_url())),
+             qPrintable(welcome));
+    QVERIFY2(!welcome.contains(QStringLiteral("is loaded")), qPrintable(welcome));
     type_and_send("Once upon a time");
     const auto records = controller->currentMessages();
     QCOMPARE(records.size(), 2);

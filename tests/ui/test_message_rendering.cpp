@@ -6,7 +6,9 @@
 #include "common/test_suite.h"
 
 #include <QClipboard>
+#include <QDesktopServices>
 #include <QDir>
+#include <QMessageBox>
 #include <QGuiApplication>
 #include <QImage>
 #include <QLabel>
@@ -72,6 +74,7 @@ class MessageRenderingTest : public QObject {
   void a_huge_message_is_shown_cut_but_copied_whole();
   void regenerated_replies_are_switchable_alternatives();
   void the_time_a_message_was_written_shows_on_hover();
+  void a_link_shows_its_address_and_opens_only_when_confirmed();
 };
 
 void MessageRenderingTest::long_words_and_code_lines_never_widen_the_transcript() {
@@ -296,6 +299,64 @@ void MessageRenderingTest::the_time_a_message_was_written_shows_on_hover() {
   auto* header = view.messageWidget(1)->findChild<QLabel*>("messageHeader");
   QVERIFY(header);
   QCOMPARE(header->toolTip(), QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
+}
+
+// Receives the web addresses QDesktopServices would hand to a browser.
+class UrlCatcher : public QObject {
+  Q_OBJECT
+ public:
+  QList<QUrl> opened;
+ public Q_SLOTS:
+  void open(const QUrl& url) { opened << url; }
+};
+
+// Clicks (or only hovers) the middle of `text` in `view`.
+QPoint point_of(kvchat::ui::MessageTextView* view, const QString& text) {
+  QTextCursor cursor(view->document());
+  cursor.setPosition(view->document()->toPlainText().indexOf(text) + static_cast<int>(text.size()) / 2);
+  return view->cursorRect(cursor).center();
+}
+
+void MessageRenderingTest::a_link_shows_its_address_and_opens_only_when_confirmed() {
+  ChatView view;
+  view.setMessages({record(1, "assistant", "See [the docs](https://example.org/a?b=1) now")});
+  show_view(view, 600, 400);
+  kvchat::ui::MessageTextView* prose = view.messageWidget(1)->body()->proseViews().first();
+  const QPoint link = point_of(prose, "the docs");
+  QTest::mouseMove(prose->viewport(), link);
+  QTRY_COMPARE(prose->toolTip(), QStringLiteral("https://example.org/a?b=1"));
+
+  UrlCatcher catcher;
+  QDesktopServices::setUrlHandler(QStringLiteral("https"), &catcher, "open");
+  auto click_and_answer = [&](QMessageBox::StandardButton answer) {
+    QTest::mouseClick(prose->viewport(), Qt::LeftButton, {}, link);
+    QMessageBox* question = nullptr;
+    QTRY_VERIFY((question = view.findChild<QMessageBox*>("openLinkDialog")) != nullptr);
+    QVERIFY2(question->text().contains(QStringLiteral("https://example.org/a?b=1")), qPrintable(question->text()));
+    question->button(answer)->click();
+    QTRY_VERIFY(!view.findChild<QMessageBox*>("openLinkDialog"));
+  };
+  click_and_answer(QMessageBox::Cancel);
+  QVERIFY(catcher.opened.isEmpty());
+  click_and_answer(QMessageBox::Open);
+  QCOMPARE(catcher.opened, (QList<QUrl>{QUrl(QStringLiteral("https://example.org/a?b=1"))}));
+  QDesktopServices::unsetUrlHandler(QStringLiteral("https"));
+
+  // No browser at all (nothing on the PATH): the window says so and the address is on the clipboard.
+  const QByteArray path = qgetenv("PATH");
+  const QByteArray browser = qgetenv("BROWSER");
+  QTemporaryDir empty;
+  qputenv("PATH", empty.path().toLocal8Bit());
+  qunsetenv("BROWSER");
+  click_and_answer(QMessageBox::Open);
+  qputenv("PATH", path);
+  if (!browser.isEmpty()) qputenv("BROWSER", browser);
+  QMessageBox* failure = nullptr;
+  QTRY_VERIFY((failure = view.findChild<QMessageBox*>("openLinkFailedDialog")) != nullptr);
+  QCOMPARE(failure->text(), QStringLiteral("No web browser could be started for\nhttps://example.org/a?b=1\n\nThe "
+                                           "address is copied to the clipboard."));
+  QCOMPARE(QGuiApplication::clipboard()->text(), QStringLiteral("https://example.org/a?b=1"));
+  failure->accept();
 }
 
 KVCHAT_TEST_MAIN(MessageRenderingTest)

@@ -8,12 +8,15 @@
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QFileDialog>
+#include <QLabel>
+#include <QSignalSpy>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QTemporaryDir>
 
+#include "common/scripted_server.h"
 #include "ui/settings_dialog.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -30,6 +33,9 @@ class SettingsDialogTest : public QObject {
   void unchanged_dialog_returns_the_same_settings();
   void edits_map_onto_the_settings();
   void model_field_browses_for_a_gguf_file_or_a_directory();
+  void local_only_settings_are_greyed_out_for_a_server();
+  void fetched_models_replace_one_the_server_lacks();
+  void seeds_are_kept_within_the_signed_64_bit_range();
 };
 
 namespace {
@@ -41,7 +47,7 @@ ChatSettings unusual_settings() {
   settings.top_p = 0.875;
   settings.min_p = 0.125;
   settings.repetition_penalty = 1.25;
-  settings.seed = 18446744073709551557ull;
+  settings.seed = 9223372036854775783ull;
   settings.max_new_tokens = 333;
   settings.default_system_prompt = "Be brief.\nAnswer kindly.";
   settings.model_path = "/models/llama";
@@ -135,6 +141,82 @@ void SettingsDialogTest::model_field_browses_for_a_gguf_file_or_a_directory() {
   Q_EMIT folder_picker->fileSelected(dir.path());
   folder_picker->close();
   QCOMPARE(dialog.settings().model_path, dir.path());
+}
+
+// KV cache, threads, the context limit and the rest of the engine's settings mean nothing to a server: greyed
+// out while the backend is one, with a hint saying what is sent instead.
+void SettingsDialogTest::local_only_settings_are_greyed_out_for_a_server() {
+  SettingsDialog dialog(unusual_settings());
+  auto* backend = dialog.findChild<QComboBox*>("backendCombo");
+  auto* hint = dialog.findChild<QLabel*>("localOnlyHint");
+  QVERIFY(hint);
+  const QStringList local_only{"kvCacheCheck", "threadsSpin", "contextLimitSpin", "overflowCombo", "cacheBudgetSpin",
+                               "snapshotsCheck", "snapshotBudgetSpin", "snapshotDirectoryEdit", "modelPathEdit"};
+  const QStringList sent{"temperatureSpin", "topKSpin", "topPSpin", "minPSpin", "repetitionPenaltySpin", "seedEdit",
+                         "maxNewTokensSpin", "systemPromptEdit"};
+  auto enabled = [&](const QString& name) {
+    auto* widget = dialog.findChild<QWidget*>(name);
+    return widget && widget->isEnabled();
+  };
+  QCOMPARE(backend->currentIndex(), 0);
+  for (const QString& name : local_only + sent) QVERIFY2(enabled(name), qPrintable(name));
+  QVERIFY(hint->isHidden());
+
+  backend->setCurrentIndex(1);
+  for (const QString& name : local_only) QVERIFY2(!enabled(name), qPrintable(name));
+  for (const QString& name : sent) QVERIFY2(enabled(name), qPrintable(name));
+  QVERIFY(!hint->isHidden());
+  QCOMPARE(hint->text(), QStringLiteral("On a server, the greyed-out settings do not apply: they are this computer's "
+                                        "engine's. Temperature, top-p, top-k, min-p, the repetition penalty, the seed "
+                                        "and max new tokens are sent with every request (README: Remote backend)."));
+  QVERIFY(dialog.findChild<QSpinBox*>("topKSpin")->toolTip().contains("top_k"));
+
+  backend->setCurrentIndex(0);
+  for (const QString& name : local_only) QVERIFY2(enabled(name), qPrintable(name));
+  QVERIFY(hint->isHidden());
+}
+
+// A model name from another server would be asked of this one on every turn: after Fetch models, a name the
+// server does not list gives way to its first model, and the dialog says so.
+void SettingsDialogTest::fetched_models_replace_one_the_server_lacks() {
+  kvchat::test::ScriptedServer server;
+  QVERIFY(server.start([](kvchat::test::ScriptedConnection& connection) {
+    connection.send_head("200 OK", "Content-Type: application/json\r\n");
+    connection.send(R"({"object":"list","data":[{"id":"alpha","object":"model"},{"id":"beta","object":"model"}]})");
+  }));
+  ChatSettings settings;
+  settings.backend = kvchat::app::BackendKind::Remote;
+  settings.remote_base_url = server.base_url();
+  settings.remote_model = QStringLiteral("old-model");
+  SettingsDialog dialog(settings);
+  auto* models = dialog.findChild<QComboBox*>("remoteModelCombo");
+  auto* status = dialog.findChild<QLabel*>("remoteStatusLabel");
+  auto fetch = [&] {
+    QSignalSpy fetched(&dialog, &SettingsDialog::modelsFetched);
+    dialog.findChild<QPushButton*>("fetchModelsButton")->click();
+    return fetched.wait(30000) && fetched.first().first().toInt() == 2;
+  };
+  QVERIFY(fetch());
+  QCOMPARE(models->currentText(), QStringLiteral("alpha"));
+  QCOMPARE(status->text(), QStringLiteral("2 models on the server. It has no \u201cold-model\u201d: its first model, "
+                                          "\u201calpha\u201d, is chosen instead."));
+  QCOMPARE(dialog.settings().remote_model, QStringLiteral("alpha"));
+
+  // A model the server has stays chosen.
+  models->setCurrentText(QStringLiteral("beta"));
+  QVERIFY(fetch());
+  QCOMPARE(models->currentText(), QStringLiteral("beta"));
+  QCOMPARE(status->text(), QStringLiteral("2 models on the server"));
+  QCOMPARE(dialog.settings().remote_model, QStringLiteral("beta"));
+}
+
+// vLLM refuses seeds above 2^63 - 1; the seed field takes up to 19 digits.
+void SettingsDialogTest::seeds_are_kept_within_the_signed_64_bit_range() {
+  SettingsDialog dialog(unusual_settings());
+  dialog.findChild<QLineEdit*>("seedEdit")->setText("9999999999999999999");
+  QCOMPARE(dialog.settings().seed, ChatSettings::kMaxSeed);
+  dialog.findChild<QLineEdit*>("seedEdit")->setText("9223372036854775807");
+  QCOMPARE(dialog.settings().seed, quint64(9223372036854775807ull));
 }
 
 KVCHAT_TEST_MAIN(SettingsDialogTest)

@@ -1,9 +1,9 @@
-#include "ui/markdown_blocks.h"
+#include "app/markdown_text.h"
 
 #include <QRegularExpression>
 #include <QStringList>
 
-namespace kvchat::ui {
+namespace kvchat::app {
 
 namespace {
 
@@ -70,15 +70,40 @@ QList<MessageSegment> split_message_segments(const QString& markdown) {
   return segments;
 }
 
+namespace {
+
+// Ends `lines[i]` with a hard break when it and the next line are both text of one paragraph.
+void break_hard_before_next(QStringList& lines, int i) {
+  QString& line = lines[i];
+  if (line.trimmed().isEmpty() || lines[i + 1].trimmed().isEmpty()) return;  // a paragraph break
+  if (line.endsWith(QStringLiteral("  ")) || line.endsWith(QLatin1Char('\\'))) return;  // already hard
+  line += QStringLiteral("  ");
+}
+
+}  // namespace
+
 QString with_hard_line_breaks(const QString& prose) {
   QStringList lines = prose.split(QLatin1Char('\n'));
-  for (int i = 0; i + 1 < lines.size(); ++i) {
-    QString& line = lines[i];
-    if (line.trimmed().isEmpty() || lines[i + 1].trimmed().isEmpty()) continue;  // a paragraph break
-    if (line.endsWith(QStringLiteral("  ")) || line.endsWith(QLatin1Char('\\'))) continue;  // already hard
-    line += QStringLiteral("  ");
+  for (int i = 0; i + 1 < lines.size(); ++i) break_hard_before_next(lines, i);
+  return lines.join(QLatin1Char('\n'));
+}
+
+QString markdown_with_hard_line_breaks(const QString& markdown) {
+  QStringList lines = markdown.split(QLatin1Char('\n'));
+  // Walks the lines as split_message_segments does: a prose line followed by another prose line gets the
+  // break; fences and the lines between them are code, left alone.
+  for (int i = 0; i < lines.size(); ++i) {
+    Fence fence;
+    if (parse_opening_fence(lines[i], &fence)) {
+      int j = i + 1;
+      while (j < lines.size() && !is_closing_fence(lines[j], fence)) ++j;
+      i = j;  // the closing fence (or past the end)
+      continue;
+    }
+    Fence next;
+    if (i + 1 < lines.size() && !parse_opening_fence(lines[i + 1], &next)) break_hard_before_next(lines, i);
   }
   return lines.join(QLatin1Char('\n'));
 }
 
-}  // namespace kvchat::ui
+}  // namespace kvchat::app
