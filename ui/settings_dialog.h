@@ -15,6 +15,7 @@ class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
+class QScrollArea;
 class QSpinBox;
 
 namespace kvchat::ui {
@@ -41,6 +42,9 @@ class SettingsDialog : public QDialog {
 
  Q_SIGNALS:
   void modelsFetched(int count);
+
+ protected:
+  void showEvent(QShowEvent* event) override;
 
  private:
   void add_backend_rows(QFormLayout* form, const kvchat::app::ChatSettings& settings);
@@ -71,6 +75,7 @@ class SettingsDialog : public QDialog {
   QSpinBox* snapshot_budget_mib_ = nullptr;
   QLineEdit* snapshot_directory_ = nullptr;
   class QVBoxLayout* sections_ = nullptr;
+  QScrollArea* scroll_area_ = nullptr;  // everything but the buttons
 };
 
 }  // namespace kvchat::ui
