@@ -32,6 +32,8 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     model_loading_ = false;
     cache_figures_.clear();
     total_cache_bytes_ = 0;
+    snapshots_described_.clear();
+    last_stats_.reset();  // the previous model's figures describe nothing on this one
     if (!remember_model_path_.isEmpty() && remember_model_path_ == info.directory) {
       settings_.model_path = info.directory;
       settings_.save(*settings_storage_);
@@ -41,7 +43,9 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     remember_model_path_.clear();
     apply_local_server();  // on the new model
     Q_EMIT modelLoaded(info);
+    Q_EMIT lastReplyStatsChanged();
     Q_EMIT cacheGaugeChanged();
+    describe_snapshot(current_conversation_);
   });
   connect(worker_, &EngineWorker::loadFailed, this, [this](const QString& directory, const QString& message) {
     model_loading_ = false;
@@ -67,7 +71,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
 
 ChatController::~ChatController() {
   local_server_->stop();
-  if (active_) active_->stop->store(true);  // generate() returns within a token
+  stopForQuit();  // generate() returns within a token
   engine_thread_.quit();
   remote_thread_.quit();
   engine_thread_.wait();
@@ -79,7 +83,8 @@ ChatController::~ChatController() {
   QCoreApplication::sendPostedEvents(this, QEvent::MetaCall);
   if (active_) {
     try {
-      store_->finish_message(active_->message_id, active_->text, QJsonObject{{"stop_reason", "stopped"}});
+      store_->finish_message(active_->message_id, active_->text,
+                             QJsonObject{{"stop_reason", "stopped"}, {kReplyClosedByAppKey, true}});
     } catch (const std::exception& error) {
       spdlog::error("cannot save the reply being generated at exit: {}", error.what());
     }
@@ -154,7 +159,8 @@ CacheGauge ChatController::cacheGauge() const {
   gauge.conversation_bytes = figures.bytes;
   gauge.reused_tokens = figures.reused_tokens;
   gauge.prefilled_tokens = figures.prefilled_tokens;
-  gauge.has_turn = figures.has_turn;
+  // A turn's figures describe the backend that ran it: a server's cached_tokens are no local reuse.
+  gauge.has_turn = figures.has_turn && figures.turn_on_server == gauge.on_server;
   gauge.total_bytes = total_cache_bytes_;
   gauge.budget_bytes = settings_.effective_cache_budget_bytes();
   gauge.restored_tokens = figures.restored_tokens;
@@ -167,7 +173,8 @@ CacheGauge ChatController::cacheGauge() const {
   return gauge;
 }
 
-std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const QString& draft) const {
+std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const QString& draft,
+                                                                         bool replacing_last_message) const {
   // A server counts with its own tokenizer: the local one's count would be a guess.
   if (usesRemoteBackend() || !model_loaded_ || !model_info_.model || !model_info_.model->tokenizer) return std::nullopt;
   const LoadedModel& model = *model_info_.model;
@@ -176,7 +183,20 @@ std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const Q
   const std::string text = draft.toStdString();
   measure.draft_tokens = static_cast<int>(model.tokenizer->encode(text, /*add_special_tokens=*/false).size());
   std::vector<ChatMessage> messages;
-  if (current_conversation_ != 0) messages = engineMessages(current_conversation_);
+  if (current_conversation_ != 0 && replacing_last_message) {
+    // What the edit keeps: the messages before the last user message (editLastUserMessage deletes the rest).
+    if (const auto conversation = store_->conversation(current_conversation_)) {
+      QList<MessageRecord> records = store_->messages(current_conversation_);
+      for (qsizetype i = records.size() - 1; i >= 0; --i)
+        if (records[i].role == QLatin1String("user")) {
+          records.resize(i);
+          break;
+        }
+      messages = chat_messages_for_engine(*conversation, records);
+    }
+  } else if (current_conversation_ != 0) {
+    messages = engineMessages(current_conversation_);
+  }
   if (messages.empty() && !settings_.default_system_prompt.trimmed().isEmpty() && current_conversation_ == 0)
     messages.push_back({"system", settings_.default_system_prompt.toStdString()});
   messages.push_back({"user", text});
@@ -251,6 +271,18 @@ void ChatController::configure_snapshots() {
   options.key_prefix = snapshot_key_prefix_;
   QMetaObject::invokeMethod(worker_, [worker = worker_, options] { worker->configureSnapshots(options); },
                             Qt::QueuedConnection);
+  snapshots_described_.clear();  // another folder, or none: ask again
+  describe_snapshot(current_conversation_);
+}
+
+void ChatController::describe_snapshot(qint64 conversation_id) {
+  if (conversation_id <= 0 || !model_loaded_ || usesRemoteBackend() || snapshots_described_.contains(conversation_id))
+    return;
+  if (!settings_.kv_snapshots_enabled || !settings_.kv_cache_enabled) return;
+  snapshots_described_.insert(conversation_id);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_, conversation_id] { worker->describeSnapshot(conversation_id); },
+      Qt::QueuedConnection);
 }
 
 void ChatController::on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes,

@@ -15,6 +15,7 @@
 #include <QJsonObject>
 #include <QList>
 #include <QObject>
+#include <QSet>
 #include <QString>
 #include <QThread>
 #include <QTimer>
@@ -107,7 +108,10 @@ class ChatController : public QObject {
   qint64 generatingConversationId() const { return active_ ? active_->conversation_id : 0; }
   qint64 generatingMessageId() const { return active_ ? active_->message_id : 0; }
   QString generatingText() const { return active_ ? active_->text : QString(); }
+  // The current chat's last reply in this run (none after switching chats or loading a model).
   std::optional<GenerationStats> lastReplyStats() const { return last_stats_; }
+  // Whether lastReplyStats() came from the remote backend (the server prefilled; no prefill speed is known).
+  bool lastReplyFromServer() const { return last_stats_from_server_; }
   CacheGauge cacheGauge() const;
   // The per-step decode times of the last reply and of the one before it (any chat): the decode-time chart.
   std::optional<DecodeTimings> lastDecodeTimings() const { return last_timings_; }
@@ -126,7 +130,9 @@ class ChatController : public QObject {
     int context_limit = 0;  // effective
     bool fits = true;       // false: the turn would be refused (see ChatTurnRunner's overflow rules)
   };
-  std::optional<DraftMeasure> measureDraft(const QString& draft) const;  // nullopt: no model loaded
+  // With replacing_last_message, as editLastUserMessage(draft) would: the last user message and everything
+  // after it are left out. nullopt: no model loaded.
+  std::optional<DraftMeasure> measureDraft(const QString& draft, bool replacing_last_message = false) const;
   // The current chat's last reply when it can be continued (see is_continuable_reply), else nullopt.
   std::optional<MessageRecord> continuableReply() const;
 
@@ -162,6 +168,13 @@ class ChatController : public QObject {
   bool continueReply();
   bool editLastUserMessage(const QString& text);  // replaces the last user message and everything after it
   void stop();
+  // Stops the reply because the app is being quit: saved like a stopped one, marked kReplyClosedByAppKey so the
+  // window says so rather than "stopped".
+  void stopForQuit();
+  // Withdraws the conversation's waiting message (send() queued it behind another chat's reply): it is
+  // removed from the chat and returned, so the window can put it back in the input box. nullopt when
+  // nothing of that conversation waits.
+  std::optional<QString> cancelQueued(qint64 conversation_id);
 
   // Throws std::runtime_error / std::invalid_argument naming the problem.
   void exportConversation(qint64 conversation_id, const QString& path, ExportFormat format) const;
@@ -198,6 +211,8 @@ class ChatController : public QObject {
     std::vector<qint64> engine_message_ids;  // the request's non-system messages, in order
     std::shared_ptr<std::atomic<bool>> stop;
     bool continuing = false;          // continueReply(): message_id is an existing reply that grows
+    bool quitting = false;            // stopped because the app is being quit (stopForQuit)
+    bool remote = false;              // sent to the remote backend
     QJsonObject continued_stats;      // that reply's figures before, restored if going on fails
     QString continued_text;           // and its text before
     QJsonObject remote_details;       // a remote reply's extra stats keys (RemoteWorker::replyDetails)
@@ -227,6 +242,8 @@ class ChatController : public QObject {
   void on_cache_evicted(qint64 conversation_id);
   void on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes, qint64 budget);
   void configure_snapshots();  // sends the settings' snapshot options to the worker
+  // Asks the worker once per model about the conversation's snapshot on disk (one an earlier run wrote).
+  void describe_snapshot(qint64 conversation_id);
 
   std::unique_ptr<ConversationStore> store_;
   QSettings* settings_storage_;
@@ -253,6 +270,7 @@ class ChatController : public QObject {
   double live_decode_rate_ = 0.0;
   int live_generated_ = 0;
   std::optional<GenerationStats> last_stats_;
+  bool last_stats_from_server_ = false;
   std::optional<DecodeTimings> last_timings_;
   std::optional<DecodeTimings> previous_timings_;
 
@@ -264,6 +282,7 @@ class ChatController : public QObject {
     int restored_tokens = 0;
     double restore_ms = 0.0;
     bool has_turn = false;
+    bool turn_on_server = false;  // the last turn's figures are the remote server's (its cached_tokens)
     qint64 snapshot_tokens = 0;
     qint64 snapshot_bytes = 0;
   };
@@ -272,6 +291,7 @@ class ChatController : public QObject {
   QString snapshot_key_prefix_;        // this database's conversations in a shared snapshot folder
   QString snapshot_directory_override_;
   qint64 snapshot_folder_bytes_ = -1;  // -1: no snapshot written or cleared yet in this run
+  QSet<qint64> snapshots_described_;   // conversations describe_snapshot asked about for the loaded model
 };
 
 }  // namespace kvchat::app

@@ -48,6 +48,7 @@ void ChatController::selectConversation(qint64 conversation_id) {
   if (conversation_id == current_conversation_) return;
   current_conversation_ = conversation_id;
   last_stats_.reset();
+  describe_snapshot(conversation_id);
   Q_EMIT currentConversationChanged(conversation_id);
   Q_EMIT messagesReset();
   Q_EMIT cacheGaugeChanged();

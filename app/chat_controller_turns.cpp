@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <QJsonArray>
+
 #include <exception>
 
 #include "app/reply_committer.h"
@@ -274,6 +276,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   request.stop = turn.stop;
   request.continue_reply = continued != nullptr;
 
+  turn.remote = usesRemoteBackend();
   active_ = std::move(turn);
   live_decode_rate_ = 0.0;
   live_generated_ = 0;
@@ -307,6 +310,31 @@ void ChatController::stop() {
   if (!active_) return;
   spdlog::info("stop requested for turn {}", active_->turn_id);
   active_->stop->store(true);
+}
+
+void ChatController::stopForQuit() {
+  if (!active_) return;
+  active_->quitting = true;
+  stop();
+}
+
+std::optional<QString> ChatController::cancelQueued(qint64 conversation_id) {
+  if (!queued_conversations_.removeAll(conversation_id)) return std::nullopt;
+  std::optional<QString> text;
+  try {
+    const QList<MessageRecord> records = store_->messages(conversation_id);
+    // What waits is the chat's last message (send() queued it unanswered).
+    if (!records.isEmpty() && records.back().role == QLatin1String("user")) {
+      text = records.back().text;
+      store_->delete_messages_from(conversation_id, records.back().id);
+    }
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+  spdlog::info("conversation {}: queued message withdrawn", conversation_id);
+  Q_EMIT conversationsChanged();
+  if (conversation_id == current_conversation_) Q_EMIT messagesReset();
+  return text.value_or(QString());
 }
 
 void ChatController::commit_growing_reply() {
@@ -374,7 +402,16 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
     QJsonObject saved = stats_to_json(stats);
     for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)
       saved.insert(it.key(), it.value());
-    if (active_->continuing) saved.insert(kReplyContinuedKey, true);
+    if (active_->quitting && stats.stop_reason == StopReason::Stopped) saved.insert(kReplyClosedByAppKey, true);
+    if (active_->continuing) {
+      saved.insert(kReplyContinuedKey, true);
+      // The reply's earlier parts keep their figures: this turn's are only the last part's.
+      QJsonArray parts = active_->continued_stats.value(kReplyEarlierPartsKey).toArray();
+      QJsonObject previous = active_->continued_stats;
+      for (const char* key : {kReplyEarlierPartsKey, kReplyContinuedKey, kReplyClosedByAppKey}) previous.remove(key);
+      if (!previous.isEmpty()) parts.append(previous);
+      if (!parts.isEmpty()) saved.insert(kReplyEarlierPartsKey, parts);
+    }
     store_->finish_message(message_id, active_->text, saved, active_->reply_tokens.ids,
                            active_->reply_tokens.vocabulary);
   } catch (const std::exception& error) {
@@ -389,12 +426,16 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
   figures.restored_tokens = stats.restored_tokens;
   figures.restore_ms = stats.restore_ms;
   figures.has_turn = true;
+  figures.turn_on_server = active_->remote;
   if (stats.cache_mode == KvCacheMode::Off) {
     total_cache_bytes_ -= figures.bytes;
     figures.tokens = 0;
     figures.bytes = 0;
   }
-  if (conversation_id == current_conversation_) last_stats_ = stats;
+  if (conversation_id == current_conversation_) {
+    last_stats_ = stats;
+    last_stats_from_server_ = active_->remote;
+  }
   end_turn();
   Q_EMIT decodeSpeedChanged(live_decode_rate_, live_generated_);
   emit_reply_finished(message_id);

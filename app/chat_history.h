@@ -25,6 +25,11 @@ inline constexpr const char* kReplyErrorKey = "error";
 bool is_failed_reply(const MessageRecord& message);
 // A reply's stats key set when its text was written in more than one turn (Continue).
 inline constexpr const char* kReplyContinuedKey = "continued";
+// A continued reply's stats key: the figures of its earlier parts (each as stats_to_json writes a turn's),
+// oldest first; the reply's own keys are its last part's.
+inline constexpr const char* kReplyEarlierPartsKey = "earlier_parts";
+// A reply's stats key set when it was stopped because the app was quit (not by Stop).
+inline constexpr const char* kReplyClosedByAppKey = "closed_by_app";
 // A reply that can be continued: not failed, some text, and cut short rather than finished: left incomplete
 // (the app closed mid-reply), or stopped by max tokens or the Stop button.
 bool is_continuable_reply(const MessageRecord& message);

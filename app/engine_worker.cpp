@@ -87,6 +87,15 @@ void EngineWorker::clearAllCachedState() {
   if (state_->pool->snapshots()) Q_EMIT snapshotWritten(0, 0, 0, 0, state_->snapshot_options.disk_budget_bytes);
 }
 
+void EngineWorker::describeSnapshot(qint64 conversation_id) {
+  SnapshotStore* store = state_->pool ? state_->pool->snapshots() : nullptr;
+  if (!store) return;
+  const auto header = store->describe(state_->pool->snapshot_key(conversation_id));
+  if (!header) return;  // none written yet, or not one of this model's
+  Q_EMIT snapshotWritten(conversation_id, header->token_count, header->file_bytes, store->folder_bytes(),
+                         state_->snapshot_options.disk_budget_bytes);
+}
+
 void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::app::ModelInfo>("kvchat::app::ModelInfo");
   qRegisterMetaType<kvchat::app::TurnRequest>("kvchat::app::TurnRequest");

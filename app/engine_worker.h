@@ -101,6 +101,9 @@ class EngineWorker : public QObject {
   void configureSnapshots(const kvchat::app::SnapshotOptions& options);
   // Drops every conversation's cache and every snapshot in the folder.
   void clearAllCachedState();
+  // Reports (snapshotWritten) the snapshot this model has on disk for the conversation, written by an earlier
+  // run: so the window can say a chat's cache waits on disk before its first turn restores it.
+  void describeSnapshot(qint64 conversation_id);
 
  Q_SIGNALS:
   void loaded(const kvchat::app::ModelInfo& info);

@@ -80,6 +80,8 @@ std::vector<TokenId> read_token_ids(const json& value, const std::string& source
 }  // namespace
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source) {
+  // Said as such: a parser's "unexpected end of input" reads like a damaged file, not an empty one.
+  if (text.empty()) throw ModelError(source + ": empty file (0 bytes), expected a JSON object");
   json root;
   try {
     root = json::parse(text);

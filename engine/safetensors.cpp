@@ -52,6 +52,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     throw ModelError("cannot stat " + path + ": " + std::strerror(saved));
   }
   const std::uint64_t file_size = static_cast<std::uint64_t>(info.st_size);
+  if (file_size == 0) {
+    ::close(fd);
+    throw ModelError(path + ": empty file (0 bytes), not a safetensors file");
+  }
   if (file_size < 8) {
     ::close(fd);
     throw ModelError(path + ": truncated safetensors file (" + std::to_string(file_size) + " bytes, no header)");

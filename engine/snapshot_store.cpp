@@ -538,6 +538,31 @@ std::optional<LoadedSnapshot> SnapshotStore::load(const Match& match, std::strin
   }
 }
 
+std::optional<SnapshotHeader> SnapshotStore::describe(const std::string& key) {
+  const std::string path = path_for(key), name = key + kExtension;
+  const Descriptor cache = open_cache_folder(directory_);
+  const Descriptor folder = cache ? open_subfolder(cache.get(), fingerprint_.hex()) : Descriptor();
+  if (!folder) return std::nullopt;
+  struct stat info {};
+  if (!regular_file(folder.get(), name, &info)) return std::nullopt;  // none written (or not a file of ours)
+  const Descriptor file = open_file(folder.get(), name);
+  if (!file) return std::nullopt;
+  try {
+    SnapshotReadOptions options;
+    options.max_tokens = max_tokens_;
+    options.read_tokens = false;  // the count is what is described; the tokens are read when a turn restores it
+    SnapshotHeader header = read_snapshot_header(file.get(), path, key_, options);
+    if (header.fingerprint != fingerprint_.hash) {
+      spdlog::debug("snapshot {} not described: made by another model than its folder's", path);
+      return std::nullopt;
+    }
+    return header;
+  } catch (const std::exception& error) {
+    spdlog::debug("snapshot {} not described: {}", path, error.what());
+    return std::nullopt;
+  }
+}
+
 void SnapshotStore::remove(const std::string& key) {
   const std::string name = fs::path(path_for(key)).filename().string();
   std::lock_guard<std::mutex> lock(mutex_);

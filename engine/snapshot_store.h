@@ -76,6 +76,9 @@ class SnapshotStore {
   // Reads `match`'s file and validates it fully. A file that fails is not used again (and deleted when it
   // is a damaged snapshot of this installation); the reason is logged and returned in `rejection`.
   std::optional<LoadedSnapshot> load(const Match& match, std::string* rejection = nullptr);
+  // The header (not the tokens) of this model's snapshot of `key`, opened through the store's folders like
+  // every other read; nullopt when there is none or it is not a readable snapshot of this model (logged).
+  std::optional<SnapshotHeader> describe(const std::string& key);
 
   void remove(const std::string& key);  // every model's snapshot of `key` (a deleted or cleared chat)
   void remove_all();                    // every snapshot in the folder, of every model

@@ -8,6 +8,7 @@
 #include <QVBoxLayout>
 
 #include "app/chat_controller.h"
+#include "ui/conversation_titles.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {
@@ -38,11 +39,11 @@ CachesDialog::CachesDialog(kvchat::app::ChatController* controller, QWidget* par
 
 void CachesDialog::refresh() {
   const auto held = controller_->heldCaches();
+  const QHash<qint64, QString> titles = distinguishable_titles(controller_->conversations());
   table_->setRowCount(static_cast<int>(held.size()));
   for (int row = 0; row < held.size(); ++row) {
     const auto& cache = held[row];
-    QString title = QString::number(cache.conversation_id);
-    if (const auto record = controller_->conversation(cache.conversation_id)) title = record->title;
+    const QString title = titles.value(cache.conversation_id, QString::number(cache.conversation_id));
     table_->setItem(row, 0, new QTableWidgetItem(title));
     table_->setItem(row, 1, new QTableWidgetItem(QString::number(cache.tokens)));
     table_->setItem(row, 2, new QTableWidgetItem(format_bytes(cache.bytes)));

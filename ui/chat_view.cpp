@@ -1,5 +1,6 @@
 #include "ui/chat_view.h"
 
+#include <QEvent>
 #include <QLabel>
 #include <QScrollBar>
 #include <QTimer>
@@ -14,7 +15,8 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   setObjectName("chatView");
   setWidgetResizable(true);
   setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  setFocusPolicy(Qt::NoFocus);  // the transcript scrolls with the wheel and PgUp/PgDn from the input
+  // One Tab stop for the whole transcript (arrows and PgUp/PgDn scroll it); what is inside is not in the chain.
+  setFocusPolicy(Qt::TabFocus);
   container_ = new QWidget(this);
   // The transcript is exactly as wide as the view: long words wrap, long code lines scroll in their block.
   container_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
@@ -27,7 +29,8 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   placeholder_->setAlignment(Qt::AlignCenter);
   placeholder_->setTextFormat(Qt::RichText);
   placeholder_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  placeholder_->setStyleSheet("color: palette(mid); padding: 24px;");
+  // The text colour itself: the first thing a new user reads must be as legible as a message.
+  placeholder_->setStyleSheet("color: palette(text); padding: 24px;");
   placeholder_->hide();
   layout_->addStretch(1);
   setWidget(container_);
@@ -64,6 +67,7 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
   for (int i = first_new; i < ordered.size(); ++i) {
     const auto& message = ordered[i];
     auto* widget = new MessageWidget(message, container_);
+    widget->setFont(font());  // see changeEvent
     if (message.id == streaming_message_id) {
       widget->setStreaming(true);
       if (!streaming_text.isEmpty() && message.text != streaming_text) {
@@ -77,6 +81,9 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
     }
     connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
     connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
+    connect(widget, &MessageWidget::newChatRequested, this, &ChatView::newChatRequested);
+    connect(widget, &MessageWidget::dropOldestTurnsRequested, this, &ChatView::dropOldestTurnsRequested);
+    widget->setOffersDropOldestTurns(offers_drop_oldest_);
     widget->setContinuable(message.id == continuable_message_);
     layout_->insertWidget(layout_->count() - 1, widget);
   }
@@ -131,6 +138,33 @@ void ChatView::refresh_placeholder() {
 void ChatView::setContinuableMessage(qint64 message_id) {
   continuable_message_ = message_id;
   for (MessageWidget* widget : messageWidgets()) widget->setContinuable(widget->messageId() == message_id);
+}
+
+void ChatView::changeEvent(QEvent* event) {
+  QScrollArea::changeEvent(event);
+  // A bubble has a style sheet, and the widgets under one keep the font they had when they were polished:
+  // the transcript's text size (View > Larger text) reaches a message only when given to it and its style
+  // sheet is applied again.
+  if (event->type() != QEvent::FontChange) return;
+  for (MessageWidget* widget : messageWidgets()) {
+    widget->setFont(font());
+    // The new size on the fonts fixed at polish time (a code view keeps its family), then polish again (a
+    // label whose style sheet names a size gets that size back).
+    for (QWidget* child : widget->findChildren<QWidget*>()) {
+      QFont child_font = child->font();
+      child_font.setPointSizeF(font().pointSizeF());
+      child->setFont(child_font);
+    }
+    const QString sheet = widget->styleSheet();
+    widget->setStyleSheet(QString());
+    widget->setStyleSheet(sheet);
+  }
+}
+
+void ChatView::setOffersDropOldestTurns(bool offers) {
+  if (offers == offers_drop_oldest_) return;
+  offers_drop_oldest_ = offers;
+  for (MessageWidget* widget : messageWidgets()) widget->setOffersDropOldestTurns(offers);
 }
 
 QList<MessageWidget*> ChatView::messageWidgets() const {

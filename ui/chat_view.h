@@ -32,6 +32,8 @@ class ChatView : public QScrollArea {
   QString placeholderText() const;
   // The message offered Continue (0 = none).
   void setContinuableMessage(qint64 message_id);
+  // Whether replies stopped by the context limit offer "Drop the oldest turns" (the policy is still "stop").
+  void setOffersDropOldestTurns(bool offers);
 
   QList<MessageWidget*> messageWidgets() const;
   MessageWidget* messageWidget(qint64 message_id) const;
@@ -39,6 +41,11 @@ class ChatView : public QScrollArea {
  Q_SIGNALS:
   void continueRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
+  void newChatRequested();
+  void dropOldestTurnsRequested();
+
+ protected:
+  void changeEvent(QEvent* event) override;  // a new text size goes to every message
 
  private:
   void scroll_to_bottom_if_following();
@@ -46,6 +53,7 @@ class ChatView : public QScrollArea {
   QWidget* container_ = nullptr;
   QLabel* placeholder_ = nullptr;
   qint64 continuable_message_ = 0;
+  bool offers_drop_oldest_ = true;
   QVBoxLayout* layout_ = nullptr;
   bool following_ = true;
 };

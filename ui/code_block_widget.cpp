@@ -4,12 +4,19 @@
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
 
 #include "ui/message_text_view.h"
 
 namespace kvchat::ui {
+
+void show_copied(QToolButton* button, const QString& label) {
+  button->setText(QObject::tr("Copied"));
+  // Long enough to be read, short enough that the next click finds the usual label.
+  QTimer::singleShot(kCopiedFeedbackMs, button, [button, label] { button->setText(label); });
+}
 
 CodeBlockWidget::CodeBlockWidget(QWidget* parent) : QFrame(parent) {
   setObjectName("codeBlock");
@@ -30,6 +37,7 @@ CodeBlockWidget::CodeBlockWidget(QWidget* parent) : QFrame(parent) {
   copy_button_->setFocusPolicy(Qt::NoFocus);  // not a Tab stop (see MessageWidget)
   connect(copy_button_, &QToolButton::clicked, this, [this] {
     QGuiApplication::clipboard()->setText(code());
+    show_copied(copy_button_, tr("Copy code"));
     Q_EMIT copied(code());
   });
   header->addWidget(language_label_, 1);

@@ -10,6 +10,10 @@ namespace kvchat::ui {
 
 class MessageTextView;
 
+// A Copy button says "Copied" for this long after a click, then its label again.
+inline constexpr int kCopiedFeedbackMs = 1500;
+void show_copied(QToolButton* button, const QString& label);
+
 class CodeBlockWidget : public QFrame {
   Q_OBJECT
  public:

@@ -3,6 +3,8 @@
 #include <QPainter>
 #include <QStyle>
 
+#include <algorithm>
+
 namespace kvchat::ui {
 
 namespace {
@@ -22,17 +24,31 @@ void ElidedLabel::setFullText(const QString& text) {
   update();
 }
 
+void ElidedLabel::setElidable(bool elidable) {
+  elidable_ = elidable;
+  updateGeometry();
+  update();
+}
+
+void ElidedLabel::setReservedText(const QString& text) {
+  reserved_text_ = text;
+  updateGeometry();
+  update();
+}
+
 QString ElidedLabel::shownText() const {
   return fontMetrics().elidedText(full_text_, Qt::ElideRight, contentsRect().width());
 }
 
 QSize ElidedLabel::sizeHint() const {
   const QMargins margins = contentsMargins();
-  return {fontMetrics().horizontalAdvance(full_text_) + margins.left() + margins.right() + 2,
-          QLabel::sizeHint().height()};
+  const int text_width =
+      std::max(fontMetrics().horizontalAdvance(full_text_), fontMetrics().horizontalAdvance(reserved_text_));
+  return {text_width + margins.left() + margins.right() + 2, QLabel::sizeHint().height()};
 }
 
 QSize ElidedLabel::minimumSizeHint() const {
+  if (!elidable_) return sizeHint();
   if (full_text_.isEmpty()) return {0, QLabel::minimumSizeHint().height()};
   const int width = fontMetrics().horizontalAdvance(full_text_.left(kMinimumCharacters) + QChar(0x2026));
   return {std::min(width, sizeHint().width()), QLabel::minimumSizeHint().height()};

@@ -13,6 +13,12 @@ class ElidedLabel : public QLabel {
   QString fullText() const { return full_text_; }
   // What is drawn at the current width: the full text, or its start and "…".
   QString shownText() const;
+  // A field that must stay readable (the live speed): never narrower than its text, so never elided.
+  void setElidable(bool elidable);
+  bool isElidable() const { return elidable_; }
+  // The field keeps at least this text's width whatever it shows (empty included), so that figures which
+  // change several times a second do not make it, and its neighbours, jump.
+  void setReservedText(const QString& text);
 
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
@@ -22,6 +28,8 @@ class ElidedLabel : public QLabel {
 
  private:
   QString full_text_;
+  QString reserved_text_;
+  bool elidable_ = true;
 };
 
 }  // namespace kvchat::ui

@@ -16,9 +16,8 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
-#include <QScrollBar>
-#include <QShortcut>
 #include <QSplitter>
+#include <QStyledItemDelegate>
 #include <QVBoxLayout>
 
 #include "ui/caches_dialog.h"
@@ -26,6 +25,7 @@
 #include "ui/decode_chart_panel.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
+#include "ui/message_widget.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {
@@ -36,6 +36,18 @@ namespace {
 // Small enough for an 800x500 screen corner, large enough that the transcript keeps a readable width.
 constexpr int kMinimumWidth = 640;
 constexpr int kMinimumHeight = 420;
+// The sidebar's share of a narrow window: at most this fraction of it (never under the list's minimum).
+constexpr int kSidebarWindowFraction = 5;
+
+class ListWidthItemDelegate : public QStyledItemDelegate {
+ public:
+  using QStyledItemDelegate::QStyledItemDelegate;
+  QSize sizeHint(const QStyleOptionViewItem& option, const QModelIndex& index) const override {
+    QSize size = QStyledItemDelegate::sizeHint(option, index);
+    size.setWidth(0);  // the list's width decides; the text elides within it
+    return size;
+  }
+};
 }  // namespace
 
 MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindow(parent), controller_(controller) {
@@ -58,7 +70,6 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   setCentralWidget(splitter);
 
   build_chart_dock();
-  build_shortcuts();
   build_menus();
   build_status_bar();
   connect_controller();
@@ -90,6 +101,10 @@ QWidget* MainWindow::build_sidebar() {
   conversation_list_ = new QListWidget(sidebar);
   conversation_list_->setObjectName("conversationList");
   conversation_list_->setTextElideMode(Qt::ElideRight);
+  // Rows as wide as the list, whatever the title: a long one elides instead of widening the list behind a
+  // horizontal scroll bar.
+  conversation_list_->setItemDelegate(new ListWidthItemDelegate(conversation_list_));
+  conversation_list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   conversation_list_->setMinimumWidth(60);
   auto* sidebar_buttons = new QHBoxLayout;
   auto* rename_button = new QPushButton(tr("Rename"), sidebar);
@@ -117,13 +132,19 @@ QWidget* MainWindow::build_chat_panel() {
   auto* chat_layout = new QVBoxLayout(chat_panel);
   chat_layout->setContentsMargins(6, 6, 6, 6);
   auto* title_row = new QHBoxLayout;
-  title_label_ = new QLabel(chat_panel);
+  // Elided (whole in its tooltip) before it reaches the button beside it.
+  title_label_ = new ElidedLabel(chat_panel);
   title_label_->setObjectName("conversationTitle");
   title_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  QFont title_font = title_label_->font();
+  title_font.setBold(true);
+  title_label_->setFont(title_font);
   auto* system_prompt_button = new QPushButton(tr("System prompt\u2026"), chat_panel);
   system_prompt_button->setObjectName("systemPromptButton");
   system_prompt_button->setToolTip(tr("This chat's system prompt"));
-  connect(system_prompt_button, &QPushButton::clicked, this, &MainWindow::edit_system_prompt);
+  // A click leaves the focus where it was (a space typed next must not reopen the dialog); Tab still reaches it.
+  system_prompt_button->setFocusPolicy(Qt::TabFocus);
+  connect(system_prompt_button, &QPushButton::clicked, this, &MainWindow::openSystemPromptDialog);
   title_row->addWidget(title_label_, 1);
   title_row->addWidget(system_prompt_button);
   chat_layout->addLayout(title_row);
@@ -131,32 +152,55 @@ QWidget* MainWindow::build_chat_panel() {
   chat_layout->addWidget(chat_view_, 1);
   connect(chat_view_, &ChatView::continueRequested, controller_, [this] { controller_->continueReply(); });
   connect(chat_view_, &ChatView::alternativeRequested, controller_, &ChatController::showAlternative);
+  // A reply stopped by the context limit: its two ways out.
+  connect(chat_view_, &ChatView::newChatRequested, this, &MainWindow::start_new_conversation);
+  connect(chat_view_, &ChatView::dropOldestTurnsRequested, this, [this] {
+    kvchat::app::ChatSettings settings = controller_->settings();
+    settings.context_overflow = kvchat::app::ContextOverflowPolicy::DropOldestTurns;
+    controller_->applySettings(settings);
+    show_notice(tr("From the next message on, the oldest turns are left out when the context is full "
+                   "(Settings > When the context is full)."));
+    input_->setFocus();
+  });
+  chat_view_->setOffersDropOldestTurns(controller_->settings().context_overflow ==
+                                       kvchat::app::ContextOverflowPolicy::Stop);
 
+  // Passing lines (editing, waiting, notices) have a place of their own, two lines high whether or not
+  // anything shows there: the transcript above never moves when one comes or goes, so a click lands where
+  // it was aimed.
+  auto* transient = new QWidget(chat_panel);
+  transient->setObjectName("transientLines");
+  auto* transient_layout = new QVBoxLayout(transient);
+  transient_layout->setContentsMargins(0, 0, 0, 0);
+  transient_layout->setSpacing(0);
   editing_label_ = new QLabel(tr("Editing your last message: Send replaces it and everything after it "
                                  "(Esc cancels)."),
-                              chat_panel);
+                              transient);
+  editing_label_->setObjectName("editingLabel");
   editing_label_->setStyleSheet("color: #8a6d00;");
   editing_label_->setWordWrap(true);
   editing_label_->hide();
-  chat_layout->addWidget(editing_label_);
-  notice_label_ = new QLabel(chat_panel);
+  transient_layout->addWidget(editing_label_);
+  waiting_label_ = new QLabel(transient);
+  waiting_label_->setObjectName("waitingLabel");
+  waiting_label_->setStyleSheet("color: #8a6d00;");
+  waiting_label_->setWordWrap(true);
+  waiting_label_->hide();
+  transient_layout->addWidget(waiting_label_);
+  notice_label_ = new QLabel(transient);
   notice_label_->setObjectName("noticeLabel");
   notice_label_->setWordWrap(true);
   notice_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  notice_label_->setStyleSheet("color: palette(mid);");
   notice_label_->hide();
-  chat_layout->addWidget(notice_label_);
+  transient_layout->addWidget(notice_label_);
+  transient_layout->addStretch(1);
+  transient->setFixedHeight(transient->fontMetrics().lineSpacing() * 2 + 2);
+  chat_layout->addWidget(transient);
   notice_timer_.setSingleShot(true);
   connect(&notice_timer_, &QTimer::timeout, this, [this] {
     notice_label_->clear();
     notice_label_->hide();
   });
-  waiting_label_ = new QLabel(chat_panel);
-  waiting_label_->setObjectName("waitingLabel");
-  waiting_label_->setStyleSheet("color: #8a6d00;");
-  waiting_label_->setWordWrap(true);
-  waiting_label_->hide();
-  chat_layout->addWidget(waiting_label_);
   auto* input_row = new QHBoxLayout;
   input_ = new MessageInput(chat_panel);
   input_row->addWidget(input_, 1);
@@ -174,10 +218,12 @@ QWidget* MainWindow::build_chat_panel() {
   button_column->addStretch();
   input_row->addLayout(button_column);
   chat_layout->addLayout(input_row);
-  token_counter_ = new QLabel(chat_panel);
+  // One line, there whether empty or not (the transcript does not move when typing starts); a warning too
+  // long for it elides, whole in its tooltip.
+  token_counter_ = new ElidedLabel(chat_panel);
   token_counter_->setObjectName("tokenCounterLabel");
-  token_counter_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  token_counter_->setWordWrap(true);
+  token_counter_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+  token_counter_->setFixedHeight(token_counter_->fontMetrics().lineSpacing() + 2);
   chat_layout->addWidget(token_counter_);
   // Counting is a tokenizer pass over the chat: once typing pauses, not per key.
   token_count_timer_.setSingleShot(true);
@@ -186,44 +232,19 @@ QWidget* MainWindow::build_chat_panel() {
   connect(input_, &QPlainTextEdit::textChanged, this, [this] { token_count_timer_.start(); });
   connect(input_, &MessageInput::submitted, this, &MainWindow::submit_input);
   connect(send_button_, &QPushButton::clicked, this, [this] {
-    if (generating_here()) controller_->stop();
+    if (generating_here() || controller_->isQueued(controller_->currentConversationId())) stop_or_cancel();
     else submit_input();
   });
   connect(regenerate_button_, &QPushButton::clicked, controller_, &ChatController::regenerate);
   connect(edit_button_, &QPushButton::clicked, this, &MainWindow::start_editing_last_message);
-  // Tab walks the controls only; the transcript's selectable text and buttons are left out of the chain.
+  // Tab walks the controls and the transcript as one stop (arrows and PgUp/PgDn scroll it there); its
+  // selectable text and buttons are left out of the chain.
+  setTabOrder(system_prompt_button, chat_view_);
+  setTabOrder(chat_view_, input_);
   setTabOrder(input_, send_button_);
   setTabOrder(send_button_, regenerate_button_);
   setTabOrder(regenerate_button_, edit_button_);
   return chat_panel;
-}
-
-void MainWindow::build_shortcuts() {
-  auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
-  escape->setContext(Qt::WindowShortcut);
-  connect(escape, &QShortcut::activated, this, [this] {
-    if (generating_here()) {
-      controller_->stop();
-    } else if (editing_last_message_) {
-      editing_last_message_ = false;
-      input_->clear();
-      refresh_buttons();
-    }
-  });
-  // Moving between chats from the keyboard: Ctrl+1..9 jump to the first nine chats.
-  const auto add = [this](const QKeySequence& keys, std::function<void()> action) {
-    auto* shortcut = new QShortcut(keys, this);
-    shortcut->setContext(Qt::WindowShortcut);
-    connect(shortcut, &QShortcut::activated, this, std::move(action));
-  };
-  // The transcript is not a Tab stop; Alt+PgUp / Alt+PgDn scroll it from wherever the focus is.
-  add(QKeySequence(Qt::ALT | Qt::Key_PageUp),
-      [this] { chat_view_->verticalScrollBar()->triggerAction(QAbstractSlider::SliderPageStepSub); });
-  add(QKeySequence(Qt::ALT | Qt::Key_PageDown),
-      [this] { chat_view_->verticalScrollBar()->triggerAction(QAbstractSlider::SliderPageStepAdd); });
-  // (Ctrl+PgDn/PgUp and Ctrl+Tab belong to the Chat menu's Next/Previous chat actions.)
-  for (int digit = 1; digit <= 9; ++digit)
-    add(QKeySequence(Qt::CTRL | static_cast<Qt::Key>(Qt::Key_0 + digit)), [this, digit] { select_conversation_at(digit - 1); });
 }
 
 void MainWindow::select_neighbour_conversation(int step) {
@@ -265,12 +286,17 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::generatingChanged, this, [this](bool generating) {
     // Ending a turn ends "Generating…" too: a finished one reports its speed right after, a failed one has none.
     speed_label_->setFullText(generating ? tr("Generating\u2026") : QString());
+    if (generating) speed_conversation_ = controller_->generatingConversationId();
     refresh_conversations();
     refresh_buttons();
   });
   connect(controller_, &ChatController::decodeSpeedChanged, this, [this](double rate, int tokens) {
-    const QString prefix = controller_->isGenerating() ? tr("decoding") : tr("decode");
-    speed_label_->setFullText(QStringLiteral("%1 %2 \u00b7 %3 tok").arg(prefix, format_rate(rate)).arg(tokens));
+    const QString figures = format_live_speed(controller_->isGenerating(), rate, tokens);
+    speed_label_->setFullText(figures);
+    // The same figures where the reader looks while a reply streams: its header.
+    if (generating_here())
+      if (MessageWidget* reply = chat_view_->messageWidget(controller_->generatingMessageId()))
+        reply->setLiveFigures(figures);
   });
   connect(controller_, &ChatController::turnQueued, this, [this] {
     refresh_conversations();
@@ -284,6 +310,8 @@ void MainWindow::connect_controller() {
     refresh_conversations();  // the list's tooltips say which chats hold a cache
   });
   connect(controller_, &ChatController::settingsChanged, this, [this] {
+    chat_view_->setOffersDropOldestTurns(controller_->settings().context_overflow ==
+                                         kvchat::app::ContextOverflowPolicy::Stop);
     refresh_cache_gauge();
     refresh_model_label();
     refresh_window_title();
@@ -365,6 +393,7 @@ void MainWindow::build_menus() {
   QAction* caches = chat->addAction(tr("Caches in &memory\u2026"));
   caches->setObjectName("cachesAction");
   connect(caches, &QAction::triggered, this, &MainWindow::openCachesDialog);
+  build_keyboard_actions(chat);
 
   build_view_menu();
   QMenu* settings = menuBar()->addMenu(tr("&Settings"));
@@ -373,6 +402,10 @@ void MainWindow::build_menus() {
   connect(preferences, &QAction::triggered, this, &MainWindow::openSettingsDialog);
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
+  QAction* shortcuts = help->addAction(tr("&Keyboard shortcuts"));
+  shortcuts->setObjectName("keyboardShortcutsAction");
+  shortcuts->setShortcut(QKeySequence::HelpContents);
+  connect(shortcuts, &QAction::triggered, this, &MainWindow::openShortcutsSheet);
   QAction* about = help->addAction(tr("&About kvchat"));
   about->setObjectName("aboutAction");
   connect(about, &QAction::triggered, this, &MainWindow::openAboutDialog);
@@ -428,7 +461,7 @@ void MainWindow::submit_input() {
   if (generating_here() || controller_->isQueued(controller_->currentConversationId())) return;
   const QString text = input_->toPlainText();
   if (text.trimmed().isEmpty()) return;
-  if (!editing_last_message_ && !draft_fits()) return;
+  if (!draft_fits()) return;
   const bool accepted = editing_last_message_ ? controller_->editLastUserMessage(text) : controller_->send(text);
   if (accepted) {
     input_->clear();
@@ -449,9 +482,25 @@ void MainWindow::start_editing_last_message() {
   }
 }
 
+void MainWindow::resizeEvent(QResizeEvent* event) {
+  QMainWindow::resizeEvent(event);
+  // A narrow window gives its width to the chat: the sidebar shrinks with it (a wide window keeps the
+  // sidebar's width as the user set it).
+  auto* splitter = qobject_cast<QSplitter*>(centralWidget());
+  if (!splitter || splitter->count() < 2) return;
+  QList<int> sizes = splitter->sizes();
+  QWidget* sidebar = splitter->widget(0);
+  const int cap =
+      std::max({sidebar->minimumWidth(), sidebar->minimumSizeHint().width(), width() / kSidebarWindowFraction});
+  if (sizes[0] <= cap) return;
+  sizes[1] += sizes[0] - cap;
+  sizes[0] = cap;
+  splitter->setSizes(sizes);
+}
+
 void MainWindow::closeEvent(QCloseEvent* event) {
   // The partial reply is kept (the controller commits it as the turn ends).
-  if (controller_->isGenerating()) controller_->stop();
+  if (controller_->isGenerating()) controller_->stopForQuit();
   QMainWindow::closeEvent(event);
 }
 

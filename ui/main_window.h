@@ -14,9 +14,11 @@
 
 #include "app/chat_controller.h"
 
+class QDialog;
 class QDockWidget;
 class QFileDialog;
 class QLabel;
+class QMenu;
 class QListWidget;
 class QMessageBox;
 class QProgressBar;
@@ -29,6 +31,7 @@ class ChatView;
 class DecodeChartPanel;
 class ElidedLabel;
 class MessageInput;
+class MessageWidget;
 class SettingsDialog;
 
 class MainWindow : public QMainWindow {
@@ -54,6 +57,12 @@ class MainWindow : public QMainWindow {
   SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
   QMessageBox* openAboutDialog();                       // Help > About ("aboutDialog")
   CachesDialog* openCachesDialog();                     // Chat > Caches in memory (non-modal)
+  // Help > Keyboard shortcuts ("shortcutsSheet", non-modal): every action of the menus and the window that
+  // has keys, read from the actions themselves.
+  QDialog* openShortcutsSheet();
+  // The chat's system prompt ("systemPromptDialog", non-modal): saved when accepted; the input box has the
+  // focus again when it closes.
+  QDialog* openSystemPromptDialog();
   DecodeChartPanel* decodeChart() const { return chart_panel_; }  // View > Decode-time chart (a dock)
   QDockWidget* decodeChartDock() const { return chart_dock_; }
   // View > Larger / Smaller / Default text size: the chat's font, saved in the settings (0 = the system's).
@@ -70,17 +79,17 @@ class MainWindow : public QMainWindow {
   // "Serving on http://127.0.0.1:PORT" while the local server runs, or why it could not start.
   QLabel* servingLabel() const { return serving_label_; }  // passing messages, above the input (errors are shown in the chat)
   // Under the input: the typed message's tokens against the room left in the context, red when it won't fit.
-  QLabel* tokenCounterLabel() const { return token_counter_; }
+  QLabel* tokenCounterLabel() const;
   QProgressBar* cacheBar() const { return cache_bar_; }
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;  // a narrow window shrinks the sidebar
 
  private:
   // main_window.cpp
   QWidget* build_sidebar();     // the conversation list and its buttons
   QWidget* build_chat_panel();  // title row, transcript, input box and its buttons
-  void build_shortcuts();
   void build_menus();
   void build_view_menu();
   void build_chart_dock();
@@ -90,6 +99,13 @@ class MainWindow : public QMainWindow {
   void start_new_conversation();
   void submit_input();
   void start_editing_last_message();
+
+  // main_window_keyboard.cpp
+  // The Chat menu's actions for the transcript and the chat list (rename, delete, edit, stop, versions, copy)
+  // and the window's own keys (scrolling, Ctrl+1..9), each a QAction so the shortcuts sheet lists it.
+  void build_keyboard_actions(QMenu* chat);
+  void stop_or_cancel();  // Esc: stops the reply, withdraws a waiting message, or ends editing
+  MessageWidget* last_reply_widget() const;
 
   // main_window_state.cpp
   void build_status_bar();
@@ -105,6 +121,7 @@ class MainWindow : public QMainWindow {
   void refresh_buttons();
   void refresh_model_label();  // the loaded model, or the server and model replies come from
   void refresh_cache_gauge();
+  void clear_speed();  // the live speed field, when what it showed no longer applies
   void refresh_reply_stats();
   void refresh_placeholder();
   void refresh_window_title();  // names what answers: the loaded model, or the server's
@@ -116,7 +133,6 @@ class MainWindow : public QMainWindow {
   void show_error_dialog(const QString& title, const QString& text, const QString& object_name);
   void rename_selected_conversation();
   void delete_selected_conversation();
-  void edit_system_prompt();
   qint64 selected_conversation_id() const;
 
   kvchat::app::ChatController* controller_;
@@ -124,9 +140,10 @@ class MainWindow : public QMainWindow {
   bool editing_last_message_ = false;
   qint64 input_conversation_ = 0;    // the chat the input box's text belongs to
   QHash<qint64, QString> drafts_;    // unsent text of the other chats
+  qint64 speed_conversation_ = 0;  // the chat whose reply the speed field shows (0: none)
 
   QListWidget* conversation_list_ = nullptr;
-  QLabel* title_label_ = nullptr;
+  ElidedLabel* title_label_ = nullptr;
   ChatView* chat_view_ = nullptr;
   MessageInput* input_ = nullptr;
   QPushButton* send_button_ = nullptr;
@@ -134,7 +151,7 @@ class MainWindow : public QMainWindow {
   QPushButton* edit_button_ = nullptr;
   QLabel* editing_label_ = nullptr;
   QLabel* waiting_label_ = nullptr;
-  QLabel* token_counter_ = nullptr;
+  ElidedLabel* token_counter_ = nullptr;
   QTimer token_count_timer_;
 
   DecodeChartPanel* chart_panel_ = nullptr;

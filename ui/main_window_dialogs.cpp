@@ -4,21 +4,26 @@
 
 #include <spdlog/spdlog.h>
 
+#include <QDialogButtonBox>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QGridLayout>
 #include <QLabel>
 #include <QInputDialog>
+#include <QLabel>
 #include <QListWidget>
 #include <QMessageBox>
+#include <QPlainTextEdit>
 #include <QRegularExpression>
 #include <QStandardPaths>
+#include <QVBoxLayout>
 
 #include "app/exporter.h"
 #include "app/third_party.h"
 #include "ui/caches_dialog.h"
 #include "ui/local_server_group.h"
+#include "ui/message_input.h"
 #include "ui/settings_dialog.h"
 #include "ui/stats_format.h"
 
@@ -214,16 +219,37 @@ void MainWindow::delete_selected_conversation() {
   controller_->deleteConversation(id);
 }
 
-void MainWindow::edit_system_prompt() {
+QDialog* MainWindow::openSystemPromptDialog() {
   qint64 id = controller_->currentConversationId();
   if (id <= 0) id = controller_->newConversation();
-  if (id <= 0) return;
+  if (id <= 0) return nullptr;
   const auto record = controller_->conversation(id);
-  bool ok = false;
-  const QString prompt = QInputDialog::getMultiLineText(this, tr("System prompt"),
-                                                        tr("This chat's system prompt (applies from the next reply):"),
-                                                        record ? record->system_prompt : QString(), &ok);
-  if (ok) controller_->setSystemPrompt(id, prompt);
+  auto* dialog = new QDialog(this);
+  dialog->setObjectName("systemPromptDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setWindowTitle(tr("System prompt"));
+  auto* layout = new QVBoxLayout(dialog);
+  layout->addWidget(new QLabel(tr("This chat's system prompt (applies from the next reply):"), dialog));
+  auto* editor = new QPlainTextEdit(dialog);
+  editor->setObjectName("systemPromptEditor");
+  editor->setTabChangesFocus(true);
+  // The cursor at the end, nothing selected: typing adds to the saved prompt rather than replacing it.
+  editor->setPlainText(record ? record->system_prompt : QString());
+  editor->moveCursor(QTextCursor::End);
+  layout->addWidget(editor);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, dialog);
+  connect(buttons, &QDialogButtonBox::accepted, dialog, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
+  layout->addWidget(buttons);
+  connect(dialog, &QDialog::accepted, this,
+          [this, id, editor] { controller_->setSystemPrompt(id, editor->toPlainText()); });
+  // Back to the message box, whichever way it closed.
+  connect(dialog, &QDialog::finished, this, [this] { input_->setFocus(); });
+  dialog->setWindowModality(Qt::WindowModal);
+  dialog->resize(520, 300);
+  dialog->show();
+  editor->setFocus();
+  return dialog;
 }
 
 qint64 MainWindow::selected_conversation_id() const {

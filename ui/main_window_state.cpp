@@ -15,8 +15,10 @@
 #include "app/chat_history.h"
 #include "app/remote_client.h"
 #include "ui/chat_view.h"
+#include "ui/conversation_titles.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
+#include "ui/priority_row_layout.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {
@@ -26,10 +28,12 @@ QLabel* MainWindow::replyStatsLabel() const { return reply_stats_label_; }
 QLabel* MainWindow::cacheLabel() const { return cache_label_; }
 QLabel* MainWindow::modelLabel() const { return model_label_; }
 QLabel* MainWindow::noticeLabel() const { return notice_label_; }
+QLabel* MainWindow::tokenCounterLabel() const { return token_counter_; }
 
 void MainWindow::build_status_bar() {
-  // Every field elides rather than overlapping its neighbours. Passing messages are not shown here at all
-  // (QStatusBar's temporary message is drawn under the permanent fields): they have a line above the input.
+  // Every field but the live speed elides rather than overlapping its neighbours, the least important first
+  // (PriorityRowLayout). Passing messages are not shown here at all (QStatusBar's temporary message is drawn
+  // under the permanent fields): they have a line of their own above the input.
   const auto make_label = [this](const char* name) {
     auto* label = new ElidedLabel(this);
     label->setObjectName(name);
@@ -42,7 +46,10 @@ void MainWindow::build_status_bar() {
   load_busy_->setRange(0, 0);  // indeterminate: loading has no measurable steps
   load_busy_->setMaximumWidth(90);
   load_busy_->hide();
+  // The app's headline figure: a field of fixed width that is never elided.
   speed_label_ = make_label("speedLabel");
+  speed_label_->setElidable(false);
+  speed_label_->setReservedText(format_live_speed(true, 9999, 9999));
   reply_stats_label_ = make_label("replyStatsLabel");
   cache_bar_ = new QProgressBar(this);
   cache_bar_->setObjectName("cacheGauge");
@@ -50,16 +57,23 @@ void MainWindow::build_status_bar() {
   cache_bar_->setMaximumWidth(130);
   cache_bar_->setTextVisible(true);
   cache_label_ = make_label("cacheLabel");
-  statusBar()->addPermanentWidget(model_label_);
-  statusBar()->addPermanentWidget(load_busy_);
-  statusBar()->addPermanentWidget(speed_label_);
-  statusBar()->addPermanentWidget(reply_stats_label_);
-  statusBar()->addPermanentWidget(cache_bar_);
-  statusBar()->addPermanentWidget(cache_label_);
   serving_label_ = new QLabel(this);
   serving_label_->setObjectName("servingLabel");
   serving_label_->hide();
-  statusBar()->addPermanentWidget(serving_label_);
+  auto* fields = new QWidget(this);
+  fields->setObjectName("statusFields");
+  auto* row = new PriorityRowLayout(fields);
+  row->setContentsMargins(0, 0, 0, 0);
+  row->setSpacing(12);
+  // Left to right as shown; the rank says who keeps its width longest when the window narrows.
+  row->addField(model_label_, 5);
+  row->addField(load_busy_, 1);
+  row->addField(speed_label_, 0);
+  row->addField(reply_stats_label_, 4);
+  row->addField(cache_bar_, 1);
+  row->addField(cache_label_, 3);
+  row->addField(serving_label_, 2);
+  statusBar()->addPermanentWidget(fields, 1);
 }
 
 void MainWindow::show_notice(const QString& text, int milliseconds) {
@@ -84,6 +98,8 @@ void MainWindow::show_model_loading(const QString& path) {
 
 void MainWindow::show_model_loaded(const kvchat::app::ModelInfo&) {
   load_busy_->hide();
+  // The previous model's speed says nothing about this one.
+  if (!controller_->isGenerating()) clear_speed();
   refresh_window_title();
   refresh_model_label();
   refresh_buttons();
@@ -144,19 +160,28 @@ bool MainWindow::generating_here() const {
   return controller_->isGenerating() && controller_->generatingConversationId() == controller_->currentConversationId();
 }
 
+void MainWindow::clear_speed() {
+  speed_label_->setFullText(QString());
+  speed_conversation_ = 0;
+}
+
 void MainWindow::refresh_conversations() {
   const QSignalBlocker blocker(conversation_list_);
   conversation_list_->clear();
+  // The speed shown was a deleted chat's: it describes nothing on screen any more.
+  if (speed_conversation_ > 0 && !controller_->conversation(speed_conversation_)) clear_speed();
   const qint64 current = controller_->currentConversationId();
   const qint64 generating = controller_->isGenerating() ? controller_->generatingConversationId() : 0;
   QHash<qint64, kvchat::app::ChatController::HeldCache> held;
   for (const auto& cache : controller_->heldCaches()) held.insert(cache.conversation_id, cache);
-  for (const auto& conversation : controller_->conversations()) {
-    QString text = conversation.title;
+  const QList<kvchat::app::ConversationRecord> conversations = controller_->conversations();
+  const QHash<qint64, QString> titles = distinguishable_titles(conversations);
+  for (const auto& conversation : conversations) {
+    QString text = titles.value(conversation.id);
     QString state;
     if (conversation.id == generating) state = tr("generating\u2026");
     else if (controller_->isQueued(conversation.id)) state = tr("waiting\u2026");
-    if (!state.isEmpty()) text = QStringLiteral("%1 \u00b7 %2").arg(conversation.title, state);
+    if (!state.isEmpty()) text = QStringLiteral("%1 \u00b7 %2").arg(text, state);
     auto* item = new QListWidgetItem(text, conversation_list_);
     item->setData(Qt::UserRole, conversation.id);
     QFont font = item->font();
@@ -177,10 +202,10 @@ void MainWindow::refresh_conversations() {
     item->setData(Qt::UserRole + 1, held.contains(conversation.id) ? held.value(conversation.id).bytes : 0);
     if (conversation.id == current) {
       conversation_list_->setCurrentItem(item);
-      title_label_->setText(QStringLiteral("<b>%1</b>").arg(conversation.title.toHtmlEscaped()));
+      title_label_->setFullText(conversation.title);
     }
   }
-  if (current <= 0) title_label_->setText(tr("<b>New chat</b>"));
+  if (current <= 0) title_label_->setFullText(tr("New chat"));
 }
 
 void MainWindow::reload_messages() {
@@ -240,14 +265,19 @@ void MainWindow::refresh_buttons() {
   const bool elsewhere = controller_->isGenerating() && !here;
   const bool queued = controller_->isQueued(controller_->currentConversationId());
   const bool ready = controller_->isBackendReady();
-  send_button_->setText(here ? tr("Stop") : editing_last_message_ ? tr("Resend") : tr("Send"));
-  send_button_->setEnabled(here || (ready && !queued));
+  // A waiting message can be withdrawn like a reply stopped (the button, or Esc).
+  send_button_->setText(here || queued ? tr("Stop") : editing_last_message_ ? tr("Resend") : tr("Send"));
+  send_button_->setToolTip(queued ? tr("Withdraw the waiting message (Esc)")
+                                  : here ? tr("Stop the reply (Esc)") : QString());
+  send_button_->setEnabled(here || queued || ready);
   editing_label_->setVisible(editing_last_message_);
   QString waiting;
   if (queued || elsewhere) {
     QString title;
     if (const auto record = controller_->conversation(controller_->generatingConversationId())) title = record->title;
-    waiting = queued ? tr("Waiting for the reply in \u201c%1\u201d to finish; this chat's reply starts then.").arg(title)
+    waiting = queued ? tr("Waiting for the reply in \u201c%1\u201d to finish; this chat's reply starts then "
+                          "(Stop or Esc withdraws it).")
+                           .arg(title)
                      : tr("\u201c%1\u201d is generating a reply: a message sent here waits for it.").arg(title);
   }
   waiting_label_->setText(waiting);
@@ -271,30 +301,31 @@ void MainWindow::refresh_buttons() {
 void MainWindow::refresh_token_counter() {
   token_count_timer_.stop();
   const QString draft = input_->toPlainText();
-  const auto measure = draft.trimmed().isEmpty() ? std::nullopt : controller_->measureDraft(draft);
+  const auto measure =
+      draft.trimmed().isEmpty() ? std::nullopt : controller_->measureDraft(draft, editing_last_message_);
   if (!measure) {
-    token_counter_->clear();
+    token_counter_->setFullText(QString());
     return;
   }
   if (measure->fits) {
     token_counter_->setStyleSheet("color: palette(mid);");
-    token_counter_->setText(tr("%1 tokens \u00b7 %2 of %3 left in the context after it")
-                                .arg(measure->draft_tokens)
-                                .arg(std::max(0, measure->context_limit - measure->prompt_tokens))
-                                .arg(measure->context_limit));
+    token_counter_->setFullText(tr("%1 tokens \u00b7 %2 of %3 left in the context after it")
+                                    .arg(measure->draft_tokens)
+                                    .arg(std::max(0, measure->context_limit - measure->prompt_tokens))
+                                    .arg(measure->context_limit));
   } else {
     token_counter_->setStyleSheet("color: #b00020; font-weight: bold;");
-    token_counter_->setText(tr("%1 tokens: this message does not fit (the prompt would be %2 tokens, the "
-                               "context limit is %3). Shorten it or start a new chat.")
-                                .arg(measure->draft_tokens)
-                                .arg(measure->prompt_tokens)
-                                .arg(measure->context_limit));
+    token_counter_->setFullText(tr("%1 tokens: this message does not fit (the prompt would be %2 tokens, the "
+                                   "context limit is %3). Shorten it or start a new chat.")
+                                    .arg(measure->draft_tokens)
+                                    .arg(measure->prompt_tokens)
+                                    .arg(measure->context_limit));
   }
 }
 
 bool MainWindow::draft_fits() {
   refresh_token_counter();
-  const auto measure = controller_->measureDraft(input_->toPlainText());
+  const auto measure = controller_->measureDraft(input_->toPlainText(), editing_last_message_);
   if (!measure || measure->fits) return true;
   show_notice(tr("Not sent: the message does not fit the context (see under the message box)."));
   return false;
@@ -330,6 +361,12 @@ void MainWindow::refresh_cache_gauge() {
                              .arg(gauge.conversation_tokens)
                              .arg(gauge.context_limit));
   QString text = tr("KV %1").arg(format_bytes(gauge.conversation_bytes));
+  // Nothing in memory yet, but a snapshot on disk (an earlier run's, or an evicted cache's): the next turn
+  // restores from it rather than prefilling.
+  if (gauge.conversation_tokens == 0 && gauge.snapshots_enabled && gauge.snapshot_tokens > 0)
+    text = tr("KV on disk: %1 tokens, %2 (restored on the next turn)")
+               .arg(gauge.snapshot_tokens)
+               .arg(format_bytes(gauge.snapshot_bytes));
   if (gauge.has_turn && gauge.restored_tokens > 0)
     text += tr(" \u00b7 %1 restored from disk (%2 ms) / %3 reused in memory / %4 prefilled")
                 .arg(gauge.restored_tokens)
@@ -356,6 +393,13 @@ void MainWindow::refresh_reply_stats() {
   const auto stats = controller_->lastReplyStats();
   if (!stats) {
     reply_stats_label_->setFullText(QString());
+    return;
+  }
+  if (controller_->lastReplyFromServer()) {
+    // The server prefilled: there is no prefill speed to show, only what was seen from here.
+    reply_stats_label_->setFullText(tr("last (server): TTFT %1 ms \u00b7 %2 tok")
+                                        .arg(stats->ttft_ms, 0, 'f', 0)
+                                        .arg(stats->generated_tokens));
     return;
   }
   reply_stats_label_->setFullText(tr("last: prefill %1 \u00b7 TTFT %2 ms \u00b7 %3 tok")

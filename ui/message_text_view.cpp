@@ -87,7 +87,7 @@ MessageTextView::MessageTextView(Mode mode, QWidget* parent) : QTextBrowser(pare
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
   viewport()->setAutoFillBackground(false);
   if (mode == Mode::Code) {
-    setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    setFont(codeFontFamily());
     setLineWrapMode(QTextEdit::NoWrap);
     setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
   } else {
@@ -97,6 +97,16 @@ MessageTextView::MessageTextView(Mode mode, QWidget* parent) : QTextBrowser(pare
     setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
     setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   }
+}
+
+QFont MessageTextView::codeFontFamily() {
+  // The family only: the size follows the transcript's (View > Larger text) like the prose around it.
+  const QFont fixed = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+  QFont family;
+  family.setFamilies(fixed.families().isEmpty() ? QStringList{fixed.family()} : fixed.families());
+  family.setStyleHint(QFont::Monospace);
+  family.setFixedPitch(true);
+  return family;
 }
 
 void MessageTextView::setMarkdownSource(const QString& markdown) {
@@ -155,6 +165,13 @@ void MessageTextView::ask_to_open_link(const QUrl& url) {
     failure->open();
   });
   question->open();
+}
+
+void MessageTextView::changeEvent(QEvent* event) {
+  QTextBrowser::changeEvent(event);
+  if (event->type() != QEvent::FontChange) return;
+  if (mode_ == Mode::Code) document()->setDefaultFont(font());
+  fit_height();
 }
 
 QVariant MessageTextView::loadResource(int type, const QUrl& name) {

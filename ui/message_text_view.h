@@ -18,12 +18,15 @@ class MessageTextView : public QTextBrowser {
   void setPlainSource(const QString& text);
   QString source() const { return source_; }  // as given, before rendering
   Mode mode() const { return mode_; }
+  // A code view's font: the system's fixed-pitch family only, so the size follows the transcript's.
+  static QFont codeFontFamily();
 
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
  protected:
   void resizeEvent(QResizeEvent* event) override;
+  void changeEvent(QEvent* event) override;  // a new text size (View > Larger text) changes the height
   QVariant loadResource(int type, const QUrl& name) override;
 
  private:

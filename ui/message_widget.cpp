@@ -6,10 +6,12 @@
 #include <QLabel>
 #include <QLocale>
 #include <QPushButton>
+#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
 
 #include "app/chat_history.h"
+#include "ui/code_block_widget.h"
 #include "ui/message_body.h"
 #include "ui/stats_format.h"
 
@@ -64,6 +66,10 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
     header_->setToolTip(QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
   header_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   header_row->addWidget(header_, 1);
+  live_figures_ = new QLabel(this);
+  live_figures_->setObjectName("liveFigures");
+  live_figures_->hide();
+  header_row->addWidget(live_figures_);
   if (!is_user) {
     // "‹ 1/2 ›": the replies Regenerate kept for this turn.
     previous_alternative_ = new QToolButton(this);
@@ -101,6 +107,7 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   copy_button_->setFocusPolicy(Qt::NoFocus);
   connect(copy_button_, &QToolButton::clicked, this, [this] {
     QGuiApplication::clipboard()->setText(text_);
+    show_copied(copy_button_, tr("Copy"));
     Q_EMIT copied(text_);
   });
   header_row->addWidget(copy_button_);
@@ -128,8 +135,24 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   continue_button_->setFocusPolicy(Qt::NoFocus);
   continue_button_->hide();
   connect(continue_button_, &QPushButton::clicked, this, [this] { Q_EMIT continueRequested(message_id_); });
+  // The context limit's two ways out.
+  new_chat_button_ = new QPushButton(tr("New chat"), this);
+  new_chat_button_->setObjectName("contextNewChatButton");
+  new_chat_button_->setToolTip(tr("Start a new chat: the whole context is free again"));
+  drop_oldest_button_ = new QPushButton(tr("Drop the oldest turns"), this);
+  drop_oldest_button_->setObjectName("dropOldestTurnsButton");
+  drop_oldest_button_->setToolTip(tr("From the next message on, leave out the oldest turns when the context is full "
+                                     "(Settings > When the context is full)"));
+  for (QPushButton* button : {new_chat_button_, drop_oldest_button_}) {
+    button->setFocusPolicy(Qt::NoFocus);
+    button->hide();
+  }
+  connect(new_chat_button_, &QPushButton::clicked, this, &MessageWidget::newChatRequested);
+  connect(drop_oldest_button_, &QPushButton::clicked, this, &MessageWidget::dropOldestTurnsRequested);
   cut_row->addWidget(cut_short_, 1);
   cut_row->addWidget(continue_button_);
+  cut_row->addWidget(new_chat_button_);
+  cut_row->addWidget(drop_oldest_button_);
   layout->addLayout(cut_row);
 }
 
@@ -142,6 +165,8 @@ void MessageWidget::setRecord(const kvchat::app::MessageRecord& message) {
   failed_ = kvchat::app::is_failed_reply(message);
   complete_ = message.complete;
   stop_reason_ = message.stats.value(QStringLiteral("stop_reason")).toString();
+  closed_by_app_ = message.stats.value(kvchat::app::kReplyClosedByAppKey).toBool();
+  if (message.complete) setLiveFigures(QString());
   if (stats_) {
     const QString line = format_stored_stats(message.stats);
     stats_->setText(line);
@@ -159,6 +184,20 @@ void MessageWidget::appendText(const QString& chunk) {
 
 void MessageWidget::setStreaming(bool streaming) {
   streaming_ = streaming;
+  if (!streaming) setLiveFigures(QString());
+  render();
+}
+
+void MessageWidget::setLiveFigures(const QString& figures) {
+  if (!live_figures_) return;
+  live_figures_->setText(figures);
+  live_figures_->setVisible(!figures.isEmpty());
+}
+
+QString MessageWidget::liveFigures() const { return live_figures_ ? live_figures_->text() : QString(); }
+
+void MessageWidget::setOffersDropOldestTurns(bool offers) {
+  offers_drop_oldest_ = offers;
   render();
 }
 
@@ -192,13 +231,28 @@ void MessageWidget::render() {
   }
   if (cut_short_) {
     QString note;
+    bool context_full = false;
     if (!streaming_ && !failed_ && role_ == "assistant") {
       if (!complete_) note = tr("Cut short: the app closed before this reply finished.");
       else if (stop_reason_ == QLatin1String("max_tokens")) note = tr("Cut short at the max-tokens setting.");
+      else if (stop_reason_ == QLatin1String("stopped") && closed_by_app_)
+        note = tr("Cut short: the app was quit during this reply.");
       else if (stop_reason_ == QLatin1String("stopped")) note = tr("Stopped before the end.");
+      else if (stop_reason_ == QLatin1String("context_full")) {
+        context_full = true;
+        note = offers_drop_oldest_
+                   ? tr("Stopped at the context limit: this chat fills the model's context. To go on, start a new "
+                        "chat, or let the oldest turns be dropped to make room.")
+                   : tr("Stopped at the context limit: this chat fills the model's context. The next message drops "
+                        "the oldest turns to make room; or start a new chat.");
+      }
     }
     cut_short_->setText(note);
     cut_short_->setVisible(!note.isEmpty());
+    // As visible as the max-tokens note, not only the faint stats line.
+    cut_short_->setStyleSheet(context_full ? "color: #8a6d00; font-weight: bold;" : "color: #8a6d00; font-size: 11px;");
+    new_chat_button_->setVisible(context_full);
+    drop_oldest_button_->setVisible(context_full && offers_drop_oldest_);
     if (streaming_) continue_button_->hide();
   }
   if (text_.isEmpty() && streaming_) {

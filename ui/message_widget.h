@@ -1,8 +1,9 @@
 #pragma once
 // One message of the chat view: a header (who; the time on hover), the text (assistant replies rendered as
 // Markdown with code blocks that have their own Copy button), the reply's stats or its error under it, and a
-// Copy button. A reply cut short says so and, when it is the chat's last, offers Continue. A "marker" message
-// is a divider.
+// Copy button. A reply cut short says so and, when it is the chat's last, offers Continue; one stopped by the
+// context limit offers the two ways out (a new chat, dropping the oldest turns). A "marker" message is a
+// divider.
 #include <QFrame>
 #include <QString>
 #include <QTimer>
@@ -31,12 +32,22 @@ class MessageWidget : public QFrame {
   bool isFailed() const { return failed_; }
   MessageBody* body() const { return body_; }
   QPushButton* continueButton() const { return continue_button_; }
+  QToolButton* copyButton() const { return copy_button_; }
+  // Under a reply stopped by the context limit (hidden otherwise).
+  QPushButton* newChatButton() const { return new_chat_button_; }
+  QPushButton* dropOldestTurnsButton() const { return drop_oldest_button_; }
+  // The streaming reply's live figures in its header ("decoding 123.4 tok/s · 40 tok"); "" hides them.
+  void setLiveFigures(const QString& figures);
+  QString liveFigures() const;
 
   void setRecord(const kvchat::app::MessageRecord& message);  // final text and stats
   void appendText(const QString& chunk);                       // streaming; rendering is coalesced
   void setStreaming(bool streaming);
   // Whether Continue is offered (the chat's last reply, cut short, nothing generating).
   void setContinuable(bool continuable);
+  // Whether a reply stopped by the context limit offers "Drop the oldest turns" (not when that is already the
+  // policy).
+  void setOffersDropOldestTurns(bool offers);
   // This reply is alternative `index` (0-based) of `ids` (its turn's replies, oldest first): "‹ 2/3 ›".
   void setAlternatives(const QList<qint64>& ids, int index);
   QString alternativesText() const;  // "2/3"; "" with a single reply
@@ -45,6 +56,8 @@ class MessageWidget : public QFrame {
   void copied(const QString& text);
   void continueRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
+  void newChatRequested();
+  void dropOldestTurnsRequested();
 
  private:
   void build_marker();
@@ -56,6 +69,8 @@ class MessageWidget : public QFrame {
   bool streaming_ = false;
   bool failed_ = false;
   bool complete_ = true;
+  bool closed_by_app_ = false;
+  bool offers_drop_oldest_ = true;
   QString stop_reason_;
   QLabel* header_ = nullptr;
   MessageBody* body_ = nullptr;
@@ -63,6 +78,9 @@ class MessageWidget : public QFrame {
   QLabel* stats_ = nullptr;
   QLabel* cut_short_ = nullptr;
   QPushButton* continue_button_ = nullptr;
+  QPushButton* new_chat_button_ = nullptr;
+  QPushButton* drop_oldest_button_ = nullptr;
+  QLabel* live_figures_ = nullptr;
   QToolButton* copy_button_ = nullptr;
   QToolButton* previous_alternative_ = nullptr;
   QToolButton* next_alternative_ = nullptr;

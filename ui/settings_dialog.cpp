@@ -7,12 +7,16 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpressionValidator>
+#include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QThread>
 #include <QVBoxLayout>
@@ -27,6 +31,8 @@ namespace kvchat::ui {
 
 namespace {
 constexpr qint64 kMiB = 1024 * 1024;
+// The tallest the dialog opens: a 768 px screen less its panels and the title bar.
+constexpr int kMaxHeight = 640;
 
 QDoubleSpinBox* make_double(double minimum, double maximum, double step, int decimals, double value, QWidget* parent) {
   auto* box = new QDoubleSpinBox(parent);
@@ -120,6 +126,7 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   context_limit_note_ = new QLabel(this);
   context_limit_note_->setObjectName("contextLimitNote");
   context_limit_note_->setStyleSheet("color: palette(mid);");
+  context_limit_note_->setWordWrap(true);  // whole, on two lines if need be, rather than clipped
   context_limit_note_->hide();
   auto* context_row = new QHBoxLayout;
   context_row->addWidget(context_limit_);
@@ -170,11 +177,37 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
   connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
-  auto* layout = new QVBoxLayout(this);
-  layout->addLayout(form);
+  // The settings scroll under fixed buttons: the dialog fits a small screen (768 px high and less) whatever
+  // sections are added, and OK / Cancel stay in reach.
+  auto* page = new QWidget;
+  page->setObjectName("settingsPage");
+  auto* page_layout = new QVBoxLayout(page);
+  page_layout->setContentsMargins(0, 0, 0, 0);
+  page_layout->addLayout(form);
   sections_ = new QVBoxLayout;
-  layout->addLayout(sections_);
+  page_layout->addLayout(sections_);
+  page_layout->addStretch(1);
+  scroll_area_ = new QScrollArea(this);
+  scroll_area_->setObjectName("settingsScrollArea");
+  scroll_area_->setWidgetResizable(true);
+  scroll_area_->setFrameShape(QFrame::NoFrame);
+  scroll_area_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll_area_->setWidget(page);
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(scroll_area_, 1);
   layout->addWidget(buttons);
+}
+
+void SettingsDialog::showEvent(QShowEvent* event) {
+  // As large as the settings need, within the screen: beyond that they scroll.
+  QWidget* page = scroll_area_->widget();
+  const int scroll_bar = scroll_area_->verticalScrollBar()->sizeHint().width();
+  scroll_area_->setMinimumWidth(page->sizeHint().width() + scroll_bar);
+  const QScreen* screen = this->screen() ? this->screen() : QGuiApplication::primaryScreen();
+  const int available = screen ? screen->availableGeometry().height() * 9 / 10 : kMaxHeight;
+  const int wanted = page->sizeHint().height() + height() - scroll_area_->height() + 2;
+  resize(width(), std::min({wanted, available, kMaxHeight}));
+  QDialog::showEvent(event);
 }
 
 void SettingsDialog::addSection(QWidget* section) { sections_->addWidget(section); }

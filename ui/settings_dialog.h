@@ -16,6 +16,7 @@ class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
+class QScrollArea;
 class QSpinBox;
 
 namespace kvchat::ui {
@@ -42,6 +43,9 @@ class SettingsDialog : public QDialog {
 
  Q_SIGNALS:
   void modelsFetched(int count);
+
+ protected:
+  void showEvent(QShowEvent* event) override;
 
  private:
   void add_backend_rows(QFormLayout* form, const kvchat::app::ChatSettings& settings);
@@ -75,6 +79,7 @@ class SettingsDialog : public QDialog {
   class QVBoxLayout* sections_ = nullptr;
   QList<QWidget*> local_only_;  // the fields (and their labels) only this computer's engine uses
   QLabel* local_only_hint_ = nullptr;
+  QScrollArea* scroll_area_ = nullptr;  // everything but the buttons
 };
 
 }  // namespace kvchat::ui

@@ -1,9 +1,11 @@
 #include "ui/stats_format.h"
 
+#include <QJsonArray>
 #include <QStringList>
 
 #include <stdexcept>
 
+#include "app/chat_history.h"
 #include "app/stats_json.h"
 
 namespace kvchat::ui {
@@ -22,6 +24,12 @@ QString format_bytes(qint64 bytes) {
 
 QString format_rate(double tokens_per_second) {
   return QStringLiteral("%1 tok/s").arg(tokens_per_second, 0, 'f', tokens_per_second < 100 ? 1 : 0);
+}
+
+QString format_live_speed(bool decoding, double tokens_per_second, int generated_tokens) {
+  return QStringLiteral("%1 %2 \u00b7 %3 tok")
+      .arg(decoding ? QStringLiteral("decoding") : QStringLiteral("decode"), format_rate(tokens_per_second))
+      .arg(generated_tokens);
 }
 
 QString format_reply_stats(const kvchat::GenerationStats& stats) {
@@ -99,7 +107,21 @@ QString format_stored_stats(const QJsonObject& stats) {
   if (stats.contains("error")) return QStringLiteral("Error: %1").arg(stats.value("error").toString());
   try {
     if (stats.value("backend").toString() == QLatin1String("remote")) return format_remote_stats(stats);
-    return format_reply_stats(kvchat::app::stats_from_json(stats));
+    const QJsonArray earlier = stats.value(kvchat::app::kReplyEarlierPartsKey).toArray();
+    if (earlier.isEmpty()) return format_reply_stats(kvchat::app::stats_from_json(stats));
+    // A reply written in several turns (Continue): the sum, then each part's own figures.
+    QList<kvchat::GenerationStats> parts;
+    for (const QJsonValue& part : earlier) parts << kvchat::app::stats_from_json(part.toObject());
+    parts << kvchat::app::stats_from_json(stats);
+    QStringList counts, lines;
+    int total = 0;
+    for (const kvchat::GenerationStats& part : parts) {
+      total += part.generated_tokens;
+      counts << QString::number(part.generated_tokens);
+      lines << QStringLiteral("part %1: %2").arg(lines.size() + 1).arg(format_reply_stats(part));
+    }
+    lines.prepend(QStringLiteral("%1 tokens in %2 parts (%3)").arg(total).arg(parts.size()).arg(counts.join(" + ")));
+    return lines.join(QLatin1Char('\n'));
   } catch (const std::invalid_argument& error) {
     return QStringLiteral("(unreadable stats: %1)").arg(QString::fromUtf8(error.what()));
   }

@@ -27,6 +27,7 @@ namespace {
 json read_json_file(const std::string& path) {
   std::string contents, error;
   if (!read_regular_file(path, contents, error)) throw TokenizerError("cannot open '" + path + "': " + error);
+  if (contents.empty()) throw TokenizerError(path + ": empty file (0 bytes), expected a JSON object");
   try {
     return json::parse(contents);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400

@@ -1,0 +1,192 @@
+// The main window's keyboard: the Chat menu's actions on the transcript and the chat list, the window's own
+// keys, and the shortcuts sheet that lists them all from the actions themselves.
+#include "ui/main_window.h"
+
+#include <QAction>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QMenu>
+#include <QMenuBar>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QTableWidget>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "ui/chat_view.h"
+#include "ui/code_block_widget.h"
+#include "ui/message_input.h"
+#include "ui/message_widget.h"
+
+namespace kvchat::ui {
+
+using kvchat::app::ChatController;
+
+MessageWidget* MainWindow::last_reply_widget() const {
+  const QList<MessageWidget*> widgets = chat_view_->messageWidgets();
+  for (auto it = widgets.crbegin(); it != widgets.crend(); ++it)
+    if ((*it)->role() == QLatin1String("assistant")) return *it;
+  return nullptr;
+}
+
+void MainWindow::stop_or_cancel() {
+  const qint64 current = controller_->currentConversationId();
+  if (generating_here()) {
+    controller_->stop();
+  } else if (controller_->isQueued(current)) {
+    const auto text = controller_->cancelQueued(current);
+    // The withdrawn message goes back where it was typed, unless something new is being typed there.
+    if (text && input_->toPlainText().trimmed().isEmpty()) input_->setPlainText(*text);
+    show_notice(tr("Not sent: the waiting message is back in the message box."));
+    refresh_buttons();
+  } else if (editing_last_message_) {
+    editing_last_message_ = false;
+    input_->clear();
+    refresh_buttons();
+  }
+}
+
+void MainWindow::build_keyboard_actions(QMenu* chat) {
+  chat->addSeparator();
+  QAction* stop = chat->addAction(tr("&Stop the reply / withdraw the waiting message"));
+  stop->setObjectName("stopAction");
+  stop->setShortcut(QKeySequence(Qt::Key_Escape));
+  connect(stop, &QAction::triggered, this, &MainWindow::stop_or_cancel);
+  QAction* edit_last = chat->addAction(tr("&Edit the last message"));
+  edit_last->setObjectName("editLastAction");
+  edit_last->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+E")));
+  connect(edit_last, &QAction::triggered, this, [this] {
+    if (edit_button_->isEnabled()) start_editing_last_message();
+  });
+  QAction* previous_version = chat->addAction(tr("Pre&vious version of the last reply"));
+  previous_version->setObjectName("previousVersionAction");
+  previous_version->setShortcut(QKeySequence(Qt::ALT | Qt::Key_Left));
+  connect(previous_version, &QAction::triggered, this, [this] {
+    if (MessageWidget* reply = last_reply_widget())
+      if (auto* button = reply->findChild<QToolButton*>("previousAlternativeButton"); button && button->isEnabled())
+        button->click();
+  });
+  QAction* next_version = chat->addAction(tr("Ne&xt version of the last reply"));
+  next_version->setObjectName("nextVersionAction");
+  next_version->setShortcut(QKeySequence(Qt::ALT | Qt::Key_Right));
+  connect(next_version, &QAction::triggered, this, [this] {
+    if (MessageWidget* reply = last_reply_widget())
+      if (auto* button = reply->findChild<QToolButton*>("nextAlternativeButton"); button && button->isEnabled())
+        button->click();
+  });
+  QAction* copy_reply = chat->addAction(tr("C&opy the last reply"));
+  copy_reply->setObjectName("copyLastReplyAction");
+  copy_reply->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+C")));
+  connect(copy_reply, &QAction::triggered, this, [this] {
+    if (MessageWidget* reply = last_reply_widget()) {
+      reply->copyButton()->click();
+      show_notice(tr("Copied the last reply."), 3000);
+    }
+  });
+  QAction* copy_code = chat->addAction(tr("Copy the last &code block"));
+  copy_code->setObjectName("copyLastCodeBlockAction");
+  copy_code->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+K")));
+  connect(copy_code, &QAction::triggered, this, [this] {
+    const QList<MessageWidget*> widgets = chat_view_->messageWidgets();
+    for (auto it = widgets.crbegin(); it != widgets.crend(); ++it) {
+      const QList<CodeBlockWidget*> blocks = (*it)->findChildren<CodeBlockWidget*>();
+      if (blocks.isEmpty()) continue;
+      blocks.back()->copyButton()->click();
+      show_notice(tr("Copied the last code block."), 3000);
+      return;
+    }
+    show_notice(tr("No code block in this chat."), 3000);
+  });
+
+  chat->addSeparator();
+  QAction* rename = chat->addAction(tr("Re&name the chat\u2026"));
+  rename->setObjectName("renameChatAction");
+  rename->setShortcut(QKeySequence(Qt::Key_F2));
+  connect(rename, &QAction::triggered, this, &MainWindow::rename_selected_conversation);
+  // Delete only from the chat list: in the message box the key deletes a character.
+  QAction* remove = chat->addAction(tr("&Delete the chat\u2026"));
+  remove->setObjectName("deleteChatAction");
+  remove->setShortcut(QKeySequence(QKeySequence::Delete));
+  remove->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+  conversation_list_->addAction(remove);
+  connect(remove, &QAction::triggered, this, &MainWindow::delete_selected_conversation);
+
+  // The window's own keys, actions too (not in a menu) so that the sheet lists them.
+  const auto add = [this](const QString& text, const QKeySequence& keys, std::function<void()> run) {
+    auto* action = new QAction(text, this);
+    action->setShortcut(keys);
+    action->setShortcutContext(Qt::WindowShortcut);
+    connect(action, &QAction::triggered, this, std::move(run));
+    addAction(action);
+  };
+  // Alt+PgUp / Alt+PgDn scroll the transcript from wherever the focus is.
+  add(tr("Scroll the transcript up"), QKeySequence(Qt::ALT | Qt::Key_PageUp),
+      [this] { chat_view_->verticalScrollBar()->triggerAction(QAbstractSlider::SliderPageStepSub); });
+  add(tr("Scroll the transcript down"), QKeySequence(Qt::ALT | Qt::Key_PageDown),
+      [this] { chat_view_->verticalScrollBar()->triggerAction(QAbstractSlider::SliderPageStepAdd); });
+  for (int digit = 1; digit <= 9; ++digit)
+    add(tr("Go to chat %1 of the list").arg(digit), QKeySequence(Qt::CTRL | static_cast<Qt::Key>(Qt::Key_0 + digit)),
+        [this, digit] { select_conversation_at(digit - 1); });
+}
+
+QDialog* MainWindow::openShortcutsSheet() {
+  auto* sheet = new QDialog(this);
+  sheet->setObjectName("shortcutsSheet");
+  sheet->setAttribute(Qt::WA_DeleteOnClose);
+  sheet->setWindowTitle(tr("Keyboard shortcuts"));
+  auto* layout = new QVBoxLayout(sheet);
+  auto* table = new QTableWidget(0, 3, sheet);
+  table->setObjectName("shortcutsTable");
+  table->setHorizontalHeaderLabels({tr("Where"), tr("Action"), tr("Keys")});
+  table->verticalHeader()->hide();
+  table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  table->setSelectionBehavior(QAbstractItemView::SelectRows);
+  const auto add_row = [table](const QString& where, const QAction* action) {
+    if (action->shortcuts().isEmpty() || action->isSeparator()) return;
+    QStringList keys;
+    for (const QKeySequence& sequence : action->shortcuts()) keys << sequence.toString(QKeySequence::NativeText);
+    QString what = action->text();
+    what.remove(QLatin1Char('&'));
+    if (action->shortcutContext() == Qt::WidgetWithChildrenShortcut) what += tr(" (in the chat list)");
+    const int row = table->rowCount();
+    table->insertRow(row);
+    table->setItem(row, 0, new QTableWidgetItem(where));
+    table->setItem(row, 1, new QTableWidgetItem(what));
+    table->setItem(row, 2, new QTableWidgetItem(keys.join(tr(" or "))));
+  };
+  // The same actions the menus trigger: the sheet cannot disagree with them.
+  for (QAction* menu_action : menuBar()->actions()) {
+    QMenu* menu = menu_action->menu();
+    if (!menu) continue;
+    QString where = menu_action->text();
+    where.remove(QLatin1Char('&'));
+    for (QAction* action : menu->actions()) add_row(where, action);
+  }
+  for (QAction* action : actions()) add_row(tr("Window"), action);
+  // Keys of the message box itself, which has no actions for them.
+  const std::pair<QString, QString> typing_keys[] = {
+      {tr("Send the message"), tr("Return")},
+      {tr("New line in the message"), tr("Shift+Return")},
+      {tr("Move between the controls and the transcript"), tr("Tab, Shift+Tab")}};
+  for (const auto& [what, keys] : typing_keys) {
+    const int row = table->rowCount();
+    table->insertRow(row);
+    table->setItem(row, 0, new QTableWidgetItem(tr("Message box")));
+    table->setItem(row, 1, new QTableWidgetItem(what));
+    table->setItem(row, 2, new QTableWidgetItem(keys));
+  }
+  table->resizeColumnsToContents();
+  table->horizontalHeader()->setStretchLastSection(true);
+  layout->addWidget(table);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, sheet);
+  connect(buttons, &QDialogButtonBox::rejected, sheet, &QDialog::reject);
+  layout->addWidget(buttons);
+  sheet->resize(620, 520);
+  sheet->show();
+  return sheet;
+}
+
+}  // namespace kvchat::ui
