@@ -485,6 +485,44 @@ class KvSnapshotsTest : public QObject {
     expect_rejected(unkeyed, unkeyed_path, test::read_bytes(unkeyed_path), "has no installation key", Then::Deleted, mine);
   }
 
+  // describe(key) reads a chat's snapshot header only (a damaged K/V section does not stop it, as it stops
+  // a restore); a chat with none, another installation's file and a truncated one give nothing, and are
+  // left exactly as they are.
+  void a_snapshot_is_described_from_its_header_alone() {
+    const SnapshotKey mine = key_of_installation(0x1111, 1), theirs = key_of_installation(0x2222, 2);
+    QTemporaryDir folder;
+    const std::string path = write_first_turn(folder, mine);
+    const QByteArray valid = test::read_bytes(path);
+    auto store = make_store(folder, mine);
+    QCOMPARE(store->path_for("c-1"), path);
+    const auto described = store->describe("c-1");
+    QVERIFY(described);
+    QCOMPARE(described->token_count, std::int64_t{40 + 19});
+    QCOMPARE(described->fingerprint, fingerprint_.hash);
+    QCOMPARE(described->file_bytes, static_cast<std::int64_t>(valid.size()));
+    QVERIFY(!store->describe("c-2"));
+
+    QByteArray damaged_data = valid;
+    damaged_data[valid.size() - 1] = static_cast<char>(damaged_data[valid.size() - 1] ^ 0x10);
+    QVERIFY(test::write_bytes(path, damaged_data));
+    const auto header_only = store->describe("c-1");
+    QVERIFY2(header_only, "the K/V data is not read to describe a snapshot");
+    QCOMPARE(header_only->token_count, std::int64_t{40 + 19});
+    QCOMPARE(test::read_bytes(path), damaged_data);
+    QVERIFY(test::write_bytes(path, valid));
+
+    QVERIFY(!make_store(folder, theirs)->describe("c-1"));
+    QVERIFY(!make_store(folder, SnapshotKey{})->describe("c-1"));
+    QCOMPARE(test::read_bytes(path), valid);
+
+    for (int size : {0, 100, 130, static_cast<int>(valid.size()) / 2, static_cast<int>(valid.size()) - 1}) {
+      const QByteArray truncated = valid.left(size);
+      QVERIFY(test::write_bytes(path, truncated));
+      QVERIFY2(!store->describe("c-1"), qPrintable(QStringLiteral("truncated to %1 bytes").arg(size)));
+      QVERIFY2(fs::exists(path) && test::read_bytes(path) == truncated, "describing never deletes");
+    }
+  }
+
  private:
   kvchat::LoadedModel loaded_;
   kvchat::ModelFingerprint fingerprint_;
