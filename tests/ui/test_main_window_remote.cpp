@@ -104,6 +104,39 @@ class MainWindowRemoteTest : public QObject {
     QVERIFY2(stats.contains(QStringLiteral("cached on the server")), qPrintable(stats));
     QVERIFY2(window_->cacheLabel()->text().startsWith(QStringLiteral("KV cache on the server")),
              qPrintable(window_->cacheLabel()->text()));
+    // The server prefilled: no prefill speed is shown for it (it would read "prefill 0.0 tok/s").
+    const QString last = window_->findChild<kvchat::ui::ElidedLabel*>("replyStatsLabel")->fullText();
+    QVERIFY2(last == QStringLiteral("last (server): TTFT %1 ms \u00b7 %2 tok")
+                         .arg(records[1].stats.value("ttft_ms").toDouble(), 0, 'f', 0)
+                         .arg(records[1].stats.value("generated_tokens").toInt()),
+             qPrintable(last));
+    QVERIFY2(!stats.contains(QStringLiteral("prefill")), qPrintable(stats));
+  }
+
+  // Back on the local model, the chat's last turn was the server's: its cached_tokens are not this
+  // process's reuse, so the gauge shows no reused/prefilled figures until a local turn.
+  void the_servers_figures_are_not_shown_as_local_reuse() {
+    ChatController* controller = fixture_.controller();
+    QVERIFY(controller->usesRemoteBackend());
+    QVERIFY(controller->cacheGauge().has_turn);
+    kvchat::ui::SettingsDialog* dialog = window_->openSettingsDialog();
+    QVERIFY(dialog->isVisible());
+    dialog->findChild<QComboBox*>("backendCombo")->setCurrentIndex(0);
+    dialog->accept();
+    QVERIFY(!controller->usesRemoteBackend());
+    QCOMPARE(controller->currentMessages().size(), 2);
+    QVERIFY(!controller->cacheGauge().has_turn);
+    const QString gauge = window_->findChild<kvchat::ui::ElidedLabel*>("cacheLabel")->fullText();
+    QVERIFY2(gauge.startsWith(QStringLiteral("KV ")), qPrintable(gauge));
+    QVERIFY2(!gauge.contains(QStringLiteral("reused")) && !gauge.contains(QStringLiteral("prefilled")),
+             qPrintable(gauge));
+    // A local turn brings local figures back.
+    type_and_send("The cat");
+    QVERIFY(controller->cacheGauge().has_turn);
+    const QString after = window_->findChild<kvchat::ui::ElidedLabel*>("cacheLabel")->fullText();
+    QVERIFY2(after.contains(QStringLiteral(" reused / ")), qPrintable(after));
+    QVERIFY2(window_->findChild<kvchat::ui::ElidedLabel*>("replyStatsLabel")->fullText().startsWith("last: prefill "),
+             qPrintable(window_->findChild<kvchat::ui::ElidedLabel*>("replyStatsLabel")->fullText()));
   }
 
   void a_wrong_key_shows_the_401_message() {
