@@ -23,6 +23,12 @@ QString cache_words(kvchat::KvCacheMode mode) {
   return mode == kvchat::KvCacheMode::Off ? QObject::tr("cache off") : QObject::tr("cache on");
 }
 
+// Below this panel height the chart's own title (the dock's title says the same) and the legend's row under
+// the plot give their room to the plot and the axis titles.
+constexpr int kCompactPanelHeight = 300;
+
+QString chart_title() { return QObject::tr("Decode time per token"); }
+
 double mean(const QList<double>& values) {
   return values.isEmpty() ? 0.0 : std::accumulate(values.begin(), values.end(), 0.0) / values.size();
 }
@@ -32,7 +38,7 @@ double mean(const QList<double>& values) {
 DecodeChartPanel::DecodeChartPanel(QWidget* parent) : QWidget(parent) {
   setObjectName("decodeChartPanel");
   chart_ = new QChart;
-  chart_->setTitle(tr("Decode time per token"));
+  chart_->setTitle(chart_title());
   chart_->legend()->setAlignment(Qt::AlignBottom);
   chart_->setMargins(QMargins(4, 4, 4, 4));
   last_ = new QLineSeries(chart_);
@@ -41,7 +47,8 @@ DecodeChartPanel::DecodeChartPanel(QWidget* parent) : QWidget(parent) {
   chart_->addSeries(previous_);
   chart_->addSeries(last_);
   x_axis_ = new QValueAxis(chart_);
-  x_axis_->setTitleText(tr("position (tokens attended over)"));
+  // Short enough to be drawn whole in a chart beside the chat.
+  x_axis_->setTitleText(tr("tokens attended over"));
   x_axis_->setLabelFormat("%d");
   y_axis_ = new QValueAxis(chart_);
   y_axis_->setTitleText(tr("ms per token"));
@@ -53,7 +60,7 @@ DecodeChartPanel::DecodeChartPanel(QWidget* parent) : QWidget(parent) {
   }
   view_ = new QChartView(chart_, this);
   view_->setRenderHint(QPainter::Antialiasing);
-  view_->setMinimumHeight(160);
+  view_->setMinimumHeight(110);
 
   summary_ = new QLabel(this);
   summary_->setObjectName("decodeChartSummary");
@@ -113,6 +120,15 @@ void DecodeChartPanel::setTimings(const std::optional<kvchat::app::DecodeTimings
                              .arg(cache_words(previous->cache_mode));
   if (lines.isEmpty()) lines << tr("No reply yet: the chart fills in as the model writes.");
   summary_->setText(lines.join(QLatin1Char(' ')));
+}
+
+void DecodeChartPanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  const bool compact = height() < kCompactPanelHeight;
+  if (compact == compact_) return;
+  compact_ = compact;
+  chart_->setTitle(compact ? QString() : chart_title());
+  chart_->legend()->setAlignment(compact ? Qt::AlignRight : Qt::AlignBottom);
 }
 
 bool DecodeChartPanel::savePng(const QString& path) {

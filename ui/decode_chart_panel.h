@@ -28,6 +28,9 @@ class DecodeChartPanel : public QWidget {
   QChart* chart() const { return chart_; }
   bool savePng(const QString& path);  // the chart as it is drawn; false (and logged) when it cannot be written
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;  // a short panel gives the chart's title and legend row to the plot
+
  private:
   void fill(QLineSeries* series, const std::optional<kvchat::app::DecodeTimings>& timings, const QString& role);
   QChart* chart_ = nullptr;
@@ -37,6 +40,7 @@ class DecodeChartPanel : public QWidget {
   QValueAxis* x_axis_ = nullptr;
   QValueAxis* y_axis_ = nullptr;
   QLabel* summary_ = nullptr;
+  bool compact_ = false;
 };
 
 }  // namespace kvchat::ui

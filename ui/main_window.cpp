@@ -18,6 +18,7 @@
 #include <QPushButton>
 #include <QSplitter>
 #include <QStyledItemDelegate>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include "ui/caches_dialog.h"
@@ -38,6 +39,38 @@ constexpr int kMinimumWidth = 640;
 constexpr int kMinimumHeight = 420;
 // The sidebar's share of a narrow window: at most this fraction of it (never under the list's minimum).
 constexpr int kSidebarWindowFraction = 5;
+// Below this window height the decode-time chart docks beside the chat rather than under it: under it,
+// even at its smallest, it would leave the transcript a few lines.
+constexpr int kBottomChartMinimumWindowHeight = 640;
+// The docked chart's share of the window: at most this fraction of its height (under the chat) or width
+// (beside it), so that the transcript keeps the larger part.
+constexpr int kChartDockWindowFraction = 3;
+// Set on the chart's dock while it is beside the chat only because the window is short.
+constexpr const char* kMovedAsideProperty = "movedAsideForShortWindow";
+
+// Moves the chart's dock aside in a short window (and back under the chat when the window is tall again,
+// if it was moved for that), then shrinks it to its share; a larger dock the user dragged in a large
+// window is left as it is until the window gets too small for it.
+void fit_chart_dock(QMainWindow* window, QDockWidget* dock) {
+  if (!dock->isVisible() || dock->isFloating()) return;
+  const bool short_window = window->height() < kBottomChartMinimumWindowHeight;
+  const Qt::DockWidgetArea area = window->dockWidgetArea(dock);
+  const bool move_aside = short_window && area == Qt::BottomDockWidgetArea;
+  const bool move_back =
+      !short_window && area == Qt::RightDockWidgetArea && dock->property(kMovedAsideProperty).toBool();
+  if (move_aside || move_back) {
+    window->addDockWidget(move_aside ? Qt::RightDockWidgetArea : Qt::BottomDockWidgetArea, dock);
+    dock->setProperty(kMovedAsideProperty, move_aside);
+    // Sized once the layout has placed it.
+    QTimer::singleShot(0, window, [window, dock] { fit_chart_dock(window, dock); });
+    return;
+  }
+  const bool beside = window->dockWidgetArea(dock) != Qt::BottomDockWidgetArea;
+  const int cap = beside ? std::max(dock->minimumSizeHint().width(), window->width() / kChartDockWindowFraction)
+                         : std::max(dock->minimumSizeHint().height(), window->height() / kChartDockWindowFraction);
+  if ((beside ? dock->width() : dock->height()) > cap)
+    window->resizeDocks({dock}, {cap}, beside ? Qt::Horizontal : Qt::Vertical);
+}
 
 class ListWidthItemDelegate : public QStyledItemDelegate {
  public:
@@ -416,9 +449,13 @@ void MainWindow::build_chart_dock() {
   chart_dock_ = new QDockWidget(tr("Decode time per token"), this);
   chart_dock_->setObjectName("decodeChartDock");
   chart_dock_->setWidget(chart_panel_);
-  // Below the chat, as wide as the window: positions run along the x axis.
-  chart_panel_->setMinimumHeight(220);
+  // Below the chat, as wide as the window: positions run along the x axis. It gives way to the transcript:
+  // beside the chat in a short window, and a short panel drops its repeated title and moves its legend aside.
   addDockWidget(Qt::BottomDockWidgetArea, chart_dock_);
+  connect(chart_dock_, &QDockWidget::visibilityChanged, this, [this](bool visible) {
+    // After the layout has given the newly shown dock its first height.
+    if (visible) QTimer::singleShot(0, this, [this] { fit_chart_dock(this, chart_dock_); });
+  });
   chart_dock_->hide();  // View > Decode-time chart
   chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
   connect(controller_, &ChatController::decodeTimingsChanged, this, [this] {
@@ -484,6 +521,8 @@ void MainWindow::start_editing_last_message() {
 
 void MainWindow::resizeEvent(QResizeEvent* event) {
   QMainWindow::resizeEvent(event);
+  // Docks move only once the resize is done.
+  QTimer::singleShot(0, this, [this] { fit_chart_dock(this, chart_dock_); });
   // A narrow window gives its width to the chat: the sidebar shrinks with it (a wide window keeps the
   // sidebar's width as the user set it).
   auto* splitter = qobject_cast<QSplitter*>(centralWidget());

@@ -9,10 +9,15 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include <QChart>
+#include <QChartView>
+#include <QValueAxis>
 #include <QClipboard>
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDir>
+#include <QDockWidget>
+#include <QGraphicsTextItem>
 #include <QInputDialog>
 #include <QLabel>
 #include <QListWidget>
@@ -35,6 +40,7 @@
 #include "ui/caches_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/code_block_widget.h"
+#include "ui/decode_chart_panel.h"
 #include "ui/elided_label.h"
 #include "ui/main_window.h"
 #include "ui/message_body.h"
@@ -85,6 +91,7 @@ class MainWindowUsabilityTest : public QObject {
   void a_waiting_message_can_be_withdrawn();
   void the_text_size_applies_to_the_transcript();
   void a_small_window_shrinks_the_sidebar_and_elides_titles();
+  void the_docked_chart_leaves_room_for_the_transcript();
   void the_settings_dialog_fits_a_small_screen();
   void copy_buttons_say_copied();
   void an_empty_file_is_called_empty();
@@ -530,6 +537,36 @@ void MainWindowUsabilityTest::a_small_window_shrinks_the_sidebar_and_elides_titl
   QVERIFY(title->geometry().right() < button->geometry().left());
   QVERIFY2(title->shownText().endsWith(QChar(0x2026)), qPrintable(title->shownText()));
   QVERIFY(window_->chatView()->width() >= 400);
+}
+
+void MainWindowUsabilityTest::the_docked_chart_leaves_room_for_the_transcript() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  window_->resize(800, 500);
+  window_->findChild<QAction*>("decodeChartAction")->trigger();
+  QVERIFY(window_->decodeChartDock()->isVisible());
+  for (int pass = 0; pass < 5; ++pass) QCoreApplication::processEvents();  // the dock placed, then sized
+  const int transcript = window_->chatView()->viewport()->height();
+  QVERIFY2(transcript >= window_->height() * 2 / 5,
+           qPrintable(QStringLiteral("%1 of %2 (chart dock %3)")
+                          .arg(transcript)
+                          .arg(window_->height())
+                          .arg(window_->decodeChartDock()->height())));
+  // The x axis title is drawn whole (not elided), inside the chart view.
+  auto* view = window_->decodeChart()->findChild<QChartView*>();
+  QVERIFY(view);
+  const QString axis_title = window_->decodeChart()->chart()->axes(Qt::Horizontal).value(0)->titleText();
+  QVERIFY(!axis_title.isEmpty());
+  const QGraphicsTextItem* title = nullptr;
+  for (QGraphicsItem* item : view->scene()->items()) {
+    auto* text = qgraphicsitem_cast<QGraphicsTextItem*>(item);
+    if (text && text->toPlainText() == axis_title) title = text;
+  }
+  QVERIFY2(title && title->isVisible(), "the x axis title is drawn unshortened");
+  const QRect shown = view->mapFromScene(title->sceneBoundingRect()).boundingRect();
+  QVERIFY2(view->viewport()->rect().contains(shown), qPrintable(QStringLiteral("title at y %1..%2, view %3 high")
+                                                                     .arg(shown.top())
+                                                                     .arg(shown.bottom())
+                                                                     .arg(view->viewport()->height())));
 }
 
 void MainWindowUsabilityTest::the_settings_dialog_fits_a_small_screen() {
