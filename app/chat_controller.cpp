@@ -124,6 +124,13 @@ void ChatController::setFontPointSize(int points) {
   settings_storage_->sync();
 }
 
+void ChatController::setAppearance(const QString& appearance) {
+  if (settings_.appearance == appearance) return;
+  settings_.appearance = appearance;
+  settings_.save(*settings_storage_);
+  settings_storage_->sync();
+}
+
 void ChatController::setExportDirectory(const QString& directory) {
   if (settings_.export_directory == directory) return;
   settings_.export_directory = directory;

@@ -80,6 +80,8 @@ class ChatController : public QObject {
   void setFontPointSize(int points);
   // Saves only the folder of the last export (where the next export dialog starts, also after a restart).
   void setExportDirectory(const QString& directory);
+  // Saves only the appearance ("system", "light" or "dark"; a display choice like the text size).
+  void setAppearance(const QString& appearance);
 
   // `path` is a model directory or a .gguf file; empty = the settings' model (or the embedded one). With
   // remember, a successful load becomes the settings' model path, so the next start opens it again

@@ -180,6 +180,13 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.font_point_size = read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0,
                                              ChatSettings::kMaxFontPointSize);
   loaded.export_directory = settings.value(QStringLiteral("export_directory")).toString();
+  loaded.appearance = settings.value(QStringLiteral("appearance"), defaults.appearance).toString();
+  if (loaded.appearance != QLatin1String("system") && loaded.appearance != QLatin1String("light") &&
+      loaded.appearance != QLatin1String("dark")) {
+    spdlog::warn("settings {}: appearance '{}' is none of system, light, dark; following the system",
+                 file_of(settings), loaded.appearance.toStdString());
+    loaded.appearance = defaults.appearance;
+  }
   const QString backend = settings.value(QStringLiteral("backend"), QStringLiteral("local")).toString();
   if (backend != QLatin1String("local") && backend != QLatin1String("remote"))
     spdlog::warn("settings {}: backend '{}' is neither local nor remote; using local", file_of(settings),
@@ -219,6 +226,7 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("snapshot_directory"), snapshot_directory);
   settings.setValue(QStringLiteral("font_point_size"), font_point_size);
   settings.setValue(QStringLiteral("export_directory"), export_directory);
+  settings.setValue(QStringLiteral("appearance"), appearance);
   settings.setValue(QStringLiteral("backend"), QString::fromLatin1(to_string(backend)));
   settings.setValue(QStringLiteral("remote_base_url"), remote_base_url);
   settings.setValue(QStringLiteral("remote_model"), remote_model);

@@ -57,6 +57,7 @@ struct ChatSettings {
   QString remote_api_key;
   int font_point_size = 0;        // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
   QString export_directory;       // where the last export was written; empty = none yet (not part of to_json)
+  QString appearance = QStringLiteral("system");  // "system", "light" or "dark" (not part of to_json)
   static constexpr int kMinFontPointSize = 6;
   static constexpr int kMaxFontPointSize = 48;
 

@@ -6,7 +6,10 @@
 #include <QChartView>
 #include <QFileDialog>
 #include <QHBoxLayout>
+#include <QEvent>
 #include <QLabel>
+#include <QLegend>
+#include <QPen>
 #include <QLineSeries>
 #include <QPushButton>
 #include <QValueAxis>
@@ -81,6 +84,30 @@ DecodeChartPanel::DecodeChartPanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(view_, 1);
   layout->addLayout(footer);
   setTimings(std::nullopt, std::nullopt);
+  follow_palette();
+}
+
+void DecodeChartPanel::changeEvent(QEvent* event) {
+  QWidget::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) follow_palette();
+}
+
+void DecodeChartPanel::follow_palette() {
+  // The chart's theme has its own fixed colours: its background and text take the window's palette
+  // instead, so that a dark appearance gets a dark chart with light text.
+  const QPalette colours = palette();
+  const QColor text = colours.color(QPalette::Text), lines = colours.color(QPalette::Mid);
+  chart_->setBackgroundBrush(colours.brush(QPalette::Base));
+  chart_->setBackgroundPen(QPen(lines));
+  chart_->setTitleBrush(text);
+  chart_->legend()->setLabelColor(text);
+  for (QValueAxis* axis : {x_axis_, y_axis_}) {
+    axis->setLabelsColor(text);
+    axis->setTitleBrush(text);
+    axis->setLinePenColor(lines);
+    axis->setGridLineColor(colours.color(QPalette::Midlight));
+  }
+  view_->setBackgroundBrush(colours.brush(QPalette::Base));
 }
 
 void DecodeChartPanel::fill(QLineSeries* series, const std::optional<kvchat::app::DecodeTimings>& timings,

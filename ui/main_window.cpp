@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <QAction>
+#include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
@@ -21,6 +22,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "ui/appearance.h"
 #include "ui/caches_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/decode_chart_panel.h"
@@ -86,6 +88,8 @@ class ListWidthItemDelegate : public QStyledItemDelegate {
 MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindow(parent), controller_(controller) {
   setObjectName("mainWindow");
   setWindowTitle("kvchat");
+  // Before any widget is built: the colours no palette role names are picked from the palette then.
+  apply_appearance(appearance_from_name(controller_->settings().appearance));
   confirm_ = [this](const QString& title, const QString& text) {
     return QMessageBox::question(this, title, text, QMessageBox::Yes | QMessageBox::No, QMessageBox::No) ==
            QMessageBox::Yes;
@@ -210,13 +214,13 @@ QWidget* MainWindow::build_chat_panel() {
                                  "(Esc cancels)."),
                               transient);
   editing_label_->setObjectName("editingLabel");
-  editing_label_->setStyleSheet("color: #8a6d00;");
+  editing_label_->setStyleSheet(QStringLiteral("color: %1;").arg(warning_text_colour().name()));
   editing_label_->setWordWrap(true);
   editing_label_->hide();
   transient_layout->addWidget(editing_label_);
   waiting_label_ = new QLabel(transient);
   waiting_label_->setObjectName("waitingLabel");
-  waiting_label_->setStyleSheet("color: #8a6d00;");
+  waiting_label_->setStyleSheet(QStringLiteral("color: %1;").arg(warning_text_colour().name()));
   waiting_label_->setWordWrap(true);
   waiting_label_->hide();
   transient_layout->addWidget(waiting_label_);
@@ -470,6 +474,25 @@ void MainWindow::build_view_menu() {
   chart->setObjectName("decodeChartAction");
   chart->setShortcut(QKeySequence(QStringLiteral("Ctrl+T")));
   view->addAction(chart);
+  view->addSeparator();
+  QMenu* appearance = view->addMenu(tr("&Appearance"));
+  auto* appearances = new QActionGroup(appearance);
+  const Appearance chosen = appearance_from_name(controller_->settings().appearance);
+  const std::pair<Appearance, QString> choices[] = {{Appearance::System, tr("Follow the &system")},
+                                                    {Appearance::Light, tr("&Light")},
+                                                    {Appearance::Dark, tr("&Dark")}};
+  for (const auto& [choice, label] : choices) {
+    QAction* action = appearance->addAction(label);
+    const QString name = appearance_name(choice);
+    action->setObjectName(QStringLiteral("appearance%1Action").arg(name.left(1).toUpper() + name.mid(1)));
+    action->setCheckable(true);
+    action->setChecked(choice == chosen);
+    appearances->addAction(action);
+    connect(action, &QAction::triggered, this, [this, choice = choice] {
+      apply_appearance(choice);
+      controller_->setAppearance(appearance_name(choice));
+    });
+  }
   view->addSeparator();
   const auto current_size = [this] { return chat_view_->font().pointSize(); };
   QAction* larger = view->addAction(tr("&Larger text"));

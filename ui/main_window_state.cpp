@@ -1,5 +1,6 @@
 // MainWindow, what it shows: the status bar, the conversation list, the transcript, the buttons' states and
 // the input box's drafts, each refreshed from the controller's queries.
+#include "ui/appearance.h"
 #include "ui/main_window.h"
 
 #include <QFileInfo>
@@ -314,7 +315,7 @@ void MainWindow::refresh_token_counter() {
                                     .arg(std::max(0, measure->context_limit - measure->prompt_tokens))
                                     .arg(measure->context_limit));
   } else {
-    token_counter_->setStyleSheet("color: #b00020; font-weight: bold;");
+    token_counter_->setStyleSheet(QStringLiteral("color: %1; font-weight: bold;").arg(error_text_colour().name()));
     token_counter_->setFullText(tr("%1 tokens: this message does not fit (the prompt would be %2 tokens, the "
                                    "context limit is %3). Shorten it or start a new chat.")
                                     .arg(measure->draft_tokens)

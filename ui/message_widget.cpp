@@ -1,5 +1,7 @@
+#include "ui/appearance.h"
 #include "ui/message_widget.h"
 
+#include <QApplication>
 #include <QClipboard>
 #include <QGuiApplication>
 #include <QHBoxLayout>
@@ -43,7 +45,9 @@ void MessageWidget::build_marker() {
   marker_label_->setObjectName("markerText");
   marker_label_->setAlignment(Qt::AlignCenter);
   marker_label_->setWordWrap(true);
-  marker_label_->setStyleSheet("color: #8a6d00; font-style: italic; border-top: 1px dashed #c9a400; padding-top: 4px;");
+  marker_label_->setStyleSheet(
+      QStringLiteral("color: %1; font-style: italic; border-top: 1px dashed %2; padding-top: 4px;")
+          .arg(warning_text_colour().name(), warning_border_colour(QApplication::palette()).name()));
   layout->addWidget(marker_label_);
 }
 
@@ -127,7 +131,7 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   cut_short_ = new QLabel(this);
   cut_short_->setObjectName("cutShortLabel");
   cut_short_->setWordWrap(true);
-  cut_short_->setStyleSheet("color: #8a6d00; font-size: 11px;");
+  cut_short_->setStyleSheet(QStringLiteral("color: %1; font-size: 11px;").arg(warning_text_colour().name()));
   cut_short_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   continue_button_ = new QPushButton(tr("Continue"), this);
   continue_button_->setObjectName("continueButton");
@@ -171,7 +175,8 @@ void MessageWidget::setRecord(const kvchat::app::MessageRecord& message) {
     const QString line = format_stored_stats(message.stats);
     stats_->setText(line);
     stats_->setVisible(!line.isEmpty());
-    stats_->setStyleSheet(failed_ ? "color: #b00020; font-weight: bold;" : "color: palette(mid); font-size: 11px;");
+    stats_->setStyleSheet(failed_ ? QStringLiteral("color: %1; font-weight: bold;").arg(error_text_colour().name())
+                                  : QStringLiteral("color: palette(mid); font-size: 11px;"));
   }
   streaming_ = !message.complete && streaming_;
   render();
@@ -250,7 +255,9 @@ void MessageWidget::render() {
     cut_short_->setText(note);
     cut_short_->setVisible(!note.isEmpty());
     // As visible as the max-tokens note, not only the faint stats line.
-    cut_short_->setStyleSheet(context_full ? "color: #8a6d00; font-weight: bold;" : "color: #8a6d00; font-size: 11px;");
+    const QString note_style = context_full ? QStringLiteral("color: %1; font-weight: bold;")
+                                            : QStringLiteral("color: %1; font-size: 11px;");
+    cut_short_->setStyleSheet(note_style.arg(warning_text_colour().name()));
     new_chat_button_->setVisible(context_full);
     drop_oldest_button_->setVisible(context_full && offers_drop_oldest_);
     if (streaming_) continue_button_->hide();

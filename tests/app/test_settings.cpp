@@ -70,6 +70,7 @@ void SettingsTest::save_load_round_trip() {
   saved.context_overflow = ContextOverflowPolicy::DropOldestTurns;
   saved.cache_budget_bytes = 6LL * 1024 * 1024 * 1024;
   saved.export_directory = QStringLiteral("/home/me/Chats, exported");
+  saved.appearance = QStringLiteral("dark");
   {
     QSettings ini(path, QSettings::IniFormat);
     saved.save(ini);
@@ -91,6 +92,7 @@ void SettingsTest::save_load_round_trip() {
   QCOMPARE(loaded.context_overflow, saved.context_overflow);
   QCOMPARE(loaded.cache_budget_bytes, saved.cache_budget_bytes);
   QCOMPARE(loaded.export_directory, saved.export_directory);
+  QCOMPARE(loaded.appearance, saved.appearance);
 }
 
 void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
@@ -109,7 +111,8 @@ void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
                "kv_cache_enabled=maybe\n"
                "context_overflow=explode\n"
                "cache_budget_bytes=-5\n"
-               "seed=not-a-seed\n");
+               "seed=not-a-seed\n"
+               "appearance=purple\n");
   }
   QSettings ini(path, QSettings::IniFormat);
   const ChatSettings loaded = ChatSettings::load(ini);
@@ -124,6 +127,7 @@ void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
   QCOMPARE(loaded.context_overflow, ContextOverflowPolicy::Stop);
   QCOMPARE(loaded.cache_budget_bytes, qint64(0));
   QCOMPARE(loaded.seed, quint64(0));
+  QCOMPARE(loaded.appearance, QStringLiteral("system"));
 }
 
 void SettingsTest::model_path_reads_the_old_model_directory_key() {

@@ -18,6 +18,8 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QGraphicsTextItem>
+#include <QLegend>
+#include <QValueAxis>
 #include <QInputDialog>
 #include <QLabel>
 #include <QListWidget>
@@ -37,6 +39,7 @@
 #include "app/conversation_store.h"
 #include "common/chat_fixture.h"
 #include "common/model_folder_copy.h"
+#include "ui/appearance.h"
 #include "ui/caches_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/code_block_widget.h"
@@ -98,6 +101,7 @@ class MainWindowUsabilityTest : public QObject {
   void quitting_mid_reply_is_labelled_as_such();
   void equal_titles_are_told_apart_by_date();
   void the_welcome_text_is_legible();
+  void the_dark_appearance_is_legible_and_kept();
 
  private:
   void open_window(const ChatSettings& settings);
@@ -118,6 +122,7 @@ class MainWindowUsabilityTest : public QObject {
 
 void MainWindowUsabilityTest::cleanup() {
   window_.reset();
+  kvchat::ui::apply_appearance(kvchat::ui::Appearance::System);  // the palette is the application's
   fixture_ = std::make_unique<kvchat::test::ChatFixture>();
 }
 
@@ -675,6 +680,80 @@ void MainWindowUsabilityTest::the_welcome_text_is_legible() {
   const QColor background = viewport->palette().color(viewport->backgroundRole());
   const double ratio = contrast(text, background);
   QVERIFY2(ratio >= 4.5, qPrintable(QStringLiteral("%1 on %2: %3").arg(text.name(), background.name()).arg(ratio)));
+}
+
+void MainWindowUsabilityTest::the_dark_appearance_is_legible_and_kept() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  type_and_send("Once upon a time");
+  QVERIFY(fixture_->waitIdle());
+  QAction* dark = window_->findChild<QAction*>("appearanceDarkAction");
+  QVERIFY(dark && !dark->isChecked());
+  QVERIFY(window_->findChild<QAction*>("appearanceSystemAction")->isChecked());
+  QVERIFY(!kvchat::ui::is_dark(QApplication::palette()));
+  dark->trigger();
+  QVERIFY(kvchat::ui::is_dark(QApplication::palette()));
+  QCOMPARE(controller()->settings().appearance, QStringLiteral("dark"));
+
+  // The next start opens dark.
+  window_.reset();
+  kvchat::ui::apply_appearance(kvchat::ui::Appearance::System);
+  QVERIFY(!kvchat::ui::is_dark(QApplication::palette()));
+  QVERIFY(fixture_->restart());
+  QCOMPARE(controller()->settings().appearance, QStringLiteral("dark"));
+  window_ = std::make_unique<MainWindow>(controller());
+  window_->show();
+  QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+  QVERIFY(window_->findChild<QAction*>("appearanceDarkAction")->isChecked());
+  QVERIFY(kvchat::ui::is_dark(QApplication::palette()));
+  window_->findChild<QAction*>("decodeChartAction")->trigger();
+  QCoreApplication::processEvents();
+
+  const auto legible = [](const QString& what, const QColor& text, const QColor& background) {
+    const double ratio = contrast(text, background);
+    if (ratio >= 4.5) return QString();
+    return QStringLiteral("%1: %2 on %3, contrast %4").arg(what, text.name(), background.name()).arg(ratio);
+  };
+  const QWidget* viewport = window_->chatView()->viewport();
+  const QColor transcript = viewport->palette().color(viewport->backgroundRole());
+  QVERIFY2(transcript.lightness() < 128, qPrintable(transcript.name()));
+  const auto messages = window_->chatView()->messageWidgets();
+  QVERIFY(!messages.isEmpty());
+  const auto prose = messages.back()->body()->proseViews();
+  QVERIFY(!prose.isEmpty());
+  QString failed = legible("reply text", prose.first()->palette().color(QPalette::Text), transcript);
+  QVERIFY2(failed.isEmpty(), qPrintable(failed));
+  // A code block, as a reply shows one, in the transcript.
+  auto* block = new kvchat::ui::CodeBlockWidget(window_->chatView()->widget());
+  block->setCode(QStringLiteral("int main() { return 0; }"), QStringLiteral("cpp"));
+  failed = legible("code", block->view()->palette().color(QPalette::Text), transcript);
+  QVERIFY2(failed.isEmpty(), qPrintable(failed));
+  auto* language = block->findChild<QLabel*>("codeLanguage");
+  language->ensurePolished();
+  failed = legible("code language", language->palette().color(language->foregroundRole()), transcript);
+  QVERIFY2(failed.isEmpty(), qPrintable(failed));
+  // A warning line (editing the last message) on the window's background.
+  auto* warning = window_->findChild<QLabel*>("editingLabel");
+  QVERIFY(warning);
+  warning->ensurePolished();
+  failed = legible("warning", warning->palette().color(warning->foregroundRole()),
+                   window_->palette().color(QPalette::Window));
+  QVERIFY2(failed.isEmpty(), qPrintable(failed));
+  // The chart: its title, axis labels and titles, and legend against its background.
+  QChart* chart = window_->decodeChart()->chart();
+  const QColor chart_background = chart->backgroundBrush().color();
+  QVERIFY2(chart_background.lightness() < 128, qPrintable(chart_background.name()));
+  failed = legible("chart title", chart->titleBrush().color(), chart_background);
+  QVERIFY2(failed.isEmpty(), qPrintable(failed));
+  failed = legible("chart legend", chart->legend()->labelColor(), chart_background);
+  QVERIFY2(failed.isEmpty(), qPrintable(failed));
+  const auto axes = chart->axes();
+  QCOMPARE(axes.size(), 2);
+  for (QAbstractAxis* axis : axes) {
+    failed = legible("axis labels", axis->labelsColor(), chart_background);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed));
+    failed = legible("axis title", axis->titleBrush().color(), chart_background);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed));
+  }
 }
 
 KVCHAT_TEST_MAIN(MainWindowUsabilityTest)
