@@ -18,6 +18,7 @@ class QLineEdit;
 class QPlainTextEdit;
 class QScrollArea;
 class QSpinBox;
+class QVBoxLayout;
 
 namespace kvchat::ui {
 
@@ -76,7 +77,7 @@ class SettingsDialog : public QDialog {
   QCheckBox* snapshots_ = nullptr;
   QSpinBox* snapshot_budget_mib_ = nullptr;
   QLineEdit* snapshot_directory_ = nullptr;
-  class QVBoxLayout* sections_ = nullptr;
+  QVBoxLayout* sections_ = nullptr;
   QList<QWidget*> local_only_;  // the fields (and their labels) only this computer's engine uses
   QLabel* local_only_hint_ = nullptr;
   QScrollArea* scroll_area_ = nullptr;  // everything but the buttons
