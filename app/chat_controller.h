@@ -144,6 +144,8 @@ class ChatController : public QObject {
   qint64 newConversation();
   void selectConversation(qint64 conversation_id);
   void renameConversation(qint64 conversation_id, const QString& title);
+  // Pinned chats are listed first (ConversationStore::conversations).
+  void setPinned(qint64 conversation_id, bool pinned);
   void deleteConversation(qint64 conversation_id);
   void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
   // Clears the conversation's cached state: its KV cache in memory and its snapshot on disk (its next

@@ -64,6 +64,15 @@ void ChatController::renameConversation(qint64 conversation_id, const QString& t
   }
 }
 
+void ChatController::setPinned(qint64 conversation_id, bool pinned) {
+  try {
+    store_->set_pinned(conversation_id, pinned);
+    Q_EMIT conversationsChanged();
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+}
+
 void ChatController::deleteConversation(qint64 conversation_id) {
   try {
     if (active_ && active_->conversation_id == conversation_id) {

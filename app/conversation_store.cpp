@@ -49,7 +49,8 @@ const char* const kSchema[] = {
     " system_prompt TEXT NOT NULL DEFAULT '',"
     " created_at INTEGER NOT NULL,"
     " updated_at INTEGER NOT NULL,"
-    " activity INTEGER NOT NULL DEFAULT 0)",
+    " activity INTEGER NOT NULL DEFAULT 0,"
+    " pinned INTEGER NOT NULL DEFAULT 0)",
     // AUTOINCREMENT: ids are never reused, so "this message and all after it" is simply id >= first.
     "CREATE TABLE IF NOT EXISTS messages ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -163,6 +164,7 @@ int check_schema_version(const QSqlDatabase& db, const QString& path) {
 // Version 1 -> 2: messages.backend, which backend answered a reply ('' for replies written before).
 // Version 2 -> 3: messages.token_ids and token_vocabulary, a reply's exact ids (none for replies written
 // before: their text is encoded, the same way every time).
+// Version 3 -> 4: conversations.pinned (no chat was pinned before).
 void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
   if (version >= ConversationStore::kSchemaVersion) return;
   WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema"));
@@ -170,6 +172,7 @@ void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
       {QStringLiteral("ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''")},
       {QStringLiteral("ALTER TABLE messages ADD COLUMN token_ids BLOB"),
        QStringLiteral("ALTER TABLE messages ADD COLUMN token_vocabulary INTEGER NOT NULL DEFAULT 0")},
+      {QStringLiteral("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0")},
   };
   for (int to = version + 1; to <= ConversationStore::kSchemaVersion; ++to) {
     for (const QString& statement : steps[to - 2])
@@ -248,6 +251,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
       if (!read_only) migrate_schema(db, database_path_, version);
       has_backend_column_ = !read_only || version >= 2;
       has_token_columns_ = !read_only || version >= 3;
+      has_pinned_column_ = !read_only || version >= 4;
       if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
         StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
                    QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
@@ -315,12 +319,16 @@ ConversationRecord conversation_from_row(const QSqlQuery& row) {
   record.created_at = from_ms(row.value(3).toLongLong());
   record.updated_at = from_ms(row.value(4).toLongLong());
   record.message_count = row.value(5).toInt();
+  record.pinned = row.value(6).toInt() != 0;
   return record;
 }
 
-const QString kConversationColumns = QStringLiteral(
-    "SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
-    " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) FROM conversations c");
+// An older file opened read-only lacks the pinned column.
+QString conversation_columns(bool has_pinned_column) {
+  return QStringLiteral("SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
+                        " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id), %1 FROM conversations c")
+      .arg(has_pinned_column ? QStringLiteral("c.pinned") : QStringLiteral("0"));
+}
 
 // An older file opened read-only lacks the newer columns.
 QString message_columns(bool has_backend_column, bool has_token_columns) {
@@ -422,6 +430,20 @@ void ConversationStore::set_system_prompt(qint64 conversation_id, const QString&
   transaction.commit();
 }
 
+void ConversationStore::set_pinned(qint64 conversation_id, bool pinned) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot %1 conversation %2")
+                              .arg(pinned ? QStringLiteral("pin") : QStringLiteral("unpin"))
+                              .arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  // Not an activity: pinning leaves the chat's place among the other pinned (or unpinned) chats as it was.
+  StoreQuery update(db, database_path_, purpose,
+                    QStringLiteral("UPDATE conversations SET pinned = :pinned WHERE id = :id"));
+  update.bind(QStringLiteral(":pinned"), pinned ? 1 : 0).bind(QStringLiteral(":id"), conversation_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  transaction.commit();
+}
+
 void ConversationStore::delete_conversation(qint64 conversation_id) {
   QSqlDatabase db = connection(connection_name_);
   const QString purpose = QStringLiteral("cannot delete conversation %1").arg(conversation_id);
@@ -440,7 +462,9 @@ void ConversationStore::delete_conversation(qint64 conversation_id) {
 QList<ConversationRecord> ConversationStore::conversations() const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot list conversations"),
-                   kConversationColumns + QStringLiteral(" ORDER BY c.activity DESC, c.updated_at DESC, c.id DESC"));
+                   conversation_columns(has_pinned_column_) +
+                       QStringLiteral(" ORDER BY %1c.activity DESC, c.updated_at DESC, c.id DESC")
+                           .arg(has_pinned_column_ ? QStringLiteral("c.pinned DESC, ") : QString()));
   QSqlQuery& rows = query.run();
   QList<ConversationRecord> records;
   while (rows.next()) records.append(conversation_from_row(rows));
@@ -450,7 +474,7 @@ QList<ConversationRecord> ConversationStore::conversations() const {
 std::optional<ConversationRecord> ConversationStore::conversation(qint64 conversation_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read conversation %1").arg(conversation_id),
-                   kConversationColumns + QStringLiteral(" WHERE c.id = :id"));
+                   conversation_columns(has_pinned_column_) + QStringLiteral(" WHERE c.id = :id"));
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
   if (!rows.next()) return std::nullopt;

@@ -30,6 +30,7 @@ struct ConversationRecord {
   QDateTime created_at;
   QDateTime updated_at;
   int message_count = 0;  // filled by conversations() and conversation()
+  bool pinned = false;     // listed before the chats that are not
 };
 
 struct MessageRecord {
@@ -79,7 +80,8 @@ class ConversationStore {
   void rename_conversation(qint64 conversation_id, const QString& title);
   void set_system_prompt(qint64 conversation_id, const QString& system_prompt);
   void delete_conversation(qint64 conversation_id);  // and its messages
-  QList<ConversationRecord> conversations() const;   // most recently updated first
+  void set_pinned(qint64 conversation_id, bool pinned);  // committed; does not count as an update
+  QList<ConversationRecord> conversations() const;   // pinned first, then most recently updated first
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;
 
   QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation
@@ -108,9 +110,9 @@ class ConversationStore {
   // known to be missing, and always for a sound file).
   QString missing_messages(qint64 conversation_id) const;
 
-  // 2: messages.backend. 3: messages.token_ids and token_vocabulary. Opening an older file for writing
-  // migrates it; a reader leaves it as it is.
-  static constexpr int kSchemaVersion = 3;
+  // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. Opening an
+  // older file for writing migrates it; a reader leaves it as it is.
+  static constexpr int kSchemaVersion = 4;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
@@ -120,6 +122,7 @@ class ConversationStore {
   QString connection_name_;
   bool has_backend_column_ = true;
   bool has_token_columns_ = true;
+  bool has_pinned_column_ = true;
 };
 
 }  // namespace kvchat::app

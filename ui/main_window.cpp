@@ -122,6 +122,7 @@ QWidget* MainWindow::build_sidebar() {
   connect(delete_button, &QPushButton::clicked, this, &MainWindow::delete_selected_conversation);
   connect(conversation_list_, &QListWidget::currentItemChanged, this, [this](QListWidgetItem* item) {
     if (item) controller_->selectConversation(item->data(Qt::UserRole).toLongLong());
+    refresh_pin_action();
   });
   connect(conversation_list_, &QListWidget::itemDoubleClicked, this, &MainWindow::rename_selected_conversation);
   return sidebar;

@@ -14,6 +14,7 @@
 
 #include "app/chat_controller.h"
 
+class QAction;
 class QDialog;
 class QDockWidget;
 class QFileDialog;
@@ -71,6 +72,9 @@ class MainWindow : public QMainWindow {
   ChatView* chatView() const { return chat_view_; }
   MessageInput* messageInput() const { return input_; }
   QListWidget* conversationList() const { return conversation_list_; }
+  // A chat list row's pinned flag (bool), and the marker its text starts with when pinned.
+  static constexpr int kPinnedRole = Qt::UserRole + 2;
+  static QString pinnedMarker() { return QStringLiteral("\u2605 "); }
   QLabel* speedLabel() const;
   QLabel* replyStatsLabel() const;
   QLabel* cacheLabel() const;
@@ -133,6 +137,8 @@ class MainWindow : public QMainWindow {
   void show_error_dialog(const QString& title, const QString& text, const QString& object_name);
   void rename_selected_conversation();
   void delete_selected_conversation();
+  void toggle_pin_of_selected_conversation();
+  void refresh_pin_action();  // "Pin" or "Unpin", as the selected chat is
   qint64 selected_conversation_id() const;
 
   kvchat::app::ChatController* controller_;
@@ -143,6 +149,7 @@ class MainWindow : public QMainWindow {
   qint64 speed_conversation_ = 0;  // the chat whose reply the speed field shows (0: none)
 
   QListWidget* conversation_list_ = nullptr;
+  QAction* pin_action_ = nullptr;
   ElidedLabel* title_label_ = nullptr;
   ChatView* chat_view_ = nullptr;
   MessageInput* input_ = nullptr;

@@ -209,6 +209,20 @@ void MainWindow::rename_selected_conversation() {
   if (ok) controller_->renameConversation(id, title);
 }
 
+void MainWindow::toggle_pin_of_selected_conversation() {
+  const qint64 id = selected_conversation_id();
+  if (id <= 0) return;
+  const auto record = controller_->conversation(id);
+  if (record) controller_->setPinned(id, !record->pinned);
+}
+
+void MainWindow::refresh_pin_action() {
+  if (!pin_action_) return;
+  const auto record = controller_->conversation(selected_conversation_id());
+  pin_action_->setEnabled(record.has_value());
+  pin_action_->setText(record && record->pinned ? tr("Un&pin the chat") : tr("&Pin the chat"));
+}
+
 void MainWindow::delete_selected_conversation() {
   const qint64 id = selected_conversation_id();
   if (id <= 0) return;

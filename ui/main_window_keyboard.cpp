@@ -106,12 +106,21 @@ void MainWindow::build_keyboard_actions(QMenu* chat) {
   rename->setObjectName("renameChatAction");
   rename->setShortcut(QKeySequence(Qt::Key_F2));
   connect(rename, &QAction::triggered, this, &MainWindow::rename_selected_conversation);
+  pin_action_ = chat->addAction(tr("&Pin the chat"));
+  pin_action_->setObjectName("pinChatAction");
+  pin_action_->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+P")));
+  connect(pin_action_, &QAction::triggered, this, &MainWindow::toggle_pin_of_selected_conversation);
   // Delete only from the chat list: in the message box the key deletes a character.
   QAction* remove = chat->addAction(tr("&Delete the chat\u2026"));
   remove->setObjectName("deleteChatAction");
   remove->setShortcut(QKeySequence(QKeySequence::Delete));
   remove->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+  // The chat list's context menu: the same actions as the Chat menu, for the chat under the pointer (a right
+  // click selects it first).
+  conversation_list_->addAction(rename);
+  conversation_list_->addAction(pin_action_);
   conversation_list_->addAction(remove);
+  conversation_list_->setContextMenuPolicy(Qt::ActionsContextMenu);
   connect(remove, &QAction::triggered, this, &MainWindow::delete_selected_conversation);
 
   // The window's own keys, actions too (not in a menu) so that the sheet lists them.

@@ -182,15 +182,19 @@ void MainWindow::refresh_conversations() {
     if (conversation.id == generating) state = tr("generating\u2026");
     else if (controller_->isQueued(conversation.id)) state = tr("waiting\u2026");
     if (!state.isEmpty()) text = QStringLiteral("%1 \u00b7 %2").arg(text, state);
+    // Pinned chats lead the list (the store orders them): the marker says why they stay there.
+    if (conversation.pinned) text = pinnedMarker() + text;
     auto* item = new QListWidgetItem(text, conversation_list_);
     item->setData(Qt::UserRole, conversation.id);
     QFont font = item->font();
     font.setItalic(!state.isEmpty());
     item->setFont(font);
+    item->setData(kPinnedRole, conversation.pinned);
     QString tooltip = tr("%1\n%2 messages, last active %3")
                           .arg(conversation.title)
                           .arg(conversation.message_count)
                           .arg(QLocale().toString(conversation.updated_at.toLocalTime(), QLocale::ShortFormat));
+    if (conversation.pinned) tooltip += tr("\nPinned: listed first");
     // Which chats hold a cache now, and how much (Chat > Caches in memory lists them all).
     if (held.contains(conversation.id))
       tooltip += tr("\nKV cache in memory: %1 tokens, %2")
@@ -206,6 +210,7 @@ void MainWindow::refresh_conversations() {
     }
   }
   if (current <= 0) title_label_->setFullText(tr("New chat"));
+  refresh_pin_action();
 }
 
 void MainWindow::reload_messages() {

@@ -76,6 +76,8 @@ class ConversationStoreTest : public QObject {
   void newer_schema_is_refused();
   void reply_token_ids_are_kept_with_their_text();
   void version_two_file_gains_the_token_columns();
+  void pinned_chats_are_listed_first_and_kept();
+  void version_three_file_gains_the_pinned_column();
   void refused_newer_schema_is_left_untouched();
   void damaged_file_is_refused_for_writing();
   void damaged_file_is_read_with_what_is_missing();
@@ -444,15 +446,89 @@ void ConversationStoreTest::version_two_file_gains_the_token_columns() {
   }
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_ids"));
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_vocabulary"));
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (2)"));
   QCOMPARE(ConversationStore(path, StoreOpenMode::ReadOnly).message(id)->text, QStringLiteral("old reply"));
   QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("2"));
   ConversationStore store(path);
-  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("3"));
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")),
+           QString::number(ConversationStore::kSchemaVersion));
   QVERIFY(store.message(id)->token_ids.empty());
   store.finish_message(id, "old reply", QJsonObject(), {3, 4}, 9);
   QCOMPARE(store.message(id)->token_ids, (std::vector<kvchat::TokenId>{3, 4}));
+}
+
+// Pinned chats come before the others, each group most recently updated first; pinning is kept across opens
+// and is not itself an update.
+void ConversationStoreTest::pinned_chats_are_listed_first_and_kept() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("pinned.sqlite3");
+  qint64 first = 0, second = 0, third = 0;
+  {
+    ConversationStore store(path);
+    first = store.create_conversation("First");
+    second = store.create_conversation("Second");
+    third = store.create_conversation("Third");
+    QVERIFY(!store.conversation(first)->pinned);
+    store.set_pinned(first, true);
+    const auto ids = [&] {
+      QList<qint64> list;
+      for (const ConversationRecord& record : store.conversations()) list << record.id;
+      return list;
+    };
+    QCOMPARE(ids(), (QList<qint64>{first, third, second}));
+    QVERIFY(store.conversation(first)->pinned);
+    QVERIFY(!store.conversation(third)->pinned);
+    store.set_pinned(second, true);
+    QCOMPARE(ids(), (QList<qint64>{second, first, third}));
+    store.rename_conversation(first, "First, renamed");  // an update: first among the pinned
+    QCOMPARE(ids(), (QList<qint64>{first, second, third}));
+    store.set_pinned(first, false);
+    QCOMPARE(ids(), (QList<qint64>{second, first, third}));
+    const QString message = store_error_of([&] { store.set_pinned(third + 100, true); });
+    QCOMPARE(message, QStringLiteral("conversation store %1: no conversation %2").arg(store.path()).arg(third + 100));
+  }
+  ConversationStore reader(path, StoreOpenMode::ReadOnly);
+  QVERIFY(reader.conversation(second)->pinned);
+  QVERIFY(!reader.conversation(first)->pinned);
+  QCOMPARE(reader.conversations().first().id, second);
+}
+
+// A version-3 file (no pinned column): a reader lists it unpinned without changing it, a writer migrates it
+// and its chats keep their order and messages.
+void ConversationStoreTest::version_three_file_gains_the_pinned_column() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("v3.sqlite3");
+  qint64 older = 0, newer = 0;
+  {
+    ConversationStore store(path);
+    older = store.create_conversation("Older");
+    newer = store.create_conversation("Newer");
+    MessageRecord message;
+    message.conversation_id = older;
+    message.role = "user";
+    message.text = "kept";
+    store.add_message(message);  // now the most recent
+  }
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
+  raw_query(path, QStringLiteral("DELETE FROM schema_version"));
+  raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (3)"));
+  {
+    ConversationStore reader(path, StoreOpenMode::ReadOnly);
+    QCOMPARE(reader.conversations().size(), 2);
+    QCOMPARE(reader.conversations()[0].id, older);
+    QVERIFY(!reader.conversations()[0].pinned);
+    QVERIFY(!reader.conversation(newer)->pinned);
+  }
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("3"));
+  ConversationStore store(path);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("4"));
+  QCOMPARE(store.conversations()[0].id, older);
+  QCOMPARE(store.messages(older)[0].text, QStringLiteral("kept"));
+  store.set_pinned(newer, true);
+  QCOMPARE(store.conversations()[0].id, newer);
+  QVERIFY(store.conversations()[0].pinned);
 }
 
 // A file refused for its schema is refused before anything is written to it: its journal mode included.

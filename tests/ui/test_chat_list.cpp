@@ -1,0 +1,125 @@
+// The chat list's own commands, offscreen over stories260K: pinned chats lead the list with a marker, from the
+// Chat menu or the list's context menu, and the shortcuts sheet lists the key.
+#include <QtTest>
+#include "common/test_suite.h"
+
+#include <QAction>
+#include <QListWidget>
+#include <QTableWidget>
+
+#include "app/conversation_store.h"
+#include "common/chat_fixture.h"
+#include "ui/main_window.h"
+
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_chat_list {
+
+using kvchat::app::ChatController;
+using kvchat::app::ConversationStore;
+using kvchat::app::MessageRecord;
+using kvchat::ui::MainWindow;
+
+class ChatListTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void cleanup();
+  void pinned_chats_lead_the_list_with_a_marker();
+
+ private:
+  // Chats saved before the window opens, oldest first, each with one user message.
+  QList<qint64> save_chats(const QStringList& titles);
+  void open_window();
+  QStringList list_texts() const;
+  ChatController* controller() const { return fixture_->controller(); }
+
+  std::unique_ptr<kvchat::test::ChatFixture> fixture_ = std::make_unique<kvchat::test::ChatFixture>();
+  std::unique_ptr<MainWindow> window_;
+};
+
+void ChatListTest::cleanup() {
+  window_.reset();
+  fixture_ = std::make_unique<kvchat::test::ChatFixture>();
+}
+
+QList<qint64> ChatListTest::save_chats(const QStringList& titles) {
+  ConversationStore store(fixture_->databasePath());
+  QList<qint64> ids;
+  for (const QString& title : titles) {
+    MessageRecord message;
+    message.conversation_id = store.create_conversation(title);
+    message.role = QStringLiteral("user");
+    message.text = QStringLiteral("About ") + title;
+    store.add_message(message);
+    ids << message.conversation_id;
+  }
+  return ids;
+}
+
+void ChatListTest::open_window() {
+  QVERIFY(fixture_->open(kvchat::test::greedy_chat_settings()));
+  window_ = std::make_unique<MainWindow>(controller());
+  window_->show();
+  QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+}
+
+QStringList ChatListTest::list_texts() const {
+  QStringList texts;
+  for (int row = 0; row < window_->conversationList()->count(); ++row)
+    texts << window_->conversationList()->item(row)->text();
+  return texts;
+}
+
+void ChatListTest::pinned_chats_lead_the_list_with_a_marker() {
+  const QList<qint64> ids = save_chats({QStringLiteral("Apples"), QStringLiteral("Bees"), QStringLiteral("Clouds")});
+  open_window();
+  if (QTest::currentTestFailed()) return;
+  QListWidget* list = window_->conversationList();
+  QCOMPARE(list_texts(), (QStringList{"Clouds", "Bees", "Apples"}));
+
+  auto* pin = window_->findChild<QAction*>(QStringLiteral("pinChatAction"));
+  QVERIFY(pin);
+  QCOMPARE(pin->shortcut(), QKeySequence(QStringLiteral("Ctrl+Shift+P")));
+  // In the list's context menu too.
+  QCOMPARE(list->contextMenuPolicy(), Qt::ActionsContextMenu);
+  QVERIFY(list->actions().contains(pin));
+
+  list->setCurrentRow(2);  // Apples, the oldest
+  QCOMPARE(controller()->currentConversationId(), ids[0]);
+  QCOMPARE(pin->text(), QStringLiteral("&Pin the chat"));
+  pin->trigger();
+  const QString marker = MainWindow::pinnedMarker();
+  QCOMPARE(list_texts(), (QStringList{marker + "Apples", "Clouds", "Bees"}));
+  QCOMPARE(list->item(0)->data(MainWindow::kPinnedRole).toBool(), true);
+  QCOMPARE(list->item(1)->data(MainWindow::kPinnedRole).toBool(), false);
+  QCOMPARE(list->currentRow(), 0);  // still the selected chat
+  QCOMPARE(pin->text(), QStringLiteral("Un&pin the chat"));
+  QVERIFY(controller()->conversation(ids[0])->pinned);
+
+  list->setCurrentRow(2);  // Bees
+  QCOMPARE(pin->text(), QStringLiteral("&Pin the chat"));
+  pin->trigger();
+  // Among the pinned, the most recently updated first, as among the others.
+  QCOMPARE(list_texts(), (QStringList{marker + "Bees", marker + "Apples", "Clouds"}));
+
+  // The sheet lists the key, read from the action.
+  QDialog* sheet = window_->openShortcutsSheet();
+  auto* table = sheet->findChild<QTableWidget*>(QStringLiteral("shortcutsTable"));
+  QVERIFY(table);
+  QStringList pin_keys;
+  for (int row = 0; row < table->rowCount(); ++row)
+    if (table->item(row, 1)->text().startsWith(QStringLiteral("Unpin the chat"))) pin_keys << table->item(row, 2)->text();
+  QCOMPARE(pin_keys, (QStringList{QKeySequence(QStringLiteral("Ctrl+Shift+P")).toString(QKeySequence::NativeText)}));
+  sheet->close();
+
+  list->setCurrentRow(1);  // Apples
+  pin->trigger();  // unpinned: back among the others, in its place by date
+  QCOMPARE(list_texts(), (QStringList{marker + "Bees", "Clouds", "Apples"}));
+  QVERIFY(!controller()->conversation(ids[0])->pinned);
+}
+
+KVCHAT_TEST_MAIN(ChatListTest)
+
+}  // namespace ui_test_chat_list
+
+#include "test_chat_list.moc"
