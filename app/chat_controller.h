@@ -147,6 +147,14 @@ class ChatController : public QObject {
   // Pinned chats are listed first (ConversationStore::conversations).
   void setPinned(qint64 conversation_id, bool pinned);
   void deleteConversation(qint64 conversation_id);
+  // A copy of the chat, messages and all (ConversationStore::duplicate_conversation), selected. 0 (and
+  // errorOccurred) when it cannot be copied.
+  qint64 duplicateConversation(qint64 conversation_id);
+  // Deletes one message of the current chat: a user message with the replies to it (every alternative), or a
+  // single reply (when it was the one shown, the newest remaining alternative is shown instead). Not while the
+  // chat generates or waits to. The chat's KV cache needs no other care: the next prompt is encoded from what
+  // remains, and the session keeps only the prefix it shares with that prompt (as after an edit).
+  bool deleteMessage(qint64 message_id);
   void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
   // Clears the conversation's cached state: its KV cache in memory and its snapshot on disk (its next
   // turn prefills the chat again). Not while it is generating.

@@ -1,5 +1,6 @@
 #include "app/conversation_store.h"
 #include "app/store_sql.h"
+#include "app/chat_history.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,6 +8,7 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <QHash>
 #include <QJsonDocument>
 #include <QSqlDatabase>
 #include <QSqlError>
@@ -612,6 +614,72 @@ void ConversationStore::delete_messages_from(qint64 conversation_id, qint64 firs
       .run();
   touch_conversation(db, database_path_, conversation_id);
   transaction.commit();
+}
+
+void ConversationStore::delete_messages(qint64 conversation_id, const QList<qint64>& message_ids) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot delete messages of conversation %1").arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  for (const qint64 message_id : message_ids) {
+    StoreQuery remove(db, database_path_, purpose,
+                      QStringLiteral("DELETE FROM messages WHERE id = :id AND conversation_id = :conversation_id"));
+    remove.bind(QStringLiteral(":id"), message_id).bind(QStringLiteral(":conversation_id"), conversation_id);
+    require_rows_affected(remove.run(), database_path_,
+                          QStringLiteral("no message %1 in conversation %2").arg(message_id).arg(conversation_id));
+  }
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+}
+
+qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
+  const std::optional<ConversationRecord> original = conversation(conversation_id);
+  if (!original) fail(database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  const QList<MessageRecord> originals = messages(conversation_id);
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot copy conversation %1").arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  const qint64 now = now_ms();
+  StoreQuery insert(db, database_path_, purpose,
+                    QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity)"
+                                   " VALUES (:title, :system_prompt, :now, :now, :activity)"));
+  insert.bind(QStringLiteral(":title"), original->title + QStringLiteral(" (copy)"))
+      .bind(QStringLiteral(":system_prompt"), non_null(original->system_prompt))
+      .bind(QStringLiteral(":now"), now)
+      .bind(QStringLiteral(":activity"), next_activity(db, database_path_));
+  const qint64 copy_id = insert.run().lastInsertId().toLongLong();
+  // Ids are never reused, so the copies keep their originals' order; a marker's context start is a message
+  // id, mapped to its copy once every copy has one.
+  QHash<qint64, qint64> copy_of;
+  for (const MessageRecord& message : originals) {
+    StoreQuery copy(db, database_path_, purpose,
+                    QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, model, backend,"
+                                   " settings, stats, complete, token_ids, token_vocabulary)"
+                                   " SELECT :copy_id, role, text, created_at, model, backend, settings, stats,"
+                                   " complete, token_ids, token_vocabulary FROM messages WHERE id = :id"));
+    copy.bind(QStringLiteral(":copy_id"), copy_id).bind(QStringLiteral(":id"), message.id);
+    copy_of.insert(message.id, copy.run().lastInsertId().toLongLong());
+  }
+  for (const MessageRecord& message : originals) {
+    if (message.role != QLatin1String("marker") || !message.settings.contains(QLatin1String(kMarkerContextStartKey)))
+      continue;
+    const qint64 start = message.settings.value(QLatin1String(kMarkerContextStartKey)).toInteger();
+    QJsonObject settings = message.settings;
+    // A start the chat no longer holds (its message deleted): the first copied message after it.
+    qint64 mapped = 0;
+    for (const MessageRecord& later : originals)
+      if (later.id >= start) {
+        mapped = copy_of.value(later.id);
+        break;
+      }
+    settings.insert(QLatin1String(kMarkerContextStartKey), mapped > 0 ? mapped : copy_of.value(message.id));
+    StoreQuery(db, database_path_, purpose, QStringLiteral("UPDATE messages SET settings = :settings WHERE id = :id"))
+        .bind(QStringLiteral(":settings"), json_text(settings))
+        .bind(QStringLiteral(":id"), copy_of.value(message.id))
+        .run();
+  }
+  transaction.commit();
+  spdlog::debug("conversation store: copied conversation {} to {}", conversation_id, copy_id);
+  return copy_id;
 }
 
 void ConversationStore::set_message_settings(qint64 message_id, const QJsonObject& settings) {

@@ -94,6 +94,13 @@ class ConversationStore {
   void finish_message(qint64 message_id, const QString& text, const QJsonObject& stats,
                       const std::vector<kvchat::TokenId>& token_ids = {}, quint64 token_vocabulary = 0);
   void delete_messages_from(qint64 conversation_id, qint64 first_message_id);  // that message and all after it
+  // Deletes exactly these messages, in one transaction: every id must be a message of the conversation, else
+  // a StoreError and nothing is deleted.
+  void delete_messages(qint64 conversation_id, const QList<qint64>& message_ids);
+  // A new conversation holding a copy of this one: its title followed by " (copy)", its system prompt, and
+  // every message with all its columns (text, times, model, settings, stats, token ids). A context-cut marker
+  // points at the copy of the message it pointed at. Not pinned. Returns the copy's id.
+  qint64 duplicate_conversation(qint64 conversation_id);
   // Records which backend and model answered a reply (a remote turn learns the model from the server).
   void set_message_origin(qint64 message_id, const QString& backend, const QString& model);
   // Replaces a message's settings object (e.g. which of a reply's alternatives is shown), committed.

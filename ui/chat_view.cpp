@@ -80,6 +80,7 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
       }
     }
     connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
+    connect(widget, &MessageWidget::deleteRequested, this, &ChatView::deleteMessageRequested);
     connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
     connect(widget, &MessageWidget::newChatRequested, this, &ChatView::newChatRequested);
     connect(widget, &MessageWidget::dropOldestTurnsRequested, this, &ChatView::dropOldestTurnsRequested);

@@ -40,6 +40,7 @@ class ChatView : public QScrollArea {
 
  Q_SIGNALS:
   void continueRequested(qint64 message_id);
+  void deleteMessageRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
   void newChatRequested();
   void dropOldestTurnsRequested();

@@ -153,6 +153,7 @@ QWidget* MainWindow::build_chat_panel() {
   chat_layout->addWidget(chat_view_, 1);
   connect(chat_view_, &ChatView::continueRequested, controller_, [this] { controller_->continueReply(); });
   connect(chat_view_, &ChatView::alternativeRequested, controller_, &ChatController::showAlternative);
+  connect(chat_view_, &ChatView::deleteMessageRequested, this, &MainWindow::delete_message);
   // A reply stopped by the context limit: its two ways out.
   connect(chat_view_, &ChatView::newChatRequested, this, &MainWindow::start_new_conversation);
   connect(chat_view_, &ChatView::dropOldestTurnsRequested, this, [this] {

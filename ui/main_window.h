@@ -138,6 +138,8 @@ class MainWindow : public QMainWindow {
   void rename_selected_conversation();
   void delete_selected_conversation();
   void toggle_pin_of_selected_conversation();
+  void duplicate_selected_conversation();
+  void delete_message(qint64 message_id);  // asks first
   void refresh_pin_action();  // "Pin" or "Unpin", as the selected chat is
   qint64 selected_conversation_id() const;
 

@@ -110,6 +110,10 @@ void MainWindow::build_keyboard_actions(QMenu* chat) {
   pin_action_->setObjectName("pinChatAction");
   pin_action_->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+P")));
   connect(pin_action_, &QAction::triggered, this, &MainWindow::toggle_pin_of_selected_conversation);
+  QAction* duplicate = chat->addAction(tr("D&uplicate the chat"));
+  duplicate->setObjectName("duplicateChatAction");
+  duplicate->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+D")));
+  connect(duplicate, &QAction::triggered, this, &MainWindow::duplicate_selected_conversation);
   // Delete only from the chat list: in the message box the key deletes a character.
   QAction* remove = chat->addAction(tr("&Delete the chat\u2026"));
   remove->setObjectName("deleteChatAction");
@@ -119,6 +123,7 @@ void MainWindow::build_keyboard_actions(QMenu* chat) {
   // click selects it first).
   conversation_list_->addAction(rename);
   conversation_list_->addAction(pin_action_);
+  conversation_list_->addAction(duplicate);
   conversation_list_->addAction(remove);
   conversation_list_->setContextMenuPolicy(Qt::ActionsContextMenu);
   connect(remove, &QAction::triggered, this, &MainWindow::delete_selected_conversation);

@@ -8,6 +8,7 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include "app/chat_history.h"
 #include "app/conversation_store.h"
 #include "app/settings.h"
 #include "app/stats_json.h"
@@ -78,6 +79,8 @@ class ConversationStoreTest : public QObject {
   void version_two_file_gains_the_token_columns();
   void pinned_chats_are_listed_first_and_kept();
   void version_three_file_gains_the_pinned_column();
+  void a_copied_chat_holds_every_field_of_every_message();
+  void deleting_chosen_messages_is_all_or_nothing();
   void refused_newer_schema_is_left_untouched();
   void damaged_file_is_refused_for_writing();
   void damaged_file_is_read_with_what_is_missing();
@@ -529,6 +532,100 @@ void ConversationStoreTest::version_three_file_gains_the_pinned_column() {
   store.set_pinned(newer, true);
   QCOMPARE(store.conversations()[0].id, newer);
   QVERIFY(store.conversations()[0].pinned);
+}
+
+// A copy holds each message with every column as the original's (only its id and conversation differ), in the
+// same order; a context-cut marker points at the copy of its message; the original is left as it was.
+void ConversationStoreTest::a_copied_chat_holds_every_field_of_every_message() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("copy.sqlite3"));
+  const qint64 original = store.create_conversation(QStringLiteral("Trip to Zürich"), QStringLiteral("Be brief."));
+  store.set_pinned(original, true);
+  const auto add = [&](const QString& role, const QString& text) {
+    MessageRecord message;
+    message.conversation_id = original;
+    message.role = role;
+    message.text = text;
+    return store.add_message(message);
+  };
+  add(QStringLiteral("user"), QStringLiteral("First question"));
+  const qint64 reply = add(QStringLiteral("assistant"), QString());
+  store.finish_message(reply, QStringLiteral("First answer"), QJsonObject{{"generated_tokens", 3}, {"decode_ms", 1.5}},
+                       {5, 128000, -7}, 0xABCDEF0123ull);
+  store.set_message_origin(reply, QStringLiteral("http://127.0.0.1:8080"), QStringLiteral("stories260K"));
+  store.set_message_settings(reply, QJsonObject{{"temperature", 0.0}, {"hidden_alternative", true}});
+  const qint64 kept = add(QStringLiteral("user"), QStringLiteral("Second question, ünïcode"));
+  MessageRecord marker = kvchat::app::context_cut_marker(original, kept, 2, 128);
+  store.add_message(marker);
+  MessageRecord streaming;
+  streaming.conversation_id = original;
+  streaming.role = QStringLiteral("assistant");
+  streaming.text = QStringLiteral("cut sh");
+  streaming.complete = false;
+  streaming.created_at = QDateTime::fromMSecsSinceEpoch(1234567, Qt::UTC);
+  store.add_message(streaming);
+  const QList<MessageRecord> before = store.messages(original);
+
+  const qint64 copy = store.duplicate_conversation(original);
+  QVERIFY(copy != original);
+  QCOMPARE(store.conversation(copy)->title, QStringLiteral("Trip to Zürich (copy)"));
+  QCOMPARE(store.conversation(copy)->system_prompt, QStringLiteral("Be brief."));
+  QVERIFY(!store.conversation(copy)->pinned);
+  const QList<MessageRecord> copies = store.messages(copy);
+  QCOMPARE(copies.size(), before.size());
+  for (int i = 0; i < before.size(); ++i) {
+    const MessageRecord& a = before[i];
+    const MessageRecord& b = copies[i];
+    QVERIFY(b.id != a.id);
+    QCOMPARE(b.conversation_id, copy);
+    QCOMPARE(b.role, a.role);
+    QCOMPARE(b.text, a.text);
+    QCOMPARE(b.created_at, a.created_at);
+    QCOMPARE(b.model, a.model);
+    QCOMPARE(b.backend, a.backend);
+    QCOMPARE(b.stats, a.stats);
+    QCOMPARE(b.complete, a.complete);
+    QCOMPARE(b.token_ids, a.token_ids);
+    QCOMPARE(b.token_vocabulary, a.token_vocabulary);
+    if (a.role == QLatin1String("marker"))
+      QCOMPARE(b.settings.value(kvchat::app::kMarkerContextStartKey).toInteger(), copies[2].id);
+    else
+      QCOMPARE(b.settings, a.settings);
+  }
+  QCOMPARE(copies[1].token_ids, (std::vector<kvchat::TokenId>{5, 128000, -7}));
+  QCOMPARE(copies[1].backend, QStringLiteral("http://127.0.0.1:8080"));
+  QVERIFY(!copies[4].complete);
+  // The model sees the same messages in the copy.
+  QCOMPARE(kvchat::app::messages_in_context(copies).size(), kvchat::app::messages_in_context(before).size());
+  const QList<MessageRecord> after = store.messages(original);
+  QCOMPARE(after.size(), before.size());
+  for (int i = 0; i < before.size(); ++i) QCOMPARE(after[i].settings, before[i].settings);
+  QCOMPARE(store_error_of([&] { store.duplicate_conversation(copy + 100); }),
+           QStringLiteral("conversation store %1: no conversation %2").arg(store.path()).arg(copy + 100));
+}
+
+// delete_messages removes exactly the ids given; an id of another chat (or none) refuses the whole call.
+void ConversationStoreTest::deleting_chosen_messages_is_all_or_nothing() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("delete.sqlite3"));
+  const qint64 chat = store.create_conversation(QStringLiteral("Chat"));
+  const qint64 other = store.create_conversation(QStringLiteral("Other"));
+  QList<qint64> ids;
+  for (int i = 0; i < 4; ++i) {
+    MessageRecord message;
+    message.conversation_id = i == 3 ? other : chat;
+    message.role = i % 2 ? QStringLiteral("assistant") : QStringLiteral("user");
+    message.text = QString::number(i);
+    ids << store.add_message(message);
+  }
+  const QString message = store_error_of([&] { store.delete_messages(chat, {ids[1], ids[3]}); });
+  QCOMPARE(message, QStringLiteral("conversation store %1: no message %2 in conversation %3")
+                        .arg(store.path()).arg(ids[3]).arg(chat));
+  QCOMPARE(store.messages(chat).size(), 3);
+  store.delete_messages(chat, {ids[0], ids[1]});
+  QCOMPARE(store.messages(chat).size(), 1);
+  QCOMPARE(store.messages(chat)[0].id, ids[2]);
+  QCOMPARE(store.messages(other).size(), 1);
 }
 
 // A file refused for its schema is refused before anything is written to it: its journal mode included.

@@ -4,12 +4,15 @@
 #include "common/test_suite.h"
 
 #include <QAction>
+#include <QToolButton>
 #include <QListWidget>
 #include <QTableWidget>
 
 #include "app/conversation_store.h"
 #include "common/chat_fixture.h"
+#include "ui/chat_view.h"
 #include "ui/main_window.h"
+#include "ui/message_widget.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace ui_test_chat_list {
@@ -18,6 +21,7 @@ using kvchat::app::ChatController;
 using kvchat::app::ConversationStore;
 using kvchat::app::MessageRecord;
 using kvchat::ui::MainWindow;
+using kvchat::ui::MessageWidget;
 
 class ChatListTest : public QObject {
   Q_OBJECT
@@ -25,6 +29,7 @@ class ChatListTest : public QObject {
  private Q_SLOTS:
   void cleanup();
   void pinned_chats_lead_the_list_with_a_marker();
+  void a_chat_is_duplicated_and_a_message_deleted();
 
  private:
   // Chats saved before the window opens, oldest first, each with one user message.
@@ -116,6 +121,44 @@ void ChatListTest::pinned_chats_lead_the_list_with_a_marker() {
   pin->trigger();  // unpinned: back among the others, in its place by date
   QCOMPARE(list_texts(), (QStringList{marker + "Bees", "Clouds", "Apples"}));
   QVERIFY(!controller()->conversation(ids[0])->pinned);
+}
+
+// Chat > Duplicate the chat (also in the list's context menu) selects the copy; a message's Delete button,
+// once confirmed, deletes it and its replies from that chat only.
+void ChatListTest::a_chat_is_duplicated_and_a_message_deleted() {
+  const QList<qint64> ids = save_chats({QStringLiteral("Apples"), QStringLiteral("Bees")});
+  open_window();
+  if (QTest::currentTestFailed()) return;
+  QListWidget* list = window_->conversationList();
+  list->setCurrentRow(1);  // Apples
+  auto* duplicate = window_->findChild<QAction*>(QStringLiteral("duplicateChatAction"));
+  QVERIFY(duplicate);
+  QVERIFY(list->actions().contains(duplicate));
+  duplicate->trigger();
+  QCOMPARE(list_texts(), (QStringList{"Apples (copy)", "Bees", "Apples"}));
+  QCOMPARE(list->currentRow(), 0);
+  const qint64 copy = controller()->currentConversationId();
+  QVERIFY(copy != ids[0]);
+  QCOMPARE(controller()->currentMessages().size(), 1);
+  QCOMPARE(controller()->currentMessages()[0].text, QStringLiteral("About Apples"));
+
+  QStringList asked;
+  bool answer = false;
+  window_->setConfirmHandler([&](const QString&, const QString& text) {
+    asked << text;
+    return answer;
+  });
+  QList<MessageWidget*> widgets = window_->chatView()->messageWidgets();
+  QCOMPARE(widgets.size(), 1);
+  QVERIFY(widgets[0]->deleteButton());
+  widgets[0]->deleteButton()->click();  // declined: nothing changes
+  QCOMPARE(asked.size(), 1);
+  QCOMPARE(controller()->currentMessages().size(), 1);
+  answer = true;
+  window_->chatView()->messageWidgets()[0]->deleteButton()->click();
+  QCOMPARE(asked.size(), 2);
+  QVERIFY(controller()->currentMessages().isEmpty());
+  QCOMPARE(controller()->conversation(ids[0])->message_count, 1);  // the original keeps its message
 }
 
 KVCHAT_TEST_MAIN(ChatListTest)
