@@ -95,6 +95,8 @@ class ChatController : public QObject {
   qint64 currentConversationId() const { return current_conversation_; }
   QList<ConversationRecord> conversations() const;
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;  // nullopt: no such conversation
+  // The chats holding every word of `query` (ConversationStore::search); none (and errorOccurred) on failure.
+  QList<SearchHit> searchConversations(const QString& query);
   QList<MessageRecord> currentMessages() const;
   // The chat messages the engine gets for a conversation: its system prompt, then every user/assistant
   // message after the last context cut (markers and empty replies left out).

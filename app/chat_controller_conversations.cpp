@@ -18,6 +18,15 @@ std::optional<ConversationRecord> ChatController::conversation(qint64 conversati
   return store_->conversation(conversation_id);
 }
 
+QList<SearchHit> ChatController::searchConversations(const QString& query) {
+  try {
+    return store_->search(query);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return {};
+  }
+}
+
 QList<MessageRecord> ChatController::currentMessages() const {
   if (current_conversation_ == 0) return {};
   return store_->messages(current_conversation_);

@@ -4,12 +4,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 
 #include <QDir>
 #include <QFileInfo>
 #include <QHash>
 #include <QJsonDocument>
+#include <QRegularExpression>
 #include <QSqlDatabase>
 #include <QSqlError>
 #include <QSqlQuery>
@@ -71,6 +74,41 @@ const char* const kSchema[] = {
     "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id)",
 };
 
+// The messages' full-text index (FTS5, an external-content table: the text is stored once, in messages),
+// kept in step with every insert, edit and delete by triggers. Words are Unicode words, case and accents
+// folded (unicode61). Debian's SQLite has FTS5; a build without it gets no index (the CREATE fails with "no
+// such module") and search() falls back to comparing the text itself.
+const char* const kSearchIndexSchema[] = {
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(text, content='messages', content_rowid='id',"
+    " tokenize='unicode61 remove_diacritics 2')",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN"
+    " INSERT INTO messages_fts (rowid, text) VALUES (new.id, new.text); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN"
+    " INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', old.id, old.text); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE OF text ON messages BEGIN"
+    " INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', old.id, old.text);"
+    " INSERT INTO messages_fts (rowid, text) VALUES (new.id, new.text); END",
+};
+
+// Creates the index (inside the caller's transaction), filled from the messages already there. False when
+// this SQLite has no FTS5.
+bool create_search_index(const QSqlDatabase& db, const QString& path) {
+  QSqlQuery probe(db);
+  if (!probe.exec(QString::fromLatin1(kSearchIndexSchema[0]))) {
+    spdlog::warn("conversation store {}: no full-text index ({}); search compares the text instead",
+                 path.toStdString(), store_sql::sqlite_message(probe.lastError()).toStdString());
+    return false;
+  }
+  for (std::size_t i = 1; i < std::size(kSearchIndexSchema); ++i)
+    store_sql::StoreQuery(db, path, QStringLiteral("cannot create the search index"),
+                          QString::fromLatin1(kSearchIndexSchema[i]))
+        .run();
+  store_sql::StoreQuery(db, path, QStringLiteral("cannot fill the search index"),
+                        QStringLiteral("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')"))
+      .run();
+  return true;
+}
+
 QJsonObject parse_json_column(const QString& path, qint64 message_id, const char* column, const QString& text) {
   if (text.isEmpty()) return {};
   QJsonParseError error{};
@@ -124,11 +162,17 @@ DatabaseIdentity identify_database(const QSqlDatabase& db, const QString& path) 
                              .arg(tables.isEmpty() ? QStringLiteral("none") : tables.mid(0, 8).join(QStringLiteral(", ")));
   const QStringList kvchat_tables = {QStringLiteral("conversations"), QStringLiteral("messages"),
                                      QStringLiteral("schema_version")};
+  // The same with the search index's own tables (a file of this version whose id was cleared).
+  const QStringList kvchat_tables_with_search_index = {
+      QStringLiteral("conversations"),        QStringLiteral("messages"),
+      QStringLiteral("messages_fts"),         QStringLiteral("messages_fts_config"),
+      QStringLiteral("messages_fts_data"),    QStringLiteral("messages_fts_docsize"),
+      QStringLiteral("messages_fts_idx"),     QStringLiteral("schema_version")};
   if (application_id == kApplicationId)
     identity.owner = DatabaseOwner::Kvchat;
   else if (application_id == 0 && tables.isEmpty())
     identity.owner = DatabaseOwner::Empty;
-  else if (application_id == 0 && tables == kvchat_tables)
+  else if (application_id == 0 && (tables == kvchat_tables || tables == kvchat_tables_with_search_index))
     identity.owner = DatabaseOwner::KvchatWithoutId;
   else
     identity.owner = DatabaseOwner::Foreign;
@@ -139,6 +183,7 @@ void create_schema(const QSqlDatabase& db, const QString& path) {
   WriteTransaction transaction(db, path, QStringLiteral("cannot create the schema"));
   for (const char* statement : kSchema)
     StoreQuery(db, path, QStringLiteral("cannot create the schema"), QString::fromLatin1(statement)).run();
+  create_search_index(db, path);
   StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
              QStringLiteral("INSERT INTO schema_version (version) VALUES (:version)"))
       .bind(QStringLiteral(":version"), ConversationStore::kSchemaVersion)
@@ -167,6 +212,7 @@ int check_schema_version(const QSqlDatabase& db, const QString& path) {
 // Version 2 -> 3: messages.token_ids and token_vocabulary, a reply's exact ids (none for replies written
 // before: their text is encoded, the same way every time).
 // Version 3 -> 4: conversations.pinned (no chat was pinned before).
+// Version 4 -> 5: messages_fts, the full-text index, filled from the messages there.
 void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
   if (version >= ConversationStore::kSchemaVersion) return;
   WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema"));
@@ -175,8 +221,10 @@ void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
       {QStringLiteral("ALTER TABLE messages ADD COLUMN token_ids BLOB"),
        QStringLiteral("ALTER TABLE messages ADD COLUMN token_vocabulary INTEGER NOT NULL DEFAULT 0")},
       {QStringLiteral("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0")},
+      {},  // create_search_index
   };
   for (int to = version + 1; to <= ConversationStore::kSchemaVersion; ++to) {
+    if (to == 5) create_search_index(db, path);
     for (const QString& statement : steps[to - 2])
       StoreQuery(db, path, QStringLiteral("cannot migrate the schema to version %1").arg(to), statement).run();
     StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
@@ -259,6 +307,11 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
                    QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
             .run();
     }
+    has_search_index_ = StoreQuery(db, database_path_, QStringLiteral("cannot read the schema"),
+                                   QStringLiteral("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                                                  " AND name = 'messages_fts'"))
+                            .single_value()
+                            .isValid();
     spdlog::debug("conversation store {}: open{} (connection {})", database_path_.toStdString(),
                   read_only ? " read-only" : "", connection_name_.toStdString());
   } catch (...) {
@@ -685,6 +738,51 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
 void ConversationStore::set_message_settings(qint64 message_id, const QJsonObject& settings) {
   update_message_columns(message_id, QStringLiteral("cannot update the settings of message %1").arg(message_id),
                          {{QStringLiteral("settings"), json_text(settings)}});
+}
+
+QList<SearchHit> ConversationStore::search(const QString& query) const {
+  // Each typed word becomes an FTS5 string ("..." with its quotes doubled) with a prefix star: operators and
+  // special characters inside it are text. A word without a letter or digit has no FTS5 token (it would
+  // match nothing): it is looked for in the text as it is.
+  QStringList fts_terms, literal_words;
+  for (const QString& word : query.split(QRegularExpression(QStringLiteral("\\s+")), Qt::SkipEmptyParts)) {
+    const bool has_token = std::any_of(word.cbegin(), word.cend(), [](QChar c) { return c.isLetterOrNumber(); });
+    if (has_token && has_search_index_)
+      fts_terms << QStringLiteral("\"%1\"*").arg(QString(word).replace(QLatin1Char('"'), QStringLiteral("\"\"")));
+    else
+      literal_words << word;
+  }
+  if (fts_terms.isEmpty() && literal_words.isEmpty()) return {};
+  QStringList conditions;
+  for (int i = 0; i < literal_words.size(); ++i)
+    conditions << (has_search_index_ || !std::any_of(literal_words[i].cbegin(), literal_words[i].cend(),
+                                                     [](QChar c) { return c.isLetterOrNumber(); })
+                       ? QStringLiteral("instr(m.text, :word%1) > 0").arg(i)
+                       : QStringLiteral("instr(lower(m.text), lower(:word%1)) > 0").arg(i));
+  QString sql = QStringLiteral("SELECT m.conversation_id, min(m.id) FROM messages m");
+  if (!fts_terms.isEmpty()) {
+    sql += QStringLiteral(" JOIN messages_fts ON messages_fts.rowid = m.id");
+    conditions.prepend(QStringLiteral("messages_fts MATCH :match"));
+  }
+  sql += QStringLiteral(" WHERE ") + conditions.join(QStringLiteral(" AND ")) + QStringLiteral(" GROUP BY m.conversation_id");
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery search_query(db, database_path_, QStringLiteral("cannot search the conversations"), sql);
+  if (!fts_terms.isEmpty()) search_query.bind(QStringLiteral(":match"), fts_terms.join(QLatin1Char(' ')));
+  for (int i = 0; i < literal_words.size(); ++i) search_query.bind(QStringLiteral(":word%1").arg(i), literal_words[i]);
+  QSqlQuery& rows = search_query.run();
+  QHash<qint64, qint64> first_message;
+  while (rows.next()) first_message.insert(rows.value(0).toLongLong(), rows.value(1).toLongLong());
+  rows.finish();
+
+  const QStringList words = query.split(QRegularExpression(QStringLiteral("\\s+")), Qt::SkipEmptyParts);
+  QList<SearchHit> hits;
+  for (const ConversationRecord& record : conversations()) {
+    const bool title_matches = std::all_of(words.cbegin(), words.cend(), [&](const QString& word) {
+      return record.title.contains(word, Qt::CaseInsensitive);
+    });
+    if (first_message.contains(record.id) || title_matches) hits.append({record.id, first_message.value(record.id)});
+  }
+  return hits;
 }
 
 QString ConversationStore::integrity_check() const {

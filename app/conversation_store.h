@@ -52,6 +52,12 @@ struct MessageRecord {
   quint64 token_vocabulary = 0;
 };
 
+// A conversation that search() found: the first of its messages that matched (0 when only its title did).
+struct SearchHit {
+  qint64 conversation_id = 0;
+  qint64 first_message_id = 0;
+};
+
 // How the constructor treats a missing database file.
 enum class StoreOpenMode {
   CreateIfMissing,  // the app: create the file, its folders and the schema
@@ -106,6 +112,14 @@ class ConversationStore {
   // Replaces a message's settings object (e.g. which of a reply's alternatives is shown), committed.
   void set_message_settings(qint64 message_id, const QJsonObject& settings);
 
+  // The conversations with a message (or a title) holding every word of `query`: each word matches a word of
+  // the text or the start of one, case and accents aside. Whatever is typed is text, never query syntax
+  // (quotes, AND, OR, NOT, *, -, parentheses); a word of punctuation alone matches where it appears as it is.
+  // In the order of conversations(). An empty query finds nothing.
+  QList<SearchHit> search(const QString& query) const;
+  // Whether search() uses the full-text index (else it compares the text itself, slower on a large file).
+  bool has_search_index() const { return has_search_index_; }
+
   // Runs SQLite's `PRAGMA integrity_check` and returns its first row ("ok" for a healthy file).
   QString integrity_check() const;
 
@@ -117,9 +131,10 @@ class ConversationStore {
   // known to be missing, and always for a sound file).
   QString missing_messages(qint64 conversation_id) const;
 
-  // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. Opening an
-  // older file for writing migrates it; a reader leaves it as it is.
-  static constexpr int kSchemaVersion = 4;
+  // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. 5: messages_fts,
+  // the full-text index of the messages. Opening an older file for writing migrates it; a reader leaves it as
+  // it is.
+  static constexpr int kSchemaVersion = 5;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
@@ -130,6 +145,7 @@ class ConversationStore {
   bool has_backend_column_ = true;
   bool has_token_columns_ = true;
   bool has_pinned_column_ = true;
+  bool has_search_index_ = false;
 };
 
 }  // namespace kvchat::app

@@ -20,6 +20,7 @@ class QDockWidget;
 class QFileDialog;
 class QLabel;
 class QMenu;
+class QLineEdit;
 class QListWidget;
 class QMessageBox;
 class QProgressBar;
@@ -72,6 +73,10 @@ class MainWindow : public QMainWindow {
   ChatView* chatView() const { return chat_view_; }
   MessageInput* messageInput() const { return input_; }
   QListWidget* conversationList() const { return conversation_list_; }
+  QLineEdit* chatSearchField() const { return search_field_; }  // filters the chat list ("chatSearchField")
+  QLineEdit* findInChatField() const { return find_field_; }    // Chat > Find in the chat ("findInChatField")
+  // A chat list row's first matching message while the list is filtered (0: only the title matched).
+  static constexpr int kFirstMatchRole = Qt::UserRole + 3;
   // A chat list row's pinned flag (bool), and the marker its text starts with when pinned.
   static constexpr int kPinnedRole = Qt::UserRole + 2;
   static QString pinnedMarker() { return QStringLiteral("\u2605 "); }
@@ -151,6 +156,8 @@ class MainWindow : public QMainWindow {
   qint64 speed_conversation_ = 0;  // the chat whose reply the speed field shows (0: none)
 
   QListWidget* conversation_list_ = nullptr;
+  QLineEdit* search_field_ = nullptr;
+  QLineEdit* find_field_ = nullptr;
   QAction* pin_action_ = nullptr;
   ElidedLabel* title_label_ = nullptr;
   ChatView* chat_view_ = nullptr;

@@ -7,6 +7,7 @@
 #include <QDialogButtonBox>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMenu>
 #include <QMenuBar>
@@ -34,7 +35,10 @@ MessageWidget* MainWindow::last_reply_widget() const {
 
 void MainWindow::stop_or_cancel() {
   const qint64 current = controller_->currentConversationId();
-  if (generating_here()) {
+  if (find_field_->hasFocus()) {  // Esc closes the find field first (it has no other use there)
+    find_field_->hide();
+    input_->setFocus();
+  } else if (generating_here()) {
     controller_->stop();
   } else if (controller_->isQueued(current)) {
     const auto text = controller_->cancelQueued(current);
@@ -99,6 +103,22 @@ void MainWindow::build_keyboard_actions(QMenu* chat) {
       return;
     }
     show_notice(tr("No code block in this chat."), 3000);
+  });
+
+  QAction* find = chat->addAction(tr("&Find in the chat\u2026"));
+  find->setObjectName("findInChatAction");
+  find->setShortcut(QKeySequence::Find);
+  connect(find, &QAction::triggered, this, [this] {
+    find_field_->show();
+    find_field_->setFocus();
+    find_field_->selectAll();
+  });
+  QAction* search = chat->addAction(tr("&Search all chats"));
+  search->setObjectName("searchChatsAction");
+  search->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+F")));
+  connect(search, &QAction::triggered, this, [this] {
+    search_field_->setFocus();
+    search_field_->selectAll();
   });
 
   chat->addSeparator();

@@ -4,6 +4,7 @@
 
 #include <QFileInfo>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QLocale>
 #include <QProgressBar>
@@ -176,7 +177,14 @@ void MainWindow::refresh_conversations() {
   for (const auto& cache : controller_->heldCaches()) held.insert(cache.conversation_id, cache);
   const QList<kvchat::app::ConversationRecord> conversations = controller_->conversations();
   const QHash<qint64, QString> titles = distinguishable_titles(conversations);
+  // While the search field holds text, only the chats it finds, each with its first matching message.
+  const QString query = search_field_ ? search_field_->text().trimmed() : QString();
+  QHash<qint64, qint64> found;
+  if (!query.isEmpty())
+    for (const kvchat::app::SearchHit& hit : controller_->searchConversations(query))
+      found.insert(hit.conversation_id, hit.first_message_id);
   for (const auto& conversation : conversations) {
+    if (!query.isEmpty() && !found.contains(conversation.id)) continue;
     QString text = titles.value(conversation.id);
     QString state;
     if (conversation.id == generating) state = tr("generating\u2026");
@@ -190,6 +198,7 @@ void MainWindow::refresh_conversations() {
     font.setItalic(!state.isEmpty());
     item->setFont(font);
     item->setData(kPinnedRole, conversation.pinned);
+    item->setData(kFirstMatchRole, found.value(conversation.id));
     QString tooltip = tr("%1\n%2 messages, last active %3")
                           .arg(conversation.title)
                           .arg(conversation.message_count)

@@ -81,6 +81,9 @@ class ConversationStoreTest : public QObject {
   void version_three_file_gains_the_pinned_column();
   void a_copied_chat_holds_every_field_of_every_message();
   void deleting_chosen_messages_is_all_or_nothing();
+  void search_finds_words_prefixes_and_any_script();
+  void search_treats_query_syntax_as_text();
+  void version_four_file_gains_a_filled_search_index();
   void refused_newer_schema_is_left_untouched();
   void damaged_file_is_refused_for_writing();
   void damaged_file_is_read_with_what_is_missing();
@@ -526,7 +529,8 @@ void ConversationStoreTest::version_three_file_gains_the_pinned_column() {
   }
   QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("3"));
   ConversationStore store(path);
-  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("4"));
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")),
+           QString::number(ConversationStore::kSchemaVersion));
   QCOMPARE(store.conversations()[0].id, older);
   QCOMPARE(store.messages(older)[0].text, QStringLiteral("kept"));
   store.set_pinned(newer, true);
@@ -626,6 +630,132 @@ void ConversationStoreTest::deleting_chosen_messages_is_all_or_nothing() {
   QCOMPARE(store.messages(chat).size(), 1);
   QCOMPARE(store.messages(chat)[0].id, ids[2]);
   QCOMPARE(store.messages(other).size(), 1);
+}
+
+namespace {
+
+QList<qint64> hit_ids(const ConversationStore& store, const QString& query) {
+  QList<qint64> ids;
+  for (const kvchat::app::SearchHit& hit : store.search(query)) ids << hit.conversation_id;
+  return ids;
+}
+
+}  // namespace
+
+// Words and their beginnings, case and accents aside, in any script; every word must be in one message; the
+// index follows edits and deletes; each hit names its first matching message.
+void ConversationStoreTest::search_finds_words_prefixes_and_any_script() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("search.sqlite3"));
+  QVERIFY(store.has_search_index());
+  const auto chat_with = [&](const QString& title, const QStringList& texts) {
+    const qint64 id = store.create_conversation(title);
+    for (const QString& text : texts) {
+      MessageRecord message;
+      message.conversation_id = id;
+      message.role = QStringLiteral("user");
+      message.text = text;
+      store.add_message(message);
+    }
+    return id;
+  };
+  const qint64 trains = chat_with("Travel", {"Which trains leave Zürich early?", "The 6:02 to Geneva."});
+  const qint64 cooking = chat_with("Kitchen", {"A recipe for crêpes", "Flour, eggs, milk and a train of thought"});
+  const qint64 russian = chat_with("Москва", {"Поезд отправляется в семь", "日本語のテキストです"});
+  QCOMPARE(hit_ids(store, "trains"), (QList<qint64>{trains}));
+  QCOMPARE(hit_ids(store, "TRAIN"), (QList<qint64>{cooking, trains}));  // a prefix: "trains" and "train"
+  QCOMPARE(hit_ids(store, "zurich"), (QList<qint64>{trains}));          // accents aside
+  QCOMPARE(hit_ids(store, "Zürich"), (QList<qint64>{trains}));
+  QCOMPARE(hit_ids(store, "crepe"), (QList<qint64>{cooking}));
+  QCOMPARE(hit_ids(store, "поезд"), (QList<qint64>{russian}));
+  QCOMPARE(hit_ids(store, "Поез"), (QList<qint64>{russian}));
+  QCOMPARE(hit_ids(store, "日本語"), (QList<qint64>{russian}));
+  QCOMPARE(hit_ids(store, "москва"), (QList<qint64>{russian}));  // the title
+  QCOMPARE(hit_ids(store, "flour milk"), (QList<qint64>{cooking}));
+  QCOMPARE(hit_ids(store, "flour geneva"), QList<qint64>{});  // not in one message
+  QCOMPARE(hit_ids(store, "submarine"), QList<qint64>{});
+  QCOMPARE(hit_ids(store, "   "), QList<qint64>{});
+  const QList<kvchat::app::SearchHit> hits = store.search("geneva");
+  QCOMPARE(hits.size(), 1);
+  QCOMPARE(hits[0].first_message_id, store.messages(trains)[1].id);
+
+  // Kept in step: an edited text, deleted messages, a deleted chat.
+  const qint64 edited = store.messages(cooking)[1].id;
+  store.update_message_text(edited, QStringLiteral("Flour, eggs and a submarine"));
+  QCOMPARE(hit_ids(store, "submarine"), (QList<qint64>{cooking}));
+  QCOMPARE(hit_ids(store, "milk"), QList<qint64>{});
+  store.finish_message(edited, QStringLiteral("Butter"), QJsonObject());
+  QCOMPARE(hit_ids(store, "submarine"), QList<qint64>{});
+  QCOMPARE(hit_ids(store, "butter"), (QList<qint64>{cooking}));
+  store.delete_messages_from(trains, store.messages(trains)[1].id);
+  QCOMPARE(hit_ids(store, "geneva"), QList<qint64>{});
+  store.delete_conversation(russian);
+  QCOMPARE(hit_ids(store, "поезд"), QList<qint64>{});
+  QCOMPARE(store.integrity_check(), QStringLiteral("ok"));
+}
+
+// Quotes, AND/OR/NOT, *, -, ^, colons and parentheses are text: no query error, and they match as typed.
+void ConversationStoreTest::search_treats_query_syntax_as_text() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("syntax.sqlite3"));
+  const auto chat_with = [&](const QString& text) {
+    const qint64 id = store.create_conversation(QStringLiteral("Chat"));
+    MessageRecord message;
+    message.conversation_id = id;
+    message.role = QStringLiteral("user");
+    message.text = text;
+    store.add_message(message);
+    return id;
+  };
+  const qint64 logic = chat_with("cats AND dogs, \"quoted words\" and a-b testing");
+  const qint64 math = chat_with("2 * 3 - 1 = 5 (text: yes)");
+  const qint64 plain = chat_with("nothing special here");
+  for (const QString& query : {QStringLiteral("\""), QStringLiteral("\"quoted"), QStringLiteral("AND"),
+                               QStringLiteral("OR"), QStringLiteral("NOT"), QStringLiteral("*"), QStringLiteral("-"),
+                               QStringLiteral("a-b"), QStringLiteral("(text:"), QStringLiteral("cats AND"),
+                               QStringLiteral("NEAR(cats dogs)"), QStringLiteral("^cats"), QStringLiteral("text:")})
+    store.search(query);  // none throws
+  QCOMPARE(hit_ids(store, "AND"), (QList<qint64>{logic}));        // the word, not the operator
+  QCOMPARE(hit_ids(store, "cats AND dogs"), (QList<qint64>{logic}));
+  QCOMPARE(hit_ids(store, "NOT"), (QList<qint64>{plain}));        // "nothing" starts with "not"
+  QCOMPARE(hit_ids(store, "\"quoted words\""), (QList<qint64>{logic}));
+  QCOMPARE(hit_ids(store, "*"), (QList<qint64>{math}));           // punctuation alone: as typed
+  QCOMPARE(hit_ids(store, "-"), (QList<qint64>{math, logic}));  // most recently updated first
+  QCOMPARE(hit_ids(store, "a-b"), (QList<qint64>{logic}));
+  QCOMPARE(hit_ids(store, "(text:"), (QList<qint64>{math}));
+  QCOMPARE(hit_ids(store, "cats -dogs"), (QList<qint64>{logic}));  // "-dogs" is the word dogs, not its exclusion
+  QCOMPARE(hit_ids(store, "OR"), QList<qint64>{});
+}
+
+// A version-4 file (no index): a reader searches it by its text, a writer builds the index from its messages.
+void ConversationStoreTest::version_four_file_gains_a_filled_search_index() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("v4.sqlite3");
+  qint64 chat = 0;
+  {
+    ConversationStore store(path);
+    chat = store.create_conversation(QStringLiteral("Old"));
+    MessageRecord message;
+    message.conversation_id = chat;
+    message.role = QStringLiteral("user");
+    message.text = QStringLiteral("Elephants remember");
+    store.add_message(message);
+  }
+  for (const char* statement : {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete",
+                                "DROP TRIGGER messages_fts_update", "DROP TABLE messages_fts",
+                                "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
+    raw_query(path, QString::fromLatin1(statement));
+  {
+    ConversationStore reader(path, StoreOpenMode::ReadOnly);
+    QVERIFY(!reader.has_search_index());
+    QCOMPARE(hit_ids(reader, "elephants"), (QList<qint64>{chat}));
+    QCOMPARE(hit_ids(reader, "zebras"), QList<qint64>{});
+  }
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("4"));
+  ConversationStore store(path);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("5"));
+  QVERIFY(store.has_search_index());
+  QCOMPARE(hit_ids(store, "elephant"), (QList<qint64>{chat}));
 }
 
 // A file refused for its schema is refused before anything is written to it: its journal mode included.

@@ -4,12 +4,15 @@
 #include "common/test_suite.h"
 
 #include <QAction>
+#include <QLineEdit>
+#include <QTextBrowser>
 #include <QToolButton>
 #include <QListWidget>
 #include <QTableWidget>
 
 #include "app/conversation_store.h"
 #include "common/chat_fixture.h"
+#include "ui/chat_view.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_widget.h"
@@ -29,6 +32,7 @@ class ChatListTest : public QObject {
  private Q_SLOTS:
   void cleanup();
   void pinned_chats_lead_the_list_with_a_marker();
+  void the_search_field_filters_the_list_and_finds_the_message();
   void a_chat_is_duplicated_and_a_message_deleted();
 
  private:
@@ -159,6 +163,63 @@ void ChatListTest::a_chat_is_duplicated_and_a_message_deleted() {
   QCOMPARE(asked.size(), 2);
   QVERIFY(controller()->currentMessages().isEmpty());
   QCOMPARE(controller()->conversation(ids[0])->message_count, 1);  // the original keeps its message
+}
+
+// Typing in the search field leaves only the chats it finds; picking one goes to its first matching message
+// with the word selected; Chat > Find in the chat steps through a transcript's occurrences.
+void ChatListTest::the_search_field_filters_the_list_and_finds_the_message() {
+  const QList<qint64> ids = save_chats({QStringLiteral("Apples"), QStringLiteral("Bees"), QStringLiteral("Clouds")});
+  qint64 reply_id = 0;
+  {
+    ConversationStore store(fixture_->databasePath());
+    MessageRecord reply;
+    reply.conversation_id = ids[1];
+    reply.role = QStringLiteral("assistant");
+    reply.text = QStringLiteral("Bees make honey. Honey keeps for years.");
+    reply_id = store.add_message(reply);
+  }
+  open_window();
+  if (QTest::currentTestFailed()) return;
+  QLineEdit* search = window_->chatSearchField();
+  QVERIFY(search);
+  QTest::keyClicks(search, QStringLiteral("hon"));
+  QCOMPARE(list_texts(), (QStringList{"Bees"}));
+  QTest::keyClicks(search, QStringLiteral("ey \"AND"));  // typed syntax is text: no chat has "AND"
+  QCOMPARE(list_texts(), QStringList{});
+  search->clear();
+  QCOMPARE(list_texts(), (QStringList{"Bees", "Clouds", "Apples"}));
+  QTest::keyClicks(search, QStringLiteral("about"));  // each chat's first message
+  QCOMPARE(list_texts(), (QStringList{"Bees", "Clouds", "Apples"}));
+  search->setText(QStringLiteral("Honey"));
+  QCOMPARE(list_texts(), (QStringList{"Bees"}));
+  QCOMPARE(window_->conversationList()->item(0)->data(MainWindow::kFirstMatchRole).toLongLong(), reply_id);
+  window_->conversationList()->setCurrentRow(0);
+  QCOMPARE(controller()->currentConversationId(), ids[1]);
+  QCOMPARE(window_->chatView()->foundMessageId(), reply_id);
+
+  auto* find = window_->findChild<QAction*>(QStringLiteral("findInChatAction"));
+  QVERIFY(find);
+  QCOMPARE(find->shortcut(), QKeySequence(QKeySequence::Find));
+  find->trigger();
+  QLineEdit* field = window_->findInChatField();
+  QVERIFY(field->isVisible());
+  QTest::keyClicks(field, QStringLiteral("honey"));
+  QStringList selections;
+  for (int i = 0; i < 3; ++i) {
+    QTest::keyClick(field, Qt::Key_Return);
+    QCOMPARE(window_->chatView()->foundMessageId(), reply_id);
+    for (QTextBrowser* view : window_->chatView()->findChildren<QTextBrowser*>())
+      if (view->textCursor().hasSelection())
+        selections << QStringLiteral("%1@%2").arg(view->textCursor().selectedText()).arg(view->textCursor().position());
+  }
+  // The two occurrences in turn, then round again to the first.
+  QCOMPARE(selections.size(), 3);
+  QVERIFY(selections[0] != selections[1]);
+  QCOMPARE(selections[2], selections[0]);
+  for (const QString& selection : selections)
+    QVERIFY2(selection.startsWith(QStringLiteral("honey@"), Qt::CaseInsensitive), qPrintable(selection));
+  QTest::keyClick(field, Qt::Key_Escape);
+  QVERIFY(!field->isVisible());
 }
 
 KVCHAT_TEST_MAIN(ChatListTest)
