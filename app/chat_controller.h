@@ -97,6 +97,8 @@ class ChatController : public QObject {
   qint64 currentConversationId() const { return current_conversation_; }
   QList<ConversationRecord> conversations() const;
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;  // nullopt: no such conversation
+  // The chats holding every word of `query` (ConversationStore::search); none (and errorOccurred) on failure.
+  QList<SearchHit> searchConversations(const QString& query);
   QList<MessageRecord> currentMessages() const;
   // The chat messages the engine gets for a conversation: its system prompt, then every user/assistant
   // message after the last context cut (markers and empty replies left out).
@@ -146,7 +148,17 @@ class ChatController : public QObject {
   qint64 newConversation();
   void selectConversation(qint64 conversation_id);
   void renameConversation(qint64 conversation_id, const QString& title);
+  // Pinned chats are listed first (ConversationStore::conversations).
+  void setPinned(qint64 conversation_id, bool pinned);
   void deleteConversation(qint64 conversation_id);
+  // A copy of the chat, messages and all (ConversationStore::duplicate_conversation), selected. 0 (and
+  // errorOccurred) when it cannot be copied.
+  qint64 duplicateConversation(qint64 conversation_id);
+  // Deletes one message of the current chat: a user message with the replies to it (every alternative), or a
+  // single reply (when it was the one shown, the newest remaining alternative is shown instead). Not while the
+  // chat generates or waits to. The chat's KV cache needs no other care: the next prompt is encoded from what
+  // remains, and the session keeps only the prefix it shares with that prompt (as after an edit).
+  bool deleteMessage(qint64 message_id);
   void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
   // Clears the conversation's cached state: its KV cache in memory and its snapshot on disk (its next
   // turn prefills the chat again). Not while it is generating.

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,15 @@ QList<ConversationRecord> ChatController::conversations() const { return store_-
 
 std::optional<ConversationRecord> ChatController::conversation(qint64 conversation_id) const {
   return store_->conversation(conversation_id);
+}
+
+QList<SearchHit> ChatController::searchConversations(const QString& query) {
+  try {
+    return store_->search(query);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return {};
+  }
 }
 
 QList<MessageRecord> ChatController::currentMessages() const {
@@ -61,6 +71,69 @@ void ChatController::renameConversation(qint64 conversation_id, const QString& t
     Q_EMIT conversationsChanged();
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+}
+
+void ChatController::setPinned(qint64 conversation_id, bool pinned) {
+  try {
+    store_->set_pinned(conversation_id, pinned);
+    Q_EMIT conversationsChanged();
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+}
+
+qint64 ChatController::duplicateConversation(qint64 conversation_id) {
+  try {
+    const qint64 copy = store_->duplicate_conversation(conversation_id);
+    spdlog::info("conversation {}: copied to conversation {}", conversation_id, copy);
+    Q_EMIT conversationsChanged();
+    selectConversation(copy);
+    return copy;
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return 0;
+  }
+}
+
+bool ChatController::deleteMessage(qint64 message_id) {
+  const qint64 conversation_id = current_conversation_;
+  if ((active_ && active_->conversation_id == conversation_id) || isQueued(conversation_id)) {
+    Q_EMIT errorOccurred(QStringLiteral("A reply is still being generated in this chat: stop it first."));
+    return false;
+  }
+  try {
+    const QList<MessageRecord> records = currentMessages();
+    auto it = std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
+    if (it == records.cend() || (it->role != QLatin1String("user") && it->role != QLatin1String("assistant"))) {
+      Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a message of this chat.").arg(message_id));
+      return false;
+    }
+    QList<qint64> doomed{message_id};
+    std::optional<qint64> shown_instead;
+    if (it->role == QLatin1String("user")) {
+      // Its replies: the assistant messages up to the next user message (context-cut markers stay).
+      for (auto next = it + 1; next != records.cend() && next->role != QLatin1String("user"); ++next)
+        if (next->role == QLatin1String("assistant")) doomed << next->id;
+    } else if (!is_hidden_alternative(*it)) {
+      QList<qint64> others = reply_alternatives(records, message_id);
+      others.removeAll(message_id);
+      if (!others.isEmpty()) shown_instead = others.back();
+    }
+    store_->delete_messages(conversation_id, doomed);
+    if (shown_instead) {
+      const std::optional<MessageRecord> reply = store_->message(*shown_instead);
+      QJsonObject settings = reply->settings;
+      settings.remove(kHiddenAlternativeKey);
+      store_->set_message_settings(*shown_instead, settings);
+    }
+    spdlog::info("conversation {}: deleted {} message(s) from message {}", conversation_id, doomed.size(), message_id);
+    Q_EMIT conversationsChanged();
+    Q_EMIT messagesReset();
+    return true;
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return false;
   }
 }
 

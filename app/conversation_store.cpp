@@ -1,13 +1,18 @@
 #include "app/conversation_store.h"
 #include "app/store_sql.h"
+#include "app/chat_history.h"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 
 #include <QDir>
 #include <QFileInfo>
+#include <QHash>
 #include <QJsonDocument>
+#include <QRegularExpression>
 #include <QSqlDatabase>
 #include <QSqlError>
 #include <QSqlQuery>
@@ -49,7 +54,8 @@ const char* const kSchema[] = {
     " system_prompt TEXT NOT NULL DEFAULT '',"
     " created_at INTEGER NOT NULL,"
     " updated_at INTEGER NOT NULL,"
-    " activity INTEGER NOT NULL DEFAULT 0)",
+    " activity INTEGER NOT NULL DEFAULT 0,"
+    " pinned INTEGER NOT NULL DEFAULT 0)",
     // AUTOINCREMENT: ids are never reused, so "this message and all after it" is simply id >= first.
     "CREATE TABLE IF NOT EXISTS messages ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -67,6 +73,41 @@ const char* const kSchema[] = {
     " token_vocabulary INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id)",
 };
+
+// The messages' full-text index (FTS5, an external-content table: the text is stored once, in messages),
+// kept in step with every insert, edit and delete by triggers. Words are Unicode words, case and accents
+// folded (unicode61). Debian's SQLite has FTS5; a build without it gets no index (the CREATE fails with "no
+// such module") and search() falls back to comparing the text itself.
+const char* const kSearchIndexSchema[] = {
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(text, content='messages', content_rowid='id',"
+    " tokenize='unicode61 remove_diacritics 2')",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN"
+    " INSERT INTO messages_fts (rowid, text) VALUES (new.id, new.text); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN"
+    " INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', old.id, old.text); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE OF text ON messages BEGIN"
+    " INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', old.id, old.text);"
+    " INSERT INTO messages_fts (rowid, text) VALUES (new.id, new.text); END",
+};
+
+// Creates the index (inside the caller's transaction), filled from the messages already there. False when
+// this SQLite has no FTS5.
+bool create_search_index(const QSqlDatabase& db, const QString& path) {
+  QSqlQuery probe(db);
+  if (!probe.exec(QString::fromLatin1(kSearchIndexSchema[0]))) {
+    spdlog::warn("conversation store {}: no full-text index ({}); search compares the text instead",
+                 path.toStdString(), store_sql::sqlite_message(probe.lastError()).toStdString());
+    return false;
+  }
+  for (std::size_t i = 1; i < std::size(kSearchIndexSchema); ++i)
+    store_sql::StoreQuery(db, path, QStringLiteral("cannot create the search index"),
+                          QString::fromLatin1(kSearchIndexSchema[i]))
+        .run();
+  store_sql::StoreQuery(db, path, QStringLiteral("cannot fill the search index"),
+                        QStringLiteral("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')"))
+      .run();
+  return true;
+}
 
 QJsonObject parse_json_column(const QString& path, qint64 message_id, const char* column, const QString& text) {
   if (text.isEmpty()) return {};
@@ -121,11 +162,17 @@ DatabaseIdentity identify_database(const QSqlDatabase& db, const QString& path) 
                              .arg(tables.isEmpty() ? QStringLiteral("none") : tables.mid(0, 8).join(QStringLiteral(", ")));
   const QStringList kvchat_tables = {QStringLiteral("conversations"), QStringLiteral("messages"),
                                      QStringLiteral("schema_version")};
+  // The same with the search index's own tables (a file of this version whose id was cleared).
+  const QStringList kvchat_tables_with_search_index = {
+      QStringLiteral("conversations"),        QStringLiteral("messages"),
+      QStringLiteral("messages_fts"),         QStringLiteral("messages_fts_config"),
+      QStringLiteral("messages_fts_data"),    QStringLiteral("messages_fts_docsize"),
+      QStringLiteral("messages_fts_idx"),     QStringLiteral("schema_version")};
   if (application_id == kApplicationId)
     identity.owner = DatabaseOwner::Kvchat;
   else if (application_id == 0 && tables.isEmpty())
     identity.owner = DatabaseOwner::Empty;
-  else if (application_id == 0 && tables == kvchat_tables)
+  else if (application_id == 0 && (tables == kvchat_tables || tables == kvchat_tables_with_search_index))
     identity.owner = DatabaseOwner::KvchatWithoutId;
   else
     identity.owner = DatabaseOwner::Foreign;
@@ -136,6 +183,7 @@ void create_schema(const QSqlDatabase& db, const QString& path) {
   WriteTransaction transaction(db, path, QStringLiteral("cannot create the schema"));
   for (const char* statement : kSchema)
     StoreQuery(db, path, QStringLiteral("cannot create the schema"), QString::fromLatin1(statement)).run();
+  create_search_index(db, path);
   StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
              QStringLiteral("INSERT INTO schema_version (version) VALUES (:version)"))
       .bind(QStringLiteral(":version"), ConversationStore::kSchemaVersion)
@@ -163,6 +211,8 @@ int check_schema_version(const QSqlDatabase& db, const QString& path) {
 // Version 1 -> 2: messages.backend, which backend answered a reply ('' for replies written before).
 // Version 2 -> 3: messages.token_ids and token_vocabulary, a reply's exact ids (none for replies written
 // before: their text is encoded, the same way every time).
+// Version 3 -> 4: conversations.pinned (no chat was pinned before).
+// Version 4 -> 5: messages_fts, the full-text index, filled from the messages there.
 void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
   if (version >= ConversationStore::kSchemaVersion) return;
   WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema"));
@@ -170,8 +220,11 @@ void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
       {QStringLiteral("ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''")},
       {QStringLiteral("ALTER TABLE messages ADD COLUMN token_ids BLOB"),
        QStringLiteral("ALTER TABLE messages ADD COLUMN token_vocabulary INTEGER NOT NULL DEFAULT 0")},
+      {QStringLiteral("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0")},
+      {},  // create_search_index
   };
   for (int to = version + 1; to <= ConversationStore::kSchemaVersion; ++to) {
+    if (to == 5) create_search_index(db, path);
     for (const QString& statement : steps[to - 2])
       StoreQuery(db, path, QStringLiteral("cannot migrate the schema to version %1").arg(to), statement).run();
     StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
@@ -248,11 +301,17 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
       if (!read_only) migrate_schema(db, database_path_, version);
       has_backend_column_ = !read_only || version >= 2;
       has_token_columns_ = !read_only || version >= 3;
+      has_pinned_column_ = !read_only || version >= 4;
       if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
         StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
                    QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
             .run();
     }
+    has_search_index_ = StoreQuery(db, database_path_, QStringLiteral("cannot read the schema"),
+                                   QStringLiteral("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                                                  " AND name = 'messages_fts'"))
+                            .single_value()
+                            .isValid();
     spdlog::debug("conversation store {}: open{} (connection {})", database_path_.toStdString(),
                   read_only ? " read-only" : "", connection_name_.toStdString());
   } catch (...) {
@@ -315,12 +374,16 @@ ConversationRecord conversation_from_row(const QSqlQuery& row) {
   record.created_at = from_ms(row.value(3).toLongLong());
   record.updated_at = from_ms(row.value(4).toLongLong());
   record.message_count = row.value(5).toInt();
+  record.pinned = row.value(6).toInt() != 0;
   return record;
 }
 
-const QString kConversationColumns = QStringLiteral(
-    "SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
-    " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) FROM conversations c");
+// An older file opened read-only lacks the pinned column.
+QString conversation_columns(bool has_pinned_column) {
+  return QStringLiteral("SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
+                        " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id), %1 FROM conversations c")
+      .arg(has_pinned_column ? QStringLiteral("c.pinned") : QStringLiteral("0"));
+}
 
 // An older file opened read-only lacks the newer columns.
 QString message_columns(bool has_backend_column, bool has_token_columns) {
@@ -422,6 +485,20 @@ void ConversationStore::set_system_prompt(qint64 conversation_id, const QString&
   transaction.commit();
 }
 
+void ConversationStore::set_pinned(qint64 conversation_id, bool pinned) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot %1 conversation %2")
+                              .arg(pinned ? QStringLiteral("pin") : QStringLiteral("unpin"))
+                              .arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  // Not an activity: pinning leaves the chat's place among the other pinned (or unpinned) chats as it was.
+  StoreQuery update(db, database_path_, purpose,
+                    QStringLiteral("UPDATE conversations SET pinned = :pinned WHERE id = :id"));
+  update.bind(QStringLiteral(":pinned"), pinned ? 1 : 0).bind(QStringLiteral(":id"), conversation_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  transaction.commit();
+}
+
 void ConversationStore::delete_conversation(qint64 conversation_id) {
   QSqlDatabase db = connection(connection_name_);
   const QString purpose = QStringLiteral("cannot delete conversation %1").arg(conversation_id);
@@ -440,7 +517,9 @@ void ConversationStore::delete_conversation(qint64 conversation_id) {
 QList<ConversationRecord> ConversationStore::conversations() const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot list conversations"),
-                   kConversationColumns + QStringLiteral(" ORDER BY c.activity DESC, c.updated_at DESC, c.id DESC"));
+                   conversation_columns(has_pinned_column_) +
+                       QStringLiteral(" ORDER BY %1c.activity DESC, c.updated_at DESC, c.id DESC")
+                           .arg(has_pinned_column_ ? QStringLiteral("c.pinned DESC, ") : QString()));
   QSqlQuery& rows = query.run();
   QList<ConversationRecord> records;
   while (rows.next()) records.append(conversation_from_row(rows));
@@ -450,7 +529,7 @@ QList<ConversationRecord> ConversationStore::conversations() const {
 std::optional<ConversationRecord> ConversationStore::conversation(qint64 conversation_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read conversation %1").arg(conversation_id),
-                   kConversationColumns + QStringLiteral(" WHERE c.id = :id"));
+                   conversation_columns(has_pinned_column_) + QStringLiteral(" WHERE c.id = :id"));
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
   if (!rows.next()) return std::nullopt;
@@ -590,9 +669,120 @@ void ConversationStore::delete_messages_from(qint64 conversation_id, qint64 firs
   transaction.commit();
 }
 
+void ConversationStore::delete_messages(qint64 conversation_id, const QList<qint64>& message_ids) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot delete messages of conversation %1").arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  for (const qint64 message_id : message_ids) {
+    StoreQuery remove(db, database_path_, purpose,
+                      QStringLiteral("DELETE FROM messages WHERE id = :id AND conversation_id = :conversation_id"));
+    remove.bind(QStringLiteral(":id"), message_id).bind(QStringLiteral(":conversation_id"), conversation_id);
+    require_rows_affected(remove.run(), database_path_,
+                          QStringLiteral("no message %1 in conversation %2").arg(message_id).arg(conversation_id));
+  }
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+}
+
+qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
+  const std::optional<ConversationRecord> original = conversation(conversation_id);
+  if (!original) fail(database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  const QList<MessageRecord> originals = messages(conversation_id);
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot copy conversation %1").arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  const qint64 now = now_ms();
+  StoreQuery insert(db, database_path_, purpose,
+                    QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity)"
+                                   " VALUES (:title, :system_prompt, :now, :now, :activity)"));
+  insert.bind(QStringLiteral(":title"), original->title + QStringLiteral(" (copy)"))
+      .bind(QStringLiteral(":system_prompt"), non_null(original->system_prompt))
+      .bind(QStringLiteral(":now"), now)
+      .bind(QStringLiteral(":activity"), next_activity(db, database_path_));
+  const qint64 copy_id = insert.run().lastInsertId().toLongLong();
+  // Ids are never reused, so the copies keep their originals' order; a marker's context start is a message
+  // id, mapped to its copy once every copy has one.
+  QHash<qint64, qint64> copy_of;
+  for (const MessageRecord& message : originals) {
+    StoreQuery copy(db, database_path_, purpose,
+                    QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, model, backend,"
+                                   " settings, stats, complete, token_ids, token_vocabulary)"
+                                   " SELECT :copy_id, role, text, created_at, model, backend, settings, stats,"
+                                   " complete, token_ids, token_vocabulary FROM messages WHERE id = :id"));
+    copy.bind(QStringLiteral(":copy_id"), copy_id).bind(QStringLiteral(":id"), message.id);
+    copy_of.insert(message.id, copy.run().lastInsertId().toLongLong());
+  }
+  for (const MessageRecord& message : originals) {
+    if (message.role != QLatin1String("marker") || !message.settings.contains(QLatin1String(kMarkerContextStartKey)))
+      continue;
+    const qint64 start = message.settings.value(QLatin1String(kMarkerContextStartKey)).toInteger();
+    QJsonObject settings = message.settings;
+    // A start the chat no longer holds (its message deleted): the first copied message after it.
+    qint64 mapped = 0;
+    for (const MessageRecord& later : originals)
+      if (later.id >= start) {
+        mapped = copy_of.value(later.id);
+        break;
+      }
+    settings.insert(QLatin1String(kMarkerContextStartKey), mapped > 0 ? mapped : copy_of.value(message.id));
+    StoreQuery(db, database_path_, purpose, QStringLiteral("UPDATE messages SET settings = :settings WHERE id = :id"))
+        .bind(QStringLiteral(":settings"), json_text(settings))
+        .bind(QStringLiteral(":id"), copy_of.value(message.id))
+        .run();
+  }
+  transaction.commit();
+  spdlog::debug("conversation store: copied conversation {} to {}", conversation_id, copy_id);
+  return copy_id;
+}
+
 void ConversationStore::set_message_settings(qint64 message_id, const QJsonObject& settings) {
   update_message_columns(message_id, QStringLiteral("cannot update the settings of message %1").arg(message_id),
                          {{QStringLiteral("settings"), json_text(settings)}});
+}
+
+QList<SearchHit> ConversationStore::search(const QString& query) const {
+  // Each typed word becomes an FTS5 string ("..." with its quotes doubled) with a prefix star: operators and
+  // special characters inside it are text. A word without a letter or digit has no FTS5 token (it would
+  // match nothing): it is looked for in the text as it is.
+  QStringList fts_terms, literal_words;
+  for (const QString& word : query.split(QRegularExpression(QStringLiteral("\\s+")), Qt::SkipEmptyParts)) {
+    const bool has_token = std::any_of(word.cbegin(), word.cend(), [](QChar c) { return c.isLetterOrNumber(); });
+    if (has_token && has_search_index_)
+      fts_terms << QStringLiteral("\"%1\"*").arg(QString(word).replace(QLatin1Char('"'), QStringLiteral("\"\"")));
+    else
+      literal_words << word;
+  }
+  if (fts_terms.isEmpty() && literal_words.isEmpty()) return {};
+  QStringList conditions;
+  for (int i = 0; i < literal_words.size(); ++i)
+    conditions << (has_search_index_ || !std::any_of(literal_words[i].cbegin(), literal_words[i].cend(),
+                                                     [](QChar c) { return c.isLetterOrNumber(); })
+                       ? QStringLiteral("instr(m.text, :word%1) > 0").arg(i)
+                       : QStringLiteral("instr(lower(m.text), lower(:word%1)) > 0").arg(i));
+  QString sql = QStringLiteral("SELECT m.conversation_id, min(m.id) FROM messages m");
+  if (!fts_terms.isEmpty()) {
+    sql += QStringLiteral(" JOIN messages_fts ON messages_fts.rowid = m.id");
+    conditions.prepend(QStringLiteral("messages_fts MATCH :match"));
+  }
+  sql += QStringLiteral(" WHERE ") + conditions.join(QStringLiteral(" AND ")) + QStringLiteral(" GROUP BY m.conversation_id");
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery search_query(db, database_path_, QStringLiteral("cannot search the conversations"), sql);
+  if (!fts_terms.isEmpty()) search_query.bind(QStringLiteral(":match"), fts_terms.join(QLatin1Char(' ')));
+  for (int i = 0; i < literal_words.size(); ++i) search_query.bind(QStringLiteral(":word%1").arg(i), literal_words[i]);
+  QSqlQuery& rows = search_query.run();
+  QHash<qint64, qint64> first_message;
+  while (rows.next()) first_message.insert(rows.value(0).toLongLong(), rows.value(1).toLongLong());
+  rows.finish();
+
+  const QStringList words = query.split(QRegularExpression(QStringLiteral("\\s+")), Qt::SkipEmptyParts);
+  QList<SearchHit> hits;
+  for (const ConversationRecord& record : conversations()) {
+    const bool title_matches = std::all_of(words.cbegin(), words.cend(), [&](const QString& word) {
+      return record.title.contains(word, Qt::CaseInsensitive);
+    });
+    if (first_message.contains(record.id) || title_matches) hits.append({record.id, first_message.value(record.id)});
+  }
+  return hits;
 }
 
 QString ConversationStore::integrity_check() const {

@@ -30,6 +30,7 @@ struct ConversationRecord {
   QDateTime created_at;
   QDateTime updated_at;
   int message_count = 0;  // filled by conversations() and conversation()
+  bool pinned = false;     // listed before the chats that are not
 };
 
 struct MessageRecord {
@@ -49,6 +50,12 @@ struct MessageRecord {
   // changed since.
   std::vector<kvchat::TokenId> token_ids;
   quint64 token_vocabulary = 0;
+};
+
+// A conversation that search() found: the first of its messages that matched (0 when only its title did).
+struct SearchHit {
+  qint64 conversation_id = 0;
+  qint64 first_message_id = 0;
 };
 
 // How the constructor treats a missing database file.
@@ -79,7 +86,8 @@ class ConversationStore {
   void rename_conversation(qint64 conversation_id, const QString& title);
   void set_system_prompt(qint64 conversation_id, const QString& system_prompt);
   void delete_conversation(qint64 conversation_id);  // and its messages
-  QList<ConversationRecord> conversations() const;   // most recently updated first
+  void set_pinned(qint64 conversation_id, bool pinned);  // committed; does not count as an update
+  QList<ConversationRecord> conversations() const;   // pinned first, then most recently updated first
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;
 
   QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation
@@ -92,10 +100,25 @@ class ConversationStore {
   void finish_message(qint64 message_id, const QString& text, const QJsonObject& stats,
                       const std::vector<kvchat::TokenId>& token_ids = {}, quint64 token_vocabulary = 0);
   void delete_messages_from(qint64 conversation_id, qint64 first_message_id);  // that message and all after it
+  // Deletes exactly these messages, in one transaction: every id must be a message of the conversation, else
+  // a StoreError and nothing is deleted.
+  void delete_messages(qint64 conversation_id, const QList<qint64>& message_ids);
+  // A new conversation holding a copy of this one: its title followed by " (copy)", its system prompt, and
+  // every message with all its columns (text, times, model, settings, stats, token ids). A context-cut marker
+  // points at the copy of the message it pointed at. Not pinned. Returns the copy's id.
+  qint64 duplicate_conversation(qint64 conversation_id);
   // Records which backend and model answered a reply (a remote turn learns the model from the server).
   void set_message_origin(qint64 message_id, const QString& backend, const QString& model);
   // Replaces a message's settings object (e.g. which of a reply's alternatives is shown), committed.
   void set_message_settings(qint64 message_id, const QJsonObject& settings);
+
+  // The conversations with a message (or a title) holding every word of `query`: each word matches a word of
+  // the text or the start of one, case and accents aside. Whatever is typed is text, never query syntax
+  // (quotes, AND, OR, NOT, *, -, parentheses); a word of punctuation alone matches where it appears as it is.
+  // In the order of conversations(). An empty query finds nothing.
+  QList<SearchHit> search(const QString& query) const;
+  // Whether search() uses the full-text index (else it compares the text itself, slower on a large file).
+  bool has_search_index() const { return has_search_index_; }
 
   // Runs SQLite's `PRAGMA integrity_check` and returns its first row ("ok" for a healthy file).
   QString integrity_check() const;
@@ -108,9 +131,10 @@ class ConversationStore {
   // known to be missing, and always for a sound file).
   QString missing_messages(qint64 conversation_id) const;
 
-  // 2: messages.backend. 3: messages.token_ids and token_vocabulary. Opening an older file for writing
-  // migrates it; a reader leaves it as it is.
-  static constexpr int kSchemaVersion = 3;
+  // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. 5: messages_fts,
+  // the full-text index of the messages. Opening an older file for writing migrates it; a reader leaves it as
+  // it is.
+  static constexpr int kSchemaVersion = 5;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
@@ -120,6 +144,8 @@ class ConversationStore {
   QString connection_name_;
   bool has_backend_column_ = true;
   bool has_token_columns_ = true;
+  bool has_pinned_column_ = true;
+  bool has_search_index_ = false;
 };
 
 }  // namespace kvchat::app

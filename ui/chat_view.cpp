@@ -5,6 +5,7 @@
 #include <QEvent>
 #include <QLabel>
 #include <QScrollBar>
+#include <QTextBrowser>
 #include <QTimer>
 #include <QVBoxLayout>
 
@@ -82,6 +83,7 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
       }
     }
     connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
+    connect(widget, &MessageWidget::deleteRequested, this, &ChatView::deleteMessageRequested);
     connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
     connect(widget, &MessageWidget::newChatRequested, this, &ChatView::newChatRequested);
     connect(widget, &MessageWidget::dropOldestTurnsRequested, this, &ChatView::dropOldestTurnsRequested);
@@ -96,7 +98,68 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
   }
   refresh_placeholder();
   following_ = true;
+  found_message_ = 0;
+  found_view_ = -1;
   scroll_to_bottom_if_following();
+}
+
+namespace {
+
+struct TextViewOfMessage {
+  qint64 message_id = 0;
+  QTextBrowser* view = nullptr;
+};
+
+// Every text view of the transcript (prose and code), in reading order.
+QList<TextViewOfMessage> transcript_text_views(const QList<MessageWidget*>& widgets) {
+  QList<TextViewOfMessage> views;
+  for (MessageWidget* widget : widgets)
+    for (QTextBrowser* view : widget->findChildren<QTextBrowser*>()) views.push_back({widget->messageId(), view});
+  return views;
+}
+
+}  // namespace
+
+qint64 ChatView::findText(const QString& text, qint64 from_message) {
+  if (text.isEmpty()) return 0;
+  const QList<TextViewOfMessage> views = transcript_text_views(messageWidgets());
+  if (views.isEmpty()) return 0;
+  int start = found_view_ >= 0 && found_view_ < views.size() ? found_view_ : 0;
+  bool from_cursor = found_view_ >= 0 && found_view_ < views.size() && from_message == 0;
+  if (from_message != 0) {
+    for (int i = 0; i < views.size(); ++i)
+      if (views[i].message_id == from_message) {
+        start = i;
+        break;
+      }
+  }
+  // Once round the transcript, back to the view it started in (from its beginning).
+  for (int step = 0; step <= views.size(); ++step) {
+    const int index = (start + step) % views.size();
+    QTextBrowser* view = views[index].view;
+    const QTextCursor after = step == 0 && from_cursor ? view->textCursor() : QTextCursor(view->document());
+    const QTextCursor found = view->document()->find(text, after);
+    if (found.isNull()) continue;
+    for (const TextViewOfMessage& other : views)
+      if (other.view != view) other.view->setTextCursor(QTextCursor(other.view->document()));
+    view->setTextCursor(found);
+    following_ = false;
+    ensureWidgetVisible(view);
+    found_view_ = index;
+    found_message_ = views[index].message_id;
+    return found_message_;
+  }
+  return 0;
+}
+
+void ChatView::showMessage(qint64 message_id, const QString& text) {
+  MessageWidget* widget = messageWidget(message_id);
+  if (!widget) return;
+  following_ = false;
+  found_view_ = -1;
+  if (findText(text, message_id) == message_id) return;
+  ensureWidgetVisible(widget);  // the match was a word's beginning or differed in accents: the message itself
+  found_message_ = message_id;
 }
 
 void ChatView::appendToMessage(qint64 message_id, const QString& chunk) {

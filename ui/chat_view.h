@@ -35,11 +35,20 @@ class ChatView : public QScrollArea {
   // Whether replies stopped by the context limit offer "Drop the oldest turns" (the policy is still "stop").
   void setOffersDropOldestTurns(bool offers);
 
+  // Selects the next occurrence of `text` (case aside) in the transcript after the last one found, wrapping
+  // around, and scrolls to it; from_message (not 0) starts in that message instead. Returns the message it is
+  // in (0: nowhere).
+  qint64 findText(const QString& text, qint64 from_message = 0);
+  // Scrolls to the message (a search hit) and selects `text` in it when it is there as typed.
+  void showMessage(qint64 message_id, const QString& text);
+  qint64 foundMessageId() const { return found_message_; }
+
   QList<MessageWidget*> messageWidgets() const;
   MessageWidget* messageWidget(qint64 message_id) const;
 
  Q_SIGNALS:
   void continueRequested(qint64 message_id);
+  void deleteMessageRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
   void newChatRequested();
   void dropOldestTurnsRequested();
@@ -56,6 +65,8 @@ class ChatView : public QScrollArea {
   bool offers_drop_oldest_ = true;
   QVBoxLayout* layout_ = nullptr;
   bool following_ = true;
+  qint64 found_message_ = 0;  // where findText() or showMessage() last went
+  int found_view_ = -1;       // and in which of its text views (the transcript's order)
 };
 
 }  // namespace kvchat::ui

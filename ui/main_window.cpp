@@ -12,6 +12,7 @@
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -135,6 +136,11 @@ QWidget* MainWindow::build_sidebar() {
   auto* new_button = new QPushButton(tr("New chat"), sidebar);
   new_button->setObjectName("newChatButton");
   new_button->setToolTip(tr("Start a new chat (Ctrl+N)"));
+  search_field_ = new QLineEdit(sidebar);
+  search_field_->setObjectName("chatSearchField");
+  search_field_->setPlaceholderText(tr("Search chats"));
+  search_field_->setClearButtonEnabled(true);
+  search_field_->setToolTip(tr("Shows the chats whose messages or title hold every word typed (or its beginning)"));
   conversation_list_ = new QListWidget(sidebar);
   conversation_list_->setObjectName("conversationList");
   conversation_list_->setTextElideMode(Qt::ElideRight);
@@ -152,13 +158,28 @@ QWidget* MainWindow::build_sidebar() {
   sidebar_buttons->addWidget(rename_button);
   sidebar_buttons->addWidget(delete_button);
   sidebar_layout->addWidget(new_button);
+  sidebar_layout->addWidget(search_field_);
   sidebar_layout->addWidget(conversation_list_, 1);
   sidebar_layout->addLayout(sidebar_buttons);
   connect(new_button, &QPushButton::clicked, this, &MainWindow::start_new_conversation);
   connect(rename_button, &QPushButton::clicked, this, &MainWindow::rename_selected_conversation);
   connect(delete_button, &QPushButton::clicked, this, &MainWindow::delete_selected_conversation);
   connect(conversation_list_, &QListWidget::currentItemChanged, this, [this](QListWidgetItem* item) {
+    // Read first: selecting rebuilds the list, and the item with it.
+    const qint64 first_match = item ? item->data(kFirstMatchRole).toLongLong() : 0;
     if (item) controller_->selectConversation(item->data(Qt::UserRole).toLongLong());
+    refresh_pin_action();
+    // Found by a search: the transcript goes to the first matching message.
+    if (first_match > 0)
+      chat_view_->showMessage(first_match, search_field_->text().split(QLatin1Char(' '), Qt::SkipEmptyParts).value(0));
+  });
+  connect(search_field_, &QLineEdit::textChanged, this, [this] {
+    refresh_conversations();
+    // The chat on screen is among those found: the transcript goes to its first match as the words are typed.
+    const QListWidgetItem* current = conversation_list_->currentItem();
+    if (current && current->data(kFirstMatchRole).toLongLong() > 0)
+      chat_view_->showMessage(current->data(kFirstMatchRole).toLongLong(),
+                              search_field_->text().split(QLatin1Char(' '), Qt::SkipEmptyParts).value(0));
   });
   connect(conversation_list_, &QListWidget::itemDoubleClicked, this, &MainWindow::rename_selected_conversation);
   return sidebar;
@@ -187,8 +208,20 @@ QWidget* MainWindow::build_chat_panel() {
   chat_layout->addLayout(title_row);
   chat_view_ = new ChatView(chat_panel);
   chat_layout->addWidget(chat_view_, 1);
+  // Chat > Find in the chat: Return goes to the next occurrence, Esc closes it.
+  find_field_ = new QLineEdit(chat_panel);
+  find_field_->setObjectName("findInChatField");
+  find_field_->setPlaceholderText(tr("Find in this chat (Return: next, Esc: close)"));
+  find_field_->setClearButtonEnabled(true);
+  find_field_->hide();
+  chat_layout->addWidget(find_field_);
+  connect(find_field_, &QLineEdit::returnPressed, this, [this] {
+    if (chat_view_->findText(find_field_->text()) == 0) show_notice(tr("Not found in this chat."), 3000);
+  });
+
   connect(chat_view_, &ChatView::continueRequested, controller_, [this] { controller_->continueReply(); });
   connect(chat_view_, &ChatView::alternativeRequested, controller_, &ChatController::showAlternative);
+  connect(chat_view_, &ChatView::deleteMessageRequested, this, &MainWindow::delete_message);
   // A reply stopped by the context limit: its two ways out.
   connect(chat_view_, &ChatView::newChatRequested, this, &MainWindow::start_new_conversation);
   connect(chat_view_, &ChatView::dropOldestTurnsRequested, this, [this] {

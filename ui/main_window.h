@@ -14,11 +14,13 @@
 
 #include "app/chat_controller.h"
 
+class QAction;
 class QDialog;
 class QDockWidget;
 class QFileDialog;
 class QLabel;
 class QMenu;
+class QLineEdit;
 class QListWidget;
 class QMessageBox;
 class QProgressBar;
@@ -71,6 +73,13 @@ class MainWindow : public QMainWindow {
   ChatView* chatView() const { return chat_view_; }
   MessageInput* messageInput() const { return input_; }
   QListWidget* conversationList() const { return conversation_list_; }
+  QLineEdit* chatSearchField() const { return search_field_; }  // filters the chat list ("chatSearchField")
+  QLineEdit* findInChatField() const { return find_field_; }    // Chat > Find in the chat ("findInChatField")
+  // A chat list row's first matching message while the list is filtered (0: only the title matched).
+  static constexpr int kFirstMatchRole = Qt::UserRole + 3;
+  // A chat list row's pinned flag (bool), and the marker its text starts with when pinned.
+  static constexpr int kPinnedRole = Qt::UserRole + 2;
+  static QString pinnedMarker() { return QStringLiteral("\u2605 "); }
   QLabel* speedLabel() const;
   QLabel* replyStatsLabel() const;
   QLabel* cacheLabel() const;
@@ -133,6 +142,10 @@ class MainWindow : public QMainWindow {
   void show_error_dialog(const QString& title, const QString& text, const QString& object_name);
   void rename_selected_conversation();
   void delete_selected_conversation();
+  void toggle_pin_of_selected_conversation();
+  void duplicate_selected_conversation();
+  void delete_message(qint64 message_id);  // asks first
+  void refresh_pin_action();  // "Pin" or "Unpin", as the selected chat is
   qint64 selected_conversation_id() const;
 
   kvchat::app::ChatController* controller_;
@@ -143,6 +156,9 @@ class MainWindow : public QMainWindow {
   qint64 speed_conversation_ = 0;  // the chat whose reply the speed field shows (0: none)
 
   QListWidget* conversation_list_ = nullptr;
+  QLineEdit* search_field_ = nullptr;
+  QLineEdit* find_field_ = nullptr;
+  QAction* pin_action_ = nullptr;
   ElidedLabel* title_label_ = nullptr;
   ChatView* chat_view_ = nullptr;
   MessageInput* input_ = nullptr;

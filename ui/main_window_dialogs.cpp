@@ -209,6 +209,36 @@ void MainWindow::rename_selected_conversation() {
   if (ok) controller_->renameConversation(id, title);
 }
 
+void MainWindow::toggle_pin_of_selected_conversation() {
+  const qint64 id = selected_conversation_id();
+  if (id <= 0) return;
+  const auto record = controller_->conversation(id);
+  if (record) controller_->setPinned(id, !record->pinned);
+}
+
+void MainWindow::duplicate_selected_conversation() {
+  const qint64 id = selected_conversation_id();
+  if (id > 0 && controller_->duplicateConversation(id) > 0) show_notice(tr("Copied the chat: this is the copy."), 5000);
+}
+
+void MainWindow::delete_message(qint64 message_id) {
+  QString role;
+  for (const auto& message : controller_->currentMessages())
+    if (message.id == message_id) role = message.role;
+  const QString question = role == QLatin1String("user")
+                               ? tr("Delete this message and the replies to it? This cannot be undone.")
+                               : tr("Delete this reply? This cannot be undone.");
+  if (!confirm_(tr("Delete message"), question)) return;
+  controller_->deleteMessage(message_id);
+}
+
+void MainWindow::refresh_pin_action() {
+  if (!pin_action_) return;
+  const auto record = controller_->conversation(selected_conversation_id());
+  pin_action_->setEnabled(record.has_value());
+  pin_action_->setText(record && record->pinned ? tr("Un&pin the chat") : tr("&Pin the chat"));
+}
+
 void MainWindow::delete_selected_conversation() {
   const qint64 id = selected_conversation_id();
   if (id <= 0) return;

@@ -7,6 +7,7 @@
 #include <QDialogButtonBox>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMenu>
 #include <QMenuBar>
@@ -34,7 +35,10 @@ MessageWidget* MainWindow::last_reply_widget() const {
 
 void MainWindow::stop_or_cancel() {
   const qint64 current = controller_->currentConversationId();
-  if (generating_here()) {
+  if (find_field_->hasFocus()) {  // Esc closes the find field first (it has no other use there)
+    find_field_->hide();
+    input_->setFocus();
+  } else if (generating_here()) {
     controller_->stop();
   } else if (controller_->isQueued(current)) {
     const auto text = controller_->cancelQueued(current);
@@ -101,17 +105,47 @@ void MainWindow::build_keyboard_actions(QMenu* chat) {
     show_notice(tr("No code block in this chat."), 3000);
   });
 
+  QAction* find = chat->addAction(tr("&Find in the chat\u2026"));
+  find->setObjectName("findInChatAction");
+  find->setShortcut(QKeySequence::Find);
+  connect(find, &QAction::triggered, this, [this] {
+    find_field_->show();
+    find_field_->setFocus();
+    find_field_->selectAll();
+  });
+  QAction* search = chat->addAction(tr("&Search all chats"));
+  search->setObjectName("searchChatsAction");
+  search->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+F")));
+  connect(search, &QAction::triggered, this, [this] {
+    search_field_->setFocus();
+    search_field_->selectAll();
+  });
+
   chat->addSeparator();
   QAction* rename = chat->addAction(tr("Re&name the chat\u2026"));
   rename->setObjectName("renameChatAction");
   rename->setShortcut(QKeySequence(Qt::Key_F2));
   connect(rename, &QAction::triggered, this, &MainWindow::rename_selected_conversation);
+  pin_action_ = chat->addAction(tr("&Pin the chat"));
+  pin_action_->setObjectName("pinChatAction");
+  pin_action_->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+P")));
+  connect(pin_action_, &QAction::triggered, this, &MainWindow::toggle_pin_of_selected_conversation);
+  QAction* duplicate = chat->addAction(tr("D&uplicate the chat"));
+  duplicate->setObjectName("duplicateChatAction");
+  duplicate->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+D")));
+  connect(duplicate, &QAction::triggered, this, &MainWindow::duplicate_selected_conversation);
   // Delete only from the chat list: in the message box the key deletes a character.
   QAction* remove = chat->addAction(tr("&Delete the chat\u2026"));
   remove->setObjectName("deleteChatAction");
   remove->setShortcut(QKeySequence(QKeySequence::Delete));
   remove->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+  // The chat list's context menu: the same actions as the Chat menu, for the chat under the pointer (a right
+  // click selects it first).
+  conversation_list_->addAction(rename);
+  conversation_list_->addAction(pin_action_);
+  conversation_list_->addAction(duplicate);
   conversation_list_->addAction(remove);
+  conversation_list_->setContextMenuPolicy(Qt::ActionsContextMenu);
   connect(remove, &QAction::triggered, this, &MainWindow::delete_selected_conversation);
 
   // The window's own keys, actions too (not in a menu) so that the sheet lists them.

@@ -5,6 +5,7 @@
 
 #include <QFileInfo>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QLocale>
 #include <QProgressBar>
@@ -177,21 +178,33 @@ void MainWindow::refresh_conversations() {
   for (const auto& cache : controller_->heldCaches()) held.insert(cache.conversation_id, cache);
   const QList<kvchat::app::ConversationRecord> conversations = controller_->conversations();
   const QHash<qint64, QString> titles = distinguishable_titles(conversations);
+  // While the search field holds text, only the chats it finds, each with its first matching message.
+  const QString query = search_field_ ? search_field_->text().trimmed() : QString();
+  QHash<qint64, qint64> found;
+  if (!query.isEmpty())
+    for (const kvchat::app::SearchHit& hit : controller_->searchConversations(query))
+      found.insert(hit.conversation_id, hit.first_message_id);
   for (const auto& conversation : conversations) {
+    if (!query.isEmpty() && !found.contains(conversation.id)) continue;
     QString text = titles.value(conversation.id);
     QString state;
     if (conversation.id == generating) state = tr("generating\u2026");
     else if (controller_->isQueued(conversation.id)) state = tr("waiting\u2026");
     if (!state.isEmpty()) text = QStringLiteral("%1 \u00b7 %2").arg(text, state);
+    // Pinned chats lead the list (the store orders them): the marker says why they stay there.
+    if (conversation.pinned) text = pinnedMarker() + text;
     auto* item = new QListWidgetItem(text, conversation_list_);
     item->setData(Qt::UserRole, conversation.id);
     QFont font = item->font();
     font.setItalic(!state.isEmpty());
     item->setFont(font);
+    item->setData(kPinnedRole, conversation.pinned);
+    item->setData(kFirstMatchRole, found.value(conversation.id));
     QString tooltip = tr("%1\n%2 messages, last active %3")
                           .arg(conversation.title)
                           .arg(conversation.message_count)
                           .arg(QLocale().toString(conversation.updated_at.toLocalTime(), QLocale::ShortFormat));
+    if (conversation.pinned) tooltip += tr("\nPinned: listed first");
     // Which chats hold a cache now, and how much (Chat > Caches in memory lists them all).
     if (held.contains(conversation.id))
       tooltip += tr("\nKV cache in memory: %1 tokens, %2")
@@ -207,6 +220,7 @@ void MainWindow::refresh_conversations() {
     }
   }
   if (current <= 0) title_label_->setFullText(tr("New chat"));
+  refresh_pin_action();
 }
 
 void MainWindow::reload_messages() {

@@ -115,6 +115,17 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
     Q_EMIT copied(text_);
   });
   header_row->addWidget(copy_button_);
+  if (role_ == QLatin1String("user") || role_ == QLatin1String("assistant")) {
+    delete_button_ = new QToolButton(this);
+    delete_button_->setObjectName("deleteMessageButton");
+    delete_button_->setText(tr("Delete"));
+    delete_button_->setToolTip(role_ == QLatin1String("user") ? tr("Delete this message and the replies to it")
+                                                              : tr("Delete this reply"));
+    delete_button_->setAutoRaise(true);
+    delete_button_->setFocusPolicy(Qt::NoFocus);  // as Copy
+    connect(delete_button_, &QToolButton::clicked, this, [this] { Q_EMIT deleteRequested(message_id_); });
+    header_row->addWidget(delete_button_);
+  }
   layout->addLayout(header_row);
 
   body_ = new MessageBody(this);

@@ -33,6 +33,7 @@ class MessageWidget : public QFrame {
   MessageBody* body() const { return body_; }
   QPushButton* continueButton() const { return continue_button_; }
   QToolButton* copyButton() const { return copy_button_; }
+  QToolButton* deleteButton() const { return delete_button_; }  // user messages and replies only
   // Under a reply stopped by the context limit (hidden otherwise).
   QPushButton* newChatButton() const { return new_chat_button_; }
   QPushButton* dropOldestTurnsButton() const { return drop_oldest_button_; }
@@ -55,6 +56,7 @@ class MessageWidget : public QFrame {
  Q_SIGNALS:
   void copied(const QString& text);
   void continueRequested(qint64 message_id);
+  void deleteRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
   void newChatRequested();
   void dropOldestTurnsRequested();
@@ -82,6 +84,7 @@ class MessageWidget : public QFrame {
   QPushButton* drop_oldest_button_ = nullptr;
   QLabel* live_figures_ = nullptr;
   QToolButton* copy_button_ = nullptr;
+  QToolButton* delete_button_ = nullptr;
   QToolButton* previous_alternative_ = nullptr;
   QToolButton* next_alternative_ = nullptr;
   QLabel* alternative_label_ = nullptr;

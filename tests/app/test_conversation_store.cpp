@@ -8,6 +8,7 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include "app/chat_history.h"
 #include "app/conversation_store.h"
 #include "app/settings.h"
 #include "app/stats_json.h"
@@ -76,6 +77,13 @@ class ConversationStoreTest : public QObject {
   void newer_schema_is_refused();
   void reply_token_ids_are_kept_with_their_text();
   void version_two_file_gains_the_token_columns();
+  void pinned_chats_are_listed_first_and_kept();
+  void version_three_file_gains_the_pinned_column();
+  void a_copied_chat_holds_every_field_of_every_message();
+  void deleting_chosen_messages_is_all_or_nothing();
+  void search_finds_words_prefixes_and_any_script();
+  void search_treats_query_syntax_as_text();
+  void version_four_file_gains_a_filled_search_index();
   void refused_newer_schema_is_left_untouched();
   void damaged_file_is_refused_for_writing();
   void damaged_file_is_read_with_what_is_missing();
@@ -444,15 +452,310 @@ void ConversationStoreTest::version_two_file_gains_the_token_columns() {
   }
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_ids"));
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_vocabulary"));
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (2)"));
   QCOMPARE(ConversationStore(path, StoreOpenMode::ReadOnly).message(id)->text, QStringLiteral("old reply"));
   QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("2"));
   ConversationStore store(path);
-  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("3"));
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")),
+           QString::number(ConversationStore::kSchemaVersion));
   QVERIFY(store.message(id)->token_ids.empty());
   store.finish_message(id, "old reply", QJsonObject(), {3, 4}, 9);
   QCOMPARE(store.message(id)->token_ids, (std::vector<kvchat::TokenId>{3, 4}));
+}
+
+// Pinned chats come before the others, each group most recently updated first; pinning is kept across opens
+// and is not itself an update.
+void ConversationStoreTest::pinned_chats_are_listed_first_and_kept() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("pinned.sqlite3");
+  qint64 first = 0, second = 0, third = 0;
+  {
+    ConversationStore store(path);
+    first = store.create_conversation("First");
+    second = store.create_conversation("Second");
+    third = store.create_conversation("Third");
+    QVERIFY(!store.conversation(first)->pinned);
+    store.set_pinned(first, true);
+    const auto ids = [&] {
+      QList<qint64> list;
+      for (const ConversationRecord& record : store.conversations()) list << record.id;
+      return list;
+    };
+    QCOMPARE(ids(), (QList<qint64>{first, third, second}));
+    QVERIFY(store.conversation(first)->pinned);
+    QVERIFY(!store.conversation(third)->pinned);
+    store.set_pinned(second, true);
+    QCOMPARE(ids(), (QList<qint64>{second, first, third}));
+    store.rename_conversation(first, "First, renamed");  // an update: first among the pinned
+    QCOMPARE(ids(), (QList<qint64>{first, second, third}));
+    store.set_pinned(first, false);
+    QCOMPARE(ids(), (QList<qint64>{second, first, third}));
+    const QString message = store_error_of([&] { store.set_pinned(third + 100, true); });
+    QCOMPARE(message, QStringLiteral("conversation store %1: no conversation %2").arg(store.path()).arg(third + 100));
+  }
+  ConversationStore reader(path, StoreOpenMode::ReadOnly);
+  QVERIFY(reader.conversation(second)->pinned);
+  QVERIFY(!reader.conversation(first)->pinned);
+  QCOMPARE(reader.conversations().first().id, second);
+}
+
+// A version-3 file (no pinned column): a reader lists it unpinned without changing it, a writer migrates it
+// and its chats keep their order and messages.
+void ConversationStoreTest::version_three_file_gains_the_pinned_column() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("v3.sqlite3");
+  qint64 older = 0, newer = 0;
+  {
+    ConversationStore store(path);
+    older = store.create_conversation("Older");
+    newer = store.create_conversation("Newer");
+    MessageRecord message;
+    message.conversation_id = older;
+    message.role = "user";
+    message.text = "kept";
+    store.add_message(message);  // now the most recent
+  }
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
+  raw_query(path, QStringLiteral("DELETE FROM schema_version"));
+  raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (3)"));
+  {
+    ConversationStore reader(path, StoreOpenMode::ReadOnly);
+    QCOMPARE(reader.conversations().size(), 2);
+    QCOMPARE(reader.conversations()[0].id, older);
+    QVERIFY(!reader.conversations()[0].pinned);
+    QVERIFY(!reader.conversation(newer)->pinned);
+  }
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("3"));
+  ConversationStore store(path);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")),
+           QString::number(ConversationStore::kSchemaVersion));
+  QCOMPARE(store.conversations()[0].id, older);
+  QCOMPARE(store.messages(older)[0].text, QStringLiteral("kept"));
+  store.set_pinned(newer, true);
+  QCOMPARE(store.conversations()[0].id, newer);
+  QVERIFY(store.conversations()[0].pinned);
+}
+
+// A copy holds each message with every column as the original's (only its id and conversation differ), in the
+// same order; a context-cut marker points at the copy of its message; the original is left as it was.
+void ConversationStoreTest::a_copied_chat_holds_every_field_of_every_message() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("copy.sqlite3"));
+  const qint64 original = store.create_conversation(QStringLiteral("Trip to Zürich"), QStringLiteral("Be brief."));
+  store.set_pinned(original, true);
+  const auto add = [&](const QString& role, const QString& text) {
+    MessageRecord message;
+    message.conversation_id = original;
+    message.role = role;
+    message.text = text;
+    return store.add_message(message);
+  };
+  add(QStringLiteral("user"), QStringLiteral("First question"));
+  const qint64 reply = add(QStringLiteral("assistant"), QString());
+  store.finish_message(reply, QStringLiteral("First answer"), QJsonObject{{"generated_tokens", 3}, {"decode_ms", 1.5}},
+                       {5, 128000, -7}, 0xABCDEF0123ull);
+  store.set_message_origin(reply, QStringLiteral("http://127.0.0.1:8080"), QStringLiteral("stories260K"));
+  store.set_message_settings(reply, QJsonObject{{"temperature", 0.0}, {"hidden_alternative", true}});
+  const qint64 kept = add(QStringLiteral("user"), QStringLiteral("Second question, ünïcode"));
+  MessageRecord marker = kvchat::app::context_cut_marker(original, kept, 2, 128);
+  store.add_message(marker);
+  MessageRecord streaming;
+  streaming.conversation_id = original;
+  streaming.role = QStringLiteral("assistant");
+  streaming.text = QStringLiteral("cut sh");
+  streaming.complete = false;
+  streaming.created_at = QDateTime::fromMSecsSinceEpoch(1234567, Qt::UTC);
+  store.add_message(streaming);
+  const QList<MessageRecord> before = store.messages(original);
+
+  const qint64 copy = store.duplicate_conversation(original);
+  QVERIFY(copy != original);
+  QCOMPARE(store.conversation(copy)->title, QStringLiteral("Trip to Zürich (copy)"));
+  QCOMPARE(store.conversation(copy)->system_prompt, QStringLiteral("Be brief."));
+  QVERIFY(!store.conversation(copy)->pinned);
+  const QList<MessageRecord> copies = store.messages(copy);
+  QCOMPARE(copies.size(), before.size());
+  for (int i = 0; i < before.size(); ++i) {
+    const MessageRecord& a = before[i];
+    const MessageRecord& b = copies[i];
+    QVERIFY(b.id != a.id);
+    QCOMPARE(b.conversation_id, copy);
+    QCOMPARE(b.role, a.role);
+    QCOMPARE(b.text, a.text);
+    QCOMPARE(b.created_at, a.created_at);
+    QCOMPARE(b.model, a.model);
+    QCOMPARE(b.backend, a.backend);
+    QCOMPARE(b.stats, a.stats);
+    QCOMPARE(b.complete, a.complete);
+    QCOMPARE(b.token_ids, a.token_ids);
+    QCOMPARE(b.token_vocabulary, a.token_vocabulary);
+    if (a.role == QLatin1String("marker"))
+      QCOMPARE(b.settings.value(kvchat::app::kMarkerContextStartKey).toInteger(), copies[2].id);
+    else
+      QCOMPARE(b.settings, a.settings);
+  }
+  QCOMPARE(copies[1].token_ids, (std::vector<kvchat::TokenId>{5, 128000, -7}));
+  QCOMPARE(copies[1].backend, QStringLiteral("http://127.0.0.1:8080"));
+  QVERIFY(!copies[4].complete);
+  // The model sees the same messages in the copy.
+  QCOMPARE(kvchat::app::messages_in_context(copies).size(), kvchat::app::messages_in_context(before).size());
+  const QList<MessageRecord> after = store.messages(original);
+  QCOMPARE(after.size(), before.size());
+  for (int i = 0; i < before.size(); ++i) QCOMPARE(after[i].settings, before[i].settings);
+  QCOMPARE(store_error_of([&] { store.duplicate_conversation(copy + 100); }),
+           QStringLiteral("conversation store %1: no conversation %2").arg(store.path()).arg(copy + 100));
+}
+
+// delete_messages removes exactly the ids given; an id of another chat (or none) refuses the whole call.
+void ConversationStoreTest::deleting_chosen_messages_is_all_or_nothing() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("delete.sqlite3"));
+  const qint64 chat = store.create_conversation(QStringLiteral("Chat"));
+  const qint64 other = store.create_conversation(QStringLiteral("Other"));
+  QList<qint64> ids;
+  for (int i = 0; i < 4; ++i) {
+    MessageRecord message;
+    message.conversation_id = i == 3 ? other : chat;
+    message.role = i % 2 ? QStringLiteral("assistant") : QStringLiteral("user");
+    message.text = QString::number(i);
+    ids << store.add_message(message);
+  }
+  const QString message = store_error_of([&] { store.delete_messages(chat, {ids[1], ids[3]}); });
+  QCOMPARE(message, QStringLiteral("conversation store %1: no message %2 in conversation %3")
+                        .arg(store.path()).arg(ids[3]).arg(chat));
+  QCOMPARE(store.messages(chat).size(), 3);
+  store.delete_messages(chat, {ids[0], ids[1]});
+  QCOMPARE(store.messages(chat).size(), 1);
+  QCOMPARE(store.messages(chat)[0].id, ids[2]);
+  QCOMPARE(store.messages(other).size(), 1);
+}
+
+namespace {
+
+QList<qint64> hit_ids(const ConversationStore& store, const QString& query) {
+  QList<qint64> ids;
+  for (const kvchat::app::SearchHit& hit : store.search(query)) ids << hit.conversation_id;
+  return ids;
+}
+
+}  // namespace
+
+// Words and their beginnings, case and accents aside, in any script; every word must be in one message; the
+// index follows edits and deletes; each hit names its first matching message.
+void ConversationStoreTest::search_finds_words_prefixes_and_any_script() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("search.sqlite3"));
+  QVERIFY(store.has_search_index());
+  const auto chat_with = [&](const QString& title, const QStringList& texts) {
+    const qint64 id = store.create_conversation(title);
+    for (const QString& text : texts) {
+      MessageRecord message;
+      message.conversation_id = id;
+      message.role = QStringLiteral("user");
+      message.text = text;
+      store.add_message(message);
+    }
+    return id;
+  };
+  const qint64 trains = chat_with("Travel", {"Which trains leave Zürich early?", "The 6:02 to Geneva."});
+  const qint64 cooking = chat_with("Kitchen", {"A recipe for crêpes", "Flour, eggs, milk and a train of thought"});
+  const qint64 russian = chat_with("Москва", {"Поезд отправляется в семь", "日本語のテキストです"});
+  QCOMPARE(hit_ids(store, "trains"), (QList<qint64>{trains}));
+  QCOMPARE(hit_ids(store, "TRAIN"), (QList<qint64>{cooking, trains}));  // a prefix: "trains" and "train"
+  QCOMPARE(hit_ids(store, "zurich"), (QList<qint64>{trains}));          // accents aside
+  QCOMPARE(hit_ids(store, "Zürich"), (QList<qint64>{trains}));
+  QCOMPARE(hit_ids(store, "crepe"), (QList<qint64>{cooking}));
+  QCOMPARE(hit_ids(store, "поезд"), (QList<qint64>{russian}));
+  QCOMPARE(hit_ids(store, "Поез"), (QList<qint64>{russian}));
+  QCOMPARE(hit_ids(store, "日本語"), (QList<qint64>{russian}));
+  QCOMPARE(hit_ids(store, "москва"), (QList<qint64>{russian}));  // the title
+  QCOMPARE(hit_ids(store, "flour milk"), (QList<qint64>{cooking}));
+  QCOMPARE(hit_ids(store, "flour geneva"), QList<qint64>{});  // not in one message
+  QCOMPARE(hit_ids(store, "submarine"), QList<qint64>{});
+  QCOMPARE(hit_ids(store, "   "), QList<qint64>{});
+  const QList<kvchat::app::SearchHit> hits = store.search("geneva");
+  QCOMPARE(hits.size(), 1);
+  QCOMPARE(hits[0].first_message_id, store.messages(trains)[1].id);
+
+  // Kept in step: an edited text, deleted messages, a deleted chat.
+  const qint64 edited = store.messages(cooking)[1].id;
+  store.update_message_text(edited, QStringLiteral("Flour, eggs and a submarine"));
+  QCOMPARE(hit_ids(store, "submarine"), (QList<qint64>{cooking}));
+  QCOMPARE(hit_ids(store, "milk"), QList<qint64>{});
+  store.finish_message(edited, QStringLiteral("Butter"), QJsonObject());
+  QCOMPARE(hit_ids(store, "submarine"), QList<qint64>{});
+  QCOMPARE(hit_ids(store, "butter"), (QList<qint64>{cooking}));
+  store.delete_messages_from(trains, store.messages(trains)[1].id);
+  QCOMPARE(hit_ids(store, "geneva"), QList<qint64>{});
+  store.delete_conversation(russian);
+  QCOMPARE(hit_ids(store, "поезд"), QList<qint64>{});
+  QCOMPARE(store.integrity_check(), QStringLiteral("ok"));
+}
+
+// Quotes, AND/OR/NOT, *, -, ^, colons and parentheses are text: no query error, and they match as typed.
+void ConversationStoreTest::search_treats_query_syntax_as_text() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath("syntax.sqlite3"));
+  const auto chat_with = [&](const QString& text) {
+    const qint64 id = store.create_conversation(QStringLiteral("Chat"));
+    MessageRecord message;
+    message.conversation_id = id;
+    message.role = QStringLiteral("user");
+    message.text = text;
+    store.add_message(message);
+    return id;
+  };
+  const qint64 logic = chat_with("cats AND dogs, \"quoted words\" and a-b testing");
+  const qint64 math = chat_with("2 * 3 - 1 = 5 (text: yes)");
+  const qint64 plain = chat_with("nothing special here");
+  for (const QString& query : {QStringLiteral("\""), QStringLiteral("\"quoted"), QStringLiteral("AND"),
+                               QStringLiteral("OR"), QStringLiteral("NOT"), QStringLiteral("*"), QStringLiteral("-"),
+                               QStringLiteral("a-b"), QStringLiteral("(text:"), QStringLiteral("cats AND"),
+                               QStringLiteral("NEAR(cats dogs)"), QStringLiteral("^cats"), QStringLiteral("text:")})
+    store.search(query);  // none throws
+  QCOMPARE(hit_ids(store, "AND"), (QList<qint64>{logic}));        // the word, not the operator
+  QCOMPARE(hit_ids(store, "cats AND dogs"), (QList<qint64>{logic}));
+  QCOMPARE(hit_ids(store, "NOT"), (QList<qint64>{plain}));        // "nothing" starts with "not"
+  QCOMPARE(hit_ids(store, "\"quoted words\""), (QList<qint64>{logic}));
+  QCOMPARE(hit_ids(store, "*"), (QList<qint64>{math}));           // punctuation alone: as typed
+  QCOMPARE(hit_ids(store, "-"), (QList<qint64>{math, logic}));  // most recently updated first
+  QCOMPARE(hit_ids(store, "a-b"), (QList<qint64>{logic}));
+  QCOMPARE(hit_ids(store, "(text:"), (QList<qint64>{math}));
+  QCOMPARE(hit_ids(store, "cats -dogs"), (QList<qint64>{logic}));  // "-dogs" is the word dogs, not its exclusion
+  QCOMPARE(hit_ids(store, "OR"), QList<qint64>{});
+}
+
+// A version-4 file (no index): a reader searches it by its text, a writer builds the index from its messages.
+void ConversationStoreTest::version_four_file_gains_a_filled_search_index() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("v4.sqlite3");
+  qint64 chat = 0;
+  {
+    ConversationStore store(path);
+    chat = store.create_conversation(QStringLiteral("Old"));
+    MessageRecord message;
+    message.conversation_id = chat;
+    message.role = QStringLiteral("user");
+    message.text = QStringLiteral("Elephants remember");
+    store.add_message(message);
+  }
+  for (const char* statement : {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete",
+                                "DROP TRIGGER messages_fts_update", "DROP TABLE messages_fts",
+                                "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
+    raw_query(path, QString::fromLatin1(statement));
+  {
+    ConversationStore reader(path, StoreOpenMode::ReadOnly);
+    QVERIFY(!reader.has_search_index());
+    QCOMPARE(hit_ids(reader, "elephants"), (QList<qint64>{chat}));
+    QCOMPARE(hit_ids(reader, "zebras"), QList<qint64>{});
+  }
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("4"));
+  ConversationStore store(path);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("5"));
+  QVERIFY(store.has_search_index());
+  QCOMPARE(hit_ids(store, "elephant"), (QList<qint64>{chat}));
 }
 
 // A file refused for its schema is refused before anything is written to it: its journal mode included.
