@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <QApplication>
+#include <QEvent>
+#include <QPointer>
+#include <QSet>
+#include <QWidget>
 #include <QStyle>
 
 #include <optional>
@@ -17,7 +21,65 @@ std::optional<QPalette>& system_palette() {
   return palette;
 }
 
+// Rebuilds its widget's style sheet from the palette. A child of the widget: it lives as long as it.
+class PaletteStyleSheet : public QObject {
+ public:
+  PaletteStyleSheet(QWidget* widget, std::function<QString(const QPalette&)> make)
+      : QObject(widget), widget_(widget), make_(std::move(make)) {
+    setObjectName(QStringLiteral("paletteStyleSheet"));
+    all().insert(this);
+  }
+  ~PaletteStyleSheet() override { all().remove(this); }
+  void set_make(std::function<QString(const QPalette&)> make) { make_ = std::move(make); }
+  void apply() {
+    const QString sheet = make_(QApplication::palette());
+    if (sheet != widget_->styleSheet()) widget_->setStyleSheet(sheet);
+  }
+  static QSet<PaletteStyleSheet*>& all() {
+    static QSet<PaletteStyleSheet*> keepers;
+    return keepers;
+  }
+
+ private:
+  QWidget* widget_;
+  std::function<QString(const QPalette&)> make_;
+};
+
+// A style sheet that names a colour gives its widget a palette of its own, so the application's new palette
+// reaches neither it nor its children as an event: only the application hears of the change. One filter
+// on the application passes it on to every kept style sheet.
+class ApplicationPaletteWatcher : public QObject {
+ public:
+  static void install() {
+    static QPointer<ApplicationPaletteWatcher> watcher;  // gone with its application
+    if (watcher || !qApp) return;
+    watcher = new ApplicationPaletteWatcher(qApp);
+    qApp->installEventFilter(watcher);
+  }
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override {
+    if (watched == qApp && event->type() == QEvent::ApplicationPaletteChange)
+      for (PaletteStyleSheet* keeper : PaletteStyleSheet::all().values()) keeper->apply();
+    return false;
+  }
+
+ private:
+  using QObject::QObject;
+};
+
 }  // namespace
+
+void set_palette_style_sheet(QWidget* widget, std::function<QString(const QPalette&)> make) {
+  auto* keeper = dynamic_cast<PaletteStyleSheet*>(
+      widget->findChild<QObject*>(QStringLiteral("paletteStyleSheet"), Qt::FindDirectChildrenOnly));
+  if (keeper)
+    keeper->set_make(std::move(make));
+  else
+    keeper = new PaletteStyleSheet(widget, std::move(make));
+  ApplicationPaletteWatcher::install();
+  keeper->apply();
+}
 
 Appearance appearance_from_name(const QString& name) {
   if (name == QLatin1String("light")) return Appearance::Light;

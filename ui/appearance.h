@@ -6,6 +6,10 @@
 #include <QPalette>
 #include <QString>
 
+#include <functional>
+
+class QWidget;
+
 namespace kvchat::ui {
 
 enum class Appearance { System, Light, Dark };
@@ -28,5 +32,10 @@ QColor warning_border_colour(const QPalette& palette);
 // The same, for the application's palette.
 QColor error_text_colour();
 QColor warning_text_colour();
+
+// Gives `widget` the style sheet `make` builds from the application's palette, now and again each time that
+// palette changes (View > Appearance), so that a colour no palette role names (a warning's amber, an error's
+// red) follows a switch at once rather than at the next start. A later call replaces the earlier `make`.
+void set_palette_style_sheet(QWidget* widget, std::function<QString(const QPalette&)> make);
 
 }  // namespace kvchat::ui

@@ -180,11 +180,11 @@ void ChatView::showError(const QString& message) {
   label->setWordWrap(true);
   label->setTextInteractionFlags(Qt::TextSelectableByMouse);
   label->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  const QPalette colours = QApplication::palette();
-  label->setStyleSheet(
-      QStringLiteral("color: %1; background: %2; border: 1px solid %3; border-radius: 6px; padding: 6px;")
-          .arg(error_text_colour(colours).name(), error_background_colour(colours).name(),
-               error_border_colour(colours).name()));
+  set_palette_style_sheet(label, [](const QPalette& colours) {
+    return QStringLiteral("color: %1; background: %2; border: 1px solid %3; border-radius: 6px; padding: 6px;")
+        .arg(error_text_colour(colours).name(), error_background_colour(colours).name(),
+             error_border_colour(colours).name());
+  });
   label->setText(message);
   layout_->insertWidget(layout_->count() - 1, label);
   scroll_to_bottom_if_following();

@@ -247,13 +247,17 @@ QWidget* MainWindow::build_chat_panel() {
                                  "(Esc cancels)."),
                               transient);
   editing_label_->setObjectName("editingLabel");
-  editing_label_->setStyleSheet(QStringLiteral("color: %1;").arg(warning_text_colour().name()));
+  set_palette_style_sheet(editing_label_, [](const QPalette& palette) {
+    return QStringLiteral("color: %1;").arg(warning_text_colour(palette).name());
+  });
   editing_label_->setWordWrap(true);
   editing_label_->hide();
   transient_layout->addWidget(editing_label_);
   waiting_label_ = new QLabel(transient);
   waiting_label_->setObjectName("waitingLabel");
-  waiting_label_->setStyleSheet(QStringLiteral("color: %1;").arg(warning_text_colour().name()));
+  set_palette_style_sheet(waiting_label_, [](const QPalette& palette) {
+    return QStringLiteral("color: %1;").arg(warning_text_colour(palette).name());
+  });
   waiting_label_->setWordWrap(true);
   waiting_label_->hide();
   transient_layout->addWidget(waiting_label_);

@@ -323,13 +323,15 @@ void MainWindow::refresh_token_counter() {
     return;
   }
   if (measure->fits) {
-    token_counter_->setStyleSheet("color: palette(mid);");
+    set_palette_style_sheet(token_counter_, [](const QPalette&) { return QStringLiteral("color: palette(mid);"); });
     token_counter_->setFullText(tr("%1 tokens \u00b7 %2 of %3 left in the context after it")
                                     .arg(measure->draft_tokens)
                                     .arg(std::max(0, measure->context_limit - measure->prompt_tokens))
                                     .arg(measure->context_limit));
   } else {
-    token_counter_->setStyleSheet(QStringLiteral("color: %1; font-weight: bold;").arg(error_text_colour().name()));
+    set_palette_style_sheet(token_counter_, [](const QPalette& palette) {
+      return QStringLiteral("color: %1; font-weight: bold;").arg(error_text_colour(palette).name());
+    });
     token_counter_->setFullText(tr("%1 tokens: this message does not fit (the prompt would be %2 tokens, the "
                                    "context limit is %3). Shorten it or start a new chat.")
                                     .arg(measure->draft_tokens)

@@ -45,9 +45,10 @@ void MessageWidget::build_marker() {
   marker_label_->setObjectName("markerText");
   marker_label_->setAlignment(Qt::AlignCenter);
   marker_label_->setWordWrap(true);
-  marker_label_->setStyleSheet(
-      QStringLiteral("color: %1; font-style: italic; border-top: 1px dashed %2; padding-top: 4px;")
-          .arg(warning_text_colour().name(), warning_border_colour(QApplication::palette()).name()));
+  set_palette_style_sheet(marker_label_, [](const QPalette& palette) {
+    return QStringLiteral("color: %1; font-style: italic; border-top: 1px dashed %2; padding-top: 4px;")
+        .arg(warning_text_colour(palette).name(), warning_border_colour(palette).name());
+  });
   layout->addWidget(marker_label_);
 }
 
@@ -142,7 +143,9 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   cut_short_ = new QLabel(this);
   cut_short_->setObjectName("cutShortLabel");
   cut_short_->setWordWrap(true);
-  cut_short_->setStyleSheet(QStringLiteral("color: %1; font-size: 11px;").arg(warning_text_colour().name()));
+  set_palette_style_sheet(cut_short_, [](const QPalette& palette) {
+    return QStringLiteral("color: %1; font-size: 11px;").arg(warning_text_colour(palette).name());
+  });
   cut_short_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   continue_button_ = new QPushButton(tr("Continue"), this);
   continue_button_->setObjectName("continueButton");
@@ -186,8 +189,10 @@ void MessageWidget::setRecord(const kvchat::app::MessageRecord& message) {
     const QString line = format_stored_stats(message.stats);
     stats_->setText(line);
     stats_->setVisible(!line.isEmpty());
-    stats_->setStyleSheet(failed_ ? QStringLiteral("color: %1; font-weight: bold;").arg(error_text_colour().name())
-                                  : QStringLiteral("color: palette(mid); font-size: 11px;"));
+    set_palette_style_sheet(stats_, [failed = failed_](const QPalette& palette) {
+      return failed ? QStringLiteral("color: %1; font-weight: bold;").arg(error_text_colour(palette).name())
+                    : QStringLiteral("color: palette(mid); font-size: 11px;");
+    });
   }
   streaming_ = !message.complete && streaming_;
   render();
@@ -268,7 +273,9 @@ void MessageWidget::render() {
     // As visible as the max-tokens note, not only the faint stats line.
     const QString note_style = context_full ? QStringLiteral("color: %1; font-weight: bold;")
                                             : QStringLiteral("color: %1; font-size: 11px;");
-    cut_short_->setStyleSheet(note_style.arg(warning_text_colour().name()));
+    set_palette_style_sheet(cut_short_, [note_style](const QPalette& palette) {
+      return note_style.arg(warning_text_colour(palette).name());
+    });
     new_chat_button_->setVisible(context_full);
     drop_oldest_button_->setVisible(context_full && offers_drop_oldest_);
     if (streaming_) continue_button_->hide();

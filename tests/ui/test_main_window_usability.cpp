@@ -102,6 +102,7 @@ class MainWindowUsabilityTest : public QObject {
   void equal_titles_are_told_apart_by_date();
   void the_welcome_text_is_legible();
   void the_dark_appearance_is_legible_and_kept();
+  void switching_appearance_recolours_warnings_and_errors_at_once();
 
  private:
   void open_window(const ChatSettings& settings);
@@ -754,6 +755,45 @@ void MainWindowUsabilityTest::the_dark_appearance_is_legible_and_kept() {
     failed = legible("axis title", axis->titleBrush().color(), chart_background);
     QVERIFY2(failed.isEmpty(), qPrintable(failed));
   }
+}
+
+void MainWindowUsabilityTest::switching_appearance_recolours_warnings_and_errors_at_once() {
+  open_window(kvchat::test::greedy_chat_settings(4));  // stopped by max tokens: a warning under the reply
+  type_and_send("Once upon a time");
+  QVERIFY(fixture_->waitIdle());
+  window_->chatView()->showError(QStringLiteral("the model refused"));
+  QCoreApplication::processEvents();
+  auto* cut_short = last_widget()->findChild<QLabel*>("cutShortLabel");
+  auto* editing = window_->findChild<QLabel*>("editingLabel");
+  auto* error = window_->chatView()->findChild<QLabel*>("chatError");
+  QVERIFY(cut_short && cut_short->isVisible() && editing && error);
+  const auto text_colour = [](QLabel* label) {
+    label->ensurePolished();
+    return label->palette().color(label->foregroundRole());
+  };
+  const QPalette light = QApplication::palette();
+  QVERIFY(!kvchat::ui::is_dark(light));
+  QCOMPARE(text_colour(cut_short), kvchat::ui::warning_text_colour(light));
+  QCOMPARE(text_colour(editing), kvchat::ui::warning_text_colour(light));
+  QCOMPARE(text_colour(error), kvchat::ui::error_text_colour(light));
+
+  // Dark, and back: every one of them takes the new palette's variant without a restart.
+  window_->findChild<QAction*>("appearanceDarkAction")->trigger();
+  QCoreApplication::processEvents();
+  const QPalette dark = QApplication::palette();
+  QVERIFY(kvchat::ui::is_dark(dark));
+  QCOMPARE(text_colour(cut_short), kvchat::ui::warning_text_colour(dark));
+  QCOMPARE(text_colour(editing), kvchat::ui::warning_text_colour(dark));
+  QCOMPARE(text_colour(error), kvchat::ui::error_text_colour(dark));
+  const QColor window_background = window_->palette().color(QPalette::Window);
+  QVERIFY2(contrast(text_colour(editing), window_background) >= 4.5, qPrintable(text_colour(editing).name()));
+  QVERIFY(error->styleSheet().contains(kvchat::ui::error_background_colour(dark).name()));
+
+  window_->findChild<QAction*>("appearanceLightAction")->trigger();
+  QCoreApplication::processEvents();
+  QVERIFY(!kvchat::ui::is_dark(QApplication::palette()));
+  QCOMPARE(text_colour(cut_short), kvchat::ui::warning_text_colour(QApplication::palette()));
+  QCOMPARE(text_colour(error), kvchat::ui::error_text_colour(QApplication::palette()));
 }
 
 KVCHAT_TEST_MAIN(MainWindowUsabilityTest)
