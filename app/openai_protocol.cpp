@@ -1,6 +1,7 @@
 #include "app/openai_protocol.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace kvchat::app::openai {
 
@@ -102,6 +103,27 @@ SamplingRequest parse_sampling(const json& object) {
     request.seed = seed->is_number_unsigned() ? seed->get<std::uint64_t>()
                                               : static_cast<std::uint64_t>(seed->get<std::int64_t>());
   request.stop = parse_stop(object);
+  if (const json* top_k = field(object, "top_k", &json::is_number_integer, "an integer")) {
+    if (top_k->get<std::int64_t>() < -1 || top_k->get<std::int64_t>() > (1 << 24))
+      throw invalid("top_k", "'top_k' must be between -1 and 16777216 (-1 and 0: off)");
+    request.top_k = std::max(0, top_k->get<int>());
+  }
+  request.min_p = static_cast<float>(number_in(object, "min_p", 0.0, 1.0, 0.0));
+  for (const char* name : {"repetition_penalty", "repeat_penalty"}) {
+    if (!field(object, name, &json::is_number, "a number")) continue;
+    const auto penalty = static_cast<float>(number_in(object, name, 0.0, 10.0, 1.0));
+    if (penalty <= 0.0f) throw invalid(name, std::string("'") + name + "' must be greater than 0");
+    if (request.repetition_penalty != 1.0f && penalty != request.repetition_penalty)
+      throw invalid(name, "'repetition_penalty' and 'repeat_penalty' differ: give one of them");
+    request.repetition_penalty = penalty;
+  }
+  if (const json* window = field(object, "repeat_last_n", &json::is_number_integer, "an integer")) {
+    // llama-server's meaning: -1 the whole context, 0 no penalty, n the last n tokens.
+    const std::int64_t last_n = window->get<std::int64_t>();
+    if (last_n < -1 || last_n > (1 << 24)) throw invalid("repeat_last_n", "'repeat_last_n' must be between -1 and 16777216");
+    if (last_n == 0) request.repetition_penalty = 1.0f;
+    request.repetition_window = last_n == -1 ? 0 : static_cast<int>(last_n);
+  }
   if (const json* n = field(object, "n", &json::is_number_integer, "an integer"); n && n->get<std::int64_t>() != 1)
     throw invalid("n", "only n = 1 is supported");
   if (const json* stream = field(object, "stream", &json::is_boolean, "a boolean")) request.stream = stream->get<bool>();
@@ -128,18 +150,115 @@ std::string message_content(const json& message, std::size_t index) {
   return text;
 }
 
+// Whether a value asks for nothing: null, false, 0, "", an empty array or object.
+bool asks_for_nothing(const json& value) {
+  return value.is_null() || (value.is_boolean() && !value.get<bool>()) || (value.is_number() && value == 0) ||
+         ((value.is_string() || value.is_array() || value.is_object()) && value.empty());
+}
+
+// The fields each endpoint reads (parse_sampling and its own parser), and those accepted only at a value
+// that asks for nothing (or one of the values listed, which ask for what the server does anyway).
+struct KnownField {
+  const char* name;
+  std::vector<json> also_accepted = {};  // values besides asks_for_nothing() that change nothing
+  const char* why_refused = nullptr;     // null: the field is read; else why another value is refused
+};
+
+const std::vector<KnownField>& sampling_fields() {
+  static const std::vector<KnownField> fields = {
+      {"model"}, {"max_tokens"}, {"max_completion_tokens"}, {"temperature"}, {"top_p"}, {"seed"}, {"stop"},
+      {"n"}, {"stream"}, {"stream_options"}, {"top_k"}, {"min_p"}, {"repetition_penalty"}, {"repeat_penalty"},
+      {"repeat_last_n"},
+      // What only OpenAI's own service does with them: abuse monitoring, its stored completions, its tiers.
+      {"user"}, {"metadata"}, {"safety_identifier"}, {"prompt_cache_key"},
+      {"service_tier", {"auto", "default"}, "this server has one service tier"},
+      {"store", {}, "this server stores no completions"},
+      {"frequency_penalty", {}, "use repetition_penalty (or repeat_penalty with repeat_last_n) instead"},
+      {"presence_penalty", {}, "use repetition_penalty (or repeat_penalty with repeat_last_n) instead"},
+      {"logit_bias", {}, "logit biases are not implemented"},
+  };
+  return fields;
+}
+
+const std::vector<KnownField>& chat_fields() {
+  static const std::vector<KnownField> fields = {
+      {"messages"},
+      {"logprobs", {}, "log probabilities are not implemented"},
+      {"top_logprobs", {}, "log probabilities are not implemented"},
+      {"tools", {}, "tool calls are not implemented"},
+      {"tool_choice", {"none", "auto"}, "tool calls are not implemented"},
+      {"parallel_tool_calls", {true}, "tool calls are not implemented"},
+      {"functions", {}, "function calls are not implemented"},
+      {"function_call", {"none", "auto"}, "function calls are not implemented"},
+      {"response_format", {json{{"type", "text"}}}, "structured output (json_object, json_schema) is not implemented"},
+      {"modalities", {json::array({"text"})}, "this server answers in text only"},
+      {"audio", {}, "this server answers in text only"},
+      {"prediction", {}, "predicted outputs are not implemented"},
+      {"reasoning_effort", {}, "the served model has no reasoning effort setting"},
+      {"verbosity", {"medium"}, "the served model has no verbosity setting"},
+      {"web_search_options", {}, "this server has no web search"},
+  };
+  return fields;
+}
+
+const std::vector<KnownField>& completion_fields() {
+  static const std::vector<KnownField> fields = {
+      {"prompt"},
+      {"echo", {}, "echo is not implemented"},
+      {"best_of", {1}, "best_of is not implemented"},
+      {"suffix", {}, "suffix (insertion) is not implemented"},
+      {"logprobs", {}, "log probabilities are not implemented"},
+  };
+  return fields;
+}
+
+// Refuses, naming it, the first field of `object` this endpoint does not read and that asks for something.
+void check_fields(const json& object, const std::vector<KnownField>& endpoint_fields) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const KnownField* known = nullptr;
+    for (const auto* list : {&sampling_fields(), &endpoint_fields})
+      for (const KnownField& candidate : *list)
+        if (it.key() == candidate.name) known = &candidate;
+    if (!known)
+      throw ApiError(400, "unknown field '" + it.key() + "': this server does not implement it", "invalid_request_error",
+                     it.key(), "unknown_field");
+    if (!known->why_refused || asks_for_nothing(*it)) continue;
+    if (std::find(known->also_accepted.begin(), known->also_accepted.end(), *it) != known->also_accepted.end()) continue;
+    throw ApiError(400, "'" + it.key() + "' " + it->dump() + " is not supported: " + known->why_refused,
+                   "invalid_request_error", it.key(), "unsupported_field");
+  }
+}
+
+// The fields of one message: role and content are read; what an assistant message carries when sent back
+// as it came (refusal, annotations: null or empty) is accepted at such values; the rest is refused.
+void check_message_fields(const json& message, const std::string& param) {
+  for (auto it = message.begin(); it != message.end(); ++it) {
+    if (it.key() == "role" || it.key() == "content" || asks_for_nothing(*it)) continue;
+    const bool known = it.key() == "name" || it.key() == "tool_calls" || it.key() == "tool_call_id" ||
+                       it.key() == "function_call" || it.key() == "refusal" || it.key() == "annotations" ||
+                       it.key() == "audio";
+    throw ApiError(400,
+                   "'" + param + "." + it.key() + "' is not supported" +
+                       (known ? std::string(": this server reads a message's role and content only")
+                              : std::string(": unknown message field")),
+                   "invalid_request_error", param + "." + it.key(), known ? "unsupported_field" : "unknown_field");
+  }
+}
+
 }  // namespace
 
 ChatCompletionRequest parse_chat_completion_request(const std::string& body) {
   const json object = parse_object(body);
   ChatCompletionRequest request;
   request.sampling = parse_sampling(object);
+  check_fields(object, chat_fields());
   const json* messages = field(object, "messages", &json::is_array, "an array");
   if (!messages || messages->empty()) throw invalid("messages", "'messages' must be a non-empty array");
   for (std::size_t i = 0; i < messages->size(); ++i) {
     const json& message = (*messages)[i];
     const std::string param = "messages[" + std::to_string(i) + "]";
     if (!message.is_object()) throw invalid(param, "'" + param + "' must be an object");
+    check_message_fields(message, param);
     const json* role = field(message, "role", &json::is_string, "a string");
     static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant"};
     if (!role || std::find(kRoles.begin(), kRoles.end(), role->get<std::string>()) == kRoles.end())
@@ -155,9 +274,33 @@ CompletionRequest parse_completion_request(const std::string& body) {
   const json object = parse_object(body);
   CompletionRequest request;
   request.sampling = parse_sampling(object);
-  const json* prompt = field(object, "prompt", &json::is_string, "a string");
-  if (!prompt || prompt->get<std::string>().empty()) throw invalid("prompt", "'prompt' must be a non-empty string");
-  request.prompt = prompt->get<std::string>();
+  check_fields(object, completion_fields());
+  // A string, an array of one string, an array of token ids, or an array of one such array.
+  const char* kPromptForms = "'prompt' must be a non-empty string, an array of token ids, or an array holding one of "
+                             "those (one prompt per request)";
+  auto it = object.find("prompt");
+  if (it == object.end() || it->is_null()) throw invalid("prompt", kPromptForms);
+  json prompt = *it;
+  const auto is_token_ids = [](const json& value) {
+    return value.is_array() && !value.empty() &&
+           std::all_of(value.begin(), value.end(), [](const json& id) { return id.is_number_integer(); });
+  };
+  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array()))
+    prompt = json(prompt[0]);
+  else if (prompt.is_array() && prompt.size() > 1 && !is_token_ids(prompt))
+    throw invalid("prompt", "'prompt' holds " + std::to_string(prompt.size()) +
+                                " prompts; this server answers one prompt per request");
+  if (prompt.is_string() && !prompt.get<std::string>().empty()) {
+    request.prompt = prompt.get<std::string>();
+  } else if (is_token_ids(prompt)) {
+    for (const json& id : prompt) {
+      if (id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > std::numeric_limits<TokenId>::max())
+        throw invalid("prompt", "'prompt' token id " + id.dump() + " is outside the vocabulary");
+      request.prompt_token_ids.push_back(static_cast<TokenId>(id.get<std::int64_t>()));
+    }
+  } else {
+    throw invalid("prompt", kPromptForms);
+  }
   return request;
 }
 

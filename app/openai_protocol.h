@@ -36,6 +36,12 @@ struct SamplingRequest {
   float top_p = 1.0f;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;  // stop texts: the reply ends before the first of them
+  // The sampling extensions llama-server and vLLM take (and kvchat's own remote backend sends); off by
+  // default.
+  int top_k = 0;                    // 0 (or -1) = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // repetition_penalty (vLLM) or repeat_penalty (llama-server); 1 = off
+  int repetition_window = 64;       // repeat_last_n: the recent tokens it looks at (0 = all)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
@@ -47,11 +53,15 @@ struct ChatCompletionRequest {
 
 struct CompletionRequest {
   SamplingRequest sampling;
-  std::string prompt;
+  std::string prompt;                    // the prompt as text, encoded by the server
+  std::vector<TokenId> prompt_token_ids;  // or as token ids (a prompt given as an array of integers)
 };
 
 // Throw ApiError (400) for a body that is not a JSON object, a missing or wrong-typed field, or a value
-// out of range (n other than 1, a role other than system/user/assistant, ...).
+// out of range (n other than 1, a role other than system/user/assistant, ...). No field is dropped
+// unread: a field the server does not implement (tools, response_format, logit_bias, ...) is accepted
+// only at the value that asks for nothing (null, false, 0, an empty list), and an unknown one is refused;
+// either refusal names the field.
 ChatCompletionRequest parse_chat_completion_request(const std::string& body);
 CompletionRequest parse_completion_request(const std::string& body);
 

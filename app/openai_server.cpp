@@ -157,6 +157,8 @@ std::string requested_headers(const httplib::Request& request) {
 std::string route_methods(const std::string& path) {
   for (const char* get : {"/health", "/v1/models", "/models"})
     if (path == get) return "GET";
+  for (const std::string model_prefix : {"/v1/models/", "/models/"})
+    if (path.size() > model_prefix.size() && path.compare(0, model_prefix.size(), model_prefix) == 0) return "GET";
   for (const char* post : {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions"})
     if (path == post) return "POST";
   return {};
@@ -397,10 +399,23 @@ void OpenAiServer::Impl::install_routes() {
                        {"prefix_copies", status.prefix_copies}};
     response.set_content(body.dump(), "application/json");
   };
-  const auto models = [this](const httplib::Request&, httplib::Response& response) {
-    json model = {{"id", options_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvchat"},
-                  {"context_length", sessions_.context_limit()}};
-    response.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+  const auto model_object = [this] {
+    return json{{"id", options_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvchat"},
+                {"context_length", sessions_.context_limit()}};
+  };
+  const auto models = [model_object](const httplib::Request&, httplib::Response& response) {
+    response.set_content(json{{"object", "list"}, {"data", json::array({model_object()})}}.dump(), "application/json");
+  };
+  // The SDKs' models.retrieve(id): the served model, or OpenAI's 404 for another id.
+  const auto model_by_id = [this, model_object](const httplib::Request& request, httplib::Response& response) {
+    const std::string id = request.matches.size() > 1 ? request.matches[1].str() : std::string();
+    if (id != options_.model_id) {
+      send_error(response, ApiError(404, "the model '" + id + "' does not exist; this server serves '" +
+                                             options_.model_id + "'",
+                                    "invalid_request_error", "model", "model_not_found"));
+      return;
+    }
+    response.set_content(model_object().dump(), "application/json");
   };
   // The body is read here, within the server's limits whatever its encoding, then the handler runs on a
   // copy of the request that carries it.
@@ -428,6 +443,7 @@ void OpenAiServer::Impl::install_routes() {
   // Each path also without /v1: clients given the bare base URL (and llama.cpp's) call those.
   for (const std::string prefix : {"/v1", ""}) {
     server_.Get(prefix + "/models", models);
+    server_.Get(prefix + "/models/(.+)", model_by_id);
     server_.Post(prefix + "/chat/completions", guarded(&Impl::chat_completions));
     server_.Post(prefix + "/completions", guarded(&Impl::completions));
   }
@@ -457,7 +473,8 @@ void OpenAiServer::Impl::completions(const httplib::Request& request, httplib::R
   auto job = std::make_shared<Job>();
   job->chat = false;
   job->sampling = std::move(parsed.sampling);
-  job->prompt_ids = sessions_.encode_prompt(parsed.prompt);
+  job->prompt_ids = parsed.prompt_token_ids.empty() ? sessions_.encode_prompt(parsed.prompt)
+                                                    : sessions_.checked_prompt_ids(std::move(parsed.prompt_token_ids));
   job->lease = sessions_.acquire_for_prompt(job->prompt_ids);
   job->identity = ChunkIdentity{"cmpl-" + std::to_string(next_id_++), unix_time(), options_.model_id};
   respond(std::move(job), request, response);

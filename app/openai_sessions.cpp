@@ -348,6 +348,22 @@ std::vector<TokenId> ServerSessions::encode_prompt(const std::string& prompt) co
   return ids;
 }
 
+std::vector<TokenId> ServerSessions::checked_prompt_ids(std::vector<TokenId> ids) const {
+  const auto vocabulary = static_cast<TokenId>(model_.tokenizer->vocab_size());
+  for (const TokenId id : ids)
+    if (id < 0 || id >= vocabulary)
+      throw ApiError(400,
+                     "'prompt' token id " + std::to_string(id) + " is outside the vocabulary (ids 0 to " +
+                         std::to_string(vocabulary - 1) + ")",
+                     "invalid_request_error", "prompt", "invalid_value");
+  if (ids.size() >= static_cast<std::size_t>(context_limit())) {
+    ApiError error = context_error(ids.size(), context_limit());
+    error.param = "prompt";
+    throw error;
+  }
+  return ids;
+}
+
 GenerationConfig ServerSessions::generation_config(const SamplingRequest& request) const {
   GenerationConfig config;
   config.max_new_tokens = request.max_tokens > 0 ? request.max_tokens : context_limit();
@@ -357,6 +373,10 @@ GenerationConfig ServerSessions::generation_config(const SamplingRequest& reques
   config.sampled_vocabulary = model_.tokenizer->vocab_size();  // the reply is decoded: every id needs text
   config.sampling.temperature = request.temperature;
   config.sampling.top_p = request.top_p;
+  config.sampling.top_k = request.top_k;
+  config.sampling.min_p = request.min_p;
+  config.sampling.repetition_penalty = request.repetition_penalty;
+  config.sampling.repetition_window = request.repetition_window;
   // Without a seed every request samples differently, as OpenAI's API does.
   config.sampling.seed = request.seed ? *request.seed : std::random_device{}();
   return config;

@@ -70,6 +70,9 @@ class ServerSessions {
   // or the prompt is empty or leaves no room in the context window.
   std::vector<TokenId> encode_chat(const std::vector<ChatMessage>& messages) const;
   std::vector<TokenId> encode_prompt(const std::string& prompt) const;
+  // A prompt given as token ids: checked against the vocabulary and the context limit (ApiError naming
+  // 'prompt'), else returned as it is.
+  std::vector<TokenId> checked_prompt_ids(std::vector<TokenId> ids) const;
 
   // Waits for a free slot (ApiError 429 when `max_queue` requests already wait), then takes the session
   // the prompt reuses the most of (see above), copying a shared prefix into it first where that keeps

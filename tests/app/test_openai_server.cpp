@@ -127,6 +127,160 @@ class TestOpenAiServer : public QObject {
     QCOMPARE(list["data"][0]["context_length"].get<int>(), 512);
   }
 
+  // The SDKs' models.retrieve(id).
+  void a_model_is_retrieved_by_id() {
+    httplib::Client client = server_.client();
+    for (const char* path : {"/v1/models/stories260K", "/models/stories260K"}) {
+      auto reply = client.Get(path, kAuth);
+      QVERIFY(reply);
+      QCOMPARE(reply->status, 200);
+      const json model = json::parse(reply->body);
+      QCOMPARE(model["id"].get<std::string>(), std::string("stories260K"));
+      QCOMPARE(model["object"].get<std::string>(), std::string("model"));
+    }
+    auto other = client.Get("/v1/models/gpt-4o", kAuth);
+    QVERIFY(other);
+    expect_error(HttpReply{other->status, other->body}, 404, "model_not_found", "model");
+    auto unauthorised = client.Get("/v1/models/stories260K");
+    QVERIFY(unauthorised);
+    QCOMPARE(unauthorised->status, 401);
+  }
+
+  // Every field of OpenAI's chat-completions request object, sent once asking for something: read (the
+  // request succeeds) or refused with a 400 naming it; never dropped unread. At a value that asks for
+  // nothing (as SDKs send defaults) each is accepted.
+  void every_request_field_is_read_or_refused() {
+    httplib::Client client = server_.client();
+    const std::vector<std::pair<const char*, json>> read = {
+        {"model", "stories260K"},
+        {"max_tokens", 3},
+        {"max_completion_tokens", 3},
+        {"temperature", 0},
+        {"top_p", 0.5},
+        {"seed", 7},
+        {"stop", "zzz"},
+        {"n", 1},
+        {"stream", false},
+        {"stream_options", {{"include_usage", true}}},
+        {"user", "user-1"},
+        {"metadata", {{"purpose", "test"}}},
+        {"safety_identifier", "id-1"},
+        {"prompt_cache_key", "key-1"},
+        {"service_tier", "auto"},
+        {"top_k", 5},
+        {"min_p", 0.1},
+        {"repetition_penalty", 1.3},
+        {"repeat_penalty", 1.3},
+        {"repeat_last_n", 32},
+    };
+    for (const auto& [name, value] : read) {
+      json request = chat_request({user("Once")}, 3);
+      request[name] = value;
+      const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", request.dump(), kAuth);
+      QVERIFY2(reply.status == 200, (std::string(name) + ": " + reply.body).c_str());
+    }
+    const std::vector<std::pair<const char*, json>> refused = {
+        {"frequency_penalty", 0.5},
+        {"presence_penalty", 0.5},
+        {"logit_bias", {{"42", 5}}},
+        {"logprobs", true},
+        {"top_logprobs", 2},
+        {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
+        {"tool_choice", "required"},
+        {"functions", json::array({{{"name", "f"}}})},
+        {"function_call", {{"name", "f"}}},
+        {"response_format", {{"type", "json_object"}}},
+        {"modalities", json::array({"text", "audio"})},
+        {"audio", {{"voice", "alloy"}, {"format", "wav"}}},
+        {"prediction", {{"type", "content"}, {"content", "x"}}},
+        {"reasoning_effort", "high"},
+        {"verbosity", "low"},
+        {"web_search_options", {{"search_context_size", "low"}}},
+        {"store", true},
+        {"service_tier", "flex"},
+        {"n", 2},
+        {"temperature", 3},
+        {"an_unknown_field", 1},
+    };
+    for (const auto& [name, value] : refused) {
+      json request = chat_request({user("Once")}, 3);
+      request[name] = value;
+      const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", request.dump(), kAuth);
+      QVERIFY2(reply.status == 400, (std::string(name) + ": " + reply.body).c_str());
+      QCOMPARE(reply.json()["error"]["param"].get<std::string>(), std::string(name));
+    }
+    // What SDKs send as defaults asks for nothing: accepted.
+    json defaults = chat_request({user("Once")}, 3);
+    for (const auto& [name, value] : {std::pair<const char*, json>{"frequency_penalty", 0}, {"presence_penalty", 0},
+                                      {"logit_bias", json::object()}, {"logprobs", false}, {"tools", json::array()},
+                                      {"tool_choice", "auto"}, {"parallel_tool_calls", true},
+                                      {"response_format", {{"type", "text"}}}, {"store", false}, {"audio", nullptr}})
+      defaults[name] = value;
+    QCOMPARE(kvchat::test::post_json(client, "/v1/chat/completions", defaults.dump(), kAuth).status, 200);
+    // A message's fields: what an assistant message carries back (refusal: null) is fine; a name is refused.
+    json message_fields = chat_request({user("Once"), {{"role", "assistant"}, {"content", "Hi"}, {"refusal", nullptr}},
+                                        user("Go on")},
+                                       3);
+    QCOMPARE(kvchat::test::post_json(client, "/v1/chat/completions", message_fields.dump(), kAuth).status, 200);
+    message_fields["messages"][0]["name"] = "Ann";
+    const HttpReply named = kvchat::test::post_json(client, "/v1/chat/completions", message_fields.dump(), kAuth);
+    expect_error(named, 400, "unsupported_field", "messages[0].name");
+    // /v1/completions' own fields.
+    for (const auto& [name, value] : {std::pair<const char*, json>{"echo", true}, {"best_of", 2}, {"suffix", "end"},
+                                      {"logprobs", 2}, {"messages", json::array()}}) {
+      json request = {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 3}, {name, value}};
+      const HttpReply reply = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
+      QVERIFY2(reply.status == 400, (std::string(name) + ": " + reply.body).c_str());
+      QCOMPARE(reply.json()["error"]["param"].get<std::string>(), std::string(name));
+    }
+  }
+
+  // top_k, min_p and the repetition penalty as llama-server and vLLM take them, applied as
+  // `kvchat-cli generate` applies its own options.
+  void sampling_extensions_are_applied() {
+    httplib::Client client = server_.client();
+    json request = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 40},
+                    {"repeat_penalty", 1.5}, {"repeat_last_n", 64}};
+    const HttpReply penalised = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
+    QCOMPARE(penalised.status, 200);
+    const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
+                                                  "--max-new-tokens", "40", "--repeat-penalty", "1.5", "--json"});
+    QCOMPARE(generated.exit_code, 0);
+    const std::string expected = json::parse(generated.out)["generated_text"];
+    QCOMPARE(penalised.json()["choices"][0]["text"].get<std::string>(), expected);
+    request.erase("repeat_penalty");
+    const HttpReply plain = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
+    QVERIFY(plain.json()["choices"][0]["text"].get<std::string>() != expected);  // the penalty did something
+    // top_k 1 at a high temperature is greedy.
+    request["temperature"] = 1.5;
+    request["top_k"] = 1;
+    request["seed"] = 3;
+    QCOMPARE(kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth).json()["choices"][0]["text"],
+             plain.json()["choices"][0]["text"]);
+  }
+
+  // A prompt as one string in an array, as token ids, or as one array of ids: the same reply.
+  void a_prompt_may_be_an_array_or_token_ids() {
+    httplib::Client client = server_.client();
+    const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
+                                                  "--max-new-tokens", "20", "--json"});
+    QCOMPARE(generated.exit_code, 0);
+    const json expected = json::parse(generated.out);
+    const json ids = expected["prompt_ids"];
+    for (const json& prompt : {json::array({"Once upon a time"}), ids, json::array({ids})}) {
+      const json request = {{"model", "stories260K"}, {"prompt", prompt}, {"temperature", 0}, {"max_tokens", 20}};
+      const HttpReply reply = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
+      QVERIFY2(reply.status == 200, reply.body.c_str());
+      QCOMPARE(reply.json()["choices"][0]["text"].get<std::string>(), expected["generated_text"].get<std::string>());
+      QCOMPARE(reply.json()["usage"]["prompt_tokens"].get<std::size_t>(), ids.size());
+    }
+    for (const json& prompt : {json::array({"one", "two"}), json::array({1, 99999}), json::array(), json(5)}) {
+      const json request = {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", 2}};
+      expect_error(kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth), 400, "invalid_value",
+                   "prompt");
+    }
+  }
+
   void errors_have_openai_shape() {
     httplib::Client client = server_.client();
     const std::string valid = chat_request({user("Once")}, 4).dump();
