@@ -24,6 +24,8 @@ json error_body(const ApiError& error) {
 
 namespace {
 
+constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit
+
 ApiError invalid(const std::string& param, const std::string& message) {
   return ApiError(400, message, "invalid_request_error", param, "invalid_value");
 }
@@ -183,8 +185,8 @@ const std::vector<KnownField>& sampling_fields() {
 const std::vector<KnownField>& chat_fields() {
   static const std::vector<KnownField> fields = {
       {"messages"},
-      {"logprobs", {}, "log probabilities are not implemented"},
-      {"top_logprobs", {}, "log probabilities are not implemented"},
+      {"logprobs"},
+      {"top_logprobs"},
       {"tools", {}, "tool calls are not implemented"},
       {"tool_choice", {"none", "auto"}, "tool calls are not implemented"},
       {"parallel_tool_calls", {true}, "tool calls are not implemented"},
@@ -207,7 +209,7 @@ const std::vector<KnownField>& completion_fields() {
       {"echo", {}, "echo is not implemented"},
       {"best_of", {1}, "best_of is not implemented"},
       {"suffix", {}, "suffix (insertion) is not implemented"},
-      {"logprobs", {}, "log probabilities are not implemented"},
+      {"logprobs"},
   };
   return fields;
 }
@@ -252,6 +254,14 @@ ChatCompletionRequest parse_chat_completion_request(const std::string& body) {
   ChatCompletionRequest request;
   request.sampling = parse_sampling(object);
   check_fields(object, chat_fields());
+  // logprobs: true asks for them; top_logprobs (0 to 20) adds the most likely tokens and needs it.
+  const json* logprobs = field(object, "logprobs", &json::is_boolean, "a boolean");
+  const json* top = field(object, "top_logprobs", &json::is_number_integer, "an integer");
+  if (top && (top->get<std::int64_t>() < 0 || top->get<std::int64_t>() > kMaxTopLogprobs))
+    throw invalid("top_logprobs", "'top_logprobs' must be between 0 and " + std::to_string(kMaxTopLogprobs));
+  if (top && !(logprobs && logprobs->get<bool>()))
+    throw invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  if (logprobs && logprobs->get<bool>()) request.sampling.top_logprobs = top ? top->get<int>() : 0;
   const json* messages = field(object, "messages", &json::is_array, "an array");
   if (!messages || messages->empty()) throw invalid("messages", "'messages' must be a non-empty array");
   for (std::size_t i = 0; i < messages->size(); ++i) {
@@ -275,6 +285,12 @@ CompletionRequest parse_completion_request(const std::string& body) {
   CompletionRequest request;
   request.sampling = parse_sampling(object);
   check_fields(object, completion_fields());
+  // logprobs N: the chosen tokens' and the N most likely tokens' (0 to 20; null: none).
+  if (const json* logprobs = field(object, "logprobs", &json::is_number_integer, "an integer")) {
+    if (logprobs->get<std::int64_t>() < 0 || logprobs->get<std::int64_t>() > kMaxTopLogprobs)
+      throw invalid("logprobs", "'logprobs' must be between 0 and " + std::to_string(kMaxTopLogprobs));
+    request.sampling.top_logprobs = logprobs->get<int>();
+  }
   // A string, an array of one string, an array of token ids, or an array of one such array.
   const char* kPromptForms = "'prompt' must be a non-empty string, an array of token ids, or an array holding one of "
                              "those (one prompt per request)";
@@ -328,11 +344,53 @@ std::string finish_reason(StopReason reason, bool stop_text_matched) {
   return "length";
 }
 
+namespace {
+
+json text_bytes(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char byte : text) bytes.push_back(static_cast<int>(byte));
+  return bytes;
+}
+
+json chat_logprob(const LogprobToken& token) {
+  return json{{"token", token.text}, {"logprob", token.logprob}, {"bytes", text_bytes(token.text)}};
+}
+
+}  // namespace
+
+json chat_logprobs_json(const std::vector<LogprobEntry>& entries) {
+  json content = json::array();
+  for (const LogprobEntry& entry : entries) {
+    json item = chat_logprob(entry.chosen);
+    item["top_logprobs"] = json::array();
+    for (const LogprobToken& top : entry.top) item["top_logprobs"].push_back(chat_logprob(top));
+    content.push_back(std::move(item));
+  }
+  return json{{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json completion_logprobs_json(const std::vector<LogprobEntry>& entries) {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  for (const LogprobEntry& entry : entries) {
+    tokens.push_back(entry.chosen.text);
+    token_logprobs.push_back(entry.chosen.logprob);
+    json top = json::object();
+    for (const LogprobToken& candidate : entry.top)
+      if (!top.contains(candidate.text)) top[candidate.text] = candidate.logprob;  // texts may repeat
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(entry.text_offset);
+  }
+  return json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(token_logprobs)},
+              {"top_logprobs", std::move(top_logprobs)},
+              {"text_offset", std::move(offsets)}};
+}
+
 json chat_completion_response(const std::string& id, std::int64_t created, const std::string& model,
                               const CompletionResult& result) {
   json choice = {{"index", 0},
                  {"message", {{"role", "assistant"}, {"content", result.text}}},
-                 {"logprobs", nullptr},
+                 {"logprobs", result.has_logprobs ? chat_logprobs_json(result.logprobs) : json(nullptr)},
                  {"finish_reason", result.finish_reason}};
   return json{{"id", id},          {"object", "chat.completion"},          {"created", created},
               {"model", model},    {"choices", json::array({choice})},      {"usage", usage_json(result.stats)},
@@ -341,25 +399,35 @@ json chat_completion_response(const std::string& id, std::int64_t created, const
 
 json completion_response(const std::string& id, std::int64_t created, const std::string& model,
                          const CompletionResult& result) {
-  json choice = {{"index", 0}, {"text", result.text}, {"logprobs", nullptr}, {"finish_reason", result.finish_reason}};
+  json choice = {{"index", 0},
+                 {"text", result.text},
+                 {"logprobs", result.has_logprobs ? completion_logprobs_json(result.logprobs) : json(nullptr)},
+                 {"finish_reason", result.finish_reason}};
   return json{{"id", id},       {"object", "text_completion"},      {"created", created},
               {"model", model}, {"choices", json::array({choice})}, {"usage", usage_json(result.stats)},
               {"timings", timings_json(result.stats)}};
 }
 
 json chat_chunk(const ChunkIdentity& identity, const std::string& text, bool delta_role,
-                const std::optional<std::string>& finish) {
+                const std::optional<std::string>& finish, const std::vector<LogprobEntry>* logprobs) {
   json delta = json::object();
   if (delta_role) delta["role"] = "assistant";
   if (!text.empty() || delta_role) delta["content"] = text;
-  json choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  json choice = {{"index", 0},
+                 {"delta", delta},
+                 {"logprobs", logprobs ? chat_logprobs_json(*logprobs) : json(nullptr)},
+                 {"finish_reason", nullptr}};
   if (finish) choice["finish_reason"] = *finish;
   return json{{"id", identity.id},       {"object", "chat.completion.chunk"}, {"created", identity.created},
               {"model", identity.model}, {"choices", json::array({choice})}};
 }
 
-json completion_chunk(const ChunkIdentity& identity, const std::string& text, const std::optional<std::string>& finish) {
-  json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+json completion_chunk(const ChunkIdentity& identity, const std::string& text, const std::optional<std::string>& finish,
+                      const std::vector<LogprobEntry>* logprobs) {
+  json choice = {{"index", 0},
+                 {"text", text},
+                 {"logprobs", logprobs ? completion_logprobs_json(*logprobs) : json(nullptr)},
+                 {"finish_reason", nullptr}};
   if (finish) choice["finish_reason"] = *finish;
   return json{{"id", identity.id},       {"object", "text_completion"},     {"created", identity.created},
               {"model", identity.model}, {"choices", json::array({choice})}};

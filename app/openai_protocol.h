@@ -42,6 +42,9 @@ struct SamplingRequest {
   float min_p = 0.0f;               // 0 = off
   float repetition_penalty = 1.0f;  // repetition_penalty (vLLM) or repeat_penalty (llama-server); 1 = off
   int repetition_window = 64;       // repeat_last_n: the recent tokens it looks at (0 = all)
+  // Log-probabilities of the reply's tokens: -1 none; else also those of this many most likely tokens
+  // (chat: logprobs true with top_logprobs; completions: logprobs N).
+  int top_logprobs = -1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
@@ -65,8 +68,22 @@ struct CompletionRequest {
 ChatCompletionRequest parse_chat_completion_request(const std::string& body);
 CompletionRequest parse_completion_request(const std::string& body);
 
+// One reply token's log-probability (TokenLogprob), with text. A token's text is what it added to the
+// reply: a character split over several tokens comes with the last of them (the others have "").
+struct LogprobToken {
+  std::string text;
+  float logprob = 0.0f;
+};
+struct LogprobEntry {
+  LogprobToken chosen;
+  std::vector<LogprobToken> top;  // most likely first
+  std::size_t text_offset = 0;    // where the token's text starts in the reply
+};
+
 // What one generation produced, as the responses report it.
 struct CompletionResult {
+  std::vector<LogprobEntry> logprobs;  // one per token of `text`, when the request asked for them
+  bool has_logprobs = false;
   std::string text;
   std::string finish_reason;  // "stop", "length" or kFinishInterrupted
   GenerationStats stats;
@@ -95,10 +112,17 @@ struct ChunkIdentity {
   std::int64_t created = 0;
   std::string model;
 };
+// `logprobs`: the entries of the tokens this chunk's text completes, when the request asked for them.
 nlohmann::json chat_chunk(const ChunkIdentity& identity, const std::string& text, bool delta_role,
-                          const std::optional<std::string>& finish);
+                          const std::optional<std::string>& finish,
+                          const std::vector<LogprobEntry>* logprobs = nullptr);
 nlohmann::json completion_chunk(const ChunkIdentity& identity, const std::string& text,
-                                const std::optional<std::string>& finish);
+                                const std::optional<std::string>& finish,
+                                const std::vector<LogprobEntry>* logprobs = nullptr);
+// The "logprobs" object of a chat choice ({"content": [...]}) and of a completion choice (tokens,
+// token_logprobs, top_logprobs, text_offset), as OpenAI writes them.
+nlohmann::json chat_logprobs_json(const std::vector<LogprobEntry>& entries);
+nlohmann::json completion_logprobs_json(const std::vector<LogprobEntry>& entries);
 // The last chunk of a stream with stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const ChunkIdentity& identity, const std::string& object, const GenerationStats& stats);
 

@@ -241,7 +241,7 @@ class OpenAiServer::Impl {
     bool chat = true;
     ChunkIdentity identity;
   };
-  CompletionResult run_job(Job& job, const TextSink& sink, bool* client_gone);
+  CompletionResult run_job(Job& job, const TextSink& sink, bool* client_gone, const LogprobSink& logprob_sink = {});
   void respond(std::shared_ptr<Job> job, const httplib::Request& request, httplib::Response& response);
   bool stream(Job& job, httplib::DataSink& sink);
 
@@ -480,8 +480,9 @@ void OpenAiServer::Impl::completions(const httplib::Request& request, httplib::R
   respond(std::move(job), request, response);
 }
 
-CompletionResult OpenAiServer::Impl::run_job(Job& job, const TextSink& sink, bool* client_gone) {
-  CompletionResult result = sessions_.run(*job.lease, job.prompt_ids, job.sampling, sink, client_gone);
+CompletionResult OpenAiServer::Impl::run_job(Job& job, const TextSink& sink, bool* client_gone,
+                                             const LogprobSink& logprob_sink) {
+  CompletionResult result = sessions_.run(*job.lease, job.prompt_ids, job.sampling, sink, client_gone, logprob_sink);
   job.lease.reset();  // the slot is free as soon as the generation is done
   record_stats(result.stats, client_gone && *client_gone);
   return result;
@@ -515,15 +516,21 @@ void OpenAiServer::Impl::respond(std::shared_ptr<Job> job, const httplib::Reques
 bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
   auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
   if (job.chat && !write(sse_event(chat_chunk(job.identity, "", /*delta_role=*/true, std::nullopt)))) return false;
+  // With logprobs asked for, each piece of text carries the entries of the tokens it completes.
+  std::vector<LogprobEntry> piece_logprobs;
+  const LogprobSink logprob_sink = [&](const std::vector<LogprobEntry>& entries) { piece_logprobs = entries; };
+  const std::vector<LogprobEntry>* logprobs = job.sampling.top_logprobs >= 0 ? &piece_logprobs : nullptr;
   const TextSink text_sink = [&](const std::string& text) {
     if (text.empty()) return sink.is_writable();  // cpp-httplib 0.11 checks that the peer has not closed
-    return write(sse_event(job.chat ? chat_chunk(job.identity, text, false, std::nullopt)
-                                    : completion_chunk(job.identity, text, std::nullopt)));
+    const bool written = write(sse_event(job.chat ? chat_chunk(job.identity, text, false, std::nullopt, logprobs)
+                                                  : completion_chunk(job.identity, text, std::nullopt, logprobs)));
+    piece_logprobs.clear();
+    return written;
   };
   bool client_gone = false;
   CompletionResult result;
   try {
-    result = run_job(job, text_sink, &client_gone);
+    result = run_job(job, text_sink, &client_gone, logprob_sink);
   } catch (const std::exception& error) {
     // The status line is out: the error goes in the stream, as OpenAI's streams carry them.
     spdlog::error("{} stream failed: {}", job.identity.id, error.what());

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <random>
 
 #include "app/compute_lock.h"
@@ -377,6 +379,7 @@ GenerationConfig ServerSessions::generation_config(const SamplingRequest& reques
   config.sampling.min_p = request.min_p;
   config.sampling.repetition_penalty = request.repetition_penalty;
   config.sampling.repetition_window = request.repetition_window;
+  config.top_logprobs = request.top_logprobs;
   // Without a seed every request samples differently, as OpenAI's API does.
   config.sampling.seed = request.seed ? *request.seed : std::random_device{}();
   return config;
@@ -388,10 +391,20 @@ namespace {
 // the client is gone.
 class ReplyForwarder {
  public:
-  ReplyForwarder(const std::vector<std::string>& stops, const TextSink& sink, std::atomic<bool>& stop)
-      : filter_(stops), sink_(sink), stop_(stop) {}
-  void push(std::string_view chunk, int generated_tokens) {
+  ReplyForwarder(const std::vector<std::string>& stops, const TextSink& sink, std::atomic<bool>& stop,
+                 const LogprobSink& logprob_sink)
+      : filter_(stops), sink_(sink), stop_(stop), logprob_sink_(logprob_sink) {}
+  // `chunk`: the text the decoder released with a token; `token_logprobs`: that token's, when asked for
+  // (none for a special token, whose text is never part of the reply).
+  void push(std::string_view chunk, int generated_tokens, std::optional<LogprobEntry> token_logprobs = std::nullopt) {
     if (stop_.load()) return;
+    if (token_logprobs) pending_.push_back({std::move(*token_logprobs), kNoOffset});
+    if (!chunk.empty()) {
+      // The tokens still without text (the first parts of a character) start where this text starts.
+      for (PendingLogprob& pending : pending_)
+        if (pending.offset == kNoOffset) pending.offset = decoded_bytes_;
+      decoded_bytes_ += chunk.size();
+    }
     forward(filter_.push(std::string(chunk)), generated_tokens);
     if (filter_.matched()) stop_.store(true);
   }
@@ -409,12 +422,33 @@ class ReplyForwarder {
   bool client_gone() const { return client_gone_; }
   bool stop_text_matched() const { return filter_.matched(); }
   std::string text;
+  std::vector<LogprobEntry> logprobs;  // of the tokens whose text was forwarded
 
  private:
+  static constexpr std::size_t kNoOffset = std::numeric_limits<std::size_t>::max();
+  struct PendingLogprob {
+    LogprobEntry entry;
+    std::size_t offset;  // where its text starts in the decoded reply; kNoOffset until known
+  };
+
   // An empty piece still asks the sink whether the client is there: a token may complete no text (part
   // of a character, the start of a stop text), and the client may leave meanwhile.
   void forward(const std::string& piece, int generated_tokens) {
     text += piece;
+    // The tokens whose text now starts within the forwarded text go with this piece; those of a stop
+    // text never do.
+    std::size_t released = 0;
+    while (released < pending_.size() && pending_[released].offset < text.size()) ++released;
+    if (released > 0) {
+      std::vector<LogprobEntry> batch;
+      for (std::size_t i = 0; i < released; ++i) {
+        pending_[i].entry.text_offset = pending_[i].offset;
+        batch.push_back(std::move(pending_[i].entry));
+      }
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(released));
+      if (logprob_sink_) logprob_sink_(batch);
+      logprobs.insert(logprobs.end(), batch.begin(), batch.end());
+    }
     if (sink_ && !sink_(piece)) {
       client_gone_ = true;
       stop_.store(true);
@@ -424,16 +458,31 @@ class ReplyForwarder {
   StopTextFilter filter_;
   const TextSink& sink_;
   std::atomic<bool>& stop_;
+  const LogprobSink& logprob_sink_;
   bool client_gone_ = false;
+  std::vector<PendingLogprob> pending_;
+  std::size_t decoded_bytes_ = 0;
 };
+
+// A candidate token's text: what it adds after `previous` (decoding it alone would lose a leading space
+// that a SentencePiece decoder strips at the start of a text).
+std::string candidate_text(const Tokenizer& tokenizer, TokenId previous, TokenId candidate) {
+  const std::string before = tokenizer.decode({previous});
+  const std::string both = tokenizer.decode({previous, candidate});
+  if (both.size() >= before.size() && both.compare(0, before.size(), before) == 0) return both.substr(before.size());
+  return tokenizer.decode({candidate});
+}
 
 }  // namespace
 
 CompletionResult ServerSessions::run(const Lease& lease, const std::vector<TokenId>& prompt_ids,
-                                     const SamplingRequest& request, const TextSink& sink, bool* stopped_by_client) {
+                                     const SamplingRequest& request, const TextSink& sink, bool* stopped_by_client,
+                                     const LogprobSink& logprob_sink) {
   const GenerationConfig config = generation_config(request);
   std::atomic<bool> stop{false};
-  ReplyForwarder forwarder(request.stop, sink, stop);
+  ReplyForwarder forwarder(request.stop, sink, stop, logprob_sink);
+  const Tokenizer& tokenizer = *model_.tokenizer;
+  TokenId previous = prompt_ids.back();
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
   int generated = 0;
   Entry& entry = lease.entry();
@@ -443,7 +492,16 @@ CompletionResult ServerSessions::run(const Lease& lease, const std::vector<Token
       [&](TokenId token, const DecodeProgress& progress) {
         serve_prefix_requests(entry, /*prefill_done=*/true);
         generated = progress.generated_tokens;
-        forwarder.push(decoder.push(token), generated);
+        const std::string chunk = decoder.push(token);
+        std::optional<LogprobEntry> entry;
+        if (progress.logprobs && !tokenizer.is_special(token)) {
+          entry.emplace();
+          entry->chosen = {chunk, progress.logprobs->chosen.logprob};
+          for (const TokenLogprob& top : progress.logprobs->top)
+            entry->top.push_back({candidate_text(tokenizer, previous, top.token), top.logprob});
+        }
+        previous = token;
+        forwarder.push(chunk, generated, std::move(entry));
         if (shutting_down_.load()) stop.store(true);
       },
       [&](std::int64_t cached_tokens) {
@@ -454,8 +512,13 @@ CompletionResult ServerSessions::run(const Lease& lease, const std::vector<Token
   forwarder.push(decoder.finish(), generated);
   forwarder.finish(generated);
   if (stopped_by_client) *stopped_by_client = forwarder.client_gone();
-  return CompletionResult{forwarder.text, finish_reason(result.stats.stop_reason, forwarder.stop_text_matched()),
-                          result.stats};
+  CompletionResult completion;
+  completion.text = forwarder.text;
+  completion.finish_reason = finish_reason(result.stats.stop_reason, forwarder.stop_text_matched());
+  completion.stats = result.stats;
+  completion.has_logprobs = request.top_logprobs >= 0;
+  completion.logprobs = std::move(forwarder.logprobs);
+  return completion;
 }
 
 }  // namespace kvchat::app::openai

@@ -42,6 +42,9 @@ namespace kvchat::app::openai {
 // Called with each piece of reply text as it is produced, and with "" after a token that completed no
 // text; returns false when the client is gone (the generation then stops within a token).
 using TextSink = std::function<bool(const std::string& text)>;
+// Called, when the request asked for logprobs, just before the text sink with the entries of the tokens
+// that piece of text completes.
+using LogprobSink = std::function<void(const std::vector<LogprobEntry>& entries)>;
 
 class ServerSessions {
  public:
@@ -81,8 +84,10 @@ class ServerSessions {
 
   // Generate on the lease's session, streaming text through `sink`. `stopped_by_client` is set when the
   // sink refused text or said the client is gone (then the prefill or the generation stopped there).
+  // The result's logprobs are those of the tokens of its text (none of a stop text or an end-of-sequence
+  // token), when the request asked for them.
   CompletionResult run(const Lease& lease, const std::vector<TokenId>& prompt_ids, const SamplingRequest& request,
-                       const TextSink& sink, bool* stopped_by_client);
+                       const TextSink& sink, bool* stopped_by_client, const LogprobSink& logprob_sink = {});
 
   int context_limit() const;
   // Prompt tokens a prefill runs at once (GenerationConfig's default unless set). Between chunks the

@@ -33,6 +33,29 @@ const float* Sampler::penalised(const float* logits, std::int64_t vocab_size, co
   return penalised_.data();
 }
 
+void Sampler::log_probabilities(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent,
+                                TokenId chosen, int top, TokenLogprobs& out) const {
+  const float* values = penalised(logits, vocab_size, recent);
+  const double scale = params_.temperature > 0.0f ? 1.0 / params_.temperature : 1.0;
+  // log-softmax: x*scale - (max*scale + log(sum(exp((x - max)*scale)))), in double.
+  const double highest = values[argmax(values, vocab_size)];
+  double sum = 0;
+  for (std::int64_t i = 0; i < vocab_size; ++i) sum += std::exp((values[i] - highest) * scale);
+  const double log_sum = std::log(sum);
+  const auto logprob = [&](TokenId id) {
+    return static_cast<float>((values[id] - highest) * scale - log_sum);
+  };
+  out.chosen = {chosen, logprob(chosen)};
+  out.top.clear();
+  const auto wanted = static_cast<std::size_t>(std::clamp<std::int64_t>(top, 0, vocab_size));
+  if (wanted == 0) return;
+  order_.resize(static_cast<std::size_t>(vocab_size));
+  std::iota(order_.begin(), order_.end(), 0);
+  auto better = [&](TokenId a, TokenId b) { return values[a] > values[b] || (values[a] == values[b] && a < b); };
+  std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(wanted), order_.end(), better);
+  for (std::size_t i = 0; i < wanted; ++i) out.top.push_back({order_[i], logprob(order_[i])});
+}
+
 std::vector<double> Sampler::probabilities(const float* logits, std::int64_t vocab_size,
                                            const std::vector<TokenId>& recent) const {
   compute_probabilities(logits, vocab_size, recent);

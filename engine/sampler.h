@@ -21,6 +21,11 @@ class Sampler {
   std::vector<double> probabilities(const float* logits, std::int64_t vocab_size,
                                     const std::vector<TokenId>& recent) const;
 
+  // The TokenLogprobs of `chosen` and of the `top` most likely tokens (see TokenLogprob for the
+  // distribution). `recent` as for the sample() that chose it.
+  void log_probabilities(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent,
+                         TokenId chosen, int top, TokenLogprobs& out) const;
+
   const SamplingParams& params() const { return params_; }
   bool greedy() const { return params_.temperature <= 0.0f || params_.top_k == 1; }
 

@@ -56,12 +56,16 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
   DecodeResult result;
   result.generated.reserve(token_budget);
   DecodeRate rate;
+  TokenLogprobs logprobs;
+  if (config_.top_logprobs > 0) logprobs.top.reserve(static_cast<std::size_t>(config_.top_logprobs));
   auto position = static_cast<std::int64_t>(prompt.size());  // where the next fed token goes
   while (true) {
     if (!all_finite(logits, vocab_size))
       throw std::runtime_error("the model produced NaN or infinite logits at position " + std::to_string(position - 1) +
                                ": its weights are corrupt or out of range");
     const TokenId token = sampler.sample(logits, sampled, recent);
+    // Before the token joins `recent`: the penalty it was drawn under.
+    if (config_.top_logprobs >= 0) sampler.log_probabilities(logits, sampled, recent, token, config_.top_logprobs, logprobs);
     const auto now = DecodeRate::Clock::now();
     if (result.generated.empty()) {
       rate.first_token_at(now);
@@ -70,7 +74,9 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
     result.generated.push_back(token);
     recent.push_back(token);
     const int generated = static_cast<int>(result.generated.size());
-    if (on_token) on_token(token, DecodeProgress{generated, rate.tokens_per_second(generated, now)});
+    if (on_token)
+      on_token(token, DecodeProgress{generated, rate.tokens_per_second(generated, now),
+                                     config_.top_logprobs >= 0 ? &logprobs : nullptr});
 
     // The last sampled token is never fed: it would only matter to a next turn, whose prompt carries it
     // (or, after an end-of-sequence id, the template's own turn end).

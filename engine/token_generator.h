@@ -31,6 +31,9 @@ class DecodeRate {
 struct DecodeProgress {
   int generated_tokens = 0;               // this token included
   double decode_tokens_per_second = 0.0;  // DecodeRate: 0 until the second token
+  // This token's log-probabilities when GenerationConfig::top_logprobs asks for them, else null. Valid
+  // during the callback.
+  const TokenLogprobs* logprobs = nullptr;
 };
 
 // Called with each new token as soon as it is sampled. Runs on the generating thread.

@@ -50,6 +50,21 @@ struct GenerationConfig {
   // Only ids below this are sampled (0 = every row of the output). A tokenizer smaller than the embedding
   // table (padded for speed, or a mismatched file) has no text for the ids past its own.
   int sampled_vocabulary = 0;
+  // Log-probabilities of each sampled token (TokenLogprobs): -1 none, 0 the chosen token's, N also the N
+  // most likely tokens'.
+  int top_logprobs = -1;
+};
+
+// A token's log-probability under the distribution it was drawn from, before the sampler's filters: the
+// log-softmax of the logits after the repetition penalty, over the temperature when one applies (the raw
+// logits for greedy decoding). OpenAI's logprobs.
+struct TokenLogprob {
+  TokenId token = 0;
+  float logprob = 0.0f;
+};
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // the most likely tokens, most likely first (ties: lower id first)
 };
 
 enum class StopReason {

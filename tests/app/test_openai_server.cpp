@@ -17,6 +17,7 @@
 #include "common/model_folder_copy.h"
 #include "engine/model_loader.h"
 #include "common/server_process.h"
+#include "engine/llama_model.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_openai_server {
@@ -172,6 +173,7 @@ class TestOpenAiServer : public QObject {
         {"repetition_penalty", 1.3},
         {"repeat_penalty", 1.3},
         {"repeat_last_n", 32},
+        {"logprobs", true},
     };
     for (const auto& [name, value] : read) {
       json request = chat_request({user("Once")}, 3);
@@ -183,8 +185,7 @@ class TestOpenAiServer : public QObject {
         {"frequency_penalty", 0.5},
         {"presence_penalty", 0.5},
         {"logit_bias", {{"42", 5}}},
-        {"logprobs", true},
-        {"top_logprobs", 2},
+        {"top_logprobs", 2},  // without logprobs: true
         {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
         {"tool_choice", "required"},
         {"functions", json::array({{{"name", "f"}}})},
@@ -227,7 +228,7 @@ class TestOpenAiServer : public QObject {
     expect_error(named, 400, "unsupported_field", "messages[0].name");
     // /v1/completions' own fields.
     for (const auto& [name, value] : {std::pair<const char*, json>{"echo", true}, {"best_of", 2}, {"suffix", "end"},
-                                      {"logprobs", 2}, {"messages", json::array()}}) {
+                                      {"logprobs", 21}, {"messages", json::array()}}) {
       json request = {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 3}, {name, value}};
       const HttpReply reply = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
       QVERIFY2(reply.status == 400, (std::string(name) + ": " + reply.body).c_str());
@@ -279,6 +280,92 @@ class TestOpenAiServer : public QObject {
       expect_error(kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth), 400, "invalid_value",
                    "prompt");
     }
+  }
+
+  // logprobs: each token's log-softmax of the logits it was sampled from (an uncached forward of the
+  // sequence so far, in this process), the top alternatives in order; the tokens' texts make up the reply,
+  // streamed or whole, and a stop text's tokens are left out.
+  void logprobs_are_those_of_the_logits() {
+    httplib::Client client = server_.client();
+    const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
+                                                  "--max-new-tokens", "24", "--json"});
+    QCOMPARE(generated.exit_code, 0);
+    const json expected = json::parse(generated.out);
+    const std::vector<kvchat::TokenId> prompt_ids = expected["prompt_ids"];
+    const std::vector<kvchat::TokenId> generated_ids = expected["generated_ids"];
+    const json request = {{"model", "stories260K"}, {"prompt", prompt_ids}, {"temperature", 0}, {"max_tokens", 24},
+                          {"logprobs", 3}};
+    const HttpReply reply = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
+    QVERIFY2(reply.status == 200, reply.body.c_str());
+    const json choice = reply.json()["choices"][0];
+    const json& logprobs = choice["logprobs"];
+    const std::string text = choice["text"];
+    QCOMPARE(text, expected["generated_text"].get<std::string>());
+    std::string joined;
+    for (const json& token : logprobs["tokens"]) joined += token.get<std::string>();
+    QCOMPARE(joined, text);
+    const std::size_t count = logprobs["token_logprobs"].size();
+    QVERIFY(count > 0 && count <= generated_ids.size());
+
+    const kvchat::LoadedModel model = kvchat::load_model(kvchat::test::shared_path("models/stories260K"));
+    std::vector<kvchat::TokenId> sequence = prompt_ids;
+    for (std::size_t i = 0; i < count; ++i) {
+      const at::Tensor expected_logprobs = at::log_softmax(model.model->forward(sequence, 0, nullptr).to(at::kDouble), 0);
+      const double chosen = expected_logprobs[generated_ids[i]].item<double>();
+      QVERIFY2(std::abs(logprobs["token_logprobs"][i].get<double>() - chosen) < 1e-4,
+               qPrintable(QString("token %1: %2 against %3").arg(i).arg(logprobs["token_logprobs"][i].get<double>()).arg(chosen)));
+      QCOMPARE(logprobs["text_offset"][i].get<std::size_t>(), std::size_t(joined.find(logprobs["tokens"][i].get<std::string>(),
+                                                                                       logprobs["text_offset"][i].get<std::size_t>())));
+      // The best alternative is the greedy choice; its logprob is the largest of the row.
+      const json& top = logprobs["top_logprobs"][i];
+      QVERIFY(!top.empty() && top.size() <= 3);
+      double best = -1e9;
+      for (auto it = top.begin(); it != top.end(); ++it) best = std::max(best, it->get<double>());
+      QVERIFY(std::abs(best - expected_logprobs.max().item<double>()) < 1e-4);
+      sequence.push_back(generated_ids[i]);
+    }
+
+    // Chat: the same figures in OpenAI's chat shape, and a stream carries the same entries.
+    json chat = chat_request({user("Once upon a time")}, 24);
+    chat["logprobs"] = true;
+    chat["top_logprobs"] = 2;
+    const HttpReply whole = kvchat::test::post_json(client, "/v1/chat/completions", chat.dump(), kAuth);
+    QCOMPARE(whole.status, 200);
+    const json content = whole.json()["choices"][0]["logprobs"]["content"];
+    std::string chat_joined;
+    for (const json& entry : content) {
+      chat_joined += entry["token"].get<std::string>();
+      QCOMPARE(entry["top_logprobs"].size(), std::size_t(2));
+      QCOMPARE(entry["top_logprobs"][0]["logprob"].get<double>(), entry["logprob"].get<double>());  // greedy
+      QCOMPARE(entry["bytes"].size(), entry["token"].get<std::string>().size());
+    }
+    QCOMPARE(chat_joined, whole_text(whole));
+    json streamed_entries = json::array();
+    chat["stream"] = true;
+    const int status = kvchat::test::post_stream(client, "/v1/chat/completions", chat.dump(), kAuth, [&](const std::string& data) {
+      if (data == "[DONE]") return true;
+      const json chunk = json::parse(data);
+      if (!chunk["choices"].empty() && chunk["choices"][0]["logprobs"].is_object())
+        for (const json& entry : chunk["choices"][0]["logprobs"]["content"]) streamed_entries.push_back(entry);
+      return true;
+    });
+    QCOMPARE(status, 200);
+    QCOMPARE(streamed_entries, content);
+
+    // A stop text: the entries cover the text before it, no more.
+    const std::string full = whole_text(whole);
+    const std::size_t space = full.find(' ', 5);
+    QVERIFY(space != std::string::npos);
+    chat.erase("stream");
+    chat["stop"] = full.substr(space, 3);
+    const HttpReply cut = kvchat::test::post_json(client, "/v1/chat/completions", chat.dump(), kAuth);
+    std::string cut_joined;
+    const json cut_body = cut.json();
+    for (const json& entry : cut_body["choices"][0]["logprobs"]["content"]) cut_joined += entry["token"].get<std::string>();
+    QCOMPARE(whole_text(cut), full.substr(0, space));
+    QVERIFY2(cut_joined.size() >= whole_text(cut).size() && cut_joined.compare(0, whole_text(cut).size(), whole_text(cut)) == 0,
+             cut_joined.c_str());
+    QVERIFY(cut_joined.size() < full.size());
   }
 
   void errors_have_openai_shape() {

@@ -12,6 +12,8 @@
 #include "engine/model_loader.h"
 #include "engine/session.h"
 
+#include <ATen/ATen.h>
+
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_session {
 
@@ -60,6 +62,7 @@ class SessionTest : public QObject {
   void end_of_sequence_token_is_never_cached();
   void over_long_prompt_is_rejected();
   void non_finite_logits_stop_with_an_error();
+  void logprobs_are_the_log_softmax_of_the_logits();
 };
 
 void SessionTest::cached_equals_uncached_data() {
@@ -363,6 +366,57 @@ void SessionTest::non_finite_logits_stop_with_an_error() {
       } catch (const std::runtime_error& error) {
         QVERIFY2(QString(error.what()).contains("NaN or infinite logits at position 2"), error.what());
       }
+    }
+  }
+}
+
+// Each sampled token's logprobs are the log-softmax of the logits it was drawn from (repetition penalty
+// applied, over the temperature when sampled), recomputed here from an uncached forward of the sequence
+// so far; the top list is those logits' best ids in order.
+void SessionTest::logprobs_are_the_log_softmax_of_the_logits() {
+  const auto model = load("models/stories260K");
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  for (const SamplingParams& sampling : {SamplingParams{}, SamplingParams{0.8f, 0, 1.0f, 0.0f, 1.3f, 16, 5}}) {
+    GenerationConfig config;
+    config.max_new_tokens = 12;
+    config.sampling = sampling;
+    config.stop_token_ids = {-1};
+    config.top_logprobs = 3;
+    Session session(model, KvCacheMode::Contiguous);
+    std::vector<TokenLogprobs> reported;
+    const GenerationResult result = session.generate(prompt, config, nullptr, [&](TokenId, const DecodeProgress& progress) {
+      QVERIFY(progress.logprobs);
+      reported.push_back(*progress.logprobs);
+    });
+    QCOMPARE(reported.size(), result.generated.size());
+    std::vector<TokenId> sequence = prompt;
+    for (std::size_t i = 0; i < result.generated.size(); ++i) {
+      at::Tensor logits = model->forward(sequence, 0, nullptr).clone();
+      // The CTRL-style penalty over the last `repetition_window` ids, each distinct id once.
+      if (sampling.repetition_penalty != 1.0f) {
+        std::vector<TokenId> window(sequence.end() - std::min<std::ptrdiff_t>(sequence.size(), sampling.repetition_window),
+                                    sequence.end());
+        std::sort(window.begin(), window.end());
+        window.erase(std::unique(window.begin(), window.end()), window.end());
+        for (TokenId id : window) {
+          const float value = logits[id].item<float>();
+          logits[id] = value > 0 ? value / sampling.repetition_penalty : value * sampling.repetition_penalty;
+        }
+      }
+      if (sampling.temperature > 0) logits = logits / sampling.temperature;
+      const at::Tensor expected = at::log_softmax(logits.to(at::kDouble), 0);
+      const TokenId chosen = result.generated[i];
+      QCOMPARE(reported[i].chosen.token, chosen);
+      QVERIFY2(std::abs(reported[i].chosen.logprob - expected[chosen].item<double>()) < 1e-4,
+               qPrintable(QString("token %1: %2 against %3").arg(i).arg(reported[i].chosen.logprob).arg(expected[chosen].item<double>())));
+      const at::Tensor best = std::get<1>(expected.topk(3));
+      QCOMPARE(reported[i].top.size(), std::size_t(3));
+      for (int j = 0; j < 3; ++j) {
+        QCOMPARE(reported[i].top[j].token, static_cast<TokenId>(best[j].item<std::int64_t>()));
+        QVERIFY(std::abs(reported[i].top[j].logprob - expected[best[j]].item<double>()) < 1e-4);
+      }
+      if (sampling.temperature <= 0) QCOMPARE(reported[i].top[0].token, chosen);  // greedy: the argmax
+      sequence.push_back(chosen);
     }
   }
 }
