@@ -4,14 +4,32 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 namespace kvchat::kernels {
 namespace {
-std::atomic<bool> g_avx2_kernels_enabled{true};
-std::atomic<bool> g_avx512_kernels_enabled{[] {
-  const char* setting = std::getenv("KVCHAT_AVX512");
-  return !(setting && std::strcmp(setting, "off") == 0);
-}()};
+
+// KVCHAT_ISA caps the instruction sets the kernels use: "portable" (the plain C++ fallbacks), "avx2", or
+// "avx512" (the default: the best the processor has). KVCHAT_AVX512=off is the older spelling of "avx2".
+enum class IsaCeiling { Portable, Avx2, Avx512 };
+
+IsaCeiling isa_ceiling_from_environment() {
+  const char* avx512 = std::getenv("KVCHAT_AVX512");
+  const IsaCeiling older = avx512 && std::strcmp(avx512, "off") == 0 ? IsaCeiling::Avx2 : IsaCeiling::Avx512;
+  const char* setting = std::getenv("KVCHAT_ISA");
+  if (!setting || !*setting) return older;
+  if (std::strcmp(setting, "portable") == 0) return IsaCeiling::Portable;
+  if (std::strcmp(setting, "avx2") == 0) return IsaCeiling::Avx2;
+  if (std::strcmp(setting, "avx512") == 0) return older;
+  spdlog::warn("KVCHAT_ISA={} is none of portable, avx2, avx512: using the best the processor has", setting);
+  return older;
 }
+
+const IsaCeiling g_isa_ceiling = isa_ceiling_from_environment();
+std::atomic<bool> g_avx2_kernels_enabled{g_isa_ceiling != IsaCeiling::Portable};
+std::atomic<bool> g_avx512_kernels_enabled{g_isa_ceiling == IsaCeiling::Avx512};
+
+}  // namespace
 
 bool cpu_has_avx2_fma() {
   static const bool supported = [] {

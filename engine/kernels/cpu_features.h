@@ -4,18 +4,20 @@ namespace kvchat::kernels {
 bool cpu_has_avx2_fma();
 
 // True when the AVX2/FMA kernels should run: the processor has them and they have not been switched
-// off. Tests and benchmarks switch them off to exercise the portable fallbacks on an AVX2 machine.
+// off (set_avx2_kernels_enabled(false), or KVCHAT_ISA=portable in the environment). Tests and benchmarks
+// switch them off to exercise the portable fallbacks on an AVX2 machine.
 bool use_avx2_kernels();
 void set_avx2_kernels_enabled(bool enabled);
 
-// AVX-512 (F, BW, VL, with the OS saving the 512-bit state): the quantized products' 16-bit integer
-// kernels (integer_dot.h) use it where it is there.
+// AVX-512 (F, BW, VL, with the OS saving the 512-bit state): the attention and float kernels use it
+// where it is there.
 bool cpu_has_avx512();
 // AVX-512 VNNI on top of that: the K-quants' byte kernels (vpdpbusd, vpdpwssd).
 bool cpu_has_avx512_vnni();
 // True when the AVX-512 kernels should run: use_avx2_kernels(), the processor has AVX-512, and neither
-// set_avx512_kernels_enabled(false) nor KVCHAT_AVX512=off in the environment switched them off (tests
-// and benchmarks compare them with the AVX2 ones on the same machine).
+// set_avx512_kernels_enabled(false) nor KVCHAT_ISA=avx2 (or KVCHAT_AVX512=off) in the environment
+// switched them off (tests and benchmarks compare them with the AVX2 ones on the same machine). The
+// integer kernels also need cpu_has_avx512_vnni().
 bool use_avx512_kernels();
 void set_avx512_kernels_enabled(bool enabled);
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/test_paths.h"
+#include "engine/kernels/cpu_features.h"
 #include "engine/llama_model.h"
 #include "engine/model_loader.h"
 #include "engine/session.h"
@@ -63,6 +64,7 @@ class SessionTest : public QObject {
   void over_long_prompt_is_rejected();
   void non_finite_logits_stop_with_an_error();
   void logprobs_are_the_log_softmax_of_the_logits();
+  void the_kernels_follow_the_isa_setting();
 };
 
 void SessionTest::cached_equals_uncached_data() {
@@ -418,6 +420,22 @@ void SessionTest::logprobs_are_the_log_softmax_of_the_logits() {
       if (sampling.temperature <= 0) QCOMPARE(reported[i].top[0].token, chosen);  // greedy: the argmax
       sequence.push_back(chosen);
     }
+  }
+}
+
+// This suite also runs with KVCHAT_ISA=portable (tests/CMakeLists.txt): that run must really be on the
+// portable kernels.
+void SessionTest::the_kernels_follow_the_isa_setting() {
+  const QByteArray isa = qgetenv("KVCHAT_ISA");
+  if (isa == "portable") {
+    QVERIFY(!kernels::use_avx2_kernels());
+    QVERIFY(!kernels::use_avx512_kernels());
+  } else if (isa == "avx2") {
+    QCOMPARE(kernels::use_avx2_kernels(), kernels::cpu_has_avx2_fma());
+    QVERIFY(!kernels::use_avx512_kernels());
+  } else if (isa.isEmpty() && qgetenv("KVCHAT_AVX512").isEmpty()) {
+    QCOMPARE(kernels::use_avx2_kernels(), kernels::cpu_has_avx2_fma());
+    QCOMPARE(kernels::use_avx512_kernels(), kernels::cpu_has_avx512());
   }
 }
 
