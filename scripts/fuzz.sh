@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"safetensors model_config tokenizer chat_template gguf remote_stream"}
+targets=${FUZZ_TARGETS:-"safetensors model_config tokenizer chat_template gguf remote_stream openai_request"}
 shared_dir=${KVCHAT_SHARED_DIR:-$(cd .. && pwd)/shared}
 
 if [ ! -f "$build_dir/build.ninja" ]; then

@@ -314,6 +314,24 @@ void remote_stream_seeds(const Seeds& seeds) {
   seeds.write("remote_stream", "escapes", content("\\u001b]52;c;aGk=\\u0007\\u009b2J") + nl + done + nl);
 }
 
+// --- openai_request: request bodies as the SDKs and kvchat's remote backend send them ---
+void openai_request_seeds(const Seeds& seeds) {
+  seeds.write("openai_request", "chat",
+              R"({"model":"stories260K","messages":[{"role":"system","content":"Be brief."},{"role":"user",)"
+              R"("content":"Once"}],"temperature":0,"max_tokens":40,"stream":true,"stream_options":{"include_usage":true}})");
+  seeds.write("openai_request", "remote_backend",
+              R"({"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"max_tokens":256,)"
+              R"("temperature":0.7,"top_p":0.9,"seed":42,"top_k":40,"min_p":0.05,"repetition_penalty":1.1,)"
+              R"("repeat_penalty":1.1,"repeat_last_n":64})");
+  seeds.write("openai_request", "sdk_defaults",
+              R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]},)"
+              R"({"role":"assistant","content":"Hello","refusal":null}],"frequency_penalty":0,"presence_penalty":0,)"
+              R"("n":1,"logit_bias":{},"tools":[],"response_format":{"type":"text"},"logprobs":true,"top_logprobs":3})");
+  seeds.write("openai_request", "completion_ids", R"({"prompt":[[1,403,407]],"max_tokens":8,"logprobs":2,"stop":["
+"]})");
+  seeds.write("openai_request", "completion_text", R"({"prompt":["Once upon a time"],"temperature":1.5,"seed":18446744073709551615})");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -328,6 +346,7 @@ int main(int argc, char** argv) {
   chat_template_seeds(seeds);
   gguf_seeds(seeds);
   remote_stream_seeds(seeds);
+  openai_request_seeds(seeds);
   for (const auto& target : fs::directory_iterator(seeds.out)) {
     std::size_t count = 0;
     for ([[maybe_unused]] const auto& file : fs::directory_iterator(target.path())) ++count;
