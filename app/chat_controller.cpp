@@ -19,6 +19,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
       store_(std::make_unique<ConversationStore>(database_path)),
       settings_storage_(settings_storage),
       settings_(ChatSettings::load(*settings_storage)),
+      user_presets_(load_user_presets(*settings_storage)),
       local_server_settings_(LocalServerSettings::load(*settings_storage)),
       local_server_(new LocalServer(this)) {
   EngineWorker::register_meta_types();

@@ -240,6 +240,12 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   for (const MessageRecord& record : messages_in_context(store_->messages(conversation_id)))
     turn.engine_message_ids.push_back(record.id);
 
+  // The chat's own settings over the global ones, from this turn on.
+  const std::optional<GenerationPreset> own_settings = chatGenerationSettings(conversation_id);
+  const ChatSettings turn_settings = turnSettings(conversation_id);
+  const std::vector<std::string> stop_texts = own_settings ? own_settings->stop_strings() : std::vector<std::string>{};
+  if (!stop_texts.empty()) turn.stop_filter = std::make_shared<StopTextFilter>(stop_texts);
+
   if (continued) {
     // The reply grows in place: same message, its text so far, its figures kept should the turn fail.
     turn.message_id = continued->id;
@@ -259,7 +265,11 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
     reply.backend = usesRemoteBackend()
                         ? QString::fromStdString(displayed_base_url(settings_.remote_base_url.trimmed().toStdString()))
                         : QStringLiteral("local");
-    reply.settings = settings_.to_json();
+    reply.settings = turn_settings.to_json();
+    if (own_settings) {
+      reply.settings.insert(QStringLiteral("preset"), own_settings->name);
+      reply.settings.insert(QStringLiteral("stop"), QJsonArray::fromStringList(own_settings->stop_texts));
+    }
     reply.complete = false;
     turn.message_id = store_->add_message(reply);
   }
@@ -268,7 +278,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   request.turn_id = turn.turn_id;
   request.conversation_id = conversation_id;
   request.messages = messages;
-  request.generation = settings_.to_generation_config();
+  request.generation = turn_settings.to_generation_config();
   request.context_limit = settings_.context_limit;
   request.overflow = settings_.context_overflow;
   request.cache_budget_bytes = settings_.effective_cache_budget_bytes();
@@ -367,8 +377,20 @@ void ChatController::emit_reply_finished(qint64 message_id) {
   if (reply) Q_EMIT replyFinished(*reply);
 }
 
-void ChatController::on_text_ready(quint64 turn_id, const QString& chunk) {
+void ChatController::on_text_ready(quint64 turn_id, const QString& text) {
   if (!active_ || active_->turn_id != turn_id) return;  // a stale turn (deleted conversation)
+  QString chunk = text;
+  if (active_->stop_filter) {
+    // Text after a stop text is neither shown nor kept; the turn ends there (a few more tokens may come
+    // before the engine sees the flag: the filter drops them).
+    const bool matched_before = active_->stop_filter->matched();
+    chunk = QString::fromStdString(active_->stop_filter->push(text.toStdString()));
+    if (!matched_before && active_->stop_filter->matched()) {
+      spdlog::info("turn {}: stop text reached", turn_id);
+      active_->stop->store(true);
+    }
+  }
+  if (chunk.isEmpty()) return;
   active_->text += chunk;
   Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, chunk);
 }
@@ -394,12 +416,31 @@ void ChatController::on_context_trimmed(quint64 turn_id, int dropped_messages, i
   }
 }
 
+void ChatController::flush_stop_filter() {
+  if (!active_->stop_filter) return;
+  const QString held = QString::fromStdString(active_->stop_filter->finish());
+  if (held.isEmpty()) return;
+  active_->text += held;
+  Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, held);
+}
+
 void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats& stats) {
   if (!active_ || active_->turn_id != turn_id) return;
   const qint64 conversation_id = active_->conversation_id;
   const qint64 message_id = active_->message_id;
+  flush_stop_filter();
+  const bool stop_text_reached = active_->stop_filter && active_->stop_filter->matched();
+  if (stop_text_reached) {
+    // The ids go on past the cut text: the next prompt encodes the text kept instead.
+    active_->reply_tokens.ids.clear();
+  }
   try {
     QJsonObject saved = stats_to_json(stats);
+    if (stop_text_reached) {
+      // The reply ended where the chat asked it to, as at an end-of-sequence token: nothing to continue.
+      saved.insert(QStringLiteral("stop_reason"), QString::fromLatin1(kvchat::to_string(StopReason::Eos)));
+      saved.insert(kReplyStopTextKey, true);
+    }
     for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)
       saved.insert(it.key(), it.value());
     if (active_->quitting && stats.stop_reason == StopReason::Stopped) saved.insert(kReplyClosedByAppKey, true);
@@ -450,6 +491,7 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
   const qint64 conversation_id = active_->conversation_id;
   const qint64 message_id = active_->message_id;
   const bool continuing = active_->continuing;
+  flush_stop_filter();
   try {
     if (continuing) {
       // Going on with a reply failed: the reply itself stands as it was (plus anything that did arrive; then

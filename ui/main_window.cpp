@@ -25,12 +25,14 @@
 
 #include "ui/appearance.h"
 #include "ui/caches_dialog.h"
+#include "ui/chat_generation_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/decode_chart_panel.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
 #include "ui/message_widget.h"
 #include "ui/stats_format.h"
+#include "ui/system_prompt_block.h"
 
 namespace kvchat::ui {
 
@@ -115,6 +117,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   input_conversation_ = controller_->currentConversationId();
   refresh_conversations();
   reload_messages();
+  refresh_chat_header();
   refresh_cache_gauge();
   refresh_reply_stats();
   if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
@@ -203,9 +206,19 @@ QWidget* MainWindow::build_chat_panel() {
   // A click leaves the focus where it was (a space typed next must not reopen the dialog); Tab still reaches it.
   system_prompt_button->setFocusPolicy(Qt::TabFocus);
   connect(system_prompt_button, &QPushButton::clicked, this, &MainWindow::openSystemPromptDialog);
+  generation_button_ = new QPushButton(chat_panel);
+  generation_button_->setObjectName("generationSettingsButton");
+  generation_button_->setToolTip(tr("This chat's generation settings: a preset, its own values or the global ones "
+                                    "(Ctrl+Shift+G)"));
+  generation_button_->setFocusPolicy(Qt::TabFocus);
+  connect(generation_button_, &QPushButton::clicked, this, &MainWindow::openChatGenerationDialog);
   title_row->addWidget(title_label_, 1);
+  title_row->addWidget(generation_button_);
   title_row->addWidget(system_prompt_button);
   chat_layout->addLayout(title_row);
+  system_prompt_block_ = new SystemPromptBlock(chat_panel);
+  connect(system_prompt_block_, &SystemPromptBlock::editRequested, this, &MainWindow::openSystemPromptDialog);
+  chat_layout->addWidget(system_prompt_block_);
   chat_view_ = new ChatView(chat_panel);
   chat_layout->addWidget(chat_view_, 1);
   // Chat > Find in the chat: Return goes to the next occurrence, Esc closes it.
@@ -309,6 +322,7 @@ QWidget* MainWindow::build_chat_panel() {
   connect(edit_button_, &QPushButton::clicked, this, &MainWindow::start_editing_last_message);
   // Tab walks the controls and the transcript as one stop (arrows and PgUp/PgDn scroll it there); its
   // selectable text and buttons are left out of the chain.
+  setTabOrder(generation_button_, system_prompt_button);
   setTabOrder(system_prompt_button, chat_view_);
   setTabOrder(chat_view_, input_);
   setTabOrder(input_, send_button_);
@@ -342,7 +356,10 @@ void MainWindow::connect_controller() {
     switch_drafts(conversation_id);
     refresh_conversations();
     reload_messages();
+    refresh_chat_header();
   });
+  connect(controller_, &ChatController::chatGenerationSettingsChanged, this, &MainWindow::refresh_chat_header);
+  connect(controller_, &ChatController::systemPromptChanged, this, &MainWindow::refresh_chat_header);
   connect(controller_, &ChatController::messagesReset, this, &MainWindow::reload_messages);
   connect(controller_, &ChatController::replyTextAppended, this,
           [this](qint64 conversation_id, qint64 message_id, const QString& chunk) {
@@ -460,6 +477,10 @@ void MainWindow::build_menus() {
       show_notice(tr("All cached state cleared (memory and disk): each chat's next reply prefills it again."));
   });
 
+  QAction* generation = chat->addAction(tr("&Generation settings for this chat\u2026"));
+  generation->setObjectName("chatGenerationAction");
+  generation->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+G")));
+  connect(generation, &QAction::triggered, this, &MainWindow::openChatGenerationDialog);
   QAction* caches = chat->addAction(tr("Caches in &memory\u2026"));
   caches->setObjectName("cachesAction");
   connect(caches, &QAction::triggered, this, &MainWindow::openCachesDialog);

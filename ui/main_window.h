@@ -29,12 +29,14 @@ class QPushButton;
 namespace kvchat::ui {
 
 class CachesDialog;
+class ChatGenerationDialog;
 class ChatView;
 class DecodeChartPanel;
 class ElidedLabel;
 class MessageInput;
 class MessageWidget;
 class SettingsDialog;
+class SystemPromptBlock;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -65,6 +67,12 @@ class MainWindow : public QMainWindow {
   // The chat's system prompt ("systemPromptDialog", non-modal): saved when accepted; the input box has the
   // focus again when it closes.
   QDialog* openSystemPromptDialog();
+  // Chat > Generation settings for this chat ("chatGenerationDialog", non-modal; also the chat header's
+  // "generationSettingsButton", which names the chat's preset): applied to the chat when accepted.
+  ChatGenerationDialog* openChatGenerationDialog();
+  // The current chat's system prompt at the top of the transcript.
+  SystemPromptBlock* systemPromptBlock() const { return system_prompt_block_; }
+  QPushButton* generationSettingsButton() const { return generation_button_; }
   DecodeChartPanel* decodeChart() const { return chart_panel_; }  // View > Decode-time chart (a dock)
   QDockWidget* decodeChartDock() const { return chart_dock_; }
   // View > Larger / Smaller / Default text size: the chat's font, saved in the settings (0 = the system's).
@@ -136,6 +144,7 @@ class MainWindow : public QMainWindow {
   void refresh_window_title();  // names what answers: the loaded model, or the server's
   bool generating_here() const;  // the current chat is the one generating
   void refresh_token_counter();
+  void refresh_chat_header();  // the system prompt block and the generation settings button of the current chat
   bool draft_fits();  // false (and says why) when the typed message cannot fit the context
 
   // main_window_dialogs.cpp
@@ -160,6 +169,8 @@ class MainWindow : public QMainWindow {
   QLineEdit* find_field_ = nullptr;
   QAction* pin_action_ = nullptr;
   ElidedLabel* title_label_ = nullptr;
+  QPushButton* generation_button_ = nullptr;
+  SystemPromptBlock* system_prompt_block_ = nullptr;
   ChatView* chat_view_ = nullptr;
   MessageInput* input_ = nullptr;
   QPushButton* send_button_ = nullptr;

@@ -3,7 +3,6 @@
 #include "ui/appearance.h"
 #include "ui/main_window.h"
 
-#include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -16,12 +15,14 @@
 
 #include "app/chat_history.h"
 #include "app/remote_client.h"
+#include "ui/chat_generation_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/conversation_titles.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
 #include "ui/priority_row_layout.h"
 #include "ui/stats_format.h"
+#include "ui/system_prompt_block.h"
 
 namespace kvchat::ui {
 
@@ -230,6 +231,14 @@ void MainWindow::reload_messages() {
   refresh_buttons();
   refresh_cache_gauge();
   refresh_placeholder();
+}
+
+void MainWindow::refresh_chat_header() {
+  const qint64 id = controller_->currentConversationId();
+  const auto record = id > 0 ? controller_->conversation(id) : std::nullopt;
+  system_prompt_block_->setPrompt(record ? record->system_prompt : QString());
+  generation_button_->setText(ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id)
+                                                                   : std::nullopt));
 }
 
 void MainWindow::refresh_window_title() {
