@@ -94,6 +94,19 @@ class ChatController : public QObject {
   bool isBackendReady() const;
   bool usesRemoteBackend() const { return settings_.backend == BackendKind::Remote; }
   bool isModelLoading() const { return model_loading_; }
+  // File > Models: the recently loaded models (most recent first; each successful load puts its path first)
+  // and the folders the dialog scans, both kept in the settings file.
+  QStringList recentModels() const;
+  void removeRecentModel(const QString& path);
+  QStringList modelFolders() const;
+  void setModelFolders(const QStringList& folders);
+  // The local model the chat's last reply came from (its settings' kReplyModelPathKey), with its name; nullopt
+  // when no reply of the chat records one (no reply yet, remote replies, replies older than the key).
+  struct ModelUse {
+    QString path;
+    QString name;
+  };
+  std::optional<ModelUse> lastModelOf(qint64 conversation_id) const;
   const ModelInfo& modelInfo() const { return model_info_; }
 
   qint64 currentConversationId() const { return current_conversation_; }

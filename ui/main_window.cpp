@@ -9,6 +9,7 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
+#include <QFrame>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
@@ -219,6 +220,26 @@ QWidget* MainWindow::build_chat_panel() {
   system_prompt_block_ = new SystemPromptBlock(chat_panel);
   connect(system_prompt_block_, &SystemPromptBlock::editRequested, this, &MainWindow::openSystemPromptDialog);
   chat_layout->addWidget(system_prompt_block_);
+  last_model_bar_ = new QFrame(chat_panel);
+  last_model_bar_->setObjectName("lastModelBar");
+  static_cast<QFrame*>(last_model_bar_)->setFrameShape(QFrame::StyledPanel);
+  auto* last_model_layout = new QHBoxLayout(last_model_bar_);
+  last_model_layout->setContentsMargins(8, 2, 8, 2);
+  last_model_label_ = new QLabel(last_model_bar_);
+  last_model_label_->setObjectName("lastModelLabel");
+  last_model_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  last_model_button_ = new QPushButton(last_model_bar_);
+  last_model_button_->setObjectName("loadLastModelButton");
+  last_model_button_->setAutoDefault(false);
+  last_model_layout->addWidget(last_model_label_, 1);
+  last_model_layout->addWidget(last_model_button_);
+  last_model_bar_->hide();
+  connect(last_model_button_, &QPushButton::clicked, this, [this] {
+    if (last_model_path_.isEmpty()) return;
+    last_model_bar_->hide();
+    openModel(last_model_path_);
+  });
+  chat_layout->addWidget(last_model_bar_);
   chat_view_ = new ChatView(chat_panel);
   chat_layout->addWidget(chat_view_, 1);
   // Chat > Find in the chat: Return goes to the next occurrence, Esc closes it.
@@ -408,6 +429,7 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
   connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);
+  connect(controller_, &ChatController::modelLoaded, this, &MainWindow::refresh_chat_header);
   connect(controller_, &ChatController::modelLoadFailed, this, &MainWindow::show_model_load_failed);
   const kvchat::app::LocalServer* local_server = &controller_->localServer();
   connect(local_server, &kvchat::app::LocalServer::servingChanged, this, [this](bool serving, const QString& url) {
@@ -437,6 +459,10 @@ void MainWindow::build_menus() {
   QAction* open_directory = file->addAction(tr("Open model &directory\u2026"));
   open_directory->setObjectName("openModelDirectoryAction");
   connect(open_directory, &QAction::triggered, this, &MainWindow::openModelDirectoryDialog);
+  QAction* models = file->addAction(tr("&Models\u2026"));
+  models->setObjectName("modelsAction");
+  models->setShortcut(QKeySequence(QStringLiteral("Ctrl+M")));
+  connect(models, &QAction::triggered, this, &MainWindow::openModelsDialog);
   QAction* export_action = file->addAction(tr("&Export\u2026"));
   export_action->setObjectName("exportAction");
   export_action->setShortcut(QKeySequence(QStringLiteral("Ctrl+E")));

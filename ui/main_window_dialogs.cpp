@@ -17,6 +17,7 @@
 #include <QPlainTextEdit>
 #include <QRegularExpression>
 #include <QStandardPaths>
+#include <QTreeWidget>
 #include <QVBoxLayout>
 
 #include "app/exporter.h"
@@ -25,6 +26,7 @@
 #include "ui/chat_generation_dialog.h"
 #include "ui/local_server_group.h"
 #include "ui/message_input.h"
+#include "ui/models_dialog.h"
 #include "ui/settings_dialog.h"
 #include "ui/stats_format.h"
 
@@ -80,6 +82,15 @@ QFileDialog* MainWindow::openModelFileDialog() {
     if (!path.isEmpty()) openModel(path);
   });
   dialog->open();
+  return dialog;
+}
+
+ModelsDialog* MainWindow::openModelsDialog() {
+  auto* dialog = new ModelsDialog(controller_, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &ModelsDialog::loadRequested, this, &MainWindow::openModel);
+  dialog->show();
+  dialog->recentList()->setFocus();
   return dialog;
 }
 

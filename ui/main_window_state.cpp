@@ -3,6 +3,8 @@
 #include "ui/appearance.h"
 #include "ui/main_window.h"
 
+#include <QDir>
+#include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -239,6 +241,18 @@ void MainWindow::refresh_chat_header() {
   system_prompt_block_->setPrompt(record ? record->system_prompt : QString());
   generation_button_->setText(ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id)
                                                                    : std::nullopt));
+  // The chat's last local model, when another one is loaded: offered, never loaded without a click.
+  const auto last = id > 0 && !controller_->usesRemoteBackend() ? controller_->lastModelOf(id) : std::nullopt;
+  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().directory : QString();
+  const bool offer = last && !controller_->isModelLoading() && QDir::cleanPath(last->path) != QDir::cleanPath(loaded);
+  last_model_path_ = offer ? last->path : QString();
+  if (offer) {
+    const QString name = last->name.isEmpty() ? QFileInfo(last->path).fileName() : last->name;
+    last_model_label_->setText(tr("This chat last used %1").arg(name));
+    last_model_label_->setToolTip(last->path);
+    last_model_button_->setText(tr("Load %1").arg(name));
+  }
+  last_model_bar_->setVisible(offer);
 }
 
 void MainWindow::refresh_window_title() {
