@@ -211,7 +211,8 @@ QWidget* MainWindow::build_chat_panel() {
   generation_button_->setObjectName("generationSettingsButton");
   generation_button_->setToolTip(tr("This chat's generation settings: a preset, its own values or the global ones "
                                     "(Ctrl+Shift+G)"));
-  generation_button_->setFocusPolicy(Qt::TabFocus);
+  // Out of the Tab chain, which stays short: Ctrl+Shift+G opens the same dialog from anywhere.
+  generation_button_->setFocusPolicy(Qt::NoFocus);
   connect(generation_button_, &QPushButton::clicked, this, &MainWindow::openChatGenerationDialog);
   title_row->addWidget(title_label_, 1);
   title_row->addWidget(generation_button_);
@@ -343,7 +344,6 @@ QWidget* MainWindow::build_chat_panel() {
   connect(edit_button_, &QPushButton::clicked, this, &MainWindow::start_editing_last_message);
   // Tab walks the controls and the transcript as one stop (arrows and PgUp/PgDn scroll it there); its
   // selectable text and buttons are left out of the chain.
-  setTabOrder(generation_button_, system_prompt_button);
   setTabOrder(system_prompt_button, chat_view_);
   setTabOrder(chat_view_, input_);
   setTabOrder(input_, send_button_);

@@ -36,7 +36,7 @@ SystemPromptBlock::SystemPromptBlock(QWidget* parent) : QFrame(parent) {
   edit->setObjectName("systemPromptEditButton");
   edit->setText(tr("Edit"));
   edit->setAutoRaise(true);
-  edit->setFocusPolicy(Qt::TabFocus);
+  edit->setFocusPolicy(Qt::NoFocus);  // the System prompt button beside the title does the same from the keyboard
   row->addWidget(toggle_);
   row->addWidget(caption);
   row->addWidget(line_, 1);
