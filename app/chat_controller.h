@@ -247,6 +247,10 @@ class ChatController : public QObject {
   void settingsChanged();
   void chatGenerationSettingsChanged(qint64 conversation_id);
   void systemPromptChanged(qint64 conversation_id);
+  // The model's title for the chat was asked for (ChatSettings::model_titles) and has been dealt with: `title`
+  // is the chat's title now (the model's, or the one it had when the model gave nothing usable or the user
+  // renamed the chat meanwhile).
+  void conversationTitled(qint64 conversation_id, const QString& title);
   void presetsChanged();
 
  private:
@@ -287,6 +291,9 @@ class ChatController : public QObject {
   void on_failed(quint64 turn_id, const QString& message);
   void on_remote_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats);
   void dispatch_turn(const TurnRequest& request);  // to the engine or the server, as the settings say
+  // After a new chat's first local reply, with model titles on: asks the engine for a title (on_title_ready).
+  void request_model_title(qint64 conversation_id);
+  void on_title_ready(qint64 conversation_id, const QString& text);
 
   // chat_controller.cpp
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
@@ -300,6 +307,7 @@ class ChatController : public QObject {
   QSettings* settings_storage_;
   ChatSettings settings_;
   QList<GenerationPreset> user_presets_;
+  QHash<qint64, QString> titles_awaited_;  // chats waiting for the model's title, with the title they had then
   LocalServerSettings local_server_settings_;
   LocalServer* local_server_ = nullptr;  // a child: stopped before the engine thread ends
   void apply_local_server();
