@@ -116,6 +116,7 @@ ModelsDialog::~ModelsDialog() {
   if (scan_thread_) {
     scan_stop_->store(true);
     scan_thread_->wait();
+    delete scan_thread_;  // its finished() handler, which would have, went with this dialog
   }
 }
 
