@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "app/chat_turn_runner.h"
+#include "app/model_catalog.h"
 #include "app/model_locator.h"
 #include "engine/model_loader.h"
 
@@ -19,6 +20,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
       store_(std::make_unique<ConversationStore>(database_path)),
       settings_storage_(settings_storage),
       settings_(ChatSettings::load(*settings_storage)),
+      user_presets_(load_user_presets(*settings_storage)),
       local_server_settings_(LocalServerSettings::load(*settings_storage)),
       local_server_(new LocalServer(this)) {
   EngineWorker::register_meta_types();
@@ -41,6 +43,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
       spdlog::info("model {} saved in the settings", info.directory.toStdString());
     }
     remember_model_path_.clear();
+    save_recent_models(*settings_storage_, with_recent_model(load_recent_models(*settings_storage_), info.directory));
     apply_local_server();  // on the new model
     Q_EMIT modelLoaded(info);
     Q_EMIT lastReplyStatsChanged();
@@ -147,6 +150,29 @@ void ChatController::loadModel(const QString& path, bool remember) {
   const int threads = settings_.threads;
   QMetaObject::invokeMethod(worker_, [worker = worker_, resolved, threads] { worker->loadModel(resolved, threads); },
                             Qt::QueuedConnection);
+}
+
+QStringList ChatController::recentModels() const { return load_recent_models(*settings_storage_); }
+
+void ChatController::removeRecentModel(const QString& path) {
+  QStringList recent = load_recent_models(*settings_storage_);
+  recent.removeAll(path);
+  save_recent_models(*settings_storage_, recent);
+}
+
+QStringList ChatController::modelFolders() const { return load_model_folders(*settings_storage_); }
+
+void ChatController::setModelFolders(const QStringList& folders) { save_model_folders(*settings_storage_, folders); }
+
+std::optional<ChatController::ModelUse> ChatController::lastModelOf(qint64 conversation_id) const {
+  const QList<MessageRecord> records = store_->messages(conversation_id);
+  for (auto it = records.crbegin(); it != records.crend(); ++it) {
+    if (it->role != QLatin1String("assistant") || is_hidden_alternative(*it)) continue;
+    const QString path = it->settings.value(kReplyModelPathKey).toString();
+    if (path.isEmpty()) return std::nullopt;  // the last reply does not say (remote, or written before the key)
+    return ModelUse{path, it->model};
+  }
+  return std::nullopt;
 }
 
 bool ChatController::isBackendReady() const {

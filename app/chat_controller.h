@@ -29,9 +29,11 @@
 #include "app/conversation_store.h"
 #include "app/engine_worker.h"
 #include "app/exporter.h"
+#include "app/generation_preset.h"
 #include "app/local_server.h"
 #include "app/remote_worker.h"
 #include "app/settings.h"
+#include "app/stop_text_filter.h"
 #include "engine/types.h"
 
 class QSettings;
@@ -92,6 +94,19 @@ class ChatController : public QObject {
   bool isBackendReady() const;
   bool usesRemoteBackend() const { return settings_.backend == BackendKind::Remote; }
   bool isModelLoading() const { return model_loading_; }
+  // File > Models: the recently loaded models (most recent first; each successful load puts its path first)
+  // and the folders the dialog scans, both kept in the settings file.
+  QStringList recentModels() const;
+  void removeRecentModel(const QString& path);
+  QStringList modelFolders() const;
+  void setModelFolders(const QStringList& folders);
+  // The local model the chat's last reply came from (its settings' kReplyModelPathKey), with its name; nullopt
+  // when no reply of the chat records one (no reply yet, remote replies, replies older than the key).
+  struct ModelUse {
+    QString path;
+    QString name;
+  };
+  std::optional<ModelUse> lastModelOf(qint64 conversation_id) const;
   const ModelInfo& modelInfo() const { return model_info_; }
 
   qint64 currentConversationId() const { return current_conversation_; }
@@ -140,6 +155,15 @@ class ChatController : public QObject {
   // The current chat's last reply when it can be continued (see is_continuable_reply), else nullopt.
   std::optional<MessageRecord> continuableReply() const;
 
+  // The chat's own generation settings; nullopt = it follows the global settings (also for an unreadable
+  // value, logged).
+  std::optional<GenerationPreset> chatGenerationSettings(qint64 conversation_id) const;
+  // What a turn of the chat runs with: the global settings with the chat's own over them.
+  ChatSettings turnSettings(qint64 conversation_id) const;
+  // The built-in presets, then the user's.
+  QList<GenerationPreset> presets() const;
+  QList<GenerationPreset> userPresets() const { return user_presets_; }
+
   // The default title of a new conversation; the first message replaces it.
   static QString newConversationTitle();
 
@@ -160,6 +184,13 @@ class ChatController : public QObject {
   // remains, and the session keeps only the prefix it shares with that prompt (as after an edit).
   bool deleteMessage(qint64 message_id);
   void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
+  // Saves the chat's own generation settings (nullopt: it follows the global settings again); they apply from
+  // its next turn.
+  void setChatGenerationSettings(qint64 conversation_id, const std::optional<kvchat::app::GenerationPreset>& settings);
+  // Saves a preset of the user's, replacing one of the same name. A built-in preset's name or an empty one is
+  // refused (false, and errorOccurred says why).
+  bool saveUserPreset(const kvchat::app::GenerationPreset& preset);
+  void removeUserPreset(const QString& name);
   // Clears the conversation's cached state: its KV cache in memory and its snapshot on disk (its next
   // turn prefills the chat again). Not while it is generating.
   bool clearCache(qint64 conversation_id);
@@ -214,6 +245,13 @@ class ChatController : public QObject {
   // The conversation's message waits for `waiting_for`'s reply to finish.
   void turnQueued(qint64 conversation_id, qint64 waiting_for);
   void settingsChanged();
+  void chatGenerationSettingsChanged(qint64 conversation_id);
+  void systemPromptChanged(qint64 conversation_id);
+  // The model's title for the chat was asked for (ChatSettings::model_titles) and has been dealt with: `title`
+  // is the chat's title now (the model's, or the one it had when the model gave nothing usable or the user
+  // renamed the chat meanwhile).
+  void conversationTitled(qint64 conversation_id, const QString& title);
+  void presetsChanged();
 
  private:
   struct ActiveTurn {
@@ -232,6 +270,8 @@ class ChatController : public QObject {
     QJsonObject remote_details;       // a remote reply's extra stats keys (RemoteWorker::replyDetails)
     QJsonObject failure_stats;        // saved with the error when the turn fails (an interrupted reply's figures)
     ReplyTokens reply_tokens;         // the local engine's exact ids of the finished reply
+    // The chat's stop texts: the reply is cut before the first of them (and the turn stopped there).
+    std::shared_ptr<StopTextFilter> stop_filter;
   };
 
   // chat_controller_turns.cpp
@@ -243,13 +283,17 @@ class ChatController : public QObject {
   void commit_growing_reply();
   void end_turn();
   void emit_reply_finished(qint64 message_id);
-  void on_text_ready(quint64 turn_id, const QString& chunk);
+  void on_text_ready(quint64 turn_id, const QString& text);
+  void flush_stop_filter();  // the text a stop filter held back, once the turn has ended without a match
   void on_token_stats(quint64 turn_id, int generated_tokens, double tokens_per_second);
   void on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit);
   void on_finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void on_failed(quint64 turn_id, const QString& message);
   void on_remote_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats);
   void dispatch_turn(const TurnRequest& request);  // to the engine or the server, as the settings say
+  // After a new chat's first local reply, with model titles on: asks the engine for a title (on_title_ready).
+  void request_model_title(qint64 conversation_id);
+  void on_title_ready(qint64 conversation_id, const QString& text);
 
   // chat_controller.cpp
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
@@ -262,6 +306,8 @@ class ChatController : public QObject {
   std::unique_ptr<ConversationStore> store_;
   QSettings* settings_storage_;
   ChatSettings settings_;
+  QList<GenerationPreset> user_presets_;
+  QHash<qint64, QString> titles_awaited_;  // chats waiting for the model's title, with the title they had then
   LocalServerSettings local_server_settings_;
   LocalServer* local_server_ = nullptr;  // a child: stopped before the engine thread ends
   void apply_local_server();

@@ -169,9 +169,74 @@ void ChatController::deleteConversation(qint64 conversation_id) {
 void ChatController::setSystemPrompt(qint64 conversation_id, const QString& system_prompt) {
   try {
     store_->set_system_prompt(conversation_id, system_prompt);
+    Q_EMIT systemPromptChanged(conversation_id);
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
   }
+}
+
+std::optional<GenerationPreset> ChatController::chatGenerationSettings(qint64 conversation_id) const {
+  try {
+    const QJsonObject json = store_->generation_settings(conversation_id);
+    if (json.isEmpty()) return std::nullopt;
+    return GenerationPreset::from_json(json);
+  } catch (const std::exception& error) {
+    spdlog::warn("conversation {}: its own generation settings cannot be read ({}); the global ones apply",
+                 conversation_id, error.what());
+    return std::nullopt;
+  }
+}
+
+ChatSettings ChatController::turnSettings(qint64 conversation_id) const {
+  ChatSettings settings = settings_;
+  if (const std::optional<GenerationPreset> own = chatGenerationSettings(conversation_id)) own->apply_to(settings);
+  return settings;
+}
+
+void ChatController::setChatGenerationSettings(qint64 conversation_id, const std::optional<GenerationPreset>& settings) {
+  try {
+    store_->set_generation_settings(conversation_id, settings ? settings->to_json() : QJsonObject());
+    spdlog::info("conversation {}: generation settings {}", conversation_id,
+                 settings ? (settings->name.isEmpty() ? std::string("set by hand")
+                                                      : "from preset " + settings->name.toStdString())
+                          : std::string("follow the global ones"));
+    Q_EMIT chatGenerationSettingsChanged(conversation_id);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
+}
+
+QList<GenerationPreset> ChatController::presets() const { return built_in_presets() + user_presets_; }
+
+bool ChatController::saveUserPreset(const GenerationPreset& preset) {
+  const QString name = preset.name.trimmed();
+  QString reason;
+  if (name.isEmpty()) reason = QStringLiteral("A preset needs a name.");
+  for (const GenerationPreset& built_in : built_in_presets())
+    if (built_in.name.compare(name, Qt::CaseInsensitive) == 0)
+      reason = QStringLiteral("\u201c%1\u201d is a built-in preset: choose another name.").arg(built_in.name);
+  if (!reason.isEmpty()) {
+    Q_EMIT errorOccurred(reason);
+    return false;
+  }
+  GenerationPreset saved = preset;
+  saved.name = name;
+  auto same_name = [&](const GenerationPreset& other) { return other.name == name; };
+  const auto existing = std::find_if(user_presets_.begin(), user_presets_.end(), same_name);
+  if (existing != user_presets_.end()) *existing = saved;
+  else user_presets_.append(saved);
+  save_user_presets(*settings_storage_, user_presets_);
+  Q_EMIT presetsChanged();
+  return true;
+}
+
+void ChatController::removeUserPreset(const QString& name) {
+  const auto removed = std::remove_if(user_presets_.begin(), user_presets_.end(),
+                                      [&](const GenerationPreset& preset) { return preset.name == name; });
+  if (removed == user_presets_.end()) return;
+  user_presets_.erase(removed, user_presets_.end());
+  save_user_presets(*settings_storage_, user_presets_);
+  Q_EMIT presetsChanged();
 }
 
 void ChatController::exportConversation(qint64 conversation_id, const QString& path, ExportFormat format) const {

@@ -24,6 +24,26 @@ QString title_from_text(const QString& text) {
   return title;
 }
 
+// What the model wrote, as a title: its first line that has any text, without quotes or a "Title:" label around
+// it, cut like a message's title. "" when nothing is left.
+QString title_from_model_text(const QString& text) {
+  for (QString line : text.split(QLatin1Char('\n'))) {
+    line = line.simplified();
+    if (line.startsWith(QLatin1String("Title:"), Qt::CaseInsensitive)) line = line.mid(6).trimmed();
+    while (!line.isEmpty() && QStringLiteral("\"'*#").contains(line.front())) line.remove(0, 1);
+    while (!line.isEmpty() && QStringLiteral("\"'*").contains(line.back())) line.chop(1);
+    line = line.trimmed();
+    if (!line.isEmpty()) return title_from_text(line);
+  }
+  return {};
+}
+
+// The request for a title: the chat's first message and the reply, in a message of their own.
+constexpr const char* kTitleInstruction = "Write a title of at most six words for this conversation. Answer with the "
+                                          "title only.";
+constexpr int kTitleMaxTokens = 16;
+constexpr int kTitleSourceCharacters = 1000;  // of each message: a title needs the start, not a long reply
+
 }  // namespace
 
 void ChatController::set_up_turns() {
@@ -40,6 +60,9 @@ void ChatController::set_up_turns() {
     if (active_ && active_->turn_id == turn_id) active_->reply_tokens = tokens;
   });
   connect(worker_, &EngineWorker::finished, this, &ChatController::on_finished);
+  connect(worker_, &EngineWorker::titleReady, this, &ChatController::on_title_ready);
+  connect(worker_, &EngineWorker::titleFailed, this,
+          [this](qint64 conversation_id, const QString&) { on_title_ready(conversation_id, QString()); });
   connect(worker_, &EngineWorker::failed, this, &ChatController::on_failed);
   // The remote backend reports a turn with the same signals, so the rest of the turn is the same.
   connect(remote_worker_, &RemoteWorker::textReady, this, &ChatController::on_text_ready);
@@ -240,6 +263,12 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   for (const MessageRecord& record : messages_in_context(store_->messages(conversation_id)))
     turn.engine_message_ids.push_back(record.id);
 
+  // The chat's own settings over the global ones, from this turn on.
+  const std::optional<GenerationPreset> own_settings = chatGenerationSettings(conversation_id);
+  const ChatSettings turn_settings = turnSettings(conversation_id);
+  const std::vector<std::string> stop_texts = own_settings ? own_settings->stop_strings() : std::vector<std::string>{};
+  if (!stop_texts.empty()) turn.stop_filter = std::make_shared<StopTextFilter>(stop_texts);
+
   if (continued) {
     // The reply grows in place: same message, its text so far, its figures kept should the turn fail.
     turn.message_id = continued->id;
@@ -259,7 +288,12 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
     reply.backend = usesRemoteBackend()
                         ? QString::fromStdString(displayed_base_url(settings_.remote_base_url.trimmed().toStdString()))
                         : QStringLiteral("local");
-    reply.settings = settings_.to_json();
+    reply.settings = turn_settings.to_json();
+    if (!usesRemoteBackend()) reply.settings.insert(kReplyModelPathKey, model_info_.directory);
+    if (own_settings) {
+      reply.settings.insert(QStringLiteral("preset"), own_settings->name);
+      reply.settings.insert(QStringLiteral("stop"), QJsonArray::fromStringList(own_settings->stop_texts));
+    }
     reply.complete = false;
     turn.message_id = store_->add_message(reply);
   }
@@ -268,7 +302,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   request.turn_id = turn.turn_id;
   request.conversation_id = conversation_id;
   request.messages = messages;
-  request.generation = settings_.to_generation_config();
+  request.generation = turn_settings.to_generation_config();
   request.context_limit = settings_.context_limit;
   request.overflow = settings_.context_overflow;
   request.cache_budget_bytes = settings_.effective_cache_budget_bytes();
@@ -367,8 +401,20 @@ void ChatController::emit_reply_finished(qint64 message_id) {
   if (reply) Q_EMIT replyFinished(*reply);
 }
 
-void ChatController::on_text_ready(quint64 turn_id, const QString& chunk) {
+void ChatController::on_text_ready(quint64 turn_id, const QString& text) {
   if (!active_ || active_->turn_id != turn_id) return;  // a stale turn (deleted conversation)
+  QString chunk = text;
+  if (active_->stop_filter) {
+    // Text after a stop text is neither shown nor kept; the turn ends there (a few more tokens may come
+    // before the engine sees the flag: the filter drops them).
+    const bool matched_before = active_->stop_filter->matched();
+    chunk = QString::fromStdString(active_->stop_filter->push(text.toStdString()));
+    if (!matched_before && active_->stop_filter->matched()) {
+      spdlog::info("turn {}: stop text reached", turn_id);
+      active_->stop->store(true);
+    }
+  }
+  if (chunk.isEmpty()) return;
   active_->text += chunk;
   Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, chunk);
 }
@@ -394,12 +440,31 @@ void ChatController::on_context_trimmed(quint64 turn_id, int dropped_messages, i
   }
 }
 
+void ChatController::flush_stop_filter() {
+  if (!active_->stop_filter) return;
+  const QString held = QString::fromStdString(active_->stop_filter->finish());
+  if (held.isEmpty()) return;
+  active_->text += held;
+  Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, held);
+}
+
 void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats& stats) {
   if (!active_ || active_->turn_id != turn_id) return;
   const qint64 conversation_id = active_->conversation_id;
   const qint64 message_id = active_->message_id;
+  flush_stop_filter();
+  const bool stop_text_reached = active_->stop_filter && active_->stop_filter->matched();
+  if (stop_text_reached) {
+    // The ids go on past the cut text: the next prompt encodes the text kept instead.
+    active_->reply_tokens.ids.clear();
+  }
   try {
     QJsonObject saved = stats_to_json(stats);
+    if (stop_text_reached) {
+      // The reply ended where the chat asked it to, as at an end-of-sequence token: nothing to continue.
+      saved.insert(QStringLiteral("stop_reason"), QString::fromLatin1(kvchat::to_string(StopReason::Eos)));
+      saved.insert(kReplyStopTextKey, true);
+    }
     for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)
       saved.insert(it.key(), it.value());
     if (active_->quitting && stats.stop_reason == StopReason::Stopped) saved.insert(kReplyClosedByAppKey, true);
@@ -436,9 +501,11 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
     last_stats_ = stats;
     last_stats_from_server_ = active_->remote;
   }
+  const bool local_new_reply = !active_->continuing && !active_->remote;
   end_turn();
   Q_EMIT decodeSpeedChanged(live_decode_rate_, live_generated_);
   emit_reply_finished(message_id);
+  if (local_new_reply && settings_.model_titles) request_model_title(conversation_id);
   Q_EMIT lastReplyStatsChanged();
   Q_EMIT cacheGaugeChanged();
   Q_EMIT conversationsChanged();
@@ -450,6 +517,7 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
   const qint64 conversation_id = active_->conversation_id;
   const qint64 message_id = active_->message_id;
   const bool continuing = active_->continuing;
+  flush_stop_filter();
   try {
     if (continuing) {
       // Going on with a reply failed: the reply itself stands as it was (plus anything that did arrive; then
@@ -483,6 +551,69 @@ void ChatController::on_remote_interrupted(quint64 turn_id, const QString& messa
   for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)
     active_->failure_stats.insert(it.key(), it.value());
   on_failed(turn_id, message);
+}
+
+void ChatController::request_model_title(qint64 conversation_id) {
+  try {
+    const auto conversation = store_->conversation(conversation_id);
+    if (!conversation || titles_awaited_.contains(conversation_id)) return;
+    const QList<MessageRecord> records = store_->messages(conversation_id);
+    const MessageRecord* first_user = nullptr;
+    const MessageRecord* first_reply = nullptr;
+    int replies = 0;
+    for (const MessageRecord& record : records) {
+      if (record.role == QLatin1String("user") && !first_user) first_user = &record;
+      if (record.role == QLatin1String("assistant") && !is_failed_reply(record)) {
+        if (!first_reply) first_reply = &record;
+        ++replies;
+      }
+    }
+    // Only the first reply of a chat still titled from its first message: never over a title the user chose.
+    if (!first_user || !first_reply || replies != 1 || conversation->title != title_from_text(first_user->text)) return;
+    std::vector<ChatMessage> messages;
+    messages.push_back(ChatMessage{"user", (first_user->text.left(kTitleSourceCharacters) + QStringLiteral("\n\n") +
+                                            first_reply->text.left(kTitleSourceCharacters) + QStringLiteral("\n\n") +
+                                            QString::fromLatin1(kTitleInstruction))
+                                               .toStdString()});
+    ChatSettings title_settings = settings_;
+    title_settings.temperature = 0.0;  // the likeliest title: the same chat gets the same one
+    title_settings.max_new_tokens = kTitleMaxTokens;
+    const GenerationConfig generation = title_settings.to_generation_config();
+    const int context_limit = settings_.context_limit;
+    titles_awaited_.insert(conversation_id, conversation->title);
+    spdlog::info("conversation {}: asking the model for a title", conversation_id);
+    QMetaObject::invokeMethod(
+        worker_,
+        [worker = worker_, conversation_id, messages, generation, context_limit] {
+          worker->generateTitle(conversation_id, messages, generation, context_limit);
+        },
+        Qt::QueuedConnection);
+  } catch (const std::exception& error) {
+    spdlog::error("conversation {}: cannot ask for a title: {}", conversation_id, error.what());
+  }
+}
+
+void ChatController::on_title_ready(qint64 conversation_id, const QString& text) {
+  if (!titles_awaited_.contains(conversation_id)) return;
+  const QString title_before = titles_awaited_.take(conversation_id);
+  try {
+    const auto conversation = store_->conversation(conversation_id);
+    if (!conversation) return;  // deleted meanwhile
+    const QString title = title_from_model_text(text);
+    // Renamed meanwhile, or nothing usable: the chat keeps the title it has.
+    if (title.isEmpty() || conversation->title != title_before) {
+      spdlog::info("conversation {}: model title not used ({})", conversation_id,
+                   title.isEmpty() ? "empty" : "renamed meanwhile");
+      Q_EMIT conversationTitled(conversation_id, conversation->title);
+      return;
+    }
+    store_->rename_conversation(conversation_id, title);
+    spdlog::info("conversation {}: titled by the model", conversation_id);
+    Q_EMIT conversationsChanged();
+    Q_EMIT conversationTitled(conversation_id, title);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+  }
 }
 
 void ChatController::start_queued_turn() {

@@ -30,6 +30,10 @@ inline constexpr const char* kReplyContinuedKey = "continued";
 inline constexpr const char* kReplyEarlierPartsKey = "earlier_parts";
 // A reply's stats key set when it was stopped because the app was quit (not by Stop).
 inline constexpr const char* kReplyClosedByAppKey = "closed_by_app";
+// A reply's stats key set when it ended at one of its chat's stop texts (cut before it; stop_reason "eos").
+inline constexpr const char* kReplyStopTextKey = "stop_text";
+// A local reply's settings key: the path of the model that wrote it (a .gguf file or a model folder, as loaded).
+inline constexpr const char* kReplyModelPathKey = "model_file";
 // A reply that can be continued: not failed, some text, and cut short rather than finished: left incomplete
 // (the app closed mid-reply), or stopped by max tokens or the Stop button.
 bool is_continuable_reply(const MessageRecord& message);

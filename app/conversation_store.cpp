@@ -55,7 +55,9 @@ const char* const kSchema[] = {
     " created_at INTEGER NOT NULL,"
     " updated_at INTEGER NOT NULL,"
     " activity INTEGER NOT NULL DEFAULT 0,"
-    " pinned INTEGER NOT NULL DEFAULT 0)",
+    " pinned INTEGER NOT NULL DEFAULT 0,"
+    // The chat's own generation settings (JSON); '' = it follows the global settings.
+    " generation_settings TEXT NOT NULL DEFAULT '')",
     // AUTOINCREMENT: ids are never reused, so "this message and all after it" is simply id >= first.
     "CREATE TABLE IF NOT EXISTS messages ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -213,6 +215,7 @@ int check_schema_version(const QSqlDatabase& db, const QString& path) {
 // before: their text is encoded, the same way every time).
 // Version 3 -> 4: conversations.pinned (no chat was pinned before).
 // Version 4 -> 5: messages_fts, the full-text index, filled from the messages there.
+// Version 6 -> 7: conversations.generation_settings (every chat followed the global settings before).
 void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
   if (version >= ConversationStore::kSchemaVersion) return;
   WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema"));
@@ -222,6 +225,8 @@ void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
        QStringLiteral("ALTER TABLE messages ADD COLUMN token_vocabulary INTEGER NOT NULL DEFAULT 0")},
       {QStringLiteral("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0")},
       {},  // create_search_index
+      {},  // 6: reserved
+      {QStringLiteral("ALTER TABLE conversations ADD COLUMN generation_settings TEXT NOT NULL DEFAULT ''")},
   };
   for (int to = version + 1; to <= ConversationStore::kSchemaVersion; ++to) {
     if (to == 5) create_search_index(db, path);
@@ -302,6 +307,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
       has_backend_column_ = !read_only || version >= 2;
       has_token_columns_ = !read_only || version >= 3;
       has_pinned_column_ = !read_only || version >= 4;
+      has_generation_settings_column_ = !read_only || version >= 7;
       if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
         StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
                    QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
@@ -499,6 +505,40 @@ void ConversationStore::set_pinned(qint64 conversation_id, bool pinned) {
   transaction.commit();
 }
 
+QJsonObject ConversationStore::generation_settings(qint64 conversation_id) const {
+  if (!has_generation_settings_column_) return {};
+  QSqlDatabase db = connection(connection_name_);
+  StoreQuery query(db, database_path_,
+                   QStringLiteral("cannot read the generation settings of conversation %1").arg(conversation_id),
+                   QStringLiteral("SELECT generation_settings FROM conversations WHERE id = :id"));
+  query.bind(QStringLiteral(":id"), conversation_id);
+  const QString text = query.single_value().toString();
+  if (text.isEmpty()) return {};
+  QJsonParseError error;
+  const QJsonDocument document = QJsonDocument::fromJson(text.toUtf8(), &error);
+  if (error.error != QJsonParseError::NoError || !document.isObject()) {
+    // A damaged value must not lose the chat: it follows the global settings until set again.
+    spdlog::warn("conversation store {}: conversation {} has unreadable generation settings ({}); using the global "
+                 "ones", database_path_.toStdString(), conversation_id, error.errorString().toStdString());
+    return {};
+  }
+  return document.object();
+}
+
+void ConversationStore::set_generation_settings(qint64 conversation_id, const QJsonObject& settings) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose = QStringLiteral("cannot set the generation settings of conversation %1").arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  // Not an activity, like pinning: choosing a preset does not move the chat up the list.
+  StoreQuery update(db, database_path_, purpose,
+                    QStringLiteral("UPDATE conversations SET generation_settings = :settings WHERE id = :id"));
+  update
+      .bind(QStringLiteral(":settings"), settings.isEmpty() ? QStringLiteral("") : json_text(settings))
+      .bind(QStringLiteral(":id"), conversation_id);
+  require_rows_affected(update.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
+  transaction.commit();
+}
+
 void ConversationStore::delete_conversation(qint64 conversation_id) {
   QSqlDatabase db = connection(connection_name_);
   const QString purpose = QStringLiteral("cannot delete conversation %1").arg(conversation_id);
@@ -533,7 +573,10 @@ std::optional<ConversationRecord> ConversationStore::conversation(qint64 convers
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
   if (!rows.next()) return std::nullopt;
-  return conversation_from_row(rows);
+  ConversationRecord record = conversation_from_row(rows);
+  rows.finish();
+  record.generation_settings = generation_settings(conversation_id);
+  return record;
 }
 
 QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
@@ -692,13 +735,16 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
   const QString purpose = QStringLiteral("cannot copy conversation %1").arg(conversation_id);
   WriteTransaction transaction(db, database_path_, purpose);
   const qint64 now = now_ms();
+  const QJsonObject generation = original->generation_settings;
   StoreQuery insert(db, database_path_, purpose,
-                    QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity)"
-                                   " VALUES (:title, :system_prompt, :now, :now, :activity)"));
+                    QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
+                                   " generation_settings)"
+                                   " VALUES (:title, :system_prompt, :now, :now, :activity, :generation)"));
   insert.bind(QStringLiteral(":title"), original->title + QStringLiteral(" (copy)"))
       .bind(QStringLiteral(":system_prompt"), non_null(original->system_prompt))
       .bind(QStringLiteral(":now"), now)
-      .bind(QStringLiteral(":activity"), next_activity(db, database_path_));
+      .bind(QStringLiteral(":activity"), next_activity(db, database_path_))
+      .bind(QStringLiteral(":generation"), generation.isEmpty() ? QStringLiteral("") : json_text(generation));
   const qint64 copy_id = insert.run().lastInsertId().toLongLong();
   // Ids are never reused, so the copies keep their originals' order; a marker's context start is a message
   // id, mapped to its copy once every copy has one.

@@ -31,6 +31,8 @@ struct ConversationRecord {
   QDateTime updated_at;
   int message_count = 0;  // filled by conversations() and conversation()
   bool pinned = false;     // listed before the chats that are not
+  // The chat's own generation settings (see generation_settings()); filled by conversation() only.
+  QJsonObject generation_settings;
 };
 
 struct MessageRecord {
@@ -87,6 +89,11 @@ class ConversationStore {
   void set_system_prompt(qint64 conversation_id, const QString& system_prompt);
   void delete_conversation(qint64 conversation_id);  // and its messages
   void set_pinned(qint64 conversation_id, bool pinned);  // committed; does not count as an update
+  // The chat's own generation settings (GenerationPreset's JSON); {} = it follows the global settings (also for
+  // an older file read as it is, and, logged, for a value that is not a JSON object). Setting {} clears them;
+  // committed; not an update of the chat.
+  QJsonObject generation_settings(qint64 conversation_id) const;
+  void set_generation_settings(qint64 conversation_id, const QJsonObject& settings);
   QList<ConversationRecord> conversations() const;   // pinned first, then most recently updated first
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;
 
@@ -132,9 +139,9 @@ class ConversationStore {
   QString missing_messages(qint64 conversation_id) const;
 
   // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. 5: messages_fts,
-  // the full-text index of the messages. Opening an older file for writing migrates it; a reader leaves it as
+  // the full-text index of the messages. 7: conversations.generation_settings. Opening an older file for writing migrates it; a reader leaves it as
   // it is.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 7;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
@@ -145,6 +152,7 @@ class ConversationStore {
   bool has_backend_column_ = true;
   bool has_token_columns_ = true;
   bool has_pinned_column_ = true;
+  bool has_generation_settings_column_ = true;
   bool has_search_index_ = false;
 };
 

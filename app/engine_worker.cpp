@@ -213,6 +213,28 @@ void EngineWorker::runTurn(const TurnRequest& request) {
   }
 }
 
+void EngineWorker::generateTitle(qint64 conversation_id, const std::vector<ChatMessage>& messages,
+                                 const GenerationConfig& generation, int context_limit) {
+  try {
+    if (!state_->model) throw std::runtime_error("no model is loaded");
+    const std::shared_ptr<const LoadedModel> model = state_->model;
+    // Not from the pool: the chat's own session keeps exactly the tokens of its conversation.
+    Session session(model->model, KvCacheMode::Contiguous);
+    TurnOptions options;
+    options.generation = generation;
+    options.generation.cache_mode = KvCacheMode::Contiguous;
+    options.context_limit = context_limit;
+    options.overflow = ContextOverflowPolicy::DropOldestTurns;
+    const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
+    const TurnOutcome outcome = ChatTurnRunner(*model).run(session, messages, options, nullptr, {});
+    spdlog::debug("conversation {}: title generated ({} tokens)", conversation_id, outcome.stats.generated_tokens);
+    Q_EMIT titleReady(conversation_id, QString::fromStdString(outcome.reply));
+  } catch (const std::exception& error) {
+    spdlog::warn("conversation {}: no title from the model: {}", conversation_id, error.what());
+    Q_EMIT titleFailed(conversation_id, QString::fromStdString(error.what()));
+  }
+}
+
 qint64 EngineWorker::total_cache_bytes() const { return state_->pool ? state_->pool->total_bytes() : 0; }
 
 void EngineWorker::enforce_budget(qint64 active_conversation, qint64 budget_bytes) {

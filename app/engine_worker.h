@@ -95,6 +95,10 @@ class EngineWorker : public QObject {
   // Loads a model directory or a .gguf file. On failure the previous model (and its caches) stays in use.
   void loadModel(const QString& path, int threads);
   void runTurn(const kvchat::app::TurnRequest& request);
+  // A short generation of its own for a chat's title: on a Session made for it and dropped after it, so no
+  // conversation's cache (and no snapshot) is read or changed. titleReady() with the text, or titleFailed().
+  void generateTitle(qint64 conversation_id, const std::vector<kvchat::ChatMessage>& messages,
+                     const kvchat::GenerationConfig& generation, int context_limit);
   // Drops a conversation's cache and snapshot (the conversation was deleted, or its cached state cleared).
   void forgetConversation(qint64 conversation_id);
   // Applies to the next model load; a change of folder or on/off also applies to the loaded model now.
@@ -119,6 +123,8 @@ class EngineWorker : public QObject {
   void replyTokens(quint64 turn_id, const kvchat::app::ReplyTokens& tokens);
   void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void failed(quint64 turn_id, const QString& message);
+  void titleReady(qint64 conversation_id, const QString& text);
+  void titleFailed(qint64 conversation_id, const QString& message);
 
   // budget_bytes is the budget of the turn that caused the change (0 when no turn did).
   void cacheChanged(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);

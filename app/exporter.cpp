@@ -208,6 +208,9 @@ QString to_json(const ConversationRecord& conversation, const QList<MessageRecor
   root.insert(QStringLiteral("id"), conversation.id);
   root.insert(QStringLiteral("title"), conversation.title);
   root.insert(QStringLiteral("system_prompt"), conversation.system_prompt);
+  // Absent when the chat follows the global settings (each reply's "settings" says what it was given).
+  if (!conversation.generation_settings.isEmpty())
+    root.insert(QStringLiteral("generation_settings"), conversation.generation_settings);
   root.insert(QStringLiteral("created_at"), timestamp(conversation.created_at));
   root.insert(QStringLiteral("updated_at"), timestamp(conversation.updated_at));
   QJsonArray items;

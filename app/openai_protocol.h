@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/stop_text_filter.h"
 #include "engine/types.h"
 
 namespace kvchat::app::openai {
@@ -130,20 +131,8 @@ nlohmann::json usage_chunk(const ChunkIdentity& identity, const std::string& obj
 std::string sse_event(const nlohmann::json& payload);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
-// Cuts a streamed text at the first stop text. push() returns the text that can no longer become part of a
-// stop text (a tail that is the start of one is held back); after a match, matched() is true and
-// nothing more is returned. finish() returns what is held back when the text ended without a match.
-class StopTextFilter {
- public:
-  explicit StopTextFilter(std::vector<std::string> stops);
-  std::string push(const std::string& chunk);
-  std::string finish();
-  bool matched() const { return matched_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  bool matched_ = false;
-};
+// The stop texts of a request are cut by the app's StopTextFilter (app/stop_text_filter.h), shared with the
+// chat's own stop sequences.
+using kvchat::app::StopTextFilter;
 
 }  // namespace kvchat::app::openai

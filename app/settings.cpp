@@ -173,6 +173,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.cache_budget_bytes = read_clamped<qint64>(settings, "cache_budget_bytes", defaults.cache_budget_bytes, 0,
                                                    std::numeric_limits<qint64>::max());
   loaded.kv_snapshots_enabled = read_bool(settings, "kv_snapshots_enabled", defaults.kv_snapshots_enabled);
+  loaded.model_titles = read_bool(settings, "model_titles", defaults.model_titles);
   loaded.snapshot_disk_budget_bytes = read_clamped<qint64>(settings, "snapshot_disk_budget_bytes",
                                                            defaults.snapshot_disk_budget_bytes, 0,
                                                            std::numeric_limits<qint64>::max());
@@ -222,6 +223,7 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
   settings.setValue(QStringLiteral("cache_budget_bytes"), QString::number(cache_budget_bytes));
   settings.setValue(QStringLiteral("kv_snapshots_enabled"), kv_snapshots_enabled);
+  settings.setValue(QStringLiteral("model_titles"), model_titles);
   settings.setValue(QStringLiteral("snapshot_disk_budget_bytes"), QString::number(snapshot_disk_budget_bytes));
   settings.setValue(QStringLiteral("snapshot_directory"), snapshot_directory);
   settings.setValue(QStringLiteral("font_point_size"), font_point_size);

@@ -58,6 +58,9 @@ struct ChatSettings {
   int font_point_size = 0;        // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
   QString export_directory;       // where the last export was written; empty = none yet (not part of to_json)
   QString appearance = QStringLiteral("system");  // "system", "light" or "dark" (not part of to_json)
+  // After a new chat's first reply, the local model writes its title (a separate short generation); off: the
+  // chat keeps the title made from its first message.
+  bool model_titles = false;
   static constexpr int kMinFontPointSize = 6;
   static constexpr int kMaxFontPointSize = 48;
 

@@ -102,7 +102,9 @@ QString stats_summary(const QJsonObject& json) {
                  .arg(QString::fromLatin1(kvchat::to_string(stats.cache_mode)))
                  .arg(stats.cache_tokens)
                  .arg(byte_size(stats.cache_bytes));
-  parts << QStringLiteral("stop: %1").arg(QString::fromLatin1(kvchat::to_string(stats.stop_reason)));
+  parts << (json.value(QStringLiteral("stop_text")).toBool()
+                ? QStringLiteral("stop: stop text")
+                : QStringLiteral("stop: %1").arg(QString::fromLatin1(kvchat::to_string(stats.stop_reason))));
   if (json.contains(QStringLiteral("unsent_settings")))
     parts << QStringLiteral("the server refused %1: not applied").arg(json.value(QStringLiteral("unsent_settings")).toString());
   return parts.join(QStringLiteral(" · "));

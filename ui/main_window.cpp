@@ -9,6 +9,7 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
+#include <QFrame>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
@@ -25,12 +26,14 @@
 
 #include "ui/appearance.h"
 #include "ui/caches_dialog.h"
+#include "ui/chat_generation_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/decode_chart_panel.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
 #include "ui/message_widget.h"
 #include "ui/stats_format.h"
+#include "ui/system_prompt_block.h"
 
 namespace kvchat::ui {
 
@@ -115,6 +118,7 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   input_conversation_ = controller_->currentConversationId();
   refresh_conversations();
   reload_messages();
+  refresh_chat_header();
   refresh_cache_gauge();
   refresh_reply_stats();
   if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
@@ -203,9 +207,40 @@ QWidget* MainWindow::build_chat_panel() {
   // A click leaves the focus where it was (a space typed next must not reopen the dialog); Tab still reaches it.
   system_prompt_button->setFocusPolicy(Qt::TabFocus);
   connect(system_prompt_button, &QPushButton::clicked, this, &MainWindow::openSystemPromptDialog);
+  generation_button_ = new QPushButton(chat_panel);
+  generation_button_->setObjectName("generationSettingsButton");
+  generation_button_->setToolTip(tr("This chat's generation settings: a preset, its own values or the global ones "
+                                    "(Ctrl+Shift+G)"));
+  // Out of the Tab chain, which stays short: Ctrl+Shift+G opens the same dialog from anywhere.
+  generation_button_->setFocusPolicy(Qt::NoFocus);
+  connect(generation_button_, &QPushButton::clicked, this, &MainWindow::openChatGenerationDialog);
   title_row->addWidget(title_label_, 1);
+  title_row->addWidget(generation_button_);
   title_row->addWidget(system_prompt_button);
   chat_layout->addLayout(title_row);
+  system_prompt_block_ = new SystemPromptBlock(chat_panel);
+  connect(system_prompt_block_, &SystemPromptBlock::editRequested, this, &MainWindow::openSystemPromptDialog);
+  chat_layout->addWidget(system_prompt_block_);
+  last_model_bar_ = new QFrame(chat_panel);
+  last_model_bar_->setObjectName("lastModelBar");
+  static_cast<QFrame*>(last_model_bar_)->setFrameShape(QFrame::StyledPanel);
+  auto* last_model_layout = new QHBoxLayout(last_model_bar_);
+  last_model_layout->setContentsMargins(8, 2, 8, 2);
+  last_model_label_ = new QLabel(last_model_bar_);
+  last_model_label_->setObjectName("lastModelLabel");
+  last_model_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  last_model_button_ = new QPushButton(last_model_bar_);
+  last_model_button_->setObjectName("loadLastModelButton");
+  last_model_button_->setAutoDefault(false);
+  last_model_layout->addWidget(last_model_label_, 1);
+  last_model_layout->addWidget(last_model_button_);
+  last_model_bar_->hide();
+  connect(last_model_button_, &QPushButton::clicked, this, [this] {
+    if (last_model_path_.isEmpty()) return;
+    last_model_bar_->hide();
+    openModel(last_model_path_);
+  });
+  chat_layout->addWidget(last_model_bar_);
   chat_view_ = new ChatView(chat_panel);
   chat_layout->addWidget(chat_view_, 1);
   // Chat > Find in the chat: Return goes to the next occurrence, Esc closes it.
@@ -346,7 +381,10 @@ void MainWindow::connect_controller() {
     switch_drafts(conversation_id);
     refresh_conversations();
     reload_messages();
+    refresh_chat_header();
   });
+  connect(controller_, &ChatController::chatGenerationSettingsChanged, this, &MainWindow::refresh_chat_header);
+  connect(controller_, &ChatController::systemPromptChanged, this, &MainWindow::refresh_chat_header);
   connect(controller_, &ChatController::messagesReset, this, &MainWindow::reload_messages);
   connect(controller_, &ChatController::replyTextAppended, this,
           [this](qint64 conversation_id, qint64 message_id, const QString& chunk) {
@@ -395,6 +433,7 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
   connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);
+  connect(controller_, &ChatController::modelLoaded, this, &MainWindow::refresh_chat_header);
   connect(controller_, &ChatController::modelLoadFailed, this, &MainWindow::show_model_load_failed);
   const kvchat::app::LocalServer* local_server = &controller_->localServer();
   connect(local_server, &kvchat::app::LocalServer::servingChanged, this, [this](bool serving, const QString& url) {
@@ -424,6 +463,10 @@ void MainWindow::build_menus() {
   QAction* open_directory = file->addAction(tr("Open model &directory\u2026"));
   open_directory->setObjectName("openModelDirectoryAction");
   connect(open_directory, &QAction::triggered, this, &MainWindow::openModelDirectoryDialog);
+  QAction* models = file->addAction(tr("&Models\u2026"));
+  models->setObjectName("modelsAction");
+  models->setShortcut(QKeySequence(QStringLiteral("Ctrl+M")));
+  connect(models, &QAction::triggered, this, &MainWindow::openModelsDialog);
   QAction* export_action = file->addAction(tr("&Export\u2026"));
   export_action->setObjectName("exportAction");
   export_action->setShortcut(QKeySequence(QStringLiteral("Ctrl+E")));
@@ -464,6 +507,10 @@ void MainWindow::build_menus() {
       show_notice(tr("All cached state cleared (memory and disk): each chat's next reply prefills it again."));
   });
 
+  QAction* generation = chat->addAction(tr("&Generation settings for this chat\u2026"));
+  generation->setObjectName("chatGenerationAction");
+  generation->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+G")));
+  connect(generation, &QAction::triggered, this, &MainWindow::openChatGenerationDialog);
   QAction* caches = chat->addAction(tr("Caches in &memory\u2026"));
   caches->setObjectName("cachesAction");
   connect(caches, &QAction::triggered, this, &MainWindow::openCachesDialog);

@@ -29,12 +29,15 @@ class QPushButton;
 namespace kvchat::ui {
 
 class CachesDialog;
+class ChatGenerationDialog;
 class ChatView;
 class DecodeChartPanel;
 class ElidedLabel;
 class MessageInput;
 class MessageWidget;
+class ModelsDialog;
 class SettingsDialog;
+class SystemPromptBlock;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -51,6 +54,12 @@ class MainWindow : public QMainWindow {
   // "openModelDirectoryDialog"); the chosen path goes to openModel().
   QFileDialog* openModelFileDialog();
   QFileDialog* openModelDirectoryDialog();
+  // File > Models ("modelsDialog", non-modal): recent models and the models in the folders to scan; the one
+  // chosen (Enter or a double-click) goes to openModel().
+  ModelsDialog* openModelsDialog();
+  // "This chat last used X — Load X" ("lastModelBar"): shown for a chat whose last reply came from another local
+  // model than the loaded one; nothing is loaded until its button is pressed.
+  QWidget* lastModelBar() const { return last_model_bar_; }
   bool exportCurrentConversation(const QString& path);  // format from the extension (.md, .json, .txt)
   // File > Export: a non-modal save dialog ("exportDialog") that starts in the last export folder (kept in
   // the settings, so also after a restart; else Documents, else home) and says what the export holds
@@ -65,6 +74,12 @@ class MainWindow : public QMainWindow {
   // The chat's system prompt ("systemPromptDialog", non-modal): saved when accepted; the input box has the
   // focus again when it closes.
   QDialog* openSystemPromptDialog();
+  // Chat > Generation settings for this chat ("chatGenerationDialog", non-modal; also the chat header's
+  // "generationSettingsButton", which names the chat's preset): applied to the chat when accepted.
+  ChatGenerationDialog* openChatGenerationDialog();
+  // The current chat's system prompt at the top of the transcript.
+  SystemPromptBlock* systemPromptBlock() const { return system_prompt_block_; }
+  QPushButton* generationSettingsButton() const { return generation_button_; }
   DecodeChartPanel* decodeChart() const { return chart_panel_; }  // View > Decode-time chart (a dock)
   QDockWidget* decodeChartDock() const { return chart_dock_; }
   // View > Larger / Smaller / Default text size: the chat's font, saved in the settings (0 = the system's).
@@ -136,6 +151,8 @@ class MainWindow : public QMainWindow {
   void refresh_window_title();  // names what answers: the loaded model, or the server's
   bool generating_here() const;  // the current chat is the one generating
   void refresh_token_counter();
+  // The system prompt block, the generation settings button and the last-model bar of the current chat.
+  void refresh_chat_header();
   bool draft_fits();  // false (and says why) when the typed message cannot fit the context
 
   // main_window_dialogs.cpp
@@ -160,6 +177,12 @@ class MainWindow : public QMainWindow {
   QLineEdit* find_field_ = nullptr;
   QAction* pin_action_ = nullptr;
   ElidedLabel* title_label_ = nullptr;
+  QPushButton* generation_button_ = nullptr;
+  SystemPromptBlock* system_prompt_block_ = nullptr;
+  QWidget* last_model_bar_ = nullptr;
+  QLabel* last_model_label_ = nullptr;
+  QPushButton* last_model_button_ = nullptr;
+  QString last_model_path_;  // what the bar's button loads
   ChatView* chat_view_ = nullptr;
   MessageInput* input_ = nullptr;
   QPushButton* send_button_ = nullptr;

@@ -17,13 +17,16 @@
 #include <QPlainTextEdit>
 #include <QRegularExpression>
 #include <QStandardPaths>
+#include <QTreeWidget>
 #include <QVBoxLayout>
 
 #include "app/exporter.h"
 #include "app/third_party.h"
 #include "ui/caches_dialog.h"
+#include "ui/chat_generation_dialog.h"
 #include "ui/local_server_group.h"
 #include "ui/message_input.h"
+#include "ui/models_dialog.h"
 #include "ui/settings_dialog.h"
 #include "ui/stats_format.h"
 
@@ -79,6 +82,15 @@ QFileDialog* MainWindow::openModelFileDialog() {
     if (!path.isEmpty()) openModel(path);
   });
   dialog->open();
+  return dialog;
+}
+
+ModelsDialog* MainWindow::openModelsDialog() {
+  auto* dialog = new ModelsDialog(controller_, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &ModelsDialog::loadRequested, this, &MainWindow::openModel);
+  dialog->show();
+  dialog->recentList()->setFocus();
   return dialog;
 }
 
@@ -279,6 +291,18 @@ QDialog* MainWindow::openSystemPromptDialog() {
   dialog->resize(520, 300);
   dialog->show();
   editor->setFocus();
+  return dialog;
+}
+
+ChatGenerationDialog* MainWindow::openChatGenerationDialog() {
+  qint64 id = controller_->currentConversationId();
+  if (id <= 0) id = controller_->newConversation();
+  if (id <= 0) return nullptr;
+  auto* dialog = new ChatGenerationDialog(controller_, id, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &QDialog::finished, this, [this] { input_->setFocus(); });
+  dialog->setWindowModality(Qt::WindowModal);
+  dialog->show();
   return dialog;
 }
 

@@ -3,6 +3,7 @@
 #include "ui/appearance.h"
 #include "ui/main_window.h"
 
+#include <QDir>
 #include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
@@ -16,12 +17,14 @@
 
 #include "app/chat_history.h"
 #include "app/remote_client.h"
+#include "ui/chat_generation_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/conversation_titles.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
 #include "ui/priority_row_layout.h"
 #include "ui/stats_format.h"
+#include "ui/system_prompt_block.h"
 
 namespace kvchat::ui {
 
@@ -230,6 +233,26 @@ void MainWindow::reload_messages() {
   refresh_buttons();
   refresh_cache_gauge();
   refresh_placeholder();
+}
+
+void MainWindow::refresh_chat_header() {
+  const qint64 id = controller_->currentConversationId();
+  const auto record = id > 0 ? controller_->conversation(id) : std::nullopt;
+  system_prompt_block_->setPrompt(record ? record->system_prompt : QString());
+  generation_button_->setText(ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id)
+                                                                   : std::nullopt));
+  // The chat's last local model, when another one is loaded: offered, never loaded without a click.
+  const auto last = id > 0 && !controller_->usesRemoteBackend() ? controller_->lastModelOf(id) : std::nullopt;
+  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().directory : QString();
+  const bool offer = last && !controller_->isModelLoading() && QDir::cleanPath(last->path) != QDir::cleanPath(loaded);
+  last_model_path_ = offer ? last->path : QString();
+  if (offer) {
+    const QString name = last->name.isEmpty() ? QFileInfo(last->path).fileName() : last->name;
+    last_model_label_->setText(tr("This chat last used %1").arg(name));
+    last_model_label_->setToolTip(last->path);
+    last_model_button_->setText(tr("Load %1").arg(name));
+  }
+  last_model_bar_->setVisible(offer);
 }
 
 void MainWindow::refresh_window_title() {

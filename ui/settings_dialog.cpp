@@ -62,6 +62,12 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   kv_cache_->setObjectName("kvCacheCheck");
   kv_cache_->setChecked(settings.kv_cache_enabled);
   form->addRow(tr("KV cache"), kv_cache_);
+  model_titles_ = new QCheckBox(tr("Title new chats with the model"), this);
+  model_titles_->setObjectName("modelTitlesCheck");
+  model_titles_->setToolTip(tr("After a new chat's first reply, the loaded model is asked for a short title (a "
+                               "separate generation: the chat's cache is not touched)"));
+  model_titles_->setChecked(settings.model_titles);
+  form->addRow(tr("Chat titles"), model_titles_);
 
   temperature_ = make_double(0.0, 2.0, 0.05, 2, settings.temperature, this);
   temperature_->setObjectName("temperatureSpin");
@@ -351,6 +357,7 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.remote_idle_timeout_s = remote_idle_timeout_->value();
   settings.remote_reply_timeout_s = remote_reply_timeout_->value();
   settings.kv_cache_enabled = kv_cache_->isChecked();
+  settings.model_titles = model_titles_->isChecked();
   settings.temperature = temperature_->value();
   settings.top_k = top_k_->value();
   settings.top_p = top_p_->value();

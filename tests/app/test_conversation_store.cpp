@@ -84,6 +84,7 @@ class ConversationStoreTest : public QObject {
   void search_finds_words_prefixes_and_any_script();
   void search_treats_query_syntax_as_text();
   void version_four_file_gains_a_filled_search_index();
+  void version_five_file_gains_the_generation_settings_column();
   void refused_newer_schema_is_left_untouched();
   void damaged_file_is_refused_for_writing();
   void damaged_file_is_read_with_what_is_missing();
@@ -453,6 +454,7 @@ void ConversationStoreTest::version_two_file_gains_the_token_columns() {
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_ids"));
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_vocabulary"));
   raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN generation_settings"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (2)"));
   QCOMPARE(ConversationStore(path, StoreOpenMode::ReadOnly).message(id)->text, QStringLiteral("old reply"));
@@ -518,6 +520,7 @@ void ConversationStoreTest::version_three_file_gains_the_pinned_column() {
     store.add_message(message);  // now the most recent
   }
   raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN generation_settings"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (3)"));
   {
@@ -743,7 +746,7 @@ void ConversationStoreTest::version_four_file_gains_a_filled_search_index() {
   }
   for (const char* statement : {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete",
                                 "DROP TRIGGER messages_fts_update", "DROP TABLE messages_fts",
-                                "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
+                                "ALTER TABLE conversations DROP COLUMN generation_settings", "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
     raw_query(path, QString::fromLatin1(statement));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
@@ -753,9 +756,57 @@ void ConversationStoreTest::version_four_file_gains_a_filled_search_index() {
   }
   QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("4"));
   ConversationStore store(path);
-  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("5"));
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")),
+           QString::number(ConversationStore::kSchemaVersion));
   QVERIFY(store.has_search_index());
   QCOMPARE(hit_ids(store, "elephant"), (QList<qint64>{chat}));
+}
+
+// A version-5 file (no generation settings): a reader reads every chat as following the global settings
+// without changing the file, a writer migrates it and keeps its chats; a chat's settings are then kept, copied
+// with the chat, and cleared with {}.
+void ConversationStoreTest::version_five_file_gains_the_generation_settings_column() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath("v5.sqlite3");
+  qint64 chat = 0;
+  {
+    ConversationStore store(path);
+    chat = store.create_conversation(QStringLiteral("Old"), QStringLiteral("Be brief."));
+    MessageRecord message;
+    message.conversation_id = chat;
+    message.role = QStringLiteral("user");
+    message.text = QStringLiteral("kept");
+    store.add_message(message);
+  }
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN generation_settings"));
+  raw_query(path, QStringLiteral("DELETE FROM schema_version"));
+  raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (5)"));
+  {
+    ConversationStore reader(path, StoreOpenMode::ReadOnly);
+    QCOMPARE(reader.generation_settings(chat), QJsonObject());
+    QCOMPARE(reader.conversation(chat)->generation_settings, QJsonObject());
+    QCOMPARE(reader.messages(chat)[0].text, QStringLiteral("kept"));
+  }
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("5"));
+  ConversationStore store(path);
+  QCOMPARE(ConversationStore::kSchemaVersion, 7);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT group_concat(version, ',') FROM schema_version")),
+           QStringLiteral("5,6,7"));
+  QCOMPARE(store.conversation(chat)->system_prompt, QStringLiteral("Be brief."));
+  QCOMPARE(store.messages(chat)[0].text, QStringLiteral("kept"));
+  QCOMPARE(store.generation_settings(chat), QJsonObject());
+  const QJsonObject settings{{"preset", "Precise"}, {"temperature", 0.0}, {"stop", QJsonArray{"\n\n"}}};
+  store.set_generation_settings(chat, settings);
+  QCOMPARE(store.generation_settings(chat), settings);
+  QCOMPARE(store.conversation(chat)->generation_settings, settings);
+  const qint64 copy = store.duplicate_conversation(chat);
+  QCOMPARE(store.generation_settings(copy), settings);
+  store.set_generation_settings(chat, QJsonObject());
+  QCOMPARE(store.generation_settings(chat), QJsonObject());
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT generation_settings FROM conversations WHERE id = %1").arg(chat)),
+           QString());
+  QCOMPARE(store_error_of([&] { store.set_generation_settings(copy + 100, settings); }),
+           QStringLiteral("conversation store %1: no conversation %2").arg(store.path()).arg(copy + 100));
 }
 
 // A file refused for its schema is refused before anything is written to it: its journal mode included.

@@ -316,6 +316,7 @@ class TestRemoteBackend : public QObject {
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN token_ids");
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN token_vocabulary");
     kvchat::test::raw_query(path, "ALTER TABLE conversations DROP COLUMN pinned");
+    kvchat::test::raw_query(path, "ALTER TABLE conversations DROP COLUMN generation_settings");
     kvchat::test::raw_query(path, "DELETE FROM schema_version");
     kvchat::test::raw_query(path, "INSERT INTO schema_version (version) VALUES (1)");
     QCOMPARE(kvchat::test::raw_query(path, "SELECT count(*) FROM pragma_table_info('messages') WHERE name = 'backend'"),

@@ -1,0 +1,185 @@
+// The chat header, offscreen over stories260K: the chat's system prompt shown at the top of the transcript (one
+// line, or the whole text expanded; updated when it changes; hidden for a chat without one), and the chat's
+// generation settings chosen from the header or Ctrl+Shift+G: a chat on "Precise" replies at temperature 0
+// while another follows the global temperature.
+#include <QtTest>
+#include "common/test_suite.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QSpinBox>
+#include <QDialogButtonBox>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QToolButton>
+
+#include "common/chat_fixture.h"
+#include "ui/chat_generation_dialog.h"
+#include "ui/chat_view.h"
+#include "ui/elided_label.h"
+#include "ui/main_window.h"
+#include "ui/message_input.h"
+#include "ui/system_prompt_block.h"
+
+// Each suite in its own namespace: a group's suites are compiled in batches (unity build).
+namespace ui_test_chat_header {
+
+using kvchat::app::ChatController;
+using kvchat::app::ChatSettings;
+using kvchat::ui::MainWindow;
+
+class ChatHeaderTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void cleanup();
+  void the_system_prompt_is_shown_above_the_transcript();
+  void a_chat_on_the_precise_preset_replies_greedily();
+  void stop_text_lines_read_escapes();
+
+ private:
+  void open_window(const ChatSettings& settings) {
+    QVERIFY(fixture_->open(settings));
+    window_ = std::make_unique<MainWindow>(controller());
+    window_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+    QApplication::setActiveWindow(window_.get());
+    QVERIFY(QTest::qWaitForWindowActive(window_.get()));
+  }
+  void type_and_send(const QString& text) {
+    QTest::keyClicks(window_->messageInput(), text);
+    QTest::keyClick(window_->messageInput(), Qt::Key_Return);
+    QVERIFY(fixture_->waitIdle());
+  }
+  ChatController* controller() const { return fixture_->controller(); }
+
+  std::unique_ptr<kvchat::test::ChatFixture> fixture_ = std::make_unique<kvchat::test::ChatFixture>();
+  std::unique_ptr<MainWindow> window_;
+};
+
+void ChatHeaderTest::cleanup() {
+  window_.reset();
+  fixture_ = std::make_unique<kvchat::test::ChatFixture>();
+}
+
+void ChatHeaderTest::the_system_prompt_is_shown_above_the_transcript() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  type_and_send("Once upon a time");
+  const qint64 chat = controller()->currentConversationId();
+  kvchat::ui::SystemPromptBlock* block = window_->systemPromptBlock();
+  QVERIFY(block->isHidden());  // no system prompt: nothing above the messages
+
+  QTest::mouseClick(window_->findChild<QPushButton*>("systemPromptButton"), Qt::LeftButton);
+  auto* dialog = window_->findChild<QDialog*>("systemPromptDialog");
+  QVERIFY(dialog && dialog->isVisible());
+  dialog->findChild<QPlainTextEdit*>("systemPromptEditor")->setPlainText("You tell short stories.\nAbout cats only.");
+  dialog->accept();
+  QVERIFY(block->isVisible());
+  QCOMPARE(block->prompt(), QStringLiteral("You tell short stories.\nAbout cats only."));
+  QVERIFY(!block->isExpanded());
+  QCOMPARE(block->shownText(), QStringLiteral("You tell short stories. About cats only."));
+  QCOMPARE(block->findChild<kvchat::ui::ElidedLabel*>("systemPromptLine")->toolTip(),
+           QStringLiteral("You tell short stories.\nAbout cats only."));
+  // Above the transcript.
+  QVERIFY(block->mapTo(window_.get(), QPoint(0, 0)).y() < window_->chatView()->mapTo(window_.get(), QPoint(0, 0)).y());
+
+  QTest::mouseClick(block->findChild<QToolButton*>("systemPromptToggle"), Qt::LeftButton);
+  QVERIFY(block->isExpanded());
+  auto* full = block->findChild<QLabel*>("systemPromptFullText");
+  QVERIFY(full->isVisible());
+  QCOMPARE(full->text(), QStringLiteral("You tell short stories.\nAbout cats only."));
+  QCOMPARE(block->shownText(), QStringLiteral("You tell short stories.\nAbout cats only."));
+
+  // Changed elsewhere: the block follows.
+  controller()->setSystemPrompt(chat, QStringLiteral("Answer in one line."));
+  QCOMPARE(full->text(), QStringLiteral("Answer in one line."));
+  // A long prompt is cut on one line when collapsed, whole in its tooltip.
+  const QString long_prompt = QString("Tell a story about a cat. ").repeated(30).trimmed();
+  controller()->setSystemPrompt(chat, long_prompt);
+  QTest::mouseClick(block->findChild<QToolButton*>("systemPromptToggle"), Qt::LeftButton);
+  QVERIFY(!block->isExpanded());
+  QVERIFY(block->shownText().endsWith(QChar(0x2026)));
+  QVERIFY(long_prompt.startsWith(block->shownText().chopped(1)));
+
+  // Another chat without a system prompt hides it; back again, it shows.
+  window_->findChild<QPushButton*>("newChatButton")->click();
+  QVERIFY(block->isHidden());
+  controller()->selectConversation(chat);
+  QVERIFY(block->isVisible());
+  QCOMPARE(block->prompt(), long_prompt);
+}
+
+void ChatHeaderTest::a_chat_on_the_precise_preset_replies_greedily() {
+  ChatSettings settings = kvchat::test::greedy_chat_settings(12);
+  settings.temperature = 0.8;
+  settings.seed = 3;
+  open_window(settings);
+  type_and_send("Once upon a time");
+  const qint64 global_chat = controller()->currentConversationId();
+  QPushButton* header = window_->generationSettingsButton();
+  QCOMPARE(header->text(), QStringLiteral("Global settings"));
+
+  window_->findChild<QPushButton*>("newChatButton")->click();
+  const qint64 precise_chat = controller()->currentConversationId();
+  QVERIFY(precise_chat != global_chat);
+  // Keyboard: Ctrl+Shift+G opens the chat's settings.
+  QTest::keyClick(window_->messageInput(), Qt::Key_G, Qt::ControlModifier | Qt::ShiftModifier);
+  auto* dialog = window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog");
+  QVERIFY(dialog && dialog->isVisible());
+  auto* follow = dialog->findChild<QCheckBox*>("followGlobalCheck");
+  QVERIFY(follow->isChecked());
+  auto* presets = dialog->findChild<QComboBox*>("presetCombo");
+  QStringList names;
+  for (int i = 0; i < presets->count(); ++i) names << presets->itemText(i);
+  QCOMPARE(names, (QStringList{"Precise", "Balanced", "Creative", "Custom"}));
+  QCOMPARE(presets->currentText(), QStringLiteral("Custom"));  // the global values match no preset
+  follow->setFocus();
+  QTest::keyClick(follow, Qt::Key_Space);
+  QVERIFY(!follow->isChecked());
+  presets->setFocus();
+  QTest::keyClick(presets, Qt::Key_Home);
+  QCOMPARE(presets->currentText(), QStringLiteral("Precise"));
+  QCOMPARE(dialog->findChild<QDoubleSpinBox*>("temperatureSpin")->value(), 0.0);
+  QCOMPARE(dialog->findChild<QSpinBox*>("topKSpin")->value(), 0);
+  QTest::keyClick(dialog, Qt::Key_Return);  // OK
+  QVERIFY(!window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog") ||
+          !dialog->isVisible());
+  QCOMPARE(header->text(), QStringLiteral("Preset: Precise"));
+  QCOMPARE(controller()->chatGenerationSettings(precise_chat)->name, QStringLiteral("Precise"));
+
+  type_and_send("Once upon a time");
+  const auto precise_reply = controller()->currentMessages().last();
+  QCOMPARE(precise_reply.settings.value("temperature").toDouble(), 0.0);
+  QCOMPARE(precise_reply.settings.value("preset").toString(), QStringLiteral("Precise"));
+  controller()->selectConversation(global_chat);
+  QCOMPARE(header->text(), QStringLiteral("Global settings"));
+  type_and_send("Tom saw a dog");
+  QCOMPARE(controller()->currentMessages().last().settings.value("temperature").toDouble(), 0.8);
+
+  // Its own stop texts make it "Own settings".
+  controller()->selectConversation(precise_chat);
+  header->click();
+  dialog = window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog");
+  QVERIFY(dialog && dialog->isVisible());
+  dialog->findChild<QPlainTextEdit*>("stopTextsEdit")->setPlainText("The end");
+  QCOMPARE(dialog->findChild<QComboBox*>("presetCombo")->currentText(), QStringLiteral("Custom"));
+  dialog->accept();
+  QCOMPARE(header->text(), QStringLiteral("Own settings"));
+  QCOMPARE(controller()->chatGenerationSettings(precise_chat)->stop_texts, QStringList{"The end"});
+  QCOMPARE(controller()->chatGenerationSettings(precise_chat)->temperature, 0.0);
+}
+
+void ChatHeaderTest::stop_text_lines_read_escapes() {
+  using kvchat::ui::ChatGenerationDialog;
+  QCOMPARE(ChatGenerationDialog::stop_texts_from_lines("\\n\\n\n\nUser:\na\\\\nb"),
+           (QStringList{"\n\n", "User:", "a\\nb"}));
+  QCOMPARE(ChatGenerationDialog::lines_from_stop_texts({"\n\n", "User:", "a\\nb"}), QStringLiteral("\\n\\n\nUser:\na\\\\nb"));
+}
+
+KVCHAT_TEST_MAIN(ChatHeaderTest)
+
+}  // namespace ui_test_chat_header
+
+#include "test_chat_header.moc"

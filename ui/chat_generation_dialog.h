@@ -1,0 +1,61 @@
+#pragma once
+// Chat > Generation settings for this chat ("chatGenerationDialog"): whether the chat follows the global
+// settings, or its own values (temperature, top-p, top-k, min-p, max tokens, stop texts), filled from a
+// preset ("presetCombo": the built-in ones, then the user's) and changeable; the values can be saved as a
+// preset of the user's. Applied to the chat when accepted.
+#include <QDialog>
+
+#include <optional>
+
+#include "app/generation_preset.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QSpinBox;
+
+namespace kvchat::app {
+class ChatController;
+}
+
+namespace kvchat::ui {
+
+class ChatGenerationDialog : public QDialog {
+  Q_OBJECT
+ public:
+  ChatGenerationDialog(kvchat::app::ChatController* controller, qint64 conversation_id, QWidget* parent = nullptr);
+
+  // What the dialog would save: nullopt = the chat follows the global settings.
+  std::optional<kvchat::app::GenerationPreset> chosenSettings() const;
+  // One stop text per line; "\n" in a line is a line break, "\\" a backslash.
+  static QStringList stop_texts_from_lines(const QString& text);
+  static QString lines_from_stop_texts(const QStringList& stops);
+  // The header button's words for a chat's settings: "Global settings", "Preset: Precise" or "Own settings".
+  static QString summary(const std::optional<kvchat::app::GenerationPreset>& settings);
+
+ private:
+  void show_values(const kvchat::app::GenerationPreset& preset);
+  void fill_presets(const QString& selected);
+  void values_edited();  // the preset shown becomes "Custom" once the values differ from it
+  void save_as_preset();
+
+  kvchat::app::ChatController* controller_;
+  qint64 conversation_id_;
+  bool filling_ = false;
+  QCheckBox* follow_global_ = nullptr;
+  QComboBox* preset_ = nullptr;
+  QDoubleSpinBox* temperature_ = nullptr;
+  QDoubleSpinBox* top_p_ = nullptr;
+  QSpinBox* top_k_ = nullptr;
+  QDoubleSpinBox* min_p_ = nullptr;
+  QSpinBox* max_tokens_ = nullptr;
+  QPlainTextEdit* stop_texts_ = nullptr;
+  QLineEdit* preset_name_ = nullptr;
+  QPushButton* save_preset_ = nullptr;
+  QWidget* values_ = nullptr;
+};
+
+}  // namespace kvchat::ui
