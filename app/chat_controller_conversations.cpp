@@ -29,7 +29,19 @@ QList<SearchHit> ChatController::searchConversations(const QString& query) {
 
 QList<MessageRecord> ChatController::currentMessages() const {
   if (current_conversation_ == 0) return {};
-  return store_->messages(current_conversation_);
+  return messages_on_shown_path(store_->messages(current_conversation_));
+}
+
+QHash<qint64, QList<qint64>> ChatController::currentBranches() const {
+  QHash<qint64, QList<qint64>> branches;
+  if (current_conversation_ == 0) return branches;
+  const QList<MessageRecord> all = store_->messages(current_conversation_);
+  for (const MessageRecord& message : messages_on_shown_path(all)) {
+    if (message.role != QLatin1String("user")) continue;
+    const QList<qint64> group = branch_siblings(all, message.id);
+    if (!group.isEmpty()) branches.insert(message.id, group);
+  }
+  return branches;
 }
 
 qint64 ChatController::newConversation() {
@@ -111,6 +123,14 @@ bool ChatController::deleteMessage(qint64 message_id) {
     }
     QList<qint64> doomed{message_id};
     std::optional<qint64> shown_instead;
+    if (it->role == QLatin1String("user") && !branch_siblings(store_->messages(conversation_id), message_id).isEmpty()) {
+      // An edited message (or an edit): its branch goes, the rest of its group stays.
+      store_->delete_branch(conversation_id, message_id);
+      spdlog::info("conversation {}: deleted the branch of message {}", conversation_id, message_id);
+      Q_EMIT conversationsChanged();
+      Q_EMIT messagesReset();
+      return true;
+    }
     if (it->role == QLatin1String("user")) {
       // Its replies: the assistant messages up to the next user message (context-cut markers stay).
       for (auto next = it + 1; next != records.cend() && next->role != QLatin1String("user"); ++next)

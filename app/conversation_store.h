@@ -50,6 +50,11 @@ struct MessageRecord {
   // changed since.
   std::vector<kvchat::TokenId> token_ids;
   quint64 token_vocabulary = 0;
+  // Branches (see chat_history.h): the id of the user message that starts this message's branch (0: the
+  // conversation's first branch), and on a user message that is an edit, the id of the message it replaces in
+  // the shown path (the group's original). add_message() sets branch itself; forked_from only fork_message().
+  qint64 branch = 0;
+  qint64 forked_from = 0;
 };
 
 // A conversation that search() found: the first of its messages that matched (0 when only its title did).
@@ -92,7 +97,19 @@ class ConversationStore {
 
   QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation
   std::optional<MessageRecord> message(qint64 message_id) const;
-  qint64 add_message(const MessageRecord& message);  // committed before it returns; bumps updated_at
+  // Committed before it returns; bumps updated_at. The message joins the shown path's branch (its own
+  // branch and forked_from are not used).
+  qint64 add_message(const MessageRecord& message);
+  // Editing user message `message_id`: a new user message with `text` that starts a new branch, shown from now
+  // on in place of that message and the rest of its group (which stay, hidden), in one transaction. Returns
+  // its id.
+  qint64 fork_message(qint64 conversation_id, qint64 message_id, const QString& text);
+  // Shows branch `message_id` (a user message of a group) and hides the others of its group, in one transaction.
+  void show_branch(qint64 conversation_id, qint64 message_id);
+  // Deletes user message `message_id` of a group with its branch_subtree(), in one transaction. When it was the
+  // group's original, its oldest remaining edit takes its place (its branch joins the original's, and the other
+  // edits refer to it); when it was shown, the newest remaining member is shown.
+  void delete_branch(qint64 conversation_id, qint64 message_id);
   // Streaming progress, committed (complete stays false); the message's token ids no longer match its text
   // and are cleared.
   void update_message_text(qint64 message_id, const QString& text);
@@ -132,9 +149,9 @@ class ConversationStore {
   QString missing_messages(qint64 conversation_id) const;
 
   // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. 5: messages_fts,
-  // the full-text index of the messages. Opening an older file for writing migrates it; a reader leaves it as
-  // it is.
-  static constexpr int kSchemaVersion = 5;
+  // the full-text index of the messages. 6: messages.branch and forked_from. Opening an older file for writing
+  // migrates it; a reader leaves it as it is.
+  static constexpr int kSchemaVersion = 6;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
@@ -145,6 +162,7 @@ class ConversationStore {
   bool has_backend_column_ = true;
   bool has_token_columns_ = true;
   bool has_pinned_column_ = true;
+  bool has_branch_columns_ = true;
   bool has_search_index_ = false;
 };
 
