@@ -206,6 +206,13 @@ class ChatController : public QObject {
 
   // Throws std::runtime_error / std::invalid_argument naming the problem.
   void exportConversation(qint64 conversation_id, const QString& path, ExportFormat format) const;
+  // File > Export all chats: every conversation, every message (all branches and alternatives) in one file
+  // (chat_archive.h), written atomically. Throws std::runtime_error naming the problem.
+  void exportAllConversations(const QString& path) const;
+  // File > Import chats: the conversations of an archive or of a single chat's JSON export, added as new chats
+  // in one transaction (nothing is added when anything is wrong). Returns how many; throws ArchiveError or
+  // StoreError saying what is wrong.
+  int importConversations(const QString& path);
 
  Q_SIGNALS:
   void conversationsChanged();

@@ -1,5 +1,6 @@
 // ChatController, conversation management: create, select, rename, delete, list and export conversations.
 #include "app/chat_controller.h"
+#include "app/chat_archive.h"
 
 #include <spdlog/spdlog.h>
 
@@ -199,6 +200,22 @@ void ChatController::exportConversation(qint64 conversation_id, const QString& p
   if (!conversation) throw std::invalid_argument("no conversation with id " + std::to_string(conversation_id));
   write_text_file(path, export_conversation(*conversation, store_->messages(conversation_id), format));
   spdlog::info("exported conversation {} to {}", conversation_id, path.toStdString());
+}
+
+void ChatController::exportAllConversations(const QString& path) const {
+  QList<ImportedConversation> conversations;
+  for (const ConversationRecord& record : store_->conversations())
+    conversations.push_back({record, store_->messages(record.id)});
+  write_text_file(path, export_chat_archive(conversations));
+  spdlog::info("exported {} conversation(s) to {}", conversations.size(), path.toStdString());
+}
+
+int ChatController::importConversations(const QString& path) {
+  const QList<ImportedConversation> conversations = read_chat_archive(path);
+  const QList<qint64> ids = store_->import_conversations(conversations);
+  spdlog::info("imported {} conversation(s) from {}", ids.size(), path.toStdString());
+  Q_EMIT conversationsChanged();
+  return static_cast<int>(ids.size());
 }
 
 }  // namespace kvchat::app

@@ -887,6 +887,86 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
   return copy_id;
 }
 
+QList<qint64> ConversationStore::import_conversations(const QList<ImportedConversation>& conversations) {
+  QSqlDatabase db = connection(connection_name_);
+  WriteTransaction transaction(db, database_path_, QStringLiteral("cannot import conversations"));
+  QList<qint64> ids(conversations.size(), 0);
+  // The last first: each import is more recent than the one before, so the first is listed first.
+  for (qsizetype index = conversations.size() - 1; index >= 0; --index) {
+    const ConversationRecord& record = conversations[index].conversation;
+    const QString purpose = QStringLiteral("cannot import conversation %1 (\u201c%2\u201d)").arg(index + 1).arg(record.title);
+    const qint64 now = now_ms();
+    StoreQuery insert(db, database_path_, purpose,
+                      QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
+                                     " pinned) VALUES (:title, :system_prompt, :created_at, :updated_at, :activity,"
+                                     " :pinned)"));
+    insert.bind(QStringLiteral(":title"), non_null(record.title))
+        .bind(QStringLiteral(":system_prompt"), non_null(record.system_prompt))
+        .bind(QStringLiteral(":created_at"), record.created_at.isValid() ? record.created_at.toMSecsSinceEpoch() : now)
+        .bind(QStringLiteral(":updated_at"), record.updated_at.isValid() ? record.updated_at.toMSecsSinceEpoch() : now)
+        .bind(QStringLiteral(":activity"), next_activity(db, database_path_))
+        .bind(QStringLiteral(":pinned"), record.pinned ? 1 : 0);
+    const qint64 conversation_id = insert.run().lastInsertId().toLongLong();
+    ids[index] = conversation_id;
+    QHash<qint64, qint64> new_id;
+    const auto mapped = [&](qint64 local, const MessageRecord& message, const char* what) -> qint64 {
+      if (local == 0) return 0;
+      if (!new_id.contains(local))
+        fail(database_path_, purpose + QStringLiteral(": message %1's %2 refers to message %3, which it does not hold")
+                                           .arg(message.id)
+                                           .arg(QLatin1String(what))
+                                           .arg(local));
+      return new_id.value(local);
+    };
+    for (const MessageRecord& message : conversations[index].messages) {
+      if (!is_known_role(message.role))
+        fail(database_path_, purpose + QStringLiteral(": message %1 has the unknown role '%2'").arg(message.id).arg(message.role));
+      if (new_id.contains(message.id))
+        fail(database_path_, purpose + QStringLiteral(": message %1 is listed twice").arg(message.id));
+      StoreQuery add(db, database_path_, purpose,
+                     QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, model, backend,"
+                                    " settings, stats, complete, token_ids, token_vocabulary)"
+                                    " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
+                                    " :stats, :complete, :token_ids, :token_vocabulary)"));
+      add.bind(QStringLiteral(":conversation_id"), conversation_id)
+          .bind(QStringLiteral(":role"), message.role)
+          .bind(QStringLiteral(":text"), non_null(message.text))
+          .bind(QStringLiteral(":created_at"), message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now)
+          .bind(QStringLiteral(":model"), non_null(message.model))
+          .bind(QStringLiteral(":backend"), non_null(message.backend))
+          .bind(QStringLiteral(":settings"), json_text(message.settings))
+          .bind(QStringLiteral(":stats"), json_text(message.stats))
+          .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
+          .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
+          .bind(QStringLiteral(":token_vocabulary"),
+                message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary));
+      new_id.insert(message.id, add.run().lastInsertId().toLongLong());
+    }
+    // References are mapped once every message has its id (a marker's context start may come after it).
+    for (const MessageRecord& message : conversations[index].messages) {
+      const qint64 branch = message.branch == message.id ? new_id.value(message.id) : mapped(message.branch, message, "branch");
+      const qint64 forked_from = mapped(message.forked_from, message, "forked_from");
+      QJsonObject settings = message.settings;
+      if (message.role == QLatin1String("marker") && settings.contains(QLatin1String(kMarkerContextStartKey)))
+        settings.insert(QLatin1String(kMarkerContextStartKey),
+                        mapped(settings.value(QLatin1String(kMarkerContextStartKey)).toInteger(), message,
+                               kMarkerContextStartKey));
+      if (branch == 0 && forked_from == 0 && settings == message.settings) continue;
+      StoreQuery(db, database_path_, purpose,
+                 QStringLiteral("UPDATE messages SET branch = :branch, forked_from = :forked_from, settings = :settings"
+                                " WHERE id = :id"))
+          .bind(QStringLiteral(":branch"), branch)
+          .bind(QStringLiteral(":forked_from"), forked_from)
+          .bind(QStringLiteral(":settings"), json_text(settings))
+          .bind(QStringLiteral(":id"), new_id.value(message.id))
+          .run();
+    }
+  }
+  transaction.commit();
+  spdlog::info("conversation store {}: imported {} conversation(s)", database_path_.toStdString(), conversations.size());
+  return ids;
+}
+
 void ConversationStore::set_message_settings(qint64 message_id, const QJsonObject& settings) {
   update_message_columns(message_id, QStringLiteral("cannot update the settings of message %1").arg(message_id),
                          {{QStringLiteral("settings"), json_text(settings)}});

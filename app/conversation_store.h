@@ -57,6 +57,15 @@ struct MessageRecord {
   qint64 forked_from = 0;
 };
 
+// A conversation for import_conversations(): its record (title, system prompt, times, pinned; id and
+// message_count unused) and its messages in order. A message's id, branch and forked_from, and a marker's
+// context start (kMarkerContextStartKey), are numbers of this list's own (increasing along it), each mapped to
+// the message's new id.
+struct ImportedConversation {
+  ConversationRecord conversation;
+  QList<MessageRecord> messages;
+};
+
 // A conversation that search() found: the first of its messages that matched (0 when only its title did).
 struct SearchHit {
   qint64 conversation_id = 0;
@@ -124,6 +133,11 @@ class ConversationStore {
   // every message with all its columns (text, times, model, settings, stats, token ids). A context-cut marker
   // points at the copy of the message it pointed at. Not pinned. Returns the copy's id.
   qint64 duplicate_conversation(qint64 conversation_id);
+  // Adds the conversations as new ones (never over an existing one), with their messages and every field of
+  // them, in one transaction: any error (an unknown role, a reference to a message the list does not hold, a
+  // full disk) adds nothing. They are listed in the given order, after the pinned ones as usual, before the
+  // chats already there. Returns their new ids, in order.
+  QList<qint64> import_conversations(const QList<ImportedConversation>& conversations);
   // Records which backend and model answered a reply (a remote turn learns the model from the server).
   void set_message_origin(qint64 message_id, const QString& backend, const QString& model);
   // Replaces a message's settings object (e.g. which of a reply's alternatives is shown), committed.

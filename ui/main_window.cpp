@@ -426,6 +426,12 @@ void MainWindow::build_menus() {
   export_action->setObjectName("exportAction");
   export_action->setShortcut(QKeySequence(QStringLiteral("Ctrl+E")));
   connect(export_action, &QAction::triggered, this, &MainWindow::openExportDialog);
+  QAction* export_all = file->addAction(tr("Export &all chats\u2026"));
+  export_all->setObjectName("exportAllAction");
+  connect(export_all, &QAction::triggered, this, &MainWindow::openExportAllDialog);
+  QAction* import_action = file->addAction(tr("&Import chats\u2026"));
+  import_action->setObjectName("importAction");
+  connect(import_action, &QAction::triggered, this, &MainWindow::openImportDialog);
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"));
   quit->setShortcut(QKeySequence::Quit);

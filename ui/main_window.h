@@ -56,6 +56,13 @@ class MainWindow : public QMainWindow {
   // the settings, so also after a restart; else Documents, else home) and says what the export holds
   // ("exportContentsLabel"); a name without an extension gets the chosen type's.
   QFileDialog* openExportDialog();
+  // File > Export all chats / Import chats: each a non-modal file dialog ("exportAllDialog", "importDialog")
+  // starting in the last export folder; the chosen path goes to the function after it. A failure is an error
+  // dialog ("exportErrorDialog", "importErrorDialog") saying what is wrong; an import adds nothing then.
+  QFileDialog* openExportAllDialog();
+  bool exportAllConversations(const QString& path);
+  QFileDialog* openImportDialog();
+  bool importConversations(const QString& path);
   SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
   QMessageBox* openAboutDialog();                       // Help > About ("aboutDialog")
   CachesDialog* openCachesDialog();                     // Chat > Caches in memory (non-modal)
