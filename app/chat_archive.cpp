@@ -30,13 +30,20 @@ QString quoted(const QString& text) { return QStringLiteral("\u201c%1\u201d").ar
 // What a JSON value is, for an error ("a string", "an array").
 QString kind_of(const QJsonValue& value) {
   switch (value.type()) {
-    case QJsonValue::Null: return QStringLiteral("null");
-    case QJsonValue::Bool: return QStringLiteral("true or false");
-    case QJsonValue::Double: return QStringLiteral("a number");
-    case QJsonValue::String: return QStringLiteral("a string");
-    case QJsonValue::Array: return QStringLiteral("an array");
-    case QJsonValue::Object: return QStringLiteral("an object");
-    case QJsonValue::Undefined: break;
+    case QJsonValue::Null:
+      return QStringLiteral("null");
+    case QJsonValue::Bool:
+      return QStringLiteral("true or false");
+    case QJsonValue::Double:
+      return QStringLiteral("a number");
+    case QJsonValue::String:
+      return QStringLiteral("a string");
+    case QJsonValue::Array:
+      return QStringLiteral("an array");
+    case QJsonValue::Object:
+      return QStringLiteral("an object");
+    case QJsonValue::Undefined:
+      break;
   }
   return QStringLiteral("missing");
 }
@@ -51,19 +58,22 @@ class Fields {
   QString string(const char* key, bool required = false) const {
     const QJsonValue value = object_.value(QLatin1String(key));
     if (value.isUndefined() && !required) return QString();
-    if (!value.isString()) fail_at(QStringLiteral("\"%1\" is %2, not a string").arg(QLatin1String(key), kind_of(value)));
+    if (!value.isString())
+      fail_at(QStringLiteral("\"%1\" is %2, not a string").arg(QLatin1String(key), kind_of(value)));
     return value.toString();
   }
   bool boolean(const char* key, bool fallback) const {
     const QJsonValue value = object_.value(QLatin1String(key));
     if (value.isUndefined()) return fallback;
-    if (!value.isBool()) fail_at(QStringLiteral("\"%1\" is %2, not true or false").arg(QLatin1String(key), kind_of(value)));
+    if (!value.isBool())
+      fail_at(QStringLiteral("\"%1\" is %2, not true or false").arg(QLatin1String(key), kind_of(value)));
     return value.toBool();
   }
   QJsonObject object(const char* key) const {
     const QJsonValue value = object_.value(QLatin1String(key));
     if (value.isUndefined()) return {};
-    if (!value.isObject()) fail_at(QStringLiteral("\"%1\" is %2, not an object").arg(QLatin1String(key), kind_of(value)));
+    if (!value.isObject())
+      fail_at(QStringLiteral("\"%1\" is %2, not an object").arg(QLatin1String(key), kind_of(value)));
     return value.toObject();
   }
   QJsonArray array(const char* key) const {
@@ -105,7 +115,8 @@ MessageRecord common_message(const Fields& fields) {
   MessageRecord message;
   message.role = fields.string("role", true);
   if (!is_message_role(message.role))
-    fields.fail_at(QStringLiteral("unknown role %1 (expected system, user, assistant or marker)").arg(quoted(message.role.left(40))));
+    fields.fail_at(QStringLiteral("unknown role %1 (expected system, user, assistant or marker)")
+                       .arg(quoted(message.role.left(40))));
   message.text = fields.string("text", true);
   message.created_at = fields.time("created_at");
   message.model = fields.string("model");
@@ -160,13 +171,18 @@ QList<ImportedConversation> parse_archive(const QJsonObject& root) {
       // A branch starts at a user message at or before this one; an edit refers to an earlier user message.
       message.branch = fields.integer("branch", 0, m + 1, 0);
       message.forked_from = fields.integer("forked_from", 0, m, 0);
-      for (const auto& [key, reference] : {std::pair{"branch", message.branch}, std::pair{"forked_from", message.forked_from}})
+      for (const auto& [key, reference] :
+           {std::pair{"branch", message.branch}, std::pair{"forked_from", message.forked_from}})
         if (reference != 0 && reference != message.id && imported.messages[reference - 1].role != QLatin1String("user"))
-          fields.fail_at(QStringLiteral("\"%1\" refers to message %2, which is not a user message").arg(QLatin1String(key)).arg(reference));
+          fields.fail_at(QStringLiteral("\"%1\" refers to message %2, which is not a user message")
+                             .arg(QLatin1String(key))
+                             .arg(reference));
       if (message.branch == message.id && message.role != QLatin1String("user"))
         fields.fail_at(QStringLiteral("\"branch\" refers to this message, which is not a user message"));
-      if (message.role == QLatin1String("marker") && messages[m].toObject().contains(QLatin1String("context_starts_at")))
-        message.settings.insert(QLatin1String(kMarkerContextStartKey), fields.integer("context_starts_at", 1, count, 1));
+      if (message.role == QLatin1String("marker") &&
+          messages[m].toObject().contains(QLatin1String("context_starts_at")))
+        message.settings.insert(QLatin1String(kMarkerContextStartKey),
+                                fields.integer("context_starts_at", 1, count, 1));
       else
         message.settings.remove(QLatin1String(kMarkerContextStartKey));
       if (messages[m].toObject().contains(QLatin1String("token_ids"))) {
@@ -181,7 +197,9 @@ QList<ImportedConversation> parse_archive(const QJsonObject& root) {
         }
         bool ok = false;
         message.token_vocabulary = fields.string("token_vocabulary").toULongLong(&ok);
-        if (!ok) fields.fail_at(QStringLiteral("\"token_vocabulary\" is not a vocabulary fingerprint (a whole number as a string)"));
+        if (!ok)
+          fields.fail_at(
+              QStringLiteral("\"token_vocabulary\" is not a vocabulary fingerprint (a whole number as a string)"));
       }
       imported.messages.push_back(message);
     }
@@ -306,8 +324,9 @@ QList<ImportedConversation> parse_chat_archive(const QByteArray& bytes) {
   if (root.contains(QLatin1String("format"))) {
     if (root.value(QLatin1String("format")).toString() != QLatin1String(kChatArchiveFormat))
       fail(QStringLiteral("it is not a kvchat export: its \"format\" is %1, not \"%2\"")
-               .arg(root.value(QLatin1String("format")).isString() ? quoted(root.value(QLatin1String("format")).toString().left(40))
-                                                                   : kind_of(root.value(QLatin1String("format"))))
+               .arg(root.value(QLatin1String("format")).isString()
+                        ? quoted(root.value(QLatin1String("format")).toString().left(40))
+                        : kind_of(root.value(QLatin1String("format"))))
                .arg(QLatin1String(kChatArchiveFormat)));
     return parse_archive(root);
   }

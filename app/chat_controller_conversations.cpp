@@ -124,7 +124,8 @@ bool ChatController::deleteMessage(qint64 message_id) {
     }
     QList<qint64> doomed{message_id};
     std::optional<qint64> shown_instead;
-    if (it->role == QLatin1String("user") && !branch_siblings(store_->messages(conversation_id), message_id).isEmpty()) {
+    if (it->role == QLatin1String("user") &&
+        !branch_siblings(store_->messages(conversation_id), message_id).isEmpty()) {
       // An edited message (or an edit): its branch goes, the rest of its group stays.
       store_->delete_branch(conversation_id, message_id);
       spdlog::info("conversation {}: deleted the branch of message {}", conversation_id, message_id);

@@ -228,7 +228,8 @@ bool ChatController::editMessage(qint64 message_id, const QString& text) {
   if (text.trimmed().isEmpty()) return false;
   try {
     const QList<MessageRecord> records = currentMessages();
-    const auto it = std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
+    const auto it =
+        std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
     if (it == records.cend() || it->role != QLatin1String("user")) {
       Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a message of yours in this chat.").arg(message_id));
       return false;

@@ -78,7 +78,8 @@ QList<qint64> branch_siblings(const QList<MessageRecord>& messages, qint64 user_
   const auto it = std::find_if(messages.cbegin(), messages.cend(),
                                [&](const MessageRecord& message) { return message.id == user_message_id; });
   if (it == messages.cend() || !is_user(*it)) return {};
-  const QList<const MessageRecord*> members = branch_groups(messages).value(it->forked_from != 0 ? it->forked_from : it->id);
+  const QList<const MessageRecord*> members =
+      branch_groups(messages).value(it->forked_from != 0 ? it->forked_from : it->id);
   if (members.size() < 2) return {};
   QList<qint64> ids;
   for (const MessageRecord* member : members) ids.push_back(member->id);

@@ -601,7 +601,8 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
 std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read message %1").arg(message_id),
-                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_) + QStringLiteral(" WHERE id = :id"));
+                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_) +
+                       QStringLiteral(" WHERE id = :id"));
   query.bind(QStringLiteral(":id"), message_id);
   QSqlQuery& rows = query.run();
   if (!rows.next()) return std::nullopt;
@@ -638,7 +639,8 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
       .bind(QStringLiteral(":stats"), json_text(message.stats))
       .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
       .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
-      .bind(QStringLiteral(":token_vocabulary"), message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary))
+      .bind(QStringLiteral(":token_vocabulary"),
+            message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary))
       .bind(QStringLiteral(":branch"), branch);
   const qint64 id = insert.run().lastInsertId().toLongLong();
   touch_conversation(db, database_path_, message.conversation_id);
@@ -648,10 +650,12 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
 
 qint64 ConversationStore::fork_message(qint64 conversation_id, qint64 message_id, const QString& text) {
   QSqlDatabase db = connection(connection_name_);
-  const QString purpose = QStringLiteral("cannot edit message %1 of conversation %2").arg(message_id).arg(conversation_id);
+  const QString purpose =
+      QStringLiteral("cannot edit message %1 of conversation %2").arg(message_id).arg(conversation_id);
   WriteTransaction transaction(db, database_path_, purpose);
   const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
-  const auto edited = std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
+  const auto edited =
+      std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
   if (edited == records.cend() || edited->role != QLatin1String("user"))
     fail(database_path_, purpose + QStringLiteral(": no user message %1 in it").arg(message_id));
   const qint64 original = edited->forked_from != 0 ? edited->forked_from : edited->id;
@@ -678,7 +682,8 @@ qint64 ConversationStore::fork_message(qint64 conversation_id, qint64 message_id
 
 void ConversationStore::show_branch(qint64 conversation_id, qint64 message_id) {
   QSqlDatabase db = connection(connection_name_);
-  const QString purpose = QStringLiteral("cannot show branch %1 of conversation %2").arg(message_id).arg(conversation_id);
+  const QString purpose =
+      QStringLiteral("cannot show branch %1 of conversation %2").arg(message_id).arg(conversation_id);
   WriteTransaction transaction(db, database_path_, purpose);
   const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
   const QList<qint64> group = branch_siblings(records, message_id);
@@ -894,12 +899,14 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
   // The last first: each import is more recent than the one before, so the first is listed first.
   for (qsizetype index = conversations.size() - 1; index >= 0; --index) {
     const ConversationRecord& record = conversations[index].conversation;
-    const QString purpose = QStringLiteral("cannot import conversation %1 (\u201c%2\u201d)").arg(index + 1).arg(record.title);
+    const QString purpose =
+        QStringLiteral("cannot import conversation %1 (\u201c%2\u201d)").arg(index + 1).arg(record.title);
     const qint64 now = now_ms();
-    StoreQuery insert(db, database_path_, purpose,
-                      QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
-                                     " pinned) VALUES (:title, :system_prompt, :created_at, :updated_at, :activity,"
-                                     " :pinned)"));
+    StoreQuery insert(
+        db, database_path_, purpose,
+        QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
+                       " pinned) VALUES (:title, :system_prompt, :created_at, :updated_at, :activity,"
+                       " :pinned)"));
     insert.bind(QStringLiteral(":title"), non_null(record.title))
         .bind(QStringLiteral(":system_prompt"), non_null(record.system_prompt))
         .bind(QStringLiteral(":created_at"), record.created_at.isValid() ? record.created_at.toMSecsSinceEpoch() : now)
@@ -920,7 +927,8 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
     };
     for (const MessageRecord& message : conversations[index].messages) {
       if (!is_known_role(message.role))
-        fail(database_path_, purpose + QStringLiteral(": message %1 has the unknown role '%2'").arg(message.id).arg(message.role));
+        fail(database_path_,
+             purpose + QStringLiteral(": message %1 has the unknown role '%2'").arg(message.id).arg(message.role));
       if (new_id.contains(message.id))
         fail(database_path_, purpose + QStringLiteral(": message %1 is listed twice").arg(message.id));
       StoreQuery add(db, database_path_, purpose,
@@ -931,7 +939,8 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
       add.bind(QStringLiteral(":conversation_id"), conversation_id)
           .bind(QStringLiteral(":role"), message.role)
           .bind(QStringLiteral(":text"), non_null(message.text))
-          .bind(QStringLiteral(":created_at"), message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now)
+          .bind(QStringLiteral(":created_at"),
+                message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now)
           .bind(QStringLiteral(":model"), non_null(message.model))
           .bind(QStringLiteral(":backend"), non_null(message.backend))
           .bind(QStringLiteral(":settings"), json_text(message.settings))
@@ -944,7 +953,8 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
     }
     // References are mapped once every message has its id (a marker's context start may come after it).
     for (const MessageRecord& message : conversations[index].messages) {
-      const qint64 branch = message.branch == message.id ? new_id.value(message.id) : mapped(message.branch, message, "branch");
+      const qint64 branch =
+          message.branch == message.id ? new_id.value(message.id) : mapped(message.branch, message, "branch");
       const qint64 forked_from = mapped(message.forked_from, message, "forked_from");
       QJsonObject settings = message.settings;
       if (message.role == QLatin1String("marker") && settings.contains(QLatin1String(kMarkerContextStartKey)))
@@ -963,7 +973,8 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
     }
   }
   transaction.commit();
-  spdlog::info("conversation store {}: imported {} conversation(s)", database_path_.toStdString(), conversations.size());
+  spdlog::info("conversation store {}: imported {} conversation(s)", database_path_.toStdString(),
+               conversations.size());
   return ids;
 }
 

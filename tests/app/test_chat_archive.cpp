@@ -182,7 +182,7 @@ void ChatArchiveTest::a_single_chat_json_export_imports_as_a_new_chat() {
   // Exported again as one chat: the same, but for the ids.
   QJsonObject before = QJsonDocument::fromJson(json.toUtf8()).object();
   QJsonObject after = QJsonDocument::fromJson(kvchat::app::export_conversation(*copy.conversation(ids[0]), messages,
-                                                                                kvchat::app::ExportFormat::Json)
+                                                                               kvchat::app::ExportFormat::Json)
                                                   .toUtf8())
                           .object();
   for (QJsonObject* object : {&before, &after}) {
@@ -248,8 +248,9 @@ void ChatArchiveTest::bad_files_import_nothing_and_say_why() {
                .arg(foreign));
 
   const QString list = write_file(dir, QStringLiteral("list.json"), "[1, 2, 3]");
-  QCOMPARE(archive_error_of(list),
-           QStringLiteral("cannot import %1: it is not a kvchat export: the JSON is an array, not an object").arg(list));
+  QCOMPARE(
+      archive_error_of(list),
+      QStringLiteral("cannot import %1: it is not a kvchat export: the JSON is an array, not an object").arg(list));
 
   QByteArray dangling = good;
   dangling.replace("\"forked_from\": 1", "\"forked_from\": 99");
@@ -274,11 +275,10 @@ void ChatArchiveTest::bad_files_import_nothing_and_say_why() {
     QVERIFY(file.open(QIODevice::WriteOnly));
     QVERIFY(file.resize(kvchat::app::kMaxImportBytes + 1));  // sparse: nothing written
   }
-  QCOMPARE(archive_error_of(huge),
-           QStringLiteral("cannot import %1: it is %2 bytes; an import reads at most %3")
-               .arg(huge)
-               .arg(kvchat::app::kMaxImportBytes + 1)
-               .arg(kvchat::app::kMaxImportBytes));
+  QCOMPARE(archive_error_of(huge), QStringLiteral("cannot import %1: it is %2 bytes; an import reads at most %3")
+                                       .arg(huge)
+                                       .arg(kvchat::app::kMaxImportBytes + 1)
+                                       .arg(kvchat::app::kMaxImportBytes));
 
   QCOMPARE(archive_error_of(dir.filePath(QStringLiteral("missing.json"))).left(15), QStringLiteral("cannot import /"));
 }
@@ -353,7 +353,8 @@ void ChatArchiveTest::the_cli_exports_and_imports() {
   const QString copy = dir.filePath(QStringLiteral("copy.sqlite3"));
   const auto imported = kvchat::test::run_cli({"import", "--db", copy, "--in", file});
   QCOMPARE(imported.exit_code, 0);
-  QCOMPARE(QString::fromStdString(imported.out), QStringLiteral("imported 3 conversation(s) from %1: 3 2 1\n").arg(file));
+  QCOMPARE(QString::fromStdString(imported.out),
+           QStringLiteral("imported 3 conversation(s) from %1: 3 2 1\n").arg(file));
   const QString again = dir.filePath(QStringLiteral("again.json"));
   QCOMPARE(kvchat::test::run_cli({"export-all", "--db", copy, "--out", again}).exit_code, 0);
   QFile first(file), second(again);
@@ -363,9 +364,10 @@ void ChatArchiveTest::the_cli_exports_and_imports() {
   const QString cut = write_file(dir, QStringLiteral("cut.json"), QByteArray("{\"format\": \"kvchat-chats\", \"vers"));
   const auto refused = kvchat::test::run_cli({"import", "--db", copy, "--in", cut});
   QCOMPARE(refused.exit_code, 1);
-  QVERIFY2(QString::fromStdString(refused.err)
-               .startsWith(QStringLiteral("kvchat-cli import: error: cannot import %1: it is not valid JSON (").arg(cut)),
-           refused.err.c_str());
+  QVERIFY2(
+      QString::fromStdString(refused.err)
+          .startsWith(QStringLiteral("kvchat-cli import: error: cannot import %1: it is not valid JSON (").arg(cut)),
+      refused.err.c_str());
   ConversationStore reader(copy, kvchat::app::StoreOpenMode::ReadOnly);
   QCOMPARE(reader.conversations().size(), 3);
 }

@@ -748,10 +748,11 @@ void ConversationStoreTest::version_four_file_gains_a_filled_search_index() {
     message.text = QStringLiteral("Elephants remember");
     store.add_message(message);
   }
-  for (const char* statement : {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete",
-                                "DROP TRIGGER messages_fts_update", "DROP TABLE messages_fts",
-                                "ALTER TABLE messages DROP COLUMN branch", "ALTER TABLE messages DROP COLUMN forked_from",
-                                "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
+  for (const char* statement :
+       {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete", "DROP TRIGGER messages_fts_update",
+        "DROP TABLE messages_fts", "ALTER TABLE messages DROP COLUMN branch",
+        "ALTER TABLE messages DROP COLUMN forked_from", "DELETE FROM schema_version",
+        "INSERT INTO schema_version (version) VALUES (4)"})
     raw_query(path, QString::fromLatin1(statement));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
@@ -922,11 +923,12 @@ void ConversationStoreTest::edits_fork_branches_that_survive_a_reopen() {
                .arg(store.path())
                .arg(a1)
                .arg(chat));
-  QCOMPARE(store_error_of([&] { store.show_branch(chat, u3); }),
-           QStringLiteral("conversation store %1: cannot show branch %2 of conversation %3: message %2 starts no branch")
-               .arg(store.path())
-               .arg(u3)
-               .arg(chat));
+  QCOMPARE(
+      store_error_of([&] { store.show_branch(chat, u3); }),
+      QStringLiteral("conversation store %1: cannot show branch %2 of conversation %3: message %2 starts no branch")
+          .arg(store.path())
+          .arg(u3)
+          .arg(chat));
 
   // A copy holds the branches, mapped to its own messages.
   const qint64 copy = store.duplicate_conversation(chat);
@@ -986,8 +988,9 @@ void ConversationStoreTest::version_five_file_gains_the_branch_columns() {
     question = store.add_message(make_message(chat, QStringLiteral("user"), QStringLiteral("Kept question")));
     answer = store.add_message(make_message(chat, QStringLiteral("assistant"), QStringLiteral("Kept answer")));
   }
-  for (const char* statement : {"ALTER TABLE messages DROP COLUMN forked_from", "ALTER TABLE messages DROP COLUMN branch",
-                                "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (5)"})
+  for (const char* statement :
+       {"ALTER TABLE messages DROP COLUMN forked_from", "ALTER TABLE messages DROP COLUMN branch",
+        "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (5)"})
     raw_query(path, QString::fromLatin1(statement));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
