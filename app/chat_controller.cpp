@@ -208,6 +208,16 @@ CacheGauge ChatController::cacheGauge() const {
 
 std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const QString& draft,
                                                                          bool replacing_last_message) const {
+  return measure_draft(draft, replacing_last_message, 0);
+}
+
+std::optional<ChatController::DraftMeasure> ChatController::measureEdit(const QString& draft, qint64 message_id) const {
+  return measure_draft(draft, false, message_id);
+}
+
+std::optional<ChatController::DraftMeasure> ChatController::measure_draft(const QString& draft,
+                                                                          bool replacing_last_message,
+                                                                          qint64 replacing_message_id) const {
   // A server counts with its own tokenizer: the local one's count would be a guess.
   if (usesRemoteBackend() || !model_loaded_ || !model_info_.model || !model_info_.model->tokenizer) return std::nullopt;
   const LoadedModel& model = *model_info_.model;
@@ -216,12 +226,13 @@ std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const Q
   const std::string text = draft.toStdString();
   measure.draft_tokens = static_cast<int>(model.tokenizer->encode(text, /*add_special_tokens=*/false).size());
   std::vector<ChatMessage> messages;
-  if (current_conversation_ != 0 && replacing_last_message) {
-    // What the edit keeps: the messages before the last user message (editLastUserMessage deletes the rest).
+  if (current_conversation_ != 0 && (replacing_last_message || replacing_message_id != 0)) {
+    // What the edit keeps: the shown messages before the edited one (the edit starts a branch there).
     if (const auto conversation = store_->conversation(current_conversation_)) {
-      QList<MessageRecord> records = store_->messages(current_conversation_);
+      QList<MessageRecord> records = messages_on_shown_path(store_->messages(current_conversation_));
       for (qsizetype i = records.size() - 1; i >= 0; --i)
-        if (records[i].role == QLatin1String("user")) {
+        if (records[i].role == QLatin1String("user") &&
+            (replacing_message_id == 0 || records[i].id == replacing_message_id)) {
           records.resize(i);
           break;
         }

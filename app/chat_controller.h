@@ -114,7 +114,11 @@ class ChatController : public QObject {
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;  // nullopt: no such conversation
   // The chats holding every word of `query` (ConversationStore::search); none (and errorOccurred) on failure.
   QList<SearchHit> searchConversations(const QString& query);
+  // The current chat's shown path (messages_on_shown_path: hidden branches left out, hidden alternatives kept).
   QList<MessageRecord> currentMessages() const;
+  // The branch groups on the current chat's shown path: each shown user message that has been edited (or is an
+  // edit) -> its group (branch_siblings: the original, then its edits), for the window's "‹ 2/3 ›".
+  QHash<qint64, QList<qint64>> currentBranches() const;
   // The chat messages the engine gets for a conversation: its system prompt, then every user/assistant
   // message after the last context cut (markers and empty replies left out).
   std::vector<ChatMessage> engineMessages(qint64 conversation_id) const;
@@ -152,6 +156,8 @@ class ChatController : public QObject {
   // With replacing_last_message, as editLastUserMessage(draft) would: the last user message and everything
   // after it are left out. nullopt: no model loaded.
   std::optional<DraftMeasure> measureDraft(const QString& draft, bool replacing_last_message = false) const;
+  // As editMessage(message_id, draft) would: the shown messages before that user message, then the draft.
+  std::optional<DraftMeasure> measureEdit(const QString& draft, qint64 message_id) const;
   // The current chat's last reply when it can be continued (see is_continuable_reply), else nullopt.
   std::optional<MessageRecord> continuableReply() const;
 
@@ -211,7 +217,15 @@ class ChatController : public QObject {
   // Goes on writing the last reply where it was cut short (max tokens, Stop, the app closing mid-reply):
   // the model continues its own text, and the new text is appended to the same message.
   bool continueReply();
-  bool editLastUserMessage(const QString& text);  // replaces the last user message and everything after it
+  // Edits a user message of the shown path: forks the chat there (ConversationStore::fork_message). The edit
+  // starts a new branch, shown from now on, and is answered; the message and everything after it are kept as
+  // the branch it was, which showBranch() brings back. The model is given only the shown path; the engine
+  // session reuses the prefix it shares with the previous turn.
+  bool editMessage(qint64 message_id, const QString& text);
+  bool editLastUserMessage(const QString& text);  // editMessage() on the shown path's last user message
+  // Shows branch `message_id` (a member of a branch group, see currentBranches) with its whole continuation.
+  // Not while the chat generates or waits to.
+  bool showBranch(qint64 message_id);
   void stop();
   // Stops the reply because the app is being quit: saved like a stopped one, marked kReplyClosedByAppKey so the
   // window says so rather than "stopped".
@@ -223,6 +237,13 @@ class ChatController : public QObject {
 
   // Throws std::runtime_error / std::invalid_argument naming the problem.
   void exportConversation(qint64 conversation_id, const QString& path, ExportFormat format) const;
+  // File > Export all chats: every conversation, every message (all branches and alternatives) in one file
+  // (chat_archive.h), written atomically. Throws std::runtime_error naming the problem.
+  void exportAllConversations(const QString& path) const;
+  // File > Import chats: the conversations of an archive or of a single chat's JSON export, added as new chats
+  // in one transaction (nothing is added when anything is wrong). Returns how many; throws ArchiveError or
+  // StoreError saying what is wrong.
+  int importConversations(const QString& path);
 
  Q_SIGNALS:
   void conversationsChanged();
@@ -296,6 +317,8 @@ class ChatController : public QObject {
   void on_title_ready(qint64 conversation_id, const QString& text);
 
   // chat_controller.cpp
+  std::optional<DraftMeasure> measure_draft(const QString& draft, bool replacing_last_message,
+                                            qint64 replacing_message_id) const;
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
   void on_cache_evicted(qint64 conversation_id);
   void on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes, qint64 budget);

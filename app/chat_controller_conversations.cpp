@@ -1,5 +1,6 @@
 // ChatController, conversation management: create, select, rename, delete, list and export conversations.
 #include "app/chat_controller.h"
+#include "app/chat_archive.h"
 
 #include <spdlog/spdlog.h>
 
@@ -29,7 +30,19 @@ QList<SearchHit> ChatController::searchConversations(const QString& query) {
 
 QList<MessageRecord> ChatController::currentMessages() const {
   if (current_conversation_ == 0) return {};
-  return store_->messages(current_conversation_);
+  return messages_on_shown_path(store_->messages(current_conversation_));
+}
+
+QHash<qint64, QList<qint64>> ChatController::currentBranches() const {
+  QHash<qint64, QList<qint64>> branches;
+  if (current_conversation_ == 0) return branches;
+  const QList<MessageRecord> all = store_->messages(current_conversation_);
+  for (const MessageRecord& message : messages_on_shown_path(all)) {
+    if (message.role != QLatin1String("user")) continue;
+    const QList<qint64> group = branch_siblings(all, message.id);
+    if (!group.isEmpty()) branches.insert(message.id, group);
+  }
+  return branches;
 }
 
 qint64 ChatController::newConversation() {
@@ -111,6 +124,15 @@ bool ChatController::deleteMessage(qint64 message_id) {
     }
     QList<qint64> doomed{message_id};
     std::optional<qint64> shown_instead;
+    if (it->role == QLatin1String("user") &&
+        !branch_siblings(store_->messages(conversation_id), message_id).isEmpty()) {
+      // An edited message (or an edit): its branch goes, the rest of its group stays.
+      store_->delete_branch(conversation_id, message_id);
+      spdlog::info("conversation {}: deleted the branch of message {}", conversation_id, message_id);
+      Q_EMIT conversationsChanged();
+      Q_EMIT messagesReset();
+      return true;
+    }
     if (it->role == QLatin1String("user")) {
       // Its replies: the assistant messages up to the next user message (context-cut markers stay).
       for (auto next = it + 1; next != records.cend() && next->role != QLatin1String("user"); ++next)
@@ -244,6 +266,22 @@ void ChatController::exportConversation(qint64 conversation_id, const QString& p
   if (!conversation) throw std::invalid_argument("no conversation with id " + std::to_string(conversation_id));
   write_text_file(path, export_conversation(*conversation, store_->messages(conversation_id), format));
   spdlog::info("exported conversation {} to {}", conversation_id, path.toStdString());
+}
+
+void ChatController::exportAllConversations(const QString& path) const {
+  QList<ImportedConversation> conversations;
+  for (const ConversationRecord& record : store_->conversations())
+    conversations.push_back({record, store_->messages(record.id)});
+  write_text_file(path, export_chat_archive(conversations));
+  spdlog::info("exported {} conversation(s) to {}", conversations.size(), path.toStdString());
+}
+
+int ChatController::importConversations(const QString& path) {
+  const QList<ImportedConversation> conversations = read_chat_archive(path);
+  const QList<qint64> ids = store_->import_conversations(conversations);
+  spdlog::info("imported {} conversation(s) from {}", ids.size(), path.toStdString());
+  Q_EMIT conversationsChanged();
+  return static_cast<int>(ids.size());
 }
 
 }  // namespace kvchat::app

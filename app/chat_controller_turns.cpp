@@ -5,6 +5,7 @@
 
 #include <QJsonArray>
 
+#include <algorithm>
 #include <exception>
 
 #include "app/reply_committer.h"
@@ -229,18 +230,59 @@ bool ChatController::continueReply() {
 }
 
 bool ChatController::editLastUserMessage(const QString& text) {
+  try {
+    const QList<MessageRecord> records = currentMessages();
+    for (auto it = records.crbegin(); it != records.crend(); ++it)
+      if (it->role == "user") return editMessage(it->id, text);
+    Q_EMIT errorOccurred(QStringLiteral("There is no message to edit."));
+    return false;
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return false;
+  }
+}
+
+bool ChatController::editMessage(qint64 message_id, const QString& text) {
+  if (isQueued(current_conversation_)) {
+    Q_EMIT errorOccurred(QStringLiteral("A message of this chat waits to be answered: withdraw it first."));
+    return false;
+  }
   if (!can_start_turn()) return false;
   if (text.trimmed().isEmpty()) return false;
   try {
     const QList<MessageRecord> records = currentMessages();
-    for (auto it = records.crbegin(); it != records.crend(); ++it) {
-      if (it->role != "user") continue;
-      // The engine session keeps the longest common prefix, so only the edited tail is prefilled again.
-      store_->delete_messages_from(current_conversation_, it->id);
-      return send(text);
+    const auto it =
+        std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
+    if (it == records.cend() || it->role != QLatin1String("user")) {
+      Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a message of yours in this chat.").arg(message_id));
+      return false;
     }
-    Q_EMIT errorOccurred(QStringLiteral("There is no message to edit."));
+    // The engine session keeps the longest common prefix, so only the edit and what follows it are prefilled.
+    const qint64 edit_id = store_->fork_message(current_conversation_, message_id, text);
+    spdlog::info("conversation {}: message {} edited as {} (a new branch)", current_conversation_, message_id, edit_id);
+    Q_EMIT conversationsChanged();
+    return start_turn(current_conversation_);
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
     return false;
+  }
+}
+
+bool ChatController::showBranch(qint64 message_id) {
+  if ((active_ && active_->conversation_id == current_conversation_) || isQueued(current_conversation_)) {
+    Q_EMIT errorOccurred(QStringLiteral("A reply is still being generated in this chat: stop it first."));
+    return false;
+  }
+  try {
+    if (current_conversation_ == 0 || branch_siblings(store_->messages(current_conversation_), message_id).isEmpty()) {
+      Q_EMIT errorOccurred(QStringLiteral("Message %1 starts no branch of this chat.").arg(message_id));
+      return false;
+    }
+    store_->show_branch(current_conversation_, message_id);
+    spdlog::info("conversation {}: showing branch {}", current_conversation_, message_id);
+    Q_EMIT messagesReset();
+    Q_EMIT cacheGaugeChanged();
+    return true;
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
     return false;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <QHash>
+#include <QSet>
+
 namespace kvchat::app {
 
 bool is_failed_reply(const MessageRecord& message) {
@@ -23,7 +26,101 @@ bool is_hidden_alternative(const MessageRecord& message) {
   return message.role == QLatin1String("assistant") && message.settings.value(kHiddenAlternativeKey).toBool();
 }
 
-QList<qint64> reply_alternatives(const QList<MessageRecord>& messages, qint64 reply_id) {
+namespace {
+
+bool is_user(const MessageRecord& message) { return message.role == QLatin1String("user"); }
+
+// Each group of branches by its original's id: the original (when it is still there) first, then its edits.
+QHash<qint64, QList<const MessageRecord*>> branch_groups(const QList<MessageRecord>& messages) {
+  QHash<qint64, QList<const MessageRecord*>> groups;
+  for (const MessageRecord& message : messages)
+    if (is_user(message) && message.forked_from != 0) groups[message.forked_from].push_back(&message);
+  for (const MessageRecord& message : messages)
+    if (is_user(message) && groups.contains(message.id)) groups[message.id].prepend(&message);
+  return groups;
+}
+
+// The shown member: the newest not marked hidden; the newest of all when every one is (a switch cut short).
+const MessageRecord* shown_member(const QList<const MessageRecord*>& members) {
+  for (auto it = members.crbegin(); it != members.crend(); ++it)
+    if (!(*it)->settings.value(kHiddenBranchKey).toBool()) return *it;
+  return members.back();
+}
+
+struct SubtreeStart {
+  qint64 branch = 0;
+  qint64 first_id = 0;
+};
+
+// The messages from each start on along its branch, and every group forked inside them (each start's own
+// group aside: its other members are not part of it).
+QSet<qint64> subtree_ids(const QList<MessageRecord>& messages, const QHash<qint64, QList<const MessageRecord*>>& groups,
+                         QList<SubtreeStart> pending) {
+  QSet<qint64> ids;
+  QSet<qint64> cascaded;
+  while (!pending.isEmpty()) {
+    const SubtreeStart start = pending.takeFirst();
+    for (const MessageRecord& message : messages) {
+      if (message.branch != start.branch || message.id < start.first_id) continue;
+      ids.insert(message.id);
+      if (message.id == start.first_id || cascaded.contains(message.id) || !groups.contains(message.id)) continue;
+      cascaded.insert(message.id);
+      for (const MessageRecord* member : groups.value(message.id))
+        if (member->id != message.id) pending.push_back({member->branch, member->id});
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+QList<qint64> branch_siblings(const QList<MessageRecord>& messages, qint64 user_message_id) {
+  const auto it = std::find_if(messages.cbegin(), messages.cend(),
+                               [&](const MessageRecord& message) { return message.id == user_message_id; });
+  if (it == messages.cend() || !is_user(*it)) return {};
+  const QList<const MessageRecord*> members =
+      branch_groups(messages).value(it->forked_from != 0 ? it->forked_from : it->id);
+  if (members.size() < 2) return {};
+  QList<qint64> ids;
+  for (const MessageRecord* member : members) ids.push_back(member->id);
+  return ids;
+}
+
+QList<MessageRecord> messages_on_shown_path(const QList<MessageRecord>& messages) {
+  const auto groups = branch_groups(messages);
+  if (groups.isEmpty()) return messages;
+  QList<SubtreeStart> hidden_starts;
+  for (const QList<const MessageRecord*>& members : groups) {
+    if (members.size() < 2) continue;
+    const MessageRecord* shown = shown_member(members);
+    for (const MessageRecord* member : members)
+      if (member != shown) hidden_starts.push_back({member->branch, member->id});
+  }
+  const QSet<qint64> hidden = subtree_ids(messages, groups, hidden_starts);
+  QList<MessageRecord> shown;
+  for (const MessageRecord& message : messages)
+    if (!hidden.contains(message.id)) shown.push_back(message);
+  return shown;
+}
+
+QList<qint64> branch_subtree(const QList<MessageRecord>& messages, qint64 member_id) {
+  const auto it = std::find_if(messages.cbegin(), messages.cend(),
+                               [&](const MessageRecord& message) { return message.id == member_id; });
+  if (it == messages.cend()) return {};
+  const QSet<qint64> ids = subtree_ids(messages, branch_groups(messages), {{it->branch, it->id}});
+  QList<qint64> ordered;
+  for (const MessageRecord& message : messages)
+    if (ids.contains(message.id)) ordered.push_back(message.id);
+  return ordered;
+}
+
+qint64 branch_for_new_message(const QList<MessageRecord>& messages) {
+  const QList<MessageRecord> shown = messages_on_shown_path(messages);
+  return shown.isEmpty() ? 0 : shown.back().branch;
+}
+
+QList<qint64> reply_alternatives(const QList<MessageRecord>& all_messages, qint64 reply_id) {
+  const QList<MessageRecord> messages = messages_on_shown_path(all_messages);
   QList<qint64> turn;  // the replies since the last user message
   bool found = false;
   for (const MessageRecord& message : messages) {
@@ -38,7 +135,8 @@ QList<qint64> reply_alternatives(const QList<MessageRecord>& messages, qint64 re
   return found ? turn : QList<qint64>{};
 }
 
-QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages) {
+QList<MessageRecord> messages_in_context(const QList<MessageRecord>& all_messages) {
+  const QList<MessageRecord> messages = messages_on_shown_path(all_messages);
   qint64 context_start = 0;
   for (const MessageRecord& message : messages)
     if (message.role == "marker" && message.settings.contains(kMarkerContextStartKey))
@@ -59,7 +157,8 @@ QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages) {
   return in_context;
 }
 
-QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& messages) {
+QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& all_messages) {
+  const QList<MessageRecord> messages = messages_on_shown_path(all_messages);
   QList<MessageRecord> ordered;
   QList<MessageRecord> markers;
   for (const MessageRecord& message : messages) {

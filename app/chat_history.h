@@ -48,6 +48,26 @@ bool is_hidden_alternative(const MessageRecord& message);
 // oldest first, `reply_id` included; empty when there is no such reply.
 QList<qint64> reply_alternatives(const QList<MessageRecord>& messages, qint64 reply_id);
 
+// Branches. Editing a user message forks the chat: the edit is a new user message that starts a new branch
+// (MessageRecord::branch is its own id, forked_from the id of the message it is an edit of, or of that one's
+// original when it is itself an edit), and the old message with everything after it stays as it was. The
+// original and its edits form a group of which one is shown; the others carry this settings key (true) and are
+// hidden together with their whole continuation: the later messages of their branch, and every group forked
+// inside it. A message belongs to the branch of the shown path's last message when it is written.
+inline constexpr const char* kHiddenBranchKey = "hidden_branch";
+// The group of `user_message_id` (its original first, then its edits, oldest first), when it has more than one
+// member; else empty.
+QList<qint64> branch_siblings(const QList<MessageRecord>& messages, qint64 user_message_id);
+// The messages on the shown path, in id order: those of hidden branches left out (hidden alternatives kept:
+// they belong to a shown turn). Every function below takes the whole conversation and applies this first;
+// applied to its own result it changes nothing.
+QList<MessageRecord> messages_on_shown_path(const QList<MessageRecord>& messages);
+// The ids of `member_id` (a user message) and everything that depends on it: the later messages of its branch
+// and every group forked from those; what deleting that branch removes.
+QList<qint64> branch_subtree(const QList<MessageRecord>& messages, qint64 member_id);
+// The branch a new message of the conversation belongs to (the shown path's last message's; 0 when empty).
+qint64 branch_for_new_message(const QList<MessageRecord>& messages);
+
 // The user/assistant messages the model sees: those from the last context cut on, without empty replies,
 // hidden alternatives and failed turns (see is_failed_reply).
 QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages);

@@ -72,7 +72,13 @@ const char* const kSchema[] = {
     " complete INTEGER NOT NULL DEFAULT 1,"
     // A reply's exact token ids (little-endian int32), and the vocabulary fingerprint they belong to.
     " token_ids BLOB,"
-    " token_vocabulary INTEGER NOT NULL DEFAULT 0)",
+    " token_vocabulary INTEGER NOT NULL DEFAULT 0,"
+    // Branches (chat_history.h): the id of the user message that starts the message's branch (0: the chat's
+    // first), and on an edited user message the id of the original it is an edit of. Plain ids rather than
+    // parent links: the shown path is the messages in id order less the hidden branches, so everything that
+    // reads a chat in order keeps working on it.
+    " branch INTEGER NOT NULL DEFAULT 0,"
+    " forked_from INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id)",
 };
 
@@ -215,6 +221,7 @@ int check_schema_version(const QSqlDatabase& db, const QString& path) {
 // before: their text is encoded, the same way every time).
 // Version 3 -> 4: conversations.pinned (no chat was pinned before).
 // Version 4 -> 5: messages_fts, the full-text index, filled from the messages there.
+// Version 5 -> 6: messages.branch and forked_from (every message before was on the chat's one branch, 0).
 // Version 6 -> 7: conversations.generation_settings (every chat followed the global settings before).
 void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
   if (version >= ConversationStore::kSchemaVersion) return;
@@ -225,7 +232,8 @@ void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
        QStringLiteral("ALTER TABLE messages ADD COLUMN token_vocabulary INTEGER NOT NULL DEFAULT 0")},
       {QStringLiteral("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0")},
       {},  // create_search_index
-      {},  // 6: reserved
+      {QStringLiteral("ALTER TABLE messages ADD COLUMN branch INTEGER NOT NULL DEFAULT 0"),
+       QStringLiteral("ALTER TABLE messages ADD COLUMN forked_from INTEGER NOT NULL DEFAULT 0")},
       {QStringLiteral("ALTER TABLE conversations ADD COLUMN generation_settings TEXT NOT NULL DEFAULT ''")},
   };
   for (int to = version + 1; to <= ConversationStore::kSchemaVersion; ++to) {
@@ -307,6 +315,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
       has_backend_column_ = !read_only || version >= 2;
       has_token_columns_ = !read_only || version >= 3;
       has_pinned_column_ = !read_only || version >= 4;
+      has_branch_columns_ = !read_only || version >= 6;
       has_generation_settings_column_ = !read_only || version >= 7;
       if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
         StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
@@ -392,11 +401,12 @@ QString conversation_columns(bool has_pinned_column) {
 }
 
 // An older file opened read-only lacks the newer columns.
-QString message_columns(bool has_backend_column, bool has_token_columns) {
-  return QStringLiteral("SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1, %2"
-                        " FROM messages")
+QString message_columns(bool has_backend_column, bool has_token_columns, bool has_branch_columns) {
+  return QStringLiteral("SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1, %2,"
+                        " %3 FROM messages")
       .arg(has_backend_column ? QStringLiteral("backend") : QStringLiteral("''"),
-           has_token_columns ? QStringLiteral("token_ids, token_vocabulary") : QStringLiteral("NULL, 0"));
+           has_token_columns ? QStringLiteral("token_ids, token_vocabulary") : QStringLiteral("NULL, 0"),
+           has_branch_columns ? QStringLiteral("branch, forked_from") : QStringLiteral("0, 0"));
 }
 
 QByteArray token_ids_blob(const std::vector<TokenId>& ids) {
@@ -446,7 +456,44 @@ MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
   record.token_ids = token_ids_from_blob(path, record.id, row.value(10).toByteArray());
   record.token_vocabulary = static_cast<quint64>(row.value(11).toLongLong());
   if (record.token_ids.empty()) record.token_vocabulary = 0;
+  record.branch = row.value(12).toLongLong();
+  record.forked_from = row.value(13).toLongLong();
   return record;
+}
+
+// What the branch rules need of a conversation's messages (no text, no token ids), inside a write transaction.
+QList<MessageRecord> branch_records(const QSqlDatabase& db, const QString& path, const QString& purpose,
+                                    qint64 conversation_id) {
+  StoreQuery query(db, path, purpose,
+                   QStringLiteral("SELECT id, role, settings, branch, forked_from FROM messages"
+                                  " WHERE conversation_id = :id ORDER BY id"));
+  query.bind(QStringLiteral(":id"), conversation_id);
+  QSqlQuery& rows = query.run();
+  QList<MessageRecord> records;
+  while (rows.next()) {
+    MessageRecord record;
+    record.id = rows.value(0).toLongLong();
+    record.conversation_id = conversation_id;
+    record.role = rows.value(1).toString();
+    record.settings = parse_json_column(path, record.id, "settings", rows.value(2).toString());
+    record.branch = rows.value(3).toLongLong();
+    record.forked_from = rows.value(4).toLongLong();
+    records.append(record);
+  }
+  return records;
+}
+
+// Marks one member of a branch group hidden or shown (its settings key), when it is not already.
+void set_branch_hidden(const QSqlDatabase& db, const QString& path, const QString& purpose,
+                       const MessageRecord& member, bool hidden) {
+  if (member.settings.value(QLatin1String(kHiddenBranchKey)).toBool() == hidden) return;
+  QJsonObject settings = member.settings;
+  if (hidden) settings.insert(QLatin1String(kHiddenBranchKey), true);
+  else settings.remove(QLatin1String(kHiddenBranchKey));
+  StoreQuery(db, path, purpose, QStringLiteral("UPDATE messages SET settings = :settings WHERE id = :id"))
+      .bind(QStringLiteral(":settings"), json_text(settings))
+      .bind(QStringLiteral(":id"), member.id)
+      .run();
 }
 
 }  // namespace
@@ -584,7 +631,7 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
   // A damaged file's index may have lost entries its table still holds: it is read from the table itself.
   const QString source = damage_.isEmpty() ? QString() : QStringLiteral(" NOT INDEXED");
   StoreQuery query(db, database_path_, QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
-                   message_columns(has_backend_column_, has_token_columns_) + source +
+                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_) + source +
                        QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
@@ -596,7 +643,8 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
 std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read message %1").arg(message_id),
-                   message_columns(has_backend_column_, has_token_columns_) + QStringLiteral(" WHERE id = :id"));
+                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_) +
+                       QStringLiteral(" WHERE id = :id"));
   query.bind(QStringLiteral(":id"), message_id);
   QSqlQuery& rows = query.run();
   if (!rows.next()) return std::nullopt;
@@ -615,12 +663,14 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
   if (!exists.single_value().isValid()) fail(database_path_, purpose + QStringLiteral(": no such conversation"));
 
   const qint64 created = message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now_ms();
+  const qint64 branch =
+      branch_for_new_message(branch_records(db, database_path_, purpose, message.conversation_id));
   StoreQuery insert(db, database_path_, purpose,
                     QStringLiteral("INSERT INTO messages"
                                    " (conversation_id, role, text, created_at, model, backend, settings, stats, complete,"
-                                   " token_ids, token_vocabulary)"
+                                   " token_ids, token_vocabulary, branch)"
                                    " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
-                                   " :stats, :complete, :token_ids, :token_vocabulary)"));
+                                   " :stats, :complete, :token_ids, :token_vocabulary, :branch)"));
   insert.bind(QStringLiteral(":conversation_id"), message.conversation_id)
       .bind(QStringLiteral(":role"), message.role)
       .bind(QStringLiteral(":text"), non_null(message.text))
@@ -631,11 +681,107 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
       .bind(QStringLiteral(":stats"), json_text(message.stats))
       .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
       .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
-      .bind(QStringLiteral(":token_vocabulary"), message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary));
+      .bind(QStringLiteral(":token_vocabulary"),
+            message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary))
+      .bind(QStringLiteral(":branch"), branch);
   const qint64 id = insert.run().lastInsertId().toLongLong();
   touch_conversation(db, database_path_, message.conversation_id);
   transaction.commit();
   return id;
+}
+
+qint64 ConversationStore::fork_message(qint64 conversation_id, qint64 message_id, const QString& text) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose =
+      QStringLiteral("cannot edit message %1 of conversation %2").arg(message_id).arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
+  const auto edited =
+      std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
+  if (edited == records.cend() || edited->role != QLatin1String("user"))
+    fail(database_path_, purpose + QStringLiteral(": no user message %1 in it").arg(message_id));
+  const qint64 original = edited->forked_from != 0 ? edited->forked_from : edited->id;
+  for (const MessageRecord& record : records)
+    if (record.role == QLatin1String("user") && (record.id == original || record.forked_from == original))
+      set_branch_hidden(db, database_path_, purpose, record, true);
+  StoreQuery insert(db, database_path_, purpose,
+                    QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, forked_from)"
+                                   " VALUES (:conversation_id, 'user', :text, :created_at, :forked_from)"));
+  insert.bind(QStringLiteral(":conversation_id"), conversation_id)
+      .bind(QStringLiteral(":text"), non_null(text))
+      .bind(QStringLiteral(":created_at"), now_ms())
+      .bind(QStringLiteral(":forked_from"), original);
+  const qint64 id = insert.run().lastInsertId().toLongLong();
+  StoreQuery(db, database_path_, purpose, QStringLiteral("UPDATE messages SET branch = id WHERE id = :id"))
+      .bind(QStringLiteral(":id"), id)
+      .run();
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+  spdlog::debug("conversation store: message {} edited as {}, a new branch of conversation {}", message_id, id,
+                conversation_id);
+  return id;
+}
+
+void ConversationStore::show_branch(qint64 conversation_id, qint64 message_id) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose =
+      QStringLiteral("cannot show branch %1 of conversation %2").arg(message_id).arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
+  const QList<qint64> group = branch_siblings(records, message_id);
+  if (group.isEmpty()) fail(database_path_, purpose + QStringLiteral(": message %1 starts no branch").arg(message_id));
+  for (const MessageRecord& record : records)
+    if (group.contains(record.id)) set_branch_hidden(db, database_path_, purpose, record, record.id != message_id);
+  transaction.commit();
+}
+
+void ConversationStore::delete_branch(qint64 conversation_id, qint64 message_id) {
+  QSqlDatabase db = connection(connection_name_);
+  const QString purpose =
+      QStringLiteral("cannot delete branch %1 of conversation %2").arg(message_id).arg(conversation_id);
+  WriteTransaction transaction(db, database_path_, purpose);
+  const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
+  const QList<qint64> group = branch_siblings(records, message_id);
+  if (group.isEmpty()) fail(database_path_, purpose + QStringLiteral(": message %1 starts no branch").arg(message_id));
+  const QList<qint64> doomed = branch_subtree(records, message_id);
+  const QList<MessageRecord> shown = messages_on_shown_path(records);
+  const bool was_shown =
+      std::any_of(shown.cbegin(), shown.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
+  for (const qint64 id : doomed)
+    StoreQuery(db, database_path_, purpose, QStringLiteral("DELETE FROM messages WHERE id = :id"))
+        .bind(QStringLiteral(":id"), id)
+        .run();
+  QList<qint64> remaining = group;
+  remaining.removeAll(message_id);
+  const auto record_of = [&](qint64 id) {
+    return *std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == id; });
+  };
+  const MessageRecord deleted = record_of(message_id);
+  if (deleted.forked_from == 0) {
+    // The original goes: its oldest edit takes its place in the original's branch. Every message of that edit's
+    // branch has a later id than the ones left in the original's branch, so their order stays right.
+    const MessageRecord heir = record_of(remaining.front());
+    StoreQuery(db, database_path_, purpose, QStringLiteral("UPDATE messages SET branch = :to WHERE branch = :from"
+                                                           " AND conversation_id = :conversation_id"))
+        .bind(QStringLiteral(":to"), deleted.branch)
+        .bind(QStringLiteral(":from"), heir.id)
+        .bind(QStringLiteral(":conversation_id"), conversation_id)
+        .run();
+    StoreQuery(db, database_path_, purpose,
+               QStringLiteral("UPDATE messages SET forked_from = CASE WHEN id = :heir THEN 0 ELSE :heir END"
+                              " WHERE forked_from = :original AND conversation_id = :conversation_id"))
+        .bind(QStringLiteral(":heir"), heir.id)
+        .bind(QStringLiteral(":original"), deleted.id)
+        .bind(QStringLiteral(":conversation_id"), conversation_id)
+        .run();
+  }
+  if (was_shown || remaining.size() == 1)
+    for (const qint64 id : remaining)
+      set_branch_hidden(db, database_path_, purpose, record_of(id), id != remaining.back() && remaining.size() > 1);
+  touch_conversation(db, database_path_, conversation_id);
+  transaction.commit();
+  spdlog::debug("conversation store: deleted branch {} ({} messages) of conversation {}", message_id, doomed.size(),
+                conversation_id);
 }
 
 void ConversationStore::update_message_text(qint64 message_id, const QString& text) {
@@ -750,13 +896,23 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
   // id, mapped to its copy once every copy has one.
   QHash<qint64, qint64> copy_of;
   for (const MessageRecord& message : originals) {
+    // A branch starts at a message, and an edit refers to its original: both are earlier, so already copied.
     StoreQuery copy(db, database_path_, purpose,
                     QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, model, backend,"
-                                   " settings, stats, complete, token_ids, token_vocabulary)"
+                                   " settings, stats, complete, token_ids, token_vocabulary, branch, forked_from)"
                                    " SELECT :copy_id, role, text, created_at, model, backend, settings, stats,"
-                                   " complete, token_ids, token_vocabulary FROM messages WHERE id = :id"));
-    copy.bind(QStringLiteral(":copy_id"), copy_id).bind(QStringLiteral(":id"), message.id);
-    copy_of.insert(message.id, copy.run().lastInsertId().toLongLong());
+                                   " complete, token_ids, token_vocabulary, :branch, :forked_from FROM messages"
+                                   " WHERE id = :id"));
+    copy.bind(QStringLiteral(":copy_id"), copy_id)
+        .bind(QStringLiteral(":branch"), message.branch == message.id ? -1 : copy_of.value(message.branch, 0))
+        .bind(QStringLiteral(":forked_from"), copy_of.value(message.forked_from, 0))
+        .bind(QStringLiteral(":id"), message.id);
+    const qint64 copied = copy.run().lastInsertId().toLongLong();
+    copy_of.insert(message.id, copied);
+    if (message.branch == message.id)
+      StoreQuery(db, database_path_, purpose, QStringLiteral("UPDATE messages SET branch = id WHERE id = :id"))
+          .bind(QStringLiteral(":id"), copied)
+          .run();
   }
   for (const MessageRecord& message : originals) {
     if (message.role != QLatin1String("marker") || !message.settings.contains(QLatin1String(kMarkerContextStartKey)))
@@ -779,6 +935,92 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
   transaction.commit();
   spdlog::debug("conversation store: copied conversation {} to {}", conversation_id, copy_id);
   return copy_id;
+}
+
+QList<qint64> ConversationStore::import_conversations(const QList<ImportedConversation>& conversations) {
+  QSqlDatabase db = connection(connection_name_);
+  WriteTransaction transaction(db, database_path_, QStringLiteral("cannot import conversations"));
+  QList<qint64> ids(conversations.size(), 0);
+  // The last first: each import is more recent than the one before, so the first is listed first.
+  for (qsizetype index = conversations.size() - 1; index >= 0; --index) {
+    const ConversationRecord& record = conversations[index].conversation;
+    const QString purpose =
+        QStringLiteral("cannot import conversation %1 (\u201c%2\u201d)").arg(index + 1).arg(record.title);
+    const qint64 now = now_ms();
+    StoreQuery insert(
+        db, database_path_, purpose,
+        QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
+                       " pinned) VALUES (:title, :system_prompt, :created_at, :updated_at, :activity,"
+                       " :pinned)"));
+    insert.bind(QStringLiteral(":title"), non_null(record.title))
+        .bind(QStringLiteral(":system_prompt"), non_null(record.system_prompt))
+        .bind(QStringLiteral(":created_at"), record.created_at.isValid() ? record.created_at.toMSecsSinceEpoch() : now)
+        .bind(QStringLiteral(":updated_at"), record.updated_at.isValid() ? record.updated_at.toMSecsSinceEpoch() : now)
+        .bind(QStringLiteral(":activity"), next_activity(db, database_path_))
+        .bind(QStringLiteral(":pinned"), record.pinned ? 1 : 0);
+    const qint64 conversation_id = insert.run().lastInsertId().toLongLong();
+    ids[index] = conversation_id;
+    QHash<qint64, qint64> new_id;
+    const auto mapped = [&](qint64 local, const MessageRecord& message, const char* what) -> qint64 {
+      if (local == 0) return 0;
+      if (!new_id.contains(local))
+        fail(database_path_, purpose + QStringLiteral(": message %1's %2 refers to message %3, which it does not hold")
+                                           .arg(message.id)
+                                           .arg(QLatin1String(what))
+                                           .arg(local));
+      return new_id.value(local);
+    };
+    for (const MessageRecord& message : conversations[index].messages) {
+      if (!is_known_role(message.role))
+        fail(database_path_,
+             purpose + QStringLiteral(": message %1 has the unknown role '%2'").arg(message.id).arg(message.role));
+      if (new_id.contains(message.id))
+        fail(database_path_, purpose + QStringLiteral(": message %1 is listed twice").arg(message.id));
+      StoreQuery add(db, database_path_, purpose,
+                     QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, model, backend,"
+                                    " settings, stats, complete, token_ids, token_vocabulary)"
+                                    " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
+                                    " :stats, :complete, :token_ids, :token_vocabulary)"));
+      add.bind(QStringLiteral(":conversation_id"), conversation_id)
+          .bind(QStringLiteral(":role"), message.role)
+          .bind(QStringLiteral(":text"), non_null(message.text))
+          .bind(QStringLiteral(":created_at"),
+                message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now)
+          .bind(QStringLiteral(":model"), non_null(message.model))
+          .bind(QStringLiteral(":backend"), non_null(message.backend))
+          .bind(QStringLiteral(":settings"), json_text(message.settings))
+          .bind(QStringLiteral(":stats"), json_text(message.stats))
+          .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
+          .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
+          .bind(QStringLiteral(":token_vocabulary"),
+                message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary));
+      new_id.insert(message.id, add.run().lastInsertId().toLongLong());
+    }
+    // References are mapped once every message has its id (a marker's context start may come after it).
+    for (const MessageRecord& message : conversations[index].messages) {
+      const qint64 branch =
+          message.branch == message.id ? new_id.value(message.id) : mapped(message.branch, message, "branch");
+      const qint64 forked_from = mapped(message.forked_from, message, "forked_from");
+      QJsonObject settings = message.settings;
+      if (message.role == QLatin1String("marker") && settings.contains(QLatin1String(kMarkerContextStartKey)))
+        settings.insert(QLatin1String(kMarkerContextStartKey),
+                        mapped(settings.value(QLatin1String(kMarkerContextStartKey)).toInteger(), message,
+                               kMarkerContextStartKey));
+      if (branch == 0 && forked_from == 0 && settings == message.settings) continue;
+      StoreQuery(db, database_path_, purpose,
+                 QStringLiteral("UPDATE messages SET branch = :branch, forked_from = :forked_from, settings = :settings"
+                                " WHERE id = :id"))
+          .bind(QStringLiteral(":branch"), branch)
+          .bind(QStringLiteral(":forked_from"), forked_from)
+          .bind(QStringLiteral(":settings"), json_text(settings))
+          .bind(QStringLiteral(":id"), new_id.value(message.id))
+          .run();
+    }
+  }
+  transaction.commit();
+  spdlog::info("conversation store {}: imported {} conversation(s)", database_path_.toStdString(),
+               conversations.size());
+  return ids;
 }
 
 void ConversationStore::set_message_settings(qint64 message_id, const QJsonObject& settings) {

@@ -52,6 +52,20 @@ struct MessageRecord {
   // changed since.
   std::vector<kvchat::TokenId> token_ids;
   quint64 token_vocabulary = 0;
+  // Branches (see chat_history.h): the id of the user message that starts this message's branch (0: the
+  // conversation's first branch), and on a user message that is an edit, the id of the message it replaces in
+  // the shown path (the group's original). add_message() sets branch itself; forked_from only fork_message().
+  qint64 branch = 0;
+  qint64 forked_from = 0;
+};
+
+// A conversation for import_conversations(): its record (title, system prompt, times, pinned; id and
+// message_count unused) and its messages in order. A message's id, branch and forked_from, and a marker's
+// context start (kMarkerContextStartKey), are numbers of this list's own (increasing along it), each mapped to
+// the message's new id.
+struct ImportedConversation {
+  ConversationRecord conversation;
+  QList<MessageRecord> messages;
 };
 
 // A conversation that search() found: the first of its messages that matched (0 when only its title did).
@@ -99,7 +113,19 @@ class ConversationStore {
 
   QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation
   std::optional<MessageRecord> message(qint64 message_id) const;
-  qint64 add_message(const MessageRecord& message);  // committed before it returns; bumps updated_at
+  // Committed before it returns; bumps updated_at. The message joins the shown path's branch (its own
+  // branch and forked_from are not used).
+  qint64 add_message(const MessageRecord& message);
+  // Editing user message `message_id`: a new user message with `text` that starts a new branch, shown from now
+  // on in place of that message and the rest of its group (which stay, hidden), in one transaction. Returns
+  // its id.
+  qint64 fork_message(qint64 conversation_id, qint64 message_id, const QString& text);
+  // Shows branch `message_id` (a user message of a group) and hides the others of its group, in one transaction.
+  void show_branch(qint64 conversation_id, qint64 message_id);
+  // Deletes user message `message_id` of a group with its branch_subtree(), in one transaction. When it was the
+  // group's original, its oldest remaining edit takes its place (its branch joins the original's, and the other
+  // edits refer to it); when it was shown, the newest remaining member is shown.
+  void delete_branch(qint64 conversation_id, qint64 message_id);
   // Streaming progress, committed (complete stays false); the message's token ids no longer match its text
   // and are cleared.
   void update_message_text(qint64 message_id, const QString& text);
@@ -114,6 +140,11 @@ class ConversationStore {
   // every message with all its columns (text, times, model, settings, stats, token ids). A context-cut marker
   // points at the copy of the message it pointed at. Not pinned. Returns the copy's id.
   qint64 duplicate_conversation(qint64 conversation_id);
+  // Adds the conversations as new ones (never over an existing one), with their messages and every field of
+  // them, in one transaction: any error (an unknown role, a reference to a message the list does not hold, a
+  // full disk) adds nothing. They are listed in the given order, after the pinned ones as usual, before the
+  // chats already there. Returns their new ids, in order.
+  QList<qint64> import_conversations(const QList<ImportedConversation>& conversations);
   // Records which backend and model answered a reply (a remote turn learns the model from the server).
   void set_message_origin(qint64 message_id, const QString& backend, const QString& model);
   // Replaces a message's settings object (e.g. which of a reply's alternatives is shown), committed.
@@ -139,8 +170,8 @@ class ConversationStore {
   QString missing_messages(qint64 conversation_id) const;
 
   // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. 5: messages_fts,
-  // the full-text index of the messages. 7: conversations.generation_settings. Opening an older file for writing migrates it; a reader leaves it as
-  // it is.
+  // the full-text index of the messages. 6: messages.branch and forked_from. 7: conversations.generation_settings.
+  // Opening an older file for writing migrates it; a reader leaves it as it is.
   static constexpr int kSchemaVersion = 7;
 
  private:
@@ -152,6 +183,7 @@ class ConversationStore {
   bool has_backend_column_ = true;
   bool has_token_columns_ = true;
   bool has_pinned_column_ = true;
+  bool has_branch_columns_ = true;
   bool has_generation_settings_column_ = true;
   bool has_search_index_ = false;
 };

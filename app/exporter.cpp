@@ -240,7 +240,8 @@ ExportFormat export_format_from_string(const QString& text) {
   throw std::invalid_argument("unknown export format '" + text.toStdString() + "' (expected md, json or txt)");
 }
 
-ExportContents export_contents(const QList<MessageRecord>& messages) {
+ExportContents export_contents(const QList<MessageRecord>& all_messages) {
+  const QList<MessageRecord> messages = messages_on_shown_path(all_messages);
   ExportContents contents;
   contents.messages = static_cast<int>(messages_in_reading_order(messages).size());
   for (const MessageRecord& message : messages)
@@ -248,8 +249,10 @@ ExportContents export_contents(const QList<MessageRecord>& messages) {
   return contents;
 }
 
-QString export_conversation(const ConversationRecord& conversation, const QList<MessageRecord>& messages,
+QString export_conversation(const ConversationRecord& conversation, const QList<MessageRecord>& all_messages,
                             ExportFormat format) {
+  // The conversation is its shown path: the branches it does not show are not part of it here.
+  const QList<MessageRecord> messages = messages_on_shown_path(all_messages);
   switch (format) {
     case ExportFormat::Markdown: return to_markdown(conversation, messages);
     case ExportFormat::Json: return to_json(conversation, messages);

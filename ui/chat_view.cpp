@@ -85,6 +85,8 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
     connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
     connect(widget, &MessageWidget::deleteRequested, this, &ChatView::deleteMessageRequested);
     connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
+    connect(widget, &MessageWidget::editRequested, this, &ChatView::editMessageRequested);
+    connect(widget, &MessageWidget::branchRequested, this, &ChatView::branchRequested);
     connect(widget, &MessageWidget::newChatRequested, this, &ChatView::newChatRequested);
     connect(widget, &MessageWidget::dropOldestTurnsRequested, this, &ChatView::dropOldestTurnsRequested);
     widget->setOffersDropOldestTurns(offers_drop_oldest_);
@@ -92,6 +94,10 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
     layout_->insertWidget(layout_->count() - 1, widget);
   }
   for (MessageWidget* widget : messageWidgets()) {
+    if (widget->role() == QLatin1String("user")) {
+      const QList<qint64> branches = branches_.value(widget->messageId());
+      widget->setBranches(branches, static_cast<int>(branches.indexOf(widget->messageId())));
+    }
     if (widget->role() != QLatin1String("assistant")) continue;
     const QList<qint64> alternatives = kvchat::app::reply_alternatives(messages, widget->messageId());
     widget->setAlternatives(alternatives, static_cast<int>(alternatives.indexOf(widget->messageId())));

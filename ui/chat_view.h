@@ -3,6 +3,7 @@
 // just above the first message the model still sees, a regenerated turn's hidden alternatives left out but
 // counted in the shown reply's ‹ n/m ›). Follows the bottom while a reply streams in,
 // unless the reader scrolled up.
+#include <QHash>
 #include <QList>
 #include <QScrollArea>
 
@@ -23,6 +24,9 @@ class ChatView : public QScrollArea {
   // Rebuilds the view. `streaming_message_id` (0 = none) is shown as in progress with `streaming_text`.
   void setMessages(const QList<kvchat::app::MessageRecord>& messages, qint64 streaming_message_id = 0,
                    const QString& streaming_text = QString());
+  // The branch groups of the user messages (ChatController::currentBranches), for their "‹ 2/3 ›"; applied by
+  // the next setMessages().
+  void setBranches(const QHash<qint64, QList<qint64>>& branches) { branches_ = branches; }
   void appendToMessage(qint64 message_id, const QString& chunk);
   void updateMessage(const kvchat::app::MessageRecord& message);
   // A transient error line at the end of the transcript (cleared by the next setMessages()).
@@ -50,6 +54,8 @@ class ChatView : public QScrollArea {
   void continueRequested(qint64 message_id);
   void deleteMessageRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
+  void editMessageRequested(qint64 message_id);
+  void branchRequested(qint64 message_id);
   void newChatRequested();
   void dropOldestTurnsRequested();
 
@@ -62,6 +68,7 @@ class ChatView : public QScrollArea {
   QWidget* container_ = nullptr;
   QLabel* placeholder_ = nullptr;
   qint64 continuable_message_ = 0;
+  QHash<qint64, QList<qint64>> branches_;
   bool offers_drop_oldest_ = true;
   QVBoxLayout* layout_ = nullptr;
   bool following_ = true;

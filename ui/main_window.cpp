@@ -256,6 +256,8 @@ QWidget* MainWindow::build_chat_panel() {
 
   connect(chat_view_, &ChatView::continueRequested, controller_, [this] { controller_->continueReply(); });
   connect(chat_view_, &ChatView::alternativeRequested, controller_, &ChatController::showAlternative);
+  connect(chat_view_, &ChatView::editMessageRequested, this, &MainWindow::start_editing_message);
+  connect(chat_view_, &ChatView::branchRequested, controller_, &ChatController::showBranch);
   connect(chat_view_, &ChatView::deleteMessageRequested, this, &MainWindow::delete_message);
   // A reply stopped by the context limit: its two ways out.
   connect(chat_view_, &ChatView::newChatRequested, this, &MainWindow::start_new_conversation);
@@ -278,8 +280,8 @@ QWidget* MainWindow::build_chat_panel() {
   auto* transient_layout = new QVBoxLayout(transient);
   transient_layout->setContentsMargins(0, 0, 0, 0);
   transient_layout->setSpacing(0);
-  editing_label_ = new QLabel(tr("Editing your last message: Send replaces it and everything after it "
-                                 "(Esc cancels)."),
+  editing_label_ = new QLabel(tr("Editing a message: Resend answers the edit as a new branch of the chat; the "
+                                 "version before it is kept (\u2039 \u203a on the message switch back). Esc cancels."),
                               transient);
   editing_label_->setObjectName("editingLabel");
   set_palette_style_sheet(editing_label_, [](const QPalette& palette) {
@@ -377,7 +379,7 @@ void MainWindow::start_new_conversation() {
 void MainWindow::connect_controller() {
   connect(controller_, &ChatController::conversationsChanged, this, &MainWindow::refresh_conversations);
   connect(controller_, &ChatController::currentConversationChanged, this, [this](qint64 conversation_id) {
-    editing_last_message_ = false;
+    editing_message_id_ = 0;
     switch_drafts(conversation_id);
     refresh_conversations();
     reload_messages();
@@ -471,6 +473,12 @@ void MainWindow::build_menus() {
   export_action->setObjectName("exportAction");
   export_action->setShortcut(QKeySequence(QStringLiteral("Ctrl+E")));
   connect(export_action, &QAction::triggered, this, &MainWindow::openExportDialog);
+  QAction* export_all = file->addAction(tr("Export &all chats\u2026"));
+  export_all->setObjectName("exportAllAction");
+  connect(export_all, &QAction::triggered, this, &MainWindow::openExportAllDialog);
+  QAction* import_action = file->addAction(tr("&Import chats\u2026"));
+  import_action->setObjectName("importAction");
+  connect(import_action, &QAction::triggered, this, &MainWindow::openImportDialog);
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"));
   quit->setShortcut(QKeySequence::Quit);
@@ -606,24 +614,54 @@ void MainWindow::submit_input() {
   const QString text = input_->toPlainText();
   if (text.trimmed().isEmpty()) return;
   if (!draft_fits()) return;
-  const bool accepted = editing_last_message_ ? controller_->editLastUserMessage(text) : controller_->send(text);
+  const bool accepted =
+      editing_message_id_ != 0 ? controller_->editMessage(editing_message_id_, text) : controller_->send(text);
   if (accepted) {
     input_->clear();
-    editing_last_message_ = false;
+    editing_message_id_ = 0;
   }
   refresh_buttons();
 }
 
 void MainWindow::start_editing_last_message() {
-  const auto messages = controller_->currentMessages();
-  for (auto it = messages.crbegin(); it != messages.crend(); ++it) {
-    if (it->role != "user") continue;
-    input_->setPlainText(it->text);
+  if (const qint64 last = user_message_before(0)) start_editing_message(last);
+}
+
+void MainWindow::start_editing_message(qint64 message_id) {
+  if (controller_->isGenerating() || controller_->isQueued(controller_->currentConversationId())) {
+    show_notice(tr("A reply is being generated: a message can be edited once it ends."), 3000);
+    return;
+  }
+  for (const auto& message : controller_->currentMessages()) {
+    if (message.id != message_id || message.role != QLatin1String("user")) continue;
+    input_->setPlainText(message.text);
     input_->setFocus();
-    editing_last_message_ = true;
+    editing_message_id_ = message_id;
     refresh_buttons();
     return;
   }
+}
+
+qint64 MainWindow::user_message_before(qint64 message_id) const {
+  const auto messages = controller_->currentMessages();
+  for (auto it = messages.crbegin(); it != messages.crend(); ++it)
+    if (it->role == QLatin1String("user") && (message_id == 0 || it->id < message_id)) return it->id;
+  return 0;
+}
+
+void MainWindow::step_branch(int step) {
+  const QHash<qint64, QList<qint64>> branches = controller_->currentBranches();
+  qint64 shown = branches.contains(editing_message_id_) ? editing_message_id_ : 0;
+  if (shown == 0)
+    for (auto it = branches.cbegin(); it != branches.cend(); ++it) shown = std::max(shown, it.key());
+  if (shown == 0) return;
+  const QList<qint64> group = branches.value(shown);
+  const qsizetype index = group.indexOf(shown) + step;
+  if (index < 0 || index >= group.size()) return;
+  const bool was_editing = editing_message_id_ == shown;
+  if (!controller_->showBranch(group[index])) return;
+  // Editing follows the message to its other version.
+  if (was_editing) start_editing_message(group[index]);
 }
 
 void MainWindow::resizeEvent(QResizeEvent* event) {

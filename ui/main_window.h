@@ -65,6 +65,13 @@ class MainWindow : public QMainWindow {
   // the settings, so also after a restart; else Documents, else home) and says what the export holds
   // ("exportContentsLabel"); a name without an extension gets the chosen type's.
   QFileDialog* openExportDialog();
+  // File > Export all chats / Import chats: each a non-modal file dialog ("exportAllDialog", "importDialog")
+  // starting in the last export folder; the chosen path goes to the function after it. A failure is an error
+  // dialog ("exportErrorDialog", "importErrorDialog") saying what is wrong; an import adds nothing then.
+  QFileDialog* openExportAllDialog();
+  bool exportAllConversations(const QString& path);
+  QFileDialog* openImportDialog();
+  bool importConversations(const QString& path);
   SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
   QMessageBox* openAboutDialog();                       // Help > About ("aboutDialog")
   CachesDialog* openCachesDialog();                     // Chat > Caches in memory (non-modal)
@@ -123,6 +130,13 @@ class MainWindow : public QMainWindow {
   void start_new_conversation();
   void submit_input();
   void start_editing_last_message();
+  // Puts user message `message_id` in the message box: Resend answers the edit as a new branch.
+  void start_editing_message(qint64 message_id);
+  // The user message of the shown path before `message_id` (0: the last one; 0 returned when there is none).
+  qint64 user_message_before(qint64 message_id) const;
+  // Shows the previous (step -1) or next (+1) branch of the message being edited, else of the last edited
+  // message on the shown path.
+  void step_branch(int step);
 
   // main_window_keyboard.cpp
   // The Chat menu's actions for the transcript and the chat list (rename, delete, edit, stop, versions, copy)
@@ -167,7 +181,7 @@ class MainWindow : public QMainWindow {
 
   kvchat::app::ChatController* controller_;
   ConfirmHandler confirm_;
-  bool editing_last_message_ = false;
+  qint64 editing_message_id_ = 0;  // the user message the message box edits (0: none)
   qint64 input_conversation_ = 0;    // the chat the input box's text belongs to
   QHash<qint64, QString> drafts_;    // unsent text of the other chats
   qint64 speed_conversation_ = 0;  // the chat whose reply the speed field shows (0: none)

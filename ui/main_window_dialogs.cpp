@@ -121,16 +121,82 @@ bool MainWindow::exportCurrentConversation(const QString& path) {
   }
 }
 
+namespace {
+
+// Where an export or import dialog starts: the last export's folder, else Documents, else home.
+QString export_folder(const kvchat::app::ChatController* controller) {
+  QString folder = controller->settings().export_directory;
+  if (folder.isEmpty() || !QFileInfo(folder).isDir())
+    folder = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
+  if (folder.isEmpty() || !QFileInfo(folder).isDir()) folder = QDir::homePath();
+  return folder;
+}
+
+}  // namespace
+
+bool MainWindow::exportAllConversations(const QString& path) {
+  try {
+    controller_->exportAllConversations(path);
+    controller_->setExportDirectory(QFileInfo(path).absolutePath());
+    show_notice(tr("Exported every chat to %1").arg(path), 5000);
+    return true;
+  } catch (const std::exception& error) {
+    show_error_dialog(tr("Export failed"), QString::fromUtf8(error.what()), "exportErrorDialog");
+    return false;
+  }
+}
+
+QFileDialog* MainWindow::openExportAllDialog() {
+  auto* dialog = new QFileDialog(this, tr("Export all chats"),
+                                 QDir(export_folder(controller_)).filePath(QStringLiteral("kvchat-chats.json")));
+  dialog->setObjectName("exportAllDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setAcceptMode(QFileDialog::AcceptSave);
+  dialog->setFileMode(QFileDialog::AnyFile);
+  dialog->setNameFilters({tr("kvchat chats (*.json)")});
+  dialog->setDefaultSuffix(QStringLiteral("json"));
+  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
+    if (!path.isEmpty()) exportAllConversations(path);
+  });
+  dialog->open();
+  return dialog;
+}
+
+bool MainWindow::importConversations(const QString& path) {
+  try {
+    const int imported = controller_->importConversations(path);
+    show_notice(imported == 1 ? tr("Imported 1 chat from %1").arg(path)
+                              : tr("Imported %1 chats from %2").arg(imported).arg(path),
+                5000);
+    return true;
+  } catch (const std::exception& error) {
+    show_error_dialog(tr("Import failed"),
+                      tr("Nothing was imported. %1").arg(QString::fromUtf8(error.what())), "importErrorDialog");
+    return false;
+  }
+}
+
+QFileDialog* MainWindow::openImportDialog() {
+  auto* dialog = new QFileDialog(this, tr("Import chats"), export_folder(controller_));
+  dialog->setObjectName("importDialog");
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->setAcceptMode(QFileDialog::AcceptOpen);
+  dialog->setFileMode(QFileDialog::ExistingFile);
+  dialog->setNameFilters({tr("kvchat exports (*.json)"), tr("All files (*)")});
+  connect(dialog, &QFileDialog::fileSelected, this, [this](const QString& path) {
+    if (!path.isEmpty()) importConversations(path);
+  });
+  dialog->open();
+  return dialog;
+}
+
 QFileDialog* MainWindow::openExportDialog() {
   if (controller_->currentConversationId() <= 0) return nullptr;
   QString title = QStringLiteral("chat");
   if (const auto record = controller_->conversation(controller_->currentConversationId())) title = record->title;
   title.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9 _-]")), QStringLiteral("_"));
   // Not the process's working directory: the last export's folder, else Documents, else home.
-  QString folder = controller_->settings().export_directory;
-  if (folder.isEmpty() || !QFileInfo(folder).isDir())
-    folder = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
-  if (folder.isEmpty() || !QFileInfo(folder).isDir()) folder = QDir::homePath();
+  const QString folder = export_folder(controller_);
   auto* dialog = new QFileDialog(this, tr("Export chat"), QDir(folder).filePath(title + QStringLiteral(".md")));
   dialog->setObjectName("exportDialog");
   // What the file will hold, before the user picks a name: all of it, regenerated replies included.

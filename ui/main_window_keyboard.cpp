@@ -46,8 +46,8 @@ void MainWindow::stop_or_cancel() {
     if (text && input_->toPlainText().trimmed().isEmpty()) input_->setPlainText(*text);
     show_notice(tr("Not sent: the waiting message is back in the message box."));
     refresh_buttons();
-  } else if (editing_last_message_) {
-    editing_last_message_ = false;
+  } else if (editing_message_id_ != 0) {
+    editing_message_id_ = 0;
     input_->clear();
     refresh_buttons();
   }
@@ -59,12 +59,24 @@ void MainWindow::build_keyboard_actions(QMenu* chat) {
   stop->setObjectName("stopAction");
   stop->setShortcut(QKeySequence(Qt::Key_Escape));
   connect(stop, &QAction::triggered, this, &MainWindow::stop_or_cancel);
-  QAction* edit_last = chat->addAction(tr("&Edit the last message"));
+  // Pressed again while editing, it goes one message up: any earlier message can be edited from the keys.
+  QAction* edit_last = chat->addAction(tr("&Edit the last message (again: the one before)"));
   edit_last->setObjectName("editLastAction");
   edit_last->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+E")));
   connect(edit_last, &QAction::triggered, this, [this] {
-    if (edit_button_->isEnabled()) start_editing_last_message();
+    if (!edit_button_->isEnabled()) return;
+    const qint64 before = editing_message_id_ != 0 ? user_message_before(editing_message_id_) : 0;
+    if (before != 0) start_editing_message(before);
+    else if (editing_message_id_ == 0) start_editing_last_message();
   });
+  QAction* previous_branch = chat->addAction(tr("Previous version of the edited message"));
+  previous_branch->setObjectName("previousBranchAction");
+  previous_branch->setShortcut(QKeySequence(Qt::ALT | Qt::SHIFT | Qt::Key_Left));
+  connect(previous_branch, &QAction::triggered, this, [this] { step_branch(-1); });
+  QAction* next_branch = chat->addAction(tr("Next version of the edited message"));
+  next_branch->setObjectName("nextBranchAction");
+  next_branch->setShortcut(QKeySequence(Qt::ALT | Qt::SHIFT | Qt::Key_Right));
+  connect(next_branch, &QAction::triggered, this, [this] { step_branch(+1); });
   QAction* previous_version = chat->addAction(tr("Pre&vious version of the last reply"));
   previous_version->setObjectName("previousVersionAction");
   previous_version->setShortcut(QKeySequence(Qt::ALT | Qt::Key_Left));

@@ -228,7 +228,14 @@ void MainWindow::refresh_conversations() {
 
 void MainWindow::reload_messages() {
   const bool streaming_here = generating_here();
-  chat_view_->setMessages(controller_->currentMessages(), streaming_here ? controller_->generatingMessageId() : 0,
+  const QList<kvchat::app::MessageRecord> shown = controller_->currentMessages();
+  // A message no longer shown (another branch, deleted) is no longer being edited.
+  if (editing_message_id_ != 0 && std::none_of(shown.cbegin(), shown.cend(), [this](const auto& message) {
+        return message.id == editing_message_id_;
+      }))
+    editing_message_id_ = 0;
+  chat_view_->setBranches(controller_->currentBranches());
+  chat_view_->setMessages(shown, streaming_here ? controller_->generatingMessageId() : 0,
                           streaming_here ? controller_->generatingText() : QString());
   refresh_buttons();
   refresh_cache_gauge();
@@ -304,11 +311,11 @@ void MainWindow::refresh_buttons() {
   const bool queued = controller_->isQueued(controller_->currentConversationId());
   const bool ready = controller_->isBackendReady();
   // A waiting message can be withdrawn like a reply stopped (the button, or Esc).
-  send_button_->setText(here || queued ? tr("Stop") : editing_last_message_ ? tr("Resend") : tr("Send"));
+  send_button_->setText(here || queued ? tr("Stop") : editing_message_id_ != 0 ? tr("Resend") : tr("Send"));
   send_button_->setToolTip(queued ? tr("Withdraw the waiting message (Esc)")
                                   : here ? tr("Stop the reply (Esc)") : QString());
   send_button_->setEnabled(here || queued || ready);
-  editing_label_->setVisible(editing_last_message_);
+  editing_label_->setVisible(editing_message_id_ != 0);
   QString waiting;
   if (queued || elsewhere) {
     QString title;
@@ -340,7 +347,9 @@ void MainWindow::refresh_token_counter() {
   token_count_timer_.stop();
   const QString draft = input_->toPlainText();
   const auto measure =
-      draft.trimmed().isEmpty() ? std::nullopt : controller_->measureDraft(draft, editing_last_message_);
+      draft.trimmed().isEmpty() ? std::nullopt
+      : editing_message_id_ != 0 ? controller_->measureEdit(draft, editing_message_id_)
+                                 : controller_->measureDraft(draft);
   if (!measure) {
     token_counter_->setFullText(QString());
     return;
@@ -365,7 +374,8 @@ void MainWindow::refresh_token_counter() {
 
 bool MainWindow::draft_fits() {
   refresh_token_counter();
-  const auto measure = controller_->measureDraft(input_->toPlainText(), editing_last_message_);
+  const auto measure = editing_message_id_ != 0 ? controller_->measureEdit(input_->toPlainText(), editing_message_id_)
+                                                : controller_->measureDraft(input_->toPlainText());
   if (!measure || measure->fits) return true;
   show_notice(tr("Not sent: the message does not fit the context (see under the message box)."));
   return false;

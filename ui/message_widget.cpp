@@ -102,6 +102,33 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
     header_row->addWidget(previous_alternative_);
     header_row->addWidget(alternative_label_);
     header_row->addWidget(next_alternative_);
+  } else {
+    // "‹ 1/2 ›": the branches editing this message started; each shows its own continuation.
+    previous_branch_ = new QToolButton(this);
+    previous_branch_->setObjectName("previousBranchButton");
+    previous_branch_->setText(QStringLiteral("\u2039"));
+    previous_branch_->setToolTip(tr("The previous version of this message, with the chat that followed it"));
+    branch_label_ = new QLabel(this);
+    branch_label_->setObjectName("branchLabel");
+    next_branch_ = new QToolButton(this);
+    next_branch_->setObjectName("nextBranchButton");
+    next_branch_->setText(QStringLiteral("\u203a"));
+    next_branch_->setToolTip(tr("The next version of this message, with the chat that followed it"));
+    for (QToolButton* button : {previous_branch_, next_branch_}) {
+      button->setAutoRaise(true);
+      button->setFocusPolicy(Qt::NoFocus);
+      button->hide();
+    }
+    branch_label_->hide();
+    connect(previous_branch_, &QToolButton::clicked, this, [this] {
+      if (branch_index_ > 0) Q_EMIT branchRequested(branches_[branch_index_ - 1]);
+    });
+    connect(next_branch_, &QToolButton::clicked, this, [this] {
+      if (branch_index_ + 1 < branches_.size()) Q_EMIT branchRequested(branches_[branch_index_ + 1]);
+    });
+    header_row->addWidget(previous_branch_);
+    header_row->addWidget(branch_label_);
+    header_row->addWidget(next_branch_);
   }
   copy_button_ = new QToolButton(this);
   copy_button_->setObjectName("copyButton");
@@ -116,6 +143,17 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
     Q_EMIT copied(text_);
   });
   header_row->addWidget(copy_button_);
+  if (is_user) {
+    edit_button_ = new QToolButton(this);
+    edit_button_->setObjectName("editMessageButton");
+    edit_button_->setText(tr("Edit"));
+    edit_button_->setToolTip(tr("Edit this message: the chat goes on from the edit, and the version before it "
+                                "is kept (switch with \u2039 \u203a)"));
+    edit_button_->setAutoRaise(true);
+    edit_button_->setFocusPolicy(Qt::NoFocus);  // as Copy
+    connect(edit_button_, &QToolButton::clicked, this, [this] { Q_EMIT editRequested(message_id_); });
+    header_row->addWidget(edit_button_);
+  }
   if (role_ == QLatin1String("user") || role_ == QLatin1String("assistant")) {
     delete_button_ = new QToolButton(this);
     delete_button_->setObjectName("deleteMessageButton");
@@ -237,6 +275,23 @@ void MessageWidget::setAlternatives(const QList<qint64>& ids, int index) {
     widget->setVisible(several);
   previous_alternative_->setEnabled(index > 0);
   next_alternative_->setEnabled(index + 1 < ids.size());
+}
+
+void MessageWidget::setBranches(const QList<qint64>& ids, int index) {
+  if (!branch_label_) return;
+  branches_ = ids;
+  branch_index_ = index;
+  const bool several = ids.size() > 1;
+  branch_label_->setText(several ? branchesText() : QString());
+  for (QWidget* widget : {static_cast<QWidget*>(previous_branch_), static_cast<QWidget*>(branch_label_),
+                          static_cast<QWidget*>(next_branch_)})
+    widget->setVisible(several);
+  previous_branch_->setEnabled(index > 0);
+  next_branch_->setEnabled(index + 1 < ids.size());
+}
+
+QString MessageWidget::branchesText() const {
+  return branches_.size() > 1 ? QStringLiteral("%1/%2").arg(branch_index_ + 1).arg(branches_.size()) : QString();
 }
 
 QString MessageWidget::alternativesText() const {

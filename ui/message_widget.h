@@ -34,6 +34,7 @@ class MessageWidget : public QFrame {
   QPushButton* continueButton() const { return continue_button_; }
   QToolButton* copyButton() const { return copy_button_; }
   QToolButton* deleteButton() const { return delete_button_; }  // user messages and replies only
+  QToolButton* editButton() const { return edit_button_; }      // user messages only
   // Under a reply stopped by the context limit (hidden otherwise).
   QPushButton* newChatButton() const { return new_chat_button_; }
   QPushButton* dropOldestTurnsButton() const { return drop_oldest_button_; }
@@ -52,12 +53,17 @@ class MessageWidget : public QFrame {
   // This reply is alternative `index` (0-based) of `ids` (its turn's replies, oldest first): "‹ 2/3 ›".
   void setAlternatives(const QList<qint64>& ids, int index);
   QString alternativesText() const;  // "2/3"; "" with a single reply
+  // This user message is branch `index` (0-based) of `ids` (the original and its edits, oldest first): "‹ 2/3 ›".
+  void setBranches(const QList<qint64>& ids, int index);
+  QString branchesText() const;  // "2/3"; "" for a message never edited
 
  Q_SIGNALS:
   void copied(const QString& text);
   void continueRequested(qint64 message_id);
   void deleteRequested(qint64 message_id);
   void alternativeRequested(qint64 message_id);
+  void editRequested(qint64 message_id);
+  void branchRequested(qint64 message_id);
   void newChatRequested();
   void dropOldestTurnsRequested();
 
@@ -90,6 +96,12 @@ class MessageWidget : public QFrame {
   QLabel* alternative_label_ = nullptr;
   QList<qint64> alternatives_;
   int alternative_index_ = 0;
+  QToolButton* edit_button_ = nullptr;
+  QToolButton* previous_branch_ = nullptr;
+  QToolButton* next_branch_ = nullptr;
+  QLabel* branch_label_ = nullptr;
+  QList<qint64> branches_;
+  int branch_index_ = 0;
   QTimer render_timer_;
 };
 

@@ -34,6 +34,7 @@ class ChatEditsTest : public QObject {
   void a_deleted_middle_turn_leaves_the_prompt_of_what_remains();
   void deleting_one_reply_shows_its_remaining_alternative();
   void a_copied_chat_answers_as_the_original();
+  void editing_an_earlier_message_forks_the_chat();
 
  private:
   kvchat::LoadedModel model_;
@@ -171,6 +172,88 @@ void ChatEditsTest::a_copied_chat_answers_as_the_original() {
   QCOMPARE(copy_reply.text, original_reply.text);
   QCOMPARE(copy_reply.token_ids, original_reply.token_ids);
   QCOMPARE(controller->conversation(original)->message_count, 4);
+}
+
+// Editing the second of three messages: the chat forks there. The shown path is the first turn, the edit and
+// its reply; the model was given only that (its prompt counts the shown path's tokens, the cache reused up to
+// where the paths part); switching back shows the old branch exactly, and a turn there reuses the prefix the
+// two branches share. The branches are in the file: a second reader sees the same.
+void ChatEditsTest::editing_an_earlier_message_forks_the_chat() {
+  ChatFixture fixture;
+  QVERIFY(fixture.open(greedy_chat_settings(16)));
+  ChatController* controller = fixture.controller();
+  for (const char* text : {"Once upon a time", "Lily went to the park", "The sun was hot"}) {
+    send_and_wait(fixture, QString::fromUtf8(text));
+    if (QTest::currentTestFailed()) return;
+  }
+  const qint64 chat = controller->currentConversationId();
+  const ChatTurnRunner runner(model_);
+  std::vector<ChatMessage> third_prompt = controller->engineMessages(chat);
+  third_prompt.pop_back();
+  const std::vector<TokenId> third_prompt_ids = runner.encode_messages(third_prompt);
+  const QList<MessageRecord> original = controller->currentMessages();
+  QCOMPARE(original.size(), 6);
+
+  QVERIFY(!controller->editMessage(original[1].id, QStringLiteral("Tom had a dog")));  // a reply is not editable
+  QVERIFY(controller->editMessage(original[2].id, QStringLiteral("Tom had a dog")));
+  QVERIFY(fixture.waitIdle());
+  const QList<MessageRecord> edited = controller->currentMessages();
+  QCOMPARE(edited.size(), 4);
+  QCOMPARE(edited[0].id, original[0].id);
+  QCOMPARE(edited[1].id, original[1].id);
+  QCOMPARE(edited[2].text, QStringLiteral("Tom had a dog"));
+  QCOMPARE(edited[2].forked_from, original[2].id);
+  QCOMPARE(edited[3].role, QStringLiteral("assistant"));
+  QVERIFY(!edited[3].text.isEmpty());
+  const QHash<qint64, QList<qint64>> branches = controller->currentBranches();
+  QCOMPARE(branches.size(), 1);
+  QCOMPARE(branches.value(edited[2].id), (QList<qint64>{original[2].id, edited[2].id}));
+
+  // The model was given the shown path only: the first turn and the edit.
+  std::vector<ChatMessage> edit_prompt = controller->engineMessages(chat);
+  QCOMPARE(edit_prompt.size(), std::size_t{4});
+  edit_prompt.pop_back();
+  QCOMPARE(QString::fromStdString(edit_prompt.back().content), QStringLiteral("Tom had a dog"));
+  const std::vector<TokenId> edit_prompt_ids = runner.encode_messages(edit_prompt);
+  const auto edit_stats = kvchat::app::stats_from_json(edited[3].stats);
+  QCOMPARE(edit_stats.prompt_tokens, static_cast<int>(edit_prompt_ids.size()));
+  const std::size_t shared_with_third = common_prefix(edit_prompt_ids, third_prompt_ids);
+  QVERIFY(shared_with_third > 0 && shared_with_third < edit_prompt_ids.size());
+  QCOMPARE(edit_stats.reused_tokens, static_cast<int>(shared_with_third));
+
+  // Back to the first branch: exactly as it was.
+  QVERIFY(!controller->showBranch(original[1].id));  // a reply starts no branch
+  QVERIFY(controller->showBranch(original[2].id));
+  const QList<MessageRecord> restored = controller->currentMessages();
+  QCOMPARE(restored.size(), original.size());
+  for (int i = 0; i < original.size(); ++i) {
+    QCOMPARE(restored[i].id, original[i].id);
+    QCOMPARE(restored[i].text, original[i].text);
+    QCOMPARE(restored[i].token_ids, original[i].token_ids);
+  }
+  QCOMPARE(controller->currentBranches().value(original[2].id), (QList<qint64>{original[2].id, edited[2].id}));
+
+  // A turn on it reuses what the cache (holding the edit's branch) shares with it.
+  send_and_wait(fixture, QStringLiteral("Tom ran home"));
+  const QList<MessageRecord> continued = controller->currentMessages();
+  QCOMPARE(continued.size(), 8);
+  std::vector<ChatMessage> back_prompt = controller->engineMessages(chat);
+  back_prompt.pop_back();
+  const std::vector<TokenId> back_prompt_ids = runner.encode_messages(back_prompt);
+  const auto back_stats = kvchat::app::stats_from_json(continued.last().stats);
+  QCOMPARE(back_stats.prompt_tokens, static_cast<int>(back_prompt_ids.size()));
+  const std::size_t shared_with_edit = common_prefix(back_prompt_ids, edit_prompt_ids);
+  QVERIFY(shared_with_edit > 0);
+  QCOMPARE(back_stats.reused_tokens, static_cast<int>(shared_with_edit));
+  QCOMPARE(back_stats.prefilled_tokens, back_stats.prompt_tokens - back_stats.reused_tokens);
+
+  // The file holds both branches and which one is shown.
+  ConversationStore reader(fixture.databasePath(), kvchat::app::StoreOpenMode::ReadOnly);
+  const QList<MessageRecord> stored = reader.messages(chat);
+  QCOMPARE(stored.size(), 10);
+  QCOMPARE(kvchat::app::messages_on_shown_path(stored).size(), 8);
+  QVERIFY(controller->showBranch(edited[2].id));
+  QCOMPARE(kvchat::app::messages_on_shown_path(reader.messages(chat)).size(), 4);
 }
 
 KVCHAT_TEST_MAIN(ChatEditsTest)

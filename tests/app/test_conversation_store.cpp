@@ -88,6 +88,9 @@ class ConversationStoreTest : public QObject {
   void refused_newer_schema_is_left_untouched();
   void damaged_file_is_refused_for_writing();
   void damaged_file_is_read_with_what_is_missing();
+  void edits_fork_branches_that_survive_a_reopen();
+  void deleting_an_original_keeps_its_edits();
+  void version_five_file_gains_the_branch_columns();
 };
 
 void ConversationStoreTest::round_trip_after_reopen() {
@@ -455,6 +458,8 @@ void ConversationStoreTest::version_two_file_gains_the_token_columns() {
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN token_vocabulary"));
   raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
   raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN generation_settings"));
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN branch"));
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN forked_from"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (2)"));
   QCOMPARE(ConversationStore(path, StoreOpenMode::ReadOnly).message(id)->text, QStringLiteral("old reply"));
@@ -521,6 +526,8 @@ void ConversationStoreTest::version_three_file_gains_the_pinned_column() {
   }
   raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN pinned"));
   raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN generation_settings"));
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN branch"));
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN forked_from"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (3)"));
   {
@@ -744,9 +751,11 @@ void ConversationStoreTest::version_four_file_gains_a_filled_search_index() {
     message.text = QStringLiteral("Elephants remember");
     store.add_message(message);
   }
-  for (const char* statement : {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete",
-                                "DROP TRIGGER messages_fts_update", "DROP TABLE messages_fts",
-                                "ALTER TABLE conversations DROP COLUMN generation_settings", "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
+  for (const char* statement :
+       {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete", "DROP TRIGGER messages_fts_update",
+        "DROP TABLE messages_fts", "ALTER TABLE messages DROP COLUMN branch",
+        "ALTER TABLE messages DROP COLUMN forked_from", "ALTER TABLE conversations DROP COLUMN generation_settings",
+        "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
     raw_query(path, QString::fromLatin1(statement));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
@@ -779,6 +788,8 @@ void ConversationStoreTest::version_five_file_gains_the_generation_settings_colu
     store.add_message(message);
   }
   raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN generation_settings"));
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN branch"));
+  raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN forked_from"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (5)"));
   {
@@ -889,6 +900,167 @@ void ConversationStoreTest::damaged_file_is_read_with_what_is_missing() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ConversationStoreTest)
+
+namespace {
+
+QList<qint64> shown_ids(const ConversationStore& store, qint64 conversation_id) {
+  return ids_of(kvchat::app::messages_on_shown_path(store.messages(conversation_id)));
+}
+
+}  // namespace
+
+// Editing a message forks the chat: the edit and its reply are the shown path, the original and everything
+// after it stay as a branch that comes back exactly, also after the file is reopened; an edit of an edit joins
+// the same group, and a branch forked inside another keeps its choice while that one is hidden.
+void ConversationStoreTest::edits_fork_branches_that_survive_a_reopen() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("branches.sqlite3"));
+  qint64 chat = 0, u1 = 0, a1 = 0, u2 = 0, a2 = 0, edit = 0, edit_reply = 0;
+  {
+    ConversationStore store(path);
+    chat = store.create_conversation(QStringLiteral("Branches"));
+    const auto add = [&](const char* role, const char* text) {
+      return store.add_message(make_message(chat, QString::fromLatin1(role), QString::fromLatin1(text)));
+    };
+    u1 = add("user", "First question");
+    a1 = add("assistant", "First answer");
+    u2 = add("user", "Second question");
+    a2 = add("assistant", "Second answer");
+    edit = store.fork_message(chat, u1, QStringLiteral("First question, reworded"));
+    edit_reply = add("assistant", "Reworded answer");
+    QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit, edit_reply}));
+    QCOMPARE(ids_of(store.messages(chat)), (QList<qint64>{u1, a1, u2, a2, edit, edit_reply}));
+  }
+  ConversationStore store(path);
+  const QList<MessageRecord> all = store.messages(chat);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit, edit_reply}));
+  QCOMPARE(all[4].text, QStringLiteral("First question, reworded"));
+  QCOMPARE(all[4].branch, edit);
+  QCOMPARE(all[4].forked_from, u1);
+  QCOMPARE(all[5].branch, edit);
+  QCOMPARE(all[0].branch, 0);
+  QVERIFY(all[0].settings.value(kvchat::app::kHiddenBranchKey).toBool());
+  QCOMPARE(kvchat::app::branch_siblings(all, edit), (QList<qint64>{u1, edit}));
+  QCOMPARE(kvchat::app::branch_siblings(all, u1), (QList<qint64>{u1, edit}));
+  QCOMPARE(kvchat::app::branch_siblings(all, u2), QList<qint64>{});
+  // What the model is given: only the shown path.
+  const QList<MessageRecord> in_context = kvchat::app::messages_in_context(all);
+  QCOMPARE(ids_of(in_context), (QList<qint64>{edit, edit_reply}));
+
+  store.show_branch(chat, u1);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{u1, a1, u2, a2}));
+  const QList<MessageRecord> restored = kvchat::app::messages_on_shown_path(store.messages(chat));
+  for (int i = 0; i < 4; ++i) QCOMPARE(restored[i].text, all[i].text);
+  // A message written now joins the shown branch.
+  const qint64 u3 = store.add_message(make_message(chat, QStringLiteral("user"), QStringLiteral("Third question")));
+  QCOMPARE(store.message(u3)->branch, 0);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{u1, a1, u2, a2, u3}));
+
+  // A branch inside the original one: its choice is kept while the original is hidden.
+  const qint64 u2_edit = store.fork_message(chat, u2, QStringLiteral("Second question, reworded"));
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{u1, a1, u2_edit}));
+  store.show_branch(chat, edit);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit, edit_reply}));
+  store.show_branch(chat, u1);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{u1, a1, u2_edit}));
+
+  // An edit of an edit is one more member of the same group.
+  store.show_branch(chat, edit);
+  const qint64 edit2 = store.fork_message(chat, edit, QStringLiteral("First question, third wording"));
+  QCOMPARE(kvchat::app::branch_siblings(store.messages(chat), edit2), (QList<qint64>{u1, edit, edit2}));
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit2}));
+
+  QCOMPARE(store_error_of([&] { store.fork_message(chat, a1, QStringLiteral("x")); }),
+           QStringLiteral("conversation store %1: cannot edit message %2 of conversation %3: no user message %2 in it")
+               .arg(store.path())
+               .arg(a1)
+               .arg(chat));
+  QCOMPARE(
+      store_error_of([&] { store.show_branch(chat, u3); }),
+      QStringLiteral("conversation store %1: cannot show branch %2 of conversation %3: message %2 starts no branch")
+          .arg(store.path())
+          .arg(u3)
+          .arg(chat));
+
+  // A copy holds the branches, mapped to its own messages.
+  const qint64 copy = store.duplicate_conversation(chat);
+  const QList<MessageRecord> copied = store.messages(copy);
+  QCOMPARE(copied.size(), store.messages(chat).size());
+  const QList<MessageRecord> copied_shown = kvchat::app::messages_on_shown_path(copied);
+  QCOMPARE(copied_shown.size(), 1);
+  QCOMPARE(copied_shown[0].text, QStringLiteral("First question, third wording"));
+  QCOMPARE(kvchat::app::branch_siblings(copied, copied_shown[0].id).size(), 3);
+  QCOMPARE(copied_shown[0].branch, copied_shown[0].id);
+}
+
+// Deleting a branch deletes it and what follows it; deleting the original of a group leaves its edits, the
+// oldest in its place, and the newest of them shown when the deleted one was.
+void ConversationStoreTest::deleting_an_original_keeps_its_edits() {
+  QTemporaryDir dir;
+  ConversationStore store(dir.filePath(QStringLiteral("delete-branches.sqlite3")));
+  const qint64 chat = store.create_conversation(QStringLiteral("Branches"));
+  const auto add = [&](const char* role, const char* text) {
+    return store.add_message(make_message(chat, QString::fromLatin1(role), QString::fromLatin1(text)));
+  };
+  const qint64 u1 = add("user", "Hello");
+  const qint64 a1 = add("assistant", "Hi");
+  const qint64 edit = store.fork_message(chat, u1, QStringLiteral("Hello there"));
+  const qint64 edit_reply = add("assistant", "Hi there");
+  const qint64 edit_follow_up = add("user", "How are you?");
+  const qint64 edit2 = store.fork_message(chat, u1, QStringLiteral("Good morning"));
+  const qint64 edit2_reply = add("assistant", "Morning");
+  store.show_branch(chat, u1);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{u1, a1}));
+
+  store.delete_branch(chat, u1);
+  QCOMPARE(ids_of(store.messages(chat)), (QList<qint64>{edit, edit_reply, edit_follow_up, edit2, edit2_reply}));
+  const QList<MessageRecord> after = store.messages(chat);
+  QCOMPARE(after[0].forked_from, 0);
+  QCOMPARE(after[0].branch, 0);
+  QCOMPARE(after[2].branch, 0);
+  QCOMPARE(after[3].forked_from, edit);
+  QCOMPARE(kvchat::app::branch_siblings(after, edit2), (QList<qint64>{edit, edit2}));
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit2, edit2_reply}));
+
+  store.delete_branch(chat, edit2);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit, edit_reply, edit_follow_up}));
+  QVERIFY(!store.message(edit)->settings.contains(kvchat::app::kHiddenBranchKey));
+  QCOMPARE(kvchat::app::branch_siblings(store.messages(chat), edit), QList<qint64>{});
+}
+
+// A version-5 file (no branch columns): a reader reads every message on the one branch, a writer adds the
+// columns and the chat can be forked.
+void ConversationStoreTest::version_five_file_gains_the_branch_columns() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("v5.sqlite3"));
+  qint64 chat = 0, question = 0, answer = 0;
+  {
+    ConversationStore store(path);
+    chat = store.create_conversation(QStringLiteral("Old"));
+    question = store.add_message(make_message(chat, QStringLiteral("user"), QStringLiteral("Kept question")));
+    answer = store.add_message(make_message(chat, QStringLiteral("assistant"), QStringLiteral("Kept answer")));
+  }
+  for (const char* statement :
+       {"ALTER TABLE messages DROP COLUMN forked_from", "ALTER TABLE messages DROP COLUMN branch",
+        "ALTER TABLE conversations DROP COLUMN generation_settings", "DELETE FROM schema_version",
+        "INSERT INTO schema_version (version) VALUES (5)"})
+    raw_query(path, QString::fromLatin1(statement));
+  {
+    ConversationStore reader(path, StoreOpenMode::ReadOnly);
+    QCOMPARE(shown_ids(reader, chat), (QList<qint64>{question, answer}));
+    QCOMPARE(reader.messages(chat)[1].text, QStringLiteral("Kept answer"));
+    QCOMPARE(reader.messages(chat)[1].branch, 0);
+  }
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("5"));
+  ConversationStore store(path);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")),
+           QString::number(ConversationStore::kSchemaVersion));
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{question, answer}));
+  const qint64 edit = store.fork_message(chat, question, QStringLiteral("Asked again"));
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit}));
+  store.show_branch(chat, question);
+  QCOMPARE(shown_ids(store, chat), (QList<qint64>{question, answer}));
+}
 
 }  // namespace app_test_conversation_store
 

@@ -311,12 +311,14 @@ class TestRemoteBackend : public QObject {
       reply.model = "stories260K";
       reply_id = store.add_message(reply);
     }
-    // What a version-1 file looks like: no backend column (nor the later token and pinned columns), version 1.
+    // What a version-1 file looks like: no backend column (nor the later token, pinned and branch columns), version 1.
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN backend");
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN token_ids");
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN token_vocabulary");
     kvchat::test::raw_query(path, "ALTER TABLE conversations DROP COLUMN pinned");
     kvchat::test::raw_query(path, "ALTER TABLE conversations DROP COLUMN generation_settings");
+    kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN branch");
+    kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN forked_from");
     kvchat::test::raw_query(path, "DELETE FROM schema_version");
     kvchat::test::raw_query(path, "INSERT INTO schema_version (version) VALUES (1)");
     QCOMPARE(kvchat::test::raw_query(path, "SELECT count(*) FROM pragma_table_info('messages') WHERE name = 'backend'"),

@@ -1,6 +1,7 @@
 // File > Export in the window, offscreen over stories260K: the dialog says what the file will hold (the
 // other versions of regenerated replies included) and the written file has them; the export folder is
-// remembered across a restart.
+// remembered across a restart. Export all chats and Import chats go through their dialogs too, and a file cut
+// short imports nothing.
 #include <QtTest>
 #include "common/test_suite.h"
 
@@ -11,6 +12,8 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QMessageBox>
+#include <QTemporaryDir>
 
 #include "common/chat_fixture.h"
 #include "ui/main_window.h"
@@ -29,6 +32,7 @@ class MainWindowExportsTest : public QObject {
   void cleanup();
   void the_dialog_says_what_is_exported_and_the_file_has_it();
   void the_export_folder_is_remembered_across_a_restart();
+  void all_chats_export_and_import_through_the_file_menu();
 
  private:
   void open_window() {
@@ -112,6 +116,49 @@ void MainWindowExportsTest::the_export_folder_is_remembered_across_a_restart() {
   QVERIFY(dialog);
   QCOMPARE(QFileInfo(dialog->directory().absolutePath()).canonicalFilePath(), QFileInfo(folder).canonicalFilePath());
   dialog->reject();
+}
+
+// File > Export all chats writes the archive through its dialog; File > Import chats adds its chat as a new one;
+// a file cut short adds nothing and the error dialog says what is wrong with which file.
+void MainWindowExportsTest::all_chats_export_and_import_through_the_file_menu() {
+  open_window();
+  type_and_send("Once upon a time");
+  ChatController* controller = fixture_->controller();
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("all.json"));
+  window_->findChild<QAction*>("exportAllAction")->trigger();
+  auto* save = window_->findChild<QFileDialog*>("exportAllDialog");
+  QVERIFY(save);
+  save->setDirectory(dir.path());
+  save->selectFile(path);
+  static_cast<QDialog*>(save)->accept();
+  QFile file(path);
+  QVERIFY(file.open(QIODevice::ReadOnly));
+  const QByteArray archive = file.readAll();
+  QCOMPARE(QJsonDocument::fromJson(archive).object().value("format").toString(), QStringLiteral("kvchat-chats"));
+
+  window_->findChild<QAction*>("importAction")->trigger();
+  auto* open = window_->findChild<QFileDialog*>("importDialog");
+  QVERIFY(open);
+  open->setDirectory(dir.path());
+  open->selectFile(path);
+  static_cast<QDialog*>(open)->accept();
+  QCOMPARE(controller->conversations().size(), 2);
+  QCOMPARE(controller->conversations()[0].title, controller->conversations()[1].title);
+  QVERIFY(controller->conversations()[0].id != controller->conversations()[1].id);
+
+  const QString cut = dir.filePath(QStringLiteral("cut.json"));
+  QFile cut_file(cut);
+  QVERIFY(cut_file.open(QIODevice::WriteOnly));
+  cut_file.write(archive.left(archive.size() / 2));
+  cut_file.close();
+  QVERIFY(!window_->importConversations(cut));
+  auto* box = window_->findChild<QMessageBox*>("importErrorDialog");
+  QVERIFY(box);
+  QVERIFY2(box->text().startsWith(
+               QStringLiteral("Nothing was imported. cannot import %1: it is not valid JSON (").arg(cut)),
+           qPrintable(box->text()));
+  QCOMPARE(controller->conversations().size(), 2);
 }
 
 KVCHAT_TEST_MAIN(MainWindowExportsTest)

@@ -39,6 +39,7 @@ class MainWindowFeaturesTest : public QObject {
   void cleanup();
   void the_chart_plots_the_engines_decode_times();
   void regenerated_replies_switch_with_the_arrows();
+  void an_earlier_message_is_edited_into_a_branch();
   void the_caches_dialog_lists_and_clears_caches();
   void the_text_size_is_a_saved_setting();
   void bubbles_follow_a_dark_palette();
@@ -126,6 +127,63 @@ void MainWindowFeaturesTest::regenerated_replies_switch_with_the_arrows() {
   // The next turn continues from the reply shown.
   const auto engine = controller()->engineMessages(controller()->currentConversationId());
   QCOMPARE(QString::fromStdString(engine.back().content), first_text);
+}
+
+// Edit on the first of two messages: the message box holds it, Resend forks the chat there. The transcript
+// shows the edit and its reply with "2/2" on the edit; ‹ brings back the first branch, whole, with "1/2".
+// From the keys: Ctrl+Shift+E twice edits the message before the last, Alt+Shift+Right shows the next branch.
+void MainWindowFeaturesTest::an_earlier_message_is_edited_into_a_branch() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  type_and_send("Once upon a time");
+  type_and_send("Lily went to the park");
+  const QList<kvchat::app::MessageRecord> original = controller()->currentMessages();
+  QCOMPARE(original.size(), 4);
+  QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 4);
+  kvchat::ui::MessageWidget* first = window_->chatView()->messageWidget(original[0].id);
+  QVERIFY(first->editButton() && first->editButton()->isVisible());
+  QVERIFY(!window_->chatView()->messageWidget(original[1].id)->editButton());  // replies are not edited
+  first->editButton()->click();
+  QCOMPARE(window_->messageInput()->toPlainText(), QStringLiteral("Once upon a time"));
+  QVERIFY(window_->findChild<QLabel*>("editingLabel")->isVisible());
+  QCOMPARE(window_->findChild<QPushButton*>("sendButton")->text(), QStringLiteral("Resend"));
+  window_->messageInput()->clear();
+  type_and_send("Tom had a dog");
+
+  QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 2);
+  QList<kvchat::ui::MessageWidget*> widgets = window_->chatView()->messageWidgets();
+  QCOMPARE(widgets[0]->text(), QStringLiteral("Tom had a dog"));
+  QCOMPARE(widgets[0]->branchesText(), QStringLiteral("2/2"));
+  QVERIFY(widgets[0]->findChild<QLabel*>("branchLabel")->isVisible());
+  QVERIFY(!widgets[0]->findChild<QToolButton*>("nextBranchButton")->isEnabled());
+  QCOMPARE(widgets[1]->role(), QStringLiteral("assistant"));
+  QVERIFY(!window_->findChild<QLabel*>("editingLabel")->isVisible());
+  const auto engine = controller()->engineMessages(controller()->currentConversationId());
+  QCOMPARE(engine.size(), std::size_t{2});
+  QCOMPARE(QString::fromStdString(engine[0].content), QStringLiteral("Tom had a dog"));
+
+  widgets[0]->findChild<QToolButton*>("previousBranchButton")->click();
+  QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 4);
+  widgets = window_->chatView()->messageWidgets();
+  for (int i = 0; i < 4; ++i) {
+    QCOMPARE(widgets[i]->messageId(), original[i].id);
+    QCOMPARE(widgets[i]->text(), original[i].text);
+  }
+  QCOMPARE(widgets[0]->branchesText(), QStringLiteral("1/2"));
+  QCOMPARE(widgets[2]->branchesText(), QString());
+
+  // The keys: the last message, then the one before it.
+  window_->messageInput()->setFocus();
+  QTest::keyClick(window_->messageInput(), Qt::Key_E, Qt::ControlModifier | Qt::ShiftModifier);
+  QCOMPARE(window_->messageInput()->toPlainText(), QStringLiteral("Lily went to the park"));
+  QTest::keyClick(window_->messageInput(), Qt::Key_E, Qt::ControlModifier | Qt::ShiftModifier);
+  QCOMPARE(window_->messageInput()->toPlainText(), QStringLiteral("Once upon a time"));
+  QTest::keyClick(window_->messageInput(), Qt::Key_Right, Qt::AltModifier | Qt::ShiftModifier);
+  QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 2);
+  QCOMPARE(window_->chatView()->messageWidgets()[0]->branchesText(), QStringLiteral("2/2"));
+  // Editing followed the message to its other version.
+  QCOMPARE(window_->messageInput()->toPlainText(), QStringLiteral("Tom had a dog"));
+  QTest::keyClick(window_->messageInput(), Qt::Key_Escape);
+  QVERIFY(!window_->findChild<QLabel*>("editingLabel")->isVisible());
 }
 
 void MainWindowFeaturesTest::the_caches_dialog_lists_and_clears_caches() {
