@@ -138,6 +138,7 @@ ConversationRecord conversation_record(const Fields& fields) {
   record.created_at = fields.time("created_at");
   record.updated_at = fields.time("updated_at");
   record.pinned = fields.boolean("pinned", false);
+  record.generation_settings = fields.object("generation_settings");  // {} when absent: the global settings
   return record;
 }
 
@@ -254,6 +255,15 @@ QList<ImportedConversation> parse_single_chat(const QJsonObject& root) {
 
 }  // namespace
 
+QList<ImportedConversation> all_conversations(const ConversationStore& store) {
+  QList<ImportedConversation> conversations;
+  for (ConversationRecord record : store.conversations()) {
+    record.generation_settings = store.generation_settings(record.id);
+    conversations.push_back({record, store.messages(record.id)});
+  }
+  return conversations;
+}
+
 QString export_chat_archive(const QList<ImportedConversation>& conversations) {
   QJsonArray chats;
   for (const ImportedConversation& chat : conversations) {
@@ -263,6 +273,7 @@ QString export_chat_archive(const QList<ImportedConversation>& conversations) {
     object.insert(QStringLiteral("created_at"), timestamp(chat.conversation.created_at));
     object.insert(QStringLiteral("updated_at"), timestamp(chat.conversation.updated_at));
     object.insert(QStringLiteral("pinned"), chat.conversation.pinned);
+    object.insert(QStringLiteral("generation_settings"), chat.conversation.generation_settings);
     QHash<qint64, qint64> position_of;
     for (qsizetype i = 0; i < chat.messages.size(); ++i) position_of.insert(chat.messages[i].id, i + 1);
     QJsonArray messages;

@@ -26,6 +26,9 @@ struct ArchiveError : std::runtime_error {
 // The archive of `conversations` in their order, each with every message of the conversation (all branches and
 // alternatives) as ConversationStore::messages() returns them.
 QString export_chat_archive(const QList<ImportedConversation>& conversations);
+// Every conversation of `store` in its list order, with its generation settings and all its messages: what
+// export_chat_archive writes of a whole store.
+QList<ImportedConversation> all_conversations(const ConversationStore& store);
 
 // Reads an archive or a single chat's JSON export (export_conversation, JSON): its conversations, their messages
 // numbered 1, 2, ... for ConversationStore::import_conversations. Throws ArchiveError saying what is wrong and

@@ -269,9 +269,7 @@ void ChatController::exportConversation(qint64 conversation_id, const QString& p
 }
 
 void ChatController::exportAllConversations(const QString& path) const {
-  QList<ImportedConversation> conversations;
-  for (const ConversationRecord& record : store_->conversations())
-    conversations.push_back({record, store_->messages(record.id)});
+  const QList<ImportedConversation> conversations = all_conversations(*store_);
   write_text_file(path, export_chat_archive(conversations));
   spdlog::info("exported {} conversation(s) to {}", conversations.size(), path.toStdString());
 }

@@ -950,14 +950,16 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
     StoreQuery insert(
         db, database_path_, purpose,
         QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
-                       " pinned) VALUES (:title, :system_prompt, :created_at, :updated_at, :activity,"
-                       " :pinned)"));
+                       " pinned, generation_settings) VALUES (:title, :system_prompt, :created_at, :updated_at,"
+                       " :activity, :pinned, :generation_settings)"));
     insert.bind(QStringLiteral(":title"), non_null(record.title))
         .bind(QStringLiteral(":system_prompt"), non_null(record.system_prompt))
         .bind(QStringLiteral(":created_at"), record.created_at.isValid() ? record.created_at.toMSecsSinceEpoch() : now)
         .bind(QStringLiteral(":updated_at"), record.updated_at.isValid() ? record.updated_at.toMSecsSinceEpoch() : now)
         .bind(QStringLiteral(":activity"), next_activity(db, database_path_))
-        .bind(QStringLiteral(":pinned"), record.pinned ? 1 : 0);
+        .bind(QStringLiteral(":pinned"), record.pinned ? 1 : 0)
+        .bind(QStringLiteral(":generation_settings"),
+              record.generation_settings.isEmpty() ? QStringLiteral("") : json_text(record.generation_settings));
     const qint64 conversation_id = insert.run().lastInsertId().toLongLong();
     ids[index] = conversation_id;
     QHash<qint64, qint64> new_id;

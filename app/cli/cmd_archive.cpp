@@ -23,9 +23,7 @@ int run_export_all(const std::vector<std::string>& args) {
   if (!store->damage().isEmpty())
     throw std::runtime_error("conversation store " + store->path().toStdString() + " is damaged (" +
                              store->damage().toStdString() + "); export the chats one by one with `kvchat-cli export`");
-  QList<app::ImportedConversation> conversations;
-  for (const app::ConversationRecord& record : store->conversations())
-    conversations.push_back({record, store->messages(record.id)});
+  const QList<app::ImportedConversation> conversations = app::all_conversations(*store);
   app::write_text_file(QString::fromStdString(out), app::export_chat_archive(conversations));
   std::fprintf(stdout, "exported %lld conversation(s) to %s\n", static_cast<long long>(conversations.size()),
                out.c_str());

@@ -40,11 +40,7 @@ class ChatArchiveTest : public QObject {
 
 namespace {
 
-QList<ImportedConversation> everything(const ConversationStore& store) {
-  QList<ImportedConversation> all;
-  for (const auto& record : store.conversations()) all.push_back({record, store.messages(record.id)});
-  return all;
-}
+QList<ImportedConversation> everything(const ConversationStore& store) { return kvchat::app::all_conversations(store); }
 
 MessageRecord make_message(qint64 conversation_id, const QString& role, const QString& text) {
   MessageRecord message;
@@ -74,6 +70,7 @@ void fill(ConversationStore& store) {
   store.fork_message(trip, question, QStringLiteral("Which train to Zürich?"));
   add(trip, "assistant", "Any IC.");
   store.set_pinned(trip, true);
+  store.set_generation_settings(trip, QJsonObject{{"preset", "Precise"}, {"temperature", 0.0}, {"stop", QJsonArray{"\n\n"}}});
   Q_UNUSED(second);
 
   const qint64 plain = store.create_conversation(QStringLiteral("Plain"));
@@ -122,6 +119,7 @@ void ChatArchiveTest::export_import_export_is_the_same_file() {
   QCOMPARE(trip.value("title").toString(), QStringLiteral("Trip to Zürich"));
   QCOMPARE(trip.value("system_prompt").toString(), QStringLiteral("Be brief."));
   QVERIFY(trip.value("pinned").toBool());
+  QCOMPARE(trip.value("generation_settings").toObject().value("preset").toString(), QStringLiteral("Precise"));
   const QJsonArray trip_messages = trip.value("messages").toArray();
   QCOMPARE(trip_messages.size(), 8);
   QCOMPARE(trip_messages[1].toObject().value("token_vocabulary").toString(), QStringLiteral("18364758544493064720"));
@@ -144,6 +142,9 @@ void ChatArchiveTest::export_import_export_is_the_same_file() {
   QCOMPARE(shown[0].text, QStringLiteral("Which train to Zürich?"));
   QCOMPARE(kvchat::app::branch_siblings(copy.messages(ids[0]), shown[0].id).size(), 2);
   QVERIFY(copy.conversation(ids[0])->pinned);
+  QCOMPARE(copy.generation_settings(ids[0]),
+           (QJsonObject{{"preset", "Precise"}, {"temperature", 0.0}, {"stop", QJsonArray{"\n\n"}}}));
+  QCOMPARE(copy.generation_settings(ids[1]), QJsonObject());
 
   // Imported again: new chats beside the first ones, nothing overwritten.
   const QList<qint64> again = copy.import_conversations(kvchat::app::read_chat_archive(path));
