@@ -226,6 +226,9 @@ class ChatController : public QObject {
   // Shows branch `message_id` (a member of a branch group, see currentBranches) with its whole continuation.
   // Not while the chat generates or waits to.
   bool showBranch(qint64 message_id);
+  // Shows the branches that hide message `message_id` of the current chat (a search hit in another branch),
+  // so that the transcript holds it. True when it is on the shown path afterwards.
+  bool revealMessage(qint64 message_id);
   void stop();
   // Stops the reply because the app is being quit: saved like a stopped one, marked kReplyClosedByAppKey so the
   // window says so rather than "stopped".

@@ -289,6 +289,20 @@ bool ChatController::showBranch(qint64 message_id) {
   }
 }
 
+bool ChatController::revealMessage(qint64 message_id) {
+  if (current_conversation_ == 0) return false;
+  try {
+    const QList<qint64> hiding = branches_hiding(store_->messages(current_conversation_), message_id);
+    for (const qint64 member : hiding)
+      if (!showBranch(member)) return false;
+    const QList<MessageRecord> shown = messages_on_shown_path(store_->messages(current_conversation_));
+    return std::any_of(shown.cbegin(), shown.cend(), [&](const MessageRecord& message) { return message.id == message_id; });
+  } catch (const std::exception& error) {
+    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
+    return false;
+  }
+}
+
 bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* continued) {
   const std::vector<ChatMessage> messages = engineMessages(conversation_id);
   if (messages.empty() || messages.back().role != (continued ? "assistant" : "user")) {

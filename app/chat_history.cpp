@@ -114,6 +114,15 @@ QList<qint64> branch_subtree(const QList<MessageRecord>& messages, qint64 member
   return ordered;
 }
 
+QList<qint64> branches_hiding(const QList<MessageRecord>& messages, qint64 message_id) {
+  QList<qint64> hiding;
+  for (const MessageRecord& message : messages)
+    if (message.settings.value(QLatin1String(kHiddenBranchKey)).toBool() &&
+        (message.id == message_id || branch_subtree(messages, message.id).contains(message_id)))
+      hiding.push_back(message.id);  // in id order: an outer group's member comes before those forked inside it
+  return hiding;
+}
+
 qint64 branch_for_new_message(const QList<MessageRecord>& messages) {
   const QList<MessageRecord> shown = messages_on_shown_path(messages);
   return shown.isEmpty() ? 0 : shown.back().branch;

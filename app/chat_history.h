@@ -67,6 +67,9 @@ QList<MessageRecord> messages_on_shown_path(const QList<MessageRecord>& messages
 QList<qint64> branch_subtree(const QList<MessageRecord>& messages, qint64 member_id);
 // The branch a new message of the conversation belongs to (the shown path's last message's; 0 when empty).
 qint64 branch_for_new_message(const QList<MessageRecord>& messages);
+// The hidden branch members that must be shown, outermost first, for `message_id` to be on the shown path
+// (empty when it is already, or is no message of `messages`): what a search hit in another branch opens.
+QList<qint64> branches_hiding(const QList<MessageRecord>& messages, qint64 message_id);
 
 // The user/assistant messages the model sees: those from the last context cut on, without empty replies,
 // hidden alternatives and failed turns (see is_failed_reply).

@@ -173,9 +173,11 @@ QWidget* MainWindow::build_sidebar() {
     const qint64 first_match = item ? item->data(kFirstMatchRole).toLongLong() : 0;
     if (item) controller_->selectConversation(item->data(Qt::UserRole).toLongLong());
     refresh_pin_action();
-    // Found by a search: the transcript goes to the first matching message.
-    if (first_match > 0)
+    // Found by a search: the transcript goes to the first matching message, in whichever branch it is.
+    if (first_match > 0) {
+      controller_->revealMessage(first_match);
       chat_view_->showMessage(first_match, search_field_->text().split(QLatin1Char(' '), Qt::SkipEmptyParts).value(0));
+    }
   });
   connect(search_field_, &QLineEdit::textChanged, this, [this] {
     refresh_conversations();

@@ -254,6 +254,16 @@ void ChatEditsTest::editing_an_earlier_message_forks_the_chat() {
   QCOMPARE(kvchat::app::messages_on_shown_path(stored).size(), 8);
   QVERIFY(controller->showBranch(edited[2].id));
   QCOMPARE(kvchat::app::messages_on_shown_path(reader.messages(chat)).size(), 4);
+
+  // A search hit in the hidden branch (the first branch's last reply) brings that branch back.
+  QVERIFY(controller->revealMessage(continued.last().id));
+  QCOMPARE(controller->currentMessages().size(), 8);
+  QCOMPARE(controller->currentMessages().last().id, continued.last().id);
+  QVERIFY(controller->revealMessage(continued.last().id));  // already shown: nothing to do
+  QCOMPARE(controller->currentMessages().size(), 8);
+  QVERIFY(controller->revealMessage(edited[3].id));  // and the edit's reply, the other way
+  QCOMPARE(controller->currentMessages().size(), 4);
+  QVERIFY(!controller->revealMessage(999999));
 }
 
 KVCHAT_TEST_MAIN(ChatEditsTest)
