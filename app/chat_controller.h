@@ -196,6 +196,8 @@ class ChatController : public QObject {
   // Saves a preset of the user's, replacing one of the same name. A built-in preset's name or an empty one is
   // refused (false, and errorOccurred says why).
   bool saveUserPreset(const kvchat::app::GenerationPreset& preset);
+  // Why `name` cannot name a preset of the user's ("" when it can): empty, or a built-in preset's name.
+  QString presetNameProblem(const QString& name) const;
   void removeUserPreset(const QString& name);
   // Clears the conversation's cached state: its KV cache in memory and its snapshot on disk (its next
   // turn prefills the chat again). Not while it is generating.

@@ -230,13 +230,17 @@ void ChatController::setChatGenerationSettings(qint64 conversation_id, const std
 
 QList<GenerationPreset> ChatController::presets() const { return built_in_presets() + user_presets_; }
 
+QString ChatController::presetNameProblem(const QString& name) const {
+  if (name.trimmed().isEmpty()) return QStringLiteral("A preset needs a name.");
+  for (const GenerationPreset& built_in : built_in_presets())
+    if (built_in.name.compare(name.trimmed(), Qt::CaseInsensitive) == 0)
+      return QStringLiteral("\u201c%1\u201d is a built-in preset: choose another name.").arg(built_in.name);
+  return {};
+}
+
 bool ChatController::saveUserPreset(const GenerationPreset& preset) {
   const QString name = preset.name.trimmed();
-  QString reason;
-  if (name.isEmpty()) reason = QStringLiteral("A preset needs a name.");
-  for (const GenerationPreset& built_in : built_in_presets())
-    if (built_in.name.compare(name, Qt::CaseInsensitive) == 0)
-      reason = QStringLiteral("\u201c%1\u201d is a built-in preset: choose another name.").arg(built_in.name);
+  const QString reason = presetNameProblem(name);
   if (!reason.isEmpty()) {
     Q_EMIT errorOccurred(reason);
     return false;

@@ -1,5 +1,7 @@
 #include "ui/chat_generation_dialog.h"
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
@@ -14,6 +16,7 @@
 #include <QVBoxLayout>
 
 #include "app/chat_controller.h"
+#include "ui/appearance.h"
 
 namespace kvchat::ui {
 
@@ -113,9 +116,22 @@ ChatGenerationDialog::ChatGenerationDialog(kvchat::app::ChatController* controll
   save_preset_ = new QPushButton(tr("Save as p&reset"), values_);
   save_preset_->setObjectName("savePresetButton");
   save_preset_->setAutoDefault(false);
+  delete_preset_ = new QPushButton(tr("&Delete preset"), values_);
+  delete_preset_->setObjectName("deletePresetButton");
+  delete_preset_->setAutoDefault(false);
+  delete_preset_->setToolTip(tr("Removes the chosen preset of yours (chats that used it keep their values)"));
   save_row->addWidget(preset_name_, 1);
   save_row->addWidget(save_preset_);
+  save_row->addWidget(delete_preset_);
   form->addRow(QString(), save_row);
+  preset_problem_ = new QLabel(values_);
+  preset_problem_->setObjectName("presetProblemLabel");
+  preset_problem_->setWordWrap(true);
+  set_palette_style_sheet(preset_problem_, [](const QPalette& palette) {
+    return QStringLiteral("color: %1;").arg(error_text_colour(palette).name());
+  });
+  preset_problem_->hide();
+  form->addRow(QString(), preset_problem_);
   layout->addWidget(values_);
 
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
@@ -143,6 +159,9 @@ ChatGenerationDialog::ChatGenerationDialog(kvchat::app::ChatController* controll
   for (QSpinBox* spin : {top_k_, max_tokens_}) connect(spin, &QSpinBox::valueChanged, this, &ChatGenerationDialog::values_edited);
   connect(stop_texts_, &QPlainTextEdit::textChanged, this, &ChatGenerationDialog::values_edited);
   connect(save_preset_, &QPushButton::clicked, this, &ChatGenerationDialog::save_as_preset);
+  connect(delete_preset_, &QPushButton::clicked, this, &ChatGenerationDialog::delete_preset);
+  connect(preset_, &QComboBox::currentIndexChanged, this, &ChatGenerationDialog::refresh_delete_button);
+  refresh_delete_button();
   connect(preset_name_, &QLineEdit::returnPressed, this, &ChatGenerationDialog::save_as_preset);
 }
 
@@ -207,9 +226,29 @@ void ChatGenerationDialog::save_as_preset() {
   std::optional<GenerationPreset> values = chosenSettings();
   if (!values) return;
   values->name = preset_name_->text().trimmed();
-  if (!controller_->saveUserPreset(*values)) return;
+  // Refused here, where the name was typed (not in the transcript behind the dialog).
+  const QString problem = controller_->presetNameProblem(values->name);
+  preset_problem_->setText(problem);
+  preset_problem_->setVisible(!problem.isEmpty());
+  if (!problem.isEmpty() || !controller_->saveUserPreset(*values)) return;
   fill_presets(values->name);
   preset_name_->clear();
+  refresh_delete_button();
+}
+
+void ChatGenerationDialog::delete_preset() {
+  const QString name = preset_->currentText();
+  controller_->removeUserPreset(name);
+  fill_presets(QString());  // the values stay, now under "Custom"
+  values_edited();
+  refresh_delete_button();
+}
+
+void ChatGenerationDialog::refresh_delete_button() {
+  const QList<GenerationPreset> mine = controller_->userPresets();
+  const QString current = preset_->currentText();
+  delete_preset_->setEnabled(
+      std::any_of(mine.cbegin(), mine.cend(), [&](const GenerationPreset& preset) { return preset.name == current; }));
 }
 
 }  // namespace kvchat::ui

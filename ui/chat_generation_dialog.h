@@ -14,6 +14,7 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLineEdit;
 class QPlainTextEdit;
+class QLabel;
 class QPushButton;
 class QSpinBox;
 
@@ -41,6 +42,8 @@ class ChatGenerationDialog : public QDialog {
   void fill_presets(const QString& selected);
   void values_edited();  // the preset shown becomes "Custom" once the values differ from it
   void save_as_preset();
+  void delete_preset();
+  void refresh_delete_button();  // enabled for a preset of the user's
 
   kvchat::app::ChatController* controller_;
   qint64 conversation_id_;
@@ -55,6 +58,8 @@ class ChatGenerationDialog : public QDialog {
   QPlainTextEdit* stop_texts_ = nullptr;
   QLineEdit* preset_name_ = nullptr;
   QPushButton* save_preset_ = nullptr;
+  QPushButton* delete_preset_ = nullptr;
+  QLabel* preset_problem_ = nullptr;  // why a name was refused, in the dialog itself
   QWidget* values_ = nullptr;
 };
 

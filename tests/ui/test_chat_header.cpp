@@ -11,6 +11,7 @@
 #include <QSpinBox>
 #include <QDialogButtonBox>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QToolButton>
@@ -38,6 +39,7 @@ class ChatHeaderTest : public QObject {
   void the_system_prompt_is_shown_above_the_transcript();
   void a_chat_on_the_precise_preset_replies_greedily();
   void stop_text_lines_read_escapes();
+  void a_preset_of_ones_own_is_refused_in_place_and_deleted();
 
  private:
   void open_window(const ChatSettings& settings) {
@@ -176,6 +178,45 @@ void ChatHeaderTest::stop_text_lines_read_escapes() {
   QCOMPARE(ChatGenerationDialog::stop_texts_from_lines("\\n\\n\n\nUser:\na\\\\nb"),
            (QStringList{"\n\n", "User:", "a\\nb"}));
   QCOMPARE(ChatGenerationDialog::lines_from_stop_texts({"\n\n", "User:", "a\\nb"}), QStringLiteral("\\n\\n\nUser:\na\\\\nb"));
+}
+
+// A built-in name is refused inside the dialog; a preset of the user's can be chosen and deleted there.
+void ChatHeaderTest::a_preset_of_ones_own_is_refused_in_place_and_deleted() {
+  open_window(kvchat::test::greedy_chat_settings(8));
+  window_->generationSettingsButton()->click();
+  auto* dialog = window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog");
+  QVERIFY(dialog && dialog->isVisible());
+  dialog->findChild<QCheckBox*>("followGlobalCheck")->setChecked(false);
+  auto* name = dialog->findChild<QLineEdit*>("presetNameEdit");
+  auto* problem = dialog->findChild<QLabel*>("presetProblemLabel");
+  auto* remove = dialog->findChild<QPushButton*>("deletePresetButton");
+  auto* presets = dialog->findChild<QComboBox*>("presetCombo");
+  QVERIFY(!remove->isEnabled());
+  int errors = 0;
+  connect(controller(), &ChatController::errorOccurred, this, [&errors] { ++errors; });
+  name->setText(QStringLiteral("precise"));
+  dialog->findChild<QPushButton*>("savePresetButton")->click();
+  QVERIFY(problem->isVisible());
+  QCOMPARE(problem->text(), QStringLiteral("\u201cPrecise\u201d is a built-in preset: choose another name."));
+  QCOMPARE(errors, 0);  // said in the dialog, not in the transcript behind it
+  QVERIFY(controller()->userPresets().isEmpty());
+
+  dialog->findChild<QDoubleSpinBox*>("temperatureSpin")->setValue(0.3);
+  name->setText(QStringLiteral("Calm"));
+  QTest::keyClick(name, Qt::Key_Return);
+  QVERIFY(!problem->isVisible());
+  QCOMPARE(controller()->userPresets().size(), 1);
+  QCOMPARE(presets->currentText(), QStringLiteral("Calm"));
+  QVERIFY(remove->isEnabled());
+  presets->setCurrentIndex(presets->findText(QStringLiteral("Balanced")));
+  QVERIFY(!remove->isEnabled());  // a built-in one cannot be deleted
+  presets->setCurrentIndex(presets->findText(QStringLiteral("Calm")));
+  remove->click();
+  QVERIFY(controller()->userPresets().isEmpty());
+  QCOMPARE(presets->findText(QStringLiteral("Calm")), -1);
+  QCOMPARE(presets->currentText(), QStringLiteral("Custom"));
+  QCOMPARE(dialog->findChild<QDoubleSpinBox*>("temperatureSpin")->value(), 0.3);  // the values stay
+  dialog->reject();
 }
 
 KVCHAT_TEST_MAIN(ChatHeaderTest)
