@@ -225,7 +225,11 @@ void ChatControllerTurnsTest::continue_goes_on_with_a_reply_cut_short() {
   QVERIFY(std::equal(cut.token_ids.begin(), cut.token_ids.end(), records[1].token_ids.begin()));
 
   // A reply that ended by itself cannot be continued.
-  QVERIFY(!kvchat::app::is_continuable_reply(MessageRecord{0, 0, "assistant", "x", {}, {}, {}, QJsonObject{{"stop_reason", "eos"}}}));
+  MessageRecord finished;
+  finished.role = QStringLiteral("assistant");
+  finished.text = QStringLiteral("x");
+  finished.stats = QJsonObject{{"stop_reason", "eos"}};
+  QVERIFY(!kvchat::app::is_continuable_reply(finished));
 }
 
 void ChatControllerTurnsTest::decode_times_are_recorded_per_step() {

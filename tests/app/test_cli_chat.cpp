@@ -141,7 +141,7 @@ void CliChatTest::usage_errors_are_clear() {
 // rest of the line (marked by U+FFFD) instead of cutting the message there.
 void CliChatTest::empty_messages_and_nul_bytes() {
   const QString db = dir_.filePath("edge.sqlite3");
-  for (const QString empty : {QString(), QStringLiteral("  ")}) {
+  for (const QString& empty : {QString(), QStringLiteral("  ")}) {
     const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", empty});
     QCOMPARE(result.exit_code, 2);
     QVERIFY2(result.err.find("--message is empty") != std::string::npos, result.err.c_str());

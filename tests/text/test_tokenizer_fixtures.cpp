@@ -134,7 +134,7 @@ class TokenizerFixturesTest : public QObject {
   static void add_rows(const std::string& file) {
     QTest::addColumn<QString>("model");
     QTest::addColumn<int>("index");
-    for (const QString model : {QString("llama3"), QString("llama2")}) {
+    for (const QString& model : {QString("llama3"), QString("llama2")}) {
       const auto& cases = fixture(model, file);
       QVERIFY2(!cases.empty(), "fixture file has no cases");
       for (std::size_t i = 0; i < cases.size(); ++i) {

@@ -6,16 +6,18 @@
 
 namespace kvchat::tokenization {
 
+// Frees a compiled pattern. Outside the anonymous namespace: Regex::Compiled, a member of the public class,
+// holds one.
+struct CodeDeleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
+
 namespace {
 
 // Unicode White_Space (PropList.txt), written for use inside a character class.
 constexpr const char* kWhiteSpaceClassBody =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
     "\\x{202F}\\x{205F}\\x{3000}";
-
-struct CodeDeleter {
-  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
-};
 
 struct MatchResources {
   pcre2_match_context* context = nullptr;
