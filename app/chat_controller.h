@@ -311,6 +311,9 @@ class ChatController : public QObject {
   void emit_reply_finished(qint64 message_id);
   void on_text_ready(quint64 turn_id, const QString& text);
   void flush_stop_filter();  // the text a stop filter held back, once the turn has ended without a match
+  // The global settings with a chat's own (chatGenerationSettings) over them: turnSettings() without the
+  // store read, for a caller that has them already.
+  ChatSettings settings_with(const std::optional<GenerationPreset>& own) const;
   void on_token_stats(quint64 turn_id, int generated_tokens, double tokens_per_second);
   void on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit);
   void on_finished(quint64 turn_id, const kvchat::GenerationStats& stats);

@@ -210,8 +210,12 @@ std::optional<GenerationPreset> ChatController::chatGenerationSettings(qint64 co
 }
 
 ChatSettings ChatController::turnSettings(qint64 conversation_id) const {
+  return settings_with(chatGenerationSettings(conversation_id));
+}
+
+ChatSettings ChatController::settings_with(const std::optional<GenerationPreset>& own) const {
   ChatSettings settings = settings_;
-  if (const std::optional<GenerationPreset> own = chatGenerationSettings(conversation_id)) own->apply_to(settings);
+  if (own) own->apply_to(settings);
   return settings;
 }
 

@@ -321,7 +321,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
 
   // The chat's own settings over the global ones, from this turn on.
   const std::optional<GenerationPreset> own_settings = chatGenerationSettings(conversation_id);
-  const ChatSettings turn_settings = turnSettings(conversation_id);
+  const ChatSettings turn_settings = settings_with(own_settings);
   const std::vector<std::string> stop_texts = own_settings ? own_settings->stop_strings() : std::vector<std::string>{};
   if (!stop_texts.empty()) turn.stop_filter = std::make_shared<StopTextFilter>(stop_texts);
 
