@@ -28,21 +28,19 @@ float* thread_buffer(std::int64_t floats) {
   return buffer.data_ptr<float>();
 }
 
-at::Tensor streaming_forward(const Linear& linear, const at::Tensor& x) {
-  const std::int64_t rows = x.size(0), in = linear.in_features(), out = linear.out_features();
-  at::Tensor input = x.contiguous();
-  at::Tensor output = at::empty({rows, out}, at::kFloat);
+void streaming_forward(const Linear& linear, const float* input, std::int64_t rows, float* output) {
+  const std::int64_t in = linear.in_features(), out = linear.out_features();
   const float* bias_data = linear.bias.defined() ? linear.bias.data_ptr<float>() : nullptr;
   if (linear.is_quantized()) {
-    kernels::matmul_quantized(linear.quantized.view, input.data_ptr<float>(), output.data_ptr<float>(), rows, bias_data);
-    return output;
+    kernels::matmul_quantized(linear.quantized.view, input, output, rows, bias_data);
+    return;
   }
   const bool bf16 = linear.weight.scalar_type() == at::kBFloat16;
   // Groups of up to kGroupRows rows share one pass over W.
   for (std::int64_t first = 0; first < rows; first += kGroupRows) {
     const std::int64_t n = std::min(kGroupRows, rows - first);
-    const float* in_rows = input.data_ptr<float>() + first * in;
-    float* out_rows = output.data_ptr<float>() + first * out;
+    const float* in_rows = input + first * in;
+    float* out_rows = output + first * out;
     if (bf16) {
       const auto* w = reinterpret_cast<const std::uint16_t*>(linear.weight.data_ptr<at::BFloat16>());
       if (n == 1) kernels::matvec_bf16(w, in_rows, out_rows, out, in, bias_data);
@@ -53,13 +51,12 @@ at::Tensor streaming_forward(const Linear& linear, const at::Tensor& x) {
       else kernels::matmul_f32_small(w, in_rows, out_rows, n, out, in, bias_data);
     }
   }
-  return output;
 }
 
 // Prefill over a quantized matrix: blocks of rows decoded to f32 (in parallel), each block one sgemm.
 // With the fast kernels on, the input is rounded as the decode kernels round it (a block type's
 // products are W x^ on every path), so a prompt and the same tokens decoded one by one agree.
-at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& input) {
+void quantized_gemm_forward(const Linear& linear, const at::Tensor& input, at::Tensor& output) {
   const kernels::QuantizedMatrixView& w = linear.quantized.view;
   at::Tensor x = input;
   const kernels::ActivationRounding rounding = kernels::activation_rounding(w.type);
@@ -70,7 +67,6 @@ at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& input)
   }
   const std::int64_t block_rows = std::clamp<std::int64_t>(kDecodedBlockBytes / (w.cols * 4), 1, w.rows);
   float* decoded = thread_buffer(block_rows * w.cols);
-  at::Tensor output = at::empty({x.size(0), w.rows}, at::kFloat);
   for (std::int64_t first = 0; first < w.rows; first += block_rows) {
     const std::int64_t count = std::min(block_rows, w.rows - first);
     at::parallel_for(0, count, 16, [&](std::int64_t begin, std::int64_t end) {
@@ -80,7 +76,6 @@ at::Tensor quantized_gemm_forward(const Linear& linear, const at::Tensor& input)
     output.narrow(1, first, count).copy_(at::linear(x, block));
   }
   if (linear.bias.defined()) output.add_(linear.bias);
-  return output;
 }
 
 }  // namespace
@@ -105,14 +100,15 @@ std::int64_t Linear::streaming_rows() const {
   return is_quantized() || weight.scalar_type() == at::kBFloat16 ? kWidenedStreamingRows : kStreamingRows;
 }
 
-at::Tensor Linear::forward(const at::Tensor& x) const {
-  const std::int64_t rows = x.size(0);
+void Linear::forward_into(const float* x, std::int64_t rows, float* y) const {
   if (fast_kernels_enabled() && rows <= streaming_rows() && (is_quantized() || weight.is_contiguous()))
-    return streaming_forward(*this, x);
-  if (is_quantized()) return quantized_gemm_forward(*this, x);
+    return streaming_forward(*this, x, rows, y);
+  const at::Tensor input = at::from_blob(const_cast<float*>(x), {rows, in_features()}, at::kFloat);
+  at::Tensor output = at::from_blob(y, {rows, out_features()}, at::kFloat);
+  if (is_quantized()) return quantized_gemm_forward(*this, input, output);
   at::Tensor w = weight;
   if (weight.scalar_type() == at::kBFloat16) {
-    // Prefill: widen bf16 weights to f32 for sgemm (LibTorch's own bf16 matmul is ~40x slower).
+    // Prefill: widen bf16 weights to f32 for sgemm (LibTorch's own bf16 matmul is much slower).
     const std::int64_t out = weight.size(0), in = weight.size(1);
     w = at::from_blob(thread_buffer(out * in), {out, in}, at::kFloat);
     if (fast_kernels_enabled() && weight.is_contiguous())
@@ -121,7 +117,8 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
     else
       w.copy_(weight);
   }
-  return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+  if (bias.defined()) at::linear_out(output, input, w, bias);
+  else at::linear_out(output, input, w);
 }
 
 void Linear::row_into(std::int64_t row, float* out) const {

@@ -2,9 +2,9 @@
 // One weight matrix and its product: y = x W^T (+ b). The matrix stays in the type it is kept in: an
 // f32 or bf16 tensor, or the blocks of a GGUF type (F16 or a quantization such as Q8_0 or Q4_K) as the
 // file stores them, usually still inside the memory-mapped file. Compute and results are f32.
-// forward() picks the implementation by the number of rows: the weight-streaming kernels for a few
+// forward_into() picks the implementation by the number of rows: the weight-streaming kernels for a few
 // rows (decode, short chunks), LibTorch's GEMM for a prefill chunk (quantized rows are decoded to f32
-// a block of rows at a time for it, never the whole model).
+// a block of rows at a time for it, never the whole model); with the kernels off, always the latter.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -33,8 +33,9 @@ struct Linear {
   const void* data() const;    // the matrix's first byte
   std::string type_name() const;  // "f32", "bf16", or the GGUF type's name ("Q4_K", "F16", ...)
 
-  at::Tensor forward(const at::Tensor& x) const;  // x [T, in] f32 -> [T, out] f32
-  // Up to how many rows of x forward() takes the weight-streaming kernels (when the kernels are on).
+  // y [rows, out] = x [rows, in] W^T (+ b), over row buffers.
+  void forward_into(const float* x, std::int64_t rows, float* y) const;
+  // Up to how many rows of x forward_into() takes the weight-streaming kernels (when the kernels are on).
   std::int64_t streaming_rows() const;
   // Rows `ids` (int64 [n]) of the matrix as f32 [n, in]: the embedding lookup.
   at::Tensor rows(const at::Tensor& ids) const;

@@ -1,15 +1,17 @@
 #pragma once
-// The Llama forward pass (llama2.c's shape, in ATen): embedding, RMSNorm, RoPE at explicit absolute
-// positions, grouped-query attention with one rectangular causal mask for prefill and decode, SwiGLU
-// MLP, final norm, tied or separate lm_head. Config, weights (model_weights.h) and run state (the
-// KvCache, the DecodeContext) are kept apart: the model is immutable after construction and is shared
-// by many sessions.
+// The Llama forward pass (llama2.c's shape): embedding, RMSNorm, RoPE at explicit absolute positions,
+// grouped-query attention with one rectangular causal mask for prefill and decode, SwiGLU MLP, final
+// norm, tied or separate lm_head. Config, weights (model_weights.h) and run state (the KvCache, the
+// DecodeContext) are kept apart: the model is immutable after construction and is shared by many
+// sessions.
 //
-// Files: llama_model.cpp (construction, the ATen forward, the choice of decode path),
-// llama_decode_step.cpp (the fused decode step over the engine kernels), model_weights.cpp (loading).
+// Files: llama_model.cpp (construction, request checks), llama_forward.cpp (the one layer, over row
+// buffers: a prompt's tokens and a decode step's one token go through the same code), model_weights.cpp
+// (loading).
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,8 +47,8 @@ class LlamaModel {
   // weights would silently change, or a read past a truncated end would kill the process).
   void check_files_unchanged() const;
 
-  // Runs `ids`, the tokens at absolute positions start_pos .. start_pos + T - 1, through the ATen
-  // path. With a cache: start_pos must equal cache->size(); attends to the cached positions plus
+  // Runs `ids`, the tokens at absolute positions start_pos .. start_pos + T - 1, through the model.
+  // With a cache: start_pos must equal cache->size(); attends to the cached positions plus
   // these, and commits them to the cache. Without (null): start_pos must be 0 and ids the whole
   // sequence. Returns f32 logits of the last position [vocab], or of every position [T, vocab] if
   // all_positions.
@@ -54,9 +56,8 @@ class LlamaModel {
                      bool all_positions = false) const;
 
   // One decode step: `token` at `position` (== cache.size()), committed to the cache, its logits
-  // written to context.logits. The one place that chooses the decode path: the fused step over the
-  // engine kernels when they are on and the cache has direct rows (then a steady-state step allocates
-  // nothing), else forward({token}). Both give the same results.
+  // written to context.logits: forward({token}) in the context's buffers. Over a cache with direct rows
+  // and with the kernels on, a steady-state step makes no LibTorch call and allocates nothing.
   void decode(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& context) const;
 
  private:
@@ -68,33 +69,35 @@ class LlamaModel {
   static constexpr std::int64_t kParallelAttentionBytes = 256 * 1024;
   bool parallel_attention(std::int64_t positions) const;
 
-  at::Tensor forward_checked(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
-                             bool all_positions) const;
-  void attend(const at::Tensor& grouped_q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
-              at::Tensor& out, bool streaming) const;
-  // The row-exact forward (llama_decode_step.cpp): every token's row computed as decode_step computes
-  // it, for models whose products round their input to bytes (row_exact_).
-  at::Tensor forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
-                          bool all_positions) const;
-  // The fused step (llama_decode_step.cpp); the cache's rows must be prepared for one token.
-  void decode_step(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& context) const;
+  // How a forward's products are computed, by its number of rows (llama_forward.cpp).
+  enum class ProductPath {
+    SharedInput,  // one row over the engine kernels, products that share their input as one job
+    RowExact,     // every row as SharedInput computes it (models whose products round their input)
+    Linear,       // each matrix's own choice (Linear::forward_into): streaming kernels or GEMM
+  };
+  ProductPath product_path(std::int64_t rows) const;
+  void products_into(ProductPath path, std::initializer_list<std::pair<const Linear*, float*>> products,
+                     const float* x, std::int64_t rows) const;
+  // The forward of every path: `steps` tokens as rows of `buffers` (sized for them), logits of the last
+  // row (or of every row if all_positions) into `logits`. The request must have been checked.
+  void forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
+                    DecodeContext& buffers, float* logits, bool all_positions) const;
   // Throws for no tokens, a start that does not follow the cache, the context limit, an id outside the vocabulary.
   void check_request(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const;
   bool fused_decode_applies() const;
 
   ModelConfig config_;
   ModelWeights weights_;
-  bool fused_decode_ = false;  // weights suit the fused decode step (taken while the kernels are on)
+  bool fused_decode_ = false;  // weights suit the engine kernels' products (taken while the kernels are on)
   // Some matrix's products round their input to one byte per value (a block type): while the kernels
-  // are on, every forward is row-exact (forward_rows), so that prompts and decode steps agree to the bit.
+  // are on, every forward is row-exact (ProductPath::RowExact), so that prompts and decode steps agree
+  // to the bit.
   bool row_exact_ = false;
   // Up to how many tokens a forward pass streams every matrix (the least of the matrices' own limits):
   // then the kernels' pool computes and LibTorch's threads are parked.
   std::int64_t streaming_rows_ = kStreamingRows;
   RopeTable rope_;  // cos/sin rows, grown as positions are first used
 };
-
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // Copies a logits row [vocab] (forward()'s result) into `logits`, which keeps its storage when sized.
 void copy_logits(const at::Tensor& row, std::vector<float>& logits);

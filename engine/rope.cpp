@@ -35,12 +35,6 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const ModelConfig& config, const 
   return {emb.cos(), emb.sin()};
 }
 
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const std::int64_t half = x.size(-1) / 2;
-  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
-}
-
 RopeTable::RopeTable(const ModelConfig& config)
     : config_(config),
       head_dim_(config.head_dim),
@@ -64,17 +58,5 @@ void RopeTable::ensure(std::int64_t end) const {
 }
 
 std::int64_t RopeTable::ready_positions() const { return ready_chunks_.load() * kChunkPositions; }
-
-std::pair<at::Tensor, at::Tensor> RopeTable::rows(std::int64_t start, std::int64_t steps) const {
-  ensure(start + steps);
-  const std::int64_t first_chunk = start / kChunkPositions, last_chunk = (start + steps - 1) / kChunkPositions;
-  auto gather = [&](const std::vector<at::Tensor>& chunks) {
-    if (first_chunk == last_chunk)
-      return chunks[static_cast<std::size_t>(first_chunk)].narrow(0, start % kChunkPositions, steps);
-    std::vector<at::Tensor> parts(chunks.begin() + first_chunk, chunks.begin() + last_chunk + 1);
-    return at::cat(parts, 0).narrow(0, start % kChunkPositions, steps);
-  };
-  return {gather(cos_chunks_), gather(sin_chunks_)};
-}
 
 }  // namespace kvchat

@@ -17,8 +17,6 @@ namespace kvchat {
 at::Tensor rope_inverse_frequencies(const ModelConfig& config);
 // cos and sin rows [positions.size(0), head_dim] for the given absolute positions (int64 tensor).
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const ModelConfig& config, const at::Tensor& positions);
-// x: [heads, T, head_dim]; cos/sin: [T, head_dim]. Returns x*cos + rotate_half(x)*sin.
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // The cos/sin rows of every position up to the model's context limit, computed on demand a chunk of
 // positions at a time: a config that claims millions of positions must not cost gigabytes before its
@@ -33,8 +31,6 @@ class RopeTable {
   // Rows of one position [head_dim] (ensure(position + 1) first).
   const float* cos_row(std::int64_t position) const { return row(cos_chunks_, position); }
   const float* sin_row(std::int64_t position) const { return row(sin_chunks_, position); }
-  // cos and sin [steps, head_dim] of positions start .. start + steps - 1 (ensured here).
-  std::pair<at::Tensor, at::Tensor> rows(std::int64_t start, std::int64_t steps) const;
   std::int64_t ready_positions() const;
 
  private:

@@ -1,11 +1,13 @@
 // The engine against independent references: llama2.c's run.c greedy outputs for stories260K,
-// transformers' logits for a random bf16 sharded Llama-3-layout model, transformers' RoPE tables.
+// transformers' logits for a random bf16 sharded Llama-3-layout model, transformers' RoPE tables, and
+// the plain-LibTorch oracle of tests/common/reference_forward.h.
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
 #include "common/test_suite.h"
 
 #include "common/json_fixture.h"
+#include "common/reference_forward.h"
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
 #include "engine/compute_options.h"
@@ -48,6 +50,8 @@ class ModelFidelityTest : public QObject {
   void prefill_then_decode_equals_one_forward();
   void row_exact_forward_equals_decode_steps_data();
   void row_exact_forward_equals_decode_steps();
+  void forward_agrees_with_the_oracle_data();
+  void forward_agrees_with_the_oracle();
 };
 
 void ModelFidelityTest::stories260k_matches_run_c_data() { kvchat::test::add_run_c_rows(); }
@@ -180,7 +184,7 @@ void ModelFidelityTest::row_exact_forward_equals_decode_steps_data() {
 // forward, of its tokens decoded one by one through each kind of cache, and of a prompt's tail after its
 // head was cached, are the same to the bit, also where the other matrices are f32 or bf16 (their rows go
 // through the matrix-vector kernels one token at a time; the GGUF fixtures cover block-type layers).
-// With the kernels off (the ATen path, exact products) the paths agree within f32 noise instead.
+// With the kernels off (exact products through LibTorch) the paths agree within f32 noise instead.
 void ModelFidelityTest::row_exact_forward_equals_decode_steps() {
   QFETCH(QString, layers);
   const std::string directory = shared_path("models/tiny-llama3-random");
@@ -217,6 +221,56 @@ void ModelFidelityTest::row_exact_forward_equals_decode_steps() {
     const at::Tensor tail = model->forward(std::vector<TokenId>(ids.begin() + 5, ids.end()), 5, split.get(), true);
     QVERIFY2(same(tail, whole.narrow(0, 5, positions - 5)), qPrintable(QString("%1 cache: the tail differs").arg(to_string(mode))));
   }
+}
+
+void ModelFidelityTest::forward_agrees_with_the_oracle_data() {
+  QTest::addColumn<QString>("model");
+  QTest::addColumn<int>("dtype");
+  QTest::newRow("stories260K f32") << "models/stories260K" << int(WeightDtype::Float32);
+  QTest::newRow("tiny-llama3 f32") << "models/tiny-llama3-random" << int(WeightDtype::Float32);
+  QTest::newRow("tiny-llama3 bf16") << "models/tiny-llama3-random" << int(WeightDtype::BFloat16);
+}
+
+// The model's one forward (row buffers, the engine's products and attention) against the independent
+// oracle (whole tensors, a mask, exact products): every position's logits of a prompt, uncached and in
+// two uneven chunks through each kind of cache, agree within f32 noise and pick the same token; and
+// greedy decoding through a session's cache gives the same ids as the oracle recomputing the whole
+// sequence every step.
+void ModelFidelityTest::forward_agrees_with_the_oracle() {
+  QFETCH(QString, model);
+  QFETCH(int, dtype);
+  const auto llama = load(model.toStdString(), WeightDtype(dtype));
+  c10::InferenceMode guard;
+  const std::vector<TokenId> ids = {1, 17, 230, 5, 199, 42, 7, 100, 8, 64, 3, 211, 90};
+  const auto positions = static_cast<std::int64_t>(ids.size());
+  const at::Tensor expected = kvchat::test::reference_forward(*llama, ids, 0, nullptr, /*all_positions=*/true);
+  const auto check = [&](const at::Tensor& got, const QString& what) {
+    const double error = (got - expected).abs().max().item<double>();
+    QVERIFY2(error < 1e-4, qPrintable(QString("%1: logits differ from the oracle's by %2").arg(what).arg(error)));
+    QVERIFY2(at::equal(got.argmax(-1), expected.argmax(-1)), qPrintable(what + ": another token is the most likely"));
+  };
+  check(llama->forward(ids, 0, nullptr, true), "uncached");
+  for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
+    auto cache = make_kv_cache(mode, llama->cache_shape());
+    const at::Tensor head = llama->forward(std::vector<TokenId>(ids.begin(), ids.begin() + 5), 0, cache.get(), true);
+    const at::Tensor tail = llama->forward(std::vector<TokenId>(ids.begin() + 5, ids.end()), 5, cache.get(), true);
+    QCOMPARE(cache->size(), positions);
+    check(at::cat({head, tail}, 0), QString("%1 cache").arg(to_string(mode)));
+  }
+
+  GenerationConfig config;
+  config.max_new_tokens = 24;
+  config.stop_token_ids = {-1};  // all 24 steps, through any end-of-sequence id
+  Session session(llama, KvCacheMode::Contiguous);
+  const std::vector<TokenId> generated = session.generate(ids, config).generated;
+  std::vector<TokenId> sequence = ids, oracle;
+  for (int step = 0; step < config.max_new_tokens; ++step) {
+    const auto next = static_cast<TokenId>(kvchat::test::reference_forward(*llama, sequence, 0, nullptr).argmax().item<std::int64_t>());
+    oracle.push_back(next);
+    sequence.push_back(next);
+  }
+  QVERIFY2(generated == oracle, qPrintable(QString::fromStdString("expected " + token_list_text(oracle) + "\n got " +
+                                                                  token_list_text(generated))));
 }
 
 KVCHAT_TEST_APPLESS_MAIN(ModelFidelityTest)
