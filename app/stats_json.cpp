@@ -1,6 +1,6 @@
 #include "app/stats_json.h"
 
-#include "engine/stats_json.h"
+#include "engine/generation_stats_json.h"
 
 #include <stdexcept>
 #include <string>

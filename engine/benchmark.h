@@ -46,8 +46,8 @@ struct BenchRun {
 // are far beyond the last-level cache (see pairs_bandwidth_probes).
 BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode,
                                   int prompt_tokens, int new_tokens, bool probe_between_steps = false);
-// A 256 MiB region reads about 4 % faster than the GiB-sized ones decode streams (best of runs, on
-// the target class), so the probe before each step reads up to 1 GiB, once.
+// A 256 MiB region reads measurably faster than the GiB-sized ones decode streams (DESIGN.md's table
+// of tuning constants), so the probe before each step reads up to 1 GiB, once.
 constexpr std::size_t kPairedProbeBytes = std::size_t(1) << 30;
 constexpr std::size_t kPairedProbeMinimumBytes = std::size_t(256) << 20;
 // Whether the model is large enough for probe_between_steps to measure main memory (>= 1 GiB of

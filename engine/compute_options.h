@@ -18,8 +18,8 @@ int compute_threads();
 
 // Who gets the cores during one forward. Batch-1 decode runs its big products on the engine kernels'
 // pool; LibTorch's OpenMP threads and OpenBLAS's threads then only do small work, but once woken they
-// spin for milliseconds and take the cores from the kernels' workers (decode fell to ~65 % of
-// bandwidth at 2,048 tokens of context). So a streaming forward gives them one thread, and a
+// spin for milliseconds and take the cores from the kernels' workers (decode at long contexts lost a
+// third of its bandwidth). So a streaming forward gives them one thread, and a
 // prefill-sized forward gives them all of them back. Cheap: it only acts when the phase changes.
 enum class ComputePhase { Streaming, Parallel };
 void enter_compute_phase(ComputePhase phase);

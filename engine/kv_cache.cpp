@@ -1,6 +1,6 @@
 #include "engine/kv_cache.h"
 
-#include "engine/huge_pages.h"
+#include "engine/huge_page_buffer.h"
 
 #include <spdlog/spdlog.h>
 

@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/huge_pages.h"
+#include "engine/huge_page_buffer.h"
 #include "engine/kv_cache.h"
 #include "engine/types.h"
 

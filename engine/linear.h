@@ -48,10 +48,8 @@ struct Linear {
 constexpr std::int64_t kStreamingRows = 8;
 // bf16 and GGUF-typed weights reach the GEMM only after a pass that widens every weight to f32 in
 // memory, a cost the streaming kernels (which read each weight once per chunk of rows) do not pay; they
-// stay ahead up to about this many rows. 1B shape, 2 threads, prompts of 9 / 16 / 32 / 64 tokens, tok/s
-// streaming against GEMM: Q4_K 50 / 62 / 68 / 64 against 8 / 21 / 32 / 48; Q8_0 59 / 62 / 64 / 66
-// against 9 / 20 / 32 / 46; bf16 47 / 55 / 58 / 59 against 9 / 31 / 47 / 62. Beyond, the GEMM pulls
-// ahead (512 tokens: 70-80 tok/s).
+// stay ahead up to about this many rows, beyond which the GEMM pulls ahead (the measurements are in
+// DESIGN.md's table of tuning constants).
 constexpr std::int64_t kWidenedStreamingRows = 64;
 
 }  // namespace kvchat

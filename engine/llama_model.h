@@ -61,11 +61,9 @@ class LlamaModel {
   void decode(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& context) const;
 
  private:
-  // Attention of a streaming forward or a decode step is split by KV head over the kernels' pool once a
-  // layer's cached keys and values reach this many bytes; below, the dispatch costs about what the
-  // second core saves. The 1B shape reaches it at 64 positions (a decode step at 100-210 positions
-  // spent 0.3-0.9 ms less in attention than with the 256-position threshold this replaces); the tiny
-  // models never do.
+  // A single row's attention (a decode step) is split by KV head over the kernels' pool once a layer's
+  // cached keys and values reach this many bytes; below, the dispatch costs about what the second core
+  // saves. The 1B shape reaches it at 64 positions, the tiny models never do.
   static constexpr std::int64_t kParallelAttentionBytes = 256 * 1024;
   bool parallel_attention(std::int64_t positions) const;
 

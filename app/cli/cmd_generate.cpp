@@ -9,7 +9,7 @@
 #include "engine/text/regular_file.h"
 #include "engine/llama_model.h"
 #include "engine/session.h"
-#include "engine/stats_json.h"
+#include "engine/generation_stats_json.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

@@ -1,4 +1,4 @@
-#include "engine/huge_pages.h"
+#include "engine/huge_page_buffer.h"
 
 #include <cstring>
 

@@ -1,8 +1,7 @@
 #pragma once
 // Large engine buffers on transparent huge pages (the allocation itself: engine/kernels/huge_pages.h).
-// A KV cache or a snapshot of a long conversation is 100+ MB: in 4 KiB pages its first touch is ~32,000
-// page faults (measured: ~0.6 s for 131 MB on a 2-core VM, more than copying the bytes), in 2 MiB
-// pages ~64.
+// A KV cache or a snapshot of a long conversation is 100+ MB: in 4 KiB pages its first touch is tens of
+// thousands of page faults (slower than copying the bytes), in 2 MiB pages a few dozen.
 #include <ATen/ATen.h>
 
 #include <cstddef>

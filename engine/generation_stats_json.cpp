@@ -1,4 +1,4 @@
-#include "engine/stats_json.h"
+#include "engine/generation_stats_json.h"
 
 namespace kvchat {
 
