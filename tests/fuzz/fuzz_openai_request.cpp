@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "app/openai_protocol.h"
 
@@ -28,7 +29,13 @@ void build_responses(const SamplingRequest& sampling) {
   result.text = sampling.model;
   result.finish_reason = "stop";
   result.has_logprobs = sampling.top_logprobs >= 0;
-  if (result.has_logprobs) result.logprobs.push_back({{sampling.model, -0.5f}, {{sampling.model, -0.5f}}, 0});
+  if (result.has_logprobs) {
+    // Built field by field: GCC 12 misreads the lifetime of a braced temporary here (-Wmaybe-uninitialized).
+    LogprobEntry entry;
+    entry.chosen = {sampling.model, -0.5f};
+    entry.top.push_back(entry.chosen);
+    result.logprobs.push_back(std::move(entry));
+  }
   const ChunkIdentity identity{"id", 0, sampling.model};
   (void)sse_event(chat_completion_response("id", 0, sampling.model, result));
   (void)sse_event(completion_response("id", 0, sampling.model, result));
