@@ -15,8 +15,8 @@
 
 #include "app/model_locator.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/gguf_model_config.h"
-#include "engine/model_config.h"
+#include "engine/model/gguf_model_config.h"
+#include "engine/model/model_config.h"
 
 namespace kvchat::app {
 

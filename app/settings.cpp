@@ -18,7 +18,7 @@
 #include <QFileInfo>
 #include <QRandomGenerator>
 
-#include "engine/compute_options.h"
+#include "engine/compute/compute_options.h"
 
 namespace kvchat::app {
 

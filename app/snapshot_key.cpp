@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/llama_model.h"
+#include "engine/model/llama_model.h"
 
 namespace kvchat::app {
 

@@ -1,5 +1,5 @@
 #pragma once
-// This installation's KV snapshot key (engine/kv_snapshot.h): an installation id and a secret that key
+// This installation's KV snapshot key (engine/cache/kv_snapshot.h): an installation id and a secret that key
 // every checksum of a snapshot, so that a snapshot written by another installation, or edited and its
 // checksums recomputed by anyone without the secret, is rejected. One key per user's config folder
 // ($XDG_CONFIG_HOME/kvchat/kv-snapshot-key, owner-only), made on first use and shared by the desktop app,
@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/kv_snapshot.h"
-#include "engine/snapshot_store.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/cache/snapshot_store.h"
 
 namespace kvchat {
 class LlamaModel;

@@ -7,7 +7,7 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
-#include "app/chat_controller.h"
+#include "app/chat/chat_controller.h"
 #include "ui/conversation_titles.h"
 #include "ui/stats_format.h"
 

@@ -15,7 +15,7 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
-#include "app/chat_controller.h"
+#include "app/chat/chat_controller.h"
 #include "ui/appearance.h"
 
 namespace kvchat::ui {

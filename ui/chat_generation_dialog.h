@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "app/generation_preset.h"
+#include "app/chat/generation_preset.h"
 
 class QCheckBox;
 class QComboBox;

@@ -9,7 +9,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
-#include "app/chat_history.h"
+#include "app/store/chat_history.h"
 #include "ui/message_widget.h"
 
 namespace kvchat::ui {

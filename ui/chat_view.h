@@ -7,7 +7,7 @@
 #include <QList>
 #include <QScrollArea>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 
 class QLabel;
 class QVBoxLayout;

@@ -5,7 +5,7 @@
 #include <QList>
 #include <QString>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 
 namespace kvchat::ui {
 

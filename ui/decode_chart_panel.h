@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "app/engine_worker.h"
+#include "app/chat/engine_worker.h"
 
 class QChart;
 class QChartView;

@@ -4,7 +4,7 @@
 // its own settings (LocalServerSettings), apart from the chat settings above it.
 #include <QGroupBox>
 
-#include "app/local_server.h"
+#include "app/server/local_server.h"
 
 class QCheckBox;
 class QLineEdit;

@@ -12,9 +12,9 @@
 #include <exception>
 #include <memory>
 
-#include "engine/process_setup.h"
-#include "app/chat_controller.h"
-#include "app/conversation_store.h"
+#include "engine/compute/process_setup.h"
+#include "app/chat/chat_controller.h"
+#include "app/store/conversation_store.h"
 #include "app/logging.h"
 #include "ui/main_window.h"
 

@@ -12,7 +12,7 @@
 
 #include <functional>
 
-#include "app/chat_controller.h"
+#include "app/chat/chat_controller.h"
 
 class QAction;
 class QDialog;

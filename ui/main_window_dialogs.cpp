@@ -20,7 +20,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
-#include "app/exporter.h"
+#include "app/store/exporter.h"
 #include "app/third_party.h"
 #include "ui/caches_dialog.h"
 #include "ui/chat_generation_dialog.h"

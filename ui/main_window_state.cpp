@@ -15,8 +15,8 @@
 
 #include <algorithm>
 
-#include "app/chat_history.h"
-#include "app/remote_client.h"
+#include "app/store/chat_history.h"
+#include "app/remote/remote_client.h"
 #include "ui/chat_generation_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/conversation_titles.h"

@@ -12,7 +12,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
-#include "app/chat_history.h"
+#include "app/store/chat_history.h"
 #include "ui/code_block_widget.h"
 #include "ui/message_body.h"
 #include "ui/stats_format.h"

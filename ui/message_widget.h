@@ -8,7 +8,7 @@
 #include <QString>
 #include <QTimer>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 
 class QLabel;
 class QPushButton;

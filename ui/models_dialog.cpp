@@ -15,7 +15,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
-#include "app/chat_controller.h"
+#include "app/chat/chat_controller.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {

@@ -24,7 +24,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "app/remote_client.h"
+#include "app/remote/remote_client.h"
 #include "ui/stats_format.h"
 
 namespace kvchat::ui {

@@ -5,8 +5,8 @@
 
 #include <stdexcept>
 
-#include "app/chat_history.h"
-#include "app/stats_json.h"
+#include "app/store/chat_history.h"
+#include "app/store/message_stats_json.h"
 
 namespace kvchat::ui {
 

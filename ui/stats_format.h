@@ -3,7 +3,7 @@
 #include <QJsonObject>
 #include <QString>
 
-#include "app/engine_worker.h"
+#include "app/chat/engine_worker.h"
 #include "engine/types.h"
 
 namespace kvchat::ui {

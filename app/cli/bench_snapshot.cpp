@@ -8,10 +8,10 @@
 #include <system_error>
 
 #include "app/cli/model_options.h"
-#include "engine/compute_options.h"
+#include "engine/compute/compute_options.h"
 #include "engine/kernels/thread_pool.h"
-#include "engine/llama_model.h"
-#include "engine/snapshot_benchmark.h"
+#include "engine/model/llama_model.h"
+#include "engine/bench/snapshot_benchmark.h"
 
 namespace kvchat::cli {
 

@@ -1,6 +1,6 @@
 #pragma once
 // kvchat-cli bench --snapshot: a conversation's KV cache restored from disk against prefilled again
-// (engine/snapshot_benchmark.h), one run per --dtype, printed as text or JSON lines.
+// (engine/bench/snapshot_benchmark.h), one run per --dtype, printed as text or JSON lines.
 #include "app/cli/cli_command.h"
 
 namespace kvchat::cli {

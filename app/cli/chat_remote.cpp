@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "app/chat_history.h"
+#include "app/store/chat_history.h"
 #include "app/cli/terminal_output.h"
-#include "app/remote_worker.h"
-#include "app/reply_committer.h"
-#include "app/stats_json.h"
+#include "app/remote/remote_worker.h"
+#include "app/chat/reply_committer.h"
+#include "app/store/message_stats_json.h"
 
 namespace kvchat::cli {
 

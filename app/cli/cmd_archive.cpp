@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "app/chat_archive.h"
+#include "app/store/chat_archive.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/store_access.h"
-#include "app/exporter.h"
+#include "app/store/exporter.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

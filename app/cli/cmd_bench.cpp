@@ -7,12 +7,12 @@
 #include "app/cli/bench_snapshot.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
-#include "engine/benchmark.h"
-#include "engine/compute_options.h"
+#include "engine/bench/benchmark.h"
+#include "engine/compute/compute_options.h"
 #include "engine/kernels/memory_probe.h"
 #include "engine/kernels/thread_pool.h"
-#include "engine/llama_model.h"
-#include "engine/process_setup.h"
+#include "engine/model/llama_model.h"
+#include "engine/compute/process_setup.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

@@ -13,22 +13,22 @@
 #include <string>
 #include <unistd.h>
 
-#include "app/chat_history.h"
-#include "app/chat_turn_runner.h"
+#include "app/store/chat_history.h"
+#include "app/chat/chat_turn_runner.h"
 #include "app/cli/chat_remote.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "app/cli/store_access.h"
 #include "app/cli/terminal_output.h"
-#include "app/conversation_store.h"
-#include "app/reply_committer.h"
+#include "app/store/conversation_store.h"
+#include "app/chat/reply_committer.h"
 #include "app/snapshot_key.h"
-#include "app/stats_json.h"
-#include "engine/model_loader.h"
-#include "engine/kv_snapshot.h"
-#include "engine/llama_model.h"
-#include "engine/session.h"
-#include "engine/session_pool.h"
+#include "app/store/message_stats_json.h"
+#include "engine/model/model_loader.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/model/llama_model.h"
+#include "engine/generation/session.h"
+#include "engine/cache/session_pool.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

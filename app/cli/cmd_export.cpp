@@ -10,7 +10,7 @@
 #include "app/cli/cli_command.h"
 #include "app/cli/store_access.h"
 #include "app/cli/terminal_output.h"
-#include "app/exporter.h"
+#include "app/store/exporter.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

@@ -7,9 +7,9 @@
 #include "app/cli/model_options.h"
 #include "engine/text/chat_prompt.h"
 #include "engine/text/regular_file.h"
-#include "engine/llama_model.h"
-#include "engine/session.h"
-#include "engine/generation_stats_json.h"
+#include "engine/model/llama_model.h"
+#include "engine/generation/session.h"
+#include "engine/generation/generation_stats_json.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

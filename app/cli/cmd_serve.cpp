@@ -1,4 +1,4 @@
-// kvchat-cli serve: the OpenAI-compatible HTTP API on one model (app/openai_server.h), until SIGINT/SIGTERM.
+// kvchat-cli serve: the OpenAI-compatible HTTP API on one model (app/server/openai_server.h), until SIGINT/SIGTERM.
 #include <spdlog/spdlog.h>
 
 #include <unistd.h>
@@ -12,13 +12,13 @@
 
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
-#include "app/openai_server.h"
+#include "app/server/openai_server.h"
 #include "app/settings.h"
 #include "app/snapshot_key.h"
-#include "engine/kv_snapshot.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
-#include "engine/snapshot_store.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/cache/snapshot_store.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

@@ -16,11 +16,11 @@
 #include "app/cli/model_options.h"
 #include "app/cli/serve_load.h"
 #include "app/model_locator.h"
-#include "app/openai_server.h"
-#include "app/openai_sessions.h"
+#include "app/server/openai_server.h"
+#include "app/server/openai_sessions.h"
 #include "app/settings.h"
-#include "engine/benchmark.h"
-#include "engine/model_loader.h"
+#include "engine/bench/benchmark.h"
+#include "engine/model/model_loader.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/process_setup.h"
+#include "engine/compute/process_setup.h"
 #include "app/cli/cli_command.h"
 
 namespace {

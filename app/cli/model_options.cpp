@@ -6,9 +6,9 @@
 #include <cctype>
 #include <utility>
 
-#include "engine/compute_options.h"
-#include "engine/llama_model.h"
-#include "engine/process_setup.h"
+#include "engine/compute/compute_options.h"
+#include "engine/model/llama_model.h"
+#include "engine/compute/process_setup.h"
 
 namespace kvchat::cli {
 

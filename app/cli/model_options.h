@@ -9,8 +9,8 @@
 
 #include "app/cli/cli_command.h"
 #include "engine/gguf/gguf_types.h"
-#include "engine/model_config.h"
-#include "engine/model_loader.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_loader.h"
 #include "engine/text/tokenizer.h"
 
 namespace kvchat::cli {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "app/broken_pipe.h"
+#include "app/server/broken_pipe.h"
 
 namespace kvchat::cli {
 

@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 
 namespace kvchat::cli {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/model_config.h"  // ModelError
+#include "engine/model/model_config.h"  // ModelError
 
 // Every value is computed as its format defines it, one rounding per operation, in the order written.
 // The build compiles this file with -ffp-contract=off: a fused multiply-add would round d*q - m once

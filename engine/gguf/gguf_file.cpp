@@ -12,7 +12,7 @@
 
 #include "engine/gguf/gguf_format.h"
 #include "engine/gguf/mapped_file.h"
-#include "engine/model_config.h"  // ModelError
+#include "engine/model/model_config.h"  // ModelError
 
 namespace kvchat {
 

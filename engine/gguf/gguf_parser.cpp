@@ -12,7 +12,7 @@
 #include <numeric>
 
 #include "engine/gguf/gguf_format.h"
-#include "engine/model_config.h"  // ModelError
+#include "engine/model/model_config.h"  // ModelError
 
 namespace kvchat::gguf_format {
 

@@ -11,10 +11,10 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
-#include "app/chat_archive.h"
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
-#include "app/exporter.h"
+#include "app/store/chat_archive.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
+#include "app/store/exporter.h"
 #include "common/cli_runner.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).

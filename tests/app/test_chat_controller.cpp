@@ -13,9 +13,9 @@
 
 #include <memory>
 
-#include "app/chat_controller.h"
-#include "app/chat_history.h"
-#include "app/stats_json.h"
+#include "app/chat/chat_controller.h"
+#include "app/store/chat_history.h"
+#include "app/store/message_stats_json.h"
 #include "common/test_paths.h"
 #include "common/chat_fixture.h"
 

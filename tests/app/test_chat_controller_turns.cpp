@@ -9,9 +9,9 @@
 
 #include <QSignalSpy>
 
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
-#include "app/stats_json.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
+#include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).

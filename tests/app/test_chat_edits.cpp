@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <vector>
 
-#include "app/chat_history.h"
-#include "app/chat_turn_runner.h"
-#include "app/conversation_store.h"
-#include "app/stats_json.h"
+#include "app/store/chat_history.h"
+#include "app/chat/chat_turn_runner.h"
+#include "app/store/conversation_store.h"
+#include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
-#include "engine/model_loader.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_edits {

@@ -8,9 +8,9 @@
 #include <QJsonDocument>
 #include <QSignalSpy>
 
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
-#include "app/generation_preset.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
+#include "app/chat/generation_preset.h"
 #include "common/chat_fixture.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).

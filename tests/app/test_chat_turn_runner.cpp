@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "app/chat_turn_runner.h"
+#include "app/chat/chat_turn_runner.h"
 #include "common/test_paths.h"
 #include "common/tiny_llama3_chat_model.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_turn_runner {

@@ -6,16 +6,16 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
-#include "app/chat_history.h"
-#include "app/chat_turn_runner.h"
-#include "app/conversation_store.h"
-#include "app/stats_json.h"
+#include "app/store/chat_history.h"
+#include "app/chat/chat_turn_runner.h"
+#include "app/store/conversation_store.h"
+#include "app/store/message_stats_json.h"
 #include "common/cli_runner.h"
 #include "common/test_paths.h"
 #include "common/chat_fixture.h"
 #include "common/tiny_llama3_chat_model.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_cli_chat {

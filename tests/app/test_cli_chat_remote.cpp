@@ -13,8 +13,8 @@
 
 #include <csignal>
 
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
 #include "common/cli_runner.h"
 #include "common/cutting_proxy.h"
 #include "common/scripted_server.h"

@@ -6,9 +6,9 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
-#include "app/conversation_store.h"
-#include "app/exporter.h"
-#include "app/stats_json.h"
+#include "app/store/conversation_store.h"
+#include "app/store/exporter.h"
+#include "app/store/message_stats_json.h"
 #include "common/cli_runner.h"
 #include "common/damaged_database.h"
 #include "common/terminal_cli_runner.h"

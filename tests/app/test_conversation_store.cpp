@@ -8,10 +8,10 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
 #include "app/settings.h"
-#include "app/stats_json.h"
+#include "app/store/message_stats_json.h"
 #include "common/damaged_database.h"
 #include "common/raw_sqlite.h"
 

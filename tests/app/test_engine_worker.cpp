@@ -11,12 +11,12 @@
 #include <memory>
 #include <optional>
 
-#include "app/chat_turn_runner.h"
-#include "app/engine_worker.h"
+#include "app/chat/chat_turn_runner.h"
+#include "app/chat/engine_worker.h"
 #include "common/test_paths.h"
 #include "common/chat_fixture.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_engine_worker {

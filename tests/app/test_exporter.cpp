@@ -7,11 +7,11 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
-#include "app/chat_history.h"
-#include "app/exporter.h"
-#include "app/markdown_text.h"
+#include "app/store/chat_history.h"
+#include "app/store/exporter.h"
+#include "app/store/markdown_text.h"
 #include "app/settings.h"
-#include "app/stats_json.h"
+#include "app/store/message_stats_json.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_exporter {

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "app/chat_controller.h"
-#include "app/chat_turn_runner.h"
-#include "app/stats_json.h"
+#include "app/chat/chat_controller.h"
+#include "app/chat/chat_turn_runner.h"
+#include "app/store/message_stats_json.h"
 #include "common/test_paths.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_gguf_chat {

@@ -7,7 +7,7 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
 #include "common/damaged_database.h"
 #include "common/hostile_case.h"

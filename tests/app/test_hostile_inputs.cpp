@@ -19,7 +19,7 @@
 #include <functional>
 #include <thread>
 
-#include "app/local_server.h"
+#include "app/server/local_server.h"
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
 #include "common/tiny_llama3_chat_model.h"

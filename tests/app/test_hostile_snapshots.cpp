@@ -13,14 +13,14 @@
 
 #include <filesystem>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 #include "app/snapshot_key.h"
 #include "common/chat_fixture.h"
 #include "common/hostile_case.h"
 #include "common/snapshot_support.h"
-#include "engine/kv_snapshot.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_hostile_snapshots {

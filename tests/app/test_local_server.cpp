@@ -18,7 +18,7 @@
 
 #include <thread>
 
-#include "app/local_server.h"
+#include "app/server/local_server.h"
 #include "common/address_space_headroom.h"
 #include "common/chat_fixture.h"
 #include "common/cli_runner.h"

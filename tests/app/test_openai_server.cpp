@@ -10,14 +10,14 @@
 #include <filesystem>
 #include <thread>
 
-#include "app/openai_protocol.h"
-#include "app/openai_sessions.h"
+#include "app/server/openai_protocol.h"
+#include "app/server/openai_sessions.h"
 #include "common/cli_runner.h"
 #include "common/openai_npm_package.h"
 #include "common/model_folder_copy.h"
-#include "engine/model_loader.h"
+#include "engine/model/model_loader.h"
 #include "common/server_process.h"
-#include "engine/llama_model.h"
+#include "engine/model/llama_model.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_openai_server {

@@ -12,12 +12,12 @@
 #include <thread>
 
 #include "app/compute_lock.h"
-#include "app/openai_protocol.h"
-#include "app/openai_sessions.h"
+#include "app/server/openai_protocol.h"
+#include "app/server/openai_sessions.h"
 #include "common/in_process_server.h"
 #include "common/raw_http.h"
 #include "common/server_process.h"
-#include "engine/model_loader.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_openai_server_http {

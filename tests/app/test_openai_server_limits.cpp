@@ -21,14 +21,14 @@
 #include <stdexcept>
 #include <thread>
 
-#include "app/openai_protocol.h"
-#include "app/openai_sessions.h"
+#include "app/server/openai_protocol.h"
+#include "app/server/openai_sessions.h"
 #include "common/in_process_server.h"
 #include "common/raw_http.h"
 #include "common/server_process.h"
-#include "engine/kv_snapshot.h"
-#include "engine/llama_model.h"
-#include "engine/snapshot_store.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/model/llama_model.h"
+#include "engine/cache/snapshot_store.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_openai_server_limits {

@@ -19,9 +19,9 @@
 #include <sstream>
 #include <thread>
 
-#include "app/chat_turn_runner.h"
-#include "app/openai_protocol.h"
-#include "app/openai_sessions.h"
+#include "app/chat/chat_turn_runner.h"
+#include "app/server/openai_protocol.h"
+#include "app/server/openai_sessions.h"
 #include "common/in_process_server.h"
 #include "common/server_process.h"
 

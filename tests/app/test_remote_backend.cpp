@@ -16,11 +16,11 @@
 #include <limits>
 #include <mutex>
 
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
-#include "app/remote_client.h"
-#include "app/remote_stream.h"
-#include "app/remote_worker.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
+#include "app/remote/remote_client.h"
+#include "app/remote/remote_stream.h"
+#include "app/remote/remote_worker.h"
 #include "common/chat_fixture.h"
 #include "common/cutting_proxy.h"
 #include "common/raw_sqlite.h"

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "app/conversation_store.h"
-#include "app/reply_committer.h"
+#include "app/store/conversation_store.h"
+#include "app/chat/reply_committer.h"
 #include "common/raw_sqlite.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).

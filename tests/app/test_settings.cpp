@@ -6,7 +6,7 @@
 #include "common/test_suite.h"
 
 #include "app/settings.h"
-#include "app/stats_json.h"
+#include "app/store/message_stats_json.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_settings {

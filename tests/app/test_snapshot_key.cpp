@@ -12,7 +12,7 @@
 #include <stdexcept>
 
 #include "app/snapshot_key.h"
-#include "engine/kv_snapshot.h"
+#include "engine/cache/kv_snapshot.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_snapshot_key {

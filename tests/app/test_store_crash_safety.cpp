@@ -16,7 +16,7 @@
 #include <QtTest>
 
 #include "common/test_suite.h"
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_store_crash_safety {

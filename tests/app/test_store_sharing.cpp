@@ -13,7 +13,7 @@
 #include <future>
 #include <thread>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 #include "common/raw_sqlite.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).

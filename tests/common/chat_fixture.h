@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "app/chat_controller.h"
+#include "app/chat/chat_controller.h"
 #include "common/test_paths.h"
 
 namespace kvchat::test {

@@ -10,7 +10,7 @@
 #include <QFile>
 #include <QString>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 #include "common/raw_sqlite.h"
 
 namespace kvchat::test {

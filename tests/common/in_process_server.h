@@ -6,8 +6,8 @@
 #include <memory>
 #include <thread>
 
-#include "app/openai_server.h"
-#include "engine/model_loader.h"
+#include "app/server/openai_server.h"
+#include "engine/model/model_loader.h"
 
 namespace kvchat::test {
 

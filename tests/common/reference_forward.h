@@ -1,6 +1,6 @@
 #pragma once
 // An independent forward pass in plain LibTorch operations, kept only as a test oracle for
-// LlamaModel's own forward (engine/llama_forward.cpp): whole tensors instead of row buffers, one
+// LlamaModel's own forward (engine/model/llama_forward.cpp): whole tensors instead of row buffers, one
 // rectangular causal mask (triu(-inf, diagonal = past + 1)) instead of a count of keys per row, RoPE
 // by rotate_half on tensors, and exact products (every matrix decoded to f32, the input never rounded).
 // Written from the transformers Llama model, not from the engine's code.
@@ -12,9 +12,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/kv_cache.h"
-#include "engine/llama_model.h"
-#include "engine/rope.h"
+#include "engine/cache/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/rope.h"
 
 namespace kvchat::test {
 

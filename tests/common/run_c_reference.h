@@ -12,7 +12,7 @@
 #include "common/json_fixture.h"
 #include "common/sanitized_build.h"
 #include "common/test_paths.h"
-#include "engine/session.h"
+#include "engine/generation/session.h"
 
 namespace kvchat::test {
 

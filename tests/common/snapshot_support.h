@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_snapshot.h"
+#include "engine/cache/kv_snapshot.h"
 #include "engine/types.h"
 
 namespace kvchat::test {
@@ -81,7 +81,7 @@ inline bool write_bytes(const std::string& path, const QByteArray& bytes) {
   return file.open(QIODevice::WriteOnly | QIODevice::Truncate) && file.write(bytes) == bytes.size();
 }
 
-// Offsets of a snapshot header's fields (engine/kv_snapshot.cpp), for files made or edited byte by byte.
+// Offsets of a snapshot header's fields (engine/cache/kv_snapshot.cpp), for files made or edited byte by byte.
 constexpr int kSnapshotVersionAt = 8, kSnapshotFingerprintAt = 16, kSnapshotTokenCountAt = 48,
               kSnapshotDataOffsetAt = 56, kSnapshotFileBytesAt = 64, kSnapshotTokensChecksumAt = 72,
               kSnapshotInstallationAt = 104, kSnapshotHeaderChecksumAt = 120;

@@ -15,8 +15,8 @@
 
 #include "common/test_paths.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_changed_model_files {

@@ -13,10 +13,10 @@
 
 #include "common/test_paths.h"
 #include "engine/kernels/thread_pool.h"
-#include "engine/kv_cache.h"
-#include "engine/llama_model.h"
-#include "engine/model_weights.h"
-#include "engine/session.h"
+#include "engine/cache/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_weights.h"
+#include "engine/generation/session.h"
 
 // The operators below replace the whole program's: this suite is a program of its own
 // (tests/CMakeLists.txt), so that the other suites keep the allocator the sanitizers check.

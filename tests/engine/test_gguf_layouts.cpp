@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/test_paths.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
 #include "gguf/gguf_builder.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).

@@ -25,10 +25,10 @@
 #include "common/json_fixture.h"
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
-#include "engine/compute_options.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/compute/compute_options.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_gguf_references {

@@ -6,7 +6,7 @@
 #include "common/test_suite.h"
 
 #include "common/test_paths.h"
-#include "engine/llama_model.h"
+#include "engine/model/llama_model.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_kv_cache {

@@ -23,10 +23,10 @@
 
 #include "common/snapshot_support.h"
 #include "common/test_paths.h"
-#include "engine/kv_snapshot.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
-#include "engine/session_pool.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/cache/session_pool.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_kv_snapshots {

@@ -7,8 +7,8 @@
 
 #include "common/json_fixture.h"
 #include "common/test_paths.h"
-#include "engine/llama_model.h"
-#include "engine/session.h"
+#include "engine/model/llama_model.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_model_config {

@@ -10,12 +10,12 @@
 #include "common/reference_forward.h"
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
-#include "engine/compute_options.h"
-#include "engine/kv_cache.h"
-#include "engine/llama_model.h"
-#include "engine/model_weights.h"
-#include "engine/rope.h"
-#include "engine/session.h"
+#include "engine/compute/compute_options.h"
+#include "engine/cache/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_weights.h"
+#include "engine/model/rope.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_model_fidelity {

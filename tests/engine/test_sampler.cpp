@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/sampler.h"
+#include "engine/generation/sampler.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_sampler {

@@ -9,9 +9,9 @@
 
 #include "common/test_paths.h"
 #include "engine/kernels/cpu_features.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 
 #include <ATen/ATen.h>
 

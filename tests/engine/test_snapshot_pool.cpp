@@ -13,10 +13,10 @@
 
 #include "common/snapshot_support.h"
 #include "common/test_paths.h"
-#include "engine/kv_snapshot.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
-#include "engine/session_pool.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/cache/session_pool.h"
 
 Q_DECLARE_METATYPE(kvchat::KvCacheMode)
 

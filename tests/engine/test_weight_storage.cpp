@@ -12,8 +12,8 @@
 
 #include "common/test_paths.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/llama_model.h"
-#include "engine/model_loader.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_weight_storage {

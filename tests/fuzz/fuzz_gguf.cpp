@@ -9,8 +9,8 @@
 
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/gguf_model_config.h"
-#include "engine/model_config.h"  // ModelError
+#include "engine/model/gguf_model_config.h"
+#include "engine/model/model_config.h"  // ModelError
 #include "engine/text/tokenizer.h"
 #include "fuzz_input.h"
 

@@ -1,4 +1,4 @@
-// A request body as kvchat-cli serve reads it (app/openai_protocol.h): the input is one JSON body, given
+// A request body as kvchat-cli serve reads it (app/server/openai_protocol.h): the input is one JSON body, given
 // to both endpoints' parsers. Each either returns a request within the documented ranges or throws
 // ApiError (a 400 naming the field); any other exception, a crash, or a value out of range is a bug. An
 // accepted request's responses are built and printed, as the server would send them.
@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "app/openai_protocol.h"
+#include "app/server/openai_protocol.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// A server's answers as the remote backend reads them (app/remote_stream.h): the input is one streamed
+// A server's answers as the remote backend reads them (app/remote/remote_stream.h): the input is one streamed
 // reply, cut at NUL bytes into the pieces in which it arrives, fed to ServerEventStream under small
 // bounds (so that the fuzzer reaches them), and, whole, one answer to parse_server_json and
 // server_message. A crash, a reply over its bounds or text the callback did not see is a bug.
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "app/remote_stream.h"
+#include "app/remote/remote_stream.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/model_config.h"  // ModelError
-#include "engine/safetensors_header.h"
+#include "engine/model/model_config.h"  // ModelError
+#include "engine/model/safetensors_header.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

@@ -11,7 +11,7 @@
 
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/gguf_types.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace gguf_test_dequantize {

@@ -13,7 +13,7 @@
 #include "common/test_paths.h"
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace gguf_test_gguf_fixtures {

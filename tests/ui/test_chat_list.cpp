@@ -10,7 +10,7 @@
 #include <QListWidget>
 #include <QTableWidget>
 
-#include "app/conversation_store.h"
+#include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
 #include "ui/chat_view.h"
 #include "ui/chat_view.h"

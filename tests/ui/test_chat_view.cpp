@@ -5,7 +5,7 @@
 
 #include <QLabel>
 
-#include "app/chat_history.h"
+#include "app/store/chat_history.h"
 #include "ui/chat_view.h"
 #include "ui/message_body.h"
 #include "ui/message_widget.h"

@@ -17,7 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "app/local_server.h"
+#include "app/server/local_server.h"
 #include "common/address_space_headroom.h"
 #include "common/chat_fixture.h"
 #include "ui/local_server_group.h"

@@ -21,8 +21,8 @@
 #include <ctime>
 #include <memory>
 
-#include "app/chat_controller.h"
-#include "app/stats_json.h"
+#include "app/chat/chat_controller.h"
+#include "app/store/message_stats_json.h"
 #include "common/test_paths.h"
 #include "common/chat_fixture.h"
 #include "ui/chat_view.h"

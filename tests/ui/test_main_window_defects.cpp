@@ -20,9 +20,9 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
-#include "app/stats_json.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
+#include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
 #include "ui/chat_view.h"
 #include "ui/elided_label.h"

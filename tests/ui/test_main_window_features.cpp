@@ -14,7 +14,7 @@
 #include <QTableWidget>
 #include <QToolButton>
 
-#include "app/chat_history.h"
+#include "app/store/chat_history.h"
 #include "common/chat_fixture.h"
 #include "ui/caches_dialog.h"
 #include "ui/chat_view.h"

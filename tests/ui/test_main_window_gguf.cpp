@@ -17,10 +17,10 @@
 #include <memory>
 #include <vector>
 
-#include "app/chat_controller.h"
+#include "app/chat/chat_controller.h"
 #include "common/test_paths.h"
-#include "engine/model_loader.h"
-#include "engine/session.h"
+#include "engine/model/model_loader.h"
+#include "engine/generation/session.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"

@@ -11,7 +11,7 @@
 #include <QPushButton>
 #include <QSpinBox>
 
-#include "app/chat_history.h"
+#include "app/store/chat_history.h"
 #include "common/chat_fixture.h"
 #include "common/server_process.h"
 #include "ui/chat_view.h"

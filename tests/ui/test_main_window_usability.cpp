@@ -35,8 +35,8 @@
 #include <QTableWidget>
 #include <QToolButton>
 
-#include "app/chat_history.h"
-#include "app/conversation_store.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
 #include "common/model_folder_copy.h"
 #include "ui/appearance.h"

@@ -18,7 +18,7 @@
 #include <QTextDocument>
 #include <QToolButton>
 
-#include "app/chat_history.h"
+#include "app/store/chat_history.h"
 #include "ui/chat_view.h"
 #include "ui/code_block_widget.h"
 #include "ui/markdown_blocks.h"

@@ -15,9 +15,9 @@
 
 #include <memory>
 
-#include "app/chat_controller.h"
-#include "app/conversation_store.h"
-#include "app/stats_json.h"
+#include "app/chat/chat_controller.h"
+#include "app/store/conversation_store.h"
+#include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
 #include "common/test_paths.h"
 #include "ui/elided_label.h"

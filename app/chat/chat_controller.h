@@ -1,0 +1,388 @@
+#pragma once
+// The chat's brain on the GUI thread (Qt Core only): owns the conversation store and the engine's thread,
+// turns user actions (send, stop, regenerate, edit, conversation management, export) into store writes
+// and engine turns, and exposes what the window shows (live speed, last reply's stats, cache gauges).
+// Widgets only observe it, through its signals and queries (records by value, never the store itself);
+// tests drive it directly.
+//
+// One class, implemented in three files: chat_controller.cpp (engine thread, model, settings, cache
+// gauge), chat_controller_conversations.cpp (create, select, rename, delete, list, export) and
+// chat_controller_turns.cpp (send, stop, regenerate, edit, streaming, stats). Not two classes, because the
+// halves share state both ways: deleting a conversation ends its turn and drops its cache figures, a turn
+// creates and retitles conversations and reports only for the selected one. Two classes would need
+// back-references and forwarded signals, and the window would still want one object to observe.
+#include <QHash>
+#include <QJsonObject>
+#include <QList>
+#include <QObject>
+#include <QSet>
+#include <QString>
+#include <QThread>
+#include <QTimer>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
+#include "app/chat/engine_worker.h"
+#include "app/store/exporter.h"
+#include "app/chat/generation_preset.h"
+#include "app/server/local_server.h"
+#include "app/remote/remote_worker.h"
+#include "app/settings.h"
+#include "app/chat/stop_text_filter.h"
+#include "engine/types.h"
+
+class QSettings;
+
+namespace kvchat::app {
+
+// What the cache gauge shows for the current conversation and for all of them.
+struct CacheGauge {
+  bool cache_enabled = true;
+  bool on_server = false;     // the remote backend: the cache lives on the server (reused_tokens = its cached_tokens)
+  qint64 conversation_tokens = 0;
+  qint64 conversation_bytes = 0;
+  int context_limit = 0;      // effective: the settings' limit, or the model's
+  int reused_tokens = 0;      // the current conversation's last turn
+  int prefilled_tokens = 0;
+  int restored_tokens = 0;    // of reused_tokens, restored from a snapshot on disk
+  double restore_ms = 0.0;
+  bool has_turn = false;      // whether reused/prefilled/restored describe a turn of this conversation
+  qint64 total_bytes = 0;     // every conversation's cache
+  qint64 budget_bytes = 0;
+  bool snapshots_enabled = true;
+  qint64 snapshot_tokens = 0;     // the current conversation's snapshot on disk (as written by this app)
+  qint64 snapshot_bytes = 0;
+  qint64 disk_bytes = 0;          // every snapshot in the folder (-1: not known yet)
+  qint64 disk_budget_bytes = 0;
+};
+
+class ChatController : public QObject {
+  Q_OBJECT
+ public:
+  // Opens (creating if needed) the database and reads the settings from `settings_storage` (not owned,
+  // must outlive the controller). Starts the engine thread; no model is loaded until loadModel().
+  // Throws StoreError when the database cannot be opened.
+  ChatController(const QString& database_path, QSettings* settings_storage, QObject* parent = nullptr);
+  ~ChatController() override;
+
+  const ChatSettings& settings() const { return settings_; }
+  // Saves the settings; they apply from the next turn. A changed model path is loaded.
+  void applySettings(const ChatSettings& settings);
+  // Settings -> "Serve the loaded model on localhost:PORT": saved, applied at once (the server starts,
+  // restarts or stops), and again on every model load, since the server runs on the loaded model.
+  const LocalServerSettings& localServerSettings() const { return local_server_settings_; }
+  void applyLocalServerSettings(const LocalServerSettings& settings);
+  LocalServer& localServer() const { return *local_server_; }
+  // Saves only the chat's text size (a display choice: no reload, nothing for the next turn).
+  void setFontPointSize(int points);
+  // Saves only the folder of the last export (where the next export dialog starts, also after a restart).
+  void setExportDirectory(const QString& directory);
+  // Saves only the appearance ("system", "light" or "dark"; a display choice like the text size).
+  void setAppearance(const QString& appearance);
+
+  // `path` is a model directory or a .gguf file; empty = the settings' model (or the embedded one). With
+  // remember, a successful load becomes the settings' model path, so the next start opens it again
+  // (File > Open model file / Open model directory).
+  void loadModel(const QString& path, bool remember = false);
+  bool isModelLoaded() const { return model_loaded_; }
+  // Whether a turn can be sent: the local model is loaded, or the remote backend has a server address.
+  bool isBackendReady() const;
+  bool usesRemoteBackend() const { return settings_.backend == BackendKind::Remote; }
+  bool isModelLoading() const { return model_loading_; }
+  // File > Models: the recently loaded models (most recent first; each successful load puts its path first)
+  // and the folders the dialog scans, both kept in the settings file.
+  QStringList recentModels() const;
+  void removeRecentModel(const QString& path);
+  QStringList modelFolders() const;
+  void setModelFolders(const QStringList& folders);
+  // The local model the chat's last reply came from (its settings' kReplyModelPathKey), with its name; nullopt
+  // when no reply of the chat records one (no reply yet, remote replies, replies older than the key).
+  struct ModelUse {
+    QString path;
+    QString name;
+  };
+  std::optional<ModelUse> lastModelOf(qint64 conversation_id) const;
+  const ModelInfo& modelInfo() const { return model_info_; }
+
+  qint64 currentConversationId() const { return current_conversation_; }
+  QList<ConversationRecord> conversations() const;
+  std::optional<ConversationRecord> conversation(qint64 conversation_id) const;  // nullopt: no such conversation
+  // The chats holding every word of `query` (ConversationStore::search); none (and errorOccurred) on failure.
+  QList<SearchHit> searchConversations(const QString& query);
+  // The current chat's shown path (messages_on_shown_path: hidden branches left out, hidden alternatives kept).
+  QList<MessageRecord> currentMessages() const;
+  // The branch groups on the current chat's shown path: each shown user message that has been edited (or is an
+  // edit) -> its group (branch_siblings: the original, then its edits), for the window's "‹ 2/3 ›".
+  QHash<qint64, QList<qint64>> currentBranches() const;
+  // The chat messages the engine gets for a conversation: its system prompt, then every user/assistant
+  // message after the last context cut (markers and empty replies left out).
+  std::vector<ChatMessage> engineMessages(qint64 conversation_id) const;
+
+  bool isGenerating() const { return active_.has_value(); }
+  // Conversations whose last message waits for the reply being generated in another chat to finish
+  // (sent while that one streamed), first to be answered first.
+  QList<qint64> queuedConversationIds() const { return queued_conversations_; }
+  bool isQueued(qint64 conversation_id) const { return queued_conversations_.contains(conversation_id); }
+  qint64 generatingConversationId() const { return active_ ? active_->conversation_id : 0; }
+  qint64 generatingMessageId() const { return active_ ? active_->message_id : 0; }
+  QString generatingText() const { return active_ ? active_->text : QString(); }
+  // The current chat's last reply in this run (none after switching chats or loading a model).
+  std::optional<GenerationStats> lastReplyStats() const { return last_stats_; }
+  // Whether lastReplyStats() came from the remote backend (the server prefilled; no prefill speed is known).
+  bool lastReplyFromServer() const { return last_stats_from_server_; }
+  CacheGauge cacheGauge() const;
+  // The per-step decode times of the last reply and of the one before it (any chat): the decode-time chart.
+  std::optional<DecodeTimings> lastDecodeTimings() const { return last_timings_; }
+  std::optional<DecodeTimings> previousDecodeTimings() const { return previous_timings_; }
+  // Conversations whose KV cache is held in memory now, with its size (figures the engine reported).
+  struct HeldCache {
+    qint64 conversation_id = 0;
+    qint64 tokens = 0;
+    qint64 bytes = 0;
+  };
+  QList<HeldCache> heldCaches() const;
+  // What sending `draft` in the current chat would give the model, counted with its tokenizer and template.
+  struct DraftMeasure {
+    int draft_tokens = 0;   // the message alone
+    int prompt_tokens = 0;  // the whole prompt the next turn would send (history + this message)
+    int context_limit = 0;  // effective
+    bool fits = true;       // false: the turn would be refused (see ChatTurnRunner's overflow rules)
+  };
+  // With replacing_last_message, as editLastUserMessage(draft) would: the last user message and everything
+  // after it are left out. nullopt: no model loaded.
+  std::optional<DraftMeasure> measureDraft(const QString& draft, bool replacing_last_message = false) const;
+  // As editMessage(message_id, draft) would: the shown messages before that user message, then the draft.
+  std::optional<DraftMeasure> measureEdit(const QString& draft, qint64 message_id) const;
+  // The current chat's last reply when it can be continued (see is_continuable_reply), else nullopt.
+  std::optional<MessageRecord> continuableReply() const;
+
+  // The chat's own generation settings; nullopt = it follows the global settings (also for an unreadable
+  // value, logged).
+  std::optional<GenerationPreset> chatGenerationSettings(qint64 conversation_id) const;
+  // What a turn of the chat runs with: the global settings with the chat's own over them.
+  ChatSettings turnSettings(qint64 conversation_id) const;
+  // The built-in presets, then the user's.
+  QList<GenerationPreset> presets() const;
+  QList<GenerationPreset> userPresets() const { return user_presets_; }
+
+  // The default title of a new conversation; the first message replaces it.
+  static QString newConversationTitle();
+
+ public Q_SLOTS:
+  // Selects an existing empty "New chat" rather than saving another one; else creates one.
+  qint64 newConversation();
+  void selectConversation(qint64 conversation_id);
+  void renameConversation(qint64 conversation_id, const QString& title);
+  // Pinned chats are listed first (ConversationStore::conversations).
+  void setPinned(qint64 conversation_id, bool pinned);
+  void deleteConversation(qint64 conversation_id);
+  // A copy of the chat, messages and all (ConversationStore::duplicate_conversation), selected. 0 (and
+  // errorOccurred) when it cannot be copied.
+  qint64 duplicateConversation(qint64 conversation_id);
+  // Deletes one message of the current chat: a user message with the replies to it (every alternative), or a
+  // single reply (when it was the one shown, the newest remaining alternative is shown instead). Not while the
+  // chat generates or waits to. The chat's KV cache needs no other care: the next prompt is encoded from what
+  // remains, and the session keeps only the prefix it shares with that prompt (as after an edit).
+  bool deleteMessage(qint64 message_id);
+  void setSystemPrompt(qint64 conversation_id, const QString& system_prompt);
+  // Saves the chat's own generation settings (nullopt: it follows the global settings again); they apply from
+  // its next turn.
+  void setChatGenerationSettings(qint64 conversation_id, const std::optional<kvchat::app::GenerationPreset>& settings);
+  // Saves a preset of the user's, replacing one of the same name. A built-in preset's name or an empty one is
+  // refused (false, and errorOccurred says why).
+  bool saveUserPreset(const kvchat::app::GenerationPreset& preset);
+  // Why `name` cannot name a preset of the user's ("" when it can): empty, or a built-in preset's name.
+  QString presetNameProblem(const QString& name) const;
+  void removeUserPreset(const QString& name);
+  // Clears the conversation's cached state: its KV cache in memory and its snapshot on disk (its next
+  // turn prefills the chat again). Not while it is generating.
+  bool clearCache(qint64 conversation_id);
+  // The same for every conversation, and every snapshot in the snapshot folder. Not while generating.
+  bool clearAllCachedState();
+  // Where KV snapshots are kept for this run, over the settings' folder (the --cache-dir option).
+  void setSnapshotDirectoryOverride(const QString& directory);
+  QString snapshotDirectory() const;
+
+  // Each returns false (and emits errorOccurred with the reason) when it cannot start a turn now.
+  // While another chat's reply streams, send() saves the message and queues its turn (turnQueued): it
+  // starts when that reply ends.
+  bool send(const QString& text);
+  // A new reply to the last message; the one it replaces is kept as an alternative (showAlternative).
+  bool regenerate();
+  // Shows that reply of its turn instead of the others (and gives it to the model from the next turn on).
+  bool showAlternative(qint64 message_id);
+  // Goes on writing the last reply where it was cut short (max tokens, Stop, the app closing mid-reply):
+  // the model continues its own text, and the new text is appended to the same message.
+  bool continueReply();
+  // Edits a user message of the shown path: forks the chat there (ConversationStore::fork_message). The edit
+  // starts a new branch, shown from now on, and is answered; the message and everything after it are kept as
+  // the branch it was, which showBranch() brings back. The model is given only the shown path; the engine
+  // session reuses the prefix it shares with the previous turn.
+  bool editMessage(qint64 message_id, const QString& text);
+  bool editLastUserMessage(const QString& text);  // editMessage() on the shown path's last user message
+  // Shows branch `message_id` (a member of a branch group, see currentBranches) with its whole continuation.
+  // Not while the chat generates or waits to.
+  bool showBranch(qint64 message_id);
+  // Shows the branches that hide message `message_id` of the current chat (a search hit in another branch),
+  // so that the transcript holds it. True when it is on the shown path afterwards.
+  bool revealMessage(qint64 message_id);
+  void stop();
+  // Stops the reply because the app is being quit: saved like a stopped one, marked kReplyClosedByAppKey so the
+  // window says so rather than "stopped".
+  void stopForQuit();
+  // Withdraws the conversation's waiting message (send() queued it behind another chat's reply): it is
+  // removed from the chat and returned, so the window can put it back in the input box. nullopt when
+  // nothing of that conversation waits.
+  std::optional<QString> cancelQueued(qint64 conversation_id);
+
+  // Throws std::runtime_error / std::invalid_argument naming the problem.
+  void exportConversation(qint64 conversation_id, const QString& path, ExportFormat format) const;
+  // File > Export all chats: every conversation, every message (all branches and alternatives) in one file
+  // (chat_archive.h), written atomically. Throws std::runtime_error naming the problem.
+  void exportAllConversations(const QString& path) const;
+  // File > Import chats: the conversations of an archive or of a single chat's JSON export, added as new chats
+  // in one transaction (nothing is added when anything is wrong). Returns how many; throws ArchiveError or
+  // StoreError saying what is wrong.
+  int importConversations(const QString& path);
+
+ Q_SIGNALS:
+  void conversationsChanged();
+  void currentConversationChanged(qint64 conversation_id);
+  void messagesReset();  // the current conversation's message list changed: reload it
+  void replyTextAppended(qint64 conversation_id, qint64 message_id, const QString& chunk);
+  void replyFinished(const kvchat::app::MessageRecord& reply);  // as saved: final text and stats
+  void generatingChanged(bool generating);
+  void decodeSpeedChanged(double tokens_per_second, int generated_tokens);
+  void lastReplyStatsChanged();
+  void cacheGaugeChanged();
+  void decodeTimingsChanged();
+  void cacheEvicted(qint64 conversation_id);
+  void modelLoading(const QString& path);
+  void modelLoaded(const kvchat::app::ModelInfo& info);
+  void modelLoadFailed(const QString& path, const QString& message);
+  void errorOccurred(const QString& message);
+  // A turn failed (see is_failed_reply): the reply was saved with the error, which replyFinished also carries.
+  void replyFailed(qint64 conversation_id, qint64 message_id, const QString& message);
+  // The conversation's message waits for `waiting_for`'s reply to finish.
+  void turnQueued(qint64 conversation_id, qint64 waiting_for);
+  void settingsChanged();
+  void chatGenerationSettingsChanged(qint64 conversation_id);
+  void systemPromptChanged(qint64 conversation_id);
+  // The model's title for the chat was asked for (ChatSettings::model_titles) and has been dealt with: `title`
+  // is the chat's title now (the model's, or the one it had when the model gave nothing usable or the user
+  // renamed the chat meanwhile).
+  void conversationTitled(qint64 conversation_id, const QString& title);
+  void presetsChanged();
+
+ private:
+  struct ActiveTurn {
+    quint64 turn_id = 0;
+    qint64 conversation_id = 0;
+    qint64 message_id = 0;
+    QString text;
+    QString committed_text;
+    std::vector<qint64> engine_message_ids;  // the request's non-system messages, in order
+    std::shared_ptr<std::atomic<bool>> stop;
+    bool continuing = false;          // continueReply(): message_id is an existing reply that grows
+    bool quitting = false;            // stopped because the app is being quit (stopForQuit)
+    bool remote = false;              // sent to the remote backend
+    QJsonObject continued_stats;      // that reply's figures before, restored if going on fails
+    QString continued_text;           // and its text before
+    QJsonObject remote_details;       // a remote reply's extra stats keys (RemoteWorker::replyDetails)
+    QJsonObject failure_stats;        // saved with the error when the turn fails (an interrupted reply's figures)
+    ReplyTokens reply_tokens;         // the local engine's exact ids of the finished reply
+    // The chat's stop texts: the reply is cut before the first of them (and the turn stopped there).
+    std::shared_ptr<StopTextFilter> stop_filter;
+  };
+
+  // chat_controller_turns.cpp
+  void set_up_turns();  // the worker's turn signals and the turn timers (constructor)
+  // A new reply, or (continued) going on with that existing reply.
+  bool start_turn(qint64 conversation_id, const MessageRecord* continued = nullptr);
+  bool can_start_turn();  // false (and errorOccurred says why) while a turn cannot start
+  void start_queued_turn();  // the next queued conversation's turn, once none is running
+  void commit_growing_reply();
+  void end_turn();
+  void emit_reply_finished(qint64 message_id);
+  void on_text_ready(quint64 turn_id, const QString& text);
+  void flush_stop_filter();  // the text a stop filter held back, once the turn has ended without a match
+  // The global settings with a chat's own (chatGenerationSettings) over them: turnSettings() without the
+  // store read, for a caller that has them already.
+  ChatSettings settings_with(const std::optional<GenerationPreset>& own) const;
+  void on_token_stats(quint64 turn_id, int generated_tokens, double tokens_per_second);
+  void on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit);
+  void on_finished(quint64 turn_id, const kvchat::GenerationStats& stats);
+  void on_failed(quint64 turn_id, const QString& message);
+  void on_remote_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats);
+  void dispatch_turn(const TurnRequest& request);  // to the engine or the server, as the settings say
+  // After a new chat's first local reply, with model titles on: asks the engine for a title (on_title_ready).
+  void request_model_title(qint64 conversation_id);
+  void on_title_ready(qint64 conversation_id, const QString& text);
+
+  // chat_controller.cpp
+  std::optional<DraftMeasure> measure_draft(const QString& draft, bool replacing_last_message,
+                                            qint64 replacing_message_id) const;
+  void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
+  void on_cache_evicted(qint64 conversation_id);
+  void on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes, qint64 budget);
+  void configure_snapshots();  // sends the settings' snapshot options to the worker
+  // Asks the worker once per model about the conversation's snapshot on disk (one an earlier run wrote).
+  void describe_snapshot(qint64 conversation_id);
+
+  std::unique_ptr<ConversationStore> store_;
+  QSettings* settings_storage_;
+  ChatSettings settings_;
+  QList<GenerationPreset> user_presets_;
+  QHash<qint64, QString> titles_awaited_;  // chats waiting for the model's title, with the title they had then
+  LocalServerSettings local_server_settings_;
+  LocalServer* local_server_ = nullptr;  // a child: stopped before the engine thread ends
+  void apply_local_server();
+
+  QThread engine_thread_;
+  EngineWorker* worker_ = nullptr;  // lives on engine_thread_
+  QThread remote_thread_;
+  RemoteWorker* remote_worker_ = nullptr;  // lives on remote_thread_
+  ModelInfo model_info_;
+  bool model_loaded_ = false;
+  bool model_loading_ = false;
+  QString remember_model_path_;  // a user-chosen directory or file to save once it has loaded
+
+  qint64 current_conversation_ = 0;
+  std::optional<ActiveTurn> active_;
+  QList<qint64> queued_conversations_;
+  quint64 next_turn_id_ = 1;
+  QTimer commit_timer_;
+  QTimer speed_timer_;
+  double live_decode_rate_ = 0.0;
+  int live_generated_ = 0;
+  std::optional<GenerationStats> last_stats_;
+  bool last_stats_from_server_ = false;
+  std::optional<DecodeTimings> last_timings_;
+  std::optional<DecodeTimings> previous_timings_;
+
+  struct ConversationCacheFigures {
+    qint64 tokens = 0;
+    qint64 bytes = 0;
+    int reused_tokens = 0;
+    int prefilled_tokens = 0;
+    int restored_tokens = 0;
+    double restore_ms = 0.0;
+    bool has_turn = false;
+    bool turn_on_server = false;  // the last turn's figures are the remote server's (its cached_tokens)
+    qint64 snapshot_tokens = 0;
+    qint64 snapshot_bytes = 0;
+  };
+  QHash<qint64, ConversationCacheFigures> cache_figures_;
+  qint64 total_cache_bytes_ = 0;
+  QString snapshot_key_prefix_;        // this database's conversations in a shared snapshot folder
+  QString snapshot_directory_override_;
+  qint64 snapshot_folder_bytes_ = -1;  // -1: no snapshot written or cleared yet in this run
+  QSet<qint64> snapshots_described_;   // conversations describe_snapshot asked about for the loaded model
+};
+
+}  // namespace kvchat::app

@@ -1,0 +1,150 @@
+#pragma once
+// The server's sessions: which KV cache a request runs on, how many run at once, and the generation
+// itself. Requests carry no conversation id (an OpenAI client sends the whole conversation every time),
+// so a request's prompt ids are its messages encoded whole, as a server that never saw the conversation
+// would encode them: the prompt, and so the reply, is a function of the request and the model alone,
+// whichever caches happen to be resident. What a cache holds is reused as far as its token ids equal the
+// prompt's, and only the rest is prefilled: a multi-turn client's next turn continues its own session,
+// and a request sharing a prefix with another conversation (a long system prompt, an edited last
+// message) gets a copy of that prefix in a session of its own, leaving the other conversation's cache
+// whole. When the session sharing the most is generating, the copy is made on its thread once its
+// prefill holds the shared prefix (worth the wait only for at least one prefill chunk of tokens).
+//
+// At most `parallel` requests generate at once, each on its own session (a session serves one request at
+// a time); up to `max_queue` more wait for a slot, and any beyond that are refused at once (429) rather
+// than left waiting. A client that leaves is noticed before every prefill chunk and after every token,
+// and its generation stops there. Once shut_down() is called, waiting and new requests are refused with
+// 503 and running generations stop.
+//
+// Memory: the sessions' KV caches live in one SessionPool under a byte budget. After every request the
+// least recently used idle caches are evicted (with a cache folder their snapshots are written first,
+// so a returning conversation restores instead of prefilling); running sessions are never evicted, so
+// the budget is exceeded by at most what the running requests add while they generate.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "app/chat/chat_turn_runner.h"
+#include "app/server/openai_protocol.h"
+#include "engine/cache/session_pool.h"
+
+namespace kvchat {
+struct LoadedModel;
+}
+
+namespace kvchat::app::openai {
+
+// Called with each piece of reply text as it is produced, and with "" after a token that completed no
+// text; returns false when the client is gone (the generation then stops within a token).
+using TextSink = std::function<bool(const std::string& text)>;
+// Called, when the request asked for logprobs, just before the text sink with the entries of the tokens
+// that piece of text completes.
+using LogprobSink = std::function<void(const std::vector<LogprobEntry>& entries)>;
+
+class ServerSessions {
+ public:
+  struct Entry;
+  // A slot and a session held by one request until it is destroyed.
+  class Lease {
+   public:
+    Lease(ServerSessions* owner, Entry* entry) : owner_(owner), entry_(entry) {}
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Entry& entry() const { return *entry_; }
+
+   private:
+    ServerSessions* owner_;
+    Entry* entry_;
+  };
+
+  // `snapshots` may be null (no --cache-dir). `model` must outlive this. `budget_bytes` 0: no budget.
+  ServerSessions(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, int parallel, int max_queue,
+                 std::int64_t budget_bytes = 0);
+  ~ServerSessions();
+
+  // A request's prompt ids: the messages rendered by the model's template (the generation prompt added)
+  // and encoded whole, or the raw prompt encoded. ApiError 400 when the template refuses the messages,
+  // or the prompt is empty or leaves no room in the context window.
+  std::vector<TokenId> encode_chat(const std::vector<ChatMessage>& messages) const;
+  std::vector<TokenId> encode_prompt(const std::string& prompt) const;
+  // A prompt given as token ids: checked against the vocabulary and the context limit (ApiError naming
+  // 'prompt'), else returned as it is.
+  std::vector<TokenId> checked_prompt_ids(std::vector<TokenId> ids) const;
+
+  // Waits for a free slot (ApiError 429 when `max_queue` requests already wait), then takes the session
+  // the prompt reuses the most of (see above), copying a shared prefix into it first where that keeps
+  // another conversation's cache whole.
+  std::unique_ptr<Lease> acquire_for_prompt(const std::vector<TokenId>& prompt_ids);
+
+  // Generate on the lease's session, streaming text through `sink`. `stopped_by_client` is set when the
+  // sink refused text or said the client is gone (then the prefill or the generation stopped there).
+  // The result's logprobs are those of the tokens of its text (none of a stop text or an end-of-sequence
+  // token), when the request asked for them.
+  CompletionResult run(const Lease& lease, const std::vector<TokenId>& prompt_ids, const SamplingRequest& request,
+                       const TextSink& sink, bool* stopped_by_client, const LogprobSink& logprob_sink = {});
+
+  int context_limit() const;
+  // Prompt tokens a prefill runs at once (GenerationConfig's default unless set). Between chunks the
+  // client is asked whether it is still there, and other requests get the prefix prefilled so far:
+  // smaller chunks notice both sooner, at some cost in prefill speed. Set before serving.
+  void set_prefill_chunk_tokens(int tokens);
+
+  // Refuses waiting and new requests (503) and stops running generations; for a server going down.
+  void shut_down();
+
+  // What GET /health reports, and how sessions shared prefixes.
+  struct Status {
+    int running = 0;
+    int waiting = 0;
+    std::size_t sessions = 0;
+    std::int64_t cache_bytes = 0;  // idle sessions' caches + running ones' as they were when they started
+    std::int64_t budget_bytes = 0;
+    std::int64_t evictions = 0;    // caches evicted under the budget so far
+    int waiting_for_prefix = 0;    // requests waiting for a running one's prefill to copy its prefix
+    std::int64_t prefix_copies = 0;  // prefixes copied from one session into another so far
+  };
+  Status status();
+
+ private:
+  struct PrefixRequest;
+  struct Placement;
+  Entry* add_entry();
+  void wait_for_slot(std::unique_lock<std::mutex>& lock);
+  Placement place(const std::vector<TokenId>& prompt_ids, PrefixRequest& request);
+  Entry* spare_entry(const Entry* keep);
+  std::int64_t copy_prefix(Entry& destination, const Entry& source, const std::vector<TokenId>& prompt_ids);
+  void serve_prefix_requests(Entry& source, bool prefill_done);
+  void finish_use(Entry& entry, std::unique_lock<std::mutex>& lock);
+  void release(Entry* entry);
+  void enforce_budget();  // with mutex_ held
+  void check_not_shutting_down() const;
+  GenerationConfig generation_config(const SamplingRequest& request) const;
+
+  const LoadedModel& model_;
+  ChatTurnRunner runner_;
+  const int parallel_;
+  const int max_queue_;
+  const std::size_t max_sessions_;
+  const std::int64_t budget_bytes_;
+  int prefill_chunk_tokens_;
+  std::atomic<bool> shutting_down_{false};
+  std::mutex mutex_;  // guards everything below and every call into pool_
+  std::condition_variable slot_freed_;
+  std::condition_variable prefix_copied_;
+  int running_ = 0;
+  int waiting_ = 0;
+  int waiting_for_prefix_ = 0;
+  SessionPool pool_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  std::uint64_t use_clock_ = 0;
+  std::int64_t evictions_ = 0;
+  std::int64_t prefix_copies_ = 0;
+};
+
+}  // namespace kvchat::app::openai

@@ -1,0 +1,213 @@
+#include "engine/generation/session.h"
+
+#include <c10/core/InferenceMode.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "engine/cache/kv_cache.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/model/llama_model.h"
+#include "engine/generation/prefill.h"
+
+namespace kvchat {
+
+namespace {
+
+// The one place GenerationStats is put together from the phases' results.
+GenerationStats assemble_stats(std::size_t prompt_tokens, int reused_tokens, const RestoredPrefix& restored,
+                               const PrefillResult& prefill, const DecodeResult& decode, const Session& session) {
+  GenerationStats stats;
+  stats.cache_mode = session.cache_mode();
+  stats.prompt_tokens = static_cast<int>(prompt_tokens);
+  stats.reused_tokens = reused_tokens;
+  // A fully restored prompt still re-runs its last token (for its logits): that one is not reused.
+  stats.restored_tokens = static_cast<int>(std::min<std::int64_t>(restored.tokens, reused_tokens));
+  stats.restore_ms = restored.milliseconds;
+  stats.restored_from = restored.tokens > 0 ? restored.source : std::string();
+  stats.prefilled_tokens = prefill.prefilled_tokens;
+  stats.prefill_ms = prefill.milliseconds;
+  if (prefill.prefilled_tokens > 0 && prefill.milliseconds > 0)
+    stats.prefill_tokens_per_second = prefill.prefilled_tokens * 1000.0 / prefill.milliseconds;
+  stats.generated_tokens = static_cast<int>(decode.generated.size());
+  stats.ttft_ms = decode.ttft_ms;
+  stats.decode_ms = decode.decode_ms;
+  stats.decode_tokens_per_second = decode.decode_tokens_per_second;
+  stats.stop_reason = decode.stop_reason;
+  stats.cache_tokens = session.cache_tokens();
+  stats.cache_bytes = session.cache_bytes();
+  stats.cache_capacity_tokens = session.cache_capacity_tokens();
+  return stats;
+}
+
+}  // namespace
+
+Session::Session(std::shared_ptr<const LlamaModel> model, KvCacheMode cache_mode)
+    : model_(std::move(model)), cache_mode_(cache_mode) {
+  if (!model_) throw std::invalid_argument("Session needs a model");
+  cache_ = make_kv_cache(cache_mode_, model_->cache_shape());
+}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+std::int64_t Session::cache_tokens() const { return cache_ ? cache_->size() : 0; }
+std::int64_t Session::cache_bytes() const { return cache_ ? cache_->bytes() : 0; }
+std::int64_t Session::cache_capacity_tokens() const { return cache_ ? cache_->capacity() : 0; }
+
+void Session::set_cache_mode(KvCacheMode mode) {
+  if (mode == cache_mode_) return;
+  cache_mode_ = mode;
+  clear();
+}
+
+std::int64_t Session::copy_prefix_from(const Session& source, std::int64_t tokens) {
+  if (&source == this) return 0;
+  tokens = std::clamp<std::int64_t>(tokens, 0, static_cast<std::int64_t>(source.history_.size()));
+  if (!cache_ || !source.cache_ || tokens == 0) return 0;
+  const KvCacheShape &from = source.cache_->shape(), &to = cache_->shape();
+  if (from.layers != to.layers || from.kv_heads != to.kv_heads || from.head_dim != to.head_dim || from.dtype != to.dtype)
+    throw std::invalid_argument("copy_prefix_from: the sessions' caches have different shapes");
+  // The cache's buffers may have been made under inference mode (a generation grew them), and such
+  // tensors may be written only under it.
+  c10::InferenceMode inference_guard;
+  cache_->truncate(0);
+  for (std::int64_t layer = 0; layer < to.layers; ++layer) {
+    const auto [keys, values] = source.cache_->view(layer, tokens);
+    cache_->append(layer, keys, values);
+  }
+  cache_->commit(tokens);
+  history_.assign(source.history_.begin(), source.history_.begin() + tokens);
+  return tokens;
+}
+
+void Session::truncate(std::int64_t tokens) {
+  tokens = std::clamp<std::int64_t>(tokens, 0, static_cast<std::int64_t>(history_.size()));
+  if (cache_) cache_->truncate(tokens);
+  history_.resize(static_cast<std::size_t>(tokens));
+}
+
+void Session::clear() {
+  cache_ = make_kv_cache(cache_mode_, model_->cache_shape());  // releases the old buffers
+  history_.clear();
+}
+
+std::int64_t Session::context_limit(const GenerationConfig& config) const {
+  const std::int64_t model_limit = model_->config().max_position_embeddings;
+  return config.context_limit > 0 ? std::min<std::int64_t>(config.context_limit, model_limit) : model_limit;
+}
+
+int Session::keep_common_prefix(const std::vector<TokenId>& prompt) {
+  std::size_t common = 0;
+  while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) ++common;
+  if (common == prompt.size()) --common;  // a fully cached prompt re-runs its last token for its logits
+  truncate(static_cast<std::int64_t>(common));
+  return static_cast<int>(common);
+}
+
+std::unique_ptr<KvSnapshot> Session::capture() const {
+  if (!cache_ || history_.empty()) return nullptr;
+  return std::make_unique<KvSnapshot>(capture_snapshot(*cache_, history_));
+}
+
+RestoredPrefix Session::restore_prefix(const std::vector<TokenId>& prompt) {
+  if (!restorer_ || !cache_) return {};
+  std::size_t common = 0;
+  while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) ++common;
+  try {
+    const RestoredPrefix restored = restorer_->restore(prompt, static_cast<std::int64_t>(common), *cache_);
+    if (restored.tokens <= static_cast<std::int64_t>(common)) return {};
+    history_.assign(prompt.begin(), prompt.begin() + restored.tokens);
+    return restored;
+  } catch (const std::exception& error) {
+    // A restore that failed half way leaves a cache that matches nothing: start from scratch.
+    spdlog::error("restoring a cached prefix failed, prefilling instead: {}", error.what());
+    clear();
+    return {};
+  }
+}
+
+GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
+                                   const std::atomic<bool>* stop, const TokenCallback& on_token,
+                                   const BeforePrefillChunk& before_prefill_chunk) {
+  // The guard belongs to the thread that runs the model, so it is made here, not at load.
+  c10::InferenceMode inference_guard;
+  const ModelConfig& model_config = model_->config();
+  const std::int64_t limit = context_limit(config);
+  if (prompt.empty()) throw std::invalid_argument("the prompt is empty");
+  if (static_cast<std::int64_t>(prompt.size()) > limit)
+    throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens, more than " +
+                                (limit == model_config.max_position_embeddings ? "the model's context" : "the context limit") +
+                                " of " + std::to_string(limit));
+  model_->check_files_unchanged();
+  set_cache_mode(config.cache_mode);
+  const auto started = std::chrono::steady_clock::now();
+  const std::int64_t vocab_size = model_config.vocab_size;
+  std::vector<float>& logits = decode_context_.logits;
+  logits.resize(static_cast<std::size_t>(vocab_size));
+
+  // Prefill: only what the cache does not hold yet.
+  const Prefiller prefiller(*model_, config.prefill_chunk_tokens);
+  int reused_tokens = 0;
+  RestoredPrefix restored;
+  PrefillResult prefill;
+  std::vector<TokenId> sequence;  // the uncached path's whole sequence
+  if (cache_) {
+    restored = restore_prefix(prompt);
+    reused_tokens = keep_common_prefix(prompt);
+    BeforePrefillChunk before_chunk;
+    if (before_prefill_chunk)
+      before_chunk = [&](std::int64_t cached_tokens) {
+        history_.assign(prompt.begin(), prompt.begin() + cached_tokens);  // what the cache holds so far
+        before_prefill_chunk(cached_tokens);
+      };
+    prefill = prefiller.run(prompt, *cache_, logits, stop, before_chunk);
+    history_.assign(prompt.begin(), prompt.begin() + cache_->size());
+  } else {
+    sequence = prompt;
+    if (before_prefill_chunk) before_prefill_chunk(0);
+    prefill = prefiller.run_uncached(sequence, logits, stop);
+  }
+
+  // Decode: one token per step, through the cache, or by recomputing the whole sequence (O(n^2)).
+  DecodeResult decode;
+  if (prefill.complete) {
+    // The context limit bounds the reply whatever max_new_tokens says.
+    const std::size_t total = static_cast<std::size_t>(
+        std::min<std::int64_t>(limit, static_cast<std::int64_t>(prompt.size()) + std::max(0, config.max_new_tokens)));
+    TokenGenerator::FeedToken feed;
+    if (cache_) {
+      history_.reserve(total);
+      feed = [this](TokenId token, std::int64_t position) {
+        model_->decode(token, position, *cache_, decode_context_);
+        history_.push_back(token);
+        return decode_context_.logits.data();
+      };
+    } else {
+      sequence.reserve(total);
+      feed = [&](TokenId token, std::int64_t) {
+        sequence.push_back(token);
+        copy_logits(model_->forward(sequence, 0, nullptr), logits);
+        return logits.data();
+      };
+    }
+    const auto& stop_ids = config.stop_token_ids.empty() ? model_config.eos_token_ids : config.stop_token_ids;
+    const TokenGenerator generator(config, stop_ids, limit);
+    decode = generator.run(prompt, logits.data(), vocab_size, feed, stop, on_token, started);
+  }
+
+  GenerationResult result;
+  result.stats = assemble_stats(prompt.size(), reused_tokens, restored, prefill, decode, *this);
+  result.generated = std::move(decode.generated);
+  const GenerationStats& stats = result.stats;
+  spdlog::debug("generate: {} prompt tokens ({} reused, {} of them restored from disk in {:.1f} ms; {} prefilled in {:.1f} ms), "
+                "{} generated at {:.1f} tok/s, stop: {}",
+                stats.prompt_tokens, stats.reused_tokens, stats.restored_tokens, stats.restore_ms, stats.prefilled_tokens, stats.prefill_ms,
+                stats.generated_tokens, stats.decode_tokens_per_second, to_string(stats.stop_reason));
+  return result;
+}
+
+}  // namespace kvchat

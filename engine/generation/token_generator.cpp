@@ -1,0 +1,110 @@
+#include "engine/generation/token_generator.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "engine/generation/sampler.h"
+
+namespace kvchat {
+
+double DecodeRate::elapsed_ms(Clock::time_point now) const {
+  return std::chrono::duration<double, std::milli>(now - first_token_).count();
+}
+
+double DecodeRate::tokens_per_second(int generated_tokens, Clock::time_point now) const {
+  const double ms = elapsed_ms(now);
+  return generated_tokens > 1 && ms > 0 ? (generated_tokens - 1) * 1000.0 / ms : 0.0;
+}
+
+namespace {
+
+// Whether every logit is finite: a NaN or infinite logit means corrupt weights or an overflow, and
+// sampling from it would give garbage tokens that look like output. Tests the exponent bits, so the
+// loop vectorises (one pass over the vocabulary costs far less than the step that made it).
+bool all_finite(const float* values, std::int64_t size) {
+  std::uint32_t worst = 0;
+  for (std::int64_t i = 0; i < size; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, values + i, sizeof bits);
+    worst |= ((bits & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
+  }
+  return worst == 0;
+}
+
+}  // namespace
+
+TokenGenerator::TokenGenerator(const GenerationConfig& config, std::vector<TokenId> stop_ids, std::int64_t context_limit)
+    : config_(config), stop_ids_(std::move(stop_ids)), context_limit_(context_limit) {}
+
+DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float* logits, std::int64_t vocab_size,
+                                 const FeedToken& feed, const std::atomic<bool>* stop, const TokenCallback& on_token,
+                                 std::chrono::steady_clock::time_point started) const {
+  // Steady state allocates nothing: every buffer below is sized before the first step.
+  Sampler sampler(config_.sampling);
+  // Room for the tokens this run can make: the context limit bounds them whatever max_new_tokens says.
+  const auto room = static_cast<std::size_t>(std::max<std::int64_t>(0, context_limit_ - static_cast<std::int64_t>(prompt.size())) + 1);
+  const auto token_budget = std::min(static_cast<std::size_t>(std::max(0, config_.max_new_tokens)), room);
+  // Ids past the tokenizer's have no text: they are never sampled.
+  const std::int64_t sampled = config_.sampled_vocabulary > 0 ? std::min<std::int64_t>(vocab_size, config_.sampled_vocabulary)
+                                                              : vocab_size;
+  std::vector<TokenId> recent;  // what the repetition penalty looks at
+  recent.reserve(prompt.size() + token_budget);
+  recent = prompt;
+  DecodeResult result;
+  result.generated.reserve(token_budget);
+  DecodeRate rate;
+  TokenLogprobs logprobs;
+  if (config_.top_logprobs > 0) logprobs.top.reserve(static_cast<std::size_t>(config_.top_logprobs));
+  auto position = static_cast<std::int64_t>(prompt.size());  // where the next fed token goes
+  while (true) {
+    if (!all_finite(logits, vocab_size))
+      throw std::runtime_error("the model produced NaN or infinite logits at position " + std::to_string(position - 1) +
+                               ": its weights are corrupt or out of range");
+    const TokenId token = sampler.sample(logits, sampled, recent);
+    // Before the token joins `recent`: the penalty it was drawn under.
+    if (config_.top_logprobs >= 0) sampler.log_probabilities(logits, sampled, recent, token, config_.top_logprobs, logprobs);
+    const auto now = DecodeRate::Clock::now();
+    if (result.generated.empty()) {
+      rate.first_token_at(now);
+      result.ttft_ms = std::chrono::duration<double, std::milli>(now - started).count();
+    }
+    result.generated.push_back(token);
+    recent.push_back(token);
+    const int generated = static_cast<int>(result.generated.size());
+    if (on_token)
+      on_token(token, DecodeProgress{generated, rate.tokens_per_second(generated, now),
+                                     config_.top_logprobs >= 0 ? &logprobs : nullptr});
+
+    // The last sampled token is never fed: it would only matter to a next turn, whose prompt carries it
+    // (or, after an end-of-sequence id, the template's own turn end).
+    if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) {
+      result.stop_reason = StopReason::Eos;
+      break;
+    }
+    if (generated >= config_.max_new_tokens) {
+      result.stop_reason = StopReason::MaxTokens;
+      break;
+    }
+    if (position + 1 >= context_limit_) {  // the next token would have no position left
+      result.stop_reason = StopReason::ContextFull;
+      break;
+    }
+    if (stop && stop->load(std::memory_order_relaxed)) {
+      result.stop_reason = StopReason::Stopped;
+      break;
+    }
+    logits = feed(token, position);
+    ++position;
+  }
+  const auto end = DecodeRate::Clock::now();
+  if (result.generated.size() > 1) {
+    result.decode_ms = rate.elapsed_ms(end);
+    result.decode_tokens_per_second = rate.tokens_per_second(static_cast<int>(result.generated.size()), end);
+  }
+  return result;
+}
+
+}  // namespace kvchat

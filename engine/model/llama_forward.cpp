@@ -1,0 +1,281 @@
+// The one transformer layer of LlamaModel, over row buffers: a prompt's tokens are rows, a decode step
+// is one row, and both go through the same RMSNorm, RoPE at explicit positions, cache writes, attention,
+// SwiGLU and residual adds below. Only the products differ by the number of rows (the weight-streaming
+// kernels for a few rows, LibTorch's GEMM for a prompt chunk; see ProductPath), which for the models
+// whose products round their input to bytes would flip roundings, so there every row is computed as a
+// decode step computes it (row-exact): a prompt, its tokens decoded one by one, and the uncached
+// recomputation give bit-identical logits.
+//
+// A decode step over a cache with direct rows makes no LibTorch call and no allocation (tiny models
+// spent most of a step in LibTorch's per-call cost). The independent ATen forward the fidelity tests
+// compare against lives with the tests (tests/common/reference_forward.h), outside this dispatch.
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "engine/kernels/activation.h"
+#include "engine/kernels/attention.h"
+#include "engine/kernels/bf16.h"
+#include "engine/kernels/matvec.h"
+#include "engine/kernels/quantized_matvec.h"
+#include "engine/kernels/thread_pool.h"
+#include "engine/compute/compute_options.h"
+#include "engine/model/llama_model.h"
+
+namespace kvchat {
+
+void DecodeContext::reserve(const ModelConfig& c, std::int64_t positions, std::int64_t rows) {
+  const auto n = static_cast<std::size_t>(std::max<std::int64_t>(rows, 1));
+  const auto q_size = static_cast<std::size_t>(c.num_attention_heads * c.head_dim);
+  const auto kv_size = static_cast<std::size_t>(c.num_key_value_heads * c.head_dim);
+  const auto hidden = static_cast<std::size_t>(c.hidden_size), inter = static_cast<std::size_t>(c.intermediate_size);
+  // resize() keeps the storage when it only shrinks or stays: a decode step after a prompt allocates nothing.
+  logits.resize(static_cast<std::size_t>(c.vocab_size));
+  x.resize(n * hidden);
+  h.resize(n * std::max(hidden, q_size));
+  q.resize(n * q_size);
+  attended.resize(n * q_size);
+  k.resize(n * kv_size);
+  v.resize(n * kv_size);
+  gate.resize(n * inter);
+  up.resize(n * inter);
+  // Sized for what the cache can hold, so the buffer grows when the cache does, not per token.
+  const auto needed_scores = static_cast<std::size_t>(c.num_attention_heads * positions);
+  if (scores.size() < needed_scores) scores.resize(std::max(needed_scores, 2 * scores.size()));
+}
+
+namespace {
+
+// out = x * rsqrt(mean(x^2) + eps) * weight, as transformers' LlamaRMSNorm (float32).
+void rms_norm_into(const float* x, const float* weight, float* out, std::int64_t n, double eps) {
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  const float inverse = 1.0f / std::sqrt(static_cast<float>(sum / double(n)) + static_cast<float>(eps));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = (x[i] * inverse) * weight[i];
+}
+
+// Up to three products that share their input (q/k/v, gate/up): each matrix and where its output goes.
+// A plain value on the stack: a decode step allocates nothing here.
+struct SharedInputLinears {
+  std::pair<const Linear*, float*> items[3];
+  int count = 0;
+  SharedInputLinears(std::initializer_list<std::pair<const Linear*, float*>> products) {
+    for (const auto& product : products) items[count++] = product;
+  }
+  const std::pair<const Linear*, float*>* begin() const { return items; }
+  const std::pair<const Linear*, float*>* end() const { return items + count; }
+};
+
+// y_i = W_i x for projections that share their input, streamed as one parallel job.
+template <typename Weight>
+void shared_input_into(const SharedInputLinears& products, const float* x) {
+  kernels::SharedInputProduct<Weight> jobs[3];  // on the stack: a decode step allocates nothing here
+  int count = 0;
+  for (auto [linear, y] : products) {
+    const void* data = linear->weight.data_ptr();
+    jobs[count++] = {static_cast<const Weight*>(data), y, linear->weight.size(0),
+                     linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
+  }
+  const std::int64_t in = products.begin()->first->weight.size(1);
+  if constexpr (std::is_same_v<Weight, float>) kernels::matvec_f32_shared_input(jobs, count, x, in);
+  else kernels::matvec_bf16_shared_input(jobs, count, x, in);
+}
+
+// The view of a matrix for the quantized kernels; f32 and bf16 tensors are GGUF F32 and BF16 rows.
+kernels::QuantizedMatrixView quantized_view(const Linear& linear) {
+  if (linear.is_quantized()) return linear.quantized.view;
+  const bool bf16 = linear.weight.scalar_type() == at::kBFloat16;
+  const std::int64_t in = linear.weight.size(1);
+  return {bf16 ? GgufType::BF16 : GgufType::F32, static_cast<const std::uint8_t*>(linear.weight.data_ptr()),
+          linear.weight.size(0), in, in * (bf16 ? 2 : 4)};
+}
+
+// Products that share their input go to the kernels of their common storage type; a mix (or a GGUF
+// type) goes to the quantized kernels, which take each matrix in its own type.
+void shared_input_linears_into(const SharedInputLinears& products, const float* x) {
+  bool all_f32 = true, all_bf16 = true;
+  for (const auto& [linear, y] : products) {
+    all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
+    all_bf16 = all_bf16 && !linear->is_quantized() && linear->weight.scalar_type() == at::kBFloat16;
+  }
+  if (all_f32) return shared_input_into<float>(products, x);
+  if (all_bf16) return shared_input_into<std::uint16_t>(products, x);
+  kernels::SharedInputQuantizedProduct jobs[3];
+  int count = 0;
+  for (auto [linear, y] : products)
+    jobs[count++] = {quantized_view(*linear), y,
+                     linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
+  kernels::matvec_quantized_shared_input(jobs, count, x);
+}
+
+// HF rotate_half RoPE of `heads` vectors of head_dim at one position, in place.
+void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, const float* cos, const float* sin) {
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t head = 0; head < heads; ++head) {
+    float* v = vectors + head * head_dim;
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cos[i] - b * sin[i];
+      v[i + half] = b * cos[i + half] + a * sin[i + half];
+    }
+  }
+}
+
+// Attention of `steps` query rows over the rows of a layer's cache: row i sits at absolute position
+// start_pos + i and sees positions 0 .. start_pos + i (the rectangular causal mask, as a count of keys).
+// Work items run KV head by KV head, so that a thread's consecutive rows read the same head's keys and
+// values while they are in cache. Passed to the pool by pointer so that the job fits std::function's
+// small buffer (no allocation per layer).
+struct RowsAttention {
+  const float* q;  // [steps, heads * head_dim]
+  const KvLayerRows* rows;
+  std::int64_t steps, start_pos, q_size, head_dim, group;
+  float scale;
+  float* single_row_scores;  // a decode step's [heads, positions] (no allocation); null: per-thread scratch
+  float* out;                // [steps, heads * head_dim]
+  void items(std::int64_t first, std::int64_t last) const {
+    for (std::int64_t item = first; item < last; ++item) {
+      const std::int64_t g = item / steps, i = item % steps, positions = start_pos + i + 1;
+      float* scores = single_row_scores ? single_row_scores + g * group * positions : scratch(group * positions);
+      kernels::attention_decode_head(q + i * q_size + g * group * head_dim, rows->head_keys(g), rows->head_values(g),
+                                     positions, head_dim, group, head_dim, scale, scores,
+                                     out + i * q_size + g * group * head_dim);
+    }
+  }
+  static float* scratch(std::int64_t floats) {
+    thread_local std::vector<float> scores;
+    if (scores.size() < static_cast<std::size_t>(floats)) scores.resize(static_cast<std::size_t>(floats));
+    return scores.data();
+  }
+};
+
+// y[i] = W x[i] (+ b) for n input rows and products that share their input, each row computed as
+// shared_input_linears_into computes a single one: rows of the f32 and bf16 kernels one at a time (their
+// matrix kernels add in another order), the quantized kernels over all rows at once (their result for a
+// row does not depend on the others).
+void shared_input_linears_rows(const SharedInputLinears& products, const float* x, std::int64_t n) {
+  bool all_f32 = true, all_bf16 = true;
+  for (const auto& [linear, y] : products) {
+    all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
+    all_bf16 = all_bf16 && !linear->is_quantized() && linear->weight.scalar_type() == at::kBFloat16;
+  }
+  if (all_f32 || all_bf16) {
+    const std::int64_t in = products.begin()->first->in_features();
+    for (std::int64_t i = 0; i < n; ++i) {
+      SharedInputLinears row = products;
+      for (auto& [linear, y] : row.items) y += linear ? i * linear->out_features() : 0;
+      shared_input_linears_into(row, x + i * in);
+    }
+    return;
+  }
+  for (auto [linear, y] : products)
+    kernels::matmul_quantized(quantized_view(*linear), x, y, n,
+                              linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr);
+}
+
+// A float tensor [kv_heads, positions, head_dim] whose rows are contiguous, as the attention kernel reads them.
+at::Tensor attention_rows(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat && t.stride(2) == 1 && t.stride(1) == t.size(2)) return t;
+  return t.to(at::kFloat).contiguous();
+}
+
+}  // namespace
+
+LlamaModel::ProductPath LlamaModel::product_path(std::int64_t rows) const {
+  if (!fast_kernels_enabled() || !fused_decode_) return ProductPath::Linear;
+  if (rows == 1) return ProductPath::SharedInput;
+  return row_exact_ ? ProductPath::RowExact : ProductPath::Linear;
+}
+
+// The products of `products`, which share their input x [rows, in], for `rows` rows.
+void LlamaModel::products_into(ProductPath path, std::initializer_list<std::pair<const Linear*, float*>> products,
+                               const float* x, std::int64_t rows) const {
+  switch (path) {
+    case ProductPath::SharedInput: return shared_input_linears_into(SharedInputLinears(products), x);
+    case ProductPath::RowExact: return shared_input_linears_rows(SharedInputLinears(products), x, rows);
+    case ProductPath::Linear:
+      for (auto [linear, y] : products) linear->forward_into(x, rows, y);
+      return;
+  }
+}
+
+void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
+                              DecodeContext& s, float* logits, bool all_positions) const {
+  const ModelConfig& c = config_;
+  const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
+  const std::int64_t q_size = heads * head_dim, kv_size = kv_heads * head_dim;
+  const ProductPath path = product_path(steps);
+  const bool streaming = path != ProductPath::Linear || (fast_kernels_enabled() && steps <= streaming_rows_);
+  enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
+  rope_.ensure(start_pos + steps);
+  // A cache with direct rows takes the new keys and values in place; prepare_rows grows it, if it must,
+  // before any layer runs. Other caches (and none) go through tensors.
+  const bool direct_rows = cache && cache->prepare_rows(steps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (std::int64_t i = 0; i < steps; ++i) weights_.embedding.row_into(ids[i], s.x.data() + i * hidden);
+
+  for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
+    const LayerWeights& layer = weights_.layers[layer_index];
+    for (std::int64_t i = 0; i < steps; ++i)
+      rms_norm_into(s.x.data() + i * hidden, layer.attention_norm.data_ptr<float>(), s.h.data() + i * hidden, hidden,
+                    c.rms_norm_eps);
+    products_into(path, {{&layer.q, s.q.data()}, {&layer.k, s.k.data()}, {&layer.v, s.v.data()}}, s.h.data(), steps);
+    for (std::int64_t i = 0; i < steps; ++i) {
+      const float* cos = rope_.cos_row(start_pos + i);
+      const float* sin = rope_.sin_row(start_pos + i);
+      rotate_into(s.q.data() + i * q_size, heads, head_dim, cos, sin);
+      rotate_into(s.k.data() + i * kv_size, kv_heads, head_dim, cos, sin);
+    }
+
+    KvLayerRows rows;
+    at::Tensor keys, values;  // hold the rows of a cache without direct rows (or of no cache)
+    if (direct_rows) {
+      for (std::int64_t i = 0; i < steps; ++i)
+        cache->write_rows(layer_index, start_pos + i, s.k.data() + i * kv_size, s.v.data() + i * kv_size);
+      rows = cache->layer_rows(layer_index);
+    } else {
+      // [kv_heads, steps, head_dim] views of the new rows; with a cache, its keys and values of every position.
+      keys = at::from_blob(s.k.data(), {steps, kv_heads, head_dim}, at::kFloat).transpose(0, 1);
+      values = at::from_blob(s.v.data(), {steps, kv_heads, head_dim}, at::kFloat).transpose(0, 1);
+      if (cache) std::tie(keys, values) = cache->append(layer_index, keys, values);
+      keys = attention_rows(keys);
+      values = attention_rows(values);
+      rows = KvLayerRows{keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0)};
+      // The cache's rows (and their copies) keep keys and values in one layout.
+      if (values.stride(0) != rows.head_stride) throw std::logic_error("forward: keys and values differ in layout");
+    }
+    const RowsAttention attention{s.q.data(), &rows,   steps, start_pos, q_size, head_dim, group, scale,
+                                  steps == 1 ? s.scores.data() : nullptr, s.attended.data()};
+    // A single row's attention over a short context costs about what a dispatch to the pool does.
+    if (steps == 1 && !parallel_attention(start_pos + 1))
+      attention.items(0, kv_heads);
+    else
+      kernels::default_thread_pool().parallel_for(
+          steps * kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->items(first, last); });
+
+    products_into(path, {{&layer.o, s.h.data()}}, s.attended.data(), steps);
+    for (std::int64_t j = 0; j < steps * hidden; ++j) s.x[j] += s.h[j];
+
+    for (std::int64_t i = 0; i < steps; ++i)
+      rms_norm_into(s.x.data() + i * hidden, layer.mlp_norm.data_ptr<float>(), s.h.data() + i * hidden, hidden,
+                    c.rms_norm_eps);
+    products_into(path, {{&layer.gate, s.gate.data()}, {&layer.up, s.up.data()}}, s.h.data(), steps);
+    for (std::int64_t i = 0; i < steps; ++i) kernels::silu_mul(s.gate.data() + i * inter, s.up.data() + i * inter, inter);
+    products_into(path, {{&layer.down, s.h.data()}}, s.gate.data(), steps);
+    for (std::int64_t j = 0; j < steps * hidden; ++j) s.x[j] += s.h[j];
+  }
+  if (cache) cache->commit(steps);
+
+  // Only the positions asked for go through the final norm and the (large) lm_head.
+  const std::int64_t first = all_positions ? 0 : steps - 1, out_rows = steps - first;
+  for (std::int64_t i = 0; i < out_rows; ++i)
+    rms_norm_into(s.x.data() + (first + i) * hidden, weights_.final_norm.data_ptr<float>(), s.h.data() + i * hidden,
+                  hidden, c.rms_norm_eps);
+  products_into(product_path(out_rows), {{&weights_.lm_head, logits}}, s.h.data(), out_rows);
+}
+
+}  // namespace kvchat
