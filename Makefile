@@ -4,14 +4,17 @@
 #   make test-sanitize - the same suites on a build with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz  - libFuzzer targets over every model-file parser and a remote server's answers, FUZZ_SECONDS (60) each
 #                (scripts/fuzz.sh)
+#   make format / make check-format - apply .clang-format to the C++ sources / fail on a file that differs
+#   CMAKE_ARGS - extra options for the first configure, e.g. CMAKE_ARGS=-DKVCHAT_WERROR=ON (warnings are errors)
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PACKAGES := build-essential cmake ninja-build pkg-config libtorch-dev libopenblas0-pthread \
             qt6-base-dev libqt6sql6-sqlite libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev \
-            libxxhash-dev libcpp-httplib-dev libgl-dev qt6-charts-dev libqt6opengl6-dev clang-14 libclang-rt-14-dev llvm-14
+            libxxhash-dev libcpp-httplib-dev libgl-dev qt6-charts-dev libqt6opengl6-dev clang-14 libclang-rt-14-dev llvm-14 \
+            clang-format-14
 
-.PHONY: all deps configure build test run clean bench test-sanitize fuzz
+.PHONY: all deps configure build test run clean bench test-sanitize fuzz format check-format
 
 all: build
 
@@ -19,7 +22,7 @@ deps:
 	@./scripts/install-deps.sh $(PACKAGES)
 
 $(BUILD_DIR)/build.ninja:
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
 configure: deps $(BUILD_DIR)/build.ninja
 
@@ -36,6 +39,12 @@ test-sanitize: deps
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) ./scripts/fuzz.sh
+
+format: deps
+	./scripts/format.sh
+
+check-format: deps
+	./scripts/format.sh --check
 
 run: build
 	./$(BUILD_DIR)/kvchat $(ARGS)
