@@ -32,8 +32,7 @@ QString setup_logging(const QString& log_directory, bool verbose) {
   if (!log_directory.isEmpty() && QDir().mkpath(log_directory)) {
     log_path = QDir(log_directory).filePath("kvchat.log");
     try {
-      auto file = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(log_path.toStdString(),
-                                                                          5 * 1024 * 1024, 3);
+      auto file = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(log_path.toStdString(), 5 * 1024 * 1024, 3);
       file->set_level(verbose ? spdlog::level::debug : spdlog::level::info);
       sinks.push_back(file);
       // A model file truncated during a turn ends the process from a signal handler, which cannot use

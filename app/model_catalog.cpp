@@ -53,8 +53,9 @@ ModelDescription describe_model(const QString& path) {
   description.name = info.fileName();
   const bool gguf = is_gguf_path(path) || info.isFile();
   description.format = gguf ? QStringLiteral("GGUF")
-                       : QDir::cleanPath(path) == QDir::cleanPath(embedded_model_directory()) ? QStringLiteral("embedded")
-                                                                                             : QStringLiteral("Hugging Face folder");
+                       : QDir::cleanPath(path) == QDir::cleanPath(embedded_model_directory())
+                           ? QStringLiteral("embedded")
+                           : QStringLiteral("Hugging Face folder");
   if (!info.exists()) {
     description.missing = true;
     description.error = QStringLiteral("not found");
@@ -85,9 +86,9 @@ ModelDescription describe_model(const QString& path) {
 
 QStringList with_recent_model(QStringList recent, const QString& path) {
   const QString key = QDir::cleanPath(path);
-  recent.erase(std::remove_if(recent.begin(), recent.end(),
-                              [&](const QString& entry) { return QDir::cleanPath(entry) == key; }),
-               recent.end());
+  recent.erase(
+      std::remove_if(recent.begin(), recent.end(), [&](const QString& entry) { return QDir::cleanPath(entry) == key; }),
+      recent.end());
   recent.prepend(key);
   while (recent.size() > kMaxRecentModels) recent.removeLast();
   return recent;

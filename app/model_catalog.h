@@ -12,14 +12,14 @@
 namespace kvchat::app {
 
 struct ModelDescription {
-  QString path;          // a .gguf file or a model folder
-  QString name;          // the file's or the folder's name
-  QString format;        // "GGUF", "Hugging Face folder" or "embedded" (the stories260K shipped with the app)
-  qint64 size_bytes = 0; // on disk: the file, or the folder's files (not its subfolders)
-  QString architecture;  // GGUF: general.architecture; else config.json's model_type (and architectures[0])
-  QString quantization;  // GGUF: its file type ("Q4_K_M", "Q8_0", "F32"); "" for the others
-  bool missing = false;  // nothing is there any more
-  QString error;         // why its metadata cannot be read (a damaged file); "" when it was read
+  QString path;           // a .gguf file or a model folder
+  QString name;           // the file's or the folder's name
+  QString format;         // "GGUF", "Hugging Face folder" or "embedded" (the stories260K shipped with the app)
+  qint64 size_bytes = 0;  // on disk: the file, or the folder's files (not its subfolders)
+  QString architecture;   // GGUF: general.architecture; else config.json's model_type (and architectures[0])
+  QString quantization;   // GGUF: its file type ("Q4_K_M", "Q8_0", "F32"); "" for the others
+  bool missing = false;   // nothing is there any more
+  QString error;          // why its metadata cannot be read (a damaged file); "" when it was read
 };
 
 // Never throws: a missing path or damaged file is described as such (missing, error).

@@ -73,7 +73,8 @@ const char* to_string(ContextOverflowPolicy policy) {
 ContextOverflowPolicy context_overflow_policy_from_string(const QString& text) {
   const QString key = text.trimmed().toLower();
   if (key == QLatin1String("stop")) return ContextOverflowPolicy::Stop;
-  if (key == QLatin1String("drop_oldest_turns") || key == QLatin1String("drop")) return ContextOverflowPolicy::DropOldestTurns;
+  if (key == QLatin1String("drop_oldest_turns") || key == QLatin1String("drop"))
+    return ContextOverflowPolicy::DropOldestTurns;
   throw std::invalid_argument("unknown context overflow policy '" + text.toStdString() +
                               "' (expected stop or drop_oldest_turns)");
 }
@@ -156,9 +157,9 @@ ChatSettings ChatSettings::load(QSettings& settings) {
       settings.value(QStringLiteral("default_system_prompt"), defaults.default_system_prompt).toString();
   // "model_path" replaced "model_directory" when GGUF files became loadable: a file written before keeps its model.
   const QVariant model_path = settings.value(QStringLiteral("model_path"));
-  loaded.model_path = (model_path.isValid() ? model_path : settings.value(QStringLiteral("model_directory"),
-                                                                          defaults.model_path))
-                          .toString();
+  loaded.model_path =
+      (model_path.isValid() ? model_path : settings.value(QStringLiteral("model_directory"), defaults.model_path))
+          .toString();
   loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, max_threads());
   loaded.context_limit = read_clamped(settings, "context_limit", defaults.context_limit, 0, 1 << 24);
   const QVariant overflow = settings.value(QStringLiteral("context_overflow"));
@@ -174,18 +175,19 @@ ChatSettings ChatSettings::load(QSettings& settings) {
                                                    std::numeric_limits<qint64>::max());
   loaded.kv_snapshots_enabled = read_bool(settings, "kv_snapshots_enabled", defaults.kv_snapshots_enabled);
   loaded.model_titles = read_bool(settings, "model_titles", defaults.model_titles);
-  loaded.snapshot_disk_budget_bytes = read_clamped<qint64>(settings, "snapshot_disk_budget_bytes",
-                                                           defaults.snapshot_disk_budget_bytes, 0,
-                                                           std::numeric_limits<qint64>::max());
-  loaded.snapshot_directory = settings.value(QStringLiteral("snapshot_directory"), defaults.snapshot_directory).toString();
-  loaded.font_point_size = read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0,
-                                             ChatSettings::kMaxFontPointSize);
+  loaded.snapshot_disk_budget_bytes =
+      read_clamped<qint64>(settings, "snapshot_disk_budget_bytes", defaults.snapshot_disk_budget_bytes, 0,
+                           std::numeric_limits<qint64>::max());
+  loaded.snapshot_directory =
+      settings.value(QStringLiteral("snapshot_directory"), defaults.snapshot_directory).toString();
+  loaded.font_point_size =
+      read_clamped<int>(settings, "font_point_size", defaults.font_point_size, 0, ChatSettings::kMaxFontPointSize);
   loaded.export_directory = settings.value(QStringLiteral("export_directory")).toString();
   loaded.appearance = settings.value(QStringLiteral("appearance"), defaults.appearance).toString();
   if (loaded.appearance != QLatin1String("system") && loaded.appearance != QLatin1String("light") &&
       loaded.appearance != QLatin1String("dark")) {
-    spdlog::warn("settings {}: appearance '{}' is none of system, light, dark; following the system",
-                 file_of(settings), loaded.appearance.toStdString());
+    spdlog::warn("settings {}: appearance '{}' is none of system, light, dark; following the system", file_of(settings),
+                 loaded.appearance.toStdString());
     loaded.appearance = defaults.appearance;
   }
   const QString backend = settings.value(QStringLiteral("backend"), QStringLiteral("local")).toString();
@@ -238,7 +240,8 @@ void ChatSettings::save(QSettings& settings) const {
   write_api_key(api_key_path(settings), remote_api_key);
   settings.sync();
   if (settings.status() != QSettings::NoError)
-    spdlog::error("settings {}: could not be written (status {})", file_of(settings), static_cast<int>(settings.status()));
+    spdlog::error("settings {}: could not be written (status {})", file_of(settings),
+                  static_cast<int>(settings.status()));
 }
 
 kvchat::GenerationConfig ChatSettings::to_generation_config() const {
@@ -252,7 +255,8 @@ kvchat::GenerationConfig ChatSettings::to_generation_config() const {
   config.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
   // Seed 0 means "surprise me": each turn (each call) draws its own, never 0, so the reply can still be
   // reproduced from the seed saved with it.
-  config.sampling.seed = seed != 0 ? std::min(seed, kMaxSeed) : ((QRandomGenerator::global()->generate64() & kMaxSeed) | 1u);
+  config.sampling.seed =
+      seed != 0 ? std::min(seed, kMaxSeed) : ((QRandomGenerator::global()->generate64() & kMaxSeed) | 1u);
   return config;
 }
 
@@ -284,7 +288,8 @@ qint64 ChatSettings::effective_cache_budget_bytes() const {
 
 QString snapshot_key_prefix(const QString& database_path) {
   const QByteArray identity = QFileInfo(database_path).absoluteFilePath().toUtf8();
-  return QStringLiteral("d") + QString::fromLatin1(QCryptographicHash::hash(identity, QCryptographicHash::Sha1).toHex().left(12));
+  return QStringLiteral("d") +
+         QString::fromLatin1(QCryptographicHash::hash(identity, QCryptographicHash::Sha1).toHex().left(12));
 }
 
 QString ChatSettings::effective_snapshot_directory() const {
@@ -303,8 +308,8 @@ void write_key_file(const QString& path, const QString& key) { write_api_key(pat
 QJsonObject ChatSettings::to_json() const {
   QJsonObject json;
   json.insert(QStringLiteral("cache_mode"),
-              QString::fromLatin1(kvchat::to_string(kv_cache_enabled ? kvchat::KvCacheMode::Contiguous
-                                                                     : kvchat::KvCacheMode::Off)));
+              QString::fromLatin1(
+                  kvchat::to_string(kv_cache_enabled ? kvchat::KvCacheMode::Contiguous : kvchat::KvCacheMode::Off)));
   json.insert(QStringLiteral("temperature"), temperature);
   json.insert(QStringLiteral("top_k"), top_k);
   json.insert(QStringLiteral("top_p"), top_p);

@@ -32,15 +32,15 @@ struct ChatSettings {
   static constexpr quint64 kMaxSeed = 0x7fffffffffffffffULL;
   int max_new_tokens = 256;
   QString default_system_prompt;
-  QString model_path;       // a model directory or a .gguf file; empty = the embedded stories260K
-  int threads = 0;          // 0 = the machine's cores
-  int context_limit = 0;    // 0 = the model's max_position_embeddings
+  QString model_path;     // a model directory or a .gguf file; empty = the embedded stories260K
+  int threads = 0;        // 0 = the machine's cores
+  int context_limit = 0;  // 0 = the model's max_position_embeddings
   ContextOverflowPolicy context_overflow = ContextOverflowPolicy::Stop;
   qint64 cache_budget_bytes = 0;  // 0 = default: a share of physical memory (see effective_cache_budget_bytes)
   // KV snapshots: each conversation's cache also kept on disk, so it survives evictions and restarts.
   bool kv_snapshots_enabled = true;
   qint64 snapshot_disk_budget_bytes = kDefaultSnapshotDiskBudget;  // 0 = no budget
-  QString snapshot_directory;  // empty = <app data folder>/kv-snapshots
+  QString snapshot_directory;                                      // empty = <app data folder>/kv-snapshots
   static constexpr qint64 kDefaultSnapshotDiskBudget = qint64(2) << 30;
   BackendKind backend = BackendKind::Local;
   QString remote_base_url;  // e.g. http://localhost:8000/v1
@@ -55,8 +55,8 @@ struct ChatSettings {
   // Kept out of the settings file and of every reply's saved settings: save() writes it to
   // api_key_path() (permissions 0600), load() reads it from there.
   QString remote_api_key;
-  int font_point_size = 0;        // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
-  QString export_directory;       // where the last export was written; empty = none yet (not part of to_json)
+  int font_point_size = 0;   // the chat's text size; 0 = the system's (not part of to_json: not a reply's)
+  QString export_directory;  // where the last export was written; empty = none yet (not part of to_json)
   QString appearance = QStringLiteral("system");  // "system", "light" or "dark" (not part of to_json)
   // After a new chat's first reply, the local model writes its title (a separate short generation); off: the
   // chat keeps the title made from its first message.
@@ -64,13 +64,13 @@ struct ChatSettings {
   static constexpr int kMinFontPointSize = 6;
   static constexpr int kMaxFontPointSize = 48;
 
-  static int max_threads();  // the engine's limit: 4x the machine's cores
+  static int max_threads();                       // the engine's limit: 4x the machine's cores
   static ChatSettings load(QSettings& settings);  // missing keys keep the defaults; out-of-range values clamped, logged
   void save(QSettings& settings) const;
   kvchat::GenerationConfig to_generation_config() const;  // sampling + max tokens + cache mode (Contiguous or Off)
   qint64 effective_cache_budget_bytes() const;
   QString effective_snapshot_directory() const;  // snapshot_directory, or the default
-  QJsonObject to_json() const;  // what gets saved with each assistant message (never the API key)
+  QJsonObject to_json() const;                   // what gets saved with each assistant message (never the API key)
   // The API key's file: "kvchat-api-key" next to the settings file.
   static QString api_key_path(const QSettings& settings);
 };

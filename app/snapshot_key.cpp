@@ -37,7 +37,9 @@ std::string errno_text() { return std::strerror(errno); }
 class Descriptor {
  public:
   explicit Descriptor(int fd) : fd_(fd) {}
-  ~Descriptor() { if (fd_ >= 0) ::close(fd_); }
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   Descriptor(const Descriptor&) = delete;
   Descriptor& operator=(const Descriptor&) = delete;
   int get() const { return fd_; }
@@ -65,7 +67,8 @@ std::optional<SnapshotKey> read_key(const QString& path) {
   if (file.get() < 0) {
     const int error = errno;
     if (error == ENOENT) return std::nullopt;
-    throw key_error(path, "cannot be opened: " + std::string(std::strerror(error)) + (error == ELOOP ? " (a symbolic link)" : ""));
+    throw key_error(
+        path, "cannot be opened: " + std::string(std::strerror(error)) + (error == ELOOP ? " (a symbolic link)" : ""));
   }
   struct stat info {};
   if (::fstat(file.get(), &info) != 0) throw key_error(path, "cannot be read: " + errno_text());

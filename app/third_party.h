@@ -10,8 +10,8 @@
 namespace kvchat::app {
 
 struct ThirdPartyLibrary {
-  QString name;          // as the About box shows it
-  QString licence;       // SPDX identifier
+  QString name;     // as the About box shows it
+  QString licence;  // SPDX identifier
   // The shared objects that are this library, by the start of their file name ("libQt6Charts.so"); empty
   // for a header-only library, compiled into the programs.
   QStringList shared_objects;

@@ -34,8 +34,7 @@ constexpr BlockFormat kFormats[] = {
     {GgufType::Q8_0, "q8_0", 32, 34, 0, -1},  {GgufType::Q4_0, "q4_0", 32, 18, 0, -1},
     {GgufType::Q4_1, "q4_1", 32, 20, 0, 2},   {GgufType::Q5_0, "q5_0", 32, 22, 0, -1},
     {GgufType::Q5_1, "q5_1", 32, 24, 0, 2},   {GgufType::Q4_K, "q4_k", 256, 144, 0, 2},
-    {GgufType::Q5_K, "q5_k", 256, 176, 0, 2},
-    {GgufType::Q6_K, "q6_k", 256, 210, 208, -1},
+    {GgufType::Q5_K, "q5_k", 256, 176, 0, 2}, {GgufType::Q6_K, "q6_k", 256, 210, 208, -1},
 };
 
 enum class Kernels { Avx512, Avx2, Portable };
@@ -62,7 +61,8 @@ int main(int argc, char** argv) {
     const std::uint16_t one = 0x3c00;
     for (std::size_t block = 0; block < weights.size() / format.block_bytes; ++block) {
       std::memcpy(weights.data() + block * format.block_bytes + format.scale_offset, &one, 2);
-      if (format.min_scale_offset >= 0) std::memcpy(weights.data() + block * format.block_bytes + format.min_scale_offset, &one, 2);
+      if (format.min_scale_offset >= 0)
+        std::memcpy(weights.data() + block * format.block_bytes + format.min_scale_offset, &one, 2);
     }
     for (Kernels kernels : {Kernels::Avx512, Kernels::Avx2, Kernels::Portable}) {
       if (kernels != Kernels::Portable && !cpu_has_avx2_fma()) continue;
@@ -79,7 +79,9 @@ int main(int argc, char** argv) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double weights_per_second = double(passes) * rows * cols / seconds;
       std::printf("%-5s %-8s %6.2f G weights/s  %6.2f GB/s  (%g)\n", format.name,
-                  kernels == Kernels::Avx512 ? "avx512" : kernels == Kernels::Avx2 ? "avx2" : "portable",
+                  kernels == Kernels::Avx512 ? "avx512"
+                  : kernels == Kernels::Avx2 ? "avx2"
+                                             : "portable",
                   weights_per_second / 1e9, weights_per_second * format.block_bytes / format.block_size / 1e9, sink);
     }
   }

@@ -6,7 +6,8 @@
 // Build (from the repository root, after building kvchat_kernels in build/):
 //   g++ -O2 -std=c++17 -I. bench/kernels_bench.cpp build/engine/libkvchat_kernels.a
 //       build/engine/libkvchat_gguf.a -lspdlog -lfmt -pthread -o kernels_bench
-// Usage: kernels_bench [--portable] [--tiny] [--small-pages] [--layers N] [threads...]   (default threads: 1 2; layers: 4)
+// Usage: kernels_bench [--portable] [--tiny] [--small-pages] [--layers N] [threads...]   (default threads: 1 2; layers:
+// 4)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -52,13 +53,17 @@ class Buffer {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
     for (std::size_t i = 0; i < count; ++i) {
-      if constexpr (sizeof(T) == 4) data_[i] = dist(rng);
-      else data_[i] = float_to_bf16(dist(rng));
+      if constexpr (sizeof(T) == 4)
+        data_[i] = dist(rng);
+      else
+        data_[i] = float_to_bf16(dist(rng));
     }
   }
   ~Buffer() {
-    if (huge_) free_huge_page_buffer(data_, count_ * sizeof(T));
-    else std::free(data_);
+    if (huge_)
+      free_huge_page_buffer(data_, count_ * sizeof(T));
+    else
+      std::free(data_);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -69,7 +74,6 @@ class Buffer {
   bool huge_;
   T* data_;
 };
-
 
 // Times `product(copy)` over `copies` distinct matrices, `rounds` times round-robin.
 Timing time_round_robin(int copies, int rounds, const std::function<void(int)>& product) {
@@ -94,20 +98,25 @@ void bench_shape(std::int64_t rows, std::int64_t cols, std::int64_t n) {
   const int rounds = std::max(3, 2000 / copies / std::max<int>(1, static_cast<int>(elements >> 20)));
   const Timing f32 = time_round_robin(copies, rounds, [&](int copy) {
     const float* w = w32.data() + elements * copy;
-    if (n == 1) matvec_f32(w, x.data(), y.data(), rows, cols);
-    else matmul_f32_small(w, x.data(), y.data(), n, rows, cols);
+    if (n == 1)
+      matvec_f32(w, x.data(), y.data(), rows, cols);
+    else
+      matmul_f32_small(w, x.data(), y.data(), n, rows, cols);
   });
   const Timing bf16 = time_round_robin(copies, rounds, [&](int copy) {
     const std::uint16_t* w = w16.data() + elements * copy;
-    if (n == 1) matvec_bf16(w, x.data(), y.data(), rows, cols);
-    else matmul_bf16_small(w, x.data(), y.data(), n, rows, cols);
+    if (n == 1)
+      matvec_bf16(w, x.data(), y.data(), rows, cols);
+    else
+      matmul_bf16_small(w, x.data(), y.data(), n, rows, cols);
   });
   const double bytes = static_cast<double>(elements);
-  std::printf("  %6lld x %-5lld n=%lld  f32 %7.3f ms %5.1f GB/s (median %5.1f) | bf16 %7.3f ms %5.1f GB/s (median %5.1f)"
-              "  bf16/f32 speed %.2fx\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), f32.best * 1e3,
-              bytes * 4 / f32.best / 1e9, bytes * 4 / f32.median / 1e9, bf16.best * 1e3, bytes * 2 / bf16.best / 1e9,
-              bytes * 2 / bf16.median / 1e9, f32.best / bf16.best);
+  std::printf(
+      "  %6lld x %-5lld n=%lld  f32 %7.3f ms %5.1f GB/s (median %5.1f) | bf16 %7.3f ms %5.1f GB/s (median %5.1f)"
+      "  bf16/f32 speed %.2fx\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), f32.best * 1e3,
+      bytes * 4 / f32.best / 1e9, bytes * 4 / f32.median / 1e9, bf16.best * 1e3, bytes * 2 / bf16.best / 1e9,
+      bytes * 2 / bf16.median / 1e9, f32.best / bf16.best);
 }
 
 // One decode step's worth of products for a Llama-3.2-1B-shaped model (hidden 2048, 32 query and 8
@@ -119,7 +128,7 @@ void bench_model(int layers, const char* dtype,
   struct Shape {
     std::int64_t rows, cols;
   };
-  const Shape layer_shapes[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+  const Shape layer_shapes[] = {{2048, 2048}, {512, 2048},  {512, 2048}, {2048, 2048},
                                 {8192, 2048}, {8192, 2048}, {2048, 8192}};
   const Shape head{128256, 2048};
   std::vector<std::unique_ptr<Buffer<Weight>>> matrices;
@@ -135,7 +144,8 @@ void bench_model(int layers, const char* dtype,
     auto start = Clock::now();
     std::size_t index = 0;
     for (int layer = 0; layer < layers; ++layer)
-      for (const Shape& s : layer_shapes) matvec(matrices[index++]->data(), x.data(), y.data(), s.rows, s.cols, nullptr);
+      for (const Shape& s : layer_shapes)
+        matvec(matrices[index++]->data(), x.data(), y.data(), s.rows, s.cols, nullptr);
     layer_times.push_back(seconds_since(start) / layers);
     start = Clock::now();
     matvec(head_weights.data(), x.data(), y.data(), head.rows, head.cols, nullptr);
@@ -176,11 +186,16 @@ int main(int argc, char** argv) {
   int layers = 4;
   bool tiny_only = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--portable") == 0) set_avx2_kernels_enabled(false);
-    else if (std::strcmp(argv[i], "--tiny") == 0) tiny_only = true;
-    else if (std::strcmp(argv[i], "--small-pages") == 0) g_huge_pages = false;
-    else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) layers = std::atoi(argv[++i]);
-    else thread_counts.push_back(std::atoi(argv[i]));
+    if (std::strcmp(argv[i], "--portable") == 0)
+      set_avx2_kernels_enabled(false);
+    else if (std::strcmp(argv[i], "--tiny") == 0)
+      tiny_only = true;
+    else if (std::strcmp(argv[i], "--small-pages") == 0)
+      g_huge_pages = false;
+    else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
+      layers = std::atoi(argv[++i]);
+    else
+      thread_counts.push_back(std::atoi(argv[i]));
   }
   if (thread_counts.empty()) thread_counts = {1, 2};
   std::printf("avx2 kernels: %s, weights on %s pages\n", use_avx2_kernels() ? "yes" : "no",

@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   auto* weights = static_cast<std::uint16_t*>(allocate_huge_page_buffer(bytes));
   // Values that are finite both as bf16 and as f16 (and, in pairs, as f32), written by the threads that read them.
   default_thread_pool().parallel_for(static_cast<std::int64_t>(values), [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) weights[i] = static_cast<std::uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 0x200);
+    for (std::int64_t i = begin; i < end; ++i)
+      weights[i] = static_cast<std::uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 0x200);
   });
   std::vector<float> x(8192), y(128256);
   std::mt19937 rng(3);
@@ -113,8 +114,8 @@ int main(int argc, char** argv) {
       const std::int64_t row_bytes = p.cols * 2;
       const auto* base = reinterpret_cast<const std::uint8_t*>(weights + p.offset);
       for_row_blocks(p.rows, row_bytes, [&](std::int64_t begin, std::int64_t end) {
-        y[static_cast<std::size_t>(begin)] =
-            static_cast<float>(read_row_avx2(base + begin * row_bytes, static_cast<std::size_t>((end - begin) * row_bytes)) & 1);
+        y[static_cast<std::size_t>(begin)] = static_cast<float>(
+            read_row_avx2(base + begin * row_bytes, static_cast<std::size_t>((end - begin) * row_bytes)) & 1);
       });
     }
   };
@@ -141,8 +142,10 @@ int main(int argc, char** argv) {
     std::function<void()> run;
     std::vector<double> ratios;
   };
-  std::vector<Variant> variants = {{"contiguous read", contiguous, {}}, {"product read", product_read, {}},
-                                   {"f32 kernel", f32_kernel, {}},      {"bf16 kernel", bf16_kernel, {}},
+  std::vector<Variant> variants = {{"contiguous read", contiguous, {}},
+                                   {"product read", product_read, {}},
+                                   {"f32 kernel", f32_kernel, {}},
+                                   {"bf16 kernel", bf16_kernel, {}},
                                    {"f16 kernel", f16_kernel, {}}};
   for (Variant& v : variants) v.run();  // fault in, wake the threads
   std::printf("%d threads, %.2f GB per pass, %d rounds\n", default_thread_pool().size(), bytes / 1e9, rounds);

@@ -10,7 +10,7 @@ namespace kvchat {
 using TokenId = std::int32_t;
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant"
   std::string content;
   // The exact ids the model wrote for `content` (a reply), under the tokenizer whose vocabulary fingerprint
   // is `token_vocabulary`; empty when unknown (typed text, a reply from another model or server). The
@@ -44,9 +44,9 @@ struct GenerationConfig {
   int max_new_tokens = 256;
   SamplingParams sampling;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
-  int prefill_chunk_tokens = 512;      // prefill runs in chunks of at most this many tokens
-  int context_limit = 0;               // prompt + generated tokens never exceed it (0 or more = the model's)
-  std::vector<TokenId> stop_token_ids; // empty = the model's end-of-sequence ids
+  int prefill_chunk_tokens = 512;       // prefill runs in chunks of at most this many tokens
+  int context_limit = 0;                // prompt + generated tokens never exceed it (0 or more = the model's)
+  std::vector<TokenId> stop_token_ids;  // empty = the model's end-of-sequence ids
   // Only ids below this are sampled (0 = every row of the output). A tokenizer smaller than the embedding
   // table (padded for speed, or a mismatched file) has no text for the ids past its own.
   int sampled_vocabulary = 0;
@@ -78,20 +78,20 @@ const char* to_string(StopReason reason);
 
 // What one generate() call did and how fast. Plain value: copied into signals, stored with messages.
 struct GenerationStats {
-  int prompt_tokens = 0;        // tokens of the whole conversation history given to this turn
-  int reused_tokens = 0;        // of those, already in the cache (not recomputed)
-  int restored_tokens = 0;      // of reused_tokens, restored this turn from a snapshot on disk
-  double restore_ms = 0.0;      // reading, checking and copying that snapshot (part of ttft_ms)
-  std::string restored_from;    // the snapshot's name (its conversation's key); "" when none
-  int prefilled_tokens = 0;     // newly prefilled tokens (prompt_tokens - reused_tokens)
-  int generated_tokens = 0;     // new tokens sampled
-  double prefill_ms = 0.0;      // wall time of the prefill
-  double ttft_ms = 0.0;         // time to first token: prefill + first sampling
-  double decode_ms = 0.0;       // wall time of the decode steps after the first token
+  int prompt_tokens = 0;      // tokens of the whole conversation history given to this turn
+  int reused_tokens = 0;      // of those, already in the cache (not recomputed)
+  int restored_tokens = 0;    // of reused_tokens, restored this turn from a snapshot on disk
+  double restore_ms = 0.0;    // reading, checking and copying that snapshot (part of ttft_ms)
+  std::string restored_from;  // the snapshot's name (its conversation's key); "" when none
+  int prefilled_tokens = 0;   // newly prefilled tokens (prompt_tokens - reused_tokens)
+  int generated_tokens = 0;   // new tokens sampled
+  double prefill_ms = 0.0;    // wall time of the prefill
+  double ttft_ms = 0.0;       // time to first token: prefill + first sampling
+  double decode_ms = 0.0;     // wall time of the decode steps after the first token
   double prefill_tokens_per_second = 0.0;
   double decode_tokens_per_second = 0.0;
-  std::int64_t cache_tokens = 0;   // tokens held by the cache after the turn (0 when the cache is off)
-  std::int64_t cache_bytes = 0;    // bytes held by those tokens' K/V
+  std::int64_t cache_tokens = 0;  // tokens held by the cache after the turn (0 when the cache is off)
+  std::int64_t cache_bytes = 0;   // bytes held by those tokens' K/V
   std::int64_t cache_capacity_tokens = 0;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
   StopReason stop_reason = StopReason::MaxTokens;

@@ -6,8 +6,8 @@
 #include <QEvent>
 #include <QPointer>
 #include <QSet>
-#include <QWidget>
 #include <QStyle>
+#include <QWidget>
 
 #include <optional>
 

@@ -56,8 +56,10 @@ void CachesDialog::refresh() {
   }
   const auto gauge = controller_->cacheGauge();
   QString text = tr("No chat holds a cache now.");
-  if (held.size() == 1) text = tr("1 chat holds %1 of the %2 budget.");
-  else if (held.size() > 1) text = tr("%1 chats hold %2 of the %3 budget.").arg(held.size());
+  if (held.size() == 1)
+    text = tr("1 chat holds %1 of the %2 budget.");
+  else if (held.size() > 1)
+    text = tr("%1 chats hold %2 of the %3 budget.").arg(held.size());
   if (!held.isEmpty()) text = text.arg(format_bytes(gauge.total_bytes), format_bytes(gauge.budget_bytes));
   total_->setText(text);
 }

@@ -32,7 +32,8 @@ QStringList ChatGenerationDialog::stop_texts_from_lines(const QString& text) {
   for (const QString& line : text.split(QLatin1Char('\n'))) {
     QString stop;
     for (int i = 0; i < line.size(); ++i) {
-      if (line[i] == QLatin1Char('\\') && i + 1 < line.size() && (line[i + 1] == QLatin1Char('n') || line[i + 1] == QLatin1Char('\\'))) {
+      if (line[i] == QLatin1Char('\\') && i + 1 < line.size() &&
+          (line[i + 1] == QLatin1Char('n') || line[i + 1] == QLatin1Char('\\'))) {
         stop += line[i + 1] == QLatin1Char('n') ? QLatin1Char('\n') : QLatin1Char('\\');
         ++i;
       } else {
@@ -156,7 +157,8 @@ ChatGenerationDialog::ChatGenerationDialog(kvchat::app::ChatController* controll
   });
   for (QDoubleSpinBox* spin : {temperature_, top_p_, min_p_})
     connect(spin, &QDoubleSpinBox::valueChanged, this, &ChatGenerationDialog::values_edited);
-  for (QSpinBox* spin : {top_k_, max_tokens_}) connect(spin, &QSpinBox::valueChanged, this, &ChatGenerationDialog::values_edited);
+  for (QSpinBox* spin : {top_k_, max_tokens_})
+    connect(spin, &QSpinBox::valueChanged, this, &ChatGenerationDialog::values_edited);
   connect(stop_texts_, &QPlainTextEdit::textChanged, this, &ChatGenerationDialog::values_edited);
   connect(save_preset_, &QPushButton::clicked, this, &ChatGenerationDialog::save_as_preset);
   connect(delete_preset_, &QPushButton::clicked, this, &ChatGenerationDialog::delete_preset);

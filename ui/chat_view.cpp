@@ -1,5 +1,5 @@
-#include "ui/appearance.h"
 #include "ui/chat_view.h"
+#include "ui/appearance.h"
 
 #include <QApplication>
 #include <QEvent>
@@ -38,9 +38,8 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   layout_->addStretch(1);
   setWidget(container_);
   // Follow new text only while the reader is at the bottom.
-  connect(verticalScrollBar(), &QScrollBar::valueChanged, this, [this](int value) {
-    following_ = value >= verticalScrollBar()->maximum() - 24;
-  });
+  connect(verticalScrollBar(), &QScrollBar::valueChanged, this,
+          [this](int value) { following_ = value >= verticalScrollBar()->maximum() - 24; });
   connect(verticalScrollBar(), &QScrollBar::rangeChanged, this, [this](int, int maximum) {
     if (following_) verticalScrollBar()->setValue(maximum);
   });

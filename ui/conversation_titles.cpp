@@ -12,8 +12,9 @@ QHash<qint64, QString> distinguishable_titles(const QList<kvchat::app::Conversat
   for (const auto& conversation : conversations) {
     QString title = conversation.title;
     if (title_count.value(conversation.title) > 1)
-      title = QStringLiteral("%1 \u00b7 %2").arg(
-          conversation.title, QLocale().toString(conversation.created_at.toLocalTime(), QLocale::ShortFormat));
+      title =
+          QStringLiteral("%1 \u00b7 %2")
+              .arg(conversation.title, QLocale().toString(conversation.created_at.toLocalTime(), QLocale::ShortFormat));
     titles.insert(conversation.id, title);
     ++dated_count[title];
   }

@@ -4,16 +4,16 @@
 
 #include <QChart>
 #include <QChartView>
+#include <QEvent>
 #include <QFileDialog>
 #include <QHBoxLayout>
-#include <QEvent>
 #include <QLabel>
 #include <QLegend>
-#include <QPen>
 #include <QLineSeries>
+#include <QPen>
 #include <QPushButton>
-#include <QValueAxis>
 #include <QVBoxLayout>
+#include <QValueAxis>
 
 #include <algorithm>
 #include <numeric>
@@ -115,7 +115,8 @@ void DecodeChartPanel::fill(QLineSeries* series, const std::optional<kvchat::app
   QList<QPointF> points;
   if (timings) {
     points.reserve(timings->step_ms.size());
-    for (int i = 0; i < timings->step_ms.size(); ++i) points.append(QPointF(timings->first_position + i, timings->step_ms[i]));
+    for (int i = 0; i < timings->step_ms.size(); ++i)
+      points.append(QPointF(timings->first_position + i, timings->step_ms[i]));
     series->setName(QStringLiteral("%1 (%2)").arg(role, cache_words(timings->cache_mode)));
   } else {
     series->setName(role);
@@ -137,14 +138,16 @@ void DecodeChartPanel::setTimings(const std::optional<kvchat::app::DecodeTimings
   x_axis_->setRange(std::max(0.0, min_x), max_x);
   y_axis_->setRange(0.0, max_y * 1.1);
   QStringList lines;
-  if (last) lines << tr("Last reply: %1 steps, %2 ms each on average (%3).")
-                         .arg(last->step_ms.size())
-                         .arg(mean(last->step_ms), 0, 'f', 3)
-                         .arg(cache_words(last->cache_mode));
-  if (previous) lines << tr("Reply before: %1 steps, %2 ms on average (%3).")
-                             .arg(previous->step_ms.size())
-                             .arg(mean(previous->step_ms), 0, 'f', 3)
-                             .arg(cache_words(previous->cache_mode));
+  if (last)
+    lines << tr("Last reply: %1 steps, %2 ms each on average (%3).")
+                 .arg(last->step_ms.size())
+                 .arg(mean(last->step_ms), 0, 'f', 3)
+                 .arg(cache_words(last->cache_mode));
+  if (previous)
+    lines << tr("Reply before: %1 steps, %2 ms on average (%3).")
+                 .arg(previous->step_ms.size())
+                 .arg(mean(previous->step_ms), 0, 'f', 3)
+                 .arg(cache_words(previous->cache_mode));
   if (lines.isEmpty()) lines << tr("No reply yet: the chart fills in as the model writes.");
   summary_->setText(lines.join(QLatin1Char(' ')));
 }
@@ -160,8 +163,10 @@ void DecodeChartPanel::resizeEvent(QResizeEvent* event) {
 
 bool DecodeChartPanel::savePng(const QString& path) {
   const bool saved = view_->grab().save(path, "PNG");
-  if (saved) spdlog::info("decode-time chart saved to {}", path.toStdString());
-  else spdlog::error("cannot save the decode-time chart to {}", path.toStdString());
+  if (saved)
+    spdlog::info("decode-time chart saved to {}", path.toStdString());
+  else
+    spdlog::error("cannot save the decode-time chart to {}", path.toStdString());
   return saved;
 }
 

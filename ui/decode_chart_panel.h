@@ -29,7 +29,7 @@ class DecodeChartPanel : public QWidget {
   bool savePng(const QString& path);  // the chart as it is drawn; false (and logged) when it cannot be written
 
  protected:
-  void changeEvent(QEvent* event) override;  // a new palette (View > Appearance) recolours the chart
+  void changeEvent(QEvent* event) override;        // a new palette (View > Appearance) recolours the chart
   void resizeEvent(QResizeEvent* event) override;  // a short panel gives the chart's title and legend row to the plot
 
  private:

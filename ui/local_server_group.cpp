@@ -14,8 +14,9 @@ LocalServerGroup::LocalServerGroup(const kvchat::app::LocalServerSettings& setti
   enabled_ = new QCheckBox(this);
   enabled_->setObjectName("serveCheck");
   enabled_->setChecked(settings.enabled);
-  enabled_->setToolTip(tr("The OpenAI API (as kvchat-cli serve) on the loaded model, for programs on this machine: "
-                          "base URL http://127.0.0.1:PORT/v1. The chats here keep working meanwhile."));
+  enabled_->setToolTip(
+      tr("The OpenAI API (as kvchat-cli serve) on the loaded model, for programs on this machine: "
+         "base URL http://127.0.0.1:PORT/v1. The chats here keep working meanwhile."));
   form->addRow(enabled_);
   port_ = new QSpinBox(this);
   port_->setObjectName("servePortSpin");

@@ -2,9 +2,9 @@
 #include <spdlog/spdlog.h>
 
 #include <QApplication>
+#include <QCommandLineParser>
 #include <QDockWidget>
 #include <QIcon>
-#include <QCommandLineParser>
 #include <QMessageBox>
 #include <QSettings>
 #include <QTimer>
@@ -12,10 +12,10 @@
 #include <exception>
 #include <memory>
 
-#include "engine/compute/process_setup.h"
 #include "app/chat/chat_controller.h"
-#include "app/store/conversation_store.h"
 #include "app/logging.h"
+#include "app/store/conversation_store.h"
+#include "engine/compute/process_setup.h"
 #include "ui/main_window.h"
 
 namespace {
@@ -46,8 +46,8 @@ void script_session(kvchat::app::ChatController* controller, kvchat::ui::MainWin
       QApplication::exit(saved ? 0 : 1);
     });
   };
-  QObject::connect(controller, &kvchat::app::ChatController::modelLoaded, window, [=] { (*next)(); },
-                   Qt::SingleShotConnection);
+  QObject::connect(
+      controller, &kvchat::app::ChatController::modelLoaded, window, [=] { (*next)(); }, Qt::SingleShotConnection);
   QObject::connect(controller, &kvchat::app::ChatController::generatingChanged, window, [=](bool generating) {
     if (!generating) QTimer::singleShot(100, window, [=] { (*next)(); });
   });
@@ -81,11 +81,11 @@ int main(int argc, char** argv) {
                                        "PATH");
   QCommandLineOption size_option("window-size", "Open the window at this size.", "WIDTHxHEIGHT");
   QCommandLineOption chart_option("chart", "Show the decode-time chart.");
-  QCommandLineOption cache_off_option("then-cache-off",
-                                      "Switch the KV cache off after the first --send message (saved in the settings).");
-  QCommandLineOption cache_dir_option("cache-dir",
-                                      "Keep KV snapshots in this folder (default: kv-snapshots in the app-data folder, or the settings').",
-                                      "DIR");
+  QCommandLineOption cache_off_option(
+      "then-cache-off", "Switch the KV cache off after the first --send message (saved in the settings).");
+  QCommandLineOption cache_dir_option(
+      "cache-dir", "Keep KV snapshots in this folder (default: kv-snapshots in the app-data folder, or the settings').",
+      "DIR");
   parser.addOptions({verbose_option, model_option, db_option, settings_option, send_option, screenshot_option,
                      size_option, chart_option, cache_off_option, cache_dir_option});
   parser.process(application);
@@ -94,8 +94,9 @@ int main(int argc, char** argv) {
   spdlog::info("kvchat {} starting (log {})", KVCHAT_VERSION, log_path.toStdString());
 
   std::unique_ptr<QSettings> settings =
-      parser.isSet(settings_option) ? std::make_unique<QSettings>(parser.value(settings_option), QSettings::IniFormat)
-                                    : std::make_unique<QSettings>(QSettings::IniFormat, QSettings::UserScope, "kvchat", "kvchat");
+      parser.isSet(settings_option)
+          ? std::make_unique<QSettings>(parser.value(settings_option), QSettings::IniFormat)
+          : std::make_unique<QSettings>(QSettings::IniFormat, QSettings::UserScope, "kvchat", "kvchat");
   const QString database_path =
       parser.isSet(db_option) ? parser.value(db_option) : kvchat::app::ConversationStore::default_database_path();
 
@@ -115,7 +116,8 @@ int main(int argc, char** argv) {
     const QStringList size = parser.value(size_option).split(QLatin1Char('x'));
     const int width = size.value(0).toInt(), height = size.value(1).toInt();
     if (size.size() != 2 || width <= 0 || height <= 0) {
-      spdlog::critical("--window-size wants WIDTHxHEIGHT (e.g. 800x500), not '{}'", parser.value(size_option).toStdString());
+      spdlog::critical("--window-size wants WIDTHxHEIGHT (e.g. 800x500), not '{}'",
+                       parser.value(size_option).toStdString());
       return 2;
     }
     window.resize(width, height);

@@ -121,8 +121,10 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindo
   refresh_chat_header();
   refresh_cache_gauge();
   refresh_reply_stats();
-  if (controller_->isModelLoaded()) show_model_loaded(controller_->modelInfo());
-  else if (controller_->isModelLoading()) load_busy_->show();
+  if (controller_->isModelLoaded())
+    show_model_loaded(controller_->modelInfo());
+  else if (controller_->isModelLoading())
+    load_busy_->show();
   refresh_model_label();
   refresh_window_title();
   setChatFontSize(controller_->settings().font_point_size);
@@ -211,8 +213,9 @@ QWidget* MainWindow::build_chat_panel() {
   connect(system_prompt_button, &QPushButton::clicked, this, &MainWindow::openSystemPromptDialog);
   generation_button_ = new QPushButton(chat_panel);
   generation_button_->setObjectName("generationSettingsButton");
-  generation_button_->setToolTip(tr("This chat's generation settings: a preset, its own values or the global ones "
-                                    "(Ctrl+Shift+G)"));
+  generation_button_->setToolTip(
+      tr("This chat's generation settings: a preset, its own values or the global ones "
+         "(Ctrl+Shift+G)"));
   // Out of the Tab chain, which stays short: Ctrl+Shift+G opens the same dialog from anywhere.
   generation_button_->setFocusPolicy(Qt::NoFocus);
   connect(generation_button_, &QPushButton::clicked, this, &MainWindow::openChatGenerationDialog);
@@ -267,8 +270,9 @@ QWidget* MainWindow::build_chat_panel() {
     kvchat::app::ChatSettings settings = controller_->settings();
     settings.context_overflow = kvchat::app::ContextOverflowPolicy::DropOldestTurns;
     controller_->applySettings(settings);
-    show_notice(tr("From the next message on, the oldest turns are left out when the context is full "
-                   "(Settings > When the context is full)."));
+    show_notice(
+        tr("From the next message on, the oldest turns are left out when the context is full "
+           "(Settings > When the context is full)."));
     input_->setFocus();
   });
   chat_view_->setOffersDropOldestTurns(controller_->settings().context_overflow ==
@@ -345,8 +349,10 @@ QWidget* MainWindow::build_chat_panel() {
   connect(input_, &QPlainTextEdit::textChanged, this, [this] { token_count_timer_.start(); });
   connect(input_, &MessageInput::submitted, this, &MainWindow::submit_input);
   connect(send_button_, &QPushButton::clicked, this, [this] {
-    if (generating_here() || controller_->isQueued(controller_->currentConversationId())) stop_or_cancel();
-    else submit_input();
+    if (generating_here() || controller_->isQueued(controller_->currentConversationId()))
+      stop_or_cancel();
+    else
+      submit_input();
   });
   connect(regenerate_button_, &QPushButton::clicked, controller_, &ChatController::regenerate);
   connect(edit_button_, &QPushButton::clicked, this, &MainWindow::start_editing_last_message);
@@ -418,8 +424,9 @@ void MainWindow::connect_controller() {
     refresh_conversations();
     refresh_buttons();
   });
-  connect(controller_, &ChatController::replyFailed, this,
-          [this](qint64 conversation_id, qint64, const QString& message) { show_reply_failed(conversation_id, message); });
+  connect(
+      controller_, &ChatController::replyFailed, this,
+      [this](qint64 conversation_id, qint64, const QString& message) { show_reply_failed(conversation_id, message); });
   connect(controller_, &ChatController::lastReplyStatsChanged, this, &MainWindow::refresh_reply_stats);
   connect(controller_, &ChatController::cacheGaugeChanged, this, [this] {
     refresh_cache_gauge();
@@ -452,7 +459,8 @@ void MainWindow::connect_controller() {
     chat_view_->showError(message);
   });
   // Shown once, in the chat, where the reader is looking.
-  connect(controller_, &ChatController::errorOccurred, this, [this](const QString& message) { chat_view_->showError(message); });
+  connect(controller_, &ChatController::errorOccurred, this,
+          [this](const QString& message) { chat_view_->showError(message); });
 }
 
 void MainWindow::build_menus() {
@@ -500,7 +508,8 @@ void MainWindow::build_menus() {
   connect(next_chat, &QAction::triggered, this, [this] { select_neighbour_conversation(1); });
   QAction* previous_chat = chat->addAction(tr("&Previous chat"));
   previous_chat->setObjectName("previousChatAction");
-  previous_chat->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_PageUp), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Backtab)});
+  previous_chat->setShortcuts(
+      {QKeySequence(Qt::CTRL | Qt::Key_PageUp), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Backtab)});
   connect(previous_chat, &QAction::triggered, this, [this] { select_neighbour_conversation(-1); });
   QAction* clear_cache = chat->addAction(tr("C&lear this chat's cached state"));
   clear_cache->setObjectName("clearCacheAction");
@@ -556,9 +565,8 @@ void MainWindow::build_chart_dock() {
   });
   chart_dock_->hide();  // View > Decode-time chart
   chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
-  connect(controller_, &ChatController::decodeTimingsChanged, this, [this] {
-    chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
-  });
+  connect(controller_, &ChatController::decodeTimingsChanged, this,
+          [this] { chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings()); });
 }
 
 void MainWindow::build_view_menu() {

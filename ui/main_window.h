@@ -72,9 +72,9 @@ class MainWindow : public QMainWindow {
   bool exportAllConversations(const QString& path);
   QFileDialog* openImportDialog();
   bool importConversations(const QString& path);
-  SettingsDialog* openSettingsDialog();                 // non-blocking; applied when accepted
-  QMessageBox* openAboutDialog();                       // Help > About ("aboutDialog")
-  CachesDialog* openCachesDialog();                     // Chat > Caches in memory (non-modal)
+  SettingsDialog* openSettingsDialog();  // non-blocking; applied when accepted
+  QMessageBox* openAboutDialog();        // Help > About ("aboutDialog")
+  CachesDialog* openCachesDialog();      // Chat > Caches in memory (non-modal)
   // Help > Keyboard shortcuts ("shortcutsSheet", non-modal): every action of the menus and the window that
   // has keys, read from the actions themselves.
   QDialog* openShortcutsSheet();
@@ -108,7 +108,9 @@ class MainWindow : public QMainWindow {
   QLabel* modelLabel() const;
   QLabel* noticeLabel() const;
   // "Serving on http://127.0.0.1:PORT" while the local server runs, or why it could not start.
-  QLabel* servingLabel() const { return serving_label_; }  // passing messages, above the input (errors are shown in the chat)
+  QLabel* servingLabel() const {
+    return serving_label_;
+  }  // passing messages, above the input (errors are shown in the chat)
   // Under the input: the typed message's tokens against the room left in the context, red when it won't fit.
   QLabel* tokenCounterLabel() const;
   QProgressBar* cacheBar() const { return cache_bar_; }
@@ -124,7 +126,7 @@ class MainWindow : public QMainWindow {
   void build_menus();
   void build_view_menu();
   void build_chart_dock();
-  void connect_controller();  // controller -> window
+  void connect_controller();                     // controller -> window
   void select_neighbour_conversation(int step);  // Ctrl+PgDn / Ctrl+PgUp
   void select_conversation_at(int row);          // Ctrl+1..9
   void start_new_conversation();
@@ -162,7 +164,7 @@ class MainWindow : public QMainWindow {
   void clear_speed();  // the live speed field, when what it showed no longer applies
   void refresh_reply_stats();
   void refresh_placeholder();
-  void refresh_window_title();  // names what answers: the loaded model, or the server's
+  void refresh_window_title();   // names what answers: the loaded model, or the server's
   bool generating_here() const;  // the current chat is the one generating
   void refresh_token_counter();
   // The system prompt block, the generation settings button and the last-model bar of the current chat.
@@ -176,14 +178,14 @@ class MainWindow : public QMainWindow {
   void toggle_pin_of_selected_conversation();
   void duplicate_selected_conversation();
   void delete_message(qint64 message_id);  // asks first
-  void refresh_pin_action();  // "Pin" or "Unpin", as the selected chat is
+  void refresh_pin_action();               // "Pin" or "Unpin", as the selected chat is
   qint64 selected_conversation_id() const;
 
   kvchat::app::ChatController* controller_;
   ConfirmHandler confirm_;
   qint64 editing_message_id_ = 0;  // the user message the message box edits (0: none)
-  qint64 input_conversation_ = 0;    // the chat the input box's text belongs to
-  QHash<qint64, QString> drafts_;    // unsent text of the other chats
+  qint64 input_conversation_ = 0;  // the chat the input box's text belongs to
+  QHash<qint64, QString> drafts_;  // unsent text of the other chats
   qint64 speed_conversation_ = 0;  // the chat whose reply the speed field shows (0: none)
 
   QListWidget* conversation_list_ = nullptr;

@@ -9,7 +9,6 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QGridLayout>
-#include <QLabel>
 #include <QInputDialog>
 #include <QLabel>
 #include <QListWidget>
@@ -170,8 +169,8 @@ bool MainWindow::importConversations(const QString& path) {
                 5000);
     return true;
   } catch (const std::exception& error) {
-    show_error_dialog(tr("Import failed"),
-                      tr("Nothing was imported. %1").arg(QString::fromUtf8(error.what())), "importErrorDialog");
+    show_error_dialog(tr("Import failed"), tr("Nothing was imported. %1").arg(QString::fromUtf8(error.what())),
+                      "importErrorDialog");
     return false;
   }
 }
@@ -202,12 +201,13 @@ QFileDialog* MainWindow::openExportDialog() {
   // What the file will hold, before the user picks a name: all of it, regenerated replies included.
   const kvchat::app::ExportContents contents = kvchat::app::export_contents(controller_->currentMessages());
   const QString messages = contents.messages == 1 ? tr("1 message") : tr("%1 messages").arg(contents.messages);
-  const QString versions = contents.other_versions == 1 ? tr("1 other version")
-                                                        : tr("%1 other versions").arg(contents.other_versions);
+  const QString versions =
+      contents.other_versions == 1 ? tr("1 other version") : tr("%1 other versions").arg(contents.other_versions);
   QString summary = tr("Exports all %1 of this chat as it reads, each reply with its model and figures").arg(messages);
   if (contents.other_versions > 0) {
     summary += tr(", and the %1 of regenerated replies, each marked as such (in JSON, a reply's "
-                  "\u201calternatives\u201d).").arg(versions);
+                  "\u201calternatives\u201d).")
+                   .arg(versions);
     dialog->setWindowTitle(tr("Export chat: %1 and %2 of replies").arg(messages, versions));
   } else {
     summary += tr(". No reply was regenerated: there are no other versions.");
@@ -254,14 +254,13 @@ QMessageBox* MainWindow::openAboutDialog() {
     const kvchat::app::ModelInfo& info = controller_->modelInfo();
     model = tr("Model: %1<br>%2").arg(format_model_summary(info).toHtmlEscaped(), info.directory.toHtmlEscaped());
   }
-  const QString text =
-      tr("<h3>kvchat %1</h3>"
-         "<p>A local Llama chat that makes its KV cache visible.</p>"
-         "<p>%2</p>"
-         "<p><b>Licences</b> (Qt %3)<br>%4<br>"
-         "stories260K (the embedded model, from karpathy's tinyllamas) \u2014 MIT</p>")
-          .arg(QStringLiteral(KVCHAT_VERSION), model, QString::fromLatin1(qVersion()),
-               kvchat::app::third_party_licences_html());
+  const QString text = tr("<h3>kvchat %1</h3>"
+                          "<p>A local Llama chat that makes its KV cache visible.</p>"
+                          "<p>%2</p>"
+                          "<p><b>Licences</b> (Qt %3)<br>%4<br>"
+                          "stories260K (the embedded model, from karpathy's tinyllamas) \u2014 MIT</p>")
+                           .arg(QStringLiteral(KVCHAT_VERSION), model, QString::fromLatin1(qVersion()),
+                                kvchat::app::third_party_licences_html());
   auto* box = new QMessageBox(QMessageBox::NoIcon, tr("About kvchat"), text, QMessageBox::Ok, this);
   box->setObjectName("aboutDialog");
   box->setTextFormat(Qt::RichText);

@@ -66,8 +66,10 @@ void MainWindow::build_keyboard_actions(QMenu* chat) {
   connect(edit_last, &QAction::triggered, this, [this] {
     if (!edit_button_->isEnabled()) return;
     const qint64 before = editing_message_id_ != 0 ? user_message_before(editing_message_id_) : 0;
-    if (before != 0) start_editing_message(before);
-    else if (editing_message_id_ == 0) start_editing_last_message();
+    if (before != 0)
+      start_editing_message(before);
+    else if (editing_message_id_ == 0)
+      start_editing_last_message();
   });
   QAction* previous_branch = chat->addAction(tr("Previous version of the edited message"));
   previous_branch->setObjectName("previousBranchAction");

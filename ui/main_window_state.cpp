@@ -15,8 +15,8 @@
 
 #include <algorithm>
 
-#include "app/store/chat_history.h"
 #include "app/remote/remote_client.h"
+#include "app/store/chat_history.h"
 #include "ui/chat_generation_dialog.h"
 #include "ui/chat_view.h"
 #include "ui/conversation_titles.h"
@@ -154,8 +154,10 @@ void MainWindow::show_reply_failed(qint64 conversation_id, const QString& messag
 void MainWindow::switch_drafts(qint64 conversation_id) {
   if (conversation_id == input_conversation_) return;
   const QString draft = input_->toPlainText();
-  if (!draft.isEmpty()) drafts_.insert(input_conversation_, draft);
-  else drafts_.remove(input_conversation_);
+  if (!draft.isEmpty())
+    drafts_.insert(input_conversation_, draft);
+  else
+    drafts_.remove(input_conversation_);
   input_->setPlainText(drafts_.take(conversation_id));
   input_->moveCursor(QTextCursor::End);
   input_conversation_ = conversation_id;
@@ -191,8 +193,10 @@ void MainWindow::refresh_conversations() {
     if (!query.isEmpty() && !found.contains(conversation.id)) continue;
     QString text = titles.value(conversation.id);
     QString state;
-    if (conversation.id == generating) state = tr("generating\u2026");
-    else if (controller_->isQueued(conversation.id)) state = tr("waiting\u2026");
+    if (conversation.id == generating)
+      state = tr("generating\u2026");
+    else if (controller_->isQueued(conversation.id))
+      state = tr("waiting\u2026");
     if (!state.isEmpty()) text = QStringLiteral("%1 \u00b7 %2").arg(text, state);
     // Pinned chats lead the list (the store orders them): the marker says why they stay there.
     if (conversation.pinned) text = pinnedMarker() + text;
@@ -246,8 +250,8 @@ void MainWindow::refresh_chat_header() {
   const qint64 id = controller_->currentConversationId();
   const auto record = id > 0 ? controller_->conversation(id) : std::nullopt;
   system_prompt_block_->setPrompt(record ? record->system_prompt : QString());
-  generation_button_->setText(ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id)
-                                                                   : std::nullopt));
+  generation_button_->setText(
+      ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id) : std::nullopt));
   // The chat's last local model, when another one is loaded: offered, never loaded without a click.
   const auto last = id > 0 && !controller_->usesRemoteBackend() ? controller_->lastModelOf(id) : std::nullopt;
   const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().directory : QString();
@@ -268,8 +272,9 @@ void MainWindow::refresh_window_title() {
   const kvchat::app::ChatSettings& settings = controller_->settings();
   QString what;
   if (controller_->usesRemoteBackend())
-    what = tr("%1 on %2").arg(settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model,
-                              shown_base_url(settings));
+    what = tr("%1 on %2")
+               .arg(settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model,
+                    shown_base_url(settings));
   else if (controller_->isModelLoaded())
     what = controller_->modelInfo().name;
   setWindowTitle(what.isEmpty() ? QStringLiteral("kvchat") : QStringLiteral("kvchat \u2014 %1").arg(what));
@@ -286,7 +291,8 @@ void MainWindow::refresh_placeholder() {
     text += tr("<p>Settings \u2192 Backend switches back to a model on this computer.</p>");
   } else if (controller_->isModelLoaded()) {
     const kvchat::app::ModelInfo& info = controller_->modelInfo();
-    text = tr("<p><b>%1</b> is loaded (%2).</p>").arg(info.name.toHtmlEscaped(), format_model_summary(info).toHtmlEscaped());
+    text = tr("<p><b>%1</b> is loaded (%2).</p>")
+               .arg(info.name.toHtmlEscaped(), format_model_summary(info).toHtmlEscaped());
     text += tr("<p>Architecture: %1 \u00b7 chat template: %2</p>")
                 .arg(info.architecture.isEmpty() ? tr("unknown") : info.architecture.toHtmlEscaped(),
                      info.has_chat_template ? tr("yes") : tr("no"));
@@ -294,7 +300,8 @@ void MainWindow::refresh_placeholder() {
       text += tr("<p>Without a chat template it does not answer questions: it <b>continues the text you type</b>.</p>");
       // Only the embedded model is known to write children's stories.
       if (info.name == QLatin1String("stories260K"))
-        text += tr("<p>stories260K is a tiny model that writes children's stories: try \u201cOnce upon a time\u201d.</p>");
+        text +=
+            tr("<p>stories260K is a tiny model that writes children's stories: try \u201cOnce upon a time\u201d.</p>");
     } else {
       text += tr("<p>Type a message below and press Enter.</p>");
     }
@@ -313,7 +320,8 @@ void MainWindow::refresh_buttons() {
   // A waiting message can be withdrawn like a reply stopped (the button, or Esc).
   send_button_->setText(here || queued ? tr("Stop") : editing_message_id_ != 0 ? tr("Resend") : tr("Send"));
   send_button_->setToolTip(queued ? tr("Withdraw the waiting message (Esc)")
-                                  : here ? tr("Stop the reply (Esc)") : QString());
+                           : here ? tr("Stop the reply (Esc)")
+                                  : QString());
   send_button_->setEnabled(here || queued || ready);
   editing_label_->setVisible(editing_message_id_ != 0);
   QString waiting;
@@ -346,10 +354,9 @@ void MainWindow::refresh_buttons() {
 void MainWindow::refresh_token_counter() {
   token_count_timer_.stop();
   const QString draft = input_->toPlainText();
-  const auto measure =
-      draft.trimmed().isEmpty() ? std::nullopt
-      : editing_message_id_ != 0 ? controller_->measureEdit(draft, editing_message_id_)
-                                 : controller_->measureDraft(draft);
+  const auto measure = draft.trimmed().isEmpty()  ? std::nullopt
+                       : editing_message_id_ != 0 ? controller_->measureEdit(draft, editing_message_id_)
+                                                  : controller_->measureDraft(draft);
   if (!measure) {
     token_counter_->setFullText(QString());
     return;
@@ -389,7 +396,8 @@ void MainWindow::refresh_cache_gauge() {
     cache_bar_->setValue(0);
     cache_bar_->setFormat(tr("on the server"));
     QString text = tr("KV cache on the server");
-    if (gauge.has_turn) text += tr(" \u00b7 %1 cached / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
+    if (gauge.has_turn)
+      text += tr(" \u00b7 %1 cached / %2 prefilled").arg(gauge.reused_tokens).arg(gauge.prefilled_tokens);
     cache_label_->setFullText(text);
     cache_label_->setToolTip(tr("Replies come from %1; its cache is its own. The figures are the cached_tokens it "
                                 "reported for this chat's last prompt.")
@@ -407,9 +415,8 @@ void MainWindow::refresh_cache_gauge() {
   // Wide enough for its own figures at the largest count this limit allows.
   cache_bar_->setMinimumWidth(
       cache_bar_->fontMetrics().horizontalAdvance(QStringLiteral("%1/%1 tok").arg(gauge.context_limit)) + 16);
-  cache_bar_->setToolTip(tr("This chat's KV cache: %1 of the %2-token context")
-                             .arg(gauge.conversation_tokens)
-                             .arg(gauge.context_limit));
+  cache_bar_->setToolTip(
+      tr("This chat's KV cache: %1 of the %2-token context").arg(gauge.conversation_tokens).arg(gauge.context_limit));
   QString text = tr("KV %1").arg(format_bytes(gauge.conversation_bytes));
   // Nothing in memory yet, but a snapshot on disk (an earlier run's, or an evicted cache's): the next turn
   // restores from it rather than prefilling.
@@ -431,10 +438,13 @@ void MainWindow::refresh_cache_gauge() {
                 .arg(format_bytes(gauge.disk_bytes),
                      gauge.disk_budget_bytes > 0 ? format_bytes(gauge.disk_budget_bytes) : tr("no limit"));
   cache_label_->setFullText(text);
-  QString tip = tr("Where this chat's last prompt came from: restored from a snapshot on disk, reused from the cache "
-                   "in memory, or prefilled.");
+  QString tip =
+      tr("Where this chat's last prompt came from: restored from a snapshot on disk, reused from the cache "
+         "in memory, or prefilled.");
   if (gauge.snapshots_enabled)
-    tip += gauge.snapshot_tokens > 0 ? tr("\nOn disk: a snapshot of %1 tokens (%2).").arg(gauge.snapshot_tokens).arg(format_bytes(gauge.snapshot_bytes))
+    tip += gauge.snapshot_tokens > 0 ? tr("\nOn disk: a snapshot of %1 tokens (%2).")
+                                           .arg(gauge.snapshot_tokens)
+                                           .arg(format_bytes(gauge.snapshot_bytes))
                                      : tr("\nOn disk: no snapshot of this chat written in this session yet.");
   cache_label_->setToolTip(tip);
 }
@@ -447,9 +457,8 @@ void MainWindow::refresh_reply_stats() {
   }
   if (controller_->lastReplyFromServer()) {
     // The server prefilled: there is no prefill speed to show, only what was seen from here.
-    reply_stats_label_->setFullText(tr("last (server): TTFT %1 ms \u00b7 %2 tok")
-                                        .arg(stats->ttft_ms, 0, 'f', 0)
-                                        .arg(stats->generated_tokens));
+    reply_stats_label_->setFullText(
+        tr("last (server): TTFT %1 ms \u00b7 %2 tok").arg(stats->ttft_ms, 0, 'f', 0).arg(stats->generated_tokens));
     return;
   }
   reply_stats_label_->setFullText(tr("last: prefill %1 \u00b7 TTFT %2 ms \u00b7 %3 tok")

@@ -25,13 +25,15 @@ void MessageBody::setContent(const QString& text, bool markdown) {
   QString shown = text;
   if (shown.size() > kMaxShownCharacters) {
     // Laying out megabytes of text would freeze the window; nobody reads that much in a bubble.
-    shown = shown.left(kMaxShownCharacters) +
-            tr("\n\n[\u2026 %1 more characters not shown; Copy copies the whole message]")
-                .arg(QLocale().toString(text.size() - kMaxShownCharacters));
+    shown =
+        shown.left(kMaxShownCharacters) + tr("\n\n[\u2026 %1 more characters not shown; Copy copies the whole message]")
+                                              .arg(QLocale().toString(text.size() - kMaxShownCharacters));
   }
   QList<MessageSegment> segments;
-  if (markdown) segments = split_message_segments(shown);
-  else segments.push_back({MessageSegment::Kind::Prose, shown, QString()});
+  if (markdown)
+    segments = split_message_segments(shown);
+  else
+    segments.push_back({MessageSegment::Kind::Prose, shown, QString()});
   if (segments.isEmpty()) segments.push_back({MessageSegment::Kind::Prose, QString(), QString()});
 
   // Same shape (a streaming reply grew): update in place; otherwise rebuild.
@@ -54,8 +56,10 @@ void MessageBody::setContent(const QString& text, bool markdown) {
 
 QWidget* MessageBody::make_segment_widget(const MessageSegment& segment) {
   QWidget* widget = nullptr;
-  if (segment.kind == MessageSegment::Kind::Code) widget = new CodeBlockWidget(this);
-  else widget = new MessageTextView(MessageTextView::Mode::Prose, this);
+  if (segment.kind == MessageSegment::Kind::Code)
+    widget = new CodeBlockWidget(this);
+  else
+    widget = new MessageTextView(MessageTextView::Mode::Prose, this);
   update_segment_widget(widget, segment);
   return widget;
 }
@@ -64,16 +68,20 @@ void MessageBody::update_segment_widget(QWidget* widget, const MessageSegment& s
   if (auto* code = qobject_cast<CodeBlockWidget*>(widget)) {
     code->setCode(segment.text, segment.language);
   } else if (auto* prose = qobject_cast<MessageTextView*>(widget)) {
-    if (markdown_) prose->setMarkdownSource(segment.text);
-    else prose->setPlainSource(segment.text);
+    if (markdown_)
+      prose->setMarkdownSource(segment.text);
+    else
+      prose->setPlainSource(segment.text);
   }
 }
 
 QString MessageBody::renderedText() const {
   QStringList parts;
   for (QWidget* widget : segment_widgets_) {
-    if (auto* code = qobject_cast<CodeBlockWidget*>(widget)) parts << code->code();
-    else if (auto* prose = qobject_cast<MessageTextView*>(widget)) parts << prose->document()->toPlainText();
+    if (auto* code = qobject_cast<CodeBlockWidget*>(widget))
+      parts << code->code();
+    else if (auto* prose = qobject_cast<MessageTextView*>(widget))
+      parts << prose->document()->toPlainText();
   }
   return parts.join(QStringLiteral("\n\n"));
 }

@@ -158,7 +158,8 @@ void MessageTextView::ask_to_open_link(const QUrl& url) {
     QApplication::clipboard()->setText(address);
     auto* failure = new QMessageBox(QMessageBox::Warning, tr("Link not opened"),
                                     tr("No web browser could be started for\n%1\n\nThe address is copied to the "
-                                       "clipboard.").arg(address),
+                                       "clipboard.")
+                                        .arg(address),
                                     QMessageBox::Ok, parent);
     failure->setObjectName("openLinkFailedDialog");
     failure->setAttribute(Qt::WA_DeleteOnClose);

@@ -1,5 +1,5 @@
-#include "ui/appearance.h"
 #include "ui/message_widget.h"
+#include "ui/appearance.h"
 
 #include <QApplication>
 #include <QClipboard>
@@ -32,8 +32,10 @@ MessageWidget::MessageWidget(const kvchat::app::MessageRecord& message, QWidget*
   render_timer_.setSingleShot(true);
   render_timer_.setInterval(kRenderIntervalMs);
   connect(&render_timer_, &QTimer::timeout, this, &MessageWidget::render);
-  if (role_ == "marker") build_marker();
-  else build_bubble(message);
+  if (role_ == "marker")
+    build_marker();
+  else
+    build_bubble(message);
   setRecord(message);
 }
 
@@ -59,12 +61,16 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   const bool is_user = role_ == "user";
   setFrameShape(QFrame::StyledPanel);
   // Tints over the palette's base colour, so that a dark palette gets dark bubbles.
-  setStyleSheet(is_user ? "kvchat--ui--MessageWidget { background: rgba(80, 140, 230, 40); border: 1px solid rgba(80, 140, 230, 110); border-radius: 8px; }"
-                        : "kvchat--ui--MessageWidget { background: rgba(128, 128, 128, 22); border: 1px solid rgba(128, 128, 128, 80); border-radius: 8px; }");
+  setStyleSheet(is_user ? "kvchat--ui--MessageWidget { background: rgba(80, 140, 230, 40); border: 1px solid rgba(80, "
+                          "140, 230, 110); border-radius: 8px; }"
+                        : "kvchat--ui--MessageWidget { background: rgba(128, 128, 128, 22); border: 1px solid "
+                          "rgba(128, 128, 128, 80); border-radius: 8px; }");
   auto* header_row = new QHBoxLayout;
   header_ = new QLabel(this);
   header_->setObjectName("messageHeader");
-  QString who = is_user ? QStringLiteral("You") : role_ == "system" ? QStringLiteral("System") : QStringLiteral("Assistant");
+  QString who = is_user             ? QStringLiteral("You")
+                : role_ == "system" ? QStringLiteral("System")
+                                    : QStringLiteral("Assistant");
   if (!is_user && !message.model.isEmpty()) who += QStringLiteral(" \u00b7 ") + message.model;
   header_->setText(QStringLiteral("<b>%1</b>").arg(who.toHtmlEscaped()));
   if (message.created_at.isValid())
@@ -97,7 +103,8 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
       if (alternative_index_ > 0) Q_EMIT alternativeRequested(alternatives_[alternative_index_ - 1]);
     });
     connect(next_alternative_, &QToolButton::clicked, this, [this] {
-      if (alternative_index_ + 1 < alternatives_.size()) Q_EMIT alternativeRequested(alternatives_[alternative_index_ + 1]);
+      if (alternative_index_ + 1 < alternatives_.size())
+        Q_EMIT alternativeRequested(alternatives_[alternative_index_ + 1]);
     });
     header_row->addWidget(previous_alternative_);
     header_row->addWidget(alternative_label_);
@@ -147,8 +154,9 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
     edit_button_ = new QToolButton(this);
     edit_button_->setObjectName("editMessageButton");
     edit_button_->setText(tr("Edit"));
-    edit_button_->setToolTip(tr("Edit this message: the chat goes on from the edit, and the version before it "
-                                "is kept (switch with \u2039 \u203a)"));
+    edit_button_->setToolTip(
+        tr("Edit this message: the chat goes on from the edit, and the version before it "
+           "is kept (switch with \u2039 \u203a)"));
     edit_button_->setAutoRaise(true);
     edit_button_->setFocusPolicy(Qt::NoFocus);  // as Copy
     connect(edit_button_, &QToolButton::clicked, this, [this] { Q_EMIT editRequested(message_id_); });
@@ -197,8 +205,9 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   new_chat_button_->setToolTip(tr("Start a new chat: the whole context is free again"));
   drop_oldest_button_ = new QPushButton(tr("Drop the oldest turns"), this);
   drop_oldest_button_->setObjectName("dropOldestTurnsButton");
-  drop_oldest_button_->setToolTip(tr("From the next message on, leave out the oldest turns when the context is full "
-                                     "(Settings > When the context is full)"));
+  drop_oldest_button_->setToolTip(
+      tr("From the next message on, leave out the oldest turns when the context is full "
+         "(Settings > When the context is full)"));
   for (QPushButton* button : {new_chat_button_, drop_oldest_button_}) {
     button->setFocusPolicy(Qt::NoFocus);
     button->hide();
@@ -214,7 +223,9 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
 
 QString MessageWidget::statsText() const { return stats_ ? stats_->text() : QString(); }
 
-QString MessageWidget::cutShortText() const { return cut_short_ && !cut_short_->isHidden() ? cut_short_->text() : QString(); }
+QString MessageWidget::cutShortText() const {
+  return cut_short_ && !cut_short_->isHidden() ? cut_short_->text() : QString();
+}
 
 void MessageWidget::setRecord(const kvchat::app::MessageRecord& message) {
   text_ = message.text;
@@ -309,11 +320,14 @@ void MessageWidget::render() {
     QString note;
     bool context_full = false;
     if (!streaming_ && !failed_ && role_ == "assistant") {
-      if (!complete_) note = tr("Cut short: the app closed before this reply finished.");
-      else if (stop_reason_ == QLatin1String("max_tokens")) note = tr("Cut short at the max-tokens setting.");
+      if (!complete_)
+        note = tr("Cut short: the app closed before this reply finished.");
+      else if (stop_reason_ == QLatin1String("max_tokens"))
+        note = tr("Cut short at the max-tokens setting.");
       else if (stop_reason_ == QLatin1String("stopped") && closed_by_app_)
         note = tr("Cut short: the app was quit during this reply.");
-      else if (stop_reason_ == QLatin1String("stopped")) note = tr("Stopped before the end.");
+      else if (stop_reason_ == QLatin1String("stopped"))
+        note = tr("Stopped before the end.");
       else if (stop_reason_ == QLatin1String("context_full")) {
         context_full = true;
         note = offers_drop_oldest_
@@ -326,8 +340,8 @@ void MessageWidget::render() {
     cut_short_->setText(note);
     cut_short_->setVisible(!note.isEmpty());
     // As visible as the max-tokens note, not only the faint stats line.
-    const QString note_style = context_full ? QStringLiteral("color: %1; font-weight: bold;")
-                                            : QStringLiteral("color: %1; font-size: 11px;");
+    const QString note_style =
+        context_full ? QStringLiteral("color: %1; font-weight: bold;") : QStringLiteral("color: %1; font-size: 11px;");
     set_palette_style_sheet(cut_short_, [note_style](const QPalette& palette) {
       return note_style.arg(warning_text_colour(palette).name());
     });

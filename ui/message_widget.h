@@ -43,7 +43,7 @@ class MessageWidget : public QFrame {
   QString liveFigures() const;
 
   void setRecord(const kvchat::app::MessageRecord& message);  // final text and stats
-  void appendText(const QString& chunk);                       // streaming; rendering is coalesced
+  void appendText(const QString& chunk);                      // streaming; rendering is coalesced
   void setStreaming(bool streaming);
   // Whether Continue is offered (the chat's last reply, cut short, nothing generating).
   void setContinuable(bool continuable);

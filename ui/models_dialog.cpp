@@ -29,8 +29,10 @@ void fill_model_row(QTreeWidgetItem* item, const ModelDescription& model, const 
   item->setText(ModelsDialog::ArchitectureColumn, model.architecture);
   item->setText(ModelsDialog::QuantizationColumn, model.quantization);
   QString status;
-  if (model.missing) status = QObject::tr("Missing");
-  else if (!model.error.isEmpty()) status = QObject::tr("Cannot be read: %1").arg(model.error);
+  if (model.missing)
+    status = QObject::tr("Missing");
+  else if (!model.error.isEmpty())
+    status = QObject::tr("Cannot be read: %1").arg(model.error);
   else if (!loaded_path.isEmpty() && QDir::cleanPath(loaded_path) == QDir::cleanPath(model.path))
     status = QObject::tr("Loaded");
   item->setText(ModelsDialog::StatusColumn, status);
@@ -100,8 +102,7 @@ ModelsDialog::ModelsDialog(kvchat::app::ChatController* controller, QWidget* par
   // Enter belongs to the lists (it loads the model there): it must not close the dialog as its default button.
   buttons->button(QDialogButtonBox::Close)->setAutoDefault(false);
 
-  for (QTreeWidget* list : {recent_, found_})
-    connect(list, &QTreeWidget::itemActivated, this, &ModelsDialog::activate);
+  for (QTreeWidget* list : {recent_, found_}) connect(list, &QTreeWidget::itemActivated, this, &ModelsDialog::activate);
   connect(remove_recent_, &QPushButton::clicked, this, &ModelsDialog::remove_selected_recent);
   connect(add_folder, &QPushButton::clicked, this, &ModelsDialog::choose_folder);
   connect(remove_folder, &QPushButton::clicked, this, &ModelsDialog::remove_selected_folder);

@@ -64,8 +64,9 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   form->addRow(tr("KV cache"), kv_cache_);
   model_titles_ = new QCheckBox(tr("Title new chats with the model"), this);
   model_titles_->setObjectName("modelTitlesCheck");
-  model_titles_->setToolTip(tr("After a new chat's first reply, the loaded model is asked for a short title (a "
-                               "separate generation: the chat's cache is not touched)"));
+  model_titles_->setToolTip(
+      tr("After a new chat's first reply, the loaded model is asked for a short title (a "
+         "separate generation: the chat's cache is not touched)"));
   model_titles_->setChecked(settings.model_titles);
   form->addRow(tr("Chat titles"), model_titles_);
 
@@ -87,8 +88,9 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   form->addRow(tr("Min-p"), min_p_);
   repetition_penalty_ = make_double(0.5, 3.0, 0.05, 2, settings.repetition_penalty, this);
   repetition_penalty_->setObjectName("repetitionPenaltySpin");
-  repetition_penalty_->setToolTip(tr("On a server: sent as repetition_penalty (vLLM) and repeat_penalty "
-                                     "(llama-server)"));
+  repetition_penalty_->setToolTip(
+      tr("On a server: sent as repetition_penalty (vLLM) and repeat_penalty "
+         "(llama-server)"));
   form->addRow(tr("Repetition penalty"), repetition_penalty_);
   seed_ = new QLineEdit(QString::number(settings.seed), this);
   seed_->setObjectName("seedEdit");
@@ -140,7 +142,8 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   form->addRow(tr("Context limit (tokens)"), context_row);
   overflow_ = new QComboBox(this);
   overflow_->setObjectName("overflowCombo");
-  overflow_->addItem(tr("Stop with a message"), QString::fromLatin1(to_string(kvchat::app::ContextOverflowPolicy::Stop)));
+  overflow_->addItem(tr("Stop with a message"),
+                     QString::fromLatin1(to_string(kvchat::app::ContextOverflowPolicy::Stop)));
   overflow_->addItem(tr("Drop the oldest turns"),
                      QString::fromLatin1(to_string(kvchat::app::ContextOverflowPolicy::DropOldestTurns)));
   overflow_->setCurrentIndex(settings.context_overflow == kvchat::app::ContextOverflowPolicy::Stop ? 0 : 1);
@@ -154,8 +157,9 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   snapshots_ = new QCheckBox(tr("Keep each chat's KV cache on disk too"), this);
   snapshots_->setObjectName("snapshotsCheck");
   snapshots_->setChecked(settings.kv_snapshots_enabled);
-  snapshots_->setToolTip(tr("A chat continued after a restart (or an eviction) restores its prompt from disk "
-                            "instead of prefilling it again"));
+  snapshots_->setToolTip(
+      tr("A chat continued after a restart (or an eviction) restores its prompt from disk "
+         "instead of prefilling it again"));
   form->addRow(tr("KV snapshots"), snapshots_);
   snapshot_budget_mib_ = make_int(0, 1 << 24, static_cast<int>(settings.snapshot_disk_budget_bytes / kMiB), this);
   snapshot_budget_mib_->setObjectName("snapshotBudgetSpin");
@@ -168,12 +172,12 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   form->addRow(tr("Snapshot folder"), snapshot_directory_);
 
   // What only this computer's engine uses: greyed out (with the hint under the backend) for a server.
-  for (QWidget* field : std::initializer_list<QWidget*>{kv_cache_, threads_, context_limit_, context_limit_note_, overflow_,
-                                                         cache_budget_mib_, snapshots_, snapshot_budget_mib_,
-                                                         snapshot_directory_, model_path_, browse_file, browse_directory})
+  for (QWidget* field : std::initializer_list<QWidget*>{
+           kv_cache_, threads_, context_limit_, context_limit_note_, overflow_, cache_budget_mib_, snapshots_,
+           snapshot_budget_mib_, snapshot_directory_, model_path_, browse_file, browse_directory})
     local_only_ << field;
   for (QObject* field : std::initializer_list<QObject*>{kv_cache_, threads_, overflow_, cache_budget_mib_, snapshots_,
-                                                         snapshot_budget_mib_, snapshot_directory_})
+                                                        snapshot_budget_mib_, snapshot_directory_})
     if (QWidget* label = form->labelForField(static_cast<QWidget*>(field))) local_only_ << label;
   for (QLayout* row : {static_cast<QLayout*>(context_row), static_cast<QLayout*>(model_row)})
     if (QWidget* label = form->labelForField(row)) local_only_ << label;
@@ -241,7 +245,8 @@ void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::Chat
   remote_key_->setObjectName("remoteApiKeyEdit");
   remote_key_->setEchoMode(QLineEdit::Password);
   remote_key_->setPlaceholderText(tr("none"));
-  remote_key_->setToolTip(tr("Kept in a file of its own next to the settings (readable only by you), never in the chats"));
+  remote_key_->setToolTip(
+      tr("Kept in a file of its own next to the settings (readable only by you), never in the chats"));
   form->addRow(tr("API key"), remote_key_);
   auto* model_row = new QHBoxLayout;
   remote_model_ = new QComboBox(this);
@@ -268,8 +273,8 @@ void SettingsDialog::add_backend_rows(QFormLayout* form, const kvchat::app::Chat
   };
   remote_idle_timeout_ = seconds_box("remoteIdleTimeoutSpin", settings.remote_idle_timeout_s,
                                      tr("How long the server may send nothing (the first token included)"));
-  remote_reply_timeout_ = seconds_box("remoteReplyTimeoutSpin", settings.remote_reply_timeout_s,
-                                      tr("How long one reply may take in all"));
+  remote_reply_timeout_ =
+      seconds_box("remoteReplyTimeoutSpin", settings.remote_reply_timeout_s, tr("How long one reply may take in all"));
   timeout_row->addWidget(new QLabel(tr("silent for"), this));
   timeout_row->addWidget(remote_idle_timeout_);
   timeout_row->addWidget(new QLabel(tr("whole reply"), this));
@@ -289,7 +294,8 @@ void SettingsDialog::refresh_local_only_rows() {
 }
 
 void SettingsDialog::fetchRemoteModels() {
-  const kvchat::app::RemoteEndpoint endpoint{remote_url_->text().trimmed().toStdString(), remote_key_->text().toStdString(), ""};
+  const kvchat::app::RemoteEndpoint endpoint{remote_url_->text().trimmed().toStdString(),
+                                             remote_key_->text().toStdString(), ""};
   struct Answer {
     std::vector<std::string> models;
     QString error;
@@ -316,7 +322,8 @@ void SettingsDialog::fetchRemoteModels() {
     QStringList models;
     for (const std::string& model : answer->models) models << QString::fromStdString(model);
     remote_model_->addItems(models);
-    QString status = models.size() == 1 ? tr("1 model on the server") : tr("%1 models on the server").arg(models.size());
+    QString status =
+        models.size() == 1 ? tr("1 model on the server") : tr("%1 models on the server").arg(models.size());
     // A model this server does not have would be asked for on every turn (and named in the status bar):
     // its first one is taken instead, and the dialog says so.
     if (models.isEmpty() || models.contains(chosen)) {
@@ -324,7 +331,8 @@ void SettingsDialog::fetchRemoteModels() {
     } else {
       remote_model_->setCurrentText(models.front());
       if (!chosen.isEmpty())
-        status += tr(". It has no \u201c%1\u201d: its first model, \u201c%2\u201d, is chosen instead.").arg(chosen, models.front());
+        status += tr(". It has no \u201c%1\u201d: its first model, \u201c%2\u201d, is chosen instead.")
+                      .arg(chosen, models.front());
     }
     remote_status_->setText(status);
     Q_EMIT modelsFetched(static_cast<int>(answer->models.size()));
@@ -341,16 +349,15 @@ void SettingsDialog::setModelContextLength(int tokens) {
   context_limit_note_->show();
   context_limit_->setToolTip(tr("0 = the model's %1 tokens; it reads no more than that").arg(tokens));
   if (wanted > tokens) {
-    context_limit_note_->setText(tr("at most %1, the model's maximum (the saved %2 is more than it reads)")
-                                     .arg(tokens)
-                                     .arg(wanted));
+    context_limit_note_->setText(
+        tr("at most %1, the model's maximum (the saved %2 is more than it reads)").arg(tokens).arg(wanted));
   }
 }
 
 kvchat::app::ChatSettings SettingsDialog::settings() const {
   kvchat::app::ChatSettings settings = original_;
   settings.backend = backend_->currentData().toString() == QLatin1String("remote") ? kvchat::app::BackendKind::Remote
-                                                                                  : kvchat::app::BackendKind::Local;
+                                                                                   : kvchat::app::BackendKind::Local;
   settings.remote_base_url = remote_url_->text().trimmed();
   settings.remote_api_key = remote_key_->text();
   settings.remote_model = remote_model_->currentText().trimmed();
@@ -375,7 +382,8 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   if (budget / kMiB != original_.cache_budget_bytes / kMiB) settings.cache_budget_bytes = budget;
   settings.kv_snapshots_enabled = snapshots_->isChecked();
   const qint64 disk_budget = static_cast<qint64>(snapshot_budget_mib_->value()) * kMiB;
-  if (disk_budget / kMiB != original_.snapshot_disk_budget_bytes / kMiB) settings.snapshot_disk_budget_bytes = disk_budget;
+  if (disk_budget / kMiB != original_.snapshot_disk_budget_bytes / kMiB)
+    settings.snapshot_disk_budget_bytes = disk_budget;
   settings.snapshot_directory = snapshot_directory_->text().trimmed();
   return settings;
 }

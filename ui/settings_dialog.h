@@ -1,8 +1,8 @@
 #pragma once
-// The settings dialog: the backend (this computer, or an OpenAI-compatible server), KV cache on/off, sampling, limits, the default system prompt, the model (a directory
-// or a .gguf file),
-// threads, the context limit and its overflow policy, the cache memory budget. It edits a copy of the
-// settings; the caller applies settings() when the dialog is accepted (from the next turn on).
+// The settings dialog: the backend (this computer, or an OpenAI-compatible server), KV cache on/off, sampling, limits,
+// the default system prompt, the model (a directory or a .gguf file), threads, the context limit and its overflow
+// policy, the cache memory budget. It edits a copy of the settings; the caller applies settings() when the dialog is
+// accepted (from the next turn on).
 #include <QDialog>
 #include <QList>
 

@@ -91,7 +91,9 @@ QString format_remote_stats(const QJsonObject& json) {
   parts << QStringLiteral("decode %1").arg(format_rate(stats.decode_tokens_per_second));
   if (measured_here) parts.last() += QStringLiteral(" (measured here)");
   if (json.contains("cached_tokens"))
-    parts << QStringLiteral("prompt %1 (%2 cached on the server)").arg(stats.prompt_tokens).arg(json.value("cached_tokens").toInt());
+    parts << QStringLiteral("prompt %1 (%2 cached on the server)")
+                 .arg(stats.prompt_tokens)
+                 .arg(json.value("cached_tokens").toInt());
   else if (stats.prompt_tokens > 0)
     parts << QStringLiteral("prompt %1").arg(stats.prompt_tokens);
   parts << QString::fromLatin1(kvchat::to_string(stats.stop_reason));
@@ -103,7 +105,8 @@ QString format_remote_stats(const QJsonObject& json) {
 
 QString format_stored_stats(const QJsonObject& stats) {
   if (stats.isEmpty()) return QString();
-  if (stats.value("interrupted").toBool()) return QStringLiteral("Interrupted: %1").arg(stats.value("error").toString());
+  if (stats.value("interrupted").toBool())
+    return QStringLiteral("Interrupted: %1").arg(stats.value("error").toString());
   if (stats.contains("error")) return QStringLiteral("Error: %1").arg(stats.value("error").toString());
   try {
     if (stats.value("backend").toString() == QLatin1String("remote")) return format_remote_stats(stats);

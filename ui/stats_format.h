@@ -8,8 +8,8 @@
 
 namespace kvchat::ui {
 
-QString format_bytes(qint64 bytes);                  // "812 B", "12.5 KiB", "3.2 MiB", "1.1 GiB"
-QString format_rate(double tokens_per_second);       // "123.4 tok/s"
+QString format_bytes(qint64 bytes);             // "812 B", "12.5 KiB", "3.2 MiB", "1.1 GiB"
+QString format_rate(double tokens_per_second);  // "123.4 tok/s"
 // The live speed: "decoding 123.4 tok/s · 40 tok" while a reply streams, "decode …" once it ended.
 QString format_live_speed(bool decoding, double tokens_per_second, int generated_tokens);
 // "prefill 850 tok/s · TTFT 12 ms · decode 310 tok/s · 120 tokens · 40 reused / 12 prefilled · stopped"

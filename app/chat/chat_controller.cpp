@@ -53,7 +53,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
   connect(worker_, &EngineWorker::loadFailed, this, [this](const QString& directory, const QString& message) {
     model_loading_ = false;
     remember_model_path_.clear();  // the previous model stays, and so does the setting
-    apply_local_server();           // back on the previous model, if there is one
+    apply_local_server();          // back on the previous model, if there is one
     Q_EMIT modelLoadFailed(directory, message);
   });
   connect(worker_, &EngineWorker::cacheChanged, this, &ChatController::on_cache_changed);
@@ -148,8 +148,8 @@ void ChatController::loadModel(const QString& path, bool remember) {
   apply_local_server();  // stopped until the new model is loaded
   Q_EMIT modelLoading(resolved);
   const int threads = settings_.threads;
-  QMetaObject::invokeMethod(worker_, [worker = worker_, resolved, threads] { worker->loadModel(resolved, threads); },
-                            Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_, resolved, threads] { worker->loadModel(resolved, threads); }, Qt::QueuedConnection);
 }
 
 QStringList ChatController::recentModels() const { return load_recent_models(*settings_storage_); }
@@ -248,8 +248,7 @@ std::optional<ChatController::DraftMeasure> ChatController::measure_draft(const 
   try {
     // Continuing the conversation's exact ids, as the next turn will: re-encoding the whole chat can differ by
     // a token at each reply boundary.
-    measure.prompt_tokens =
-        static_cast<int>(runner.encode_messages(messages).size());
+    measure.prompt_tokens = static_cast<int>(runner.encode_messages(messages).size());
   } catch (const std::exception& error) {
     spdlog::debug("cannot count the draft's tokens: {}", error.what());
     return std::nullopt;
@@ -281,8 +280,9 @@ bool ChatController::clearCache(qint64 conversation_id) {
     return false;
   }
   spdlog::info("clearing the cached state of conversation {} (memory and disk)", conversation_id);
-  QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
-                            Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
+      Qt::QueuedConnection);
   return true;
 }
 
@@ -293,7 +293,8 @@ bool ChatController::clearAllCachedState() {
   }
   spdlog::info("clearing every conversation's cached state (memory and disk)");
   for (auto& figures : cache_figures_) figures = ConversationCacheFigures{};
-  QMetaObject::invokeMethod(worker_, [worker = worker_] { worker->clearAllCachedState(); }, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_] { worker->clearAllCachedState(); }, Qt::QueuedConnection);
   Q_EMIT cacheGaugeChanged();
   return true;
 }
@@ -304,7 +305,8 @@ void ChatController::setSnapshotDirectoryOverride(const QString& directory) {
 }
 
 QString ChatController::snapshotDirectory() const {
-  return snapshot_directory_override_.isEmpty() ? settings_.effective_snapshot_directory() : snapshot_directory_override_;
+  return snapshot_directory_override_.isEmpty() ? settings_.effective_snapshot_directory()
+                                                : snapshot_directory_override_;
 }
 
 void ChatController::configure_snapshots() {
@@ -313,8 +315,8 @@ void ChatController::configure_snapshots() {
   options.directory = snapshotDirectory();
   options.disk_budget_bytes = settings_.snapshot_disk_budget_bytes;
   options.key_prefix = snapshot_key_prefix_;
-  QMetaObject::invokeMethod(worker_, [worker = worker_, options] { worker->configureSnapshots(options); },
-                            Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      worker_, [worker = worker_, options] { worker->configureSnapshots(options); }, Qt::QueuedConnection);
   snapshots_described_.clear();  // another folder, or none: ask again
   describe_snapshot(current_conversation_);
 }

@@ -25,15 +25,15 @@
 #include <optional>
 #include <vector>
 
+#include "app/chat/engine_worker.h"
+#include "app/chat/generation_preset.h"
+#include "app/chat/stop_text_filter.h"
+#include "app/remote/remote_worker.h"
+#include "app/server/local_server.h"
+#include "app/settings.h"
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
-#include "app/chat/engine_worker.h"
 #include "app/store/exporter.h"
-#include "app/chat/generation_preset.h"
-#include "app/server/local_server.h"
-#include "app/remote/remote_worker.h"
-#include "app/settings.h"
-#include "app/chat/stop_text_filter.h"
 #include "engine/types.h"
 
 class QSettings;
@@ -43,21 +43,21 @@ namespace kvchat::app {
 // What the cache gauge shows for the current conversation and for all of them.
 struct CacheGauge {
   bool cache_enabled = true;
-  bool on_server = false;     // the remote backend: the cache lives on the server (reused_tokens = its cached_tokens)
+  bool on_server = false;  // the remote backend: the cache lives on the server (reused_tokens = its cached_tokens)
   qint64 conversation_tokens = 0;
   qint64 conversation_bytes = 0;
-  int context_limit = 0;      // effective: the settings' limit, or the model's
-  int reused_tokens = 0;      // the current conversation's last turn
+  int context_limit = 0;  // effective: the settings' limit, or the model's
+  int reused_tokens = 0;  // the current conversation's last turn
   int prefilled_tokens = 0;
-  int restored_tokens = 0;    // of reused_tokens, restored from a snapshot on disk
+  int restored_tokens = 0;  // of reused_tokens, restored from a snapshot on disk
   double restore_ms = 0.0;
-  bool has_turn = false;      // whether reused/prefilled/restored describe a turn of this conversation
-  qint64 total_bytes = 0;     // every conversation's cache
+  bool has_turn = false;   // whether reused/prefilled/restored describe a turn of this conversation
+  qint64 total_bytes = 0;  // every conversation's cache
   qint64 budget_bytes = 0;
   bool snapshots_enabled = true;
-  qint64 snapshot_tokens = 0;     // the current conversation's snapshot on disk (as written by this app)
+  qint64 snapshot_tokens = 0;  // the current conversation's snapshot on disk (as written by this app)
   qint64 snapshot_bytes = 0;
-  qint64 disk_bytes = 0;          // every snapshot in the folder (-1: not known yet)
+  qint64 disk_bytes = 0;  // every snapshot in the folder (-1: not known yet)
   qint64 disk_budget_bytes = 0;
 };
 
@@ -288,14 +288,14 @@ class ChatController : public QObject {
     QString committed_text;
     std::vector<qint64> engine_message_ids;  // the request's non-system messages, in order
     std::shared_ptr<std::atomic<bool>> stop;
-    bool continuing = false;          // continueReply(): message_id is an existing reply that grows
-    bool quitting = false;            // stopped because the app is being quit (stopForQuit)
-    bool remote = false;              // sent to the remote backend
-    QJsonObject continued_stats;      // that reply's figures before, restored if going on fails
-    QString continued_text;           // and its text before
-    QJsonObject remote_details;       // a remote reply's extra stats keys (RemoteWorker::replyDetails)
-    QJsonObject failure_stats;        // saved with the error when the turn fails (an interrupted reply's figures)
-    ReplyTokens reply_tokens;         // the local engine's exact ids of the finished reply
+    bool continuing = false;      // continueReply(): message_id is an existing reply that grows
+    bool quitting = false;        // stopped because the app is being quit (stopForQuit)
+    bool remote = false;          // sent to the remote backend
+    QJsonObject continued_stats;  // that reply's figures before, restored if going on fails
+    QString continued_text;       // and its text before
+    QJsonObject remote_details;   // a remote reply's extra stats keys (RemoteWorker::replyDetails)
+    QJsonObject failure_stats;    // saved with the error when the turn fails (an interrupted reply's figures)
+    ReplyTokens reply_tokens;     // the local engine's exact ids of the finished reply
     // The chat's stop texts: the reply is cut before the first of them (and the turn stopped there).
     std::shared_ptr<StopTextFilter> stop_filter;
   };
@@ -304,7 +304,7 @@ class ChatController : public QObject {
   void set_up_turns();  // the worker's turn signals and the turn timers (constructor)
   // A new reply, or (continued) going on with that existing reply.
   bool start_turn(qint64 conversation_id, const MessageRecord* continued = nullptr);
-  bool can_start_turn();  // false (and errorOccurred says why) while a turn cannot start
+  bool can_start_turn();     // false (and errorOccurred says why) while a turn cannot start
   void start_queued_turn();  // the next queued conversation's turn, once none is running
   void commit_growing_reply();
   void end_turn();
@@ -329,7 +329,8 @@ class ChatController : public QObject {
                                             qint64 replacing_message_id) const;
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
   void on_cache_evicted(qint64 conversation_id);
-  void on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes, qint64 budget);
+  void on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes,
+                           qint64 budget);
   void configure_snapshots();  // sends the settings' snapshot options to the worker
   // Asks the worker once per model about the conversation's snapshot on disk (one an earlier run wrote).
   void describe_snapshot(qint64 conversation_id);
@@ -379,7 +380,7 @@ class ChatController : public QObject {
   };
   QHash<qint64, ConversationCacheFigures> cache_figures_;
   qint64 total_cache_bytes_ = 0;
-  QString snapshot_key_prefix_;        // this database's conversations in a shared snapshot folder
+  QString snapshot_key_prefix_;  // this database's conversations in a shared snapshot folder
   QString snapshot_directory_override_;
   qint64 snapshot_folder_bytes_ = -1;  // -1: no snapshot written or cleared yet in this run
   QSet<qint64> snapshots_described_;   // conversations describe_snapshot asked about for the loaded model

@@ -117,7 +117,8 @@ bool ChatController::deleteMessage(qint64 message_id) {
   }
   try {
     const QList<MessageRecord> records = currentMessages();
-    auto it = std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
+    auto it =
+        std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
     if (it == records.cend() || (it->role != QLatin1String("user") && it->role != QLatin1String("assistant"))) {
       Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a message of this chat.").arg(message_id));
       return false;
@@ -168,8 +169,9 @@ void ChatController::deleteConversation(qint64 conversation_id) {
     }
     queued_conversations_.removeAll(conversation_id);
     store_->delete_conversation(conversation_id);
-    QMetaObject::invokeMethod(worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
-                              Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
+        Qt::QueuedConnection);
     if (cache_figures_.contains(conversation_id)) {
       total_cache_bytes_ -= cache_figures_.value(conversation_id).bytes;
       cache_figures_.remove(conversation_id);
@@ -219,7 +221,8 @@ ChatSettings ChatController::settings_with(const std::optional<GenerationPreset>
   return settings;
 }
 
-void ChatController::setChatGenerationSettings(qint64 conversation_id, const std::optional<GenerationPreset>& settings) {
+void ChatController::setChatGenerationSettings(qint64 conversation_id,
+                                               const std::optional<GenerationPreset>& settings) {
   try {
     store_->set_generation_settings(conversation_id, settings ? settings->to_json() : QJsonObject());
     spdlog::info("conversation {}: generation settings {}", conversation_id,
@@ -253,8 +256,10 @@ bool ChatController::saveUserPreset(const GenerationPreset& preset) {
   saved.name = name;
   auto same_name = [&](const GenerationPreset& other) { return other.name == name; };
   const auto existing = std::find_if(user_presets_.begin(), user_presets_.end(), same_name);
-  if (existing != user_presets_.end()) *existing = saved;
-  else user_presets_.append(saved);
+  if (existing != user_presets_.end())
+    *existing = saved;
+  else
+    user_presets_.append(saved);
   save_user_presets(*settings_storage_, user_presets_);
   Q_EMIT presetsChanged();
   return true;

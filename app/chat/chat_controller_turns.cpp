@@ -40,8 +40,9 @@ QString title_from_model_text(const QString& text) {
 }
 
 // The request for a title: the chat's first message and the reply, in a message of their own.
-constexpr const char* kTitleInstruction = "Write a title of at most six words for this conversation. Answer with the "
-                                          "title only.";
+constexpr const char* kTitleInstruction =
+    "Write a title of at most six words for this conversation. Answer with the "
+    "title only.";
 constexpr int kTitleMaxTokens = 16;
 constexpr int kTitleSourceCharacters = 1000;  // of each message: a title needs the start, not a long reply
 
@@ -104,18 +105,22 @@ bool ChatController::can_start_turn() {
                  .arg(store_->conversation(active_->conversation_id).value_or(ConversationRecord{}).title);
   else if (usesRemoteBackend() && settings_.remote_base_url.trimmed().isEmpty())
     reason = QStringLiteral("No server is set: enter its base URL in Settings > Backend.");
-  else if (usesRemoteBackend()) return true;
-  else if (model_loading_ && !model_loaded_) reason = QStringLiteral("The model is still loading.");
-  else if (!model_loaded_) reason = QStringLiteral("No model is loaded: open a model directory first.");
-  else return true;
+  else if (usesRemoteBackend())
+    return true;
+  else if (model_loading_ && !model_loaded_)
+    reason = QStringLiteral("The model is still loading.");
+  else if (!model_loaded_)
+    reason = QStringLiteral("No model is loaded: open a model directory first.");
+  else
+    return true;
   Q_EMIT errorOccurred(reason);
   return false;
 }
 
 bool ChatController::send(const QString& text) {
   // Another chat's reply streaming does not block this one: the message waits for it (queued below).
-  const bool queue = active_ && active_->conversation_id != current_conversation_ && current_conversation_ != 0 &&
-                     isBackendReady();
+  const bool queue =
+      active_ && active_->conversation_id != current_conversation_ && current_conversation_ != 0 && isBackendReady();
   if (!queue && !can_start_turn()) return false;
   if (text.trimmed().isEmpty()) return false;
   try {
@@ -189,8 +194,10 @@ bool ChatController::showAlternative(qint64 message_id) {
       const bool hide = record.id != message_id;
       if (is_hidden_alternative(record) == hide) continue;
       QJsonObject settings = record.settings;
-      if (hide) settings.insert(kHiddenAlternativeKey, true);
-      else settings.remove(kHiddenAlternativeKey);
+      if (hide)
+        settings.insert(kHiddenAlternativeKey, true);
+      else
+        settings.remove(kHiddenAlternativeKey);
       store_->set_message_settings(record.id, settings);
     }
     spdlog::info("conversation {}: showing reply {} of its turn", current_conversation_, message_id);
@@ -219,7 +226,8 @@ bool ChatController::continueReply() {
   try {
     const std::optional<MessageRecord> reply = continuableReply();
     if (!reply) {
-      Q_EMIT errorOccurred(QStringLiteral("The last reply is not one that was cut short: there is nothing to continue."));
+      Q_EMIT errorOccurred(
+          QStringLiteral("The last reply is not one that was cut short: there is nothing to continue."));
       return false;
     }
     return start_turn(current_conversation_, &*reply);
@@ -296,7 +304,8 @@ bool ChatController::revealMessage(qint64 message_id) {
     for (const qint64 member : hiding)
       if (!showBranch(member)) return false;
     const QList<MessageRecord> shown = messages_on_shown_path(store_->messages(current_conversation_));
-    return std::any_of(shown.cbegin(), shown.cend(), [&](const MessageRecord& message) { return message.id == message_id; });
+    return std::any_of(shown.cbegin(), shown.cend(),
+                       [&](const MessageRecord& message) { return message.id == message_id; });
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
     return false;
@@ -382,7 +391,8 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
 
 void ChatController::dispatch_turn(const TurnRequest& request) {
   if (!usesRemoteBackend()) {
-    QMetaObject::invokeMethod(worker_, [worker = worker_, request] { worker->runTurn(request); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        worker_, [worker = worker_, request] { worker->runTurn(request); }, Qt::QueuedConnection);
     return;
   }
   RemoteEndpoint endpoint;
@@ -593,15 +603,18 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
   end_turn();
   emit_reply_finished(message_id);
   // Shown once: a failed turn's error is in its reply; a failed continuation has no reply of its own.
-  if (continuing) Q_EMIT errorOccurred(message);
-  else Q_EMIT replyFailed(conversation_id, message_id, message);
+  if (continuing)
+    Q_EMIT errorOccurred(message);
+  else
+    Q_EMIT replyFailed(conversation_id, message_id, message);
   Q_EMIT conversationsChanged();
   start_queued_turn();
 }
 
 // The server went away mid-reply: the text that arrived is kept, marked, and saved as a failed turn (the
 // window shows the error and offers Regenerate; the cut-short text is not given to the model again).
-void ChatController::on_remote_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats) {
+void ChatController::on_remote_interrupted(quint64 turn_id, const QString& message,
+                                           const kvchat::GenerationStats& stats) {
   if (!active_ || active_->turn_id != turn_id) return;
   active_->failure_stats = stats_to_json(stats);
   for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/model/model_loader.h"
 #include "engine/generation/session.h"
+#include "engine/model/model_loader.h"
 #include "engine/text/chat_prompt.h"
 
 namespace kvchat::app {
@@ -23,9 +23,9 @@ std::string too_long_message(size_t prompt_tokens, int limit) {
 std::string last_message_too_long(size_t prompt_tokens, int limit, int model_limit) {
   return "the last message alone is " + std::to_string(prompt_tokens) + " tokens long and the context limit is " +
          std::to_string(limit) + " tokens" +
-         (limit < model_limit ? ": shorten it or raise the context limit (the model reads up to " +
-                                    std::to_string(model_limit) + ")"
-                              : ", the model's maximum: shorten it");
+         (limit < model_limit
+              ? ": shorten it or raise the context limit (the model reads up to " + std::to_string(model_limit) + ")"
+              : ", the model's maximum: shorten it");
 }
 
 }  // namespace
@@ -123,7 +123,7 @@ TurnOutcome ChatTurnRunner::run(Session& session, const std::vector<ChatMessage>
   outcome.prompt_ids = fitted.ids;
 
   GenerationConfig config = options.generation;
-  config.context_limit = outcome.context_limit;  // the engine stops the reply there (ContextFull)
+  config.context_limit = outcome.context_limit;                // the engine stops the reply there (ContextFull)
   config.sampled_vocabulary = model_.tokenizer->vocab_size();  // every sampled id has text
 
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);

@@ -45,17 +45,17 @@ struct ReplyProgress {
 using ReplyProgressCallback = std::function<void(const ReplyProgress& progress)>;
 
 struct TurnOutcome {
-  std::string reply;                  // the whole reply text (concatenation of every chunk)
-  std::vector<TokenId> prompt_ids;    // what was given to Session::generate
-  std::vector<TokenId> generated_ids; // sampled ids (a final stop token included)
+  std::string reply;                   // the whole reply text (concatenation of every chunk)
+  std::vector<TokenId> prompt_ids;     // what was given to Session::generate
+  std::vector<TokenId> generated_ids;  // sampled ids (a final stop token included)
   // The reply's exact ids (a final end-of-sequence id left out; a continued reply's earlier ids first),
   // to keep with its text as ChatMessage::token_ids; empty when not known. reply_vocabulary is the
   // tokenizer's vocabulary fingerprint.
   std::vector<TokenId> reply_ids;
   std::uint64_t reply_vocabulary = 0;
-  GenerationStats stats;              // as the engine reported them
-  int context_limit = 0;              // the effective limit this turn ran under
-  int dropped_messages = 0;           // leading non-system messages left out to fit the window
+  GenerationStats stats;     // as the engine reported them
+  int context_limit = 0;     // the effective limit this turn ran under
+  int dropped_messages = 0;  // leading non-system messages left out to fit the window
   // Wall time of each decode step after the first token, measured here around Session::generate's
   // callbacks: decode_step_ms[i] is the step that produced generated_ids[i + 1], which attended over
   // prompt_ids.size() + i + 1 positions (all of them recomputed when the cache is off).

@@ -10,12 +10,12 @@
 
 #include "app/compute_lock.h"
 #include "app/snapshot_key.h"
+#include "engine/cache/kv_snapshot.h"
+#include "engine/cache/session_pool.h"
 #include "engine/compute/compute_options.h"
+#include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
-#include "engine/cache/kv_snapshot.h"
-#include "engine/generation/session.h"
-#include "engine/cache/session_pool.h"
 
 namespace kvchat::app {
 
@@ -51,8 +51,8 @@ void EngineWorker::open_snapshots() {
       store = open_snapshot_store(options.directory.toStdString(), options.disk_budget_bytes, *state_->model->model);
       const std::string prefix = options.key_prefix.toStdString() + "-";
       const qint64 budget = options.disk_budget_bytes;
-      store->set_written_callback([this, prefix, budget](const std::string& key, std::int64_t tokens, std::int64_t file_bytes,
-                                                         std::int64_t folder_bytes) {
+      store->set_written_callback([this, prefix, budget](const std::string& key, std::int64_t tokens,
+                                                         std::int64_t file_bytes, std::int64_t folder_bytes) {
         if (key.rfind(prefix, 0) != 0) return;
         Q_EMIT snapshotWritten(std::stoll(key.substr(prefix.size())), tokens, file_bytes, folder_bytes, budget);
       });
@@ -66,7 +66,8 @@ void EngineWorker::open_snapshots() {
 void EngineWorker::configureSnapshots(const SnapshotOptions& options) {
   const SnapshotOptions old = std::exchange(state_->snapshot_options, options);
   if (old.enabled == options.enabled && old.directory == options.directory && old.key_prefix == options.key_prefix) {
-    if (state_->pool && state_->pool->snapshots()) state_->pool->snapshots()->set_disk_budget(options.disk_budget_bytes);
+    if (state_->pool && state_->pool->snapshots())
+      state_->pool->snapshots()->set_disk_budget(options.disk_budget_bytes);
     return;
   }
   if (!state_->model) return;
@@ -115,8 +116,9 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
     auto model = std::make_shared<LoadedModel>(load_model(directory.toStdString(), options));
     compute_settings.unlock();
     if (!model->tokenizer)
-      throw std::invalid_argument("model " + directory.toStdString() +
-                                  " has no tokenizer (tokenizer.json or GGUF tokenizer metadata), so it cannot be used for chat");
+      throw std::invalid_argument(
+          "model " + directory.toStdString() +
+          " has no tokenizer (tokenizer.json or GGUF tokenizer metadata), so it cannot be used for chat");
     state_->threads = threads;
     // Caches belong to the model that made them (listeners drop theirs on loaded()).
     state_->model = model;
@@ -192,9 +194,8 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     flush();
     pool.save_snapshot(request.conversation_id);  // written on the store's thread
     if (outcome.dropped_messages > 0) Q_EMIT contextTrimmed(turn_id, outcome.dropped_messages, outcome.context_limit);
-    spdlog::debug("turn {}: {} prompt tokens ({} reused), {} generated, stop {}", turn_id,
-                  outcome.stats.prompt_tokens, outcome.stats.reused_tokens, outcome.stats.generated_tokens,
-                  to_string(outcome.stats.stop_reason));
+    spdlog::debug("turn {}: {} prompt tokens ({} reused), {} generated, stop {}", turn_id, outcome.stats.prompt_tokens,
+                  outcome.stats.reused_tokens, outcome.stats.generated_tokens, to_string(outcome.stats.stop_reason));
     // Cache figures first, so that whoever handles finished() already sees the caches as they now are.
     enforce_budget(request.conversation_id, request.cache_budget_bytes);
     DecodeTimings timings;
@@ -244,7 +245,8 @@ void EngineWorker::enforce_budget(qint64 active_conversation, qint64 budget_byte
     Q_EMIT cacheChanged(evicted.conversation, 0, 0, pool.total_bytes(), budget_bytes);
   }
   if (const Session* session = pool.find(active_conversation))
-    Q_EMIT cacheChanged(active_conversation, session->cache_tokens(), session->cache_bytes(), pool.total_bytes(), budget_bytes);
+    Q_EMIT cacheChanged(active_conversation, session->cache_tokens(), session->cache_bytes(), pool.total_bytes(),
+                        budget_bytes);
 }
 
 void EngineWorker::forgetConversation(qint64 conversation_id) {

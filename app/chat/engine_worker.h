@@ -28,13 +28,13 @@ struct LoadedModel;
 namespace kvchat::app {
 
 struct ModelInfo {
-  QString directory;  // the model's path: a Hugging Face directory or a .gguf file
-  QString name;  // the directory's folder name, or the file's name
-  QString architecture;   // "llama", "qwen2"
-  QString format;         // "safetensors" or "gguf"
-  QString weight_format;  // "f32", "bf16", "Q4_K_M", "Q8_0", ...
-  qint64 file_bytes = 0;      // of the weights on disk
-  qint64 weight_bytes = 0;    // of the weights in memory
+  QString directory;        // the model's path: a Hugging Face directory or a .gguf file
+  QString name;             // the directory's folder name, or the file's name
+  QString architecture;     // "llama", "qwen2"
+  QString format;           // "safetensors" or "gguf"
+  QString weight_format;    // "f32", "bf16", "Q4_K_M", "Q8_0", ...
+  qint64 file_bytes = 0;    // of the weights on disk
+  qint64 weight_bytes = 0;  // of the weights in memory
   qint64 parameter_count = 0;
   int context_length = 0;  // max_position_embeddings
   int layers = 0;
@@ -49,8 +49,8 @@ struct ModelInfo {
 // Where and whether KV snapshots are kept (ChatSettings decides; the worker applies).
 struct SnapshotOptions {
   bool enabled = true;
-  QString directory;              // the snapshot folder (every model's snapshots in a subfolder of it)
-  qint64 disk_budget_bytes = 0;   // 0 = no budget
+  QString directory;                         // the snapshot folder (every model's snapshots in a subfolder of it)
+  qint64 disk_budget_bytes = 0;              // 0 = no budget
   QString key_prefix = QStringLiteral("c");  // tells apart the conversations of different databases
 };
 
@@ -61,18 +61,18 @@ struct TurnRequest {
   GenerationConfig generation;
   int context_limit = 0;  // 0 = the model's
   ContextOverflowPolicy overflow = ContextOverflowPolicy::Stop;
-  qint64 cache_budget_bytes = 0;  // total K/V bytes all conversations may keep
-  int threads = 0;                // 0 = the machine's cores
+  qint64 cache_budget_bytes = 0;            // total K/V bytes all conversations may keep
+  int threads = 0;                          // 0 = the machine's cores
   std::shared_ptr<std::atomic<bool>> stop;  // set by the GUI thread to stop this turn
-  bool continue_reply = false;  // messages end with a cut-short reply to go on with (TurnOptions)
+  bool continue_reply = false;              // messages end with a cut-short reply to go on with (TurnOptions)
 };
 
 // How long each decode step of one reply took, measured on the engine thread (ChatTurnRunner): the points
 // of the decode-time chart. With the cache a step costs about the same at every position; without it each
 // step recomputes the whole prefix, so the time climbs with the position.
 struct DecodeTimings {
-  int first_position = 0;       // positions attended over by the first step timed
-  QList<double> step_ms;        // step i attended over first_position + i positions
+  int first_position = 0;  // positions attended over by the first step timed
+  QList<double> step_ms;   // step i attended over first_position + i positions
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
 };
 

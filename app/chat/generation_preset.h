@@ -16,7 +16,7 @@
 namespace kvchat::app {
 
 struct GenerationPreset {
-  QString name;  // the preset's name; for a chat, the preset its values came from ("" = chosen by hand)
+  QString name;              // the preset's name; for a chat, the preset its values came from ("" = chosen by hand)
   double temperature = 0.7;  // 0 = greedy
   double top_p = 0.95;
   int top_k = 40;

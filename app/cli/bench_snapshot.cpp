@@ -8,10 +8,10 @@
 #include <system_error>
 
 #include "app/cli/model_options.h"
+#include "engine/bench/snapshot_benchmark.h"
 #include "engine/compute/compute_options.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/model/llama_model.h"
-#include "engine/bench/snapshot_benchmark.h"
 
 namespace kvchat::cli {
 
@@ -72,7 +72,8 @@ class BenchDirectory {
       return;
     }
     std::string pattern = (fs::temp_directory_path() / "kvchat-snapshot-bench-XXXXXX").string();
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("cannot create a temporary folder in " + fs::temp_directory_path().string());
+    if (!::mkdtemp(pattern.data()))
+      throw std::runtime_error("cannot create a temporary folder in " + fs::temp_directory_path().string());
     path_ = pattern;
     temporary_ = true;
   }
@@ -103,59 +104,84 @@ void print_header(const SnapshotBenchOptions& options, int threads, const BenchD
   double load[3] = {0, 0, 0};
   const bool have_load = ::getloadavg(load, 3) == 3;
   if (options.json_output) {
-    nlohmann::ordered_json line = {{"snapshot_machine", {{"threads", threads}, {"kernels", options.kernels},
-                                                         {"load_average", have_load ? nlohmann::json{load[0], load[1], load[2]}
-                                                                                    : nlohmann::json()},
-                                                         {"folder", directory.path()}, {"temporary_folder", directory.temporary()}}}};
+    nlohmann::ordered_json line = {
+        {"snapshot_machine",
+         {{"threads", threads},
+          {"kernels", options.kernels},
+          {"load_average", have_load ? nlohmann::json{load[0], load[1], load[2]} : nlohmann::json()},
+          {"folder", directory.path()},
+          {"temporary_folder", directory.temporary()}}}};
     std::cout << line.dump() << std::endl;
     return;
   }
   std::printf("snapshot bench: %d threads, kernels %s, load average %.2f %.2f %.2f (1, 5, 15 min)\n", threads,
               options.kernels.c_str(), load[0], load[1], load[2]);
   std::printf("snapshot folder: %s (%s)\n", directory.path().c_str(),
-              directory.temporary() ? "temporary, removed at the end" : "--cache-dir: the bench deletes its own files at the end");
-  std::printf("cold restore: the file is dropped from the page cache first with posix_fadvise(DONTNEED), best effort "
-              "(the resident share is measured with mincore and printed)\n");
+              directory.temporary() ? "temporary, removed at the end"
+                                    : "--cache-dir: the bench deletes its own files at the end");
+  std::printf(
+      "cold restore: the file is dropped from the page cache first with posix_fadvise(DONTNEED), best effort "
+      "(the resident share is measured with mincore and printed)\n");
   std::fflush(stdout);
 }
 
 nlohmann::ordered_json restore_json(const SnapshotRestoreRun& run, double prefill_ttft_ms) {
-  return {{"ttft_ms", run.ttft_ms}, {"restore_ms", run.restore_ms}, {"restore_mb_s", run.restore_mb_s},
-          {"restored_tokens", run.restored_tokens}, {"restored_from", run.restored_from},
-          {"resident_before", run.resident_before}, {"cache_drop_requested", run.cache_drop_requested},
-          {"decode_tok_s", run.decode_tok_s}, {"ids_identical", run.ids_identical},
+  return {{"ttft_ms", run.ttft_ms},
+          {"restore_ms", run.restore_ms},
+          {"restore_mb_s", run.restore_mb_s},
+          {"restored_tokens", run.restored_tokens},
+          {"restored_from", run.restored_from},
+          {"resident_before", run.resident_before},
+          {"cache_drop_requested", run.cache_drop_requested},
+          {"decode_tok_s", run.decode_tok_s},
+          {"ids_identical", run.ids_identical},
           {"speedup", ratio(prefill_ttft_ms, run.ttft_ms)}};
 }
 
 void print_json(const SnapshotBenchOptions& options, const std::string& dtype, const ModelSource& source,
                 const SnapshotBenchResult& r) {
-  nlohmann::ordered_json line = {{"snapshot_bench", {
-      {"model", source.description}, {"dtype", dtype}, {"weight_types", source.model->weight_types()},
-      {"conversation_tokens", options.conversation_tokens}, {"followup_tokens", kFollowupTokens},
-      {"reply_tokens", options.reply_tokens},
-      {"prefill_ttft_ms", r.prefill_ttft_ms}, {"prefill_tok_s", r.prefill_tok_s},
-      {"snapshot_tokens", r.snapshot_tokens}, {"file_bytes", r.file_bytes}, {"capture_ms", r.capture_ms},
-      {"write_ms", r.write_ms}, {"write_mb_s", r.write_mb_s},
-      {"restore_cold", restore_json(r.cold, r.prefill_ttft_ms)}, {"restore_warm", restore_json(r.warm, r.prefill_ttft_ms)},
-      {"cache_drop", "best effort: posix_fadvise DONTNEED"},
-      {"ids_identical", r.cold.ids_identical && r.warm.ids_identical},
-      {"decode_tok_s_idle", r.decode_tok_s_idle}, {"decode_tok_s_writing", r.decode_tok_s_writing},
-      {"decode_tok_s_during_write", r.decode_tok_s_during_write}, {"decode_steps", r.decode_steps},
-      {"decode_steps_during_write", r.decode_steps_during_write}, {"background_tokens", r.background_tokens},
-      {"background_file_bytes", r.background_file_bytes}, {"background_capture_ms", r.background_capture_ms},
-      {"background_write_ms", r.background_write_ms},
-      {"background_write_mb_s", ratio(r.background_file_bytes / 1e6, r.background_write_ms / 1e3)}}}};
+  nlohmann::ordered_json line = {
+      {"snapshot_bench",
+       {{"model", source.description},
+        {"dtype", dtype},
+        {"weight_types", source.model->weight_types()},
+        {"conversation_tokens", options.conversation_tokens},
+        {"followup_tokens", kFollowupTokens},
+        {"reply_tokens", options.reply_tokens},
+        {"prefill_ttft_ms", r.prefill_ttft_ms},
+        {"prefill_tok_s", r.prefill_tok_s},
+        {"snapshot_tokens", r.snapshot_tokens},
+        {"file_bytes", r.file_bytes},
+        {"capture_ms", r.capture_ms},
+        {"write_ms", r.write_ms},
+        {"write_mb_s", r.write_mb_s},
+        {"restore_cold", restore_json(r.cold, r.prefill_ttft_ms)},
+        {"restore_warm", restore_json(r.warm, r.prefill_ttft_ms)},
+        {"cache_drop", "best effort: posix_fadvise DONTNEED"},
+        {"ids_identical", r.cold.ids_identical && r.warm.ids_identical},
+        {"decode_tok_s_idle", r.decode_tok_s_idle},
+        {"decode_tok_s_writing", r.decode_tok_s_writing},
+        {"decode_tok_s_during_write", r.decode_tok_s_during_write},
+        {"decode_steps", r.decode_steps},
+        {"decode_steps_during_write", r.decode_steps_during_write},
+        {"background_tokens", r.background_tokens},
+        {"background_file_bytes", r.background_file_bytes},
+        {"background_capture_ms", r.background_capture_ms},
+        {"background_write_ms", r.background_write_ms},
+        {"background_write_mb_s", ratio(r.background_file_bytes / 1e6, r.background_write_ms / 1e3)}}}};
   std::cout << line.dump() << std::endl;
 }
 
 void print_restore(const char* label, const SnapshotRestoreRun& run, std::int64_t snapshot_tokens) {
-  std::printf("  restore %s: ttft %.1f ms, restore %.1f ms = %.1f MB/s, %d tokens restored from %s; %s of the file in the page "
-              "cache before\n",
-              label, run.ttft_ms, run.restore_ms, run.restore_mb_s, run.restored_tokens,
-              run.restored_from.empty() ? "nothing" : run.restored_from.c_str(), percent_resident(run.resident_before).c_str());
+  std::printf(
+      "  restore %s: ttft %.1f ms, restore %.1f ms = %.1f MB/s, %d tokens restored from %s; %s of the file in the page "
+      "cache before\n",
+      label, run.ttft_ms, run.restore_ms, run.restore_mb_s, run.restored_tokens,
+      run.restored_from.empty() ? "nothing" : run.restored_from.c_str(), percent_resident(run.resident_before).c_str());
   if (run.restored_tokens != snapshot_tokens)
-    std::printf("  warning: the %s restore did not restore the conversation's %lld tokens: its figures measure a prefill\n",
-                label, static_cast<long long>(snapshot_tokens));
+    std::printf(
+        "  warning: the %s restore did not restore the conversation's %lld tokens: its figures measure a prefill\n",
+        label, static_cast<long long>(snapshot_tokens));
 }
 
 void print_text(const SnapshotBenchOptions& options, const std::string& dtype, const ModelSource& source,
@@ -163,26 +189,32 @@ void print_text(const SnapshotBenchOptions& options, const std::string& dtype, c
   std::printf("\n%s (%s): a %d-token conversation, then %d new user tokens and %d-token replies\n", dtype.c_str(),
               source.description.c_str(), options.conversation_tokens, kFollowupTokens, options.reply_tokens);
   std::printf("  full prefill: ttft %.1f ms, prefill %.1f tok/s\n", r.prefill_ttft_ms, r.prefill_tok_s);
-  std::printf("  snapshot: %lld tokens, %lld bytes; capture %.1f ms on the engine thread; write %.1f ms = %.1f MB/s "
-              "(checksum, write, fsync, rename)\n",
-              static_cast<long long>(r.snapshot_tokens), static_cast<long long>(r.file_bytes), r.capture_ms, r.write_ms,
-              r.write_mb_s);
+  std::printf(
+      "  snapshot: %lld tokens, %lld bytes; capture %.1f ms on the engine thread; write %.1f ms = %.1f MB/s "
+      "(checksum, write, fsync, rename)\n",
+      static_cast<long long>(r.snapshot_tokens), static_cast<long long>(r.file_bytes), r.capture_ms, r.write_ms,
+      r.write_mb_s);
   print_restore("cold", r.cold, r.snapshot_tokens);
   print_restore("warm", r.warm, r.snapshot_tokens);
-  std::printf("  speedup (full prefill ttft / restore ttft): cold %.1fx, warm %.1fx\n", ratio(r.prefill_ttft_ms, r.cold.ttft_ms),
-              ratio(r.prefill_ttft_ms, r.warm.ttft_ms));
+  std::printf("  speedup (full prefill ttft / restore ttft): cold %.1fx, warm %.1fx\n",
+              ratio(r.prefill_ttft_ms, r.cold.ttft_ms), ratio(r.prefill_ttft_ms, r.warm.ttft_ms));
   const bool identical = r.cold.ids_identical && r.warm.ids_identical;
-  std::printf("  ids identical: %s (the %d ids after the cold and the warm restore against those after the full prefill%s)\n",
-              identical ? "yes" : "no", options.reply_tokens,
-              identical ? "" : (std::string(": cold ") + (r.cold.ids_identical ? "same" : "DIFFERENT") + ", warm " +
-                                (r.warm.ids_identical ? "same" : "DIFFERENT")).c_str());
+  std::printf(
+      "  ids identical: %s (the %d ids after the cold and the warm restore against those after the full prefill%s)\n",
+      identical ? "yes" : "no", options.reply_tokens,
+      identical ? ""
+                : (std::string(": cold ") + (r.cold.ids_identical ? "same" : "DIFFERENT") + ", warm " +
+                   (r.warm.ids_identical ? "same" : "DIFFERENT"))
+                      .c_str());
   std::printf("  decode: %.2f tok/s with no write in flight, %.2f tok/s with a snapshot write in flight (%d steps)\n",
               r.decode_tok_s_idle, r.decode_tok_s_writing, r.decode_steps);
-  std::printf("  background write: %lld tokens, %lld bytes; capture %.1f ms on the engine thread, written in %.1f ms = %.1f MB/s "
-              "on the store's thread; %d of the %d decode steps ran during it",
-              static_cast<long long>(r.background_tokens), static_cast<long long>(r.background_file_bytes),
-              r.background_capture_ms, r.background_write_ms,
-              ratio(r.background_file_bytes / 1e6, r.background_write_ms / 1e3), r.decode_steps_during_write, r.decode_steps);
+  std::printf(
+      "  background write: %lld tokens, %lld bytes; capture %.1f ms on the engine thread, written in %.1f ms = %.1f "
+      "MB/s "
+      "on the store's thread; %d of the %d decode steps ran during it",
+      static_cast<long long>(r.background_tokens), static_cast<long long>(r.background_file_bytes),
+      r.background_capture_ms, r.background_write_ms, ratio(r.background_file_bytes / 1e6, r.background_write_ms / 1e3),
+      r.decode_steps_during_write, r.decode_steps);
   if (r.decode_steps_during_write > 0)
     std::printf(", at %.2f tok/s\n", r.decode_tok_s_during_write);
   else
@@ -210,8 +242,8 @@ int run_snapshot_bench(const ArgParser& parser) {
     const std::int64_t context = source.model->config().max_position_embeddings;
     if (snapshot_bench_context_tokens(config) > context)
       throw UsageError("--prompt-tokens + " + std::to_string(kFollowupTokens) + " + 3 x --new-tokens (" +
-                       std::to_string(snapshot_bench_context_tokens(config)) + ") does not fit the model's context of " +
-                       std::to_string(context));
+                       std::to_string(snapshot_bench_context_tokens(config)) +
+                       ") does not fit the model's context of " + std::to_string(context));
     if (!header_printed) print_header(options, threads, directory);
     header_printed = true;
     const SnapshotBenchResult result = run_snapshot_benchmark(source.model, config);

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "app/store/chat_history.h"
+#include "app/chat/reply_committer.h"
 #include "app/cli/terminal_output.h"
 #include "app/remote/remote_worker.h"
-#include "app/chat/reply_committer.h"
+#include "app/store/chat_history.h"
 #include "app/store/message_stats_json.h"
 
 namespace kvchat::cli {
@@ -46,11 +46,14 @@ class StopOnInterrupt {
 // What the reply's marks say, for stderr (they are stored with the reply too).
 void warn_about_marks(const app::RemoteReply& answer) {
   if (answer.invalid_utf8)
-    std::fprintf(stderr, "kvchat-cli chat: warning: the server sent bytes that are not UTF-8; they are shown and "
-                         "stored as U+FFFD\n");
+    std::fprintf(stderr,
+                 "kvchat-cli chat: warning: the server sent bytes that are not UTF-8; they are shown and "
+                 "stored as U+FFFD\n");
   if (answer.unreadable_events > 0)
-    std::fprintf(stderr, "kvchat-cli chat: warning: %d event(s) of the server's stream were not JSON and were "
-                         "skipped: the reply may miss text\n", answer.unreadable_events);
+    std::fprintf(stderr,
+                 "kvchat-cli chat: warning: %d event(s) of the server's stream were not JSON and were "
+                 "skipped: the reply may miss text\n",
+                 answer.unreadable_events);
   if (!answer.rejected_figures.empty())
     std::fprintf(stderr, "kvchat-cli chat: warning: the server's figures are not used: %s\n",
                  escaped_for_terminal(answer.rejected_figures).c_str());
@@ -86,7 +89,8 @@ bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, cons
   user.text = QString::fromStdString(text);
   store.add_message(user);
   const auto conversation = store.conversation(conversation_id);
-  const std::vector<ChatMessage> messages = app::chat_messages_for_engine(*conversation, store.messages(conversation_id));
+  const std::vector<ChatMessage> messages =
+      app::chat_messages_for_engine(*conversation, store.messages(conversation_id));
 
   app::MessageRecord reply;
   reply.conversation_id = conversation_id;
@@ -124,11 +128,12 @@ bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, cons
       return false;
     }
     const GenerationStats& s = answer.stats;
-    std::fprintf(stderr, "[server %s, model %s: %d prompt tokens%s; %d tokens; TTFT %.1f ms; %.1f tok/s (%s); stop: %s]\n",
-                 reply.backend.toStdString().c_str(), escaped_for_terminal(answer.model).c_str(), s.prompt_tokens,
-                 answer.cached_tokens ? (", " + std::to_string(*answer.cached_tokens) + " cached on the server").c_str() : "",
-                 s.generated_tokens, s.ttft_ms, s.decode_tokens_per_second,
-                 answer.server_timings ? "server's timings" : "measured here", to_string(s.stop_reason));
+    std::fprintf(
+        stderr, "[server %s, model %s: %d prompt tokens%s; %d tokens; TTFT %.1f ms; %.1f tok/s (%s); stop: %s]\n",
+        reply.backend.toStdString().c_str(), escaped_for_terminal(answer.model).c_str(), s.prompt_tokens,
+        answer.cached_tokens ? (", " + std::to_string(*answer.cached_tokens) + " cached on the server").c_str() : "",
+        s.generated_tokens, s.ttft_ms, s.decode_tokens_per_second,
+        answer.server_timings ? "server's timings" : "measured here", to_string(s.stop_reason));
     return true;
   } catch (const std::exception& error) {
     committer.stop();

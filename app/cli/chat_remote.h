@@ -2,8 +2,8 @@
 // kvchat-cli chat --backend URL: the turns of a stored conversation answered by an OpenAI-compatible server.
 #include <string>
 
-#include "app/store/conversation_store.h"
 #include "app/remote/remote_client.h"
+#include "app/store/conversation_store.h"
 #include "engine/types.h"
 
 namespace kvchat::cli {

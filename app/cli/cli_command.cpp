@@ -88,8 +88,7 @@ long long ArgParser::int64_or(const std::string& name, long long fallback) const
 
 int ArgParser::int_or(const std::string& name, int fallback) const {
   long long parsed = int64_or(name, fallback);
-  if (parsed < -2147483648LL || parsed > 2147483647LL)
-    throw UsageError("option --" + name + " is out of range");
+  if (parsed < -2147483648LL || parsed > 2147483647LL) throw UsageError("option --" + name + " is out of range");
   return static_cast<int>(parsed);
 }
 

@@ -18,8 +18,8 @@ struct UsageError : std::runtime_error {
 
 struct CliCommand {
   std::string name;
-  std::string summary;  // one line for `kvchat-cli --help`
-  std::string usage;    // full usage text for `kvchat-cli <name> --help`
+  std::string summary;                                           // one line for `kvchat-cli --help`
+  std::string usage;                                             // full usage text for `kvchat-cli <name> --help`
   std::function<int(const std::vector<std::string>& args)> run;  // args exclude the command name
 };
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "app/store/chat_archive.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/store_access.h"
+#include "app/store/chat_archive.h"
 #include "app/store/exporter.h"
 
 namespace kvchat::cli {

@@ -9,35 +9,37 @@
 #include "app/cli/model_options.h"
 #include "engine/bench/benchmark.h"
 #include "engine/compute/compute_options.h"
+#include "engine/compute/process_setup.h"
 #include "engine/kernels/memory_probe.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/model/llama_model.h"
-#include "engine/compute/process_setup.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).
 namespace bench_command {
 
-const std::string kUsage = std::string(
-    "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
-    "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
-    "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
-    "                        [--bandwidth-probe auto|step|row] [--json]\n"
-    "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens 32]\n"
-    "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
-    "--dtype      how the weights are kept, one run each: f32, bf16 (a directory's weights converted on load,\n"
-    "             or random ones), or, with --random-weights only, a GGUF block type the random weights are\n"
-    "             made in: f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (case-insensitive; every row\n"
-    "             length must be a multiple of the type's block). A GGUF file keeps its own types: leave\n"
-    "             --dtype out (or f32) with --model FILE.gguf.\n"
-    "Measures memory read bandwidth and sgemm GFLOP/s first, then one generation per configuration.\n"
-    "decode %bw   = weight bytes read by the decode steps / bytes the machine could read in the same time\n"
-    "               step: bandwidth probed before every decode step, over the model's own weights (the\n"
-    "                     default for models of 1 GiB or more, whose decode is bound by memory)\n"
-    "               row:  one probe of a 256 MiB buffer just before the row (the default below 1 GiB)\n"
-    "               GB/s column: the bandwidth used (step: the steps' time-weighted mean)\n"
-    "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
-    "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.\n") +
+const std::string kUsage =
+    std::string(
+        "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
+        "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
+        "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
+        "                        [--bandwidth-probe auto|step|row] [--json]\n"
+        "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens "
+        "32]\n"
+        "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
+        "--dtype      how the weights are kept, one run each: f32, bf16 (a directory's weights converted on load,\n"
+        "             or random ones), or, with --random-weights only, a GGUF block type the random weights are\n"
+        "             made in: f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (case-insensitive; every row\n"
+        "             length must be a multiple of the type's block). A GGUF file keeps its own types: leave\n"
+        "             --dtype out (or f32) with --model FILE.gguf.\n"
+        "Measures memory read bandwidth and sgemm GFLOP/s first, then one generation per configuration.\n"
+        "decode %bw   = weight bytes read by the decode steps / bytes the machine could read in the same time\n"
+        "               step: bandwidth probed before every decode step, over the model's own weights (the\n"
+        "                     default for models of 1 GiB or more, whose decode is bound by memory)\n"
+        "               row:  one probe of a 256 MiB buffer just before the row (the default below 1 GiB)\n"
+        "               GB/s column: the bandwidth used (step: the steps' time-weighted mean)\n"
+        "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
+        "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.\n") +
     kSnapshotBenchUsage;
 
 double mib(double bytes) { return bytes / 1048576.0; }
@@ -66,25 +68,27 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   options.kernels = kernels_from_option(parser);
   options.bandwidth_probe = parser.value_or("bandwidth-probe", "auto");
   const std::string& probe = options.bandwidth_probe;
-  if (probe != "auto" && probe != "step" && probe != "row") throw UsageError("--bandwidth-probe must be auto, step or row");
+  if (probe != "auto" && probe != "step" && probe != "row")
+    throw UsageError("--bandwidth-probe must be auto, step or row");
   return options;
 }
 
 void print_machine(const BenchOptions& options, int threads, const HardwareCeilings& ceilings) {
   if (options.json_output) {
-    std::cout << nlohmann::ordered_json({{"machine", {{"threads", threads},
-                                                      {"read_bandwidth_gb_s", ceilings.read_bandwidth_gb_s},
-                                                      {"sgemm_gflop_s", ceilings.sgemm_gflop_s},
-                                                      {"kernels", options.kernels}}}})
+    std::cout << nlohmann::ordered_json({{"machine",
+                                          {{"threads", threads},
+                                           {"read_bandwidth_gb_s", ceilings.read_bandwidth_gb_s},
+                                           {"sgemm_gflop_s", ceilings.sgemm_gflop_s},
+                                           {"kernels", options.kernels}}}})
                      .dump()
               << std::endl;
     return;
   }
   std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s, kernels %s\n\n", threads,
               ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, options.kernels.c_str());
-  std::printf("%-6s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %9s %9s %9s\n", "dtype", "cache", "prompt",
-              "new", "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw", "%mm", "weights MiB",
-              "cache MiB", "model MiB", "RSS MiB", "total s");
+  std::printf("%-6s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %9s %9s %9s\n", "dtype", "cache",
+              "prompt", "new", "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw", "%mm",
+              "weights MiB", "cache MiB", "model MiB", "RSS MiB", "total s");
 }
 
 // One configuration's run, and where its figures are read against.
@@ -105,28 +109,40 @@ void print_row(const BenchOptions& options, const ModelSource& source, int threa
   const GenerationStats& s = row.run.stats;
   const BenchRun& run = row.run;
   if (!options.json_output) {
-    std::printf("%-6s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %11.2f %10.2f %9.0f %9.0f %9.2f\n",
-                row.dtype_name.c_str(), to_string(row.mode), row.prompt_tokens, options.new_tokens,
-                s.prefill_tokens_per_second, s.ttft_ms, run.decode_tok_s, run.decode_tok_s_start, run.decode_tok_s_end,
-                row.bandwidth, 100 * row.decode_fraction, 100 * row.prefill_fraction,
-                mib(double(source.model->weight_bytes())), mib(double(s.cache_bytes)), mib(double(row.model_resident_bytes)),
-                mib(double(run.peak_rss_bytes)),
-                run.total_ms / 1000.0);
+    std::printf(
+        "%-6s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %11.2f %10.2f %9.0f %9.0f %9.2f\n",
+        row.dtype_name.c_str(), to_string(row.mode), row.prompt_tokens, options.new_tokens, s.prefill_tokens_per_second,
+        s.ttft_ms, run.decode_tok_s, run.decode_tok_s_start, run.decode_tok_s_end, row.bandwidth,
+        100 * row.decode_fraction, 100 * row.prefill_fraction, mib(double(source.model->weight_bytes())),
+        mib(double(s.cache_bytes)), mib(double(row.model_resident_bytes)), mib(double(run.peak_rss_bytes)),
+        run.total_ms / 1000.0);
     std::fflush(stdout);
     return;
   }
-  nlohmann::ordered_json line = {
-      {"model", source.description}, {"dtype", row.dtype_name}, {"weight_types", source.model->weight_types()},
-      {"kv_cache", to_string(row.mode)}, {"threads", threads},
-      {"prompt_tokens", row.prompt_tokens}, {"new_tokens", options.new_tokens},
-      {"prefill_tok_s", s.prefill_tokens_per_second}, {"ttft_ms", s.ttft_ms},
-      {"decode_tok_s", run.decode_tok_s}, {"decode_tok_s_start", run.decode_tok_s_start},
-      {"decode_tok_s_end", run.decode_tok_s_end}, {"per_token_ms", run.decode_tok_s > 0 ? 1000.0 / run.decode_tok_s : 0.0},
-      {"total_ms", run.total_ms}, {"weight_bytes", source.model->weight_bytes()}, {"cache_bytes", s.cache_bytes},
-      {"model_resident_bytes", row.model_resident_bytes}, {"peak_rss_bytes", run.peak_rss_bytes}, {"rss_bytes", run.rss_bytes},
-      {"read_bandwidth_gb_s", row.bandwidth}, {"bandwidth_probe", row.per_step ? "step" : "row"},
-      {"bandwidth_probes", row.per_step ? run.bandwidth_probes : 1}, {"decode_fraction_of_bandwidth", row.decode_fraction},
-      {"prefill_fraction_of_sgemm", row.prefill_fraction}};
+  nlohmann::ordered_json line = {{"model", source.description},
+                                 {"dtype", row.dtype_name},
+                                 {"weight_types", source.model->weight_types()},
+                                 {"kv_cache", to_string(row.mode)},
+                                 {"threads", threads},
+                                 {"prompt_tokens", row.prompt_tokens},
+                                 {"new_tokens", options.new_tokens},
+                                 {"prefill_tok_s", s.prefill_tokens_per_second},
+                                 {"ttft_ms", s.ttft_ms},
+                                 {"decode_tok_s", run.decode_tok_s},
+                                 {"decode_tok_s_start", run.decode_tok_s_start},
+                                 {"decode_tok_s_end", run.decode_tok_s_end},
+                                 {"per_token_ms", run.decode_tok_s > 0 ? 1000.0 / run.decode_tok_s : 0.0},
+                                 {"total_ms", run.total_ms},
+                                 {"weight_bytes", source.model->weight_bytes()},
+                                 {"cache_bytes", s.cache_bytes},
+                                 {"model_resident_bytes", row.model_resident_bytes},
+                                 {"peak_rss_bytes", run.peak_rss_bytes},
+                                 {"rss_bytes", run.rss_bytes},
+                                 {"read_bandwidth_gb_s", row.bandwidth},
+                                 {"bandwidth_probe", row.per_step ? "step" : "row"},
+                                 {"bandwidth_probes", row.per_step ? run.bandwidth_probes : 1},
+                                 {"decode_fraction_of_bandwidth", row.decode_fraction},
+                                 {"prefill_fraction_of_sgemm", row.prefill_fraction}};
   std::cout << line.dump() << std::endl;
 }
 
@@ -135,10 +151,14 @@ void print_speedup(const BenchOptions& options, const BenchRow& uncached, const 
   const double ratio = uncached.run.total_ms / cached.total_ms;
   const bool identical = uncached.run.generated == cached.generated;
   if (options.json_output) {
-    nlohmann::ordered_json speedup = {{"speedup", {{"dtype", uncached.dtype_name}, {"prompt_tokens", uncached.prompt_tokens},
-                                                   {"new_tokens", options.new_tokens}, {"cached_ms", cached.total_ms},
-                                                   {"uncached_ms", uncached.run.total_ms}, {"cached_over_uncached", ratio},
-                                                   {"identical_tokens", identical}}}};
+    nlohmann::ordered_json speedup = {{"speedup",
+                                       {{"dtype", uncached.dtype_name},
+                                        {"prompt_tokens", uncached.prompt_tokens},
+                                        {"new_tokens", options.new_tokens},
+                                        {"cached_ms", cached.total_ms},
+                                        {"uncached_ms", uncached.run.total_ms},
+                                        {"cached_over_uncached", ratio},
+                                        {"identical_tokens", identical}}}};
     std::cout << speedup.dump() << std::endl;
   } else {
     std::printf("      cache on vs off, %lld + %d tokens: %.2f s vs %.2f s = %.1fx faster, tokens %s\n",
@@ -158,21 +178,25 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
   row.dtype_name = dtype_name;
   row.mode = mode;
   row.prompt_tokens = prompt_tokens;
-  row.per_step = options.bandwidth_probe == "step" || (options.bandwidth_probe == "auto" && pairs_bandwidth_probes(model));
+  row.per_step =
+      options.bandwidth_probe == "step" || (options.bandwidth_probe == "auto" && pairs_bandwidth_probes(model));
   const double row_bandwidth =
       row.per_step ? 0.0 : kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 5).gigabytes_per_second;
-  row.run = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), options.new_tokens, row.per_step);
+  row.run =
+      run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), options.new_tokens, row.per_step);
   row.bandwidth = row.per_step ? row.run.paired_bandwidth_gb_s : row_bandwidth;
-  row.decode_fraction = row.per_step ? row.run.decode_fraction_of_paired_bandwidth
-                                     : row.run.decode_tok_s * static_cast<double>(model.weight_bytes()) / (row.bandwidth * 1e9);
+  row.decode_fraction = row.per_step
+                            ? row.run.decode_fraction_of_paired_bandwidth
+                            : row.run.decode_tok_s * static_cast<double>(model.weight_bytes()) / (row.bandwidth * 1e9);
   row.prefill_fraction =
       row.run.stats.prefill_tokens_per_second * prefill_flops_per_token(model) / (ceilings.sgemm_gflop_s * 1e9);
   return row;
 }
 
 int run_bench(const std::vector<std::string>& args) {
-  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe", kCacheDirOption}),
-                   {"json", kSnapshotFlag});
+  ArgParser parser(
+      with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe", kCacheDirOption}),
+      {"json", kSnapshotFlag});
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
   const BenchOptions options = parse_bench_options(parser);
@@ -195,7 +219,8 @@ int run_bench(const std::vector<std::string>& args) {
     std::map<long long, BenchRun> cached_runs;  // prompt tokens -> cache-on run
     for (long long prompt_tokens : options.prompt_lengths) {
       if (prompt_tokens < 1 || prompt_tokens + options.new_tokens > source.model->config().max_position_embeddings)
-        throw UsageError("--prompt-tokens " + std::to_string(prompt_tokens) + " plus --new-tokens does not fit the context");
+        throw UsageError("--prompt-tokens " + std::to_string(prompt_tokens) +
+                         " plus --new-tokens does not fit the context");
       for (KvCacheMode mode : options.modes) {
         BenchRow row = measure_row(options, source, ceilings, threads, dtype_name, mode, prompt_tokens);
         row.model_resident_bytes = row.run.rss_bytes - resident_before_load;
@@ -210,17 +235,22 @@ int run_bench(const std::vector<std::string>& args) {
   // model released), so each figure can be read against both.
   const HardwareCeilings after = measure_hardware_ceilings(threads);
   if (options.json_output) {
-    std::cout << nlohmann::ordered_json({{"machine_after", {{"read_bandwidth_gb_s", after.read_bandwidth_gb_s},
-                                                            {"sgemm_gflop_s", after.sgemm_gflop_s}}}}).dump()
+    std::cout << nlohmann::ordered_json(
+                     {{"machine_after",
+                       {{"read_bandwidth_gb_s", after.read_bandwidth_gb_s}, {"sgemm_gflop_s", after.sgemm_gflop_s}}}})
+                     .dump()
               << std::endl;
   } else {
-    std::printf("\nmachine at the end: read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (%%bw uses the GB/s column, %%mm the start)\n",
-                after.read_bandwidth_gb_s, after.sgemm_gflop_s);
+    std::printf(
+        "\nmachine at the end: read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (%%bw uses the GB/s column, %%mm the "
+        "start)\n",
+        after.read_bandwidth_gb_s, after.sgemm_gflop_s);
   }
   return 0;
 }
 
-const CliRegistration registration({"bench", "measure prefill/decode speed against the machine's ceilings", kUsage, run_bench});
+const CliRegistration registration({"bench", "measure prefill/decode speed against the machine's ceilings", kUsage,
+                                    run_bench});
 
 }  // namespace bench_command
 }  // namespace kvchat::cli

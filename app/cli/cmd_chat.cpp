@@ -6,29 +6,29 @@
 #include <QCoreApplication>
 #include <QElapsedTimer>
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <string>
-#include <unistd.h>
 
-#include "app/store/chat_history.h"
 #include "app/chat/chat_turn_runner.h"
+#include "app/chat/reply_committer.h"
 #include "app/cli/chat_remote.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "app/cli/store_access.h"
 #include "app/cli/terminal_output.h"
-#include "app/store/conversation_store.h"
-#include "app/chat/reply_committer.h"
 #include "app/snapshot_key.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
 #include "app/store/message_stats_json.h"
-#include "engine/model/model_loader.h"
 #include "engine/cache/kv_snapshot.h"
-#include "engine/model/llama_model.h"
-#include "engine/generation/session.h"
 #include "engine/cache/session_pool.h"
+#include "engine/generation/session.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).
@@ -76,7 +76,8 @@ bool run_turn(ChatContext& chat, const std::string& text) {
 
   const auto conversation = chat.store->conversation(chat.conversation_id);
   const QList<app::MessageRecord> in_context = app::messages_in_context(chat.store->messages(chat.conversation_id));
-  const std::vector<ChatMessage> messages = app::chat_messages_for_engine(*conversation, chat.store->messages(chat.conversation_id));
+  const std::vector<ChatMessage> messages =
+      app::chat_messages_for_engine(*conversation, chat.store->messages(chat.conversation_id));
 
   app::MessageRecord reply;
   reply.conversation_id = chat.conversation_id;
@@ -108,19 +109,21 @@ bool run_turn(ChatContext& chat, const std::string& text) {
     chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats),
                                outcome.reply_ids, outcome.reply_vocabulary);
     if (outcome.dropped_messages > 0 && outcome.dropped_messages < static_cast<int>(in_context.size())) {
-      const app::MessageRecord marker = app::context_cut_marker(
-          chat.conversation_id, in_context[outcome.dropped_messages].id, outcome.dropped_messages, outcome.context_limit);
+      const app::MessageRecord marker =
+          app::context_cut_marker(chat.conversation_id, in_context[outcome.dropped_messages].id,
+                                  outcome.dropped_messages, outcome.context_limit);
       chat.store->add_message(marker);
       // The same words as the marker in the window and the exports.
       std::fprintf(stderr, "[%s]\n", marker.text.toUtf8().constData());
     }
     const GenerationStats& s = outcome.stats;
-    std::fprintf(stderr,
-                 "[%d prompt tokens: %d reused (%d restored from disk in %.1f ms), %d prefilled at %.0f tok/s; TTFT %.1f ms; "
-                 "%d tokens at %.1f tok/s; cache %lld tokens (%s); stop: %s]\n",
-                 s.prompt_tokens, s.reused_tokens, s.restored_tokens, s.restore_ms, s.prefilled_tokens, s.prefill_tokens_per_second, s.ttft_ms,
-                 s.generated_tokens, s.decode_tokens_per_second, static_cast<long long>(s.cache_tokens),
-                 to_string(s.cache_mode), to_string(s.stop_reason));
+    std::fprintf(
+        stderr,
+        "[%d prompt tokens: %d reused (%d restored from disk in %.1f ms), %d prefilled at %.0f tok/s; TTFT %.1f ms; "
+        "%d tokens at %.1f tok/s; cache %lld tokens (%s); stop: %s]\n",
+        s.prompt_tokens, s.reused_tokens, s.restored_tokens, s.restore_ms, s.prefilled_tokens,
+        s.prefill_tokens_per_second, s.ttft_ms, s.generated_tokens, s.decode_tokens_per_second,
+        static_cast<long long>(s.cache_tokens), to_string(s.cache_mode), to_string(s.stop_reason));
     return true;
   } catch (const std::exception& error) {
     committer.stop();
@@ -177,8 +180,8 @@ int chat_turns(const ArgParser& parser, const std::function<bool(const std::stri
 }
 
 int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
-  for (const char* local_only : {"model", "kv-cache", "context-limit", "overflow", "threads", "cache-dir", "kv-snapshots",
-                                 "snapshot-budget-mib"})
+  for (const char* local_only : {"model", "kv-cache", "context-limit", "overflow", "threads", "cache-dir",
+                                 "kv-snapshots", "snapshot-budget-mib"})
     if (parser.value(local_only))
       throw UsageError(std::string("--") + local_only + " is the local engine's: it cannot be used with --backend");
   GenerationConfig generation;
@@ -195,7 +198,7 @@ int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
   ensure_core_application();
   QCoreApplication::setApplicationName("kvchat");
   const QString database_path = parser.value("db") ? QString::fromStdString(*parser.value("db"))
-                                                    : app::ConversationStore::default_database_path();
+                                                   : app::ConversationStore::default_database_path();
   const int idle_timeout = parser.int_or("idle-timeout", app::RemoteEndpoint::kDefaultIdleTimeoutSeconds);
   const int reply_timeout = parser.int_or("reply-timeout", app::RemoteEndpoint::kDefaultTotalTimeoutSeconds);
   for (const auto& [option, seconds] :
@@ -217,9 +220,10 @@ int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
 }
 
 int run_chat(const std::vector<std::string>& args) {
-  ArgParser parser({"model", "db", "conversation", "message", "kv-cache", "max-new-tokens", "temperature", "seed",
-                    "context-limit", "overflow", "threads", "system", "cache-dir", "kv-snapshots", "snapshot-budget-mib",
-                    "backend", "api-key", "remote-model", "idle-timeout", "reply-timeout"},
+  ArgParser parser({"model",          "db",          "conversation", "message",       "kv-cache",
+                    "max-new-tokens", "temperature", "seed",         "context-limit", "overflow",
+                    "threads",        "system",      "cache-dir",    "kv-snapshots",  "snapshot-budget-mib",
+                    "backend",        "api-key",     "remote-model", "idle-timeout",  "reply-timeout"},
                    {});
   parser.parse(args);
   // Checked before anything is created: an empty message must not leave an empty conversation behind.
@@ -235,7 +239,8 @@ int run_chat(const std::vector<std::string>& args) {
   if (options.generation.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   try {
     options.generation.cache_mode = kv_cache_mode_from_string(parser.value_or("kv-cache", "on"));
-    options.overflow = app::context_overflow_policy_from_string(QString::fromStdString(parser.value_or("overflow", "stop")));
+    options.overflow =
+        app::context_overflow_policy_from_string(QString::fromStdString(parser.value_or("overflow", "stop")));
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
@@ -264,14 +269,16 @@ int run_chat(const std::vector<std::string>& args) {
   // The desktop app's name, so that the default database is the one the app uses.
   QCoreApplication::setApplicationName("kvchat");
   const QString database_path = parser.value("db") ? QString::fromStdString(*parser.value("db"))
-                                                    : app::ConversationStore::default_database_path();
+                                                   : app::ConversationStore::default_database_path();
 
   const LoadedModel model = load_model(model_directory, LoadOptions{WeightDtype::Float32, threads});
-  if (!model.tokenizer) throw UsageError("model " + model_directory + " has no tokenizer (tokenizer.json or GGUF tokenizer metadata)");
+  if (!model.tokenizer)
+    throw UsageError("model " + model_directory + " has no tokenizer (tokenizer.json or GGUF tokenizer metadata)");
 
   std::shared_ptr<SnapshotStore> snapshots;
   if (snapshots_on && options.generation.cache_mode != KvCacheMode::Off) {
-    const QString directory = cache_dir ? QString::fromStdString(*cache_dir) : app::ChatSettings{}.effective_snapshot_directory();
+    const QString directory =
+        cache_dir ? QString::fromStdString(*cache_dir) : app::ChatSettings{}.effective_snapshot_directory();
     try {
       snapshots = app::open_snapshot_store(directory.toStdString(), snapshot_budget_mib << 20, *model.model);
     } catch (const SnapshotError& error) {

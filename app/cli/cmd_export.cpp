@@ -50,13 +50,13 @@ int run_export(const std::vector<std::string>& args) {
   // if it were the whole conversation.
   if (!store->damage().isEmpty()) {
     const QString missing = store->missing_messages(conversation_id);
-    std::fprintf(stderr,
-                 "kvchat-cli export: error: conversation store %s is damaged (%s). Conversation %lld: %s; the export "
-                 "holds the %lld message(s) that could be read\n",
-                 store->path().toUtf8().constData(), store->damage().toUtf8().constData(), conversation_id,
-                 missing.isEmpty() ? "no message is known to be missing, but others may be"
-                                   : missing.toUtf8().constData(),
-                 static_cast<long long>(messages.size()));
+    std::fprintf(
+        stderr,
+        "kvchat-cli export: error: conversation store %s is damaged (%s). Conversation %lld: %s; the export "
+        "holds the %lld message(s) that could be read\n",
+        store->path().toUtf8().constData(), store->damage().toUtf8().constData(), conversation_id,
+        missing.isEmpty() ? "no message is known to be missing, but others may be" : missing.toUtf8().constData(),
+        static_cast<long long>(messages.size()));
     return 1;
   }
   return 0;

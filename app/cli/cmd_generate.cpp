@@ -5,11 +5,11 @@
 
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
+#include "engine/generation/generation_stats_json.h"
+#include "engine/generation/session.h"
+#include "engine/model/llama_model.h"
 #include "engine/text/chat_prompt.h"
 #include "engine/text/regular_file.h"
-#include "engine/model/llama_model.h"
-#include "engine/generation/session.h"
-#include "engine/generation/generation_stats_json.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).
@@ -56,8 +56,8 @@ const char* kUsage =
     "messages' text never does. Without a template the contents are joined as plain text.";
 
 int run_generate(const std::vector<std::string>& args) {
-  ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "temperature", "top-k",
-                                       "top-p", "min-p", "repeat-penalty", "seed"}),
+  ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "temperature",
+                                       "top-k", "top-p", "min-p", "repeat-penalty", "seed"}),
                    {"json"});
   parser.parse(args);
   // Every option is checked before the (possibly large) model is loaded.
@@ -66,8 +66,8 @@ int run_generate(const std::vector<std::string>& args) {
   if (config.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   config.cache_mode = cache_mode_from_option(parser.value_or("kv-cache", "on"));
   config.sampling = sampling_from_options(parser);
-  const int prompt_options = int(bool(parser.value("prompt-ids"))) + int(bool(parser.value("prompt"))) +
-                             int(bool(parser.value("messages")));
+  const int prompt_options =
+      int(bool(parser.value("prompt-ids"))) + int(bool(parser.value("prompt"))) + int(bool(parser.value("messages")));
   if (prompt_options == 0) throw UsageError("missing --prompt-ids, --prompt or --messages");
   if (prompt_options > 1) throw UsageError("give one of --prompt-ids, --prompt and --messages");
   std::vector<ChatMessage> messages;
@@ -83,14 +83,18 @@ int run_generate(const std::vector<std::string>& args) {
       prompt.push_back(static_cast<TokenId>(id));
     }
   } else if (!messages.empty()) {
-    if (!source.tokenizer) throw UsageError("--messages needs a tokenizer: a model directory with tokenizer.json or a GGUF file with tokenizer metadata");
+    if (!source.tokenizer)
+      throw UsageError(
+          "--messages needs a tokenizer: a model directory with tokenizer.json or a GGUF file with tokenizer metadata");
     try {
       prompt = encode_messages(source, messages);
     } catch (const std::exception& error) {
       throw UsageError(std::string("--messages: the model's chat template cannot render them: ") + error.what());
     }
   } else if (auto text = parser.value("prompt")) {
-    if (!source.tokenizer) throw UsageError("--prompt needs a tokenizer: a model directory with tokenizer.json or a GGUF file with tokenizer metadata");
+    if (!source.tokenizer)
+      throw UsageError(
+          "--prompt needs a tokenizer: a model directory with tokenizer.json or a GGUF file with tokenizer metadata");
     prompt = source.tokenizer->encode(*text, /*add_special_tokens=*/true, /*parse_special=*/false);
   } else {
     throw UsageError("missing --prompt-ids or --prompt");
@@ -118,15 +122,17 @@ int run_generate(const std::vector<std::string>& args) {
       std::cout << "\n";
     }
     const GenerationStats& s = result.stats;
-    std::cerr << "prompt " << s.prompt_tokens << " tok, prefill " << s.prefill_ms << " ms (" << s.prefill_tokens_per_second
-              << " tok/s), ttft " << s.ttft_ms << " ms, generated " << s.generated_tokens << " tok at "
-              << s.decode_tokens_per_second << " tok/s, cache " << s.cache_tokens << " tok / " << s.cache_bytes
-              << " bytes (" << to_string(s.cache_mode) << "), stop: " << to_string(s.stop_reason) << "\n";
+    std::cerr << "prompt " << s.prompt_tokens << " tok, prefill " << s.prefill_ms << " ms ("
+              << s.prefill_tokens_per_second << " tok/s), ttft " << s.ttft_ms << " ms, generated " << s.generated_tokens
+              << " tok at " << s.decode_tokens_per_second << " tok/s, cache " << s.cache_tokens << " tok / "
+              << s.cache_bytes << " bytes (" << to_string(s.cache_mode) << "), stop: " << to_string(s.stop_reason)
+              << "\n";
   }
   return 0;
 }
 
-const CliRegistration registration({"generate", "generate tokens from a prompt (greedy or sampled)", kUsage, run_generate});
+const CliRegistration registration({"generate", "generate tokens from a prompt (greedy or sampled)", kUsage,
+                                    run_generate});
 
 }  // namespace generate_command
 }  // namespace kvchat::cli

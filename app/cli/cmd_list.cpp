@@ -19,13 +19,15 @@ QString printable_title(const QString& title) {
   out.reserve(title.size());
   for (const QChar c : title) {
     const char16_t code = c.unicode();
-    if (code == '\t' || code == '\n' || code == '\r') out += QLatin1Char(' ');
+    if (code == '\t' || code == '\n' || code == '\r')
+      out += QLatin1Char(' ');
     else if (code < 0x20 || (code >= 0x7F && code <= 0x9F))
       out += QStringLiteral("\\x%1").arg(static_cast<int>(code), 2, 16, QLatin1Char('0'));
     else if ((code >= 0x202A && code <= 0x202E) || (code >= 0x2066 && code <= 0x2069) || code == 0x200E ||
              code == 0x200F || code == 0x061C || code == 0x2028 || code == 0x2029)
       out += QStringLiteral("\\u%1").arg(static_cast<int>(code), 4, 16, QLatin1Char('0'));
-    else out += c;
+    else
+      out += c;
   }
   return out;
 }

@@ -6,8 +6,8 @@
 #include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "app/cli/cli_command.h"
 #include "app/cli/tokenizer_source.h"

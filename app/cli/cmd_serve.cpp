@@ -16,9 +16,9 @@
 #include "app/settings.h"
 #include "app/snapshot_key.h"
 #include "engine/cache/kv_snapshot.h"
+#include "engine/cache/snapshot_store.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
-#include "engine/cache/snapshot_store.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).
@@ -105,10 +105,10 @@ int bounded_option(const ArgParser& parser, const std::string& name, int fallbac
 }
 
 int run_serve(const std::vector<std::string>& args) {
-  ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
-                    "max-body-mib", "memory-budget-mib", "threads", "cors-origin", "header-timeout-s",
-                    "body-timeout-s"},
-                   {});
+  ArgParser parser(
+      {"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id", "max-body-mib",
+       "memory-budget-mib", "threads", "cors-origin", "header-timeout-s", "body-timeout-s"},
+      {});
   parser.parse(args);
   const std::string model_path = parser.required("model");
   app::openai::ServerOptions options;
@@ -129,8 +129,10 @@ int run_serve(const std::vector<std::string>& args) {
       const std::size_t end = std::min(options.cors_origin.find(',', start), options.cors_origin.size());
       const std::string origin = options.cors_origin.substr(start, end - start);
       if (origin.find("http://") == std::string::npos && origin.find("https://") == std::string::npos)
-        throw UsageError("--cors-origin takes * or origins such as https://chat.example.org:3000 (several separated "
-                         "by commas), got '" + origin + "'");
+        throw UsageError(
+            "--cors-origin takes * or origins such as https://chat.example.org:3000 (several separated "
+            "by commas), got '" +
+            origin + "'");
       start = end + 1;
     } while (start <= options.cors_origin.size());
   }
@@ -160,7 +162,8 @@ int run_serve(const std::vector<std::string>& args) {
   SignalStopper signals;  // destroyed before the server
   signals.stop_on_signal(server);
   std::fprintf(stderr, "listening on http://%s:%d (model id %s, KV cache budget %lld MiB)\n", options.host.c_str(),
-               server.bound_port(), options.model_id.c_str(), static_cast<long long>(options.memory_budget_bytes / kMiB));
+               server.bound_port(), options.model_id.c_str(),
+               static_cast<long long>(options.memory_budget_bytes / kMiB));
   std::fflush(stderr);
   server.serve();
   spdlog::info("server stopped");

@@ -47,7 +47,8 @@ int option_at_least(const ArgParser& parser, const std::string& name, int fallba
 }
 
 int run_serve_bench(const std::vector<std::string>& args) {
-  ArgParser parser({"model", "clients", "requests", "parallel", "max-tokens", "memory-budget-mib", "threads"}, {"json"});
+  ArgParser parser({"model", "clients", "requests", "parallel", "max-tokens", "memory-budget-mib", "threads"},
+                   {"json"});
   parser.parse(args);
   LoadPlan plan;
   plan.clients = option_at_least(parser, "clients", 8, 1);
@@ -66,7 +67,8 @@ int run_serve_bench(const std::vector<std::string>& args) {
 
   spdlog::set_level(spdlog::level::warn);  // one line per request would bury the figures
   const LoadedModel model = load_model(model_path.toStdString(), LoadOptions{WeightDtype::Float32, threads});
-  if (!model.tokenizer) throw UsageError("model " + model_path.toStdString() + " has no tokenizer, so it cannot serve chat");
+  if (!model.tokenizer)
+    throw UsageError("model " + model_path.toStdString() + " has no tokenizer, so it cannot serve chat");
   const std::int64_t rss_after_load = current_rss_bytes();
   app::openai::OpenAiServer server(model, nullptr, options);
   server.bind();
@@ -101,40 +103,56 @@ int run_serve_bench(const std::vector<std::string>& args) {
     ttft.push_back(request.ttft_ms);
   }
   const double seconds = std::max(load.wall_seconds, 1e-9);
-  nlohmann::ordered_json out = {
-      {"model", options.model_id}, {"clients", plan.clients}, {"requests_per_client", plan.requests_per_client},
-      {"parallel", options.parallel}, {"max_tokens", plan.max_tokens}, {"threads", threads},
-      {"requests", load.requests.size()}, {"failed", failed}, {"conversations_restarted", load.conversations_restarted},
-      {"wall_s", load.wall_seconds}, {"requests_per_s", double(load.requests.size() - failed) / seconds},
-      {"generated_tokens", generated}, {"generated_tokens_per_s", double(generated) / seconds},
-      {"ttft_p50_ms", quantile(ttft, 0.50)}, {"ttft_p99_ms", quantile(ttft, 0.99)},
-      {"prompt_tokens", prompt}, {"cached_tokens", cached}, {"cached_share", prompt > 0 ? double(cached) / double(prompt) : 0.0},
-      {"peak_rss_mib", peak_rss_bytes() / kMiB}, {"rss_after_model_load_mib", rss_after_load / kMiB},
-      {"kv_cache_peak_mib", peak_cache_bytes / kMiB}, {"kv_cache_budget_mib", options.memory_budget_bytes / kMiB},
-      {"kv_cache_evictions", status.evictions}};
+  nlohmann::ordered_json out = {{"model", options.model_id},
+                                {"clients", plan.clients},
+                                {"requests_per_client", plan.requests_per_client},
+                                {"parallel", options.parallel},
+                                {"max_tokens", plan.max_tokens},
+                                {"threads", threads},
+                                {"requests", load.requests.size()},
+                                {"failed", failed},
+                                {"conversations_restarted", load.conversations_restarted},
+                                {"wall_s", load.wall_seconds},
+                                {"requests_per_s", double(load.requests.size() - failed) / seconds},
+                                {"generated_tokens", generated},
+                                {"generated_tokens_per_s", double(generated) / seconds},
+                                {"ttft_p50_ms", quantile(ttft, 0.50)},
+                                {"ttft_p99_ms", quantile(ttft, 0.99)},
+                                {"prompt_tokens", prompt},
+                                {"cached_tokens", cached},
+                                {"cached_share", prompt > 0 ? double(cached) / double(prompt) : 0.0},
+                                {"peak_rss_mib", peak_rss_bytes() / kMiB},
+                                {"rss_after_model_load_mib", rss_after_load / kMiB},
+                                {"kv_cache_peak_mib", peak_cache_bytes / kMiB},
+                                {"kv_cache_budget_mib", options.memory_budget_bytes / kMiB},
+                                {"kv_cache_evictions", status.evictions}};
   if (!first_error.empty()) out["first_error"] = first_error;
   if (parser.has("json")) {
     std::cout << out.dump() << std::endl;
     return failed == 0 ? 0 : 1;
   }
   std::printf("serve-bench: model %s, %d clients x %d requests, parallel %d, max_tokens %d, threads %d\n",
-              options.model_id.c_str(), plan.clients, plan.requests_per_client, options.parallel, plan.max_tokens, threads);
-  std::printf("requests: %zu, failed %d, conversations restarted at the context limit %d\n", load.requests.size(), failed,
-              load.conversations_restarted);
-  std::printf("throughput: %.1f requests/s, %.0f generated tokens/s (%.2f s wall)\n", out["requests_per_s"].get<double>(),
-              out["generated_tokens_per_s"].get<double>(), load.wall_seconds);
+              options.model_id.c_str(), plan.clients, plan.requests_per_client, options.parallel, plan.max_tokens,
+              threads);
+  std::printf("requests: %zu, failed %d, conversations restarted at the context limit %d\n", load.requests.size(),
+              failed, load.conversations_restarted);
+  std::printf("throughput: %.1f requests/s, %.0f generated tokens/s (%.2f s wall)\n",
+              out["requests_per_s"].get<double>(), out["generated_tokens_per_s"].get<double>(), load.wall_seconds);
   std::printf("ttft: p50 %.1f ms, p99 %.1f ms\n", quantile(ttft, 0.50), quantile(ttft, 0.99));
   std::printf("cached tokens: %lld of %lld prompt tokens (%.1f %%)\n", cached, prompt,
               100.0 * out["cached_share"].get<double>());
-  std::printf("memory: peak RSS %.1f MiB (%.1f MiB after loading the model); KV caches at most %.2f MiB, budget %.1f MiB, %lld evictions\n",
-              out["peak_rss_mib"].get<double>(), rss_after_load / kMiB, peak_cache_bytes / kMiB,
-              options.memory_budget_bytes / kMiB, static_cast<long long>(status.evictions));
+  std::printf(
+      "memory: peak RSS %.1f MiB (%.1f MiB after loading the model); KV caches at most %.2f MiB, budget %.1f MiB, %lld "
+      "evictions\n",
+      out["peak_rss_mib"].get<double>(), rss_after_load / kMiB, peak_cache_bytes / kMiB,
+      options.memory_budget_bytes / kMiB, static_cast<long long>(status.evictions));
   if (!first_error.empty()) std::printf("first failure: %s\n", first_error.c_str());
   return failed == 0 ? 0 : 1;
 }
 
-const CliRegistration registration({"serve-bench", "load-test the OpenAI server in-process (throughput, TTFT, cache reuse)",
-                                    kUsage, run_serve_bench});
+const CliRegistration registration({"serve-bench",
+                                    "load-test the OpenAI server in-process (throughput, TTFT, cache reuse)", kUsage,
+                                    run_serve_bench});
 
 }  // namespace serve_bench_command
 }  // namespace kvchat::cli

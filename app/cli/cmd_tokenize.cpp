@@ -34,10 +34,11 @@ std::optional<bool> optional_flag(const json& request, const char* field) {
 }
 
 json encode_request(const Tokenizer& tokenizer, const json& request) {
-  if (!request.contains("text") || !request["text"].is_string()) throw std::invalid_argument("missing string field 'text'");
-  auto ids = tokenizer.encode(request["text"].get<std::string>(),
-                              optional_flag(request, "add_special_tokens").value_or(true),
-                              optional_flag(request, "parse_special").value_or(false));
+  if (!request.contains("text") || !request["text"].is_string())
+    throw std::invalid_argument("missing string field 'text'");
+  auto ids =
+      tokenizer.encode(request["text"].get<std::string>(), optional_flag(request, "add_special_tokens").value_or(true),
+                       optional_flag(request, "parse_special").value_or(false));
   return json{{"ids", ids}};
 }
 

@@ -20,9 +20,7 @@ namespace tokenizer_bench_command {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::string default_corpus_path() {
   const char* shared = std::getenv("KVCHAT_SHARED_DIR");
@@ -46,7 +44,8 @@ std::vector<std::string> corpus_strings(const std::string& path) {
     if (item.contains("text") && item["text"].is_string() && !item["text"].get<std::string>().empty())
       strings.push_back(item["text"].get<std::string>());
   for (const auto& conversation : corpus.value("chats", nlohmann::json::array())) {
-    const auto& messages = conversation.is_object() ? conversation.value("messages", nlohmann::json::array()) : conversation;
+    const auto& messages =
+        conversation.is_object() ? conversation.value("messages", nlohmann::json::array()) : conversation;
     for (const auto& message : messages)
       if (message.is_object() && message.contains("content") && message["content"].is_string())
         strings.push_back(message["content"].get<std::string>());

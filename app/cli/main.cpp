@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/compute/process_setup.h"
 #include "app/cli/cli_command.h"
+#include "engine/compute/process_setup.h"
 
 namespace {
 

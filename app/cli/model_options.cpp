@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "engine/compute/compute_options.h"
-#include "engine/model/llama_model.h"
 #include "engine/compute/process_setup.h"
+#include "engine/model/llama_model.h"
 
 namespace kvchat::cli {
 
@@ -16,9 +16,9 @@ namespace {
 
 // The GGUF types random weights can be made in, by their --dtype names.
 const std::pair<const char*, GgufType> kGgufStorage[] = {
-    {"f16", GgufType::F16},   {"q8_0", GgufType::Q8_0}, {"q4_0", GgufType::Q4_0}, {"q4_1", GgufType::Q4_1},
-    {"q5_0", GgufType::Q5_0}, {"q5_1", GgufType::Q5_1}, {"q4_k", GgufType::Q4_K}, {"q5_k", GgufType::Q5_K},
-    {"q6_k", GgufType::Q6_K},
+    {"f16", GgufType::F16},   {"q8_0", GgufType::Q8_0}, {"q4_0", GgufType::Q4_0},
+    {"q4_1", GgufType::Q4_1}, {"q5_0", GgufType::Q5_0}, {"q5_1", GgufType::Q5_1},
+    {"q4_k", GgufType::Q4_K}, {"q5_k", GgufType::Q5_K}, {"q6_k", GgufType::Q6_K},
 };
 
 std::string accepted_storage_names() {
@@ -74,7 +74,8 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStora
   auto random_config = parser.value("random-weights");
   if (model_dir && random_config) throw UsageError("give --model or --random-weights, not both");
   if (model_dir && storage.gguf_type)
-    throw UsageError("--dtype " + storage.name + " is for --random-weights only: a model keeps its own types "
+    throw UsageError("--dtype " + storage.name +
+                     " is for --random-weights only: a model keeps its own types "
                      "(a GGUF file its stored ones, a directory f32 or bf16)");
   if (model_dir) {
     LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads});

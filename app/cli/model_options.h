@@ -16,8 +16,8 @@
 namespace kvchat::cli {
 
 struct ModelSource {
-  std::string description;                     // the directory, or "random <config>"
-  std::string weight_format;                   // a GGUF file's own ("Q4_K_M", ...); empty otherwise
+  std::string description;    // the directory, or "random <config>"
+  std::string weight_format;  // a GGUF file's own ("Q4_K_M", ...); empty otherwise
   std::shared_ptr<const LlamaModel> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null for random weights
   ChatFormatter formatter = ChatFormatter::plain();

@@ -20,10 +20,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-const char* const kOpenings[] = {"Once upon a time", "Tom had a red ball", "Lily saw a big dog", "The sun was hot",
-                                 "A little bird sang", "One day, a cat", "Mia liked to run", "Ben found a box"};
-const char* const kFollowUps[] = {" Then the", " The next day", " She said", " After that", " They went to",
-                                  " But the", " He was happy", " So they"};
+const char* const kOpenings[] = {"Once upon a time",   "Tom had a red ball", "Lily saw a big dog", "The sun was hot",
+                                 "A little bird sang", "One day, a cat",     "Mia liked to run",   "Ben found a box"};
+const char* const kFollowUps[] = {" Then the",     " The next day", " She said",     " After that",
+                                  " They went to", " But the",      " He was happy", " So they"};
 
 json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
 
@@ -34,8 +34,9 @@ double milliseconds_since(Clock::time_point start) {
 // One streamed request; the reply text goes to `reply`.
 RequestOutcome stream_request(httplib::Client& client, const LoadPlan& plan, const json& messages, std::string* reply) {
   RequestOutcome outcome;
-  const json body = {{"model", plan.model_id},         {"messages", messages}, {"temperature", 0},
-                     {"max_tokens", plan.max_tokens}, {"stream", true},       {"stream_options", {{"include_usage", true}}}};
+  const json body = {{"model", plan.model_id}, {"messages", messages},
+                     {"temperature", 0},       {"max_tokens", plan.max_tokens},
+                     {"stream", true},         {"stream_options", {{"include_usage", true}}}};
   httplib::Request request;
   request.method = "POST";
   request.path = "/v1/chat/completions";
@@ -107,8 +108,8 @@ LoadResult run_load(const LoadPlan& plan, const std::function<void()>& after_req
         const RequestOutcome outcome = stream_request(client, plan, messages, &reply);
         bool restarted = false;
         // The next request adds this reply and a user message: start over before it cannot fit.
-        if (plan.context_length > 0 && outcome.prompt_tokens + outcome.completion_tokens + 2 * plan.max_tokens + 16 >
-                                           plan.context_length) {
+        if (plan.context_length > 0 &&
+            outcome.prompt_tokens + outcome.completion_tokens + 2 * plan.max_tokens + 16 > plan.context_length) {
           messages = json::array({user(opening)});
           restarted = true;
         } else {

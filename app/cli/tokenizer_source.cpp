@@ -13,11 +13,13 @@ bool is_gguf_tokenizer_source(const std::string& path) {
   std::error_code error;
   if (fs::is_directory(path, error)) return false;
   if (!fs::exists(path, error)) throw std::runtime_error("tokenizer not found: " + path);
-  if (!fs::is_regular_file(path, error)) throw std::runtime_error(path + " is neither a tokenizer folder nor a GGUF file");
+  if (!fs::is_regular_file(path, error))
+    throw std::runtime_error(path + " is neither a tokenizer folder nor a GGUF file");
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   if (!in.read(magic, 4) || std::string(magic, 4) != "GGUF")
-    throw std::runtime_error(path + " is not a GGUF file (it does not start with the GGUF magic) and not a tokenizer folder");
+    throw std::runtime_error(path +
+                             " is not a GGUF file (it does not start with the GGUF magic) and not a tokenizer folder");
   return true;
 }
 

@@ -42,8 +42,7 @@ bool has_addresses(int socket, const std::string& local_address, int local_port,
       !address_of(address, &host, &port) || port != remote_port || host != remote_address)
     return false;
   length = sizeof address;
-  if (::getsockname(socket, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
-      !address_of(address, &host, &port))
+  if (::getsockname(socket, reinterpret_cast<sockaddr*>(&address), &length) != 0 || !address_of(address, &host, &port))
     return false;
   return port == local_port && host == local_address;
 }

@@ -7,14 +7,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <optional>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
+#include <thread>
 
-#include "app/server/broken_pipe.h"
 #include "app/remote/remote_stream.h"
+#include "app/server/broken_pipe.h"
 
 namespace kvchat::app {
 
@@ -136,7 +136,9 @@ class RequestWatch {
   enum class Reason { None, Stopped, Idle, Total };
 
   RequestWatch(httplib::Client& client, const std::atomic<bool>* stop, int idle_seconds, int total_seconds)
-      : client_(client), stop_(stop), idle_(std::chrono::seconds(idle_seconds)),
+      : client_(client),
+        stop_(stop),
+        idle_(std::chrono::seconds(idle_seconds)),
         deadline_(Clock::now() + std::chrono::seconds(total_seconds)) {
     arrived();
     thread_ = std::thread([this] { run(); });
@@ -229,11 +231,12 @@ std::vector<std::string> list_models(const RemoteEndpoint& endpoint) {
     throw RemoteError("the server at " + endpoint.base_url + " answered /models with " +
                       (problem == "not JSON" ? "something other than JSON: " + server_message(body) : problem));
   if (!parsed.is_object() || !parsed.contains("data") || !parsed["data"].is_array())
-    throw RemoteError("the server at " + endpoint.base_url + " answered /models without a \"data\" list: " +
-                      server_message(body));
+    throw RemoteError("the server at " + endpoint.base_url +
+                      " answered /models without a \"data\" list: " + server_message(body));
   std::vector<std::string> models;
   for (const json& entry : parsed["data"])
-    if (entry.is_object() && entry.contains("id") && entry["id"].is_string()) models.push_back(entry["id"].get<std::string>());
+    if (entry.is_object() && entry.contains("id") && entry["id"].is_string())
+      models.push_back(entry["id"].get<std::string>());
   return models;
 }
 
@@ -316,9 +319,10 @@ RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatM
     if (!result && status == 0 && ended_by == RequestWatch::Reason::None)
       throw RemoteError("cannot reach " + endpoint.base_url + ": " + transport_failure(result.error()));
     if (extensions && refuses_an_extension(status, error_body) && ended_by == RequestWatch::Reason::None) {
-      spdlog::warn("the server at {} refused a sampling field ({}): asking again without top_k, min_p and the "
-                   "repetition penalty, which it will not be sent again",
-                   endpoint.base_url, server_message(error_body));
+      spdlog::warn(
+          "the server at {} refused a sampling field ({}): asking again without top_k, min_p and the "
+          "repetition penalty, which it will not be sent again",
+          endpoint.base_url, server_message(error_body));
       {
         std::lock_guard<std::mutex> lock(refused_extensions_mutex);
         servers_refusing_extensions().insert(endpoint.base_url);

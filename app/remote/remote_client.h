@@ -66,17 +66,17 @@ std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint);
 // What a remote reply came to. Token counts and timings are the server's where it reported them
 // (usage, usage.prompt_tokens_details.cached_tokens, llama.cpp's or kvchat's "timings"), else measured here.
 struct RemoteReply {
-  std::string model;            // the model that answered
-  std::string text;             // every chunk received, also when the reply was interrupted
-  GenerationStats stats;        // prompt/generated tokens, reused_tokens = cached_tokens, ttft, tok/s
-  bool usage_reported = false;  // prompt and generated tokens come from the server's usage
+  std::string model;                 // the model that answered
+  std::string text;                  // every chunk received, also when the reply was interrupted
+  GenerationStats stats;             // prompt/generated tokens, reused_tokens = cached_tokens, ttft, tok/s
+  bool usage_reported = false;       // prompt and generated tokens come from the server's usage
   std::optional<int> cached_tokens;  // the server said how many prompt tokens it had cached
-  bool server_timings = false;  // ttft and speeds come from the server's timings, not the client's clock
+  bool server_timings = false;       // ttft and speeds come from the server's timings, not the client's clock
   // Not empty: the reply was cut short after it had started (the connection broke, a timeout, a limit);
   // `text` is what arrived before.
   std::string interruption;
-  bool invalid_utf8 = false;   // some events held bytes that are not UTF-8: `text` has U+FFFD in their place
-  int unreadable_events = 0;   // events that were not JSON (their text, if any, is missing from `text`)
+  bool invalid_utf8 = false;  // some events held bytes that are not UTF-8: `text` has U+FFFD in their place
+  int unreadable_events = 0;  // events that were not JSON (their text, if any, is missing from `text`)
   // Not empty: the server's usage or timings held values that are no token counts or durations (the
   // figures are then the client's own); says which.
   std::string rejected_figures;

@@ -53,8 +53,7 @@ void RemoteWorker::runTurn(const TurnRequest& request, const RemoteEndpoint& end
         stream_remote_chat(endpoint, request.messages, request.generation, request.stop.get(), on_chunk);
     if (!batch.isEmpty()) Q_EMIT textReady(turn_id, batch);
     Q_EMIT replyDetails(turn_id, QString::fromStdString(displayed_base_url(endpoint.base_url)),
-                        QString::fromStdString(reply.model),
-                        stats_details(reply));
+                        QString::fromStdString(reply.model), stats_details(reply));
     if (!reply.interruption.empty())
       Q_EMIT interrupted(turn_id, QString::fromStdString(reply.interruption), reply.stats);
     else

@@ -15,11 +15,11 @@
 namespace kvchat::app {
 
 // Keys of a remote reply's stats JSON, next to the GenerationStats ones (stats_json.h).
-inline constexpr const char* kStatsBackendKey = "backend";            // "remote"
-inline constexpr const char* kStatsCachedTokensKey = "cached_tokens";  // only when the server reported it
-inline constexpr const char* kStatsFiguresKey = "figures";            // "server" or "client": whose timings
-inline constexpr const char* kStatsInterruptedKey = "interrupted";    // true: the reply was cut short
-inline constexpr const char* kStatsInvalidUtf8Key = "invalid_utf8";   // true: bytes not UTF-8 became U+FFFD
+inline constexpr const char* kStatsBackendKey = "backend";                     // "remote"
+inline constexpr const char* kStatsCachedTokensKey = "cached_tokens";          // only when the server reported it
+inline constexpr const char* kStatsFiguresKey = "figures";                     // "server" or "client": whose timings
+inline constexpr const char* kStatsInterruptedKey = "interrupted";             // true: the reply was cut short
+inline constexpr const char* kStatsInvalidUtf8Key = "invalid_utf8";            // true: bytes not UTF-8 became U+FFFD
 inline constexpr const char* kStatsUnreadableEventsKey = "unreadable_events";  // events that were not JSON
 inline constexpr const char* kStatsRejectedFiguresKey = "rejected_figures";    // why the server's figures were not used
 inline constexpr const char* kStatsUnsentSettingsKey = "unsent_settings";      // settings the server refused

@@ -84,9 +84,7 @@ LocalServer::~LocalServer() {
   for (auto& stopping : stopping_) stopping->joiner.join();
 }
 
-QString LocalServer::url() const {
-  return server_ ? QStringLiteral("http://127.0.0.1:%1").arg(port_) : QString();
-}
+QString LocalServer::url() const { return server_ ? QStringLiteral("http://127.0.0.1:%1").arg(port_) : QString(); }
 
 void LocalServer::apply(const LocalServerSettings& settings, std::shared_ptr<const LoadedModel> model,
                         std::int64_t budget_bytes) {
@@ -115,7 +113,8 @@ void LocalServer::start(const LocalServerSettings& settings, std::shared_ptr<con
     port_ = server->bound_port();
     server_ = std::move(server);
   } catch (const std::exception& error) {
-    const QString message = tr("Cannot serve the model on localhost:%1: %2").arg(settings.port).arg(QString::fromStdString(error.what()));
+    const QString message =
+        tr("Cannot serve the model on localhost:%1: %2").arg(settings.port).arg(QString::fromStdString(error.what()));
     spdlog::error("{}", message.toStdString());
     Q_EMIT failed(message);
     return;

@@ -51,7 +51,8 @@ double number_in(const json& object, const char* name, double low, double high, 
   if (!value) return fallback;
   const double number = value->get<double>();
   if (number < low || number > high)
-    throw invalid(name, std::string("'") + name + "' must be between " + json(low).dump() + " and " + json(high).dump());
+    throw invalid(name,
+                  std::string("'") + name + "' must be between " + json(low).dump() + " and " + json(high).dump());
   return number;
 }
 
@@ -83,8 +84,8 @@ int parse_max_tokens(const json& object) {
     // An unsigned value over 2^63 reads as negative as a signed one: compare it unsigned.
     if ((value->is_number_unsigned() && value->get<std::uint64_t>() > std::uint64_t(kMaxTokens)) ||
         (!value->is_number_unsigned() && value->get<std::int64_t>() > kMaxTokens))
-      throw invalid(name, std::string("'") + name + "' must be at most " + std::to_string(kMaxTokens) + ", got " +
-                              value->dump());
+      throw invalid(
+          name, std::string("'") + name + "' must be at most " + std::to_string(kMaxTokens) + ", got " + value->dump());
     if (value->get<std::int64_t>() < 1)
       throw invalid(name, std::string("'") + name + "' must be at least 1, got " + value->dump());
     max_tokens = value->get<int>();
@@ -102,8 +103,8 @@ SamplingRequest parse_sampling(const json& object) {
   request.top_p = static_cast<float>(number_in(object, "top_p", 0.0, 1.0, 1.0));
   if (request.top_p <= 0.0f) throw invalid("top_p", "'top_p' must be greater than 0");
   if (const json* seed = field(object, "seed", &json::is_number_integer, "an integer"))
-    request.seed = seed->is_number_unsigned() ? seed->get<std::uint64_t>()
-                                              : static_cast<std::uint64_t>(seed->get<std::int64_t>());
+    request.seed =
+        seed->is_number_unsigned() ? seed->get<std::uint64_t>() : static_cast<std::uint64_t>(seed->get<std::int64_t>());
   request.stop = parse_stop(object);
   if (const json* top_k = field(object, "top_k", &json::is_number_integer, "an integer")) {
     if (top_k->get<std::int64_t>() < -1 || top_k->get<std::int64_t>() > (1 << 24))
@@ -122,13 +123,15 @@ SamplingRequest parse_sampling(const json& object) {
   if (const json* window = field(object, "repeat_last_n", &json::is_number_integer, "an integer")) {
     // llama-server's meaning: -1 the whole context, 0 no penalty, n the last n tokens.
     const std::int64_t last_n = window->get<std::int64_t>();
-    if (last_n < -1 || last_n > (1 << 24)) throw invalid("repeat_last_n", "'repeat_last_n' must be between -1 and 16777216");
+    if (last_n < -1 || last_n > (1 << 24))
+      throw invalid("repeat_last_n", "'repeat_last_n' must be between -1 and 16777216");
     if (last_n == 0) request.repetition_penalty = 1.0f;
     request.repetition_window = last_n == -1 ? 0 : static_cast<int>(last_n);
   }
   if (const json* n = field(object, "n", &json::is_number_integer, "an integer"); n && n->get<std::int64_t>() != 1)
     throw invalid("n", "only n = 1 is supported");
-  if (const json* stream = field(object, "stream", &json::is_boolean, "a boolean")) request.stream = stream->get<bool>();
+  if (const json* stream = field(object, "stream", &json::is_boolean, "a boolean"))
+    request.stream = stream->get<bool>();
   if (const json* options = field(object, "stream_options", &json::is_object, "an object"))
     if (const json* usage = field(*options, "include_usage", &json::is_boolean, "a boolean"))
       request.include_usage = usage->get<bool>();
@@ -168,11 +171,26 @@ struct KnownField {
 
 const std::vector<KnownField>& sampling_fields() {
   static const std::vector<KnownField> fields = {
-      {"model"}, {"max_tokens"}, {"max_completion_tokens"}, {"temperature"}, {"top_p"}, {"seed"}, {"stop"},
-      {"n"}, {"stream"}, {"stream_options"}, {"top_k"}, {"min_p"}, {"repetition_penalty"}, {"repeat_penalty"},
+      {"model"},
+      {"max_tokens"},
+      {"max_completion_tokens"},
+      {"temperature"},
+      {"top_p"},
+      {"seed"},
+      {"stop"},
+      {"n"},
+      {"stream"},
+      {"stream_options"},
+      {"top_k"},
+      {"min_p"},
+      {"repetition_penalty"},
+      {"repeat_penalty"},
       {"repeat_last_n"},
       // What only OpenAI's own service does with them: abuse monitoring, its stored completions, its tiers.
-      {"user"}, {"metadata"}, {"safety_identifier"}, {"prompt_cache_key"},
+      {"user"},
+      {"metadata"},
+      {"safety_identifier"},
+      {"prompt_cache_key"},
       {"service_tier", {"auto", "default"}, "this server has one service tier"},
       {"store", {}, "this server stores no completions"},
       {"frequency_penalty", {}, "use repetition_penalty (or repeat_penalty with repeat_last_n) instead"},
@@ -222,10 +240,11 @@ void check_fields(const json& object, const std::vector<KnownField>& endpoint_fi
       for (const KnownField& candidate : *list)
         if (it.key() == candidate.name) known = &candidate;
     if (!known)
-      throw ApiError(400, "unknown field '" + it.key() + "': this server does not implement it", "invalid_request_error",
-                     it.key(), "unknown_field");
+      throw ApiError(400, "unknown field '" + it.key() + "': this server does not implement it",
+                     "invalid_request_error", it.key(), "unknown_field");
     if (!known->why_refused || asks_for_nothing(*it)) continue;
-    if (std::find(known->also_accepted.begin(), known->also_accepted.end(), *it) != known->also_accepted.end()) continue;
+    if (std::find(known->also_accepted.begin(), known->also_accepted.end(), *it) != known->also_accepted.end())
+      continue;
     throw ApiError(400, "'" + it.key() + "' " + it->dump() + " is not supported: " + known->why_refused,
                    "invalid_request_error", it.key(), "unsupported_field");
   }
@@ -292,8 +311,9 @@ CompletionRequest parse_completion_request(const std::string& body) {
     request.sampling.top_logprobs = logprobs->get<int>();
   }
   // A string, an array of one string, an array of token ids, or an array of one such array.
-  const char* kPromptForms = "'prompt' must be a non-empty string, an array of token ids, or an array holding one of "
-                             "those (one prompt per request)";
+  const char* kPromptForms =
+      "'prompt' must be a non-empty string, an array of token ids, or an array holding one of "
+      "those (one prompt per request)";
   auto it = object.find("prompt");
   if (it == object.end() || it->is_null()) throw invalid("prompt", kPromptForms);
   json prompt = *it;
@@ -392,8 +412,12 @@ json chat_completion_response(const std::string& id, std::int64_t created, const
                  {"message", {{"role", "assistant"}, {"content", result.text}}},
                  {"logprobs", result.has_logprobs ? chat_logprobs_json(result.logprobs) : json(nullptr)},
                  {"finish_reason", result.finish_reason}};
-  return json{{"id", id},          {"object", "chat.completion"},          {"created", created},
-              {"model", model},    {"choices", json::array({choice})},      {"usage", usage_json(result.stats)},
+  return json{{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(result.stats)},
               {"timings", timings_json(result.stats)}};
 }
 
@@ -403,8 +427,12 @@ json completion_response(const std::string& id, std::int64_t created, const std:
                  {"text", result.text},
                  {"logprobs", result.has_logprobs ? completion_logprobs_json(result.logprobs) : json(nullptr)},
                  {"finish_reason", result.finish_reason}};
-  return json{{"id", id},       {"object", "text_completion"},      {"created", created},
-              {"model", model}, {"choices", json::array({choice})}, {"usage", usage_json(result.stats)},
+  return json{{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(result.stats)},
               {"timings", timings_json(result.stats)}};
 }
 
@@ -418,8 +446,11 @@ json chat_chunk(const ChunkIdentity& identity, const std::string& text, bool del
                  {"logprobs", logprobs ? chat_logprobs_json(*logprobs) : json(nullptr)},
                  {"finish_reason", nullptr}};
   if (finish) choice["finish_reason"] = *finish;
-  return json{{"id", identity.id},       {"object", "chat.completion.chunk"}, {"created", identity.created},
-              {"model", identity.model}, {"choices", json::array({choice})}};
+  return json{{"id", identity.id},
+              {"object", "chat.completion.chunk"},
+              {"created", identity.created},
+              {"model", identity.model},
+              {"choices", json::array({choice})}};
 }
 
 json completion_chunk(const ChunkIdentity& identity, const std::string& text, const std::optional<std::string>& finish,
@@ -429,13 +460,20 @@ json completion_chunk(const ChunkIdentity& identity, const std::string& text, co
                  {"logprobs", logprobs ? completion_logprobs_json(*logprobs) : json(nullptr)},
                  {"finish_reason", nullptr}};
   if (finish) choice["finish_reason"] = *finish;
-  return json{{"id", identity.id},       {"object", "text_completion"},     {"created", identity.created},
-              {"model", identity.model}, {"choices", json::array({choice})}};
+  return json{{"id", identity.id},
+              {"object", "text_completion"},
+              {"created", identity.created},
+              {"model", identity.model},
+              {"choices", json::array({choice})}};
 }
 
 json usage_chunk(const ChunkIdentity& identity, const std::string& object, const GenerationStats& stats) {
-  return json{{"id", identity.id},       {"object", object},           {"created", identity.created},
-              {"model", identity.model}, {"choices", json::array()},   {"usage", usage_json(stats)},
+  return json{{"id", identity.id},
+              {"object", object},
+              {"created", identity.created},
+              {"model", identity.model},
+              {"choices", json::array()},
+              {"usage", usage_json(stats)},
               {"timings", timings_json(stats)}};
 }
 

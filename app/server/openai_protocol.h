@@ -57,7 +57,7 @@ struct ChatCompletionRequest {
 
 struct CompletionRequest {
   SamplingRequest sampling;
-  std::string prompt;                    // the prompt as text, encoded by the server
+  std::string prompt;                     // the prompt as text, encoded by the server
   std::vector<TokenId> prompt_token_ids;  // or as token ids (a prompt given as an array of integers)
 };
 

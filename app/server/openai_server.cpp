@@ -12,9 +12,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "app/remote/connection_probe.h"
 #include "app/server/bounded_http_server.h"
 #include "app/server/broken_pipe.h"
-#include "app/remote/connection_probe.h"
 #include "app/server/openai_protocol.h"
 #include "app/server/openai_sessions.h"
 #include "engine/model/model_loader.h"
@@ -237,7 +237,7 @@ class OpenAiServer::Impl {
   struct Job {
     std::unique_ptr<ServerSessions::Lease> lease;
     SamplingRequest sampling;
-    std::vector<TokenId> prompt_ids;    // the messages or the raw prompt, encoded
+    std::vector<TokenId> prompt_ids;  // the messages or the raw prompt, encoded
     bool chat = true;
     ChunkIdentity identity;
   };
@@ -320,10 +320,11 @@ void OpenAiServer::Impl::install_hooks() {
     if (options_.api_key.empty() || request.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (bearer_matches(request.get_header_value("Authorization"), options_.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
-    send_error(response, ApiError(401,
-                                  request.has_header("Authorization") ? "incorrect API key provided"
-                                                                      : "missing API key: send Authorization: Bearer KEY",
-                                  "invalid_request_error", "", "invalid_api_key"));
+    send_error(response,
+               ApiError(401,
+                        request.has_header("Authorization") ? "incorrect API key provided"
+                                                            : "missing API key: send Authorization: Bearer KEY",
+                        "invalid_request_error", "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Sent before the body (curl asks for large ones): a body that would be refused is refused unsent.
@@ -360,9 +361,9 @@ void OpenAiServer::Impl::install_hooks() {
       send_error(response, ApiError(400, "the request is not valid HTTP: its request line or a header is malformed",
                                     "invalid_request_error", "", "invalid_http"));
     } else {
-      send_error(response, ApiError(response.status,
-                                    "the request failed (HTTP " + std::to_string(response.status) + ")",
-                                    "invalid_request_error"));
+      send_error(response,
+                 ApiError(response.status, "the request failed (HTTP " + std::to_string(response.status) + ")",
+                          "invalid_request_error"));
     }
   });
   // Last before the status line goes out, for every response: CORS, and whether the connection stays.
@@ -400,7 +401,10 @@ void OpenAiServer::Impl::install_routes() {
     response.set_content(body.dump(), "application/json");
   };
   const auto model_object = [this] {
-    return json{{"id", options_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvchat"},
+    return json{{"id", options_.model_id},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "kvchat"},
                 {"context_length", sessions_.context_limit()}};
   };
   const auto models = [model_object](const httplib::Request&, httplib::Response& response) {
@@ -410,9 +414,9 @@ void OpenAiServer::Impl::install_routes() {
   const auto model_by_id = [this, model_object](const httplib::Request& request, httplib::Response& response) {
     const std::string id = request.matches.size() > 1 ? request.matches[1].str() : std::string();
     if (id != options_.model_id) {
-      send_error(response, ApiError(404, "the model '" + id + "' does not exist; this server serves '" +
-                                             options_.model_id + "'",
-                                    "invalid_request_error", "model", "model_not_found"));
+      send_error(response,
+                 ApiError(404, "the model '" + id + "' does not exist; this server serves '" + options_.model_id + "'",
+                          "invalid_request_error", "model", "model_not_found"));
       return;
     }
     response.set_content(model_object().dump(), "application/json");
@@ -495,22 +499,23 @@ void OpenAiServer::Impl::respond(std::shared_ptr<Job> job, const httplib::Reques
     // whether the client is still there.
     const ConnectionProbe connection(request.local_addr, request.local_port, request.remote_addr, request.remote_port);
     if (!connection.found())
-      spdlog::warn("{}: the request's socket was not found; a disconnect will not stop its generation", job->identity.id);
+      spdlog::warn("{}: the request's socket was not found; a disconnect will not stop its generation",
+                   job->identity.id);
     bool client_gone = false;
-    const CompletionResult result =
-        run_job(*job, [&connection](const std::string&) { return connection.open(); }, &client_gone);
+    const CompletionResult result = run_job(
+        *job, [&connection](const std::string&) { return connection.open(); }, &client_gone);
     // Stopped by the server's shutdown: an error, not a 200 with part of a reply. With the client gone the
     // write below fails; the log line says why the reply was cut short.
     if (result.finish_reason == kFinishInterrupted && !client_gone) throw interrupted_error(result);
-    const json body = job->chat ? chat_completion_response(job->identity.id, job->identity.created, job->identity.model, result)
-                                : completion_response(job->identity.id, job->identity.created, job->identity.model, result);
+    const json body =
+        job->chat ? chat_completion_response(job->identity.id, job->identity.created, job->identity.model, result)
+                  : completion_response(job->identity.id, job->identity.created, job->identity.model, result);
     response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     return;
   }
   response.set_header("Cache-Control", "no-cache");
-  response.set_chunked_content_provider("text/event-stream", [this, job](std::size_t, httplib::DataSink& sink) {
-    return stream(*job, sink);
-  });
+  response.set_chunked_content_provider(
+      "text/event-stream", [this, job](std::size_t, httplib::DataSink& sink) { return stream(*job, sink); });
 }
 
 bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
@@ -552,7 +557,8 @@ bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
                              : completion_chunk(job.identity, "", result.finish_reason);
   if (!write(sse_event(last))) return false;
   if (job.sampling.include_usage &&
-      !write(sse_event(usage_chunk(job.identity, job.chat ? "chat.completion.chunk" : "text_completion", result.stats))))
+      !write(
+          sse_event(usage_chunk(job.identity, job.chat ? "chat.completion.chunk" : "text_completion", result.stats))))
     return false;
   if (!write(kSseDone)) return false;
   sink.done();

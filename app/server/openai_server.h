@@ -23,13 +23,13 @@ class ServerSessions;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback only unless asked: the API has no per-user access control
-  int port = 8080;                  // 0 = any free port (bound_port() says which)
-  std::string api_key;              // "" = no key required
-  int parallel = 1;                 // requests generating at once, 1 to kMaxParallel
-  int max_queue = 16;               // requests waiting for a slot beyond those, 0 to kMaxQueue
+  int port = 8080;                 // 0 = any free port (bound_port() says which)
+  std::string api_key;             // "" = no key required
+  int parallel = 1;                // requests generating at once, 1 to kMaxParallel
+  int max_queue = 16;              // requests waiting for a slot beyond those, 0 to kMaxQueue
   std::size_t max_body_bytes = std::size_t(8) << 20;  // 1 byte to kMaxBodyBytes
-  std::string model_id;             // the name /v1/models lists and requests may give
-  std::int64_t memory_budget_bytes = 0;  // the sessions' KV caches together; 0 = no budget
+  std::string model_id;                               // the name /v1/models lists and requests may give
+  std::int64_t memory_budget_bytes = 0;               // the sessions' KV caches together; 0 = no budget
   // Browser pages allowed to call the API (CORS): "" = pages served from this machine (http(s)://localhost,
   // 127.0.0.1 or [::1], any port), "*" = any page, else a comma-separated list of origins
   // ("https://chat.example.org"). A request from another page is refused 403.

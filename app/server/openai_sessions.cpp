@@ -8,8 +8,8 @@
 #include <random>
 
 #include "app/compute_lock.h"
-#include "engine/model/model_loader.h"
 #include "engine/generation/session.h"
+#include "engine/model/model_loader.h"
 
 namespace kvchat::app::openai {
 
@@ -223,7 +223,8 @@ std::int64_t ServerSessions::copy_prefix(Entry& destination, const Entry& source
                                          const std::vector<TokenId>& prompt_ids) {
   const std::size_t shared = common_prefix(source.session->history(), prompt_ids);
   try {
-    const std::int64_t copied = destination.session->copy_prefix_from(*source.session, static_cast<std::int64_t>(shared));
+    const std::int64_t copied =
+        destination.session->copy_prefix_from(*source.session, static_cast<std::int64_t>(shared));
     spdlog::debug("copied {} cached tokens from session {} to session {}", copied, source.id, destination.id);
     std::lock_guard<std::mutex> lock(mutex_);
     if (copied > 0) ++prefix_copies_;

@@ -105,8 +105,8 @@ class ServerSessions {
     std::size_t sessions = 0;
     std::int64_t cache_bytes = 0;  // idle sessions' caches + running ones' as they were when they started
     std::int64_t budget_bytes = 0;
-    std::int64_t evictions = 0;    // caches evicted under the budget so far
-    int waiting_for_prefix = 0;    // requests waiting for a running one's prefill to copy its prefix
+    std::int64_t evictions = 0;      // caches evicted under the budget so far
+    int waiting_for_prefix = 0;      // requests waiting for a running one's prefill to copy its prefix
     std::int64_t prefix_copies = 0;  // prefixes copied from one session into another so far
   };
   Status status();

@@ -30,20 +30,13 @@ QString quoted(const QString& text) { return QStringLiteral("\u201c%1\u201d").ar
 // What a JSON value is, for an error ("a string", "an array").
 QString kind_of(const QJsonValue& value) {
   switch (value.type()) {
-    case QJsonValue::Null:
-      return QStringLiteral("null");
-    case QJsonValue::Bool:
-      return QStringLiteral("true or false");
-    case QJsonValue::Double:
-      return QStringLiteral("a number");
-    case QJsonValue::String:
-      return QStringLiteral("a string");
-    case QJsonValue::Array:
-      return QStringLiteral("an array");
-    case QJsonValue::Object:
-      return QStringLiteral("an object");
-    case QJsonValue::Undefined:
-      break;
+    case QJsonValue::Null: return QStringLiteral("null");
+    case QJsonValue::Bool: return QStringLiteral("true or false");
+    case QJsonValue::Double: return QStringLiteral("a number");
+    case QJsonValue::String: return QStringLiteral("a string");
+    case QJsonValue::Array: return QStringLiteral("an array");
+    case QJsonValue::Object: return QStringLiteral("an object");
+    case QJsonValue::Undefined: break;
   }
   return QStringLiteral("missing");
 }

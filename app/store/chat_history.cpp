@@ -172,8 +172,10 @@ QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& all_m
   QList<MessageRecord> markers;
   for (const MessageRecord& message : messages) {
     if (is_hidden_alternative(message)) continue;
-    if (message.role == "marker" && message.settings.contains(kMarkerContextStartKey)) markers.push_back(message);
-    else ordered.push_back(message);
+    if (message.role == "marker" && message.settings.contains(kMarkerContextStartKey))
+      markers.push_back(message);
+    else
+      ordered.push_back(message);
   }
   for (const MessageRecord& marker : markers) {
     const qint64 before_id = marker.settings.value(kMarkerContextStartKey).toInteger();
@@ -194,7 +196,8 @@ std::vector<ChatMessage> chat_messages_for_engine(const ConversationRecord& conv
   if (!conversation.system_prompt.trimmed().isEmpty())
     chat.push_back({"system", conversation.system_prompt.toStdString()});
   for (const MessageRecord& message : messages_in_context(messages))
-    chat.push_back({message.role.toStdString(), message.text.toStdString(), message.token_ids, message.token_vocabulary});
+    chat.push_back(
+        {message.role.toStdString(), message.text.toStdString(), message.token_ids, message.token_vocabulary});
   return chat;
 }
 
@@ -203,8 +206,9 @@ MessageRecord context_cut_marker(qint64 conversation_id, qint64 first_kept_messa
   MessageRecord marker;
   marker.conversation_id = conversation_id;
   marker.role = "marker";
-  const QString dropped = dropped_messages == 1 ? QStringLiteral("The oldest message no longer fits")
-                                                : QStringLiteral("The %1 oldest messages no longer fit").arg(dropped_messages);
+  const QString dropped = dropped_messages == 1
+                              ? QStringLiteral("The oldest message no longer fits")
+                              : QStringLiteral("The %1 oldest messages no longer fit").arg(dropped_messages);
   marker.text = QStringLiteral("%1 the context window (%2 tokens); the model sees the chat from here on.")
                     .arg(dropped)
                     .arg(context_limit);

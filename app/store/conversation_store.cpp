@@ -1,6 +1,6 @@
 #include "app/store/conversation_store.h"
-#include "app/store/store_sql.h"
 #include "app/store/chat_history.h"
+#include "app/store/store_sql.h"
 
 #include <spdlog/spdlog.h>
 
@@ -103,8 +103,8 @@ const char* const kSearchIndexSchema[] = {
 bool create_search_index(const QSqlDatabase& db, const QString& path) {
   QSqlQuery probe(db);
   if (!probe.exec(QString::fromLatin1(kSearchIndexSchema[0]))) {
-    spdlog::warn("conversation store {}: no full-text index ({}); search compares the text instead",
-                 path.toStdString(), store_sql::sqlite_message(probe.lastError()).toStdString());
+    spdlog::warn("conversation store {}: no full-text index ({}); search compares the text instead", path.toStdString(),
+                 store_sql::sqlite_message(probe.lastError()).toStdString());
     return false;
   }
   for (std::size_t i = 1; i < std::size(kSearchIndexSchema); ++i)
@@ -139,10 +139,10 @@ constexpr qint32 kApplicationId = 0x6B764368;
 
 // Whose database a file is, found by reading only (a foreign file must be left exactly as it was).
 enum class DatabaseOwner {
-  Empty,           // a new or zero-length file: no tables
-  Kvchat,          // carries kvchat's application_id
-  KvchatWithoutId, // kvchat's three tables, written before the application_id was set
-  Foreign,         // anything else
+  Empty,            // a new or zero-length file: no tables
+  Kvchat,           // carries kvchat's application_id
+  KvchatWithoutId,  // kvchat's three tables, written before the application_id was set
+  Foreign,          // anything else
 };
 
 struct DatabaseIdentity {
@@ -152,10 +152,10 @@ struct DatabaseIdentity {
 
 DatabaseIdentity identify_database(const QSqlDatabase& db, const QString& path) {
   // The first statement reads the file header: garbage fails here ("file is not a database").
-  const qint32 application_id = StoreQuery(db, path, QStringLiteral("cannot read the file header"),
-                                           QStringLiteral("PRAGMA application_id"))
-                                    .single_value()
-                                    .toInt();
+  const qint32 application_id =
+      StoreQuery(db, path, QStringLiteral("cannot read the file header"), QStringLiteral("PRAGMA application_id"))
+          .single_value()
+          .toInt();
   StoreQuery tables_query(db, path, QStringLiteral("cannot read the schema"),
                           QStringLiteral("SELECT name FROM sqlite_master WHERE type = 'table'"
                                          " AND name NOT LIKE 'sqlite_%' ORDER BY name"));
@@ -165,17 +165,18 @@ DatabaseIdentity identify_database(const QSqlDatabase& db, const QString& path) 
   rows.finish();
 
   DatabaseIdentity identity;
-  identity.description = QStringLiteral("application_id %1, tables: %2")
-                             .arg(application_id)
-                             .arg(tables.isEmpty() ? QStringLiteral("none") : tables.mid(0, 8).join(QStringLiteral(", ")));
+  identity.description =
+      QStringLiteral("application_id %1, tables: %2")
+          .arg(application_id)
+          .arg(tables.isEmpty() ? QStringLiteral("none") : tables.mid(0, 8).join(QStringLiteral(", ")));
   const QStringList kvchat_tables = {QStringLiteral("conversations"), QStringLiteral("messages"),
                                      QStringLiteral("schema_version")};
   // The same with the search index's own tables (a file of this version whose id was cleared).
   const QStringList kvchat_tables_with_search_index = {
-      QStringLiteral("conversations"),        QStringLiteral("messages"),
-      QStringLiteral("messages_fts"),         QStringLiteral("messages_fts_config"),
-      QStringLiteral("messages_fts_data"),    QStringLiteral("messages_fts_docsize"),
-      QStringLiteral("messages_fts_idx"),     QStringLiteral("schema_version")};
+      QStringLiteral("conversations"),     QStringLiteral("messages"),
+      QStringLiteral("messages_fts"),      QStringLiteral("messages_fts_config"),
+      QStringLiteral("messages_fts_data"), QStringLiteral("messages_fts_docsize"),
+      QStringLiteral("messages_fts_idx"),  QStringLiteral("schema_version")};
   if (application_id == kApplicationId)
     identity.owner = DatabaseOwner::Kvchat;
   else if (application_id == 0 && tables.isEmpty())
@@ -264,7 +265,8 @@ QString check_database(const QSqlDatabase& db, const QString& pragma) {
 
 // The connection settings of a writer: WAL journal, NORMAL sync, foreign keys.
 void configure_writer(const QSqlDatabase& db, const QString& path) {
-  StoreQuery wal(db, path, QStringLiteral("cannot enable the WAL journal"), QStringLiteral("PRAGMA journal_mode = WAL"));
+  StoreQuery wal(db, path, QStringLiteral("cannot enable the WAL journal"),
+                 QStringLiteral("PRAGMA journal_mode = WAL"));
   const QString journal_mode = wal.single_value().toString();
   if (journal_mode.compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0)
     spdlog::warn("conversation store {}: journal mode is '{}', not WAL (file system without shared memory?)",
@@ -301,7 +303,8 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
     // Identified before the first write: another program's database is refused untouched.
     const DatabaseIdentity identity = identify_database(db, database_path_);
     if (identity.owner == DatabaseOwner::Foreign || (read_only && identity.owner == DatabaseOwner::Empty))
-      fail(database_path_, QStringLiteral("not a kvchat database (%1); it was left unchanged").arg(identity.description));
+      fail(database_path_,
+           QStringLiteral("not a kvchat database (%1); it was left unchanged").arg(identity.description));
     // Every check that may refuse the file comes before the first write (the journal mode is one): a refused
     // file is left exactly as it was.
     const int version = identity.owner == DatabaseOwner::Empty ? 0 : check_schema_version(db, database_path_);
@@ -395,15 +398,17 @@ ConversationRecord conversation_from_row(const QSqlQuery& row) {
 
 // An older file opened read-only lacks the pinned column.
 QString conversation_columns(bool has_pinned_column) {
-  return QStringLiteral("SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
-                        " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id), %1 FROM conversations c")
+  return QStringLiteral(
+             "SELECT c.id, c.title, c.system_prompt, c.created_at, c.updated_at,"
+             " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id), %1 FROM conversations c")
       .arg(has_pinned_column ? QStringLiteral("c.pinned") : QStringLiteral("0"));
 }
 
 // An older file opened read-only lacks the newer columns.
 QString message_columns(bool has_backend_column, bool has_token_columns, bool has_branch_columns) {
-  return QStringLiteral("SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1, %2,"
-                        " %3 FROM messages")
+  return QStringLiteral(
+             "SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1, %2,"
+             " %3 FROM messages")
       .arg(has_backend_column ? QStringLiteral("backend") : QStringLiteral("''"),
            has_token_columns ? QStringLiteral("token_ids, token_vocabulary") : QStringLiteral("NULL, 0"),
            has_branch_columns ? QStringLiteral("branch, forked_from") : QStringLiteral("0, 0"));
@@ -428,14 +433,17 @@ std::vector<TokenId> token_ids_from_blob(const QString& path, qint64 message_id,
   std::vector<TokenId> ids;
   if (blob.size() % 4 != 0) {
     // The ids only save re-encoding the text: a damaged column is dropped, the message kept.
-    spdlog::warn("conversation store {}: message {} has an unreadable token_ids column ({} bytes); its text will be "
-                 "encoded instead", path.toStdString(), message_id, blob.size());
+    spdlog::warn(
+        "conversation store {}: message {} has an unreadable token_ids column ({} bytes); its text will be "
+        "encoded instead",
+        path.toStdString(), message_id, blob.size());
     return ids;
   }
   ids.reserve(static_cast<std::size_t>(blob.size() / 4));
   for (int at = 0; at < blob.size(); at += 4) {
     std::uint32_t value = 0;
-    for (int byte = 0; byte < 4; ++byte) value |= static_cast<std::uint32_t>(static_cast<unsigned char>(blob[at + byte])) << (8 * byte);
+    for (int byte = 0; byte < 4; ++byte)
+      value |= static_cast<std::uint32_t>(static_cast<unsigned char>(blob[at + byte])) << (8 * byte);
     ids.push_back(static_cast<TokenId>(value));
   }
   return ids;
@@ -484,12 +492,14 @@ QList<MessageRecord> branch_records(const QSqlDatabase& db, const QString& path,
 }
 
 // Marks one member of a branch group hidden or shown (its settings key), when it is not already.
-void set_branch_hidden(const QSqlDatabase& db, const QString& path, const QString& purpose,
-                       const MessageRecord& member, bool hidden) {
+void set_branch_hidden(const QSqlDatabase& db, const QString& path, const QString& purpose, const MessageRecord& member,
+                       bool hidden) {
   if (member.settings.value(QLatin1String(kHiddenBranchKey)).toBool() == hidden) return;
   QJsonObject settings = member.settings;
-  if (hidden) settings.insert(QLatin1String(kHiddenBranchKey), true);
-  else settings.remove(QLatin1String(kHiddenBranchKey));
+  if (hidden)
+    settings.insert(QLatin1String(kHiddenBranchKey), true);
+  else
+    settings.remove(QLatin1String(kHiddenBranchKey));
   StoreQuery(db, path, purpose, QStringLiteral("UPDATE messages SET settings = :settings WHERE id = :id"))
       .bind(QStringLiteral(":settings"), json_text(settings))
       .bind(QStringLiteral(":id"), member.id)
@@ -517,7 +527,8 @@ qint64 ConversationStore::create_conversation(const QString& title, const QStrin
 
 void ConversationStore::rename_conversation(qint64 conversation_id, const QString& title) {
   QSqlDatabase db = connection(connection_name_);
-  WriteTransaction transaction(db, database_path_, QStringLiteral("cannot rename conversation %1").arg(conversation_id));
+  WriteTransaction transaction(db, database_path_,
+                               QStringLiteral("cannot rename conversation %1").arg(conversation_id));
   StoreQuery update(db, database_path_, QStringLiteral("cannot rename conversation %1").arg(conversation_id),
                     QStringLiteral("UPDATE conversations SET title = :title WHERE id = :id"));
   update.bind(QStringLiteral(":title"), non_null(title)).bind(QStringLiteral(":id"), conversation_id);
@@ -565,8 +576,10 @@ QJsonObject ConversationStore::generation_settings(qint64 conversation_id) const
   const QJsonDocument document = QJsonDocument::fromJson(text.toUtf8(), &error);
   if (error.error != QJsonParseError::NoError || !document.isObject()) {
     // A damaged value must not lose the chat: it follows the global settings until set again.
-    spdlog::warn("conversation store {}: conversation {} has unreadable generation settings ({}); using the global "
-                 "ones", database_path_.toStdString(), conversation_id, error.errorString().toStdString());
+    spdlog::warn(
+        "conversation store {}: conversation {} has unreadable generation settings ({}); using the global "
+        "ones",
+        database_path_.toStdString(), conversation_id, error.errorString().toStdString());
     return {};
   }
   return document.object();
@@ -579,8 +592,7 @@ void ConversationStore::set_generation_settings(qint64 conversation_id, const QJ
   // Not an activity, like pinning: choosing a preset does not move the chat up the list.
   StoreQuery update(db, database_path_, purpose,
                     QStringLiteral("UPDATE conversations SET generation_settings = :settings WHERE id = :id"));
-  update
-      .bind(QStringLiteral(":settings"), settings.isEmpty() ? QStringLiteral("") : json_text(settings))
+  update.bind(QStringLiteral(":settings"), settings.isEmpty() ? QStringLiteral("") : json_text(settings))
       .bind(QStringLiteral(":id"), conversation_id);
   require_rows_affected(update.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
   transaction.commit();
@@ -630,7 +642,8 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
   QSqlDatabase db = connection(connection_name_);
   // A damaged file's index may have lost entries its table still holds: it is read from the table itself.
   const QString source = damage_.isEmpty() ? QString() : QStringLiteral(" NOT INDEXED");
-  StoreQuery query(db, database_path_, QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
+  StoreQuery query(db, database_path_,
+                   QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
                    message_columns(has_backend_column_, has_token_columns_, has_branch_columns_) + source +
                        QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
   query.bind(QStringLiteral(":id"), conversation_id);
@@ -654,8 +667,9 @@ std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const
 qint64 ConversationStore::add_message(const MessageRecord& message) {
   const QString purpose = QStringLiteral("cannot add a message to conversation %1").arg(message.conversation_id);
   if (!is_known_role(message.role))
-    fail(database_path_, purpose + QStringLiteral(": unknown role '%1' (expected system, user, assistant or marker)")
-                                       .arg(message.role));
+    fail(
+        database_path_,
+        purpose + QStringLiteral(": unknown role '%1' (expected system, user, assistant or marker)").arg(message.role));
   QSqlDatabase db = connection(connection_name_);
   WriteTransaction transaction(db, database_path_, purpose);
   StoreQuery exists(db, database_path_, purpose, QStringLiteral("SELECT 1 FROM conversations WHERE id = :id"));
@@ -663,14 +677,14 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
   if (!exists.single_value().isValid()) fail(database_path_, purpose + QStringLiteral(": no such conversation"));
 
   const qint64 created = message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now_ms();
-  const qint64 branch =
-      branch_for_new_message(branch_records(db, database_path_, purpose, message.conversation_id));
-  StoreQuery insert(db, database_path_, purpose,
-                    QStringLiteral("INSERT INTO messages"
-                                   " (conversation_id, role, text, created_at, model, backend, settings, stats, complete,"
-                                   " token_ids, token_vocabulary, branch)"
-                                   " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
-                                   " :stats, :complete, :token_ids, :token_vocabulary, :branch)"));
+  const qint64 branch = branch_for_new_message(branch_records(db, database_path_, purpose, message.conversation_id));
+  StoreQuery insert(
+      db, database_path_, purpose,
+      QStringLiteral("INSERT INTO messages"
+                     " (conversation_id, role, text, created_at, model, backend, settings, stats, complete,"
+                     " token_ids, token_vocabulary, branch)"
+                     " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
+                     " :stats, :complete, :token_ids, :token_vocabulary, :branch)"));
   insert.bind(QStringLiteral(":conversation_id"), message.conversation_id)
       .bind(QStringLiteral(":role"), message.role)
       .bind(QStringLiteral(":text"), non_null(message.text))
@@ -761,8 +775,9 @@ void ConversationStore::delete_branch(qint64 conversation_id, qint64 message_id)
     // The original goes: its oldest edit takes its place in the original's branch. Every message of that edit's
     // branch has a later id than the ones left in the original's branch, so their order stays right.
     const MessageRecord heir = record_of(remaining.front());
-    StoreQuery(db, database_path_, purpose, QStringLiteral("UPDATE messages SET branch = :to WHERE branch = :from"
-                                                           " AND conversation_id = :conversation_id"))
+    StoreQuery(db, database_path_, purpose,
+               QStringLiteral("UPDATE messages SET branch = :to WHERE branch = :from"
+                              " AND conversation_id = :conversation_id"))
         .bind(QStringLiteral(":to"), deleted.branch)
         .bind(QStringLiteral(":from"), heir.id)
         .bind(QStringLiteral(":conversation_id"), conversation_id)
@@ -808,8 +823,9 @@ void ConversationStore::update_message_columns(qint64 message_id, const QString&
   WriteTransaction transaction(db, database_path_, purpose);
   QStringList assignments;
   for (int i = 0; i < values.size(); ++i) assignments << QStringLiteral("%1 = :value%2").arg(values[i].first).arg(i);
-  StoreQuery update(db, database_path_, purpose,
-                    QStringLiteral("UPDATE messages SET %1 WHERE id = :id").arg(assignments.join(QStringLiteral(", "))));
+  StoreQuery update(
+      db, database_path_, purpose,
+      QStringLiteral("UPDATE messages SET %1 WHERE id = :id").arg(assignments.join(QStringLiteral(", "))));
   for (int i = 0; i < values.size(); ++i) update.bind(QStringLiteral(":value%1").arg(i), values[i].second);
   update.bind(QStringLiteral(":id"), message_id);
   require_rows_affected(update.run(), database_path_, QStringLiteral("no message %1").arg(message_id));
@@ -1005,9 +1021,9 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
       const qint64 forked_from = mapped(message.forked_from, message, "forked_from");
       QJsonObject settings = message.settings;
       if (message.role == QLatin1String("marker") && settings.contains(QLatin1String(kMarkerContextStartKey)))
-        settings.insert(QLatin1String(kMarkerContextStartKey),
-                        mapped(settings.value(QLatin1String(kMarkerContextStartKey)).toInteger(), message,
-                               kMarkerContextStartKey));
+        settings.insert(
+            QLatin1String(kMarkerContextStartKey),
+            mapped(settings.value(QLatin1String(kMarkerContextStartKey)).toInteger(), message, kMarkerContextStartKey));
       if (branch == 0 && forked_from == 0 && settings == message.settings) continue;
       StoreQuery(db, database_path_, purpose,
                  QStringLiteral("UPDATE messages SET branch = :branch, forked_from = :forked_from, settings = :settings"
@@ -1054,7 +1070,8 @@ QList<SearchHit> ConversationStore::search(const QString& query) const {
     sql += QStringLiteral(" JOIN messages_fts ON messages_fts.rowid = m.id");
     conditions.prepend(QStringLiteral("messages_fts MATCH :match"));
   }
-  sql += QStringLiteral(" WHERE ") + conditions.join(QStringLiteral(" AND ")) + QStringLiteral(" GROUP BY m.conversation_id");
+  sql += QStringLiteral(" WHERE ") + conditions.join(QStringLiteral(" AND ")) +
+         QStringLiteral(" GROUP BY m.conversation_id");
   QSqlDatabase db = connection(connection_name_);
   StoreQuery search_query(db, database_path_, QStringLiteral("cannot search the conversations"), sql);
   if (!fts_terms.isEmpty()) search_query.bind(QStringLiteral(":match"), fts_terms.join(QLatin1Char(' ')));

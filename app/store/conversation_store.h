@@ -30,7 +30,7 @@ struct ConversationRecord {
   QDateTime created_at;
   QDateTime updated_at;
   int message_count = 0;  // filled by conversations() and conversation()
-  bool pinned = false;     // listed before the chats that are not
+  bool pinned = false;    // listed before the chats that are not
   // The chat's own generation settings (see generation_settings()); filled by conversation() only.
   QJsonObject generation_settings;
 };
@@ -86,11 +86,10 @@ class ConversationStore {
   // Opens or creates the database (WAL journal, synchronous=NORMAL, foreign keys, schema version table),
   // creating parent folders. A database is kvchat's when it carries kvchat's PRAGMA application_id (or,
   // written before that existed, exactly kvchat's tables); any other non-empty SQLite file is refused
-  // before anything is written to it. Writes wait for other connections (busy timeout and retries). Each instance uses its own QSqlDatabase connection name; use it from one
-  // thread only. Throws StoreError with the path and the SQLite message (unwritable folder, corrupt file,
-  // not a database, full disk).
-  explicit ConversationStore(const QString& database_path,
-                             StoreOpenMode open_mode = StoreOpenMode::CreateIfMissing);
+  // before anything is written to it. Writes wait for other connections (busy timeout and retries). Each instance uses
+  // its own QSqlDatabase connection name; use it from one thread only. Throws StoreError with the path and the SQLite
+  // message (unwritable folder, corrupt file, not a database, full disk).
+  explicit ConversationStore(const QString& database_path, StoreOpenMode open_mode = StoreOpenMode::CreateIfMissing);
   ~ConversationStore();
   ConversationStore(const ConversationStore&) = delete;
   ConversationStore& operator=(const ConversationStore&) = delete;
@@ -101,14 +100,14 @@ class ConversationStore {
   qint64 create_conversation(const QString& title, const QString& system_prompt = QString());
   void rename_conversation(qint64 conversation_id, const QString& title);
   void set_system_prompt(qint64 conversation_id, const QString& system_prompt);
-  void delete_conversation(qint64 conversation_id);  // and its messages
+  void delete_conversation(qint64 conversation_id);      // and its messages
   void set_pinned(qint64 conversation_id, bool pinned);  // committed; does not count as an update
   // The chat's own generation settings (GenerationPreset's JSON); {} = it follows the global settings (also for
   // an older file read as it is, and, logged, for a value that is not a JSON object). Setting {} clears them;
   // committed; not an update of the chat.
   QJsonObject generation_settings(qint64 conversation_id) const;
   void set_generation_settings(qint64 conversation_id, const QJsonObject& settings);
-  QList<ConversationRecord> conversations() const;   // pinned first, then most recently updated first
+  QList<ConversationRecord> conversations() const;  // pinned first, then most recently updated first
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;
 
   QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation

@@ -33,12 +33,13 @@ QString timestamp(const QDateTime& time) {
   return time.isValid() ? time.toUTC().toString(Qt::ISODateWithMs) : QString();
 }
 
-// "model · stats" (a server's reply: "model on URL · stats") under a reply; empty when there is nothing to say. A failed reply has no figures to show
-// (its error is written instead, see failure_line).
+// "model · stats" (a server's reply: "model on URL · stats") under a reply; empty when there is nothing to say. A
+// failed reply has no figures to show (its error is written instead, see failure_line).
 QString reply_footer(const MessageRecord& message) {
   QStringList parts;
   const bool remote = !message.backend.isEmpty() && message.backend != QLatin1String("local");
-  if (!message.model.isEmpty()) parts << (remote ? QStringLiteral("%1 on %2").arg(message.model, message.backend) : message.model);
+  if (!message.model.isEmpty())
+    parts << (remote ? QStringLiteral("%1 on %2").arg(message.model, message.backend) : message.model);
   const QString summary = is_failed_reply(message) ? QString() : stats_summary(message.stats);
   if (!summary.isEmpty()) parts << summary;
   return parts.join(QStringLiteral(" · "));
@@ -86,8 +87,10 @@ OtherVersions other_versions(const QList<MessageRecord>& messages, const Message
   }
   result.count = static_cast<int>(turn.size());
   for (int i = 0; i < turn.size(); ++i) {
-    if (is_hidden_alternative(turn[i])) result.versions.push_back({i + 1, turn[i]});
-    else result.shown_number = i + 1;
+    if (is_hidden_alternative(turn[i]))
+      result.versions.push_back({i + 1, turn[i]});
+    else
+      result.shown_number = i + 1;
   }
   return result;
 }
@@ -104,8 +107,8 @@ QString markdown_body(const MessageRecord& message) {
   QString out;
   if (!message.text.isEmpty()) out += markdown_with_hard_line_breaks(message.text) + QLatin1Char('\n');
   if (is_failed_reply(message))
-    out += QStringLiteral("%1**%2**\n").arg(message.text.isEmpty() ? QString() : QStringLiteral("\n"),
-                                           failure_line(message).toHtmlEscaped());
+    out += QStringLiteral("%1**%2**\n")
+               .arg(message.text.isEmpty() ? QString() : QStringLiteral("\n"), failure_line(message).toHtmlEscaped());
   if (!message.complete) out += QStringLiteral("\n*(incomplete)*\n");
   if (message.role == QLatin1String("assistant")) {
     const QString footer = reply_footer(message);
@@ -173,8 +176,8 @@ QString to_markdown(const ConversationRecord& conversation, const QList<MessageR
 QString to_text(const ConversationRecord& conversation, const QList<MessageRecord>& messages) {
   QString out;
   out += (conversation.title.isEmpty() ? QStringLiteral("Untitled") : conversation.title) + QLatin1Char('\n');
-  out += QStringLiteral("Created: %1\nUpdated: %2\n").arg(timestamp(conversation.created_at),
-                                                         timestamp(conversation.updated_at));
+  out += QStringLiteral("Created: %1\nUpdated: %2\n")
+             .arg(timestamp(conversation.created_at), timestamp(conversation.updated_at));
   if (!conversation.system_prompt.isEmpty())
     out += QStringLiteral("\nSystem prompt:\n%1\n").arg(conversation.system_prompt);
   for (const MessageRecord& message : messages_in_reading_order(messages)) {

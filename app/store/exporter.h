@@ -14,8 +14,8 @@ ExportFormat export_format_from_string(const QString& text);
 // The shown path (branches not shown are left out; see chat_history.h): every message in reading order with
 // its model and figures, and each regenerated turn's other replies with it, marked as such: JSON gives a reply
 // an "alternatives" array (its turn's other replies, oldest first, each a message object); Markdown and text
-// follow the reply with an "Other version i of n" block for each. Markdown writes the text as the window shows it: single line breaks of prose as
-// hard breaks, code blocks as written.
+// follow the reply with an "Other version i of n" block for each. Markdown writes the text as the window shows it:
+// single line breaks of prose as hard breaks, code blocks as written.
 QString export_conversation(const ConversationRecord& conversation, const QList<MessageRecord>& messages,
                             ExportFormat format);
 

@@ -75,7 +75,7 @@ namespace {
 // Ends `lines[i]` with a hard break when it and the next line are both text of one paragraph.
 void break_hard_before_next(QStringList& lines, int i) {
   QString& line = lines[i];
-  if (line.trimmed().isEmpty() || lines[i + 1].trimmed().isEmpty()) return;  // a paragraph break
+  if (line.trimmed().isEmpty() || lines[i + 1].trimmed().isEmpty()) return;             // a paragraph break
   if (line.endsWith(QStringLiteral("  ")) || line.endsWith(QLatin1Char('\\'))) return;  // already hard
   line += QStringLiteral("  ");
 }

@@ -43,7 +43,8 @@ kvchat::GenerationStats stats_from_json(const QJsonObject& json) {
   stats.restored_tokens = static_cast<int>(number_or(json, "restored_tokens", stats.restored_tokens));
   stats.restore_ms = number_or(json, "restore_ms", stats.restore_ms);
   if (json.contains(QStringLiteral("restored_from"))) {
-    if (!json.value(QStringLiteral("restored_from")).isString()) throw std::invalid_argument("stats: key 'restored_from' is not a string");
+    if (!json.value(QStringLiteral("restored_from")).isString())
+      throw std::invalid_argument("stats: key 'restored_from' is not a string");
     stats.restored_from = json.value(QStringLiteral("restored_from")).toString().toStdString();
   }
   stats.prefilled_tokens = static_cast<int>(number_or(json, "prefilled_tokens", stats.prefilled_tokens));
@@ -57,7 +58,8 @@ kvchat::GenerationStats stats_from_json(const QJsonObject& json) {
   stats.cache_bytes = static_cast<std::int64_t>(number_or(json, "cache_bytes", 0));
   stats.cache_capacity_tokens = static_cast<std::int64_t>(number_or(json, "cache_capacity_tokens", 0));
   if (json.contains(QStringLiteral("cache_mode")))
-    stats.cache_mode = kvchat::kv_cache_mode_from_string(json.value(QStringLiteral("cache_mode")).toString().toStdString());
+    stats.cache_mode =
+        kvchat::kv_cache_mode_from_string(json.value(QStringLiteral("cache_mode")).toString().toStdString());
   if (json.contains(QStringLiteral("stop_reason")))
     stats.stop_reason = stop_reason_from_string(json.value(QStringLiteral("stop_reason")).toString().toStdString());
   return stats;
@@ -93,7 +95,8 @@ QString stats_summary(const QJsonObject& json) {
     parts << QStringLiteral("prompt %1 (%2 reused)").arg(stats.prompt_tokens).arg(stats.reused_tokens);
   if (json.value(QStringLiteral("backend")).toString() == QLatin1String("remote"))
     parts << (json.contains(QStringLiteral("cached_tokens"))
-                  ? QStringLiteral("cache on the server, %1 tokens cached").arg(json.value(QStringLiteral("cached_tokens")).toInt())
+                  ? QStringLiteral("cache on the server, %1 tokens cached")
+                        .arg(json.value(QStringLiteral("cached_tokens")).toInt())
                   : QStringLiteral("cache on the server"));
   else if (stats.cache_mode == kvchat::KvCacheMode::Off)
     parts << QStringLiteral("cache off");
@@ -106,7 +109,8 @@ QString stats_summary(const QJsonObject& json) {
                 ? QStringLiteral("stop: stop text")
                 : QStringLiteral("stop: %1").arg(QString::fromLatin1(kvchat::to_string(stats.stop_reason))));
   if (json.contains(QStringLiteral("unsent_settings")))
-    parts << QStringLiteral("the server refused %1: not applied").arg(json.value(QStringLiteral("unsent_settings")).toString());
+    parts << QStringLiteral("the server refused %1: not applied")
+                 .arg(json.value(QStringLiteral("unsent_settings")).toString());
   return parts.join(QStringLiteral(" · "));
 }
 

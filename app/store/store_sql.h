@@ -27,7 +27,8 @@ inline bool is_busy(const QSqlError& error) {
 }
 
 [[noreturn]] inline void fail(const QString& path, const QString& what, const QSqlError& error) {
-  throw StoreError(QStringLiteral("conversation store %1: %2: %3").arg(path, what, sqlite_message(error)).toStdString());
+  throw StoreError(
+      QStringLiteral("conversation store %1: %2: %3").arg(path, what, sqlite_message(error)).toStdString());
 }
 
 [[noreturn]] inline void fail(const QString& path, const QString& what) {

@@ -13,19 +13,17 @@
 #include <stdexcept>
 
 #include "engine/compute/compute_options.h"
+#include "engine/generation/session.h"
 #include "engine/kernels/memory_probe.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/model/llama_model.h"
-#include "engine/generation/session.h"
 
 namespace kvchat {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Best of a few runs of C[m,n] = A[m,k] B[k,n] at the size of a prefill chunk of a 1B-class model.
 double measure_sgemm_gflop_s() {
@@ -46,7 +44,8 @@ double measure_sgemm_gflop_s() {
 HardwareCeilings measure_hardware_ceilings(int threads) {
   enter_compute_phase(ComputePhase::Parallel);  // every BLAS thread, as a prefill gets
   HardwareCeilings ceilings;
-  ceilings.read_bandwidth_gb_s = kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 10).gigabytes_per_second;
+  ceilings.read_bandwidth_gb_s =
+      kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 10).gigabytes_per_second;
   ceilings.sgemm_gflop_s = measure_sgemm_gflop_s();
   return ceilings;
 }
@@ -84,8 +83,8 @@ bool pairs_bandwidth_probes(const LlamaModel& model) {
   return model.weight_bytes() >= (std::int64_t(1) << 30) && paired_probe_bytes(model) >= kPairedProbeMinimumBytes;
 }
 
-BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode,
-                                  int prompt_tokens, int new_tokens, bool probe_between_steps) {
+BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode, int prompt_tokens,
+                                  int new_tokens, bool probe_between_steps) {
   const std::size_t probe_bytes = paired_probe_bytes(*model);
   if (probe_between_steps && probe_bytes < 4096)
     throw std::invalid_argument("bandwidth probes between steps need a contiguous lm_head of at least 4 KiB");

@@ -44,8 +44,8 @@ struct BenchRun {
 // step gains nothing from it being in cache). For a machine whose bandwidth drifts while it runs,
 // each step is then compared with the bandwidth of its own moment. Meant for models whose weights
 // are far beyond the last-level cache (see pairs_bandwidth_probes).
-BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode,
-                                  int prompt_tokens, int new_tokens, bool probe_between_steps = false);
+BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode, int prompt_tokens,
+                                  int new_tokens, bool probe_between_steps = false);
 // A 256 MiB region reads measurably faster than the GiB-sized ones decode streams (DESIGN.md's table
 // of tuning constants), so the probe before each step reads up to 1 GiB, once.
 constexpr std::size_t kPairedProbeBytes = std::size_t(1) << 30;

@@ -14,10 +14,10 @@
 #include <stdexcept>
 
 #include "engine/cache/kv_snapshot.h"
-#include "engine/model/llama_model.h"
-#include "engine/generation/session.h"
 #include "engine/cache/session_pool.h"
 #include "engine/cache/snapshot_store.h"
+#include "engine/generation/session.h"
+#include "engine/model/llama_model.h"
 
 namespace kvchat {
 
@@ -224,7 +224,8 @@ std::vector<TokenId> seeded_token_ids(const LlamaModel& model, int count, unsign
   std::uniform_int_distribution<TokenId> token(3, static_cast<TokenId>(model.config().vocab_size - 1));
   std::vector<TokenId> ids(static_cast<std::size_t>(std::max(0, count)));
   for (TokenId& id : ids) id = token(generator);
-  if (with_bos && !ids.empty()) ids[0] = model.config().bos_token_id >= 0 ? static_cast<TokenId>(model.config().bos_token_id) : 1;
+  if (with_bos && !ids.empty())
+    ids[0] = model.config().bos_token_id >= 0 ? static_cast<TokenId>(model.config().bos_token_id) : 1;
   return ids;
 }
 
@@ -232,9 +233,11 @@ std::int64_t snapshot_bench_context_tokens(const SnapshotBenchConfig& config) {
   return std::int64_t(config.conversation_tokens) + config.followup_tokens + 3LL * config.reply_tokens;
 }
 
-SnapshotBenchResult run_snapshot_benchmark(const std::shared_ptr<const LlamaModel>& model, const SnapshotBenchConfig& config) {
+SnapshotBenchResult run_snapshot_benchmark(const std::shared_ptr<const LlamaModel>& model,
+                                           const SnapshotBenchConfig& config) {
   if (config.conversation_tokens < 2 || config.followup_tokens < 1 || config.reply_tokens < 2)
-    throw std::invalid_argument("the snapshot bench needs a conversation of 2 or more tokens, a new turn and replies of 2 or more");
+    throw std::invalid_argument(
+        "the snapshot bench needs a conversation of 2 or more tokens, a new turn and replies of 2 or more");
   const std::int64_t needed = snapshot_bench_context_tokens(config);
   if (needed > model->config().max_position_embeddings)
     throw std::invalid_argument("the conversation, its new turn and three replies (" + std::to_string(needed) +
@@ -263,8 +266,9 @@ SnapshotBenchResult run_snapshot_benchmark(const std::shared_ptr<const LlamaMode
   pool.set_minimum_restore_tokens(1);
   result.warm = measure_restore(pool, folder, continued, false, result, config.reply_tokens);
   measure_decode_under_write(pool, *store, joined(continued, result.warm.generated), config.reply_tokens, result);
-  spdlog::info("snapshot bench: {} tokens, restore cold {:.1f} ms, warm {:.1f} ms, ids identical: {}", result.snapshot_tokens,
-               result.cold.restore_ms, result.warm.restore_ms, result.cold.ids_identical && result.warm.ids_identical);
+  spdlog::info("snapshot bench: {} tokens, restore cold {:.1f} ms, warm {:.1f} ms, ids identical: {}",
+               result.snapshot_tokens, result.cold.restore_ms, result.warm.restore_ms,
+               result.cold.ids_identical && result.warm.ids_identical);
   return result;
 }
 

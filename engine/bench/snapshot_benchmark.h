@@ -33,16 +33,16 @@ struct SnapshotBenchConfig {
 
 // One continuation of the conversation from its snapshot by a pool with nothing in memory.
 struct SnapshotRestoreRun {
-  double ttft_ms = 0;             // restore + prefill of the new tokens + first sample
-  double restore_ms = 0;          // GenerationStats::restore_ms: find, read, check, copy into the cache
-  double restore_mb_s = 0;        // file bytes / restore_ms, 10^6 bytes per second
+  double ttft_ms = 0;       // restore + prefill of the new tokens + first sample
+  double restore_ms = 0;    // GenerationStats::restore_ms: find, read, check, copy into the cache
+  double restore_mb_s = 0;  // file bytes / restore_ms, 10^6 bytes per second
   int restored_tokens = 0;
-  std::string restored_from;      // the snapshot's key
-  double resident_before = -1;    // fraction of the file's pages in the page cache just before (-1: unknown)
+  std::string restored_from;          // the snapshot's key
+  double resident_before = -1;        // fraction of the file's pages in the page cache just before (-1: unknown)
   bool cache_drop_requested = false;  // cold: posix_fadvise(DONTNEED) accepted
   double decode_tok_s = 0;
   std::vector<TokenId> generated;  // the reply
-  bool ids_identical = false;     // the reply's ids equal the full-prefill session's
+  bool ids_identical = false;      // the reply's ids equal the full-prefill session's
 };
 
 struct SnapshotBenchResult {
@@ -60,14 +60,14 @@ struct SnapshotBenchResult {
   SnapshotRestoreRun cold, warm;
   // 4. decode of a reply (the same length) with no write in flight, and with one queued just before
   double decode_tok_s_idle = 0;
-  double decode_tok_s_writing = 0;          // over the whole reply
-  double decode_tok_s_during_write = 0;     // over the steps that ended before the write did (0: none)
-  int decode_steps = 0;                     // steps after the first token
+  double decode_tok_s_writing = 0;       // over the whole reply
+  double decode_tok_s_during_write = 0;  // over the steps that ended before the write did (0: none)
+  int decode_steps = 0;                  // steps after the first token
   int decode_steps_during_write = 0;
-  std::int64_t background_tokens = 0;       // the snapshot written meanwhile
+  std::int64_t background_tokens = 0;  // the snapshot written meanwhile
   std::int64_t background_file_bytes = 0;
-  double background_capture_ms = 0;         // SessionPool::save_snapshot on the engine thread
-  double background_write_ms = 0;           // from the save to the end of the write on the store's thread
+  double background_capture_ms = 0;  // SessionPool::save_snapshot on the engine thread
+  double background_write_ms = 0;    // from the save to the end of the write on the store's thread
 };
 
 // The context the bench fills: the conversation, its new turn and three replies.
@@ -76,7 +76,8 @@ std::int64_t snapshot_bench_context_tokens(const SnapshotBenchConfig& config);
 // Runs the four measurements on `model` (cache on, contiguous). The files it writes in
 // config.directory are deleted before it returns. Throws std::invalid_argument when the conversation,
 // the new turn and three replies do not fit the model's context.
-SnapshotBenchResult run_snapshot_benchmark(const std::shared_ptr<const LlamaModel>& model, const SnapshotBenchConfig& config);
+SnapshotBenchResult run_snapshot_benchmark(const std::shared_ptr<const LlamaModel>& model,
+                                           const SnapshotBenchConfig& config);
 
 // The deterministic conversation: BOS, then ids in [3, vocab) from a seeded generator.
 std::vector<TokenId> seeded_token_ids(const LlamaModel& model, int count, unsigned seed, bool with_bos);

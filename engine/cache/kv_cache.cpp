@@ -12,7 +12,8 @@ namespace kvchat {
 
 namespace {
 void check_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
-  if (layer < 0 || layer >= shape.layers) throw std::out_of_range("kv cache: layer " + std::to_string(layer) + " out of range");
+  if (layer < 0 || layer >= shape.layers)
+    throw std::out_of_range("kv cache: layer " + std::to_string(layer) + " out of range");
   if (k.dim() != 3 || k.size(0) != shape.kv_heads || k.size(2) != shape.head_dim || !k.sizes().equals(v.sizes()))
     throw std::invalid_argument("kv cache: step K/V must be [kv_heads, T, head_dim]");
 }
@@ -77,7 +78,8 @@ void ContiguousKvCache::reserve(std::int64_t tokens) {
   capacity_ = new_capacity;
 }
 
-std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer, const at::Tensor& k,
+                                                            const at::Tensor& v) {
   check_step(shape_, layer, k, v);
   const std::int64_t steps = k.size(1);
   reserve(size_ + steps);

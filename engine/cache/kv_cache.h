@@ -55,9 +55,15 @@ class KvCache {
   // no allocation): makes room for size() + tokens positions and returns true if this cache keeps its
   // layers as KvLayerRows, false if it does not (then use append). Positions written past size() count
   // only after commit(), as with append.
-  virtual bool prepare_rows(std::int64_t tokens) { (void)tokens; return false; }
+  virtual bool prepare_rows(std::int64_t tokens) {
+    (void)tokens;
+    return false;
+  }
   // Valid after prepare_rows returned true, until the next prepare_rows, append or truncate.
-  virtual KvLayerRows layer_rows(std::int64_t layer) const { (void)layer; return {}; }
+  virtual KvLayerRows layer_rows(std::int64_t layer) const {
+    (void)layer;
+    return {};
+  }
   // Writes one position's K and V of a layer ([kv_heads, head_dim] floats each, heads in order) into
   // the rows made ready by prepare_rows. Counts only after commit(), as with append.
   virtual void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v);

@@ -26,15 +26,28 @@ constexpr std::uint64_t kMaxLayers = 4096, kMaxHeads = 4096, kMaxHeadDim = 65536
 
 // Offsets of the header's fields.
 enum HeaderOffset : std::size_t {
-  kVersionAt = 8, kDtypeAt = 12, kFingerprintAt = 16, kLayersAt = 24, kKvHeadsAt = 32, kHeadDimAt = 40,
-  kTokenCountAt = 48, kDataOffsetAt = 56, kFileBytesAt = 64, kTokensChecksumAt = 72, kDataChecksumAt = 80,
-  kReservedAt = 88, kInstallationAt = 104, kHeaderChecksumAt = 120,  // [88, 104): zero (version 1's annotation)
+  kVersionAt = 8,
+  kDtypeAt = 12,
+  kFingerprintAt = 16,
+  kLayersAt = 24,
+  kKvHeadsAt = 32,
+  kHeadDimAt = 40,
+  kTokenCountAt = 48,
+  kDataOffsetAt = 56,
+  kFileBytesAt = 64,
+  kTokensChecksumAt = 72,
+  kDataChecksumAt = 80,
+  kReservedAt = 88,
+  kInstallationAt = 104,
+  kHeaderChecksumAt = 120,  // [88, 104): zero (version 1's annotation)
 };
 
 using Kind = SnapshotError::Kind;
 
 template <typename T>
-void put(std::uint8_t* header, std::size_t offset, T value) { std::memcpy(header + offset, &value, sizeof value); }
+void put(std::uint8_t* header, std::size_t offset, T value) {
+  std::memcpy(header + offset, &value, sizeof value);
+}
 template <typename T>
 T get(const std::uint8_t* header, std::size_t offset) {
   T value;
@@ -87,8 +100,8 @@ bool is_older_version(std::uint32_t version) {
 // above allow shapes whose bytes wrap around, which would let a short file pass the size check).
 bool checked_data_bytes(const KvCacheShape& shape, std::int64_t tokens, std::int64_t* bytes) {
   std::int64_t product = 2;
-  for (const std::int64_t factor : {shape.layers, shape.kv_heads, shape.head_dim, tokens,
-                                    static_cast<std::int64_t>(c10::elementSize(shape.dtype))})
+  for (const std::int64_t factor :
+       {shape.layers, shape.kv_heads, shape.head_dim, tokens, static_cast<std::int64_t>(c10::elementSize(shape.dtype))})
     if (__builtin_mul_overflow(product, factor, &product)) return false;
   *bytes = product;
   return true;
@@ -100,7 +113,9 @@ std::string os_error(const std::string& what, const std::string& path) {
 
 struct FileCloser {
   int fd = -1;
-  ~FileCloser() { if (fd >= 0) ::close(fd); }
+  ~FileCloser() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 void write_all(int fd, const void* data, std::size_t size, const std::string& path) {
@@ -130,19 +145,21 @@ bool read_exactly_at(int fd, void* data, std::size_t size, std::int64_t offset, 
 }
 
 void read_all_at(int fd, void* data, std::size_t size, std::int64_t offset, const std::string& path) {
-  if (!read_exactly_at(fd, data, size, offset, path)) throw SnapshotError("snapshot " + path + " ends early (truncated)");
+  if (!read_exactly_at(fd, data, size, offset, path))
+    throw SnapshotError("snapshot " + path + " ends early (truncated)");
 }
 
 int open_regular(const std::string& path) {
   // O_NONBLOCK: a FIFO under a snapshot's name must not block the open; O_NOFOLLOW: nor lead elsewhere.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
-  if (fd < 0) throw SnapshotError(os_error("cannot open snapshot", path), errno == ELOOP ? Kind::NotOurs : Kind::Unreadable);
+  if (fd < 0)
+    throw SnapshotError(os_error("cannot open snapshot", path), errno == ELOOP ? Kind::NotOurs : Kind::Unreadable);
   return fd;
 }
 
 // The header of a regular file, or nullopt when there is none (too short, or not a regular file).
 std::optional<std::array<std::uint8_t, kSnapshotHeaderBytes>> read_header_bytes(int fd, const std::string& path,
-                                                                                 struct stat* info) {
+                                                                                struct stat* info) {
   if (::fstat(fd, info) != 0) throw SnapshotError(os_error("cannot stat snapshot", path), Kind::Unreadable);
   if (!S_ISREG(info->st_mode) || info->st_size < kSnapshotHeaderBytes) return std::nullopt;
   std::array<std::uint8_t, kSnapshotHeaderBytes> header{};
@@ -173,8 +190,9 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
   const auto bytes = read_header_bytes(fd, path, &info);
   if (!S_ISREG(info.st_mode)) throw SnapshotError("snapshot " + path + " is not a regular file", Kind::NotOurs);
   if (!bytes)
-    throw SnapshotError("snapshot " + path + " is truncated (" + std::to_string(info.st_size) + " bytes, less than its header)",
-                        Kind::NotOurs);
+    throw SnapshotError(
+        "snapshot " + path + " is truncated (" + std::to_string(info.st_size) + " bytes, less than its header)",
+        Kind::NotOurs);
   const std::uint8_t* header = bytes->data();
   if (std::memcmp(header, kMagic, sizeof kMagic) != 0)
     throw SnapshotError("snapshot " + path + " is not a kvchat KV snapshot (bad magic)", Kind::NotOurs);
@@ -186,12 +204,13 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
   }
   if (!header_checksum_holds(header, key))
     throw SnapshotError("snapshot " + path + ": header checksum mismatch (the file is corrupt, or was not written by " +
-                        "this installation)", Kind::NotOurs);
+                            "this installation)",
+                        Kind::NotOurs);
   const auto version = get<std::uint32_t>(header, kVersionAt);
   // An older version's file is this installation's to delete; a newer one is a newer kvchat's.
   if (version != kSnapshotFormatVersion)
-    throw SnapshotError("snapshot " + path + " has format version " + std::to_string(version) + "; this kvchat reads version " +
-                            std::to_string(kSnapshotFormatVersion),
+    throw SnapshotError("snapshot " + path + " has format version " + std::to_string(version) +
+                            "; this kvchat reads version " + std::to_string(kSnapshotFormatVersion),
                         is_older_version(version) ? Kind::Damaged : Kind::NotOurs);
   const auto layers = get<std::uint64_t>(header, kLayersAt), kv_heads = get<std::uint64_t>(header, kKvHeadsAt),
              head_dim = get<std::uint64_t>(header, kHeadDimAt), count = get<std::uint64_t>(header, kTokenCountAt);
@@ -201,8 +220,9 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
 
   SnapshotHeader result;
   result.fingerprint = get<std::uint64_t>(header, kFingerprintAt);
-  result.shape = KvCacheShape{static_cast<std::int64_t>(layers), static_cast<std::int64_t>(kv_heads),
-                              static_cast<std::int64_t>(head_dim), 0, dtype_of_code(get<std::uint32_t>(header, kDtypeAt), path)};
+  result.shape =
+      KvCacheShape{static_cast<std::int64_t>(layers), static_cast<std::int64_t>(kv_heads),
+                   static_cast<std::int64_t>(head_dim), 0, dtype_of_code(get<std::uint32_t>(header, kDtypeAt), path)};
   const auto tokens = static_cast<std::int64_t>(count);
   result.data_offset = get<std::int64_t>(header, kDataOffsetAt);
   result.file_bytes = get<std::int64_t>(header, kFileBytesAt);
@@ -217,13 +237,15 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
     throw SnapshotError("snapshot " + path + " has " + std::to_string(info.st_size) + " bytes, its header says " +
                         std::to_string(result.file_bytes) + " (truncated or extended)");
   if (tokens > options.max_tokens)
-    throw SnapshotError("snapshot " + path + " holds " + std::to_string(tokens) + " tokens, more than this model's context of " +
-                        std::to_string(options.max_tokens), Kind::NotOurs);
+    throw SnapshotError("snapshot " + path + " holds " + std::to_string(tokens) +
+                            " tokens, more than this model's context of " + std::to_string(options.max_tokens),
+                        Kind::NotOurs);
   result.token_count = tokens;
   if (options.read_tokens) {
     result.tokens.resize(static_cast<std::size_t>(tokens));
     read_all_at(fd, result.tokens.data(), result.tokens.size() * sizeof(TokenId), kSnapshotHeaderBytes, path);
-    if (checksum(key, result.tokens.data(), result.tokens.size() * sizeof(TokenId)) != get<std::uint64_t>(header, kTokensChecksumAt))
+    if (checksum(key, result.tokens.data(), result.tokens.size() * sizeof(TokenId)) !=
+        get<std::uint64_t>(header, kTokensChecksumAt))
       throw SnapshotError("snapshot " + path + ": token checksum mismatch (the file is corrupt)");
     for (TokenId id : result.tokens)
       if (id < 0) throw SnapshotError("snapshot " + path + ": negative token id " + std::to_string(id));
@@ -253,7 +275,8 @@ void hash_linear_rows(XXH3_state_t* state, const Linear& linear, std::initialize
 }  // namespace
 
 std::int64_t snapshot_data_bytes(const KvCacheShape& shape, std::int64_t tokens) {
-  return 2 * shape.layers * shape.kv_heads * shape.head_dim * tokens * static_cast<std::int64_t>(c10::elementSize(shape.dtype));
+  return 2 * shape.layers * shape.kv_heads * shape.head_dim * tokens *
+         static_cast<std::int64_t>(c10::elementSize(shape.dtype));
 }
 
 std::string ModelFingerprint::hex() const {
@@ -269,21 +292,22 @@ ModelFingerprint fingerprint_model(const LlamaModel& model) {
   XXH3_64bits_reset(state.get());
   // Everything that decides the K/V of a token, in words: readable in a log, hashed here.
   std::string description = config.model_type + " " + std::to_string(config.num_hidden_layers) + "L hidden " +
-                            std::to_string(config.hidden_size) + " heads " + std::to_string(config.num_attention_heads) + "/" +
-                            std::to_string(config.num_key_value_heads) + "x" + std::to_string(config.head_dim) + " vocab " +
-                            std::to_string(config.vocab_size) + " weights " + model.weight_types();
-  std::string details = description + " ff " + std::to_string(config.intermediate_size) + " eps " +
-                        std::to_string(config.rms_norm_eps) + " rope " + std::to_string(config.rope_theta) + " " +
-                        config.rope_scaling.rope_type + " " + std::to_string(config.rope_scaling.factor) + " " +
-                        std::to_string(config.rope_scaling.low_freq_factor) + " " +
-                        std::to_string(config.rope_scaling.high_freq_factor) + " " +
-                        std::to_string(config.rope_scaling.original_max_position_embeddings) + " bias " +
-                        std::to_string(config.qkv_bias) + std::to_string(config.output_bias) + std::to_string(config.mlp_bias) +
-                        " tie " + std::to_string(config.tie_word_embeddings) + " act " + config.hidden_act;
+                            std::to_string(config.hidden_size) + " heads " +
+                            std::to_string(config.num_attention_heads) + "/" +
+                            std::to_string(config.num_key_value_heads) + "x" + std::to_string(config.head_dim) +
+                            " vocab " + std::to_string(config.vocab_size) + " weights " + model.weight_types();
+  std::string details =
+      description + " ff " + std::to_string(config.intermediate_size) + " eps " + std::to_string(config.rms_norm_eps) +
+      " rope " + std::to_string(config.rope_theta) + " " + config.rope_scaling.rope_type + " " +
+      std::to_string(config.rope_scaling.factor) + " " + std::to_string(config.rope_scaling.low_freq_factor) + " " +
+      std::to_string(config.rope_scaling.high_freq_factor) + " " +
+      std::to_string(config.rope_scaling.original_max_position_embeddings) + " bias " +
+      std::to_string(config.qkv_bias) + std::to_string(config.output_bias) + std::to_string(config.mlp_bias) + " tie " +
+      std::to_string(config.tie_word_embeddings) + " act " + config.hidden_act;
   for (double factor : config.rope_frequency_factors) details += " " + std::to_string(factor);
   for (const FileIdentity& file : weights.mapped_files)
-    details += "\nfile " + file.path + " " + std::to_string(file.size) + " " + std::to_string(file.modified.tv_sec) + "." +
-               std::to_string(file.modified.tv_nsec);
+    details += "\nfile " + file.path + " " + std::to_string(file.size) + " " + std::to_string(file.modified.tv_sec) +
+               "." + std::to_string(file.modified.tv_nsec);
   XXH3_64bits_update(state.get(), details.data(), details.size());
   // A sample of the weights themselves: the same shapes with other values give other K/V.
   const std::int64_t vocab = weights.embedding.out_features();
@@ -302,7 +326,8 @@ ModelFingerprint fingerprint_model(const LlamaModel& model) {
 KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& history) {
   const auto tokens = static_cast<std::int64_t>(history.size());
   if (tokens == 0 || tokens > cache.size())
-    throw SnapshotError("capture_snapshot: " + std::to_string(tokens) + " tokens, the cache holds " + std::to_string(cache.size()));
+    throw SnapshotError("capture_snapshot: " + std::to_string(tokens) + " tokens, the cache holds " +
+                        std::to_string(cache.size()));
   KvSnapshot snapshot;
   snapshot.shape = cache.shape();
   snapshot.tokens = history;
@@ -333,8 +358,8 @@ KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& hi
   return snapshot;
 }
 
-void write_snapshot_at(int directory_fd, const std::string& name, const std::string& path,
-                       const KvSnapshot& snapshot, std::uint64_t fingerprint, const SnapshotKey& key) {
+void write_snapshot_at(int directory_fd, const std::string& name, const std::string& path, const KvSnapshot& snapshot,
+                       std::uint64_t fingerprint, const SnapshotKey& key) {
   check_key(key);
   const auto tokens = static_cast<std::int64_t>(snapshot.tokens.size());
   const std::int64_t data_offset = data_offset_for(tokens);
@@ -351,7 +376,8 @@ void write_snapshot_at(int directory_fd, const std::string& name, const std::str
   put<std::uint64_t>(header, kTokenCountAt, static_cast<std::uint64_t>(tokens));
   put<std::int64_t>(header, kDataOffsetAt, data_offset);
   put<std::int64_t>(header, kFileBytesAt, data_offset + static_cast<std::int64_t>(snapshot.data.size()));
-  put<std::uint64_t>(header, kTokensChecksumAt, checksum(key, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId)));
+  put<std::uint64_t>(header, kTokensChecksumAt,
+                     checksum(key, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId)));
   put<std::uint64_t>(header, kDataChecksumAt, checksum(key, snapshot.data.data(), snapshot.data.size()));
   put<std::uint64_t>(header, kInstallationAt, key.installation);
   put<std::uint64_t>(header, kHeaderChecksumAt, checksum(key, header, kHeaderChecksumAt));
@@ -361,7 +387,8 @@ void write_snapshot_at(int directory_fd, const std::string& name, const std::str
   const std::string temporary = name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++counter);
   const std::string temporary_path = path + ".tmp." + temporary.substr(name.size() + 5);
   try {
-    FileCloser file{::openat(directory_fd, temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
+    FileCloser file{
+        ::openat(directory_fd, temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
     if (file.fd < 0) throw SnapshotError(os_error("cannot create snapshot", temporary_path));
     write_all(file.fd, header, sizeof header, temporary_path);
     write_all(file.fd, snapshot.tokens.data(), snapshot.tokens.size() * sizeof(TokenId), temporary_path);
@@ -377,7 +404,8 @@ void write_snapshot_at(int directory_fd, const std::string& name, const std::str
     // The name is taken only while free; a file already there is replaced only when it is one of this
     // installation's snapshots (a symbolic link, a folder or another program's file stays as it is).
     if (::renameat2(directory_fd, temporary.c_str(), directory_fd, name.c_str(), RENAME_NOREPLACE) != 0) {
-      if (errno != EEXIST && errno != EINVAL && errno != ENOSYS) throw SnapshotError(os_error("cannot rename snapshot to", path));
+      if (errno != EEXIST && errno != EINVAL && errno != ENOSYS)
+        throw SnapshotError(os_error("cannot rename snapshot to", path));
       FileCloser existing{::openat(directory_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)};
       if (existing.fd >= 0 ? snapshot_owner(existing.fd, key) == SnapshotOwner::NotOurs : errno != ENOENT)
         throw SnapshotError(path + " exists and is not a KV snapshot of this installation: it is left as it is",
@@ -398,7 +426,8 @@ void write_snapshot_file(const std::string& path, const KvSnapshot& snapshot, st
   const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
   FileCloser folder{::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (folder.fd < 0) throw SnapshotError(os_error("cannot open the folder of snapshot", path));
-  write_snapshot_at(folder.fd, slash == std::string::npos ? path : path.substr(slash + 1), path, snapshot, fingerprint, key);
+  write_snapshot_at(folder.fd, slash == std::string::npos ? path : path.substr(slash + 1), path, snapshot, fingerprint,
+                    key);
 }
 
 SnapshotOwner snapshot_owner(int fd, const SnapshotKey& key) {
@@ -436,8 +465,8 @@ SnapshotHeader read_snapshot_header(const std::string& path, const SnapshotKey& 
 
 std::vector<TokenId> read_snapshot_tokens(int fd, const std::string& path, std::int64_t first, std::int64_t count) {
   std::vector<TokenId> tokens(static_cast<std::size_t>(std::max<std::int64_t>(count, 0)));
-  read_all_at(fd, tokens.data(), tokens.size() * sizeof(TokenId), kSnapshotHeaderBytes + first * std::int64_t(sizeof(TokenId)),
-              path);
+  read_all_at(fd, tokens.data(), tokens.size() * sizeof(TokenId),
+              kSnapshotHeaderBytes + first * std::int64_t(sizeof(TokenId)), path);
   return tokens;
 }
 
@@ -449,12 +478,14 @@ LoadedSnapshot read_snapshot_file(int fd, const std::string& path, std::uint64_t
   // The header alone first: the model and the cache it claims are checked before the tokens are read.
   const SnapshotHeader header = read_header_from(fd, path, key, SnapshotReadOptions{kMaxSnapshotTokens, false});
   if (header.fingerprint != fingerprint)
-    throw SnapshotError("snapshot " + path + " was made by another model (fingerprint " + ModelFingerprint{header.fingerprint, {}}.hex() +
-                        ", this model's is " + ModelFingerprint{fingerprint, {}}.hex() + ")");
+    throw SnapshotError("snapshot " + path + " was made by another model (fingerprint " +
+                        ModelFingerprint{header.fingerprint, {}}.hex() + ", this model's is " +
+                        ModelFingerprint{fingerprint, {}}.hex() + ")");
   if (header.shape.dtype != shape.dtype)
-    throw SnapshotError(std::string("snapshot ") + path + " holds a " + c10::toString(header.shape.dtype) + " cache; this cache is " +
-                        c10::toString(shape.dtype));
-  if (header.shape.layers != shape.layers || header.shape.kv_heads != shape.kv_heads || header.shape.head_dim != shape.head_dim)
+    throw SnapshotError(std::string("snapshot ") + path + " holds a " + c10::toString(header.shape.dtype) +
+                        " cache; this cache is " + c10::toString(shape.dtype));
+  if (header.shape.layers != shape.layers || header.shape.kv_heads != shape.kv_heads ||
+      header.shape.head_dim != shape.head_dim)
     throw SnapshotError("snapshot " + path + " has another cache shape than this model's");
   loaded.header = read_header_from(fd, path, key, options);
   loaded.data = HugePageBuffer(static_cast<std::size_t>(loaded.header.file_bytes - loaded.header.data_offset));
@@ -484,7 +515,8 @@ void restore_snapshot(const KvCacheShape& shape, const std::vector<TokenId>& sna
   auto* base = const_cast<std::uint8_t*>(data.data());  // read only: the views are copied from
   for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
     std::uint8_t* keys = base + 2 * layer * tensor_bytes;
-    cache.append(layer, at::from_blob(keys, sizes, strides, options), at::from_blob(keys + tensor_bytes, sizes, strides, options));
+    cache.append(layer, at::from_blob(keys, sizes, strides, options),
+                 at::from_blob(keys + tensor_bytes, sizes, strides, options));
   }
   cache.commit(tokens);
 }

@@ -120,7 +120,7 @@ bool is_unfinished_snapshot(int fd);
 // and what it reads.
 struct SnapshotReadOptions {
   std::int64_t max_tokens = kMaxSnapshotTokens;  // more is NotOurs ("more tokens than this model's context")
-  bool read_tokens = true;                        // false: the token checksum is not checked either
+  bool read_tokens = true;                       // false: the token checksum is not checked either
 };
 
 // The header and tokens of a snapshot file, checked (header checksum, version, sizes, token checksum)

@@ -26,11 +26,14 @@ class SessionPool::Restorer final : public PrefixRestorer {
       // The ids are compared again on what was read (the file may have been replaced since it was listed).
       const std::vector<TokenId>& tokens = loaded->header.tokens;
       std::int64_t common = 0;
-      while (common < static_cast<std::int64_t>(std::min(tokens.size(), prompt.size())) && tokens[common] == prompt[common]) ++common;
+      while (common < static_cast<std::int64_t>(std::min(tokens.size(), prompt.size())) &&
+             tokens[common] == prompt[common])
+        ++common;
       common = std::min(common, cache.shape().max_tokens);
       if (common < wanted) continue;
       restore_snapshot(loaded->header.shape, tokens, loaded->data, common, cache);
-      const double milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+      const double milliseconds =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
       spdlog::info("restored {} of {} prompt tokens from KV snapshot {} in {:.1f} ms ({} bytes)", common, prompt.size(),
                    match->key, milliseconds, loaded->data.size());
       return RestoredPrefix{common, milliseconds, match->key};
@@ -121,7 +124,7 @@ std::vector<SessionPool::Evicted> SessionPool::enforce_budget(std::int64_t budge
     Session& session = *entries_[conversation].session;
     const std::int64_t freed = session.cache_bytes();
     save_snapshot(conversation);  // on disk, the next turn restores it instead of prefilling
-    session.clear();  // the caller's token history stays: a later turn rebuilds the same cache
+    session.clear();              // the caller's token history stays: a later turn rebuilds the same cache
     total -= freed;
     evicted.push_back({conversation, freed});
     spdlog::info("cache budget {} bytes: evicted conversation {} ({} bytes)", budget_bytes, conversation, freed);

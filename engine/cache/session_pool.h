@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/generation/session.h"
 #include "engine/cache/snapshot_store.h"
+#include "engine/generation/session.h"
 
 namespace kvchat {
 

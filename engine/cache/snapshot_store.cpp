@@ -1,8 +1,8 @@
 #include "engine/cache/snapshot_store.h"
 
-#include <spdlog/spdlog.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -37,7 +37,9 @@ constexpr std::size_t kMaxRefinedCandidates = 8;
 class Descriptor {
  public:
   explicit Descriptor(int fd = -1) : fd_(fd) {}
-  ~Descriptor() { if (fd_ >= 0) ::close(fd_); }
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   Descriptor(Descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   Descriptor& operator=(Descriptor&& other) noexcept {
     if (this != &other) {
@@ -132,7 +134,8 @@ bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == 
 // checked when it is unlinked).
 bool delete_if_own(int folder, const std::string& name, const SnapshotKey& key) {
   const Descriptor file = open_file(folder, name);
-  struct stat opened {}, named {};
+  struct stat opened {
+  }, named{};
   if (!file || snapshot_owner(file.get(), key) == SnapshotOwner::NotOurs || ::fstat(file.get(), &opened) != 0 ||
       !regular_file(folder, name, &named) || !same_file(opened, named))
     return false;
@@ -182,9 +185,11 @@ SnapshotStore::SnapshotStore(std::string directory, std::int64_t disk_budget_byt
       max_tokens_(shape.max_tokens > 0 ? std::min(shape.max_tokens, kMaxSnapshotTokens) : kMaxSnapshotTokens),
       block_tokens_(block_tokens_for(max_tokens_)),
       disk_budget_bytes_(disk_budget_bytes) {
-  if (key_.secret.empty() ? key_.installation != 0 : key_.secret.size() != kSnapshotSecretBytes || key_.installation == 0)
-    throw std::invalid_argument("a KV snapshot key has installation 0 and no secret, or another installation and a secret of " +
-                                std::to_string(kSnapshotSecretBytes) + " bytes");
+  if (key_.secret.empty() ? key_.installation != 0
+                          : key_.secret.size() != kSnapshotSecretBytes || key_.installation == 0)
+    throw std::invalid_argument(
+        "a KV snapshot key has installation 0 and no secret, or another installation and a secret of " +
+        std::to_string(kSnapshotSecretBytes) + " bytes");
   std::error_code error;
   fs::create_directories(directory_, error);
   if (error || !fs::is_directory(directory_, error))
@@ -195,9 +200,10 @@ SnapshotStore::SnapshotStore(std::string directory, std::int64_t disk_budget_byt
   if (::mkdirat(cache.get(), fingerprint_.hex().c_str(), 0755) != 0 && errno != EEXIST)
     throw SnapshotError("cannot create the KV snapshot folder " + model_directory_ + ": " + std::strerror(errno));
   if (!open_subfolder(cache.get(), fingerprint_.hex()))
-    throw SnapshotError("the KV snapshot folder " + model_directory_ + " is " +
-                        (errno == ELOOP || errno == ENOTDIR ? "a symbolic link or not a folder" : std::string(std::strerror(errno))) +
-                        ": kvchat keeps snapshots only in a folder of its own");
+    throw SnapshotError(
+        "the KV snapshot folder " + model_directory_ + " is " +
+        (errno == ELOOP || errno == ENOTDIR ? "a symbolic link or not a folder" : std::string(std::strerror(errno))) +
+        ": kvchat keeps snapshots only in a folder of its own");
   writer_ = std::thread([this] { writer_loop(); });
   spdlog::info("KV snapshots in {} (model {}: {}), disk budget {} bytes", directory_, fingerprint_.hex(),
                fingerprint_.description, disk_budget_bytes);
@@ -280,8 +286,8 @@ void SnapshotStore::write_one(const std::string& key, const KvSnapshot& snapshot
     ::mkdirat(cache.get(), fingerprint_.hex().c_str(), 0755);
     const Descriptor folder = open_subfolder(cache.get(), fingerprint_.hex());
     if (!folder)
-      throw SnapshotError("the KV snapshot folder " + model_directory_ + " is not a folder of its own (" + std::strerror(errno) +
-                          "): nothing is written there");
+      throw SnapshotError("the KV snapshot folder " + model_directory_ + " is not a folder of its own (" +
+                          std::strerror(errno) + "): nothing is written there");
     write_snapshot_at(folder.get(), name, path, snapshot, fingerprint_.hash, key_);
     struct stat info {};
     if (regular_file(folder.get(), name, &info)) file_bytes = static_cast<std::int64_t>(info.st_size);
@@ -289,7 +295,8 @@ void SnapshotStore::write_one(const std::string& key, const KvSnapshot& snapshot
     spdlog::error("cannot write the KV snapshot of {}: {}", key, error.what());
     return;
   }
-  const double milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  const double milliseconds =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   spdlog::debug("KV snapshot {} written: {} tokens, {} bytes in {:.1f} ms", path, snapshot.tokens.size(), file_bytes,
                 milliseconds);
   enforce_budget(name);
@@ -310,7 +317,8 @@ void SnapshotStore::enforce_budget(const std::string& keep_name) {
   std::int64_t total = 0;
   for (const OwnFile& file : files) total += file.size;
   if (total <= disk_budget_bytes_) return;
-  std::sort(files.begin(), files.end(), [](const OwnFile& a, const OwnFile& b) { return a.modified_ns < b.modified_ns; });
+  std::sort(files.begin(), files.end(),
+            [](const OwnFile& a, const OwnFile& b) { return a.modified_ns < b.modified_ns; });
   for (const OwnFile& file : files) {
     if (total <= disk_budget_bytes_) break;
     const bool this_model = file.folder == fingerprint_.hex();
@@ -347,12 +355,8 @@ void SnapshotStore::reject_locked(int folder, const std::string& name, const Sna
       }
       spdlog::warn("KV snapshot rejected: {}", error.what());
       break;
-    case SnapshotError::Kind::NotOurs:
-      spdlog::warn("KV snapshot ignored and left as it is: {}", error.what());
-      break;
-    case SnapshotError::Kind::Unreadable:
-      spdlog::warn("KV snapshot not used (kept): {}", error.what());
-      break;
+    case SnapshotError::Kind::NotOurs: spdlog::warn("KV snapshot ignored and left as it is: {}", error.what()); break;
+    case SnapshotError::Kind::Unreadable: spdlog::warn("KV snapshot not used (kept): {}", error.what()); break;
   }
   unusable_locked(folder, name);
 }
@@ -363,7 +367,8 @@ std::vector<std::uint64_t> SnapshotStore::block_hashes(const TokenId* tokens, st
   hashes.reserve(static_cast<std::size_t>(blocks));
   std::uint64_t chain = 0;
   for (std::int64_t block = 0; block < blocks; ++block) {
-    chain = XXH3_64bits_withSeed(tokens + block * block_tokens_, static_cast<std::size_t>(block_tokens_) * sizeof(TokenId), chain);
+    chain = XXH3_64bits_withSeed(tokens + block * block_tokens_,
+                                 static_cast<std::size_t>(block_tokens_) * sizeof(TokenId), chain);
     hashes.push_back(chain);
   }
   return hashes;
@@ -416,14 +421,16 @@ void SnapshotStore::refresh_index_locked() {
       continue;
     }
     if (!is_snapshot_name(name) || !regular_file(folder.get(), name, &info)) continue;
-    listed.push_back({name, FileIdentity{static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino),
-                                         static_cast<std::int64_t>(info.st_size), modified_ns(info)}});
+    listed.push_back(
+        {name, FileIdentity{static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino),
+                            static_cast<std::int64_t>(info.st_size), modified_ns(info)}});
   }
   // The newest first: they are the ones indexed when the folder holds more than the index keeps.
   std::sort(listed.begin(), listed.end(),
             [](const Listed& a, const Listed& b) { return a.identity.modified_ns > b.identity.modified_ns; });
   if (listed.size() > kMaxIndexedSnapshots) {
-    spdlog::warn("{} holds {} KV snapshots; only the newest {} are used", model_directory_, listed.size(), kMaxIndexedSnapshots);
+    spdlog::warn("{} holds {} KV snapshots; only the newest {} are used", model_directory_, listed.size(),
+                 kMaxIndexedSnapshots);
     listed.resize(kMaxIndexedSnapshots);
   }
   std::map<std::string, IndexEntry> fresh;
@@ -453,7 +460,8 @@ void SnapshotStore::refresh_index_locked() {
   index_ = std::move(fresh);
 }
 
-std::optional<SnapshotStore::Match> SnapshotStore::best_match(const std::vector<TokenId>& prompt, std::int64_t minimum_tokens) {
+std::optional<SnapshotStore::Match> SnapshotStore::best_match(const std::vector<TokenId>& prompt,
+                                                              std::int64_t minimum_tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
   refresh_index_locked();
   const std::int64_t minimum = std::max<std::int64_t>(minimum_tokens, 1);
@@ -497,7 +505,8 @@ std::optional<SnapshotStore::Match> SnapshotStore::best_match(const std::vector<
     try {
       const std::int64_t count = std::min({block_tokens_, entry->tokens - whole, prompt_tokens - whole});
       const std::vector<TokenId> tail = read_snapshot_tokens(file.get(), path, whole, count);
-      while (common - whole < count && tail[static_cast<std::size_t>(common - whole)] == prompt[static_cast<std::size_t>(common)])
+      while (common - whole < count &&
+             tail[static_cast<std::size_t>(common - whole)] == prompt[static_cast<std::size_t>(common)])
         ++common;
     } catch (const SnapshotError& failure) {
       spdlog::warn("KV snapshot {} not used: {}", path, failure.what());
@@ -521,7 +530,8 @@ std::optional<LoadedSnapshot> SnapshotStore::load(const Match& match, std::strin
   };
   try {
     if (!is_snapshot_name(name) || !folder)
-      throw SnapshotError("cannot open snapshot " + match.path + ": its folder is gone", SnapshotError::Kind::Unreadable);
+      throw SnapshotError("cannot open snapshot " + match.path + ": its folder is gone",
+                          SnapshotError::Kind::Unreadable);
     const Descriptor file = open_file(folder.get(), name);
     if (!file)
       throw SnapshotError("cannot open snapshot " + match.path + ": " + std::strerror(errno),
@@ -532,7 +542,8 @@ std::optional<LoadedSnapshot> SnapshotStore::load(const Match& match, std::strin
   } catch (const SnapshotError& failure) {
     return failed(failure);
   } catch (const std::bad_alloc&) {
-    return failed(SnapshotError("snapshot " + match.path + ": out of memory while reading it", SnapshotError::Kind::Unreadable));
+    return failed(
+        SnapshotError("snapshot " + match.path + ": out of memory while reading it", SnapshotError::Kind::Unreadable));
   } catch (const std::exception& other) {
     return failed(SnapshotError("snapshot " + match.path + ": " + other.what(), SnapshotError::Kind::Unreadable));
   }
@@ -566,7 +577,8 @@ std::optional<SnapshotHeader> SnapshotStore::describe(const std::string& key) {
 void SnapshotStore::remove(const std::string& key) {
   const std::string name = fs::path(path_for(key)).filename().string();
   std::lock_guard<std::mutex> lock(mutex_);
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& item) { return item.first == key; }), queue_.end());
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& item) { return item.first == key; }),
+               queue_.end());
   if (writing_key_ == key) removed_while_writing_ = true;
   // Every model's snapshot of it: a deleted chat leaves nothing behind.
   const Descriptor cache = open_cache_folder(directory_);

@@ -130,7 +130,7 @@ class SnapshotStore {
   mutable std::mutex mutex_;
   std::condition_variable work_ready_, work_done_;
   std::vector<std::pair<std::string, KvSnapshot>> queue_;  // at most one per key, oldest first
-  std::string writing_key_;        // the key being written now ("" when idle)
+  std::string writing_key_;                                // the key being written now ("" when idle)
   bool removed_while_writing_ = false;
   bool stopping_ = false;
   std::int64_t disk_budget_bytes_ = 0;

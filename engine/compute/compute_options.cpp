@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <cstdlib>
-#include <cstring>
 
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/thread_pool.h"
@@ -38,8 +38,7 @@ std::atomic<int> current_phase{-1};
 // BLAS there is nothing to set).
 void set_blas_threads(int threads) {
   using SetThreads = void (*)(int);
-  static const SetThreads set_threads =
-      reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  static const SetThreads set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
   if (set_threads) set_threads(threads);
 }
 }  // namespace

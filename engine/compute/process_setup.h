@@ -14,9 +14,9 @@ void ensure_passive_openmp_threads(char** argv);
 // A prefill's temporaries are large (a 512-token chunk of a 1B model: 16 MiB MLP activations, 32 MiB of
 // attention scores), and glibc serves blocks over its mmap threshold (dynamic, at most 32 MiB) with
 // fresh mappings and gives freed heap tops back to the system: every product then paid a page fault
-// and a zero fill per 4 KiB, about half of a 512-token prefill's time. This keeps allocations up to 1 GiB in the heap and freed memory in the process, so the
-// next chunk reuses it: resident memory stays at the largest prefill's high-water mark. Call it once,
-// early in main().
+// and a zero fill per 4 KiB, about half of a 512-token prefill's time. This keeps allocations up to 1 GiB in the heap
+// and freed memory in the process, so the next chunk reuses it: resident memory stays at the largest prefill's
+// high-water mark. Call it once, early in main().
 void keep_freed_memory_for_reuse();
 
 // Gives the heap's free memory back to the system (malloc_trim): after a model is loaded, so that the

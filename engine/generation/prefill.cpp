@@ -26,8 +26,9 @@ PrefillResult Prefiller::run(const std::vector<TokenId>& prompt, KvCache& cache,
   for (auto begin = static_cast<std::size_t>(cache.size()); begin < prompt.size(); begin += chunk_tokens_) {
     if (before_chunk) before_chunk(cache.size());
     if (stop_requested(stop)) break;
-    const std::vector<TokenId> piece(prompt.begin() + static_cast<std::ptrdiff_t>(begin),
-                                     prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), begin + chunk_tokens_)));
+    const std::vector<TokenId> piece(
+        prompt.begin() + static_cast<std::ptrdiff_t>(begin),
+        prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), begin + chunk_tokens_)));
     last = model_.forward(piece, cache.size(), &cache);
     result.prefilled_tokens += static_cast<int>(piece.size());
   }

@@ -15,12 +15,14 @@ TokenId argmax(const float* values, std::int64_t size) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), generator_(params.seed) {}
 
-const float* Sampler::penalised(const float* logits, std::int64_t vocab_size, const std::vector<TokenId>& recent) const {
+const float* Sampler::penalised(const float* logits, std::int64_t vocab_size,
+                                const std::vector<TokenId>& recent) const {
   if (params_.repetition_penalty == 1.0f || recent.empty()) return logits;
   penalised_.assign(logits, logits + vocab_size);
-  const std::size_t window = params_.repetition_window > 0
-                                 ? std::min<std::size_t>(recent.size(), static_cast<std::size_t>(params_.repetition_window))
-                                 : recent.size();
+  const std::size_t window =
+      params_.repetition_window > 0
+          ? std::min<std::size_t>(recent.size(), static_cast<std::size_t>(params_.repetition_window))
+          : recent.size();
   // Each distinct id of the window is penalised once.
   window_ids_.assign(recent.end() - static_cast<std::ptrdiff_t>(window), recent.end());
   std::sort(window_ids_.begin(), window_ids_.end());
@@ -42,9 +44,7 @@ void Sampler::log_probabilities(const float* logits, std::int64_t vocab_size, co
   double sum = 0;
   for (std::int64_t i = 0; i < vocab_size; ++i) sum += std::exp((values[i] - highest) * scale);
   const double log_sum = std::log(sum);
-  const auto logprob = [&](TokenId id) {
-    return static_cast<float>((values[id] - highest) * scale - log_sum);
-  };
+  const auto logprob = [&](TokenId id) { return static_cast<float>((values[id] - highest) * scale - log_sum); };
   out.chosen = {chosen, logprob(chosen)};
   out.top.clear();
   const auto wanted = static_cast<std::size_t>(std::clamp<std::int64_t>(top, 0, vocab_size));

@@ -9,8 +9,8 @@
 
 #include "engine/cache/kv_cache.h"
 #include "engine/cache/kv_snapshot.h"
-#include "engine/model/llama_model.h"
 #include "engine/generation/prefill.h"
+#include "engine/model/llama_model.h"
 
 namespace kvchat {
 
@@ -69,7 +69,8 @@ std::int64_t Session::copy_prefix_from(const Session& source, std::int64_t token
   tokens = std::clamp<std::int64_t>(tokens, 0, static_cast<std::int64_t>(source.history_.size()));
   if (!cache_ || !source.cache_ || tokens == 0) return 0;
   const KvCacheShape &from = source.cache_->shape(), &to = cache_->shape();
-  if (from.layers != to.layers || from.kv_heads != to.kv_heads || from.head_dim != to.head_dim || from.dtype != to.dtype)
+  if (from.layers != to.layers || from.kv_heads != to.kv_heads || from.head_dim != to.head_dim ||
+      from.dtype != to.dtype)
     throw std::invalid_argument("copy_prefix_from: the sessions' caches have different shapes");
   // The cache's buffers may have been made under inference mode (a generation grew them), and such
   // tensors may be written only under it.
@@ -139,9 +140,10 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   const std::int64_t limit = context_limit(config);
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty");
   if (static_cast<std::int64_t>(prompt.size()) > limit)
-    throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens, more than " +
-                                (limit == model_config.max_position_embeddings ? "the model's context" : "the context limit") +
-                                " of " + std::to_string(limit));
+    throw std::invalid_argument(
+        "the prompt has " + std::to_string(prompt.size()) + " tokens, more than " +
+        (limit == model_config.max_position_embeddings ? "the model's context" : "the context limit") + " of " +
+        std::to_string(limit));
   model_->check_files_unchanged();
   set_cache_mode(config.cache_mode);
   const auto started = std::chrono::steady_clock::now();
@@ -203,10 +205,11 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   result.stats = assemble_stats(prompt.size(), reused_tokens, restored, prefill, decode, *this);
   result.generated = std::move(decode.generated);
   const GenerationStats& stats = result.stats;
-  spdlog::debug("generate: {} prompt tokens ({} reused, {} of them restored from disk in {:.1f} ms; {} prefilled in {:.1f} ms), "
-                "{} generated at {:.1f} tok/s, stop: {}",
-                stats.prompt_tokens, stats.reused_tokens, stats.restored_tokens, stats.restore_ms, stats.prefilled_tokens, stats.prefill_ms,
-                stats.generated_tokens, stats.decode_tokens_per_second, to_string(stats.stop_reason));
+  spdlog::debug(
+      "generate: {} prompt tokens ({} reused, {} of them restored from disk in {:.1f} ms; {} prefilled in {:.1f} ms), "
+      "{} generated at {:.1f} tok/s, stop: {}",
+      stats.prompt_tokens, stats.reused_tokens, stats.restored_tokens, stats.restore_ms, stats.prefilled_tokens,
+      stats.prefill_ms, stats.generated_tokens, stats.decode_tokens_per_second, to_string(stats.stop_reason));
   return result;
 }
 

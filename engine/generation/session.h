@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/decode_context.h"
 #include "engine/generation/prefill.h"
 #include "engine/generation/token_generator.h"
+#include "engine/model/decode_context.h"
 #include "engine/types.h"
 
 namespace kvchat {
@@ -98,7 +98,7 @@ class Session {
   KvCacheMode cache_mode_;
   std::unique_ptr<KvCache> cache_;  // null when the cache is off
   std::vector<TokenId> history_;
-  DecodeContext decode_context_;    // decode steps' buffers and the current logits, reused by every step
+  DecodeContext decode_context_;  // decode steps' buffers and the current logits, reused by every step
   PrefixRestorer* restorer_ = nullptr;
 };
 

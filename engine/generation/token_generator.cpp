@@ -36,7 +36,8 @@ bool all_finite(const float* values, std::int64_t size) {
 
 }  // namespace
 
-TokenGenerator::TokenGenerator(const GenerationConfig& config, std::vector<TokenId> stop_ids, std::int64_t context_limit)
+TokenGenerator::TokenGenerator(const GenerationConfig& config, std::vector<TokenId> stop_ids,
+                               std::int64_t context_limit)
     : config_(config), stop_ids_(std::move(stop_ids)), context_limit_(context_limit) {}
 
 DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float* logits, std::int64_t vocab_size,
@@ -45,11 +46,12 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
   // Steady state allocates nothing: every buffer below is sized before the first step.
   Sampler sampler(config_.sampling);
   // Room for the tokens this run can make: the context limit bounds them whatever max_new_tokens says.
-  const auto room = static_cast<std::size_t>(std::max<std::int64_t>(0, context_limit_ - static_cast<std::int64_t>(prompt.size())) + 1);
+  const auto room = static_cast<std::size_t>(
+      std::max<std::int64_t>(0, context_limit_ - static_cast<std::int64_t>(prompt.size())) + 1);
   const auto token_budget = std::min(static_cast<std::size_t>(std::max(0, config_.max_new_tokens)), room);
   // Ids past the tokenizer's have no text: they are never sampled.
-  const std::int64_t sampled = config_.sampled_vocabulary > 0 ? std::min<std::int64_t>(vocab_size, config_.sampled_vocabulary)
-                                                              : vocab_size;
+  const std::int64_t sampled =
+      config_.sampled_vocabulary > 0 ? std::min<std::int64_t>(vocab_size, config_.sampled_vocabulary) : vocab_size;
   std::vector<TokenId> recent;  // what the repetition penalty looks at
   recent.reserve(prompt.size() + token_budget);
   recent = prompt;
@@ -65,7 +67,8 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
                                ": its weights are corrupt or out of range");
     const TokenId token = sampler.sample(logits, sampled, recent);
     // Before the token joins `recent`: the penalty it was drawn under.
-    if (config_.top_logprobs >= 0) sampler.log_probabilities(logits, sampled, recent, token, config_.top_logprobs, logprobs);
+    if (config_.top_logprobs >= 0)
+      sampler.log_probabilities(logits, sampled, recent, token, config_.top_logprobs, logprobs);
     const auto now = DecodeRate::Clock::now();
     if (result.generated.empty()) {
       rate.first_token_at(now);

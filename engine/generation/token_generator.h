@@ -42,8 +42,8 @@ using TokenCallback = std::function<void(TokenId token, const DecodeProgress& pr
 struct DecodeResult {
   std::vector<TokenId> generated;  // the stop token included when the reason is Eos
   StopReason stop_reason = StopReason::Stopped;
-  double ttft_ms = 0.0;            // from the generation's start to the first sample
-  double decode_ms = 0.0;          // from the first token to the last
+  double ttft_ms = 0.0;    // from the generation's start to the first sample
+  double decode_ms = 0.0;  // from the first token to the last
   double decode_tokens_per_second = 0.0;
 };
 

@@ -131,8 +131,7 @@ void decode_q5_k(const std::uint8_t* block, float* out) {
     const auto [d1, m1, d2, m2] = pair_scales(d, dmin, scales, pair);
     const int low_bit = 1 << (2 * pair);
     const int high_bit = 2 << (2 * pair);
-    for (int l = 0; l < 32; ++l)
-      out[l] = d1 * static_cast<float>((ql[l] & 0x0F) + ((qh[l] & low_bit) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) out[l] = d1 * static_cast<float>((ql[l] & 0x0F) + ((qh[l] & low_bit) ? 16 : 0)) - m1;
     for (int l = 0; l < 32; ++l)
       out[l + 32] = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & high_bit) ? 16 : 0)) - m2;
   }

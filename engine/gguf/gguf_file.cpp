@@ -22,22 +22,17 @@ std::uint64_t fixed_value_size(GgufValueType type) {
   switch (type) {
     case GgufValueType::UInt8:
     case GgufValueType::Int8:
-    case GgufValueType::Bool:
-      return 1;
+    case GgufValueType::Bool: return 1;
     case GgufValueType::UInt16:
-    case GgufValueType::Int16:
-      return 2;
+    case GgufValueType::Int16: return 2;
     case GgufValueType::UInt32:
     case GgufValueType::Int32:
-    case GgufValueType::Float32:
-      return 4;
+    case GgufValueType::Float32: return 4;
     case GgufValueType::UInt64:
     case GgufValueType::Int64:
-    case GgufValueType::Float64:
-      return 8;
+    case GgufValueType::Float64: return 8;
     case GgufValueType::String:
-    case GgufValueType::Array:
-      return 0;
+    case GgufValueType::Array: return 0;
   }
   return 0;
 }
@@ -53,10 +48,8 @@ bool is_integer_type(GgufValueType type) {
     case GgufValueType::UInt32:
     case GgufValueType::Int32:
     case GgufValueType::UInt64:
-    case GgufValueType::Int64:
-      return true;
-    default:
-      return false;
+    case GgufValueType::Int64: return true;
+    default: return false;
   }
 }
 
@@ -147,7 +140,8 @@ void require_regular(const std::string& path, const struct stat& info) {
 void GgufFile::release(const GgufTensor& tensor) const {
   // Only a tensor of this file: its data lies inside the mapping (checked when the header was parsed).
   const auto* data = tensor.data;
-  if (data < bytes_ || data > bytes_ + file_size_ || tensor.n_bytes > static_cast<std::uint64_t>(bytes_ + file_size_ - data))
+  if (data < bytes_ || data > bytes_ + file_size_ ||
+      tensor.n_bytes > static_cast<std::uint64_t>(bytes_ + file_size_ - data))
     return;
   const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<std::uintptr_t>(tensor.data) + page - 1) / page * page;
@@ -218,9 +212,7 @@ const GgufMetadataEntry& GgufFile::entry_of(std::string_view key, GgufValueType 
   return *entry;
 }
 
-const GgufMetadataEntry& GgufFile::array_of(std::string_view key) const {
-  return entry_of(key, GgufValueType::Array);
-}
+const GgufMetadataEntry& GgufFile::array_of(std::string_view key) const { return entry_of(key, GgufValueType::Array); }
 
 std::string_view GgufFile::get_string(std::string_view key) const {
   const GgufMetadataEntry& entry = entry_of(key, GgufValueType::String);

@@ -35,21 +35,21 @@ const char* to_string(GgufValueType type);
 
 // One metadata key. The value stays in the mapped file; GgufFile's typed getters decode it.
 struct GgufMetadataEntry {
-  std::string_view key;                              // views the mapping
+  std::string_view key;  // views the mapping
   GgufValueType type = GgufValueType::UInt8;
   GgufValueType element_type = GgufValueType::UInt8;  // arrays only
-  std::uint64_t array_length = 0;                    // arrays only
-  std::uint64_t value_offset = 0;                    // file offset of the value (arrays: of element 0)
+  std::uint64_t array_length = 0;                     // arrays only
+  std::uint64_t value_offset = 0;                     // file offset of the value (arrays: of element 0)
 };
 
 struct GgufTensor {
   std::string name;
   GgufType type = GgufType::F32;
-  std::vector<std::int64_t> ne;       // 1 to 4 dims, ne[0] = row length (a numpy shape reversed)
+  std::vector<std::int64_t> ne;  // 1 to 4 dims, ne[0] = row length (a numpy shape reversed)
   std::int64_t n_elements = 0;
   std::uint64_t n_bytes = 0;
-  std::uint64_t offset = 0;           // inside the data section
-  const std::uint8_t* data = nullptr; // in the mapping: valid while its GgufFile lives
+  std::uint64_t offset = 0;            // inside the data section
+  const std::uint8_t* data = nullptr;  // in the mapping: valid while its GgufFile lives
 
   std::int64_t row_length() const { return ne[0]; }
   std::int64_t n_rows() const { return n_elements / ne[0]; }
@@ -116,7 +116,7 @@ class GgufFile {
   std::vector<GgufMetadataEntry> metadata_;
   std::map<std::string_view, std::size_t> metadata_index_;  // keys view the mapping
   std::vector<GgufTensor> tensors_;
-  std::map<std::string_view, std::size_t> tensor_index_;    // names view the mapping
+  std::map<std::string_view, std::size_t> tensor_index_;  // names view the mapping
 };
 
 }  // namespace kvchat

@@ -109,8 +109,7 @@ void skip_value(Cursor& cursor, GgufValueType type, int depth);
 
 // Element type and count of an array at the cursor; the cursor is left on element 0.
 std::pair<GgufValueType, std::uint64_t> read_array_header(Cursor& cursor, int depth) {
-  if (depth > kMaxArrayDepth)
-    cursor.fail("arrays nested more than " + std::to_string(kMaxArrayDepth) + " deep");
+  if (depth > kMaxArrayDepth) cursor.fail("arrays nested more than " + std::to_string(kMaxArrayDepth) + " deep");
   const GgufValueType element_type = read_value_type(cursor, "array element type");
   const std::uint64_t at = cursor.offset();
   const std::uint64_t count = cursor.u64("array length");
@@ -153,8 +152,8 @@ void read_counts(Cursor& cursor, std::uint64_t& tensor_count, std::uint64_t& met
   const std::uint64_t remaining = cursor.remaining();
   if (tensor_count > kMaxTensorCount || tensor_count > remaining / kMinTensorInfoBytes)
     cursor.fail_at(tensor_count_at, "tensor count " + std::to_string(tensor_count) + " cannot fit in the remaining " +
-                                        std::to_string(remaining) + " bytes (limit " +
-                                        std::to_string(kMaxTensorCount) + ")");
+                                        std::to_string(remaining) + " bytes (limit " + std::to_string(kMaxTensorCount) +
+                                        ")");
   if (metadata_count > kMaxMetadataCount || metadata_count > remaining / kMinMetadataBytes)
     cursor.fail_at(metadata_count_at, "metadata count " + std::to_string(metadata_count) +
                                           " cannot fit in the remaining " + std::to_string(remaining) +
@@ -174,8 +173,7 @@ void read_magic_and_version(Cursor& cursor, Header& header) {
   }
   const std::uint32_t version = cursor.u32("version");
   if (version == 1) cursor.fail_at(4, "GGUF version 1 is not supported (only versions 2 and 3)");
-  if (version == 0x02000000u || version == 0x03000000u)
-    cursor.fail_at(4, "big-endian GGUF files are not supported");
+  if (version == 0x02000000u || version == 0x03000000u) cursor.fail_at(4, "big-endian GGUF files are not supported");
   if (version != 2 && version != 3)
     cursor.fail_at(4, "unsupported GGUF version " + std::to_string(version) + " (only versions 2 and 3)");
   header.version = version;
@@ -223,8 +221,8 @@ void read_tensor_shape(Cursor& cursor, GgufTensor& tensor) {
   const std::uint64_t dims_at = cursor.offset();
   const std::uint32_t n_dims = cursor.u32("dimension count");
   if (n_dims == 0 || n_dims > kMaxDims)
-    cursor.fail_at(dims_at, "has " + std::to_string(n_dims) + " dimensions (1 to " + std::to_string(kMaxDims) +
-                                " allowed)");
+    cursor.fail_at(dims_at,
+                   "has " + std::to_string(n_dims) + " dimensions (1 to " + std::to_string(kMaxDims) + " allowed)");
   std::uint64_t elements = 1;
   for (std::uint32_t i = 0; i < n_dims; ++i) {
     const std::uint64_t dim_at = cursor.offset();
@@ -235,8 +233,8 @@ void read_tensor_shape(Cursor& cursor, GgufTensor& tensor) {
     tensor.ne.push_back(static_cast<std::int64_t>(dim));
     if (!checked_mul(elements, dim, elements) ||
         elements > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      cursor.fail_at(dims_at, "element count overflows: dimensions " + shape_string(tensor.ne) +
-                                  " multiply past 2^63 - 1");
+      cursor.fail_at(dims_at,
+                     "element count overflows: dimensions " + shape_string(tensor.ne) + " multiply past 2^63 - 1");
   }
   tensor.n_elements = static_cast<std::int64_t>(elements);
 
@@ -304,10 +302,10 @@ void check_data_layout(Cursor& cursor, Header& header, const std::vector<std::ui
     const GgufTensor& after = header.tensors[order[k]];
     if (before.offset + before.n_bytes > after.offset) {
       cursor.set_context("tensor '" + after.name + "'");
-      cursor.fail_at(offset_fields[order[k]],
-                     "data [" + std::to_string(after.offset) + ", " + std::to_string(after.offset + after.n_bytes) +
-                         ") overlaps tensor '" + before.name + "' [" + std::to_string(before.offset) + ", " +
-                         std::to_string(before.offset + before.n_bytes) + ")");
+      cursor.fail_at(offset_fields[order[k]], "data [" + std::to_string(after.offset) + ", " +
+                                                  std::to_string(after.offset + after.n_bytes) + ") overlaps tensor '" +
+                                                  before.name + "' [" + std::to_string(before.offset) + ", " +
+                                                  std::to_string(before.offset + before.n_bytes) + ")");
     }
   }
 }

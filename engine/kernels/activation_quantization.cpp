@@ -35,7 +35,8 @@ KVCHAT_ISA_BASELINE_INLINE inline void byte_sums(const std::int8_t* bytes, std::
     for (int j = 0; j < 16; ++j) sum += bytes[16 * g + j];
     sums16[g] = static_cast<std::int16_t>(sum);
   }
-  for (std::int64_t b = 0; b < count / 32; ++b) sums32[b] = static_cast<std::int16_t>(sums16[2 * b] + sums16[2 * b + 1]);
+  for (std::int64_t b = 0; b < count / 32; ++b)
+    sums32[b] = static_cast<std::int16_t>(sums16[2 * b] + sums16[2 * b + 1]);
 }
 
 KVCHAT_ISA_BASELINE void quantize_portable(const float* x, std::int64_t cols, std::int64_t group, std::int8_t* bytes,
@@ -65,7 +66,8 @@ KVCHAT_ISA_AVX2 inline float horizontal_max(__m256 v) {
 // Four vectors of 8 int32 (each within int8) as 32 bytes in element order.
 KVCHAT_ISA_AVX2 inline void store_bytes(const __m256i* lanes, std::int8_t* out) {
   // packs work per 128-bit lane; the permute restores element order.
-  const __m256i words = _mm256_packs_epi16(_mm256_packs_epi32(lanes[0], lanes[1]), _mm256_packs_epi32(lanes[2], lanes[3]));
+  const __m256i words =
+      _mm256_packs_epi16(_mm256_packs_epi32(lanes[0], lanes[1]), _mm256_packs_epi32(lanes[2], lanes[3]));
   const __m256i ordered = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), ordered);
 }
@@ -130,7 +132,8 @@ void round_activations(ActivationRounding rounding, const float* x, std::int64_t
   for (std::int64_t i = 0; i < n; ++i) {
     const QuantizedActivations row = rounded.row(i);
     const ActivationBytes& values = blocks ? row.blocks : row.super_blocks;
-    for (std::int64_t c = 0; c < cols; ++c) out[i * cols + c] = values.scales[c / group] * static_cast<float>(values.bytes[c]);
+    for (std::int64_t c = 0; c < cols; ++c)
+      out[i * cols + c] = values.scales[c / group] * static_cast<float>(values.bytes[c]);
   }
 }
 

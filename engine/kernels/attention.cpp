@@ -7,7 +7,6 @@
 #include "engine/kernels/isa_attributes.h"
 #include "engine/kernels/vector_math_avx2.h"
 
-
 namespace kvchat::kernels {
 namespace {
 
@@ -126,7 +125,8 @@ KVCHAT_ISA_AVX2 void attention_avx2(const float* q, const float* keys, const flo
         for (__m256& a : acc) a = _mm256_setzero_ps();
         for (std::int64_t d = 0; d < head_dim; d += 8) {
           const __m256 query_part = _mm256_loadu_ps(query + d);
-          for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(query_part, _mm256_loadu_ps(key + i * row_stride + d), acc[i]);
+          for (int i = 0; i < 8; ++i)
+            acc[i] = _mm256_fmadd_ps(query_part, _mm256_loadu_ps(key + i * row_stride + d), acc[i]);
         }
         _mm256_storeu_ps(scores + j * n + t, _mm256_mul_ps(hsum8x8(acc), scale_v));
       }
@@ -152,7 +152,8 @@ KVCHAT_ISA_AVX2 void attention_avx2(const float* q, const float* keys, const flo
         for (std::int64_t s = 0; s < n; ++s) {
           const __m256 w = _mm256_set1_ps(row[s]);
           const float* value = values + s * row_stride + d0;
-          for (int k = 0; k < 8; k += 2) _mm_prefetch(reinterpret_cast<const char*>(value + kPrefetchRows * row_stride + 8 * k), _MM_HINT_T0);
+          for (int k = 0; k < 8; k += 2)
+            _mm_prefetch(reinterpret_cast<const char*>(value + kPrefetchRows * row_stride + 8 * k), _MM_HINT_T0);
           for (int k = 0; k < 8; ++k) acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * k), acc[k]);
         }
         for (int k = 0; k < 8; ++k) _mm256_storeu_ps(result + d0 + 8 * k, _mm256_mul_ps(acc[k], inverse_v));
@@ -161,7 +162,8 @@ KVCHAT_ISA_AVX2 void attention_avx2(const float* q, const float* keys, const flo
         std::int64_t s = 0;
         for (; s + 4 <= n; s += 4)
           for (int k = 0; k < 4; ++k)
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(row[s + k]), _mm256_loadu_ps(values + (s + k) * row_stride + d0), acc[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(row[s + k]), _mm256_loadu_ps(values + (s + k) * row_stride + d0),
+                                     acc[k]);
         for (; s < n; ++s)
           acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(row[s]), _mm256_loadu_ps(values + s * row_stride + d0), acc[0]);
         const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
@@ -172,9 +174,11 @@ KVCHAT_ISA_AVX2 void attention_avx2(const float* q, const float* keys, const flo
         for (std::int64_t s = 0; s < n; ++s) {
           const __m256 w = _mm256_set1_ps(row[s]);
           const float* value = values + s * row_stride + d0;
-          for (std::int64_t k = 0; k < vectors; ++k) acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * k), acc[k]);
+          for (std::int64_t k = 0; k < vectors; ++k)
+            acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * k), acc[k]);
         }
-        for (std::int64_t k = 0; k < vectors; ++k) _mm256_storeu_ps(result + d0 + 8 * k, _mm256_mul_ps(acc[k], inverse_v));
+        for (std::int64_t k = 0; k < vectors; ++k)
+          _mm256_storeu_ps(result + d0 + 8 * k, _mm256_mul_ps(acc[k], inverse_v));
       }
       for (std::int64_t d = d0 + 8 * vectors; d < d0 + width; ++d) {
         float acc = 0.f;
@@ -197,7 +201,8 @@ KVCHAT_ISA_AVX2 void attention_avx2(const float* q, const float* keys, const flo
 KVCHAT_ISA_AVX512 inline __m256 hsum16x8(const __m512 a[8]) {
   __m256 halves[8];
   for (int i = 0; i < 8; ++i)
-    halves[i] = _mm256_add_ps(_mm512_castps512_ps256(a[i]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[i]), 1)));
+    halves[i] = _mm256_add_ps(_mm512_castps512_ps256(a[i]),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[i]), 1)));
   return hsum8x8(halves);
 }
 
@@ -213,7 +218,8 @@ KVCHAT_ISA_AVX512 void scores_avx512(const float* q, const float* keys, std::int
       for (__m512& a : query) a = _mm512_setzero_ps();
     const float* key = keys + t * row_stride;
     for (int i = 0; i < 8; ++i)
-      for (std::int64_t d = 0; d < head_dim; d += 16) _mm_prefetch(reinterpret_cast<const char*>(key + (i + kPrefetchRows) * row_stride + d), _MM_HINT_T0);
+      for (std::int64_t d = 0; d < head_dim; d += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(key + (i + kPrefetchRows) * row_stride + d), _MM_HINT_T0);
     for (std::int64_t d = 0; d < head_dim; d += 16) {
       __m512 query_part[kQueries];
       for (int j = 0; j < kQueries; ++j) query_part[j] = _mm512_loadu_ps(q + j * head_dim + d);
@@ -247,7 +253,8 @@ KVCHAT_ISA_AVX512 void weighted_values_avx512(const float* weights, const float*
   const float* value = values + dim;
   for (std::int64_t s = 0; s < n; ++s, value += row_stride) {
     __m512 value_part[kChunks];
-    for (int c = 0; c < kChunks; ++c) _mm_prefetch(reinterpret_cast<const char*>(value + kPrefetchRows * row_stride + 16 * c), _MM_HINT_T0);
+    for (int c = 0; c < kChunks; ++c)
+      _mm_prefetch(reinterpret_cast<const char*>(value + kPrefetchRows * row_stride + 16 * c), _MM_HINT_T0);
     for (int c = 0; c < kChunks; ++c) value_part[c] = _mm512_loadu_ps(value + 16 * c);
     for (int j = 0; j < kQueries; ++j) {
       const __m512 weight = _mm512_set1_ps(weights[j * n + s]);
@@ -275,10 +282,11 @@ constexpr int kMaxQueriesPerPass = 4, kMaxChunksPerPass = 4;
 constexpr std::int64_t kMaxGroupOnStack = 64;
 
 KVCHAT_ISA_AVX512 void attention_avx512(const float* q, const float* keys, const float* values, std::int64_t n,
-                                        std::int64_t row_stride, std::int64_t group, std::int64_t head_dim,
-                                        float scale, float* scores, float* out) {
+                                        std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                                        float* scores, float* out) {
   std::int64_t j = 0;
-  for (; j + 2 <= group; j += 2) scores_avx512<2>(q + j * head_dim, keys, n, row_stride, head_dim, scale, scores + j * n);
+  for (; j + 2 <= group; j += 2)
+    scores_avx512<2>(q + j * head_dim, keys, n, row_stride, head_dim, scale, scores + j * n);
   if (j < group) scores_avx512<1>(q + j * head_dim, keys, n, row_stride, head_dim, scale, scores + j * n);
   float inverse[kMaxGroupOnStack];
   for (j = 0; j < group; ++j) inverse[j] = softmax_weights_avx2(scores + j * n, n);
@@ -291,10 +299,18 @@ KVCHAT_ISA_AVX512 void attention_avx512(const float* q, const float* keys, const
       float* result = out + j * head_dim;
       const std::int64_t dim = 16 * chunk;
       switch (queries) {
-        case 1: weighted_values_avx512<1>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result); break;
-        case 2: weighted_values_avx512<2>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result); break;
-        case 3: weighted_values_avx512<3>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result); break;
-        default: weighted_values_avx512<4>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result); break;
+        case 1:
+          weighted_values_avx512<1>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result);
+          break;
+        case 2:
+          weighted_values_avx512<2>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result);
+          break;
+        case 3:
+          weighted_values_avx512<3>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result);
+          break;
+        default:
+          weighted_values_avx512<4>(pass_chunks, weights, inverse + j, values, n, row_stride, head_dim, dim, result);
+          break;
       }
     }
   }

@@ -99,22 +99,26 @@ void bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n) {
   check_conversion_args("bf16_to_f32", src, dst, n);
 #if KVCHAT_HAVE_AVX2_KERNELS
   if (use_avx2_kernels()) {
-    run_conversion(n, [&](std::int64_t begin, std::int64_t end) { bf16_to_f32_avx2(src + begin, dst + begin, end - begin); });
+    run_conversion(
+        n, [&](std::int64_t begin, std::int64_t end) { bf16_to_f32_avx2(src + begin, dst + begin, end - begin); });
     return;
   }
 #endif
-  run_conversion(n, [&](std::int64_t begin, std::int64_t end) { bf16_to_f32_portable(src + begin, dst + begin, end - begin); });
+  run_conversion(
+      n, [&](std::int64_t begin, std::int64_t end) { bf16_to_f32_portable(src + begin, dst + begin, end - begin); });
 }
 
 void f32_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n) {
   check_conversion_args("f32_to_bf16", src, dst, n);
 #if KVCHAT_HAVE_AVX2_KERNELS
   if (use_avx2_kernels()) {
-    run_conversion(n, [&](std::int64_t begin, std::int64_t end) { f32_to_bf16_avx2(src + begin, dst + begin, end - begin); });
+    run_conversion(
+        n, [&](std::int64_t begin, std::int64_t end) { f32_to_bf16_avx2(src + begin, dst + begin, end - begin); });
     return;
   }
 #endif
-  run_conversion(n, [&](std::int64_t begin, std::int64_t end) { f32_to_bf16_portable(src + begin, dst + begin, end - begin); });
+  run_conversion(
+      n, [&](std::int64_t begin, std::int64_t end) { f32_to_bf16_portable(src + begin, dst + begin, end - begin); });
 }
 
 }  // namespace kvchat::kernels

@@ -20,4 +20,4 @@ bool cpu_has_avx512_vnni();
 // integer kernels also need cpu_has_avx512_vnni().
 bool use_avx512_kernels();
 void set_avx512_kernels_enabled(bool enabled);
-}
+}  // namespace kvchat::kernels

@@ -54,14 +54,12 @@ bool advise_huge_pages(void* data, std::size_t bytes) {
 
 void* allocate_huge_page_buffer(std::size_t bytes) {
   const std::size_t size = round_up_to_huge_page(bytes == 0 ? 1 : bytes);
-  void* buffer = ::operator new(size, std::align_val_t{kHugePageBytes});
+  void* buffer = ::operator new (size, std::align_val_t{kHugePageBytes});
   std::memset(buffer, 0, size);
   return buffer;
 }
 
-void free_huge_page_buffer(void* buffer, std::size_t) {
-  ::operator delete(buffer, std::align_val_t{kHugePageBytes});
-}
+void free_huge_page_buffer(void* buffer, std::size_t) { ::operator delete (buffer, std::align_val_t{kHugePageBytes}); }
 
 bool advise_huge_pages(void*, std::size_t) { return false; }
 

@@ -24,24 +24,30 @@ namespace kvchat::kernels {
 // d first: its bytes, where its 16 bytes of nibbles (or Q8_0's 32 signed quants) start, where its 32 fifth
 // bits are (Q5_0/Q5_1), the offset taken off each quant (w = d * (q - offset)) and whether an f16 min m
 // follows the scale (w = d * q + m).
-template <GgufType kType> struct SmallBlockLayout;
-template <> struct SmallBlockLayout<GgufType::Q8_0> {
+template <GgufType kType>
+struct SmallBlockLayout;
+template <>
+struct SmallBlockLayout<GgufType::Q8_0> {
   static constexpr int kBytes = 34, kQuantsAt = 2, kFifthBitsAt = -1, kOffset = 0;
   static constexpr bool kMin = false;
 };
-template <> struct SmallBlockLayout<GgufType::Q4_0> {
+template <>
+struct SmallBlockLayout<GgufType::Q4_0> {
   static constexpr int kBytes = 18, kQuantsAt = 2, kFifthBitsAt = -1, kOffset = 8;
   static constexpr bool kMin = false;
 };
-template <> struct SmallBlockLayout<GgufType::Q4_1> {
+template <>
+struct SmallBlockLayout<GgufType::Q4_1> {
   static constexpr int kBytes = 20, kQuantsAt = 4, kFifthBitsAt = -1, kOffset = 0;
   static constexpr bool kMin = true;
 };
-template <> struct SmallBlockLayout<GgufType::Q5_0> {
+template <>
+struct SmallBlockLayout<GgufType::Q5_0> {
   static constexpr int kBytes = 22, kQuantsAt = 6, kFifthBitsAt = 2, kOffset = 16;
   static constexpr bool kMin = false;
 };
-template <> struct SmallBlockLayout<GgufType::Q5_1> {
+template <>
+struct SmallBlockLayout<GgufType::Q5_1> {
   static constexpr int kBytes = 24, kQuantsAt = 8, kFifthBitsAt = 4, kOffset = 0;
   static constexpr bool kMin = true;
 };

@@ -24,7 +24,6 @@ namespace {
 // software prefetch keeps enough misses in flight (as for the f32/bf16 kernels).
 constexpr std::int64_t kPrefetchBytes = 1024;
 
-
 KVCHAT_ISA_AVX2 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
 
 // A type with blocks of 32 (SmallBlockLayout), eight blocks at a time: each block's eight exact 32-bit
@@ -57,11 +56,13 @@ KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedAc
     const __m256 activation_scales = _mm256_loadu_ps(in.scales + b);
     const __m256 factors = _mm256_mul_ps(eight_block_halves<kType>(row, 0), activation_scales);
     if constexpr (!kSigned) {
-      const __m256 sums = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in.sums32 + b))));
+      const __m256 sums =
+          _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in.sums32 + b))));
       if constexpr (Layout::kMin)
         offsets = _mm256_fmadd_ps(eight_block_halves<kType>(row, 2), _mm256_mul_ps(activation_scales, sums), offsets);
       else
-        offsets = _mm256_fnmadd_ps(factors, _mm256_mul_ps(sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))), offsets);
+        offsets = _mm256_fnmadd_ps(factors, _mm256_mul_ps(sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))),
+                                   offsets);
     }
     for (int k = 0; k < 8; k += 2) {
       acc0 = _mm256_fmadd_ps(block_sums(row + k * Layout::kBytes, b + k),
@@ -74,8 +75,10 @@ KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedAc
   for (; b < blocks; ++b, row += Layout::kBytes) {
     const float factor = load_f16_scale(row) * in.scales[b];
     acc0 = _mm256_fmadd_ps(block_sums(row, b), _mm256_set1_ps(factor), acc0);
-    if constexpr (Layout::kMin) tail += load_f16_scale(row + 2) * in.scales[b] * static_cast<float>(in.sums32[b]);
-    else if constexpr (!kSigned) tail -= factor * static_cast<float>(Layout::kOffset * in.sums32[b]);
+    if constexpr (Layout::kMin)
+      tail += load_f16_scale(row + 2) * in.scales[b] * static_cast<float>(in.sums32[b]);
+    else if constexpr (!kSigned)
+      tail -= factor * static_cast<float>(Layout::kOffset * in.sums32[b]);
   }
   return horizontal_sum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), offsets)) + tail;
 }
@@ -129,8 +132,10 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
       q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair, low, high);
       const __m256i low_products = _mm256_maddubs_epi16(low, load256(bytes));
       const __m256i high_products = _mm256_maddubs_epi16(high, load256(bytes + 32));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(low_products, _mm256_shuffle_epi8(scales, word_broadcast(2 * pair))));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(high_products, _mm256_shuffle_epi8(scales, word_broadcast(2 * pair + 1))));
+      sum =
+          _mm256_add_epi32(sum, _mm256_madd_epi16(low_products, _mm256_shuffle_epi8(scales, word_broadcast(2 * pair))));
+      sum = _mm256_add_epi32(
+          sum, _mm256_madd_epi16(high_products, _mm256_shuffle_epi8(scales, word_broadcast(2 * pair + 1))));
     }
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(load_f16_scale(row) * x_scale), acc);
   }
@@ -172,7 +177,8 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
         sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(quants[k], load256(bytes)),
                                                       _mm256_shuffle_epi8(half_scales, group_scale[k])));
     }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(load_f16_scale(row + 208) * x.super_blocks.scales[s]), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(load_f16_scale(row + 208) * x.super_blocks.scales[s]),
+                          acc);
   }
   return horizontal_sum(acc);
 }
@@ -211,7 +217,8 @@ KVCHAT_ISA_AVX2 void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
       for (int v = 0; v < kVectors; ++v) {
         const std::int8_t* bytes = x[v].super_blocks.bytes + 256 * s + 64 * pair;
         sum[v] = _mm256_add_epi32(sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(low, load256(bytes)), low_scale));
-        sum[v] = _mm256_add_epi32(sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(high, load256(bytes + 32)), high_scale));
+        sum[v] =
+            _mm256_add_epi32(sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(high, load256(bytes + 32)), high_scale));
       }
     }
     for (int v = 0; v < kVectors; ++v)
@@ -241,7 +248,9 @@ KVCHAT_ISA_AVX2 void dot4_q6_k(const std::uint8_t* row, const QuantizedActivatio
         const __m256i group = _mm256_shuffle_epi8(half_scales, group_scale[k]);
         for (int v = 0; v < kVectors; ++v)
           sum[v] = _mm256_add_epi32(
-              sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(quants[k], load256(x[v].super_blocks.bytes + 256 * s + 128 * half + 32 * k)), group));
+              sum[v], _mm256_madd_epi16(_mm256_maddubs_epi16(quants[k], load256(x[v].super_blocks.bytes + 256 * s +
+                                                                                128 * half + 32 * k)),
+                                        group));
       }
     }
     const float d = load_f16_scale(row + 208);

@@ -40,7 +40,8 @@ KVCHAT_ISA_AVX512 inline float avx2_tail(const std::uint8_t* rest, const Quantiz
                                          std::int64_t blocks) {
   if (first == blocks) return 0.f;
   QuantizedActivations from_first = x;
-  from_first.blocks = {x.blocks.bytes + 32 * first, x.blocks.scales + first, x.blocks.sums16 + 2 * first, x.blocks.sums32 + first};
+  from_first.blocks = {x.blocks.bytes + 32 * first, x.blocks.scales + first, x.blocks.sums16 + 2 * first,
+                       x.blocks.sums32 + first};
   return avx2_integer_row_dot(kType)(rest, from_first, blocks - first);
 }
 
@@ -58,8 +59,8 @@ KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedAc
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   std::int64_t b = 0;
   for (; b + 8 <= blocks; b += 8, row += 8 * 34) {
-    const __m512 factors =
-        _mm512_castps256_ps512(_mm256_mul_ps(eight_block_halves<GgufType::Q8_0>(row, 0), _mm256_loadu_ps(in.scales + b)));
+    const __m512 factors = _mm512_castps256_ps512(
+        _mm256_mul_ps(eight_block_halves<GgufType::Q8_0>(row, 0), _mm256_loadu_ps(in.scales + b)));
     for (int pair = 0; pair < 4; ++pair) {
       const std::uint8_t* first = row + 68 * pair;
       _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
@@ -107,7 +108,8 @@ struct NibbleGroupIndices {
     Words words{};
     for (int k = 0; k < 8; ++k) {
       const int byte = k * Layout::kBytes + offset;
-      words.index[k] = static_cast<short>(from_third ? (byte >= 128 ? 32 + (byte - 128) / 2 : k) : (byte < 128 ? byte / 2 : 0));
+      words.index[k] =
+          static_cast<short>(from_third ? (byte >= 128 ? 32 + (byte - 128) / 2 : k) : (byte < 128 ? byte / 2 : 0));
     }
     return words;
   }
@@ -121,7 +123,8 @@ KVCHAT_ISA_AVX512 inline __m512i load_words(const typename NibbleGroupIndices<kT
 
 // Eight blocks' f16 fields at `offset` as eight floats, from the group's registers.
 template <GgufType kType>
-KVCHAT_ISA_AVX512 inline __m256 group_field(const __m512i (&group)[3], __m512i first_index, __m512i third_index, int offset) {
+KVCHAT_ISA_AVX512 inline __m256 group_field(const __m512i (&group)[3], __m512i first_index, __m512i third_index,
+                                            int offset) {
   __m512i words = _mm512_permutex2var_epi16(group[0], first_index, group[1]);
   if (NibbleGroupIndices<kType>::needs_third(offset)) words = _mm512_permutex2var_epi16(words, third_index, group[2]);
   return _mm256_cvtph_ps(_mm512_castsi512_si128(words));
@@ -133,13 +136,16 @@ KVCHAT_ISA_AVX512 inline __m256 group_field(const __m512i (&group)[3], __m512i f
 // rounded apart from the quants' (it is exact in llama.cpp's sign trick, which costs three instructions
 // per pair more); the error stays within f32 rounding of sum |q| |byte| instead of sum |q - offset| |byte|.
 template <GgufType kType>
-KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const QuantizedActivations& x,
+                                               std::int64_t blocks) {
   using Layout = SmallBlockLayout<kType>;
   using Indices = NibbleGroupIndices<kType>;
   static constexpr typename Indices::Words kPairWords[4] = {Indices::pair_words(0), Indices::pair_words(1),
                                                             Indices::pair_words(2), Indices::pair_words(3)};
-  static constexpr typename Indices::Words kScaleWords[2] = {Indices::field_words(0, false), Indices::field_words(0, true)};
-  static constexpr typename Indices::Words kMinWords[2] = {Indices::field_words(2, false), Indices::field_words(2, true)};
+  static constexpr
+      typename Indices::Words kScaleWords[2] = {Indices::field_words(0, false), Indices::field_words(0, true)};
+  static constexpr
+      typename Indices::Words kMinWords[2] = {Indices::field_words(2, false), Indices::field_words(2, true)};
   const ActivationBytes& in = x.blocks;
   __m512i pair_index[4], pair_factor_index[4];
   for (int pair = 0; pair < 4; ++pair) {
@@ -149,7 +155,8 @@ KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const Qu
   const __m512i scale_index[2] = {load_words<kType>(kScaleWords[0]), load_words<kType>(kScaleWords[1])};
   const __m512i min_index[2] = {load_words<kType>(kMinWords[0]), load_words<kType>(kMinWords[1])};
   const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), low_mask = _mm512_set1_epi8(0x0F);
-  const __mmask64 last_register = _cvtu64_mask64(Indices::kGroupBytes == 192 ? ~0ull : (1ull << (Indices::kGroupBytes - 128)) - 1);
+  const __mmask64 last_register =
+      _cvtu64_mask64(Indices::kGroupBytes == 192 ? ~0ull : (1ull << (Indices::kGroupBytes - 128)) - 1);
   const __m512i zero = _mm512_setzero_si512();
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   __m256 offsets = _mm256_setzero_ps();
@@ -159,16 +166,19 @@ KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const Qu
     _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + 64, _MM_HINT_T1);
     _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + 128, _MM_HINT_T1);
     // The last register only as far as the group goes (masked bytes are not read: no fault past a row).
-    const __m512i group[3] = {_mm512_loadu_si512(row), _mm512_loadu_si512(row + 64), _mm512_maskz_loadu_epi8(last_register, row + 128)};
+    const __m512i group[3] = {_mm512_loadu_si512(row), _mm512_loadu_si512(row + 64),
+                              _mm512_maskz_loadu_epi8(last_register, row + 128)};
     const __m256 activation_scales = _mm256_loadu_ps(in.scales + b);
     const __m256 d = group_field<kType>(group, scale_index[0], scale_index[1], 0);
     const __m256 factors = _mm256_mul_ps(d, activation_scales);
-    const __m256 block_sums = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in.sums32 + b))));
+    const __m256 block_sums =
+        _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in.sums32 + b))));
     if constexpr (Layout::kMin) {
       const __m256 m = group_field<kType>(group, min_index[0], min_index[1], 2);
       offsets = _mm256_fmadd_ps(m, _mm256_mul_ps(activation_scales, block_sums), offsets);
     } else {
-      offsets = _mm256_fnmadd_ps(factors, _mm256_mul_ps(block_sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))), offsets);
+      offsets = _mm256_fnmadd_ps(
+          factors, _mm256_mul_ps(block_sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))), offsets);
     }
     const __m512 factors512 = _mm512_castps256_ps512(factors);
     for (int pair = 0; pair < 4; ++pair) {
@@ -179,14 +189,16 @@ KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const Qu
         std::uint32_t low, high;
         std::memcpy(&low, row + 2 * pair * Layout::kBytes + Layout::kFifthBitsAt, 4);
         std::memcpy(&high, row + (2 * pair + 1) * Layout::kBytes + Layout::kFifthBitsAt, 4);
-        quants = _mm512_mask_add_epi8(quants, _cvtu64_mask64(low | std::uint64_t{high} << 32), quants, _mm512_set1_epi8(0x10));
+        quants = _mm512_mask_add_epi8(quants, _cvtu64_mask64(low | std::uint64_t{high} << 32), quants,
+                                      _mm512_set1_epi8(0x10));
       }
       const __m512i sums = _mm512_dpbusd_epi32(zero, quants, _mm512_loadu_si512(in.bytes + 32 * (b + 2 * pair)));
       __m512& acc = pair % 2 == 0 ? acc0 : acc1;
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors512), acc);
     }
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(offsets) + avx2_tail<kType>(row, x, b, blocks);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + horizontal_sum(offsets) +
+         avx2_tail<kType>(row, x, b, blocks);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -222,13 +234,14 @@ template <bool kFifthBits>
 KVCHAT_ISA_AVX512_VNNI inline __m512i q4_q5_k_pair_quants(const std::uint8_t* block, __m512i high_bits, int pair) {
   const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
   const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-  __m512i quants =
-      _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(block + (kFifthBits ? 48 : 16) + 32 * pair)), nibble_shift),
-                       low_mask);
+  __m512i quants = _mm512_and_si512(
+      _mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(block + (kFifthBits ? 48 : 16) + 32 * pair)), nibble_shift),
+      low_mask);
   if constexpr (kFifthBits) {
-    const __m512i bit_shift =
-        _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1, 2 * pair + 1);
-    quants = _mm512_or_si512(quants, _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
+    const __m512i bit_shift = _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1,
+                                                2 * pair + 1, 2 * pair + 1);
+    quants =
+        _mm512_or_si512(quants, _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
   }
   return quants;
 }
@@ -248,7 +261,8 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
     std::uint32_t halves;
     std::memcpy(&halves, row, 4);
     // d * x_scale and dmin * x_scale.
-    const __m128 factors = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))), _mm_set1_ps(x.super_blocks.scales[s]));
+    const __m128 factors =
+        _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))), _mm_set1_ps(x.super_blocks.scales[s]));
     mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x.super_blocks.sums32 + 8 * s)),
                             _mm_shuffle_ps(factors, factors, 0x55), mins_acc);
     __m512i high_bits = _mm512_setzero_si512();
@@ -303,9 +317,10 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const Quantize
       const std::int8_t* bytes = x[v].super_blocks.bytes + 256 * s;
       __m512i sum = _mm512_setzero_si512();
       for (int group = 0; group < 2; ++group) {
-        const __m512i first = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group], _mm512_loadu_si512(bytes + 128 * group));
-        const __m512i second =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group + 1], _mm512_loadu_si512(bytes + 128 * group + 64));
+        const __m512i first =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group], _mm512_loadu_si512(bytes + 128 * group));
+        const __m512i second = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group + 1],
+                                                   _mm512_loadu_si512(bytes + 128 * group + 64));
         sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first, second), group_scales[group]);
       }
       acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(factors), acc[v]);
@@ -327,7 +342,8 @@ KVCHAT_ISA_AVX512_VNNI inline __m512i q6_k_scale_index(int half) {
 }
 
 // Half h's 128 unsigned quants (0..63) in two 512-bit vectors: `first` elements 0-63, `second` 64-127.
-KVCHAT_ISA_AVX512_VNNI inline void q6_k_half_quants_512(const std::uint8_t* block, int half, __m512i& first, __m512i& second) {
+KVCHAT_ISA_AVX512_VNNI inline void q6_k_half_quants_512(const std::uint8_t* block, int half, __m512i& first,
+                                                        __m512i& second) {
   const __m512i low_mask = _mm512_set1_epi8(0x0F), top_mask = _mm512_set1_epi8(0x30);
   // Top bits of elements 0-31 (bits 0-1) and 32-63 (bits 2-3) moved to bits 4-5; of 64-95 (bits 4-5)
   // and 96-127 (bits 6-7) likewise.
@@ -335,7 +351,8 @@ KVCHAT_ISA_AVX512_VNNI inline void q6_k_half_quants_512(const std::uint8_t* bloc
   const __m512i second_top_shift = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
   const __m512i low = _mm512_loadu_si512(block + 64 * half);
   const __m512i top = _mm512_broadcast_i64x4(load256(block + 128 + 32 * half));
-  first = _mm512_or_si512(_mm512_and_si512(low, low_mask), _mm512_and_si512(_mm512_sllv_epi64(top, first_top_shift), top_mask));
+  first = _mm512_or_si512(_mm512_and_si512(low, low_mask),
+                          _mm512_and_si512(_mm512_sllv_epi64(top, first_top_shift), top_mask));
   second = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(low, 4), low_mask),
                            _mm512_and_si512(_mm512_srlv_epi64(top, second_top_shift), top_mask));
 }
@@ -355,11 +372,13 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
       __m512i first, second;
       q6_k_half_quants_512(row, half, first, second);
       const __m512i first_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), first, _mm512_loadu_si512(bytes));
-      const __m512i second_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), second, _mm512_loadu_si512(bytes + 64));
+      const __m512i second_products =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), second, _mm512_loadu_si512(bytes + 64));
       sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first_products, second_products),
                                 _mm512_permutexvar_epi16(scale_index[half], scale_words));
     }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(load_f16_scale(row + 208) * x.super_blocks.scales[s]), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(load_f16_scale(row + 208) * x.super_blocks.scales[s]),
+                          acc);
   }
   return _mm512_reduce_add_ps(acc);
 }
@@ -385,8 +404,10 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q6_k(const std::uint8_t* row, const QuantizedAc
       __m512i sum = _mm512_zextsi256_si512(q6_k_offsets(scales, x[v].super_blocks.sums16 + 16 * s));
       const std::int8_t* bytes = x[v].super_blocks.bytes + 256 * s;
       for (int half = 0; half < 2; ++half, bytes += 128) {
-        const __m512i first_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[half][0], _mm512_loadu_si512(bytes));
-        const __m512i second_products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[half][1], _mm512_loadu_si512(bytes + 64));
+        const __m512i first_products =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[half][0], _mm512_loadu_si512(bytes));
+        const __m512i second_products =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[half][1], _mm512_loadu_si512(bytes + 64));
         sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first_products, second_products), half_scales[half]);
       }
       acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * x[v].super_blocks.scales[s]), acc[v]);

@@ -56,8 +56,8 @@ KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const Quantiz
 }
 
 // sum_j w[j] * bytes[j] over `count` integers from element `first` (the one-byte rounding).
-KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_bytes(const int* w, const QuantizedActivations& x, std::int64_t first,
-                                                         int count) {
+KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_bytes(const int* w, const QuantizedActivations& x,
+                                                         std::int64_t first, int count) {
   std::int64_t sum = 0;
   for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * x.super_blocks.bytes[first + j];
   return sum;

@@ -270,10 +270,11 @@ KVCHAT_ISA_AVX2 void matmul_rows_avx2_chunk(const Weight* weight, const float* x
 // As above for any n: the vectors a chunk at a time (a multiple of four, about kVectorChunkBytes of x),
 // so that the chunk stays in L2 while the block's rows pass instead of coming from memory for each row.
 template <typename Weight>
-KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n,
-                                      std::int64_t rows, std::int64_t cols, const float* bias,
-                                      std::int64_t row_begin, std::int64_t row_end) {
-  const std::int64_t chunk = std::max<std::int64_t>(4, kVectorChunkBytes / (4 * std::max<std::int64_t>(cols, 1)) / 4 * 4);
+KVCHAT_ISA_AVX2 void matmul_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                                      std::int64_t cols, const float* bias, std::int64_t row_begin,
+                                      std::int64_t row_end) {
+  const std::int64_t chunk =
+      std::max<std::int64_t>(4, kVectorChunkBytes / (4 * std::max<std::int64_t>(cols, 1)) / 4 * 4);
   for (std::int64_t first = 0; first < n; first += chunk)
     matmul_rows_avx2_chunk(weight, x + first * cols, y + first * rows, std::min(chunk, n - first), rows, cols, bias,
                            row_begin, row_end);
@@ -304,8 +305,8 @@ void check_args(const char* function, const Weight* weight, const float* x, cons
 }
 
 template <typename Weight>
-void matmul_rows(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
-                 std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+void matmul_rows(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows, std::int64_t cols,
+                 const float* bias, std::int64_t row_begin, std::int64_t row_end) {
 #if KVCHAT_HAVE_AVX2_KERNELS
   if (use_avx2_kernels()) {
     matmul_rows_avx2(weight, x, y, n, rows, cols, bias, row_begin, row_end);
@@ -333,9 +334,10 @@ void matmul_dispatch(const char* function, const Weight* weight, const float* x,
     std::int64_t n, rows, cols;
     const float* bias;
   } const problem{weight, x, y, n, rows, cols, bias};
-  for_row_blocks(rows, cols * static_cast<std::int64_t>(sizeof(Weight)), [p = &problem](std::int64_t begin, std::int64_t end) {
-    matmul_rows(p->weight, p->x, p->y, p->n, p->rows, p->cols, p->bias, begin, end);
-  });
+  for_row_blocks(rows, cols * static_cast<std::int64_t>(sizeof(Weight)),
+                 [p = &problem](std::int64_t begin, std::int64_t end) {
+                   matmul_rows(p->weight, p->x, p->y, p->n, p->rows, p->cols, p->bias, begin, end);
+                 });
 }
 
 }  // namespace
@@ -395,8 +397,8 @@ namespace {
 // Several products that read the same input vector, as one parallel job: the threads stream every
 // matrix's rows in one pass (one dispatch and one barrier instead of one per matrix).
 template <typename Weight>
-void shared_input_dispatch(const char* function, const SharedInputProduct<Weight>* products, int count,
-                           const float* x, std::int64_t cols) {
+void shared_input_dispatch(const char* function, const SharedInputProduct<Weight>* products, int count, const float* x,
+                           std::int64_t cols) {
   std::int64_t total_rows = 0;
   for (int i = 0; i < count; ++i) {
     check_args(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols);
@@ -413,19 +415,19 @@ void shared_input_dispatch(const char* function, const SharedInputProduct<Weight
     const float* x;
     std::int64_t cols;
   } const problem{products, count, x, cols};
-  for_row_blocks(
-      total_rows, cols * static_cast<std::int64_t>(sizeof(Weight)), [p = &problem](std::int64_t begin, std::int64_t end) {
-        // Map the block of the concatenated rows onto each product it overlaps.
-        std::int64_t offset = 0;
-        for (int i = 0; i < p->count && offset < end; ++i) {
-          const SharedInputProduct<Weight>& product = p->products[i];
-          const std::int64_t first = std::max(begin, offset), last = std::min(end, offset + product.rows);
-          if (first < last)
-            matmul_rows(product.weight, p->x, product.y, 1, product.rows, p->cols, product.bias, first - offset,
-                        last - offset);
-          offset += product.rows;
-        }
-      });
+  for_row_blocks(total_rows, cols * static_cast<std::int64_t>(sizeof(Weight)),
+                 [p = &problem](std::int64_t begin, std::int64_t end) {
+                   // Map the block of the concatenated rows onto each product it overlaps.
+                   std::int64_t offset = 0;
+                   for (int i = 0; i < p->count && offset < end; ++i) {
+                     const SharedInputProduct<Weight>& product = p->products[i];
+                     const std::int64_t first = std::max(begin, offset), last = std::min(end, offset + product.rows);
+                     if (first < last)
+                       matmul_rows(product.weight, p->x, product.y, 1, product.rows, p->cols, product.bias,
+                                   first - offset, last - offset);
+                     offset += product.rows;
+                   }
+                 });
 }
 
 }  // namespace

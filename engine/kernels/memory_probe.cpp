@@ -115,7 +115,8 @@ BandwidthResult time_reads(const std::uint64_t* data, std::size_t words, ThreadP
 }  // namespace
 
 BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs) {
-  if (threads < 1) throw std::invalid_argument("measure_read_bandwidth: threads must be >= 1, got " + std::to_string(threads));
+  if (threads < 1)
+    throw std::invalid_argument("measure_read_bandwidth: threads must be >= 1, got " + std::to_string(threads));
   check_probe_arguments("measure_read_bandwidth", bytes, runs);
   const std::size_t words = bytes / sizeof(std::uint64_t);
   // Huge pages, as for the model weights (see huge_pages.h): the probe measures what the memory
@@ -137,7 +138,8 @@ BandwidthResult measure_read_bandwidth(int threads, std::size_t bytes, int runs)
 BandwidthResult measure_read_bandwidth_of(const void* data, std::size_t bytes, ThreadPool& pool, int runs) {
   check_probe_arguments("measure_read_bandwidth_of", bytes, runs);
   if (data == nullptr) throw std::invalid_argument("measure_read_bandwidth_of: null buffer");
-  return time_reads(static_cast<const std::uint64_t*>(data), bytes / sizeof(std::uint64_t), pool, runs, /*warm_up=*/false);
+  return time_reads(static_cast<const std::uint64_t*>(data), bytes / sizeof(std::uint64_t), pool, runs,
+                    /*warm_up=*/false);
 }
 
 }  // namespace kvchat::kernels

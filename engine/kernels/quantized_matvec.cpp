@@ -10,8 +10,8 @@
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/integer_dot.h"
 #include "engine/kernels/isa_attributes.h"
-#include "engine/kernels/vector_math_avx2.h"
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/vector_math_avx2.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
 #include <immintrin.h>
@@ -73,8 +73,10 @@ KVCHAT_ISA_AVX2 void decode_q4_q5_k_avx2(const std::uint8_t* row, float* out, st
       int scale1, min1, scale2, min2;
       k_quant_scale_and_min(2 * pair, row + 4, scale1, min1);
       k_quant_scale_and_min(2 * pair + 1, row + 4, scale2, min2);
-      const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(scale1)), m1 = _mm256_set1_ps(dmin * static_cast<float>(min1));
-      const __m256 d2 = _mm256_set1_ps(d * static_cast<float>(scale2)), m2 = _mm256_set1_ps(dmin * static_cast<float>(min2));
+      const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(scale1)),
+                   m1 = _mm256_set1_ps(dmin * static_cast<float>(min1));
+      const __m256 d2 = _mm256_set1_ps(d * static_cast<float>(scale2)),
+                   m2 = _mm256_set1_ps(dmin * static_cast<float>(min2));
       const __m128i low_bit = _mm_set1_epi8(static_cast<char>(1 << (2 * pair)));
       const __m128i high_bit = _mm_set1_epi8(static_cast<char>(2 << (2 * pair)));
       for (int half = 0; half < 2; ++half) {
@@ -111,7 +113,8 @@ KVCHAT_ISA_AVX2 void decode_q6_k_avx2(const std::uint8_t* row, float* out, std::
         const __m256i q = _mm256_sub_epi8(quants[k], bias);
         const int group = 8 * half + 2 * k;
         store16(_mm256_castsi256_si128(q), _mm256_set1_ps(d * static_cast<float>(sc[group])), out + 32 * k, true);
-        store16(_mm256_extracti128_si256(q, 1), _mm256_set1_ps(d * static_cast<float>(sc[group + 1])), out + 32 * k + 16, true);
+        store16(_mm256_extracti128_si256(q, 1), _mm256_set1_ps(d * static_cast<float>(sc[group + 1])),
+                out + 32 * k + 16, true);
       }
     }
   }
@@ -151,8 +154,7 @@ void check_view(const char* function, const QuantizedMatrixView& w, std::int64_t
   if (n < 0 || w.rows < 0 || w.cols < 0) fail("negative size");
   if (w.cols % info->block_size != 0) fail(std::to_string(w.cols) + " columns are not a whole number of blocks");
   if (w.row_bytes != w.cols / info->block_size * info->block_bytes) fail("row_bytes does not match the type");
-  if (n > 0 && w.rows > 0 && (y == nullptr || (w.cols > 0 && (w.data == nullptr || x == nullptr))))
-    fail("null buffer");
+  if (n > 0 && w.rows > 0 && (y == nullptr || (w.cols > 0 && (w.data == nullptr || x == nullptr)))) fail("null buffer");
 }
 
 // The bytes of rounded activations taken together by a product over several vectors (a prompt).
@@ -171,7 +173,7 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
     // A prompt's vectors a chunk at a time, whose rounded values (a byte each) stay in L2 while the
     // block's rows pass: all of them would be re-read from memory for every row.
     const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / std::max<std::int64_t>(w.cols, 1), 1,
-                                                         std::min(n, kMaxChunkVectors));
+                                                        std::min(n, kMaxChunkVectors));
     QuantizedActivations vectors[kMaxChunkVectors];  // the chunk's views, made once rather than per row
     // Four vectors at a time where the type has such a kernel (the K-quants, AVX-512 VNNI or AVX2): the row's
     // unpacking is shared, and each result has the one-vector kernel's bits (the row-exact forwards).
@@ -208,8 +210,10 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
   if (decoded.size() < static_cast<std::size_t>(w.cols)) decoded.resize(static_cast<std::size_t>(w.cols));
   for (std::int64_t r = begin; r < end; ++r) {
     const std::uint8_t* row = w.data + r * w.row_bytes;
-    if (decoder) decoder(row, decoded.data(), blocks);
-    else dequantize(w.type, row, w.cols, decoded.data());
+    if (decoder)
+      decoder(row, decoded.data(), blocks);
+    else
+      dequantize(w.type, row, w.cols, decoded.data());
     const float b = bias ? bias[r] : 0.f;
     for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot_f32(decoded.data(), x + i * w.cols, w.cols) + b;
   }
@@ -245,8 +249,7 @@ ActivationRounding activation_rounding(GgufType type) {
   }
 }
 
-void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n,
-                      const float* bias) {
+void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n, const float* bias) {
   check_view("matmul_quantized", weight, n, x, y);
   if (n == 0 || weight.rows == 0) return;
   // Rounded once here, on the calling thread; the pool's threads read the caller's buffers.
@@ -268,13 +271,16 @@ void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* 
 
 void dequantize_rows(const QuantizedMatrixView& weight, std::int64_t first, std::int64_t count, float* out) {
   check_view("dequantize_rows", weight, count, out, out);
-  if (first < 0 || count < 0 || first + count > weight.rows) throw std::invalid_argument("dequantize_rows: rows outside the matrix");
+  if (first < 0 || count < 0 || first + count > weight.rows)
+    throw std::invalid_argument("dequantize_rows: rows outside the matrix");
   const std::int64_t blocks = weight.cols / gguf_type_info(weight.type).block_size;
   const RowDecoder decoder = fast_row_decoder(weight.type);
   for (std::int64_t r = 0; r < count; ++r) {
     const std::uint8_t* row = weight.data + (first + r) * weight.row_bytes;
-    if (decoder) decoder(row, out + r * weight.cols, blocks);
-    else dequantize(weight.type, row, weight.cols, out + r * weight.cols);
+    if (decoder)
+      decoder(row, out + r * weight.cols, blocks);
+    else
+      dequantize(weight.type, row, weight.cols, out + r * weight.cols);
   }
 }
 

@@ -223,8 +223,8 @@ void ThreadPool::parallel_for_guided(std::int64_t n, const std::function<void(st
 // Runs chunk i = [(i * units / chunks) * grain, ((i + 1) * units / chunks) * grain) for i < chunks,
 // where units = ceil(n / grain), clipped to n; or, with guided_max_block > 0, guided claims (see
 // parallel_for_guided).
-void ThreadPool::run(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
-                     std::int64_t grain, std::int64_t chunks, std::int64_t guided_max_block) {
+void ThreadPool::run(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body, std::int64_t grain,
+                     std::int64_t chunks, std::int64_t guided_max_block) {
   if (chunks <= 1 || state_->threads == 1 || t_inside_chunk) {
     body(0, n);
     return;
@@ -253,8 +253,10 @@ void ThreadPool::run(std::int64_t n, const std::function<void(std::int64_t, std:
   s.job_word.fetch_or(kClosedFlag, std::memory_order_acq_rel);
   for (unsigned poll = 0; (s.job_word.load(std::memory_order_acquire) & kActiveMask) != 0; ++poll) {
     // A joined worker that lost its core needs the scheduler; stop hogging ours after a while.
-    if (poll < (1u << 16)) cpu_relax();
-    else std::this_thread::yield();
+    if (poll < (1u << 16))
+      cpu_relax();
+    else
+      std::this_thread::yield();
   }
   s.body = nullptr;
   if (s.error) {
@@ -267,9 +269,9 @@ void ThreadPool::run(std::int64_t n, const std::function<void(std::int64_t, std:
 namespace {
 
 std::mutex g_default_mutex;
-std::unique_ptr<ThreadPool> g_default_pool;         // guarded by g_default_mutex
+std::unique_ptr<ThreadPool> g_default_pool;  // guarded by g_default_mutex
 std::atomic<ThreadPool*> g_default_pool_fast{nullptr};
-int g_default_threads = 0;                          // guarded by g_default_mutex; 0 = not chosen yet
+int g_default_threads = 0;  // guarded by g_default_mutex; 0 = not chosen yet
 
 int hardware_threads() {
   const unsigned hardware = std::thread::hardware_concurrency();

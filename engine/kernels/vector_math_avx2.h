@@ -41,9 +41,9 @@ KVCHAT_ISA_AVX2 inline __m256i nibbles32(const std::uint8_t* at) {
 KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
   std::uint32_t bits;
   std::memcpy(&bits, at, 4);
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
-                                             _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                               0x0101010101010101, 0x0000000000000000));
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
@@ -71,7 +71,8 @@ KVCHAT_ISA_AVX2 inline __m256 eight_block_halves(const std::uint8_t* row, int of
     std::memcpy(&bits, row + SmallBlockLayout<kType>::kBytes * k + offset, 2);
     return static_cast<short>(bits);
   };
-  return _mm256_cvtph_ps(_mm_setr_epi16(half_at(0), half_at(1), half_at(2), half_at(3), half_at(4), half_at(5), half_at(6), half_at(7)));
+  return _mm256_cvtph_ps(
+      _mm_setr_epi16(half_at(0), half_at(1), half_at(2), half_at(3), half_at(4), half_at(5), half_at(6), half_at(7)));
 }
 
 // exp(x) for 8 floats: range reduction x = k ln2 + r, a degree-6 polynomial for exp(r) on
@@ -106,9 +107,11 @@ KVCHAT_ISA_AVX2 inline __m256 exp8(__m256 x) {
 // against 53 this way). Reads 16 bytes, uses 12: a super-block's quants follow its scales.
 KVCHAT_ISA_AVX2 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
   const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-  const __m128i first = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)), second = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));
+  const __m128i first = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)),
+                second = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));
   return _mm_or_si128(
-      _mm_and_si128(_mm_srlv_epi32(first, _mm_setr_epi32(0, 0, 0, 4)), _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
+      _mm_and_si128(_mm_srlv_epi32(first, _mm_setr_epi32(0, 0, 0, 4)),
+                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
       _mm_and_si128(_mm_srlv_epi32(second, _mm_setr_epi32(0, 2, 0, 2)), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
 }
 
@@ -122,7 +125,8 @@ KVCHAT_ISA_AVX2 inline __m128i k_quant_min_sums(__m128i scales_and_mins, const s
 // Q6_K's -32 offset against one-byte activations: -32 * sc * (sum of the bytes of each group of 16), as
 // eight 32-bit partial sums, from the 16 group scales (int16) and byte sums (int16).
 KVCHAT_ISA_AVX2 inline __m256i q6_k_offsets(__m256i group_scales, const std::int16_t* byte_sums16) {
-  const __m256i weighted = _mm256_madd_epi16(group_scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(byte_sums16)));
+  const __m256i weighted =
+      _mm256_madd_epi16(group_scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(byte_sums16)));
   return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(weighted, 5));
 }
 

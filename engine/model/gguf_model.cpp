@@ -12,7 +12,9 @@ namespace kvchat {
 
 namespace {
 
-[[noreturn]] void fail(const GgufFile& file, const std::string& problem) { throw ModelError(file.path() + ": " + problem); }
+[[noreturn]] void fail(const GgufFile& file, const std::string& problem) {
+  throw ModelError(file.path() + ": " + problem);
+}
 
 // Reads the tensors of one file into the engine's layers.
 class GgufWeightReader {
@@ -25,16 +27,17 @@ class GgufWeightReader {
     const GgufTensor& tensor = checked(name, {in, out});
     const GgufTypeInfo& info = gguf_type_info(tensor.type);
     if (!info.dequantizable)
-      fail(*file_, "tensor " + name + " has type " + info.name + ", which kvchat cannot decode (supported: " +
-                       dequantizable_gguf_type_names() + ")");
-    const std::vector<std::int64_t> source_rows = head_dim > 0 ? unpermuted_rows(out, head_dim) : std::vector<std::int64_t>();
+      fail(*file_, "tensor " + name + " has type " + info.name +
+                       ", which kvchat cannot decode (supported: " + dequantizable_gguf_type_names() + ")");
+    const std::vector<std::int64_t> source_rows =
+        head_dim > 0 ? unpermuted_rows(out, head_dim) : std::vector<std::int64_t>();
     Linear linear;
     if (tensor.type == GgufType::F32 || tensor.type == GgufType::BF16) {
       // Plain tensors over the mapping (the deleter keeps the file mapped): the f32/bf16 kernels.
       const at::ScalarType type = tensor.type == GgufType::F32 ? at::kFloat : at::kBFloat16;
       std::shared_ptr<const GgufFile> keep = file_;
-      linear.weight = at::from_blob(const_cast<std::uint8_t*>(tensor.data), {out, in}, [keep](void*) {},
-                                    at::TensorOptions().dtype(type));
+      linear.weight = at::from_blob(
+          const_cast<std::uint8_t*>(tensor.data), {out, in}, [keep](void*) {}, at::TensorOptions().dtype(type));
       if (!source_rows.empty()) {
         linear.weight = linear.weight.index_select(0, at::tensor(source_rows, at::kLong));
         file_->release(tensor);
@@ -140,8 +143,10 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
     const std::string p = "blk." + std::to_string(i);
     LayerWeights layer;
     layer.attention_norm = reader.vector(p + ".attn_norm.weight", hidden);
-    layer.q = with_bias(reader.matrix(p + ".attn_q.weight", q_out, hidden, permuted_head), p + ".attn_q", q_out, permuted_head);
-    layer.k = with_bias(reader.matrix(p + ".attn_k.weight", kv_out, hidden, permuted_head), p + ".attn_k", kv_out, permuted_head);
+    layer.q = with_bias(reader.matrix(p + ".attn_q.weight", q_out, hidden, permuted_head), p + ".attn_q", q_out,
+                        permuted_head);
+    layer.k = with_bias(reader.matrix(p + ".attn_k.weight", kv_out, hidden, permuted_head), p + ".attn_k", kv_out,
+                        permuted_head);
     layer.v = with_bias(reader.matrix(p + ".attn_v.weight", kv_out, hidden), p + ".attn_v", kv_out, 0);
     layer.o = reader.matrix(p + ".attn_output.weight", hidden, q_out);
     layer.mlp_norm = reader.vector(p + ".ffn_norm.weight", hidden);
@@ -152,7 +157,8 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
   }
   weights.final_norm = reader.vector("output_norm.weight", hidden);
   // Without output.weight the embedding is the output matrix too, in its stored type.
-  weights.lm_head = config.tie_word_embeddings ? weights.embedding : reader.matrix("output.weight", config.vocab_size, hidden);
+  weights.lm_head =
+      config.tie_word_embeddings ? weights.embedding : reader.matrix("output.weight", config.vocab_size, hidden);
   weights.mapped_files = {file->identity()};
   return weights;
 }

@@ -10,7 +10,9 @@ namespace kvchat {
 
 namespace {
 
-[[noreturn]] void fail(const GgufFile& file, const std::string& problem) { throw ModelError(file.path() + ": " + problem); }
+[[noreturn]] void fail(const GgufFile& file, const std::string& problem) {
+  throw ModelError(file.path() + ": " + problem);
+}
 
 std::int64_t positive(const GgufFile& file, const std::string& key) {
   const std::int64_t value = file.get_int64(key);
@@ -41,8 +43,8 @@ void read_rope_scaling(const GgufFile& file, const std::string& arch, ModelConfi
   // Llama 3's frequency scaling: llama.cpp's converter stores it as one factor per rotated pair.
   if (const GgufTensor* factors = file.find_tensor("rope_freqs.weight")) {
     if (factors->n_elements != config.head_dim / 2)
-      fail(file, "tensor rope_freqs.weight has " + std::to_string(factors->n_elements) + " values, expected head_dim/2 = " +
-                     std::to_string(config.head_dim / 2));
+      fail(file, "tensor rope_freqs.weight has " + std::to_string(factors->n_elements) +
+                     " values, expected head_dim/2 = " + std::to_string(config.head_dim / 2));
     const std::vector<float> values = dequantize_tensor(*factors);
     for (float value : values)
       if (!(value > 0) || value > 1e30f) fail(file, "tensor rope_freqs.weight holds a factor that is not positive");
@@ -102,8 +104,9 @@ ModelConfig model_config_from_gguf(const GgufFile& file) {
   };
   config.bos_token_id = id_of("tokenizer.ggml.bos_token_id");
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
-    if (const std::int64_t id = id_of(key); id >= 0 && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
-                                                                 static_cast<TokenId>(id)) == config.eos_token_ids.end())
+    if (const std::int64_t id = id_of(key);
+        id >= 0 && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), static_cast<TokenId>(id)) ==
+                       config.eos_token_ids.end())
       config.eos_token_ids.push_back(static_cast<TokenId>(id));
   return config;
 }

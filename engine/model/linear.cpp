@@ -43,12 +43,16 @@ void streaming_forward(const Linear& linear, const float* input, std::int64_t ro
     float* out_rows = output + first * out;
     if (bf16) {
       const auto* w = reinterpret_cast<const std::uint16_t*>(linear.weight.data_ptr<at::BFloat16>());
-      if (n == 1) kernels::matvec_bf16(w, in_rows, out_rows, out, in, bias_data);
-      else kernels::matmul_bf16_small(w, in_rows, out_rows, n, out, in, bias_data);
+      if (n == 1)
+        kernels::matvec_bf16(w, in_rows, out_rows, out, in, bias_data);
+      else
+        kernels::matmul_bf16_small(w, in_rows, out_rows, n, out, in, bias_data);
     } else {
       const float* w = linear.weight.data_ptr<float>();
-      if (n == 1) kernels::matvec_f32(w, in_rows, out_rows, out, in, bias_data);
-      else kernels::matmul_f32_small(w, in_rows, out_rows, n, out, in, bias_data);
+      if (n == 1)
+        kernels::matvec_f32(w, in_rows, out_rows, out, in, bias_data);
+      else
+        kernels::matmul_f32_small(w, in_rows, out_rows, n, out, in, bias_data);
     }
   }
 }
@@ -84,8 +88,8 @@ std::int64_t Linear::out_features() const { return is_quantized() ? quantized.vi
 std::int64_t Linear::in_features() const { return is_quantized() ? quantized.view.cols : weight.size(1); }
 
 std::int64_t Linear::bytes() const {
-  const std::int64_t matrix = is_quantized() ? quantized.view.rows * quantized.view.row_bytes
-                                             : static_cast<std::int64_t>(weight.nbytes());
+  const std::int64_t matrix =
+      is_quantized() ? quantized.view.rows * quantized.view.row_bytes : static_cast<std::int64_t>(weight.nbytes());
   return matrix + (bias.defined() ? static_cast<std::int64_t>(bias.nbytes()) : 0);
 }
 
@@ -117,8 +121,10 @@ void Linear::forward_into(const float* x, std::int64_t rows, float* y) const {
     else
       w.copy_(weight);
   }
-  if (bias.defined()) at::linear_out(output, input, w, bias);
-  else at::linear_out(output, input, w);
+  if (bias.defined())
+    at::linear_out(output, input, w, bias);
+  else
+    at::linear_out(output, input, w);
 }
 
 void Linear::row_into(std::int64_t row, float* out) const {

@@ -22,15 +22,15 @@ struct QuantizedMatrix {
 };
 
 struct Linear {
-  at::Tensor weight;           // [out, in] f32 or bf16; undefined when `quantized` holds the matrix
-  QuantizedMatrix quantized;   // the matrix in a GGUF type
-  at::Tensor bias;             // [out] f32, or undefined
+  at::Tensor weight;          // [out, in] f32 or bf16; undefined when `quantized` holds the matrix
+  QuantizedMatrix quantized;  // the matrix in a GGUF type
+  at::Tensor bias;            // [out] f32, or undefined
 
   bool is_quantized() const { return quantized.view.data != nullptr; }
   std::int64_t out_features() const;
   std::int64_t in_features() const;
-  std::int64_t bytes() const;  // of the matrix and the bias
-  const void* data() const;    // the matrix's first byte
+  std::int64_t bytes() const;     // of the matrix and the bias
+  const void* data() const;       // the matrix's first byte
   std::string type_name() const;  // "f32", "bf16", or the GGUF type's name ("Q4_K", "F16", ...)
 
   // y [rows, out] = x [rows, in] W^T (+ b), over row buffers.

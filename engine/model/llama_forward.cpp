@@ -16,13 +16,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "engine/compute/compute_options.h"
 #include "engine/kernels/activation.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/quantized_matvec.h"
 #include "engine/kernels/thread_pool.h"
-#include "engine/compute/compute_options.h"
 #include "engine/model/llama_model.h"
 
 namespace kvchat {
@@ -80,8 +80,10 @@ void shared_input_into(const SharedInputLinears& products, const float* x) {
                      linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
   }
   const std::int64_t in = products.begin()->first->weight.size(1);
-  if constexpr (std::is_same_v<Weight, float>) kernels::matvec_f32_shared_input(jobs, count, x, in);
-  else kernels::matvec_bf16_shared_input(jobs, count, x, in);
+  if constexpr (std::is_same_v<Weight, float>)
+    kernels::matvec_f32_shared_input(jobs, count, x, in);
+  else
+    kernels::matvec_bf16_shared_input(jobs, count, x, in);
 }
 
 // The view of a matrix for the quantized kernels; f32 and bf16 tensors are GGUF F32 and BF16 rows.
@@ -248,8 +250,16 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       // The cache's rows (and their copies) keep keys and values in one layout.
       if (values.stride(0) != rows.head_stride) throw std::logic_error("forward: keys and values differ in layout");
     }
-    const RowsAttention attention{s.q.data(), &rows,   steps, start_pos, q_size, head_dim, group, scale,
-                                  steps == 1 ? s.scores.data() : nullptr, s.attended.data()};
+    const RowsAttention attention{s.q.data(),
+                                  &rows,
+                                  steps,
+                                  start_pos,
+                                  q_size,
+                                  head_dim,
+                                  group,
+                                  scale,
+                                  steps == 1 ? s.scores.data() : nullptr,
+                                  s.attended.data()};
     // A single row's attention over a short context costs about what a dispatch to the pool does.
     if (steps == 1 && !parallel_attention(start_pos + 1))
       attention.items(0, kv_heads);
@@ -264,7 +274,8 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       rms_norm_into(s.x.data() + i * hidden, layer.mlp_norm.data_ptr<float>(), s.h.data() + i * hidden, hidden,
                     c.rms_norm_eps);
     products_into(path, {{&layer.gate, s.gate.data()}, {&layer.up, s.up.data()}}, s.h.data(), steps);
-    for (std::int64_t i = 0; i < steps; ++i) kernels::silu_mul(s.gate.data() + i * inter, s.up.data() + i * inter, inter);
+    for (std::int64_t i = 0; i < steps; ++i)
+      kernels::silu_mul(s.gate.data() + i * inter, s.up.data() + i * inter, inter);
     products_into(path, {{&layer.down, s.h.data()}}, s.gate.data(), steps);
     for (std::int64_t j = 0; j < steps * hidden; ++j) s.x[j] += s.h[j];
   }

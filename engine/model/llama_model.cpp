@@ -65,8 +65,10 @@ std::string LlamaModel::weight_types() const {
   auto add = [&](const Linear& l) {
     const std::string name = l.type_name();
     auto found = std::find_if(shares.begin(), shares.end(), [&](const auto& share) { return share.first == name; });
-    if (found == shares.end()) shares.emplace_back(name, l.bytes());
-    else found->second += l.bytes();
+    if (found == shares.end())
+      shares.emplace_back(name, l.bytes());
+    else
+      found->second += l.bytes();
   };
   add(weights_.embedding);
   for (const LayerWeights& layer : weights_.layers)
@@ -94,7 +96,8 @@ void LlamaModel::check_request(const TokenId* ids, std::int64_t steps, std::int6
   if (steps == 0) throw std::invalid_argument("forward: no tokens");
   if (cache ? start_pos != cache->size() : start_pos != 0)
     throw std::invalid_argument("forward: start position " + std::to_string(start_pos) +
-                                " does not follow the cache (" + std::to_string(cache ? cache->size() : 0) + " tokens)");
+                                " does not follow the cache (" + std::to_string(cache ? cache->size() : 0) +
+                                " tokens)");
   if (start_pos + steps > config_.max_position_embeddings)
     throw std::length_error("forward: positions up to " + std::to_string(start_pos + steps) +
                             " exceed the context limit of " + std::to_string(config_.max_position_embeddings));
@@ -110,8 +113,8 @@ void LlamaModel::decode(TokenId token, std::int64_t position, KvCache& cache, De
 }
 
 bool LlamaModel::parallel_attention(std::int64_t positions) const {
-  const std::int64_t kv_bytes = 2 * config_.num_key_value_heads * positions * config_.head_dim *
-                                static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t kv_bytes =
+      2 * config_.num_key_value_heads * positions * config_.head_dim * static_cast<std::int64_t>(sizeof(float));
   return config_.num_key_value_heads > 1 && kv_bytes >= kParallelAttentionBytes;
 }
 

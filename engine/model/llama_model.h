@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/decode_context.h"
 #include "engine/cache/kv_cache.h"
+#include "engine/model/decode_context.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/rope.h"
@@ -74,8 +74,8 @@ class LlamaModel {
     Linear,       // each matrix's own choice (Linear::forward_into): streaming kernels or GEMM
   };
   ProductPath product_path(std::int64_t rows) const;
-  void products_into(ProductPath path, std::initializer_list<std::pair<const Linear*, float*>> products,
-                     const float* x, std::int64_t rows) const;
+  void products_into(ProductPath path, std::initializer_list<std::pair<const Linear*, float*>> products, const float* x,
+                     std::int64_t rows) const;
   // The forward of every path: `steps` tokens as rows of `buffers` (sized for them), logits of the last
   // row (or of every row if all_positions) into `logits`. The request must have been checked.
   void forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,

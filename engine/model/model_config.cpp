@@ -98,7 +98,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (config.model_type == "mistral") config.model_type = "llama";
   const bool qwen2 = config.model_type == "qwen2";
   if (config.model_type != "llama" && !qwen2)
-    throw ModelError(source + ": unsupported model_type '" + config.model_type + "' (supported: llama, mistral, qwen2)");
+    throw ModelError(source + ": unsupported model_type '" + config.model_type +
+                     "' (supported: llama, mistral, qwen2)");
 
   config.hidden_size = read.positive_int("hidden_size");
   config.intermediate_size = read.positive_int("intermediate_size");
@@ -108,9 +109,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   config.vocab_size = read.positive_int("vocab_size");
   config.max_position_embeddings = read.positive_int_or("max_position_embeddings", 2048);
   if (config.max_position_embeddings > kMaxContextPositions)
-    read.fail("max_position_embeddings", "is " + std::to_string(config.max_position_embeddings) +
-                                             ", more than the " + std::to_string(kMaxContextPositions) +
-                                             " positions kvchat accepts");
+    read.fail("max_position_embeddings", "is " + std::to_string(config.max_position_embeddings) + ", more than the " +
+                                             std::to_string(kMaxContextPositions) + " positions kvchat accepts");
   config.rms_norm_eps = read.positive_number_or("rms_norm_eps", 1e-6);
   config.rope_theta = read.positive_number_or("rope_theta", 10000.0);
   config.tie_word_embeddings = read.bool_or("tie_word_embeddings", false);
@@ -166,7 +166,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     auto ids = read_token_ids(root.at("bos_token_id"), source, "bos_token_id");
     if (!ids.empty()) config.bos_token_id = ids.front();
   }
-  if (read.present("eos_token_id")) config.eos_token_ids = read_token_ids(root.at("eos_token_id"), source, "eos_token_id");
+  if (read.present("eos_token_id"))
+    config.eos_token_ids = read_token_ids(root.at("eos_token_id"), source, "eos_token_id");
   return config;
 }
 
@@ -193,7 +194,8 @@ ModelConfig ModelConfig::from_directory(const std::string& directory) {
 
 std::int64_t ModelConfig::parameter_count() const {
   std::int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  std::int64_t per_layer = hidden_size * (q + 2 * kv) + q * hidden_size + 3 * hidden_size * intermediate_size + 2 * hidden_size;
+  std::int64_t per_layer =
+      hidden_size * (q + 2 * kv) + q * hidden_size + 3 * hidden_size * intermediate_size + 2 * hidden_size;
   std::int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
   if (!tie_word_embeddings) total += vocab_size * hidden_size;
   return total;

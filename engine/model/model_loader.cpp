@@ -8,10 +8,10 @@
 #include <stdexcept>
 
 #include "engine/compute/compute_options.h"
+#include "engine/compute/process_setup.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/llama_model.h"
-#include "engine/compute/process_setup.h"
 
 namespace kvchat {
 
@@ -23,11 +23,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // Every id the tokenizer (and so the chat template) can emit must have an embedding row: a tokenizer
 // from another model would otherwise load fine and fail on the first message.
-void check_tokenizer_fits(const LoadedModel& loaded, const std::string& tokenizer_source, const std::string& vocab_source) {
+void check_tokenizer_fits(const LoadedModel& loaded, const std::string& tokenizer_source,
+                          const std::string& vocab_source) {
   if (loaded.tokenizer && loaded.tokenizer->vocab_size() > loaded.config.vocab_size)
     throw ModelError(tokenizer_source + " has token ids up to " + std::to_string(loaded.tokenizer->vocab_size() - 1) +
-                     " but the model's vocabulary (" + vocab_source + ") has " + std::to_string(loaded.config.vocab_size) +
-                     " ids: the tokenizer does not belong to these weights");
+                     " but the model's vocabulary (" + vocab_source + ") has " +
+                     std::to_string(loaded.config.vocab_size) + " ids: the tokenizer does not belong to these weights");
 }
 
 bool has_gguf_magic(const std::string& path) {
@@ -73,16 +74,18 @@ LoadedModel load_model_directory(const std::string& directory, const LoadOptions
     loaded.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_files(
         tokenizer_path.string(), fs::exists(tokenizer_config_path) ? tokenizer_config_path.string() : std::string()));
   }
-  check_tokenizer_fits(loaded, tokenizer_path.string(), "vocab_size in " + (fs::path(directory) / "config.json").string());
+  check_tokenizer_fits(loaded, tokenizer_path.string(),
+                       "vocab_size in " + (fs::path(directory) / "config.json").string());
   loaded.formatter = fs::exists(tokenizer_config_path)
                          ? ChatFormatter::from_tokenizer_config(tokenizer_config_path.string())
                          : ChatFormatter::plain();
   loaded.model = LlamaModel::from_checkpoint(directory, loaded.config, options.dtype);
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(directory, error))
-    if (entry.path().extension() == ".safetensors") loaded.file_bytes += static_cast<std::int64_t>(entry.file_size(error));
-  spdlog::info("model directory {} loaded in {:.2f} s (tokenizer: {}, chat template: {})", directory, seconds_since(started),
-               loaded.tokenizer ? "yes" : "no", loaded.formatter.has_template() ? "yes" : "no");
+    if (entry.path().extension() == ".safetensors")
+      loaded.file_bytes += static_cast<std::int64_t>(entry.file_size(error));
+  spdlog::info("model directory {} loaded in {:.2f} s (tokenizer: {}, chat template: {})", directory,
+               seconds_since(started), loaded.tokenizer ? "yes" : "no", loaded.formatter.has_template() ? "yes" : "no");
   return loaded;
 }
 
@@ -116,12 +119,13 @@ LoadedModel load_model_gguf(const std::string& path, const LoadOptions& options)
   loaded.weight_format = gguf_file_type_name(*file);
   if (loaded.weight_format.empty()) loaded.weight_format = model->weight_types();
   loaded.model = model;
-  spdlog::info("GGUF model {} loaded in {:.2f} s: {} ({}), {} layers, hidden {}, heads {}/{} (kv), vocab {}, "
-               "{:.1f} MiB of weights ({}), tokenizer: {}, chat template: {}",
-               path, seconds_since(started), loaded.config.model_type, loaded.weight_format,
-               loaded.config.num_hidden_layers, loaded.config.hidden_size, loaded.config.num_attention_heads,
-               loaded.config.num_key_value_heads, loaded.config.vocab_size, model->weight_bytes() / 1048576.0,
-               model->weight_types(), tokenizer ? "yes" : "no", loaded.formatter.has_template() ? "yes" : "no");
+  spdlog::info(
+      "GGUF model {} loaded in {:.2f} s: {} ({}), {} layers, hidden {}, heads {}/{} (kv), vocab {}, "
+      "{:.1f} MiB of weights ({}), tokenizer: {}, chat template: {}",
+      path, seconds_since(started), loaded.config.model_type, loaded.weight_format, loaded.config.num_hidden_layers,
+      loaded.config.hidden_size, loaded.config.num_attention_heads, loaded.config.num_key_value_heads,
+      loaded.config.vocab_size, model->weight_bytes() / 1048576.0, model->weight_types(), tokenizer ? "yes" : "no",
+      loaded.formatter.has_template() ? "yes" : "no");
   return loaded;
 }
 

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "engine/model/model_config.h"
+#include "engine/model/weight_dtype.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
-#include "engine/model/weight_dtype.h"
 
 namespace kvchat {
 

@@ -24,8 +24,9 @@ at::Tensor empty_weight(const std::vector<std::int64_t>& shape, at::ScalarType t
   for (std::int64_t dim : shape) bytes *= static_cast<std::size_t>(dim);
   if (bytes < (std::size_t(4) << 20)) return at::empty(shape, at::TensorOptions().dtype(type));
   void* buffer = kernels::allocate_huge_page_buffer(bytes);
-  return at::from_blob(buffer, shape, [bytes](void* data) { kernels::free_huge_page_buffer(data, bytes); },
-                       at::TensorOptions().dtype(type));
+  return at::from_blob(
+      buffer, shape, [bytes](void* data) { kernels::free_huge_page_buffer(data, bytes); },
+      at::TensorOptions().dtype(type));
 }
 
 // `source` in `type`: the source itself when it already is (a memory-mapped checkpoint stays
@@ -166,7 +167,8 @@ Linear random_quantized_linear(std::int64_t out, std::int64_t in, GgufType type,
   const std::int64_t row_bytes = in / info.block_size * info.block_bytes;
   const std::size_t bytes = static_cast<std::size_t>(out * row_bytes);
   auto* data = static_cast<std::uint8_t*>(kernels::allocate_huge_page_buffer(bytes));
-  std::shared_ptr<const void> owner(data, [bytes](const void* p) { kernels::free_huge_page_buffer(const_cast<void*>(p), bytes); });
+  std::shared_ptr<const void> owner(
+      data, [bytes](const void* p) { kernels::free_huge_page_buffer(const_cast<void*>(p), bytes); });
   auto next = [&state] {  // xorshift64*: fast, and the values do not matter
     state ^= state >> 12;
     state ^= state << 25;
@@ -221,8 +223,10 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
     weights.layers.push_back(std::move(layer));
   }
   weights.final_norm = reader.vector("model.norm.weight", s.hidden);
-  if (config.tie_word_embeddings) weights.lm_head = weights.embedding;
-  else weights.lm_head = linear("lm_head", config.vocab_size, s.hidden, false);
+  if (config.tie_word_embeddings)
+    weights.lm_head = weights.embedding;
+  else
+    weights.lm_head = linear("lm_head", config.vocab_size, s.hidden, false);
   weights.mapped_files = reader.mapped_files();
   return weights;
 }
@@ -244,12 +248,12 @@ ModelWeights random_model_weights(const ModelConfig& config, std::uint64_t seed,
 ModelWeights random_quantized_model_weights(const ModelConfig& config, std::uint64_t seed, GgufType type) {
   const GgufTypeInfo& info = gguf_type_info(type);
   if (!info.dequantizable || type == GgufType::F32 || type == GgufType::BF16)
-    throw ModelError(std::string("random weights in ") + info.name + " are not supported (f32 and bf16 are dtypes of their own)");
+    throw ModelError(std::string("random weights in ") + info.name +
+                     " are not supported (f32 and bf16 are dtypes of their own)");
   check_fits_in_memory(config, double(info.block_bytes) / double(info.block_size));
   std::uint64_t state = seed * 0x9E3779B97F4A7C15ULL + 1;
-  return weights_of_shapes(config, [&](std::int64_t out, std::int64_t in) {
-    return random_quantized_linear(out, in, type, state);
-  });
+  return weights_of_shapes(
+      config, [&](std::int64_t out, std::int64_t in) { return random_quantized_linear(out, in, type, state); });
 }
 
 std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head) {

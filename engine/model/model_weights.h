@@ -20,17 +20,17 @@ namespace kvchat {
 struct LayerWeights {
   at::Tensor attention_norm;  // [hidden] f32
   Linear q, k, v, o;
-  at::Tensor mlp_norm;        // [hidden] f32
+  at::Tensor mlp_norm;  // [hidden] f32
   Linear gate, up, down;
   // The layer's seven matrices, in that order.
   std::array<const Linear*, 7> matrices() const { return {&q, &k, &v, &o, &gate, &up, &down}; }
 };
 
 struct ModelWeights {
-  Linear embedding;           // [vocab, hidden]: row i is token i's embedding (any storage type, no bias)
+  Linear embedding;  // [vocab, hidden]: row i is token i's embedding (any storage type, no bias)
   std::vector<LayerWeights> layers;
-  at::Tensor final_norm;      // [hidden] f32
-  Linear lm_head;             // shares `embedding` when tie_word_embeddings
+  at::Tensor final_norm;  // [hidden] f32
+  Linear lm_head;         // shares `embedding` when tie_word_embeddings
   // The files these weights map (empty for weights made in memory): checked before each turn.
   std::vector<FileIdentity> mapped_files;
 };

@@ -92,7 +92,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   }
   // Zero-copy: the tensor keeps the mapping alive through its deleter.
   auto keep_alive = new std::shared_ptr<Mapping>(mapping_);
-  return at::from_blob(address, entry.shape, [keep_alive](void*) { delete keep_alive; }, options);
+  return at::from_blob(
+      address, entry.shape, [keep_alive](void*) { delete keep_alive; }, options);
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& directory) {
@@ -101,7 +102,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& directory) {
   fs::path single_path = fs::path(directory) / "model.safetensors";
   if (fs::exists(index_path)) {
     std::string text, why;
-    if (!read_regular_file(index_path.string(), text, why)) throw ModelError("cannot open " + index_path.string() + ": " + why);
+    if (!read_regular_file(index_path.string(), text, why))
+      throw ModelError("cannot open " + index_path.string() + ": " + why);
     std::map<std::string, const SafetensorsFile*> opened;
     for (auto& [name, file_name] : parse_safetensors_index(text, index_path.string())) {
       auto it = opened.find(file_name);
@@ -118,7 +120,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& directory) {
     files_.push_back(std::make_unique<SafetensorsFile>(single_path.string()));
     for (auto& [name, entry] : files_.back()->entries()) where_[name] = files_.back().get();
   } else {
-    throw ModelError("no weights in " + directory + ": neither model.safetensors nor model.safetensors.index.json found");
+    throw ModelError("no weights in " + directory +
+                     ": neither model.safetensors nor model.safetensors.index.json found");
   }
 }
 

@@ -44,7 +44,8 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
       throw ModelError(context + ": shape has more elements than a file can hold");
   }
   const json& offsets = value["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
     throw ModelError(context + ": data_offsets must be two non-negative integers");
   entry.begin = offsets[0].get<std::uint64_t>();
   entry.end = offsets[1].get<std::uint64_t>();
@@ -63,15 +64,14 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
 
 std::size_t safetensors_dtype_size(const std::string& dtype) {
   static const std::map<std::string, std::size_t> sizes = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
-      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"U16", 2}, {"U32", 4}, {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+      {"F64", 8}, {"F32", 4},  {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},     {"I16", 2},    {"I8", 1},
+      {"U8", 1},  {"BOOL", 1}, {"U16", 2}, {"U32", 4},  {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
 
 SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::uint64_t size, const std::string& path) {
-  if (size < 8)
-    throw ModelError(path + ": truncated safetensors file (" + std::to_string(size) + " bytes, no header)");
+  if (size < 8) throw ModelError(path + ": truncated safetensors file (" + std::to_string(size) + " bytes, no header)");
   std::uint64_t header_length = 0;
   for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | bytes[i];  // little-endian u64
   if (header_length > kMaxHeaderBytes || header_length > size - 8)
@@ -115,7 +115,8 @@ SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::uint6
   for (const SafetensorsEntry* entry : by_offset) {
     if (entry->begin == entry->end) continue;  // empty tensors occupy no bytes
     if (furthest && entry->begin < furthest->end)
-      throw ModelError(path + ": tensors '" + furthest->name + "' and '" + entry->name + "' overlap in the data section");
+      throw ModelError(path + ": tensors '" + furthest->name + "' and '" + entry->name +
+                       "' overlap in the data section");
     if (!furthest || entry->end > furthest->end) furthest = entry;
   }
   return result;

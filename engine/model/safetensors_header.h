@@ -12,9 +12,9 @@ namespace kvchat {
 
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;              // "F32", "BF16", "F16", ...
+  std::string dtype;  // "F32", "BF16", "F16", ...
   std::vector<std::int64_t> shape;
-  std::uint64_t begin = 0;        // byte offsets inside the data section
+  std::uint64_t begin = 0;  // byte offsets inside the data section
   std::uint64_t end = 0;
 };
 

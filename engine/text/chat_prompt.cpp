@@ -15,8 +15,9 @@ ChatPrompt encode_chat_prompt(const ChatFormatter& formatter, const Tokenizer& t
   if (continuing) {
     // The reply goes on from the end of its text: what the template writes after it (the end of the
     // turn) is not part of the prompt.
-    auto last = std::find_if(rendered.contents.rbegin(), rendered.contents.rend(),
-                             [&](const RenderedPrompt::Content& content) { return content.message + 1 == messages.size(); });
+    auto last =
+        std::find_if(rendered.contents.rbegin(), rendered.contents.rend(),
+                     [&](const RenderedPrompt::Content& content) { return content.message + 1 == messages.size(); });
     if (messages.empty() || last == rendered.contents.rend())
       throw std::invalid_argument("the reply to continue is not in the rendered prompt");
     const std::size_t cut = last->end;

@@ -17,7 +17,7 @@ enum class PromptEnd {
 };
 
 struct ChatPrompt {
-  std::string text;          // what `ids` stand for
+  std::string text;  // what `ids` stand for
   std::vector<TokenId> ids;
 };
 

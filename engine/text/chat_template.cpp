@@ -147,7 +147,8 @@ ChatFormatter ChatFormatter::from_tokenizer_config(const std::string& tokenizer_
   return formatter;
 }
 
-ChatFormatter ChatFormatter::from_template(const std::string& chat_template, const std::optional<std::string>& bos_token,
+ChatFormatter ChatFormatter::from_template(const std::string& chat_template,
+                                           const std::optional<std::string>& bos_token,
                                            const std::optional<std::string>& eos_token, const std::string& origin) {
   ChatFormatter formatter;
   // Tokens that are not set stay out of the context, so the template sees them as undefined.
@@ -210,7 +211,8 @@ std::optional<std::size_t> read_marker(std::string_view text, std::size_t at, st
 // The next content marker at or after `from`: its position (npos when none) and index, `end` past it.
 std::size_t next_content_marker(std::string_view text, std::size_t from, std::size_t messages, std::size_t& index,
                                 std::size_t& end) {
-  for (std::size_t at = text.find(kContentOpen, from); at != std::string_view::npos; at = text.find(kContentOpen, at + 1))
+  for (std::size_t at = text.find(kContentOpen, from); at != std::string_view::npos;
+       at = text.find(kContentOpen, at + 1))
     if (std::optional<std::size_t> found = read_marker(text, at, kContentOpen, kContentClose, messages, end)) {
       index = *found;
       return at;
@@ -227,7 +229,8 @@ class TypedControlText {
   std::string escape(const std::string& content, const ControlTextFinder& find_control_text) {
     std::vector<std::pair<std::size_t, std::size_t>> ranges = find_control_text(content);
     for (std::size_t at = content.find("\xEE\x80"); at != std::string::npos; at = content.find("\xEE\x80", at + 1))
-      if (at + 2 < content.size() && static_cast<unsigned char>(content[at + 2]) <= 0x83) ranges.emplace_back(at, at + 3);
+      if (at + 2 < content.size() && static_cast<unsigned char>(content[at + 2]) <= 0x83)
+        ranges.emplace_back(at, at + 3);
     if (ranges.empty()) return content;
     std::sort(ranges.begin(), ranges.end());
     std::string escaped;
@@ -254,8 +257,9 @@ class TypedControlText {
       std::size_t end = 0;
       const std::optional<std::size_t> index = read_marker(rendered, at, kTypedOpen, kTypedClose, pieces_.size(), end);
       if (!index)
-        throw TemplateError("the chat template cut apart control-token text typed in a message, so the prompt "
-                            "cannot be told apart from the template's own tokens");
+        throw TemplateError(
+            "the chat template cut apart control-token text typed in a message, so the prompt "
+            "cannot be told apart from the template's own tokens");
       text.append(rendered, copied, at - copied);
       pieces.emplace_back(text.size(), text.size() + pieces_[*index].size());
       text += pieces_[*index];
@@ -266,7 +270,8 @@ class TypedControlText {
   }
 
   std::size_t map(std::size_t offset) const {
-    auto after = std::upper_bound(shifts_.begin(), shifts_.end(), std::make_pair(offset, std::numeric_limits<std::size_t>::max()));
+    auto after = std::upper_bound(shifts_.begin(), shifts_.end(),
+                                  std::make_pair(offset, std::numeric_limits<std::size_t>::max()));
     if (after == shifts_.begin()) return offset;
     --after;
     return offset - after->first + after->second;
@@ -291,7 +296,8 @@ void align_contents(std::string_view positional, std::string_view rendered, cons
     const std::size_t message = index;
     p = marker_end;
     at = next_content_marker(positional, p, messages.size(), index, marker_end);
-    const std::string_view following = positional.substr(p, (at == std::string_view::npos ? positional.size() : at) - p);
+    const std::string_view following =
+        positional.substr(p, (at == std::string_view::npos ? positional.size() : at) - p);
     const std::string& content = messages[message].content;
     const std::string trimmed = jinja::pystr::strip(content, std::nullopt, true, true);
     bool found = false;

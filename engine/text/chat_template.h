@@ -30,6 +30,7 @@ class ChatTemplate {
   std::string render(const nlohmann::ordered_json& context, const std::string& today = "") const;
 
   struct Impl;
+
  private:
   std::unique_ptr<Impl> impl_;
 };
@@ -41,9 +42,9 @@ struct RenderedPrompt {
   // more with a marker in place of each content, and the two renders are walked side by side; a content
   // the template changed beyond trimming it has none (and neither has anything after it).
   struct Content {
-    std::size_t message = 0;          // index into the messages
-    std::size_t begin = 0, end = 0;   // bytes [begin, end) of text
-    bool whole = true;                // false: the template trimmed the content's white space
+    std::size_t message = 0;         // index into the messages
+    std::size_t begin = 0, end = 0;  // bytes [begin, end) of text
+    bool whole = true;               // false: the template trimmed the content's white space
   };
   std::string text;
   std::vector<Content> contents;

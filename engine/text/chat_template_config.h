@@ -25,9 +25,9 @@ ChatTemplateConfig chat_template_config_from_json(const nlohmann::ordered_json& 
 
 // The template's global variables: messages, add_generation_prompt, tools (null unless given),
 // documents (null), the special tokens, then every key of extra_context on top.
-nlohmann::ordered_json chat_template_context(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                             const nlohmann::ordered_json& special_tokens,
-                                             const nlohmann::ordered_json& tools = nullptr,
-                                             const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object());
+nlohmann::ordered_json chat_template_context(
+    const nlohmann::ordered_json& messages, bool add_generation_prompt, const nlohmann::ordered_json& special_tokens,
+    const nlohmann::ordered_json& tools = nullptr,
+    const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object());
 
 }  // namespace kvchat

@@ -40,14 +40,12 @@ class Tokenizer {
   // parse_special: added/special tokens written in the text become their ids. User text must be
   // encoded with parse_special = false so it can never turn into control tokens.
   // Invalid UTF-8 in `text` is replaced by U+FFFD before encoding (never a crash).
-  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true,
-                              bool parse_special = false) const;
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true, bool parse_special = false) const;
 
   // The chat path: like encode(text, add_special_tokens, parse_special = true), except that special
   // tokens are NOT recognised inside the byte ranges [first, second) of `plain_ranges` (text a user
   // typed, located by ChatFormatter). Outside them the ids equal HF's encode of the whole text.
-  std::vector<TokenId> encode_chat(std::string_view text,
-                                   const std::vector<std::pair<size_t, size_t>>& plain_ranges,
+  std::vector<TokenId> encode_chat(std::string_view text, const std::vector<std::pair<size_t, size_t>>& plain_ranges,
                                    bool add_special_tokens = false) const;
 
   // A stretch of text whose ids are known exactly (a reply the model wrote: re-encoding its text would
@@ -73,14 +71,14 @@ class Tokenizer {
   std::string decode(const std::vector<TokenId>& ids, bool skip_special_tokens = false,
                      std::optional<bool> clean_up_tokenization_spaces = std::nullopt) const;
 
-  int vocab_size() const;                       // including added tokens
+  int vocab_size() const;  // including added tokens
   std::optional<TokenId> token_to_id(std::string_view token) const;
-  std::string id_to_token(TokenId id) const;    // vocabulary string ("Ġhello", "<0x0A>"); "" if unknown
+  std::string id_to_token(TokenId id) const;  // vocabulary string ("Ġhello", "<0x0A>"); "" if unknown
   bool is_special(TokenId id) const;
-  std::optional<TokenId> bos_id() const;        // from tokenizer_config.json bos_token, else none
-  std::optional<TokenId> eos_id() const;        // from tokenizer_config.json eos_token, else none
-  bool add_bos_token() const;                   // whether encode(add_special_tokens=true) prepends BOS
-  bool add_eos_token() const;                   // whether encode(add_special_tokens=true) appends EOS
+  std::optional<TokenId> bos_id() const;  // from tokenizer_config.json bos_token, else none
+  std::optional<TokenId> eos_id() const;  // from tokenizer_config.json eos_token, else none
+  bool add_bos_token() const;             // whether encode(add_special_tokens=true) prepends BOS
+  bool add_eos_token() const;             // whether encode(add_special_tokens=true) appends EOS
   // GGUF files only (none from tokenizer.json): end of turn (tokenizer.ggml.eot_token_id, else found
   // by its text as llama.cpp does: <|eot_id|>, <|im_end|>, ...), padding, unknown.
   std::optional<TokenId> eot_id() const;
@@ -91,6 +89,7 @@ class Tokenizer {
   const std::optional<std::string>& chat_template() const;
 
   struct Impl;
+
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
@@ -111,6 +110,7 @@ class StreamingDecoder {
   std::string push(TokenId id);  // text that became complete with this token (may be "")
   std::string finish();          // whatever is still held back (invalid bytes become U+FFFD)
   void reset();
+
  private:
   std::string advance(bool flush);
   std::string clean(std::string text, bool flush);
@@ -118,9 +118,9 @@ class StreamingDecoder {
   const Tokenizer* tokenizer_;
   bool skip_special_;
   bool clean_up_ = false;
-  std::vector<TokenId> ids_;         // the window: ids_[0, read_offset_) were already emitted
+  std::vector<TokenId> ids_;  // the window: ids_[0, read_offset_) were already emitted
   std::size_t read_offset_ = 0;
-  std::string pending_clean_up_;     // emitted text held back until the clean-up rules can decide
+  std::string pending_clean_up_;  // emitted text held back until the clean-up rules can decide
 };
 
 }  // namespace kvchat

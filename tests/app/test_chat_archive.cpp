@@ -70,7 +70,8 @@ void fill(ConversationStore& store) {
   store.fork_message(trip, question, QStringLiteral("Which train to Zürich?"));
   add(trip, "assistant", "Any IC.");
   store.set_pinned(trip, true);
-  store.set_generation_settings(trip, QJsonObject{{"preset", "Precise"}, {"temperature", 0.0}, {"stop", QJsonArray{"\n\n"}}});
+  store.set_generation_settings(trip,
+                                QJsonObject{{"preset", "Precise"}, {"temperature", 0.0}, {"stop", QJsonArray{"\n\n"}}});
   Q_UNUSED(second);
 
   const qint64 plain = store.create_conversation(QStringLiteral("Plain"));

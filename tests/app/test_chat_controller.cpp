@@ -16,8 +16,8 @@
 #include "app/chat/chat_controller.h"
 #include "app/store/chat_history.h"
 #include "app/store/message_stats_json.h"
-#include "common/test_paths.h"
 #include "common/chat_fixture.h"
+#include "common/test_paths.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_controller {
@@ -29,7 +29,6 @@ using kvchat::app::ChatSettings;
 using kvchat::app::MessageRecord;
 
 namespace {
-
 
 ChatSettings greedy_settings() {
   ChatSettings settings;
@@ -291,9 +290,8 @@ void ChatControllerTest::export_writes_the_conversation() {
   const QString text = QString::fromUtf8(file.readAll());
   QVERIFY(text.contains("Once upon a time"));
   QVERIFY(text.contains(messages()[1].text.left(30)));
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
-                           controller_->exportConversation(987654, dir_->filePath("x.md"),
-                                                           kvchat::app::ExportFormat::Markdown));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, controller_->exportConversation(987654, dir_->filePath("x.md"),
+                                                                                  kvchat::app::ExportFormat::Markdown));
 }
 
 void ChatControllerTest::closing_mid_reply_saves_it() {
@@ -322,8 +320,8 @@ void ChatControllerTest::opened_model_directory_is_remembered() {
   make_controller(greedy_settings());
   const QString copy = dir_->filePath("my-model");
   QVERIFY(QDir().mkpath(copy));
-  for (const char* file : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                           "tokenizer_config.json"})
+  for (const char* file :
+       {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
     QVERIFY(QFile::copy(QString::fromStdString(kvchat::test::shared_path(std::string("models/stories260K/") + file)),
                         copy + "/" + file));
 

@@ -57,8 +57,8 @@ QList<MessageRecord> send_too_long_then_short(ChatFixture& fixture, const QStrin
   [&] { QVERIFY(controller->send(too_long)); }();
   [&] { QVERIFY(fixture.waitIdle()); }();
   [&] {
-    QCOMPARE(failed.count(), 1);   // shown once: as the failed reply,
-    QCOMPARE(errors.count(), 0);   // not again as a separate error
+    QCOMPARE(failed.count(), 1);  // shown once: as the failed reply,
+    QCOMPARE(errors.count(), 0);  // not again as a separate error
   }();
   [&] { QVERIFY(controller->send("Lily went to the park")); }();
   [&] { QVERIFY(fixture.waitIdle()); }();
@@ -277,7 +277,8 @@ void ChatControllerTurnsTest::clearing_a_chats_cache_frees_it() {
     return files;
   };
   QTRY_COMPARE_WITH_TIMEOUT(snapshot_files(), 1, 10000);
-  QTRY_COMPARE_WITH_TIMEOUT(controller->cacheGauge().snapshot_tokens, controller->cacheGauge().conversation_tokens, 10000);
+  QTRY_COMPARE_WITH_TIMEOUT(controller->cacheGauge().snapshot_tokens, controller->cacheGauge().conversation_tokens,
+                            10000);
   QVERIFY(controller->clearCache(id));
   QTRY_VERIFY_WITH_TIMEOUT(controller->heldCaches().isEmpty(), 5000);
   QCOMPARE(controller->cacheGauge().conversation_tokens, 0);

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "app/store/chat_history.h"
 #include "app/chat/chat_turn_runner.h"
+#include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
 #include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"

@@ -8,9 +8,9 @@
 #include <QJsonDocument>
 #include <QSignalSpy>
 
+#include "app/chat/generation_preset.h"
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
-#include "app/chat/generation_preset.h"
 #include "common/chat_fixture.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -103,8 +103,9 @@ void ChatGenerationSettingsTest::a_stop_text_cuts_the_stored_reply_exactly() {
   const QString stop = whole.text.mid(whole.text.size() / 2, 4);
   QVERIFY2(stop.size() == 4 && whole.text.indexOf(stop) > 0, qPrintable(whole.text));
   const QString expected = whole.text.left(whole.text.indexOf(stop));
-  QCOMPARE(whole.text, QStringLiteral(", there was a little girl named Lily. She loved to play outside in the park. One "
-                                      "day, she saw a big, red ball."));
+  QCOMPARE(whole.text,
+           QStringLiteral(", there was a little girl named Lily. She loved to play outside in the park. One "
+                          "day, she saw a big, red ball."));
   QCOMPARE(stop, QStringLiteral(" out"));
   QCOMPARE(expected, QStringLiteral(", there was a little girl named Lily. She loved to play"));
 
@@ -163,7 +164,8 @@ void ChatGenerationSettingsTest::user_presets_are_kept_and_built_in_names_refuse
   clash.name = QStringLiteral("precise");
   QVERIFY(!controller->saveUserPreset(clash));
   QCOMPARE(errors.count(), 1);
-  QCOMPARE(errors.first().first().toString(), QStringLiteral("\u201cPrecise\u201d is a built-in preset: choose another name."));
+  QCOMPARE(errors.first().first().toString(),
+           QStringLiteral("\u201cPrecise\u201d is a built-in preset: choose another name."));
   QVERIFY(fixture.restart());
   const QList<GenerationPreset> presets = fixture.controller()->presets();
   QStringList names;

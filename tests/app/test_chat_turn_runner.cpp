@@ -11,8 +11,8 @@
 #include "app/chat/chat_turn_runner.h"
 #include "common/test_paths.h"
 #include "common/tiny_llama3_chat_model.h"
-#include "engine/model/model_loader.h"
 #include "engine/generation/session.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_turn_runner {
@@ -79,12 +79,11 @@ void ChatTurnRunnerTest::reply_text_is_the_decoded_greedy_continuation() {
   Session session(model_.model, KvCacheMode::Contiguous);
   std::string streamed;
   int callbacks = 0;
-  const TurnOutcome outcome = runner.run(session, messages, greedy(48), nullptr,
-                                         [&](const ReplyProgress& progress) {
-                                           streamed.append(progress.chunk);
-                                           ++callbacks;
-                                           QCOMPARE(progress.generated_tokens, callbacks);
-                                         });
+  const TurnOutcome outcome = runner.run(session, messages, greedy(48), nullptr, [&](const ReplyProgress& progress) {
+    streamed.append(progress.chunk);
+    ++callbacks;
+    QCOMPARE(progress.generated_tokens, callbacks);
+  });
   QCOMPARE(outcome.prompt_ids, prompt);
   QCOMPARE(outcome.generated_ids, expected.generated);
   QCOMPARE(outcome.reply, model_.tokenizer->decode(expected.generated, /*skip_special_tokens=*/true));
@@ -127,10 +126,9 @@ void ChatTurnRunnerTest::stopped_turn_then_next_turn_matches_a_fresh_session() {
   Session session(model_.model, KvCacheMode::Contiguous);
   std::vector<ChatMessage> messages = {{"user", "Tom had a red ball"}};
   std::atomic<bool> stop{false};
-  const TurnOutcome stopped = runner.run(session, messages, greedy(200), &stop,
-                                         [&](const ReplyProgress& progress) {
-                                           if (progress.generated_tokens == 3) stop.store(true);
-                                         });
+  const TurnOutcome stopped = runner.run(session, messages, greedy(200), &stop, [&](const ReplyProgress& progress) {
+    if (progress.generated_tokens == 3) stop.store(true);
+  });
   QCOMPARE(stopped.stats.stop_reason, StopReason::Stopped);
   QCOMPARE(stopped.stats.generated_tokens, 3);  // the flag is seen before the next token
 

@@ -84,8 +84,8 @@ void CliBenchTest::json_lines_cover_every_configuration() {
 }
 
 void CliBenchTest::bad_options_are_refused_before_measuring() {
-  auto result = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")),
-                         "--dtype", "f32,q8"});
+  auto result = run_cli(
+      {"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")), "--dtype", "f32,q8"});
   QCOMPARE(result.exit_code, 2);
   QVERIFY2(result.err.find("unknown weight dtype 'q8'") != std::string::npos, result.err.c_str());
   QVERIFY(result.out.empty());  // nothing measured or printed first
@@ -94,9 +94,9 @@ void CliBenchTest::bad_options_are_refused_before_measuring() {
 void CliBenchTest::bandwidth_probed_before_every_step() {
   // Forced on a small model (the default for models of 1 GiB or more): one probe per decode step,
   // and the row's bandwidth and fraction come from them.
-  auto result = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")),
-                         "--prompt-tokens", "5", "--new-tokens", "6", "--kv-cache", "on", "--threads", "1",
-                         "--bandwidth-probe", "step", "--json"});
+  auto result =
+      run_cli({"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")), "--prompt-tokens",
+               "5", "--new-tokens", "6", "--kv-cache", "on", "--threads", "1", "--bandwidth-probe", "step", "--json"});
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   std::istringstream lines(result.out);
   std::string line;
@@ -165,15 +165,18 @@ void CliBenchTest::gguf_dtype_errors() {
                           "q5_0, q5_1, q4_k, q5_k, q6_k)\n"));
   QVERIFY(unknown.out.empty());
 
-  auto with_model = run_cli({"bench", "--model", QString::fromStdString(shared_path("fixtures/gguf/stories260K-Q8_0.gguf")),
-                             "--dtype", "q4_k"});
+  auto with_model =
+      run_cli({"bench", "--model", QString::fromStdString(shared_path("fixtures/gguf/stories260K-Q8_0.gguf")),
+               "--dtype", "q4_k"});
   QCOMPARE(with_model.exit_code, 2);
-  QVERIFY2(with_model.err.find("--dtype q4_k is for --random-weights only") != std::string::npos, with_model.err.c_str());
+  QVERIFY2(with_model.err.find("--dtype q4_k is for --random-weights only") != std::string::npos,
+           with_model.err.c_str());
   QVERIFY(with_model.out.empty());
 
   // A row length that is not a whole number of blocks: the engine's error, before anything is printed per row.
-  auto odd = run_cli({"bench", "--random-weights", QString::fromStdString(shared_path("models/stories260K/config.json")),
-                      "--dtype", "q4_k", "--prompt-tokens", "5", "--new-tokens", "2", "--kv-cache", "on", "--threads", "1"});
+  auto odd =
+      run_cli({"bench", "--random-weights", QString::fromStdString(shared_path("models/stories260K/config.json")),
+               "--dtype", "q4_k", "--prompt-tokens", "5", "--new-tokens", "2", "--kv-cache", "on", "--threads", "1"});
   QCOMPARE(odd.exit_code, 1);
   QVERIFY2(odd.err.find("kvchat-cli bench: error: ") == 0, odd.err.c_str());
 }

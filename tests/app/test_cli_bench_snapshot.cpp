@@ -31,8 +31,9 @@ long long snapshot_file_bytes(long long tokens) {
 }
 
 QStringList snapshot_bench_arguments() {
-  return {"bench", "--snapshot", "--model", QString::fromStdString(shared_path("models/stories260K")),
-          "--prompt-tokens", "64", "--new-tokens", "8", "--threads", "1"};
+  return {"bench",           "--snapshot", "--model",      QString::fromStdString(shared_path("models/stories260K")),
+          "--prompt-tokens", "64",         "--new-tokens", "8",
+          "--threads",       "1"};
 }
 
 QStringList files_under(const QString& folder) {
@@ -57,15 +58,30 @@ void CliBenchSnapshotTest::text_names_every_figure() {
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   const std::string& out = result.out;
   for (const char* expected :
-       {"snapshot bench: 1 threads, kernels on, load average ", "(temporary, removed at the end)",
-        "posix_fadvise(DONTNEED), best effort", "\nf32 (", "a 64-token conversation, then 8 new user tokens and 8-token replies",
-        "  full prefill: ttft ", " ms, prefill ", "  snapshot: 64 tokens, 82304 bytes; capture ",
-        " ms on the engine thread; write ", " MB/s (checksum, write, fsync, rename)", "  restore cold: ttft ",
-        "  restore warm: ttft ", " ms, restore ", "64 tokens restored from snapshot-bench; ", "of the file in the page cache before",
-        "  speedup (full prefill ttft / restore ttft): cold ", "x, warm ",
+       {"snapshot bench: 1 threads, kernels on, load average ",
+        "(temporary, removed at the end)",
+        "posix_fadvise(DONTNEED), best effort",
+        "\nf32 (",
+        "a 64-token conversation, then 8 new user tokens and 8-token replies",
+        "  full prefill: ttft ",
+        " ms, prefill ",
+        "  snapshot: 64 tokens, 82304 bytes; capture ",
+        " ms on the engine thread; write ",
+        " MB/s (checksum, write, fsync, rename)",
+        "  restore cold: ttft ",
+        "  restore warm: ttft ",
+        " ms, restore ",
+        "64 tokens restored from snapshot-bench; ",
+        "of the file in the page cache before",
+        "  speedup (full prefill ttft / restore ttft): cold ",
+        "x, warm ",
         "  ids identical: yes (the 8 ids after the cold and the warm restore against those after the full prefill)",
-        "  decode: ", " tok/s with no write in flight, ", " tok/s with a snapshot write in flight (7 steps)",
-        "  background write: 87 tokens, 111872 bytes; capture ", " on the store's thread; ", " of the 7 decode steps ran during it"})
+        "  decode: ",
+        " tok/s with no write in flight, ",
+        " tok/s with a snapshot write in flight (7 steps)",
+        "  background write: 87 tokens, 111872 bytes; capture ",
+        " on the store's thread; ",
+        " of the 7 decode steps ran during it"})
     QVERIFY2(out.find(expected) != std::string::npos, (std::string("missing '") + expected + "' in:\n" + out).c_str());
   QVERIFY2(out.find("warning") == std::string::npos, out.c_str());
   QVERIFY2(out.find("ids identical: no") == std::string::npos, out.c_str());
@@ -89,7 +105,9 @@ void CliBenchSnapshotTest::json_carries_every_figure_and_cache_dir_keeps_other_f
   other.close();
 
   QStringList arguments = snapshot_bench_arguments();
-  arguments << "--dtype" << "f32,bf16" << "--cache-dir" << cache.path() << "--json";
+  arguments << "--dtype"
+            << "f32,bf16"
+            << "--cache-dir" << cache.path() << "--json";
   auto result = run_cli(arguments);
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   std::istringstream lines(result.out);
@@ -111,10 +129,12 @@ void CliBenchSnapshotTest::json_carries_every_figure_and_cache_dir_keeps_other_f
   QCOMPARE(runs[0]["dtype"].get<std::string>(), std::string("f32"));
   QCOMPARE(runs[1]["dtype"].get<std::string>(), std::string("bf16"));
   for (const nlohmann::json& run : runs) {
-    for (const char* field : {"prefill_ttft_ms", "prefill_tok_s", "capture_ms", "write_ms", "write_mb_s", "decode_tok_s_idle",
-                              "decode_tok_s_writing", "background_capture_ms", "background_write_ms"})
+    for (const char* field :
+         {"prefill_ttft_ms", "prefill_tok_s", "capture_ms", "write_ms", "write_mb_s", "decode_tok_s_idle",
+          "decode_tok_s_writing", "background_capture_ms", "background_write_ms"})
       QVERIFY2(run.at(field).get<double>() > 0, field);
-    QVERIFY(run.contains("decode_tok_s_during_write") && run.contains("background_write_mb_s") && run.contains("cache_drop"));
+    QVERIFY(run.contains("decode_tok_s_during_write") && run.contains("background_write_mb_s") &&
+            run.contains("cache_drop"));
     QCOMPARE(run["snapshot_tokens"].get<long long>(), 64LL);
     QCOMPARE(run["file_bytes"].get<long long>(), snapshot_file_bytes(64));
     QCOMPARE(run["ids_identical"].get<bool>(), true);
@@ -137,22 +157,25 @@ void CliBenchSnapshotTest::json_carries_every_figure_and_cache_dir_keeps_other_f
 
 void CliBenchSnapshotTest::bad_options_are_refused_before_measuring() {
   QStringList with_cache_mode = snapshot_bench_arguments();
-  with_cache_mode << "--kv-cache" << "on";
+  with_cache_mode << "--kv-cache"
+                  << "on";
   auto cache_mode = run_cli(with_cache_mode);
   QCOMPARE(cache_mode.exit_code, 2);
   QVERIFY2(cache_mode.err.find("--kv-cache does not apply to --snapshot") != std::string::npos, cache_mode.err.c_str());
   QVERIFY(cache_mode.out.empty());
 
-  auto cache_dir_alone = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")),
-                                  "--cache-dir", "/nonexistent"});
+  auto cache_dir_alone = run_cli(
+      {"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--cache-dir", "/nonexistent"});
   QCOMPARE(cache_dir_alone.exit_code, 2);
-  QVERIFY2(cache_dir_alone.err.find("--cache-dir is for --snapshot only") != std::string::npos, cache_dir_alone.err.c_str());
+  QVERIFY2(cache_dir_alone.err.find("--cache-dir is for --snapshot only") != std::string::npos,
+           cache_dir_alone.err.c_str());
 
   // stories260K's context is 512 tokens: 500 + 8 + 3 x 8 does not fit.
   auto too_long = run_cli({"bench", "--snapshot", "--model", QString::fromStdString(shared_path("models/stories260K")),
                            "--prompt-tokens", "500", "--new-tokens", "8"});
   QCOMPARE(too_long.exit_code, 2);
-  QVERIFY2(too_long.err.find("(532) does not fit the model's context of 512") != std::string::npos, too_long.err.c_str());
+  QVERIFY2(too_long.err.find("(532) does not fit the model's context of 512") != std::string::npos,
+           too_long.err.c_str());
   QVERIFY(too_long.out.empty());
 }
 

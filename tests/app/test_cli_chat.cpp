@@ -6,16 +6,16 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
-#include "app/store/chat_history.h"
 #include "app/chat/chat_turn_runner.h"
+#include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
 #include "app/store/message_stats_json.h"
+#include "common/chat_fixture.h"
 #include "common/cli_runner.h"
 #include "common/test_paths.h"
-#include "common/chat_fixture.h"
 #include "common/tiny_llama3_chat_model.h"
-#include "engine/model/model_loader.h"
 #include "engine/generation/session.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_cli_chat {
@@ -25,10 +25,7 @@ using kvchat::app::StoreOpenMode;
 using kvchat::test::CliResult;
 using kvchat::test::run_cli;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 class CliChatTest : public QObject {
   Q_OBJECT
@@ -64,8 +61,8 @@ std::string CliChatTest::expected_reply(const std::vector<kvchat::ChatMessage>& 
 
 void CliChatTest::one_turn_with_message() {
   const QString db = dir_.filePath("one.sqlite3");
-  const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", "Once upon a time",
-                                    "--max-new-tokens", "30"});
+  const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message",
+                                    "Once upon a time", "--max-new-tokens", "30"});
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   QVERIFY2(result.err.find("conversation: 1\n") != std::string::npos, result.err.c_str());
 
@@ -83,11 +80,11 @@ void CliChatTest::one_turn_with_message() {
 
 void CliChatTest::continuing_a_stored_conversation() {
   const QString db = dir_.filePath("continue.sqlite3");
-  const CliResult first = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", "Tom had a red ball",
-                                   "--max-new-tokens", "20"});
+  const CliResult first = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message",
+                                   "Tom had a red ball", "--max-new-tokens", "20"});
   QVERIFY2(first.exit_code == 0, first.err.c_str());
-  const CliResult second = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--conversation", "1",
-                                    "--message", "Lily smiled", "--max-new-tokens", "20"});
+  const CliResult second = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db,
+                                    "--conversation", "1", "--message", "Lily smiled", "--max-new-tokens", "20"});
   QVERIFY2(second.exit_code == 0, second.err.c_str());
 
   ConversationStore store(db, StoreOpenMode::ReadOnly);
@@ -103,14 +100,16 @@ void CliChatTest::continuing_a_stored_conversation() {
 void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
   const QString db = dir_.filePath("interactive.sqlite3");
   const CliResult result =
-      run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "16"}, "Once upon a time\n\nThe dog ran\n");
+      run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "16"},
+              "Once upon a time\n\nThe dog ran\n");
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   ConversationStore store(db, StoreOpenMode::ReadOnly);
   const auto messages = store.messages(1);
   QCOMPARE(messages.size(), 4);  // the blank line is skipped
   QCOMPARE(QString::fromStdString(result.out), messages[1].text + "\n" + messages[3].text + "\n");
   // Per-turn stats on stderr: the second turn reads only its new tokens.
-  const QRegularExpression stats_line(R"(\[(\d+) prompt tokens: (\d+) reused \((\d+) restored from disk in [\d.]+ ms\), (\d+) prefilled)");
+  const QRegularExpression stats_line(
+      R"(\[(\d+) prompt tokens: (\d+) reused \((\d+) restored from disk in [\d.]+ ms\), (\d+) prefilled)");
   auto matches = stats_line.globalMatch(QString::fromStdString(result.err));
   QList<QRegularExpressionMatch> turns;
   while (matches.hasNext()) turns << matches.next();
@@ -122,11 +121,12 @@ void CliChatTest::interactive_lines_from_stdin_reuse_the_cache() {
 
 void CliChatTest::usage_errors_are_clear() {
   const QString db = dir_.filePath("errors.sqlite3");
-  CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--conversation", "999",
-                              "--message", "hi"});
+  CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--conversation",
+                              "999", "--message", "hi"});
   QCOMPARE(result.exit_code, 2);
   QVERIFY2(result.err.find("no conversation with id 999") != std::string::npos, result.err.c_str());
-  result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--kv-cache", "sometimes", "--message", "hi"});
+  result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--kv-cache", "sometimes",
+                    "--message", "hi"});
   QCOMPARE(result.exit_code, 2);
   QVERIFY2(result.err.find("sometimes") != std::string::npos, result.err.c_str());
   result = run_cli({"chat", "--db", db, "--message", "hi"});
@@ -142,14 +142,16 @@ void CliChatTest::usage_errors_are_clear() {
 void CliChatTest::empty_messages_and_nul_bytes() {
   const QString db = dir_.filePath("edge.sqlite3");
   for (const QString& empty : {QString(), QStringLiteral("  ")}) {
-    const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", empty});
+    const CliResult result =
+        run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--message", empty});
     QCOMPARE(result.exit_code, 2);
     QVERIFY2(result.err.find("--message is empty") != std::string::npos, result.err.c_str());
   }
   QVERIFY(!QFile::exists(db) || ConversationStore(db, StoreOpenMode::ReadOnly).conversations().isEmpty());
 
-  const CliResult result = run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "4"},
-                                   std::string("Once upon\0 a time\n", 18));
+  const CliResult result =
+      run_cli({"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "4"},
+              std::string("Once upon\0 a time\n", 18));
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   ConversationStore store(db, StoreOpenMode::ReadOnly);
   const auto conversations = store.conversations();
@@ -162,7 +164,8 @@ void CliChatTest::empty_messages_and_nul_bytes() {
 // turns in memory does (snapshots off there).
 void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
   const QString db = dir_.filePath("restart.sqlite3"), snapshots = dir_.filePath("restart-snapshots");
-  const QStringList common{"chat", "--model", kvchat::test::stories_model_directory(), "--max-new-tokens", "24", "--cache-dir", snapshots};
+  const QStringList common{"chat",        "--model", kvchat::test::stories_model_directory(), "--max-new-tokens", "24",
+                           "--cache-dir", snapshots};
   const CliResult first = run_cli(common + QStringList{"--db", db, "--message", "Tom had a red ball"});
   QVERIFY2(first.exit_code == 0, first.err.c_str());
   const CliResult second = run_cli(common + QStringList{"--db", db, "--conversation", "1", "--message", "He threw it"});
@@ -175,12 +178,13 @@ void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
   QCOMPARE(first_stats.restored_tokens, 0);
   QCOMPARE(static_cast<qint64>(second_stats.restored_tokens), first_stats.cache_tokens);
   QCOMPARE(second_stats.reused_tokens, second_stats.restored_tokens);
-  QVERIFY2(second.err.find("(" + std::to_string(second_stats.restored_tokens) + " restored from disk in ") != std::string::npos,
+  QVERIFY2(second.err.find("(" + std::to_string(second_stats.restored_tokens) + " restored from disk in ") !=
+               std::string::npos,
            second.err.c_str());
 
   const QString reference_db = dir_.filePath("restart-reference.sqlite3");
-  const CliResult reference = run_cli(common + QStringList{"--db", reference_db, "--kv-snapshots", "off"},
-                                      "Tom had a red ball\nHe threw it\n");
+  const CliResult reference =
+      run_cli(common + QStringList{"--db", reference_db, "--kv-snapshots", "off"}, "Tom had a red ball\nHe threw it\n");
   QVERIFY2(reference.exit_code == 0, reference.err.c_str());
   const auto in_memory = ConversationStore(reference_db, StoreOpenMode::ReadOnly).messages(1);
   QCOMPARE(in_memory.size(), 4);
@@ -195,7 +199,8 @@ void CliChatTest::a_later_run_restores_the_conversation_from_its_snapshot() {
 // chat model with random weights, whose replies re-encode to other ids than the ones it sampled (checked
 // below), so a prompt rebuilt from the text alone would differ.
 void CliChatTest::replies_do_not_depend_on_the_cache_or_a_restart() {
-  const QString model = QString::fromStdString(kvchat::test::make_tiny_llama3_chat_model(dir_.filePath("chat-model").toStdString()));
+  const QString model =
+      QString::fromStdString(kvchat::test::make_tiny_llama3_chat_model(dir_.filePath("chat-model").toStdString()));
   const QStringList lines = {"Tell me a story", "And then?", "Why did she leave?", "How does it end?"};
   const QStringList common{"chat", "--model", model, "--max-new-tokens", "12"};
 
@@ -209,12 +214,13 @@ void CliChatTest::replies_do_not_depend_on_the_cache_or_a_restart() {
   QTemporaryDir snapshots;
   for (int turn = 0; turn < lines.size(); ++turn) {
     const QStringList conversation = turn == 0 ? QStringList{} : QStringList{"--conversation", "1"};
-    const CliResult restarted =
-        run_cli(common + conversation + QStringList{"--db", restarted_db, "--kv-snapshots", "off", "--message", lines[turn]});
+    const CliResult restarted = run_cli(
+        common + conversation + QStringList{"--db", restarted_db, "--kv-snapshots", "off", "--message", lines[turn]});
     QVERIFY2(restarted.exit_code == 0, restarted.err.c_str());
     if (turn == 2) QVERIFY(QDir(snapshots.path()).removeRecursively());  // lost (or evicted) snapshots
     const CliResult with_snapshots =
-        run_cli(common + conversation + QStringList{"--db", snapshot_db, "--cache-dir", snapshots.path(), "--message", lines[turn]});
+        run_cli(common + conversation +
+                QStringList{"--db", snapshot_db, "--cache-dir", snapshots.path(), "--message", lines[turn]});
     QVERIFY2(with_snapshots.exit_code == 0, with_snapshots.err.c_str());
   }
 
@@ -234,8 +240,10 @@ void CliChatTest::replies_do_not_depend_on_the_cache_or_a_restart() {
   }
   const kvchat::LoadedModel chat_model = kvchat::load_model_directory(model.toStdString());
   for (int i = 1; i < expected.size(); i += 2)
-    re_encoding_differs |= chat_model.tokenizer->encode(expected[i].text.toStdString(), false, false) != expected[i].token_ids;
-  QVERIFY2(re_encoding_differs, "the replies re-encode to their own ids: this test would not see a prompt built from text");
+    re_encoding_differs |=
+        chat_model.tokenizer->encode(expected[i].text.toStdString(), false, false) != expected[i].token_ids;
+  QVERIFY2(re_encoding_differs,
+           "the replies re-encode to their own ids: this test would not see a prompt built from text");
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliChatTest)

@@ -85,8 +85,8 @@ class CliChatRemoteTest : public QObject {
                           {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
                           {"temperature", 0},
                           {"max_tokens", 30}};
-    const kvchat::test::HttpReply whole = kvchat::test::post_json(client, "/v1/chat/completions", request.dump(),
-                                                                  {{"Authorization", std::string("Bearer ") + kApiKey}});
+    const kvchat::test::HttpReply whole = kvchat::test::post_json(
+        client, "/v1/chat/completions", request.dump(), {{"Authorization", std::string("Bearer ") + kApiKey}});
     QCOMPARE(whole.status, 200);
     const std::string expected = whole.json()["choices"][0]["message"]["content"];
     QCOMPARE(first.out, expected + "\n");
@@ -106,9 +106,9 @@ class CliChatRemoteTest : public QObject {
 
     // The key from the environment; the conversation continued: the server had its prefix cached.
     qputenv("KVCHAT_API_KEY", kApiKey);
-    const CliResult second = run_cli({"chat", "--backend", base_url(), "--db", db, "--conversation",
-                                      QString::number(conversations.first().id), "--message", "The end",
-                                      "--max-new-tokens", "10"});
+    const CliResult second =
+        run_cli({"chat", "--backend", base_url(), "--db", db, "--conversation",
+                 QString::number(conversations.first().id), "--message", "The end", "--max-new-tokens", "10"});
     qunsetenv("KVCHAT_API_KEY");
     QVERIFY2(second.exit_code == 0, second.err.c_str());
     QVERIFY2(second.err.find(" cached on the server") != std::string::npos, second.err.c_str());
@@ -117,7 +117,8 @@ class CliChatRemoteTest : public QObject {
 
   void refused_key_and_unreachable_server_store_nothing() {
     const QString db = dir_.filePath("errors.sqlite3");
-    const CliResult refused = run_cli({"chat", "--backend", base_url(), "--api-key", "wrong", "--db", db, "--message", "Hi"});
+    const CliResult refused =
+        run_cli({"chat", "--backend", base_url(), "--api-key", "wrong", "--db", db, "--message", "Hi"});
     QCOMPARE(refused.exit_code, 1);
     QVERIFY2(refused.err.find("refused the API key (401): incorrect API key provided") != std::string::npos,
              refused.err.c_str());
@@ -149,9 +150,9 @@ class CliChatRemoteTest : public QObject {
     kvchat::test::CuttingProxy relay;
     QVERIFY(relay.start(doomed.port(), [doomed_pid] { ::kill(static_cast<pid_t>(doomed_pid), SIGKILL); }));
     const QString db = dir_.filePath("killed.sqlite3");
-    const CliResult cut = run_cli({"chat", "--backend", QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port()),
-                                   "--remote-model", "stories260K", "--db", db, "--message", "Once upon a time",
-                                   "--max-new-tokens", "100000"});
+    const CliResult cut =
+        run_cli({"chat", "--backend", QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port()), "--remote-model",
+                 "stories260K", "--db", db, "--message", "Once upon a time", "--max-new-tokens", "100000"});
     QCOMPARE(cut.exit_code, 1);
     QVERIFY(relay.cut());
     QVERIFY2(cut.err.find("broke off mid-reply") != std::string::npos, cut.err.c_str());
@@ -225,8 +226,8 @@ class CliChatRemoteTest : public QObject {
           flood == Flood::EndlessLine
               ? "the server sent more than 1 MiB without a line break, more than a line of the event stream may have"
               : "the server sent more than 4112 KiB for one reply of at most 65 KiB of text";
-      QVERIFY2(result.err.find("kvchat-cli chat: the server at " + server.base_url().toStdString() + " sent no text: " +
-                               expected + "\n") != std::string::npos,
+      QVERIFY2(result.err.find("kvchat-cli chat: the server at " + server.base_url().toStdString() +
+                               " sent no text: " + expected + "\n") != std::string::npos,
                result.err.c_str());
       QVERIFY(kvchat::app::is_failed_reply(stored_reply(db)));
     }
@@ -323,11 +324,13 @@ class CliChatRemoteTest : public QObject {
     QProcess process;
     process.start(QString::fromStdString(kvchat::test::build_dir()) + "/kvchat-cli", scripted_chat(server, db));
     QByteArray out;
-    QVERIFY(QTest::qWaitFor([&] {
-      process.waitForReadyRead(50);
-      out += process.readAllStandardOutput();
-      return out.contains("Once");
-    }, 60000));
+    QVERIFY(QTest::qWaitFor(
+        [&] {
+          process.waitForReadyRead(50);
+          out += process.readAllStandardOutput();
+          return out.contains("Once");
+        },
+        60000));
     ::kill(static_cast<pid_t>(process.processId()), SIGINT);
     QVERIFY(process.waitForFinished(30000));
     out += process.readAllStandardOutput();
@@ -351,7 +354,8 @@ class CliChatRemoteTest : public QObject {
       if (!connection.send_head("200 OK")) return;
       connection.send(content_event("Hi") + content_event(" there") +
                       R"(data: {"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":1e300,)"
-                      R"("completion_tokens":"12"}})" "\n\ndata: [DONE]\n\n");
+                      R"("completion_tokens":"12"}})"
+                      "\n\ndata: [DONE]\n\n");
     }));
     const QString db = dir_.filePath("usage.sqlite3");
     const CliResult result = run_cli(scripted_chat(server, db), {}, 60000);
@@ -389,15 +393,15 @@ class CliChatRemoteTest : public QObject {
     QVERIFY(!file_bytes(db + "-wal").contains(QByteArray::fromStdString(secret)));
     QVERIFY(kvchat::app::is_failed_reply(stored_reply(db)));
 
-    const QString with_credentials = QStringLiteral("http://user:%1@127.0.0.1:%2/v1")
-                                         .arg(QString::fromStdString(secret))
-                                         .arg(server.port());
+    const QString with_credentials =
+        QStringLiteral("http://user:%1@127.0.0.1:%2/v1").arg(QString::fromStdString(secret)).arg(server.port());
     const QString url_db = dir_.filePath("url-key.sqlite3");
     const CliResult url = run_cli({"chat", "--backend", with_credentials, "--db", url_db, "--message", "Hi"});
     QCOMPARE(url.exit_code, 2);
-    const QString refused_url =
-        QStringLiteral("--backend: the server address 'http://***@127.0.0.1:%1/v1' has credentials in it "
-                       "(user:password@)").arg(server.port());
+    const QString refused_url = QStringLiteral(
+                                    "--backend: the server address 'http://***@127.0.0.1:%1/v1' has credentials in it "
+                                    "(user:password@)")
+                                    .arg(server.port());
     QVERIFY2(url.err.find(refused_url.toStdString()) != std::string::npos, url.err.c_str());
     QVERIFY(url.err.find(secret) == std::string::npos);
     QVERIFY(!QFile::exists(url_db));
@@ -418,7 +422,8 @@ class CliChatRemoteTest : public QObject {
     QCOMPARE(shown.out, std::string("copy \\x1b]52;c;aGk=\\x07 then \\x9b2Jcaf\xC3\xA9 ok\n"));
     QCOMPARE(stored_reply(db).text, QStringLiteral("copy \x1b]52;c;aGk=\x07 then \u009b2Jcaf\u00e9 ok"));
     const CliResult piped = run_cli(scripted_chat(server, dir_.filePath("piped.sqlite3")), {}, 60000);
-    QCOMPARE(piped.out, std::string("copy \x1b]52;c;aGk=\x07 then \xC2\x9B" "2Jcaf\xC3\xA9 ok\n"));
+    QCOMPARE(piped.out, std::string("copy \x1b]52;c;aGk=\x07 then \xC2\x9B"
+                                    "2Jcaf\xC3\xA9 ok\n"));
   }
 
   // Bytes that are not UTF-8 inside an event: its text is kept with U+FFFD in their place, and the reply marked.

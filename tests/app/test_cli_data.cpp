@@ -124,21 +124,20 @@ void CliDataTest::export_to_stdout_in_each_format() {
   QVERIFY(conversation.has_value());
   const auto messages = store.messages(story_id_);
   const QString id = QString::number(story_id_);
-  for (const auto& [name, format] : {std::pair{QStringLiteral("md"), ExportFormat::Markdown},
-                                     std::pair{QStringLiteral("json"), ExportFormat::Json},
-                                     std::pair{QStringLiteral("txt"), ExportFormat::Text}}) {
+  for (const auto& [name, format] :
+       {std::pair{QStringLiteral("md"), ExportFormat::Markdown}, std::pair{QStringLiteral("json"), ExportFormat::Json},
+        std::pair{QStringLiteral("txt"), ExportFormat::Text}}) {
     const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
                                       QStringLiteral("--conversation"), id, QStringLiteral("--format"), name});
     QVERIFY2(result.exit_code == 0, result.err.c_str());
     QCOMPARE(QString::fromStdString(result.out), kvchat::app::export_conversation(*conversation, messages, format));
   }
   // The JSON carries every message in order.
-  const CliResult json = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
-                                  QStringLiteral("--conversation"), id, QStringLiteral("--format"), QStringLiteral("json")});
-  const QJsonArray items = QJsonDocument::fromJson(QByteArray::fromStdString(json.out))
-                               .object()
-                               .value(QStringLiteral("messages"))
-                               .toArray();
+  const CliResult json =
+      run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_, QStringLiteral("--conversation"), id,
+               QStringLiteral("--format"), QStringLiteral("json")});
+  const QJsonArray items =
+      QJsonDocument::fromJson(QByteArray::fromStdString(json.out)).object().value(QStringLiteral("messages")).toArray();
   QCOMPARE(items.size(), 4);
   QCOMPARE(items[0].toObject()[QStringLiteral("text")].toString(), QStringLiteral("Once upon a time"));
   QCOMPARE(items[1].toObject()[QStringLiteral("text")].toString(), QStringLiteral("there was a fox — Fuchs 狐."));
@@ -146,8 +145,8 @@ void CliDataTest::export_to_stdout_in_each_format() {
   QCOMPARE(items[2].toObject()[QStringLiteral("role")].toString(), QStringLiteral("marker"));
   QCOMPARE(items[3].toObject()[QStringLiteral("text")].toString(), QStringLiteral("More!"));
   // Markdown is the default format.
-  const CliResult markdown = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
-                                      QStringLiteral("--conversation"), id});
+  const CliResult markdown =
+      run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_, QStringLiteral("--conversation"), id});
   QCOMPARE(markdown.exit_code, 0);
   QVERIFY(markdown.out.rfind("# Bedtime story\n", 0) == 0);
 }
@@ -163,14 +162,15 @@ void CliDataTest::export_to_file() {
   QFile file(out);
   QVERIFY(file.open(QIODevice::ReadOnly));
   ConversationStore store(db_path_);
-  QCOMPARE(QString::fromUtf8(file.readAll()),
-           kvchat::app::export_conversation(*store.conversation(story_id_), store.messages(story_id_), ExportFormat::Text));
+  QCOMPARE(
+      QString::fromUtf8(file.readAll()),
+      kvchat::app::export_conversation(*store.conversation(story_id_), store.messages(story_id_), ExportFormat::Text));
 
   // An unwritable destination fails with the path on stderr.
   const QString blocked = dir_.filePath(QStringLiteral("chats.sqlite3/story.md"));
-  const CliResult failed = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
-                                    QStringLiteral("--conversation"), QString::number(story_id_),
-                                    QStringLiteral("--out"), blocked});
+  const CliResult failed =
+      run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_, QStringLiteral("--conversation"),
+               QString::number(story_id_), QStringLiteral("--out"), blocked});
   QVERIFY(failed.exit_code != 0);
   QVERIFY2(failed.err.find(blocked.toStdString()) != std::string::npos, failed.err.c_str());
 }
@@ -187,10 +187,9 @@ void CliDataTest::unknown_conversation_fails_clearly() {
 
 void CliDataTest::missing_database_is_reported_not_created() {
   const QString missing = dir_.filePath(QStringLiteral("no-such.sqlite3"));
-  for (const QStringList& arguments :
-       {QStringList{QStringLiteral("list"), QStringLiteral("--db"), missing},
-        QStringList{QStringLiteral("export"), QStringLiteral("--db"), missing, QStringLiteral("--conversation"),
-                    QStringLiteral("1")}}) {
+  for (const QStringList& arguments : {QStringList{QStringLiteral("list"), QStringLiteral("--db"), missing},
+                                       QStringList{QStringLiteral("export"), QStringLiteral("--db"), missing,
+                                                   QStringLiteral("--conversation"), QStringLiteral("1")}}) {
     const CliResult result = run_cli(arguments);
     QVERIFY(result.exit_code != 0);
     QVERIFY(result.out.empty());
@@ -201,9 +200,9 @@ void CliDataTest::missing_database_is_reported_not_created() {
 }
 
 void CliDataTest::bad_format_is_a_usage_error() {
-  const CliResult result = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_,
-                                    QStringLiteral("--conversation"), QString::number(story_id_),
-                                    QStringLiteral("--format"), QStringLiteral("pdf")});
+  const CliResult result =
+      run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_, QStringLiteral("--conversation"),
+               QString::number(story_id_), QStringLiteral("--format"), QStringLiteral("pdf")});
   QCOMPARE(result.exit_code, 2);
   QVERIFY2(result.err.find("'pdf'") != std::string::npos, result.err.c_str());
   const CliResult no_id = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db_path_});
@@ -221,8 +220,9 @@ void CliDataTest::export_to_a_terminal_escapes_control_characters() {
     id = store.create_conversation(QStringLiteral("Title\x1b]0;owned\x07\x1b[2J \u009b6n done"));
     store.add_message(message(id, QStringLiteral("user"), QStringLiteral("copy \x1b]52;c;aGk=\x07\ttab\r\nnext")));
   }
-  const QStringList arguments = {QStringLiteral("export"), QStringLiteral("--db"), db, QStringLiteral("--conversation"),
-                                 QString::number(id), QStringLiteral("--format"), QStringLiteral("txt")};
+  const QStringList arguments = {
+      QStringLiteral("export"),   QStringLiteral("--db"), db, QStringLiteral("--conversation"), QString::number(id),
+      QStringLiteral("--format"), QStringLiteral("txt")};
   const CliResult shown = kvchat::test::run_cli_on_terminal(arguments);
   QVERIFY2(shown.exit_code == 0, shown.err.c_str());
   QVERIFY2(shown.out.rfind("Title\\x1b]0;owned\\x07\\x1b[2J \\x9b6n done\n", 0) == 0, shown.out.c_str());
@@ -246,9 +246,9 @@ void CliDataTest::damaged_database_is_exported_with_what_is_missing() {
   const QString db = dir_.filePath(QStringLiteral("damaged.sqlite3"));
   QString why;
   QVERIFY2(kvchat::test::write_damaged_database(db, kvchat::test::Damage::LostTableRow, &why), qPrintable(why));
-  const CliResult exported = run_cli({QStringLiteral("export"), QStringLiteral("--db"), db,
-                                      QStringLiteral("--conversation"), QStringLiteral("2"), QStringLiteral("--format"),
-                                      QStringLiteral("json")});
+  const CliResult exported =
+      run_cli({QStringLiteral("export"), QStringLiteral("--db"), db, QStringLiteral("--conversation"),
+               QStringLiteral("2"), QStringLiteral("--format"), QStringLiteral("json")});
   QCOMPARE(exported.exit_code, 1);
   const std::string damaged = "kvchat-cli export: error: conversation store " + db.toStdString() + " is damaged (";
   QVERIFY2(exported.err.find(damaged) != std::string::npos, exported.err.c_str());
@@ -266,9 +266,9 @@ void CliDataTest::damaged_database_is_exported_with_what_is_missing() {
   // Through a damaged index: every message is still read from the table; the file is still damaged.
   const QString index_db = dir_.filePath(QStringLiteral("damaged-index.sqlite3"));
   QVERIFY2(kvchat::test::write_damaged_database(index_db, kvchat::test::Damage::LostIndexEntry, &why), qPrintable(why));
-  const CliResult whole = run_cli({QStringLiteral("export"), QStringLiteral("--db"), index_db,
-                                   QStringLiteral("--conversation"), QStringLiteral("2"), QStringLiteral("--format"),
-                                   QStringLiteral("txt")});
+  const CliResult whole =
+      run_cli({QStringLiteral("export"), QStringLiteral("--db"), index_db, QStringLiteral("--conversation"),
+               QStringLiteral("2"), QStringLiteral("--format"), QStringLiteral("txt")});
   QCOMPARE(whole.exit_code, 1);
   QVERIFY2(whole.err.find("Conversation 2: message 8 is missing from the index (its row was read); the export holds "
                           "the 4 message(s) that could be read") != std::string::npos,

@@ -104,11 +104,14 @@ void CliGenerateTest::random_weights_of_a_real_config() {
 
 void CliGenerateTest::bad_input_gives_one_clear_line() {
   expect_error({"generate", "--model", "/nonexistent/model", "--prompt-ids", "1"}, 1, "/nonexistent/model");
-  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1,600"}, 2, "outside the vocabulary");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1,600"}, 2,
+               "outside the vocabulary");
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--kv-cache", "fast"}, 2,
                "unknown kv cache mode 'fast'");
-  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1,x"}, 2, "comma-separated integers");
-  expect_error({"generate", "--model", shared("models/stories260K")}, 2, "missing --prompt-ids, --prompt or --messages");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1,x"}, 2,
+               "comma-separated integers");
+  expect_error({"generate", "--model", shared("models/stories260K")}, 2,
+               "missing --prompt-ids, --prompt or --messages");
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt", "a", "--prompt-ids", "1"}, 2,
                "give one of --prompt-ids, --prompt and --messages");
   expect_error({"generate", "--model", shared("models/stories260K"), "--messages", "/nonexistent/m.json"}, 2,
@@ -130,8 +133,9 @@ void CliGenerateTest::bad_input_gives_one_clear_line() {
                "--threads must be from 0 (all cores) to");
   std::string long_prompt = "1";
   for (int i = 0; i < 600; ++i) long_prompt += ",5";
-  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", QString::fromStdString(long_prompt)},
-               1, "more than the model's context of 512");
+  expect_error(
+      {"generate", "--model", shared("models/stories260K"), "--prompt-ids", QString::fromStdString(long_prompt)}, 1,
+      "more than the model's context of 512");
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliGenerateTest)

@@ -98,7 +98,8 @@ void CliGgufTest::generate_reproduces_llama_cpp_greedy() {
 
 void CliGgufTest::text_prompt_on_the_file_equals_the_directory() {
   std::vector<json> outputs;
-  for (const QString& model : {gguf("stories260K-Q8_0.gguf"), gguf("stories260K-F32.gguf"), shared("models/stories260K")}) {
+  for (const QString& model :
+       {gguf("stories260K-Q8_0.gguf"), gguf("stories260K-F32.gguf"), shared("models/stories260K")}) {
     const CliResult result = run_cli({"generate", "--model", model, "--prompt", "Once upon a time", "--max-new-tokens",
                                       "64", "--threads", "1", "--json"});
     QVERIFY2(result.exit_code == 0, result.err.c_str());
@@ -107,7 +108,8 @@ void CliGgufTest::text_prompt_on_the_file_equals_the_directory() {
   const json llama_cpp = load_json(shared_path("fixtures/gguf/stories260K-Q8_0.json"))["greedy"][0];
   QCOMPARE(llama_cpp["prompt"].get<std::string>(), std::string("Once upon a time"));
   for (const json& output : outputs) {
-    QVERIFY2(output["prompt_ids"] == llama_cpp["prompt_ids"], output["prompt_ids"].dump().c_str());  // [1,403,407,261,378]
+    QVERIFY2(output["prompt_ids"] == llama_cpp["prompt_ids"],
+             output["prompt_ids"].dump().c_str());                    // [1,403,407,261,378]
     QVERIFY(output["generated_ids"] == outputs[2]["generated_ids"]);  // the same ids as the directory
     QCOMPARE(output["generated_text"].get<std::string>(), outputs[2]["generated_text"].get<std::string>());
   }
@@ -118,8 +120,8 @@ void CliGgufTest::tokenize_with_a_gguf_file_reproduces_llama_bpe_cases() {
   const json cases = load_json(shared_path("fixtures/gguf/tokenizer-llama-bpe.json"));
   QCOMPARE(cases.size(), std::size_t(46));
   // One --text case ...
-  CliResult single = run_cli({"tokenize", "--tokenizer", gguf("llama3-vocab-only.gguf"), "--text", "Hello world",
-                              "--no-special-tokens"});
+  CliResult single = run_cli(
+      {"tokenize", "--tokenizer", gguf("llama3-vocab-only.gguf"), "--text", "Hello world", "--no-special-tokens"});
   QVERIFY2(single.exit_code == 0, single.err.c_str());
   QCOMPARE(QByteArray::fromStdString(single.out), QByteArray("{\"ids\":[9906,1917]}\n"));
   single = run_cli({"tokenize", "--tokenizer", gguf("llama3-vocab-only.gguf"), "--text", "Hello world"});
@@ -136,8 +138,8 @@ void CliGgufTest::tokenize_with_a_gguf_file_reproduces_llama_bpe_cases() {
     QVERIFY2(lines[i]["ids"] == cases[i]["ids"], (cases[i]["text"].dump() + " -> " + lines[i].dump()).c_str());
 
   // Decoding goes through the file's vocabulary too.
-  const CliResult decoded = run_cli({"tokenize", "--tokenizer", gguf("llama3-vocab-only.gguf"), "--decode", "--text",
-                                     "9906,1917"});
+  const CliResult decoded =
+      run_cli({"tokenize", "--tokenizer", gguf("llama3-vocab-only.gguf"), "--decode", "--text", "9906,1917"});
   QCOMPARE(QByteArray::fromStdString(decoded.out), QByteArray("{\"text\":\"Hello world\"}\n"));
 }
 
@@ -153,9 +155,10 @@ void CliGgufTest::render_uses_the_files_chat_template() {
                       "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                       "<|start_header_id|>assistant<|end_header_id|>\n\n"));
   // The same template as the tokenizer_config.json it was converted from.
-  const CliResult from_config = run_cli({"render", "--tokenizer-config", shared("fixtures/tokenizers/llama3/tokenizer_config.json"),
-                                         "--date", "2024-07-26"},
-                                        request);
+  const CliResult from_config =
+      run_cli({"render", "--tokenizer-config", shared("fixtures/tokenizers/llama3/tokenizer_config.json"), "--date",
+               "2024-07-26"},
+              request);
   QVERIFY2(from_config.exit_code == 0, from_config.err.c_str());
   QCOMPARE(QByteArray::fromStdString(from_file.out), QByteArray::fromStdString(from_config.out));
 

@@ -66,10 +66,10 @@ class CliRenderTest : public QObject {
         if (c.contains("extra_context")) request["extra_context"] = c["extra_context"];
         input += request.dump() + "\n";
       }
-      CliResult result = run_cli({"render", "--tokenizer-config", QString::fromStdString(config_path), "--date",
-                                  QString::fromStdString(fixture["fixed_date"].get<std::string>().substr(0, 10)),
-                                  "--jsonl"},
-                                 input);
+      CliResult result =
+          run_cli({"render", "--tokenizer-config", QString::fromStdString(config_path), "--date",
+                   QString::fromStdString(fixture["fixed_date"].get<std::string>().substr(0, 10)), "--jsonl"},
+                  input);
       QVERIFY2(result.exit_code == 0, result.err.c_str());
       QList<QByteArray> lines = QByteArray::fromStdString(result.out).split('\n');
       if (!lines.isEmpty() && lines.back().isEmpty()) lines.pop_back();
@@ -92,9 +92,10 @@ class CliRenderTest : public QObject {
   }
 
   void real_tokenizer_config_and_plain_output() {
-    const QString config = QString::fromStdString(kvchat::test::shared_path("fixtures/tokenizers/llama3/tokenizer_config.json"));
-    CliResult result = run_cli({"render", "--tokenizer-config", config},
-                               R"({"messages": [{"role": "user", "content": " Hi "}]})");
+    const QString config =
+        QString::fromStdString(kvchat::test::shared_path("fixtures/tokenizers/llama3/tokenizer_config.json"));
+    CliResult result =
+        run_cli({"render", "--tokenizer-config", config}, R"({"messages": [{"role": "user", "content": " Hi "}]})");
     QVERIFY2(result.exit_code == 0, result.err.c_str());
     QCOMPARE(QByteArray::fromStdString(result.out),
              QByteArray("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
@@ -102,7 +103,8 @@ class CliRenderTest : public QObject {
   }
 
   void bad_lines_answer_with_an_error_and_bad_options_are_usage_errors() {
-    const QString config = QString::fromStdString(kvchat::test::shared_path("fixtures/tokenizers/llama3/tokenizer_config.json"));
+    const QString config =
+        QString::fromStdString(kvchat::test::shared_path("fixtures/tokenizers/llama3/tokenizer_config.json"));
     CliResult result = run_cli({"render", "--tokenizer-config", config, "--jsonl"},
                                "{\"messages\": 3}\nnot json\n{\"messages\": []}\n");
     QCOMPARE(result.exit_code, 0);

@@ -15,8 +15,9 @@ using nlohmann::json;
 
 namespace {
 QStringList small_run() {
-  return {"serve-bench", "--model", QString::fromStdString(kvchat::test::shared_path("models/stories260K")),
-          "--clients", "2", "--requests", "3", "--threads", "1"};
+  return {"serve-bench", "--model",   QString::fromStdString(kvchat::test::shared_path("models/stories260K")),
+          "--clients",   "2",         "--requests",
+          "3",           "--threads", "1"};
 }
 }  // namespace
 
@@ -44,8 +45,8 @@ class TestCliServeBench : public QObject {
   void text_names_every_figure() {
     const auto result = kvchat::test::run_cli(small_run());
     QVERIFY2(result.exit_code == 0, result.err.c_str());
-    for (const char* line : {"requests: 6, failed 0,", "throughput: ", " requests/s, ", " generated tokens/s", "ttft: p50 ",
-                             "cached tokens: ", "memory: peak RSS ", " budget "})
+    for (const char* line : {"requests: 6, failed 0,", "throughput: ", " requests/s, ", " generated tokens/s",
+                             "ttft: p50 ", "cached tokens: ", "memory: peak RSS ", " budget "})
       QVERIFY2(result.out.find(line) != std::string::npos, (std::string(line) + " missing in:\n" + result.out).c_str());
   }
 

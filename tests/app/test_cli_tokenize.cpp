@@ -46,8 +46,11 @@ class CliTokenizeTest : public QObject {
     const json cases = load_json(fixture_dir(model.toStdString()).toStdString() + "/encode.json");
     std::string input;
     for (const auto& c : cases) {
-      input += json{{"text", c["text"]}, {"add_special_tokens", c["add_special_tokens"]},
-                    {"parse_special", c["parse_special"]}}.dump() + "\n";
+      input += json{{"text", c["text"]},
+                    {"add_special_tokens", c["add_special_tokens"]},
+                    {"parse_special", c["parse_special"]}}
+                   .dump() +
+               "\n";
     }
     input += "not json\n";  // a bad line answers with an error and the stream continues
     input += json{{"text", "Hello"}}.dump() + "\n";
@@ -69,8 +72,11 @@ class CliTokenizeTest : public QObject {
     const json cases = load_json(fixture_dir("llama3").toStdString() + "/decode.json");
     std::string input;
     for (const auto& c : cases) {
-      input += json{{"ids", c["ids"]}, {"skip_special_tokens", c["skip_special_tokens"]},
-                    {"clean_up_tokenization_spaces", c["clean_up_tokenization_spaces"]}}.dump() + "\n";
+      input += json{{"ids", c["ids"]},
+                    {"skip_special_tokens", c["skip_special_tokens"]},
+                    {"clean_up_tokenization_spaces", c["clean_up_tokenization_spaces"]}}
+                   .dump() +
+               "\n";
     }
     input += json{{"ids", {9906, 999999}}}.dump() + "\n";
     CliResult result = run_cli({"tokenize", "--tokenizer", fixture_dir("llama3"), "--jsonl", "--decode"}, input);
@@ -88,7 +94,8 @@ class CliTokenizeTest : public QObject {
     CliResult encoded = run_cli({"tokenize", "--tokenizer", fixture_dir("llama2"), "--text", "Hello world"});
     QVERIFY2(encoded.exit_code == 0, encoded.err.c_str());
     QCOMPARE(QString::fromStdString(encoded.out), QString("{\"ids\":[1,22557,1526]}\n"));
-    CliResult decoded = run_cli({"tokenize", "--tokenizer", fixture_dir("llama2"), "--decode", "--text", "1,22557,1526"});
+    CliResult decoded =
+        run_cli({"tokenize", "--tokenizer", fixture_dir("llama2"), "--decode", "--text", "1,22557,1526"});
     QVERIFY2(decoded.exit_code == 0, decoded.err.c_str());
     QCOMPARE(QString::fromStdString(decoded.out), QString("{\"text\":\"<s> Hello world\"}\n"));
     CliResult missing = run_cli({"tokenize", "--tokenizer", "/nonexistent/tokenizer-dir", "--text", "x"});

@@ -8,9 +8,9 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include "app/settings.h"
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
-#include "app/settings.h"
 #include "app/store/message_stats_json.h"
 #include "common/damaged_database.h"
 #include "common/raw_sqlite.h"
@@ -287,23 +287,30 @@ void ConversationStoreTest::unknown_ids_are_errors() {
   const qint64 message = store.add_message(make_message(a, QStringLiteral("user"), QStringLiteral("hi")));
   const qint64 missing = 987654;
 
-  QVERIFY(store_error_of([&] { store.rename_conversation(missing, QStringLiteral("x")); })
-              .contains(QStringLiteral("no conversation 987654")));
-  QVERIFY(store_error_of([&] { store.set_system_prompt(missing, QStringLiteral("x")); })
-              .contains(QStringLiteral("no conversation 987654")));
-  QVERIFY(store_error_of([&] { store.delete_conversation(missing); }).contains(QStringLiteral("no conversation 987654")));
-  QVERIFY(store_error_of([&] { store.update_message_text(missing, QStringLiteral("x")); })
-              .contains(QStringLiteral("no message 987654")));
-  QVERIFY(store_error_of([&] { store.finish_message(missing, QStringLiteral("x"), {}); })
-              .contains(QStringLiteral("no message 987654")));
-  QVERIFY(store_error_of([&] { store.add_message(make_message(missing, QStringLiteral("user"), QStringLiteral("x"))); })
-              .contains(QStringLiteral("no such conversation")));
+  QVERIFY(store_error_of([&] {
+            store.rename_conversation(missing, QStringLiteral("x"));
+          }).contains(QStringLiteral("no conversation 987654")));
+  QVERIFY(store_error_of([&] {
+            store.set_system_prompt(missing, QStringLiteral("x"));
+          }).contains(QStringLiteral("no conversation 987654")));
+  QVERIFY(
+      store_error_of([&] { store.delete_conversation(missing); }).contains(QStringLiteral("no conversation 987654")));
+  QVERIFY(store_error_of([&] {
+            store.update_message_text(missing, QStringLiteral("x"));
+          }).contains(QStringLiteral("no message 987654")));
+  QVERIFY(store_error_of([&] {
+            store.finish_message(missing, QStringLiteral("x"), {});
+          }).contains(QStringLiteral("no message 987654")));
+  QVERIFY(store_error_of([&] {
+            store.add_message(make_message(missing, QStringLiteral("user"), QStringLiteral("x")));
+          }).contains(QStringLiteral("no such conversation")));
   const QString bad_role =
       store_error_of([&] { store.add_message(make_message(a, QStringLiteral("robot"), QStringLiteral("x"))); });
   QVERIFY2(bad_role.contains(QStringLiteral("unknown role 'robot'")), qPrintable(bad_role));
   // A message of conversation A is not a truncation point of conversation B.
-  QVERIFY(store_error_of([&] { store.delete_messages_from(b, message); })
-              .contains(QStringLiteral("no message %1 in conversation %2").arg(message).arg(b)));
+  QVERIFY(store_error_of([&] {
+            store.delete_messages_from(b, message);
+          }).contains(QStringLiteral("no message %1 in conversation %2").arg(message).arg(b)));
   // Nothing was changed by the failed calls.
   QCOMPARE(store.messages(a).size(), 1);
   QCOMPARE(store.conversations().size(), 2);
@@ -634,7 +641,9 @@ void ConversationStoreTest::deleting_chosen_messages_is_all_or_nothing() {
   }
   const QString message = store_error_of([&] { store.delete_messages(chat, {ids[1], ids[3]}); });
   QCOMPARE(message, QStringLiteral("conversation store %1: no message %2 in conversation %3")
-                        .arg(store.path()).arg(ids[3]).arg(chat));
+                        .arg(store.path())
+                        .arg(ids[3])
+                        .arg(chat));
   QCOMPARE(store.messages(chat).size(), 3);
   store.delete_messages(chat, {ids[0], ids[1]});
   QCOMPARE(store.messages(chat).size(), 1);
@@ -724,12 +733,12 @@ void ConversationStoreTest::search_treats_query_syntax_as_text() {
                                QStringLiteral("OR"), QStringLiteral("NOT"), QStringLiteral("*"), QStringLiteral("-"),
                                QStringLiteral("a-b"), QStringLiteral("(text:"), QStringLiteral("cats AND"),
                                QStringLiteral("NEAR(cats dogs)"), QStringLiteral("^cats"), QStringLiteral("text:")})
-    store.search(query);  // none throws
-  QCOMPARE(hit_ids(store, "AND"), (QList<qint64>{logic}));        // the word, not the operator
+    store.search(query);                                    // none throws
+  QCOMPARE(hit_ids(store, "AND"), (QList<qint64>{logic}));  // the word, not the operator
   QCOMPARE(hit_ids(store, "cats AND dogs"), (QList<qint64>{logic}));
-  QCOMPARE(hit_ids(store, "NOT"), (QList<qint64>{plain}));        // "nothing" starts with "not"
+  QCOMPARE(hit_ids(store, "NOT"), (QList<qint64>{plain}));  // "nothing" starts with "not"
   QCOMPARE(hit_ids(store, "\"quoted words\""), (QList<qint64>{logic}));
-  QCOMPARE(hit_ids(store, "*"), (QList<qint64>{math}));           // punctuation alone: as typed
+  QCOMPARE(hit_ids(store, "*"), (QList<qint64>{math}));         // punctuation alone: as typed
   QCOMPARE(hit_ids(store, "-"), (QList<qint64>{math, logic}));  // most recently updated first
   QCOMPARE(hit_ids(store, "a-b"), (QList<qint64>{logic}));
   QCOMPARE(hit_ids(store, "(text:"), (QList<qint64>{math}));

@@ -13,10 +13,10 @@
 
 #include "app/chat/chat_turn_runner.h"
 #include "app/chat/engine_worker.h"
-#include "common/test_paths.h"
 #include "common/chat_fixture.h"
-#include "engine/model/model_loader.h"
+#include "common/test_paths.h"
 #include "engine/generation/session.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_engine_worker {
@@ -30,7 +30,6 @@ using kvchat::app::EngineWorker;
 using kvchat::app::TurnRequest;
 
 namespace {
-
 
 struct TurnResult {
   QStringList chunks;
@@ -63,8 +62,10 @@ class WorkerHarness : public QObject {
             [this](quint64 turn, int tokens, double) { results_[turn].last_reported_tokens = tokens; });
     connect(worker_, &EngineWorker::replyTokens, this,
             [this](quint64 turn, const kvchat::app::ReplyTokens& tokens) { results_[turn].tokens = tokens; });
-    connect(worker_, &EngineWorker::finished, this,
-            [this](quint64 turn, const GenerationStats& stats) { results_[turn].stats = stats; done_.insert(turn); });
+    connect(worker_, &EngineWorker::finished, this, [this](quint64 turn, const GenerationStats& stats) {
+      results_[turn].stats = stats;
+      done_.insert(turn);
+    });
     connect(worker_, &EngineWorker::failed, this, [this](quint64 turn, const QString& message) {
       results_[turn].error = message;
       done_.insert(turn);
@@ -89,7 +90,8 @@ class WorkerHarness : public QObject {
       finished = true;
       if (error) *error = message;
     });
-    QMetaObject::invokeMethod(worker_, [w = worker_, directory] { w->loadModel(directory, 1); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        worker_, [w = worker_, directory] { w->loadModel(directory, 1); }, Qt::QueuedConnection);
     const bool arrived = QTest::qWaitFor([&] { return finished; }, 60000);
     disconnect(c1);
     disconnect(c2);
@@ -112,7 +114,8 @@ class WorkerHarness : public QObject {
   }
 
   TurnResult run(const TurnRequest& request) {
-    QMetaObject::invokeMethod(worker_, [w = worker_, request] { w->runTurn(request); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        worker_, [w = worker_, request] { w->runTurn(request); }, Qt::QueuedConnection);
     if (!QTest::qWaitFor([&] { return done_.contains(request.turn_id); }, 120000)) {
       TurnResult timeout;
       timeout.error = "timed out";
@@ -259,7 +262,7 @@ void EngineWorkerTest::small_budget_evicts_and_rebuilds_with_identical_output() 
   QVERIFY(small_a2.stats);
   QCOMPARE(small_a2.stats->reused_tokens, 0);  // rebuilt by prefill
   QCOMPARE(small_a2.stats->prompt_tokens, control_a2.stats->prompt_tokens);
-  QCOMPARE(small_a2.text, control_a2.text);    // the same tokens as with the cache kept
+  QCOMPARE(small_a2.text, control_a2.text);  // the same tokens as with the cache kept
   QCOMPARE(harness.evicted, (QList<qint64>{1, 2}));
   // Only the active conversation's cache is left (it is never evicted while in use).
   QCOMPARE(harness.last_tokens_of(2), qint64(0));
@@ -274,7 +277,8 @@ void EngineWorkerTest::cache_off_gives_identical_greedy_output() {
     QVERIFY(harness.load(kvchat::test::stories_model_directory()));
     const std::vector<ChatMessage> first_messages = {{"user", "The cat sat"}};
     const TurnResult first = harness.run(harness.request(3, first_messages, 30, mode));
-    const TurnResult second = harness.run(harness.request(3, continued(first_messages, first, "A bird sang"), 30, mode));
+    const TurnResult second =
+        harness.run(harness.request(3, continued(first_messages, first, "A bird sang"), 30, mode));
     QVERIFY(first.stats && second.stats);
     texts[m] = first.text + "|" + second.text;
     if (mode == KvCacheMode::Off) {
@@ -295,8 +299,9 @@ void EngineWorkerTest::stop_after_the_first_chunk_then_continue_consistently() {
   TurnRequest request = harness.request(5, first_messages, 200);
   // Set the flag the moment the first chunk leaves the engine (as a GUI click would, without its delay).
   auto stop = request.stop;
-  auto connection = QObject::connect(harness.worker(), &EngineWorker::textReady, harness.worker(),
-                                     [stop](quint64, const QString&) { stop->store(true); }, Qt::DirectConnection);
+  auto connection = QObject::connect(
+      harness.worker(), &EngineWorker::textReady, harness.worker(),
+      [stop](quint64, const QString&) { stop->store(true); }, Qt::DirectConnection);
   const TurnResult stopped = harness.run(request);
   QObject::disconnect(connection);
   QVERIFY(stopped.stats);

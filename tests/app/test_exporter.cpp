@@ -7,10 +7,10 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include "app/settings.h"
 #include "app/store/chat_history.h"
 #include "app/store/exporter.h"
 #include "app/store/markdown_text.h"
-#include "app/settings.h"
 #include "app/store/message_stats_json.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -68,15 +68,17 @@ Fixture make_fixture() {
   kvchat::app::ChatSettings settings;
   settings.seed = 77;
   f.messages.append(message(101, QStringLiteral("user"), QStringLiteral("Where is the kitten?"), base + 1000));
-  MessageRecord reply = message(102, QStringLiteral("assistant"), QStringLiteral("The kitten hid under the bed."), base + 2000);
+  MessageRecord reply =
+      message(102, QStringLiteral("assistant"), QStringLiteral("The kitten hid under the bed."), base + 2000);
   reply.model = QStringLiteral("stories260K");
   reply.settings = settings.to_json();
   reply.stats = kvchat::app::stats_to_json(f.first_stats);
   f.messages.append(reply);
-  f.messages.append(message(103, QStringLiteral("marker"), QStringLiteral("Older turns were dropped to fit the context."),
-                            base + 3000));
+  f.messages.append(message(103, QStringLiteral("marker"),
+                            QStringLiteral("Older turns were dropped to fit the context."), base + 3000));
   f.messages.append(message(104, QStringLiteral("user"), QStringLiteral("And then?\nTell me more ✨"), base + 4000));
-  MessageRecord second = message(105, QStringLiteral("assistant"), QStringLiteral("She found a ball of yarn"), base + 5000);
+  MessageRecord second =
+      message(105, QStringLiteral("assistant"), QStringLiteral("She found a ball of yarn"), base + 5000);
   second.model = QStringLiteral("stories260K");
   second.stats = kvchat::app::stats_to_json(f.second_stats);
   second.complete = false;
@@ -200,11 +202,13 @@ void ExporterTest::json_parses_back_with_stats() {
              f.messages[i].created_at);
   }
   // Each reply's stats come back as the same numbers.
-  const kvchat::GenerationStats first = kvchat::app::stats_from_json(messages[1].toObject()[QStringLiteral("stats")].toObject());
+  const kvchat::GenerationStats first =
+      kvchat::app::stats_from_json(messages[1].toObject()[QStringLiteral("stats")].toObject());
   QCOMPARE(first.generated_tokens, f.first_stats.generated_tokens);
   QCOMPARE(first.cache_bytes, f.first_stats.cache_bytes);
   QCOMPARE(first.decode_tokens_per_second, f.first_stats.decode_tokens_per_second);
-  const kvchat::GenerationStats second = kvchat::app::stats_from_json(messages[4].toObject()[QStringLiteral("stats")].toObject());
+  const kvchat::GenerationStats second =
+      kvchat::app::stats_from_json(messages[4].toObject()[QStringLiteral("stats")].toObject());
   QCOMPARE(second.reused_tokens, 69);
   QCOMPARE(second.cache_mode, kvchat::KvCacheMode::Off);
   QCOMPARE(second.stop_reason, kvchat::StopReason::Stopped);
@@ -255,31 +259,33 @@ void ExporterTest::write_text_file_reports_the_path() {
 void ExporterTest::every_format_places_the_cut_where_the_context_began() {
   Fixture f = make_fixture();
   f.messages.clear();
-  const QStringList texts{"first question", "first answer", "second question", "second answer", "third question",
-                          "third answer"};
+  const QStringList texts{"first question", "first answer",   "second question",
+                          "second answer",  "third question", "third answer"};
   for (int i = 0; i < texts.size(); ++i)
-    f.messages.append(message(201 + i, i % 2 == 0 ? QStringLiteral("user") : QStringLiteral("assistant"), texts[i],
-                              1000 * i));
+    f.messages.append(
+        message(201 + i, i % 2 == 0 ? QStringLiteral("user") : QStringLiteral("assistant"), texts[i], 1000 * i));
   // Written after the turn that needed it; the model's context began at message 203.
   MessageRecord marker = kvchat::app::context_cut_marker(7, 203, 2, 96);
   marker.id = 207;
   f.messages.append(marker);
   const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
-  verify_in_order(md, {"first answer", "## Marker\n\n> The 2 oldest messages no longer fit", "## User\n\nsecond question",
-                       "third answer"});
+  verify_in_order(md, {"first answer", "## Marker\n\n> The 2 oldest messages no longer fit",
+                       "## User\n\nsecond question", "third answer"});
   const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
-  verify_in_order(text, {"first answer", "\nMarker:\nThe 2 oldest messages", "\nUser:\nsecond question", "third answer"});
+  verify_in_order(text,
+                  {"first answer", "\nMarker:\nThe 2 oldest messages", "\nUser:\nsecond question", "third answer"});
   QVERIFY(!text.endsWith(marker.text + "\n"));
-  const QJsonArray items = QJsonDocument::fromJson(
-                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
-                               .object()
-                               .value("messages")
-                               .toArray();
+  const QJsonArray items =
+      QJsonDocument::fromJson(kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+          .object()
+          .value("messages")
+          .toArray();
   QList<qint64> ids;
   for (const auto& item : items) ids << item.toObject().value("id").toInteger();
   QCOMPARE(ids, (QList<qint64>{201, 202, 207, 203, 204, 205, 206}));
   // One dropped message is singular.
-  QVERIFY(kvchat::app::context_cut_marker(7, 203, 1, 96).text.startsWith("The oldest message no longer fits the context window"));
+  QVERIFY(kvchat::app::context_cut_marker(7, 203, 1, 96)
+              .text.startsWith("The oldest message no longer fits the context window"));
 }
 
 void ExporterTest::a_failed_turn_is_exported_with_its_error() {
@@ -297,12 +303,12 @@ void ExporterTest::a_failed_turn_is_exported_with_its_error() {
     QVERIFY2(!out.contains("stories260K · 0 tokens"), qPrintable(out));
     QVERIFY2(!out.contains("stop: max_tokens"), qPrintable(out));
   }
-  const QJsonObject item = QJsonDocument::fromJson(
-                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
-                               .object()
-                               .value("messages")
-                               .toArray()[1]
-                               .toObject();
+  const QJsonObject item =
+      QJsonDocument::fromJson(kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+          .object()
+          .value("messages")
+          .toArray()[1]
+          .toObject();
   QCOMPARE(item.value("error").toString(), QStringLiteral("the last message alone is 900 tokens long"));
   // And the model never sees that turn again.
   f.messages.append(message(303, QStringLiteral("user"), QStringLiteral("short"), 3000));
@@ -337,11 +343,11 @@ QList<MessageRecord> regenerated_turn() {
 void ExporterTest::regenerated_replies_are_exported_as_other_versions() {
   Fixture f = make_fixture();
   f.messages = regenerated_turn();
-  const QJsonArray items = QJsonDocument::fromJson(
-                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
-                               .object()
-                               .value("messages")
-                               .toArray();
+  const QJsonArray items =
+      QJsonDocument::fromJson(kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+          .object()
+          .value("messages")
+          .toArray();
   QList<qint64> ids;
   for (const auto& item : items) ids << item.toObject().value("id").toInteger();
   QCOMPARE(ids, (QList<qint64>{8, 10, 12}));
@@ -356,21 +362,22 @@ void ExporterTest::regenerated_replies_are_exported_as_other_versions() {
   QCOMPARE(items[0].toObject().value("alternatives").isUndefined(), true);  // a user message has none
 
   const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
-  const QString note = QStringLiteral("*Kept by Regenerate; the chat shows version 2, and only that one is given to the model.*");
-  verify_in_order(md, {"## User\n\nTell me a story\n", "## Assistant\n\nOnce there was a bear.  \nIt slept.\n",
-                       "stories260K · 7 tokens",
-                       "\n### Other version 1 of 3 of this reply\n\n" + note + "\n\nOnce there was a fox.\n",
-                       "stories260K · 6 tokens",
-                       "\n### Other version 3 of 3 of this reply\n\n" + note + "\n\nOnce there was an owl.\n",
-                       "stories260K · 8 tokens", "## User\n\nAnd then?\n"});
+  const QString note =
+      QStringLiteral("*Kept by Regenerate; the chat shows version 2, and only that one is given to the model.*");
+  verify_in_order(
+      md,
+      {"## User\n\nTell me a story\n", "## Assistant\n\nOnce there was a bear.  \nIt slept.\n",
+       "stories260K · 7 tokens", "\n### Other version 1 of 3 of this reply\n\n" + note + "\n\nOnce there was a fox.\n",
+       "stories260K · 6 tokens", "\n### Other version 3 of 3 of this reply\n\n" + note + "\n\nOnce there was an owl.\n",
+       "stories260K · 8 tokens", "## User\n\nAnd then?\n"});
   QCOMPARE(md.count(QStringLiteral("\n## ")), 3);  // the other versions are not messages of the chat
 
   const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
   verify_in_order(text, {"\nAssistant:\nOnce there was a bear.\nIt slept.\n[stories260K · 7 tokens",
                          "\nOther version 1 of 3 of this reply (Kept by Regenerate; the chat shows version 2, and only "
                          "that one is given to the model):\nOnce there was a fox.\n[stories260K · 6 tokens",
-                         "\nOther version 3 of 3 of this reply (", "):\nOnce there was an owl.\n[stories260K · 8 tokens",
-                         "\nUser:\nAnd then?\n"});
+                         "\nOther version 3 of 3 of this reply (",
+                         "):\nOnce there was an owl.\n[stories260K · 8 tokens", "\nUser:\nAnd then?\n"});
   QCOMPARE(text.count(QStringLiteral("\nAssistant:\n")), 1);
 
   const kvchat::app::ExportContents contents = kvchat::app::export_contents(f.messages);
@@ -382,11 +389,11 @@ void ExporterTest::a_turn_showing_none_of_its_replies_still_exports_them() {
   Fixture f = make_fixture();
   f.messages = regenerated_turn();
   f.messages[2].settings.insert(kvchat::app::kHiddenAlternativeKey, true);  // the shown one too
-  const QJsonArray items = QJsonDocument::fromJson(
-                               kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
-                               .object()
-                               .value("messages")
-                               .toArray();
+  const QJsonArray items =
+      QJsonDocument::fromJson(kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+          .object()
+          .value("messages")
+          .toArray();
   QList<qint64> ids;
   for (const auto& item : items) ids << item.toObject().value("id").toInteger();
   QCOMPARE(ids, (QList<qint64>{8, 9, 10, 11, 12}));
@@ -397,8 +404,10 @@ void ExporterTest::a_turn_showing_none_of_its_replies_still_exports_them() {
                        "this reply.*\n\nOnce there was a fox.",
                        "### Other version 2 of 3", "### Other version 3 of 3", "## User\n\nAnd then?"});
   const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
-  verify_in_order(text, {"\nUser:\nTell me a story\n", "\nOther version 1 of 3 of this reply (Kept by Regenerate; "
-                         "the chat shows no version of this reply):\nOnce there was a fox.\n", "Other version 3 of 3"});
+  verify_in_order(text, {"\nUser:\nTell me a story\n",
+                         "\nOther version 1 of 3 of this reply (Kept by Regenerate; "
+                         "the chat shows no version of this reply):\nOnce there was a fox.\n",
+                         "Other version 3 of 3"});
 }
 
 // The window shows a reply's single line breaks as breaks (and a user's words as typed); Markdown viewers join
@@ -406,18 +415,20 @@ void ExporterTest::a_turn_showing_none_of_its_replies_still_exports_them() {
 void ExporterTest::markdown_keeps_the_line_breaks_the_window_shows() {
   Fixture f = make_fixture();
   f.conversation.system_prompt = QStringLiteral("Be brief.\nBe kind.");
-  f.messages = {message(1, QStringLiteral("user"), QStringLiteral("line one\nline two"), 1000),
-                message(2, QStringLiteral("assistant"),
-                        QStringLiteral("First paragraph,\nits second line.\n\nSecond paragraph.\n```\nint a;\nint b;\n```\n"
-                                       "After the code\nand on."),
-                        2000)};
+  f.messages = {
+      message(1, QStringLiteral("user"), QStringLiteral("line one\nline two"), 1000),
+      message(2, QStringLiteral("assistant"),
+              QStringLiteral("First paragraph,\nits second line.\n\nSecond paragraph.\n```\nint a;\nint b;\n```\n"
+                             "After the code\nand on."),
+              2000)};
   const QString md = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
   verify_in_order(md, {"> Be brief.  \n> Be kind.\n", "## User\n\nline one  \nline two\n",
                        "## Assistant\n\nFirst paragraph,  \nits second line.\n\nSecond paragraph.\n```\nint a;\n"
                        "int b;\n```\nAfter the code  \nand on.\n"});
   // The text export is the text as written.
   const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
-  QVERIFY2(text.contains("\nAssistant:\nFirst paragraph,\nits second line.\n\nSecond paragraph.\n```\nint a;"), qPrintable(text));
+  QVERIFY2(text.contains("\nAssistant:\nFirst paragraph,\nits second line.\n\nSecond paragraph.\n```\nint a;"),
+           qPrintable(text));
   // The same rule as the window's, fence by fence: a block that never closes stays code to the end.
   QCOMPARE(kvchat::app::markdown_with_hard_line_breaks("a\nb\n~~~\nc\nd"), QStringLiteral("a  \nb\n~~~\nc\nd"));
   QCOMPARE(kvchat::app::markdown_with_hard_line_breaks("a\\\nb  \nc"), QStringLiteral("a\\\nb  \nc"));

@@ -18,9 +18,9 @@
 #include "app/chat/chat_turn_runner.h"
 #include "app/store/message_stats_json.h"
 #include "common/test_paths.h"
+#include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
-#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_gguf_chat {

@@ -25,7 +25,6 @@ using kvchat::test::run_case;
 
 namespace {
 
-
 QByteArray file_bytes(const QString& path) {
   QFile file(path);
   return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
@@ -55,7 +54,9 @@ class HostileConversationsTest : public QObject {
 
  private:
   QStringList chat(const QString& db, const QStringList& more) const {
-    return QStringList{"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens", "2"} + more;
+    return QStringList{"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--max-new-tokens",
+                       "2"} +
+           more;
   }
   QTemporaryDir dir_;
 };
@@ -90,8 +91,10 @@ void HostileConversationsTest::another_programs_database_is_refused() {
     raw_query(db, QStringLiteral("INSERT INTO %1 VALUES (1, 'theirs')").arg(c.table));
     const QByteArray before = file_bytes(db);
     QVERIFY(!before.isEmpty());
-    const QString refused = QStringLiteral("conversation store %1: not a kvchat database (application_id 0, tables: "
-                                           "%2); it was left unchanged").arg(db, c.table);
+    const QString refused = QStringLiteral(
+                                "conversation store %1: not a kvchat database (application_id 0, tables: "
+                                "%2); it was left unchanged")
+                                .arg(db, c.table);
     KVCHAT_EXPECT_FAILURE(run_case(std::string("chat on ") + c.name, chat(db, {"--message", "hi"})), 1,
                           QStringList{refused});
     KVCHAT_EXPECT_FAILURE(run_case(std::string("list on ") + c.name, {"list", "--db", db}), 1, QStringList{refused});

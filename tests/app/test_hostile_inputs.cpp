@@ -22,9 +22,9 @@
 #include "app/server/local_server.h"
 #include "common/hostile_case.h"
 #include "common/model_folder_copy.h"
-#include "common/tiny_llama3_chat_model.h"
-#include "common/scripted_server.h"
 #include "common/raw_http.h"
+#include "common/scripted_server.h"
+#include "common/tiny_llama3_chat_model.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_hostile_inputs {
@@ -106,8 +106,13 @@ ModelEdit tokenizer_id(bool added_token, std::int64_t id) {
   return [=](const std::string& model) {
     edit_json(model + "/tokenizer.json", [&](json& t) {
       if (added_token) {
-        t["added_tokens"].push_back({{"id", id}, {"content", "<big>"}, {"single_word", false}, {"lstrip", false},
-                                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+        t["added_tokens"].push_back({{"id", id},
+                                     {"content", "<big>"},
+                                     {"single_word", false},
+                                     {"lstrip", false},
+                                     {"rstrip", false},
+                                     {"normalized", false},
+                                     {"special", true}});
       } else {
         t["model"]["vocab"]["zzbig"] = id;
       }
@@ -208,8 +213,8 @@ class HostileInputsTest : public QObject {
 
 void HostileInputsTest::initTestCase() {
   QVERIFY(dir_.isValid());
-  const LimitedCliResult plain = run_case(
-      "unchanged model", {"generate", "--model", model_copy("plain"), "--prompt", "Once upon", "--max-new-tokens", "4"});
+  const LimitedCliResult plain = run_case("unchanged model", {"generate", "--model", model_copy("plain"), "--prompt",
+                                                              "Once upon", "--max-new-tokens", "4"});
   KVCHAT_EXPECT_SUCCESS(plain);
   QVERIFY(!plain.out.empty());
   plain_reply_ = plain.out;
@@ -255,8 +260,9 @@ void HostileInputsTest::chat_templates_data() {
       << "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" << 1
       << QStringList{"render budget exceeded: more than 10000000 evaluation steps"};
   QTest::newRow("'x' * 10**12") << "{{ 'x' * 10**12 }}" << 1
-                                << QStringList{"1:8: render budget exceeded: a string of 1000000000000 bytes is over "
-                                               "the limit of 16777216 bytes"};
+                                << QStringList{
+                                       "1:8: render budget exceeded: a string of 1000000000000 bytes is over "
+                                       "the limit of 16777216 bytes"};
   QTest::newRow("doubling loop")
       << "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}"
       << 1 << QStringList{"1:76: render budget exceeded: a string of 33554432 bytes is over the limit"};
@@ -267,8 +273,8 @@ void HostileInputsTest::chat_templates_data() {
       << QStringList{"render budget exceeded: a string of 1000000000 bytes is over the limit of 16777216 bytes"};
   QTest::newRow("40,000 statements") << QString::fromStdString(repeated("{% set x = 1 %}", 40000) + "{{ x }}") << 0
                                      << QStringList{"1"};
-  QTest::newRow("substring search")
-      << "{% set a = 'a' * 8000000 %}{% set b = 'a' * 4000000 ~ 'b' %}{{ b in a }}" << 0 << QStringList{"False"};
+  QTest::newRow("substring search") << "{% set a = 'a' * 8000000 %}{% set b = 'a' * 4000000 ~ 'b' %}{{ b in a }}" << 0
+                                    << QStringList{"False"};
 }
 
 void HostileInputsTest::chat_templates() {
@@ -296,8 +302,8 @@ void HostileInputsTest::chat_templates() {
 void HostileInputsTest::template_arithmetic_in_chat() {
   const QString db = dir_.filePath("template-chat.sqlite3");
   QString model = setup_template_folder("{{ (-9223372036854775807 - 1) % -1 }}");
-  LimitedCliResult result = run_case("chat: int min % -1", {"chat", "--model", model, "--db", db, "--message", "hi",
-                                                            "--max-new-tokens", "2"});
+  LimitedCliResult result = run_case(
+      "chat: int min % -1", {"chat", "--model", model, "--db", db, "--message", "hi", "--max-new-tokens", "2"});
   KVCHAT_EXPECT_SUCCESS(result);
   QVERIFY2(result.err.find("[2 prompt tokens:") != std::string::npos, result.err.c_str());  // BOS and "0"
   model = setup_template_folder("{{ (-9223372036854775807 - 1) // -1 }}");
@@ -309,18 +315,22 @@ void HostileInputsTest::model_folders_data() {
   QTest::addColumn<ModelEdit>("edit");
   QTest::addColumn<int>("exit_code");  // 0: works, and generates what the unchanged model does
   QTest::addColumn<QStringList>("fragments");
-  QTest::newRow("max_position_embeddings 10^7") << set_config("max_position_embeddings", 10'000'000) << 0 << QStringList{};
+  QTest::newRow("max_position_embeddings 10^7")
+      << set_config("max_position_embeddings", 10'000'000) << 0 << QStringList{};
   for (const std::int64_t positions : {std::int64_t{100'000'000}, std::int64_t{1'000'000'000'000}})
     QTest::newRow(("max_position_embeddings " + std::to_string(positions)).c_str())
         << set_config("max_position_embeddings", positions) << 1
         << QStringList{QStringLiteral("config.json: field 'max_position_embeddings' is %1, more than the 16777216 "
-                                      "positions kvchat accepts").arg(positions)};
+                                      "positions kvchat accepts")
+                           .arg(positions)};
   QTest::newRow("vocab id 100,000,000") << tokenizer_id(false, 100'000'000) << 1
-                                        << QStringList{"tokenizer.json: model.vocab entry 'zzbig': id 100000000 is too "
-                                                       "large for 513 tokens (ids must be below 2050)"};
+                                        << QStringList{
+                                               "tokenizer.json: model.vocab entry 'zzbig': id 100000000 is too "
+                                               "large for 513 tokens (ids must be below 2050)"};
   QTest::newRow("added token id 5*10^8") << tokenizer_id(true, 500'000'000) << 1
-                                         << QStringList{"tokenizer.json: added token '<big>': id 500000000 is too large "
-                                                        "for 516 tokens (ids must be below 2056)"};
+                                         << QStringList{
+                                                "tokenizer.json: added token '<big>': id 500000000 is too large "
+                                                "for 516 tokens (ids must be below 2056)"};
   for (const char* file : {"model.safetensors", "config.json"})
     QTest::newRow((std::string("FIFO ") + file).c_str())
         << replace_with_fifo(file) << 1 << QStringList{QStringLiteral("/%1: not a regular file").arg(file)};
@@ -334,12 +344,14 @@ void HostileInputsTest::model_folders_data() {
   QTest::newRow("100,000 dimensions") << add_tensor("unused.weight", json(std::vector<int>(100000, 1)), 4) << 1
                                       << QStringList{"tensor 'unused.weight': shape has 100000 dimensions (at most 8)"};
   QTest::newRow("NaN weights") << ModelEdit(nan_weights) << 1
-                               << QStringList{"the model produced NaN or infinite logits at position 2: its weights "
-                                              "are corrupt or out of range"};
+                               << QStringList{
+                                      "the model produced NaN or infinite logits at position 2: its weights "
+                                      "are corrupt or out of range"};
   QTest::newRow("Llama-3 tokenizer") << ModelEdit(llama3_tokenizer) << 1
-                                     << QStringList{"/tokenizer.json has token ids up to 128255 but the model's "
-                                                    "vocabulary (vocab_size in ",
-                                                    "/config.json) has 512 ids"};
+                                     << QStringList{
+                                            "/tokenizer.json has token ids up to 128255 but the model's "
+                                            "vocabulary (vocab_size in ",
+                                            "/config.json) has 512 ids"};
 }
 
 void HostileInputsTest::model_folders() {
@@ -377,16 +389,16 @@ void HostileInputsTest::arguments_data() {
         << QStringList{QStringLiteral("option --temperature expects a finite number, got '%1'").arg(temperature)};
   // The sizes of the server: at 100,000 it would start as many threads and never answer.
   const QStringList serve = {"serve", "--port", "0", "--model", "MODEL"};
-  QTest::newRow("serve --parallel 100000") << serve + QStringList{"--parallel", "100000"}
-                                           << QStringList{"--parallel must be from 1 to 64, got 100000"};
-  QTest::newRow("serve --max-queue 100000") << serve + QStringList{"--max-queue", "100000"}
-                                            << QStringList{"--max-queue must be from 0 to 256, got 100000"};
+  QTest::newRow("serve --parallel 100000")
+      << serve + QStringList{"--parallel", "100000"} << QStringList{"--parallel must be from 1 to 64, got 100000"};
+  QTest::newRow("serve --max-queue 100000")
+      << serve + QStringList{"--max-queue", "100000"} << QStringList{"--max-queue must be from 0 to 256, got 100000"};
   QTest::newRow("serve --max-body-mib 100000") << serve + QStringList{"--max-body-mib", "100000"}
                                                << QStringList{"--max-body-mib must be from 1 to 256, got 100000"};
   QTest::newRow("serve --header-timeout-s 0") << serve + QStringList{"--header-timeout-s", "0"}
                                               << QStringList{"--header-timeout-s must be from 1 to 3600, got 0"};
-  QTest::newRow("serve --cors-origin evil") << serve + QStringList{"--cors-origin", "evil"}
-                                            << QStringList{"--cors-origin takes * or origins such as"};
+  QTest::newRow("serve --cors-origin evil")
+      << serve + QStringList{"--cors-origin", "evil"} << QStringList{"--cors-origin takes * or origins such as"};
 }
 
 void HostileInputsTest::arguments() {
@@ -401,15 +413,16 @@ void HostileInputsTest::random_weights_of_a_billion_layers() {
   json value = kvchat::test::read_json_file(kvchat::test::shared_path("models/stories260K/config.json"));
   value["num_hidden_layers"] = 1'000'000'000;
   kvchat::test::write_json_file(config, value);
-  const LimitedCliResult result =
-      run_case("10^9 layers", {"generate", "--random-weights", QString::fromStdString(config), "--prompt-ids", "1,2",
-                               "--max-new-tokens", "2"});
+  const LimitedCliResult result = run_case(
+      "10^9 layers",
+      {"generate", "--random-weights", QString::fromStdString(config), "--prompt-ids", "1,2", "--max-new-tokens", "2"});
   KVCHAT_EXPECT_FAILURE(result, 1, QStringList{"the weights of this config need 168800 GiB, more than this machine's"});
 }
 
 // Truncated, empty, a FIFO and a directory named .gguf, for generate (a model) and tokenize (a tokenizer).
 void HostileInputsTest::gguf_files() {
-  const std::string whole = kvchat::test::read_file_bytes(kvchat::test::shared_path("fixtures/gguf/stories260K-F32.gguf"));
+  const std::string whole =
+      kvchat::test::read_file_bytes(kvchat::test::shared_path("fixtures/gguf/stories260K-F32.gguf"));
   const QString truncated = dir_.filePath("truncated.gguf");
   kvchat::test::write_file_bytes(truncated.toStdString(), whole.substr(0, 5000));
   const QString empty = dir_.filePath("empty.gguf");
@@ -420,7 +433,8 @@ void HostileInputsTest::gguf_files() {
   QVERIFY(QDir().mkpath(directory));
 
   const QString past_the_end =
-      "metadata 'tokenizer.ggml.tokens' at offset 4997: string value of 5 bytes runs past the end of the file (5000 bytes)";
+      "metadata 'tokenizer.ggml.tokens' at offset 4997: string value of 5 bytes runs past the end of the file (5000 "
+      "bytes)";
   const struct {
     QString path;
     QString as_model;
@@ -429,7 +443,8 @@ void HostileInputsTest::gguf_files() {
       {truncated, past_the_end, past_the_end},
       {empty, "empty.gguf is not a GGUF file (it does not start with the GGUF magic) and not a model directory",
        "empty.gguf is not a GGUF file (it does not start with the GGUF magic) and not a tokenizer folder"},
-      {fifo, "fifo.gguf is neither a model directory nor a GGUF file", "fifo.gguf is neither a tokenizer folder nor a GGUF file"},
+      {fifo, "fifo.gguf is neither a model directory nor a GGUF file",
+       "fifo.gguf is neither a tokenizer folder nor a GGUF file"},
       {directory, "x.gguf/config.json: file not found", "no tokenizer.json in '" + directory + "'"},
   };
   for (const auto& c : cases) {
@@ -452,49 +467,36 @@ void HostileInputsTest::remote_servers_data() {
   QTest::addColumn<QStringList>("fragments");
   const std::string deep = repeated("[", 100000) + repeated("]", 100000);
   const std::string keep_alives = ": keep-alive\n" + repeated("\n", 4096);
-  QTest::newRow("event nested 100,000 deep")
-      << ServerScript([deep](ScriptedConnection& c) {
-           if (c.send_head("200 OK")) c.send(R"(data: {"error":{"code":1},"detail":)" + deep + "}\n\n");
-         })
-      << true << 1 << QStringList{"sent no text: the server sent an event of JSON nested more than 64 levels deep"};
-  QTest::newRow("/models nested 100,000 deep")
-      << ServerScript([deep](ScriptedConnection& c) {
-           if (c.send_head("200 OK", "Content-Type: application/json\r\n")) c.send(R"({"detail":)" + deep + "}");
-         })
-      << false << 1 << QStringList{"answered /models with JSON nested more than 64 levels deep"};
-  QTest::newRow("endless reply")
-      << ServerScript([](ScriptedConnection& c) {
-           if (!c.send_head("200 OK")) return;
-           while (c.send(kvchat::test::content_event(repeated("x", 1000)))) {
-           }
-         })
-      << true << 1 << QStringList{"the reply passed 65 KiB of text, more than the requested tokens can make"};
-  QTest::newRow("endless keep-alives")
-      << ServerScript([keep_alives](ScriptedConnection& c) {
-           if (!c.send_head("200 OK")) return;
-           while (c.send(keep_alives)) {
-           }
-         })
-      << true << 1 << QStringList{"the server sent more than 4112 KiB for one reply of at most 65 KiB of text"};
-  QTest::newRow("line without end")
-      << ServerScript([](ScriptedConnection& c) {
-           if (!c.send_head("200 OK") || !c.send("data: {\"choices\":[{\"delta\":{\"content\":\"")) return;
-           while (c.send(repeated("x", 65536))) {
-           }
-         })
-      << true << 1 << QStringList{"the server sent more than 1 MiB without a line break"};
-  QTest::newRow("gzip bomb")
-      << ServerScript([keep_alives](ScriptedConnection& c) { kvchat::test::send_gzip_bomb(c, keep_alives); })
-      << true << 1 << QStringList{"the server sent more than 4112 KiB for one reply of at most 65 KiB of text"};
-  QTest::newRow("usage 1e300")
-      << ServerScript([](ScriptedConnection& c) {
-           if (c.send_head("200 OK"))
-             c.send(kvchat::test::content_event("Hi") +
-                    R"(data: {"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":1e300}})"
-                    "\n\ndata: [DONE]\n\n");
-         })
-      << true << 0
-      << QStringList{"the server's figures are not used: usage.prompt_tokens is 1e+300, not a token count"};
+  QTest::newRow("event nested 100,000 deep") << ServerScript([deep](ScriptedConnection& c) {
+    if (c.send_head("200 OK")) c.send(R"(data: {"error":{"code":1},"detail":)" + deep + "}\n\n");
+  }) << true << 1 << QStringList{"sent no text: the server sent an event of JSON nested more than 64 levels deep"};
+  QTest::newRow("/models nested 100,000 deep") << ServerScript([deep](ScriptedConnection& c) {
+    if (c.send_head("200 OK", "Content-Type: application/json\r\n")) c.send(R"({"detail":)" + deep + "}");
+  }) << false << 1 << QStringList{"answered /models with JSON nested more than 64 levels deep"};
+  QTest::newRow("endless reply") << ServerScript([](ScriptedConnection& c) {
+    if (!c.send_head("200 OK")) return;
+    while (c.send(kvchat::test::content_event(repeated("x", 1000)))) {
+    }
+  }) << true << 1 << QStringList{"the reply passed 65 KiB of text, more than the requested tokens can make"};
+  QTest::newRow("endless keep-alives") << ServerScript([keep_alives](ScriptedConnection& c) {
+    if (!c.send_head("200 OK")) return;
+    while (c.send(keep_alives)) {
+    }
+  }) << true << 1 << QStringList{"the server sent more than 4112 KiB for one reply of at most 65 KiB of text"};
+  QTest::newRow("line without end") << ServerScript([](ScriptedConnection& c) {
+    if (!c.send_head("200 OK") || !c.send("data: {\"choices\":[{\"delta\":{\"content\":\"")) return;
+    while (c.send(repeated("x", 65536))) {
+    }
+  }) << true << 1 << QStringList{"the server sent more than 1 MiB without a line break"};
+  QTest::newRow("gzip bomb") << ServerScript([keep_alives](ScriptedConnection& c) {
+    kvchat::test::send_gzip_bomb(c, keep_alives);
+  }) << true << 1 << QStringList{"the server sent more than 4112 KiB for one reply of at most 65 KiB of text"};
+  QTest::newRow("usage 1e300") << ServerScript([](ScriptedConnection& c) {
+    if (c.send_head("200 OK"))
+      c.send(kvchat::test::content_event("Hi") +
+             R"(data: {"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":1e300}})"
+             "\n\ndata: [DONE]\n\n");
+  }) << true << 0 << QStringList{"the server's figures are not used: usage.prompt_tokens is 1e+300, not a token count"};
 }
 
 void HostileInputsTest::remote_servers() {
@@ -504,9 +506,11 @@ void HostileInputsTest::remote_servers() {
   QFETCH(QStringList, fragments);
   kvchat::test::ScriptedServer server;
   QVERIFY(server.start(script));
-  QStringList arguments = {"chat", "--backend", server.base_url(), "--db", dir_.filePath("remote.sqlite3"),
-                           "--message", "Hi", "--max-new-tokens", "4"};
-  if (name_the_model) arguments << "--remote-model" << "m";
+  QStringList arguments = {"chat",      "--backend", server.base_url(),  "--db", dir_.filePath("remote.sqlite3"),
+                           "--message", "Hi",        "--max-new-tokens", "4"};
+  if (name_the_model)
+    arguments << "--remote-model"
+              << "m";
   const LimitedCliResult result = run_case(QTest::currentDataTag(), arguments);
   if (exit_code == 0) {
     KVCHAT_EXPECT_SUCCESS(result);
@@ -589,10 +593,9 @@ void HostileInputsTest::server_threads_that_cannot_start() {
   rlimit stack{};
   if (getrlimit(RLIMIT_STACK, &stack) != 0 || stack.rlim_cur < (rlim_t{8} << 20))
     QSKIP("threads' stacks are smaller than 8 MiB here: the sizes would fit");
-  const LimitedCliResult result =
-      run_case("serve --parallel 64 --max-queue 256", {"serve", "--port", "0", "--threads", "1", "--parallel", "64",
-                                                        "--max-queue", "256", "--model",
-                                                        kvchat::test::shared_path("models/stories260K").c_str()});
+  const LimitedCliResult result = run_case("serve --parallel 64 --max-queue 256",
+                                           {"serve", "--port", "0", "--threads", "1", "--parallel", "64", "--max-queue",
+                                            "256", "--model", kvchat::test::shared_path("models/stories260K").c_str()});
   KVCHAT_EXPECT_FAILURE(result, 1, QStringList{"kvchat-cli serve: error: cannot start the server's 356 threads ("});
   QVERIFY2(result.err.find("listening on") == std::string::npos, result.err.c_str());
 }
@@ -651,7 +654,8 @@ std::string patched(std::string bytes, const std::string& from, const std::strin
 // A GGUF file whose metadata disagrees with its tensors, or lacks the RMSNorm epsilon: a load error naming
 // the problem, never a model that runs on part of the file or a guessed epsilon.
 void HostileInputsTest::gguf_metadata_that_disagrees_with_the_file() {
-  const std::string whole = kvchat::test::read_file_bytes(kvchat::test::shared_path("fixtures/gguf/stories260K-F32.gguf"));
+  const std::string whole =
+      kvchat::test::read_file_bytes(kvchat::test::shared_path("fixtures/gguf/stories260K-F32.gguf"));
   std::string block_count_value = "llama.block_count";
   block_count_value += std::string("\x04\x00\x00\x00\x05\x00\x00\x00", 8);  // uint32 5
   std::string two_blocks = block_count_value;
@@ -670,16 +674,17 @@ void HostileInputsTest::gguf_metadata_that_disagrees_with_the_file() {
     QVERIFY2(!c.bytes.empty(), c.name);
     const QString path = dir_.filePath(QString(c.name).replace(' ', '-') + ".gguf");
     kvchat::test::write_file_bytes(path.toStdString(), c.bytes);
-    KVCHAT_EXPECT_FAILURE(run_case(c.name, {"generate", "--model", path, "--prompt-ids", "1,2"}), 1, QStringList{c.error});
+    KVCHAT_EXPECT_FAILURE(run_case(c.name, {"generate", "--model", path, "--prompt-ids", "1,2"}), 1,
+                          QStringList{c.error});
   }
 }
 
 // --max-new-tokens at INT_MAX: the reply stops at the model's context (512 positions), and nothing is sized
 // by the requested count (it was a bare std::bad_alloc).
 void HostileInputsTest::a_reply_as_long_as_an_int_allows() {
-  const LimitedCliResult result =
-      run_case("--max-new-tokens 2147483647", {"generate", "--model", kvchat::test::shared_path("models/stories260K").c_str(),
-                                               "--prompt-ids", "1,2", "--max-new-tokens", "2147483647", "--json"});
+  const LimitedCliResult result = run_case(
+      "--max-new-tokens 2147483647", {"generate", "--model", kvchat::test::shared_path("models/stories260K").c_str(),
+                                      "--prompt-ids", "1,2", "--max-new-tokens", "2147483647", "--json"});
   KVCHAT_EXPECT_SUCCESS(result);
   const json out = json::parse(result.out);
   QVERIFY2(out["stats"]["generated_tokens"].get<int>() <= 510, result.out.c_str());
@@ -688,11 +693,12 @@ void HostileInputsTest::a_reply_as_long_as_an_int_allows() {
 // A tokenizer that ends at id 517 for a model of 1000 rows: every reply decodes (ids without text are
 // never sampled) instead of failing half way.
 void HostileInputsTest::a_tokenizer_smaller_than_the_model() {
-  const std::string model = kvchat::test::make_tiny_llama3_chat_model(dir_.filePath("small-tokenizer").toStdString(), 517);
+  const std::string model =
+      kvchat::test::make_tiny_llama3_chat_model(dir_.filePath("small-tokenizer").toStdString(), 517);
   const LimitedCliResult result =
-      run_case("tokenizer of 517 ids, model of 1000", {"chat", "--model", QString::fromStdString(model), "--db",
-                                                       dir_.filePath("small-tokenizer.sqlite3"), "--kv-snapshots", "off",
-                                                       "--message", "Tell me a story", "--max-new-tokens", "48"});
+      run_case("tokenizer of 517 ids, model of 1000",
+               {"chat", "--model", QString::fromStdString(model), "--db", dir_.filePath("small-tokenizer.sqlite3"),
+                "--kv-snapshots", "off", "--message", "Tell me a story", "--max-new-tokens", "48"});
   KVCHAT_EXPECT_SUCCESS(result);
 }
 

@@ -13,8 +13,8 @@
 
 #include <filesystem>
 
-#include "app/store/conversation_store.h"
 #include "app/snapshot_key.h"
+#include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
 #include "common/hostile_case.h"
 #include "common/snapshot_support.h"
@@ -58,8 +58,15 @@ class HostileSnapshotsTest : public QObject {
 
  private:
   QStringList chat(const QString& db, const QString& cache, const QStringList& more) const {
-    return QStringList{"chat", "--model", kvchat::test::stories_model_directory(), "--db", db, "--cache-dir", cache,
-                       "--max-new-tokens", "4"} +
+    return QStringList{"chat",
+                       "--model",
+                       kvchat::test::stories_model_directory(),
+                       "--db",
+                       db,
+                       "--cache-dir",
+                       cache,
+                       "--max-new-tokens",
+                       "4"} +
            more;
   }
   QString path(const QString& name) const { return dir_.filePath(name); }
@@ -91,10 +98,11 @@ void HostileSnapshotsTest::linked_model_folders_are_never_entered() {
   fs::create_directories(cache.toStdString());
   fs::create_directory_symlink(users, cache.toStdString() + "/0123456789abcdef");
   const QString db = path("linked.sqlite3");
-  LimitedCliResult result =
-      run_case("another model's folder a link", chat(db, cache, {"--message", "Once upon a time", "--snapshot-budget-mib", "1"}));
+  LimitedCliResult result = run_case("another model's folder a link",
+                                     chat(db, cache, {"--message", "Once upon a time", "--snapshot-budget-mib", "1"}));
   KVCHAT_EXPECT_SUCCESS(result);
-  result = run_case("and a second turn", chat(db, cache, {"--conversation", "1", "--message", "Lily", "--snapshot-budget-mib", "1"}));
+  result = run_case("and a second turn",
+                    chat(db, cache, {"--conversation", "1", "--message", "Lily", "--snapshot-budget-mib", "1"}));
   KVCHAT_EXPECT_SUCCESS(result);
   QCOMPARE(kvchat::test::read_bytes(users + "/notes.kvsnap"), big);
   QCOMPARE(snapshot_files(cache.toStdString() + "/" + model_folder_name_).size(), 1);
@@ -104,9 +112,10 @@ void HostileSnapshotsTest::linked_model_folders_are_never_entered() {
   fs::create_directory_symlink(users, linked_own.toStdString() + "/" + model_folder_name_);
   const QString other_db = path("linked-own.sqlite3");
   result = run_case("this model's folder a link", chat(other_db, linked_own, {"--message", "Once upon a time"}));
-  KVCHAT_EXPECT_FAILURE(result, 2, QStringList{QString::fromStdString("--cache-dir: the KV snapshot folder " +
-                                                                    linked_own.toStdString() + "/" + model_folder_name_ +
-                                                                    " is a symbolic link or not a folder")});
+  KVCHAT_EXPECT_FAILURE(
+      result, 2,
+      QStringList{QString::fromStdString("--cache-dir: the KV snapshot folder " + linked_own.toStdString() + "/" +
+                                         model_folder_name_ + " is a symbolic link or not a folder")});
   QCOMPARE(QDir(QString::fromStdString(users)).entryList(QDir::Files), QStringList{"notes.kvsnap"});
   QCOMPARE(conversation_count(other_db), 0);
 }
@@ -134,11 +143,12 @@ void HostileSnapshotsTest::a_snapshot_claiming_two_to_the_24_tokens_costs_nothin
   QVERIFY(kvchat::test::write_crafted_snapshot(folder + "/bomb-0.kvsnap", crafted, key_));
   for (int link = 1; link < 40; ++link)
     fs::create_hard_link(folder + "/bomb-0.kvsnap", folder + "/bomb-" + std::to_string(link) + ".kvsnap");
-  const LimitedCliResult result = run_case("40 links of a 2^24-token snapshot",
-                                           chat(path("bomb.sqlite3"), cache,
-                                                {"--message", "Once upon a time", "--snapshot-budget-mib", "0"}));
+  const LimitedCliResult result =
+      run_case("40 links of a 2^24-token snapshot",
+               chat(path("bomb.sqlite3"), cache, {"--message", "Once upon a time", "--snapshot-budget-mib", "0"}));
   KVCHAT_EXPECT_SUCCESS(result);
-  QVERIFY2(result.err.find("/bomb-0.kvsnap holds 16777216 tokens, more than this model's context of 512") != std::string::npos,
+  QVERIFY2(result.err.find("/bomb-0.kvsnap holds 16777216 tokens, more than this model's context of 512") !=
+               std::string::npos,
            result.err.c_str());
   QVERIFY2(result.err.find("bad_alloc") == std::string::npos, result.err.c_str());
   QVERIFY2(result.err.find("(0 restored from disk") != std::string::npos, result.err.c_str());
@@ -201,7 +211,10 @@ void HostileSnapshotsTest::a_cache_dir_that_is_a_file_leaves_no_conversation() {
 // deletes the other's snapshots; each restores its own.
 void HostileSnapshotsTest::another_installations_snapshots_are_left_alone() {
   const QString cache = path("shared-cache"), db = path("shared.sqlite3");
-  KVCHAT_EXPECT_SUCCESS(run_case("first turn", chat(db, cache, {"--message", "Once upon a time, there was a little girl named Lily", "--max-new-tokens", "24"})));
+  KVCHAT_EXPECT_SUCCESS(
+      run_case("first turn",
+               chat(db, cache,
+                    {"--message", "Once upon a time, there was a little girl named Lily", "--max-new-tokens", "24"})));
   const std::string folder = cache.toStdString() + "/" + model_folder_name_;
   QCOMPARE(snapshot_files(folder).size(), 1);
   const QString mine = snapshot_files(folder)[0];
@@ -212,8 +225,9 @@ void HostileSnapshotsTest::another_installations_snapshots_are_left_alone() {
   qputenv("XDG_CONFIG_HOME", path("config").toLocal8Bit());
   KVCHAT_EXPECT_SUCCESS(result);
   QVERIFY2(result.err.find("(0 restored from disk") != std::string::npos, result.err.c_str());
-  QVERIFY2(result.err.find("/" + mine.toStdString() + " was written by another kvchat installation") != std::string::npos,
-           result.err.c_str());
+  QVERIFY2(
+      result.err.find("/" + mine.toStdString() + " was written by another kvchat installation") != std::string::npos,
+      result.err.c_str());
   QCOMPARE(QFile::permissions(path("other-config/kvchat/kv-snapshot-key")),
            QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadUser | QFileDevice::WriteUser);
   QStringList files = snapshot_files(folder);
@@ -225,7 +239,8 @@ void HostileSnapshotsTest::another_installations_snapshots_are_left_alone() {
   result = run_case("this installation again", chat(db, cache, {"--conversation", "1", "--message", "Lily"}));
   KVCHAT_EXPECT_SUCCESS(result);
   QVERIFY2(result.err.find("(0 restored from disk") == std::string::npos, result.err.c_str());
-  QVERIFY2(result.err.find("/" + files[0].toStdString() + " was written by another kvchat installation") != std::string::npos,
+  QVERIFY2(result.err.find("/" + files[0].toStdString() + " was written by another kvchat installation") !=
+               std::string::npos,
            result.err.c_str());
   QCOMPARE(kvchat::test::read_bytes(theirs), theirs_bytes);
 }

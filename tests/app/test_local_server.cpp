@@ -47,7 +47,9 @@ LocalServerSettings serve_on(int port, const QString& api_key = {}) {
 HttpReply post_chat(int port, const std::string& model, const std::string& text) {
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(300, 0);
-  const json body = {{"model", model}, {"temperature", 0}, {"max_tokens", kMaxTokens},
+  const json body = {{"model", model},
+                     {"temperature", 0},
+                     {"max_tokens", kMaxTokens},
                      {"messages", {{{"role", "user"}, {"content", text}}}}};
   return kvchat::test::post_json(client, "/v1/chat/completions", body.dump());
 }
@@ -84,9 +86,9 @@ class TestLocalServer : public QObject {
     client.join();
     QCOMPARE(reply.status, 200);
     const std::string served = reply.json()["choices"][0]["message"]["content"];
-    const auto generated = kvchat::test::run_cli({"generate", "--model", kvchat::test::stories_model_directory(),
-                                                  "--prompt", "Once upon a time", "--max-new-tokens",
-                                                  QString::number(kMaxTokens), "--json"});
+    const auto generated =
+        kvchat::test::run_cli({"generate", "--model", kvchat::test::stories_model_directory(), "--prompt",
+                               "Once upon a time", "--max-new-tokens", QString::number(kMaxTokens), "--json"});
     QCOMPARE(generated.exit_code, 0);
     QCOMPARE(served, json::parse(generated.out)["generated_text"].get<std::string>());
     QCOMPARE(controller->currentMessages().last().text.toStdString(), served);
@@ -121,7 +123,8 @@ class TestLocalServer : public QObject {
     QVERIFY(!server.isServing());
     QCOMPARE(failed.count(), 1);
     const QString message = failed[0][0].toString();
-    QVERIFY2(message.contains(QString("localhost:%1").arg(port)) && message.contains("cannot bind"), qPrintable(message));
+    QVERIFY2(message.contains(QString("localhost:%1").arg(port)) && message.contains("cannot bind"),
+             qPrintable(message));
   }
 
   void model_switch_restarts_on_the_new_model() {

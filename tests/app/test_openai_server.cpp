@@ -13,11 +13,11 @@
 #include "app/server/openai_protocol.h"
 #include "app/server/openai_sessions.h"
 #include "common/cli_runner.h"
-#include "common/openai_npm_package.h"
 #include "common/model_folder_copy.h"
-#include "engine/model/model_loader.h"
+#include "common/openai_npm_package.h"
 #include "common/server_process.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_openai_server {
@@ -54,20 +54,21 @@ Streamed stream_chat(httplib::Client& client, json body) {
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   Streamed streamed;
-  streamed.status = kvchat::test::post_stream(client, "/v1/chat/completions", body.dump(), kAuth, [&](const std::string& data) {
-    ++streamed.events;
-    if (data == "[DONE]") {
-      streamed.done = true;
-      return true;
-    }
-    const json chunk = json::parse(data);
-    if (chunk.contains("usage") && !chunk["usage"].is_null()) streamed.usage = chunk["usage"];
-    if (chunk["choices"].empty()) return true;
-    const json& choice = chunk["choices"][0];
-    if (choice["delta"].contains("content")) streamed.text += choice["delta"]["content"].get<std::string>();
-    if (!choice["finish_reason"].is_null()) streamed.finish_reason = choice["finish_reason"];
-    return true;
-  });
+  streamed.status =
+      kvchat::test::post_stream(client, "/v1/chat/completions", body.dump(), kAuth, [&](const std::string& data) {
+        ++streamed.events;
+        if (data == "[DONE]") {
+          streamed.done = true;
+          return true;
+        }
+        const json chunk = json::parse(data);
+        if (chunk.contains("usage") && !chunk["usage"].is_null()) streamed.usage = chunk["usage"];
+        if (chunk["choices"].empty()) return true;
+        const json& choice = chunk["choices"][0];
+        if (choice["delta"].contains("content")) streamed.text += choice["delta"]["content"].get<std::string>();
+        if (!choice["finish_reason"].is_null()) streamed.finish_reason = choice["finish_reason"];
+        return true;
+      });
   return streamed;
 }
 
@@ -95,8 +96,8 @@ class TestOpenAiServer : public QObject {
 
  private Q_SLOTS:
   void initTestCase() {
-    QVERIFY(server_.start({"--model", model_path(), "--api-key", kApiKey, "--parallel", "4", "--max-body-mib", "1",
-                           "--threads", "1"}));
+    QVERIFY(server_.start(
+        {"--model", model_path(), "--api-key", kApiKey, "--parallel", "4", "--max-body-mib", "1", "--threads", "1"}));
   }
 
   // No server needed: a stop text split across chunks is held back until it is told apart.
@@ -212,23 +213,31 @@ class TestOpenAiServer : public QObject {
     }
     // What SDKs send as defaults asks for nothing: accepted.
     json defaults = chat_request({user("Once")}, 3);
-    for (const auto& [name, value] : {std::pair<const char*, json>{"frequency_penalty", 0}, {"presence_penalty", 0},
-                                      {"logit_bias", json::object()}, {"logprobs", false}, {"tools", json::array()},
-                                      {"tool_choice", "auto"}, {"parallel_tool_calls", true},
-                                      {"response_format", {{"type", "text"}}}, {"store", false}, {"audio", nullptr}})
+    for (const auto& [name, value] : {std::pair<const char*, json>{"frequency_penalty", 0},
+                                      {"presence_penalty", 0},
+                                      {"logit_bias", json::object()},
+                                      {"logprobs", false},
+                                      {"tools", json::array()},
+                                      {"tool_choice", "auto"},
+                                      {"parallel_tool_calls", true},
+                                      {"response_format", {{"type", "text"}}},
+                                      {"store", false},
+                                      {"audio", nullptr}})
       defaults[name] = value;
     QCOMPARE(kvchat::test::post_json(client, "/v1/chat/completions", defaults.dump(), kAuth).status, 200);
     // A message's fields: what an assistant message carries back (refusal: null) is fine; a name is refused.
-    json message_fields = chat_request({user("Once"), {{"role", "assistant"}, {"content", "Hi"}, {"refusal", nullptr}},
-                                        user("Go on")},
-                                       3);
+    json message_fields = chat_request(
+        {user("Once"), {{"role", "assistant"}, {"content", "Hi"}, {"refusal", nullptr}}, user("Go on")}, 3);
     QCOMPARE(kvchat::test::post_json(client, "/v1/chat/completions", message_fields.dump(), kAuth).status, 200);
     message_fields["messages"][0]["name"] = "Ann";
     const HttpReply named = kvchat::test::post_json(client, "/v1/chat/completions", message_fields.dump(), kAuth);
     expect_error(named, 400, "unsupported_field", "messages[0].name");
     // /v1/completions' own fields.
-    for (const auto& [name, value] : {std::pair<const char*, json>{"echo", true}, {"best_of", 2}, {"suffix", "end"},
-                                      {"logprobs", 21}, {"messages", json::array()}}) {
+    for (const auto& [name, value] : {std::pair<const char*, json>{"echo", true},
+                                      {"best_of", 2},
+                                      {"suffix", "end"},
+                                      {"logprobs", 21},
+                                      {"messages", json::array()}}) {
       json request = {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 3}, {name, value}};
       const HttpReply reply = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
       QVERIFY2(reply.status == 400, (std::string(name) + ": " + reply.body).c_str());
@@ -240,8 +249,8 @@ class TestOpenAiServer : public QObject {
   // `kvchat-cli generate` applies its own options.
   void sampling_extensions_are_applied() {
     httplib::Client client = server_.client();
-    json request = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 40},
-                    {"repeat_penalty", 1.5}, {"repeat_last_n", 64}};
+    json request = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"temperature", 0},
+                    {"max_tokens", 40},       {"repeat_penalty", 1.5},        {"repeat_last_n", 64}};
     const HttpReply penalised = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
     QCOMPARE(penalised.status, 200);
     const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
@@ -263,8 +272,8 @@ class TestOpenAiServer : public QObject {
   // A prompt as one string in an array, as token ids, or as one array of ids: the same reply.
   void a_prompt_may_be_an_array_or_token_ids() {
     httplib::Client client = server_.client();
-    const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
-                                                  "--max-new-tokens", "20", "--json"});
+    const auto generated = kvchat::test::run_cli(
+        {"generate", "--model", model_path(), "--prompt", "Once upon a time", "--max-new-tokens", "20", "--json"});
     QCOMPARE(generated.exit_code, 0);
     const json expected = json::parse(generated.out);
     const json ids = expected["prompt_ids"];
@@ -287,14 +296,14 @@ class TestOpenAiServer : public QObject {
   // streamed or whole, and a stop text's tokens are left out.
   void logprobs_are_those_of_the_logits() {
     httplib::Client client = server_.client();
-    const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
-                                                  "--max-new-tokens", "24", "--json"});
+    const auto generated = kvchat::test::run_cli(
+        {"generate", "--model", model_path(), "--prompt", "Once upon a time", "--max-new-tokens", "24", "--json"});
     QCOMPARE(generated.exit_code, 0);
     const json expected = json::parse(generated.out);
     const std::vector<kvchat::TokenId> prompt_ids = expected["prompt_ids"];
     const std::vector<kvchat::TokenId> generated_ids = expected["generated_ids"];
-    const json request = {{"model", "stories260K"}, {"prompt", prompt_ids}, {"temperature", 0}, {"max_tokens", 24},
-                          {"logprobs", 3}};
+    const json request = {
+        {"model", "stories260K"}, {"prompt", prompt_ids}, {"temperature", 0}, {"max_tokens", 24}, {"logprobs", 3}};
     const HttpReply reply = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
     QVERIFY2(reply.status == 200, reply.body.c_str());
     const json choice = reply.json()["choices"][0];
@@ -310,12 +319,16 @@ class TestOpenAiServer : public QObject {
     const kvchat::LoadedModel model = kvchat::load_model(kvchat::test::shared_path("models/stories260K"));
     std::vector<kvchat::TokenId> sequence = prompt_ids;
     for (std::size_t i = 0; i < count; ++i) {
-      const at::Tensor expected_logprobs = at::log_softmax(model.model->forward(sequence, 0, nullptr).to(at::kDouble), 0);
+      const at::Tensor expected_logprobs =
+          at::log_softmax(model.model->forward(sequence, 0, nullptr).to(at::kDouble), 0);
       const double chosen = expected_logprobs[generated_ids[i]].item<double>();
-      QVERIFY2(std::abs(logprobs["token_logprobs"][i].get<double>() - chosen) < 1e-4,
-               qPrintable(QString("token %1: %2 against %3").arg(i).arg(logprobs["token_logprobs"][i].get<double>()).arg(chosen)));
-      QCOMPARE(logprobs["text_offset"][i].get<std::size_t>(), std::size_t(joined.find(logprobs["tokens"][i].get<std::string>(),
-                                                                                       logprobs["text_offset"][i].get<std::size_t>())));
+      QVERIFY2(
+          std::abs(logprobs["token_logprobs"][i].get<double>() - chosen) < 1e-4,
+          qPrintable(
+              QString("token %1: %2 against %3").arg(i).arg(logprobs["token_logprobs"][i].get<double>()).arg(chosen)));
+      QCOMPARE(logprobs["text_offset"][i].get<std::size_t>(),
+               std::size_t(joined.find(logprobs["tokens"][i].get<std::string>(),
+                                       logprobs["text_offset"][i].get<std::size_t>())));
       // The best alternative is the greedy choice; its logprob is the largest of the row.
       const json& top = logprobs["top_logprobs"][i];
       QVERIFY(!top.empty() && top.size() <= 3);
@@ -342,13 +355,14 @@ class TestOpenAiServer : public QObject {
     QCOMPARE(chat_joined, whole_text(whole));
     json streamed_entries = json::array();
     chat["stream"] = true;
-    const int status = kvchat::test::post_stream(client, "/v1/chat/completions", chat.dump(), kAuth, [&](const std::string& data) {
-      if (data == "[DONE]") return true;
-      const json chunk = json::parse(data);
-      if (!chunk["choices"].empty() && chunk["choices"][0]["logprobs"].is_object())
-        for (const json& entry : chunk["choices"][0]["logprobs"]["content"]) streamed_entries.push_back(entry);
-      return true;
-    });
+    const int status =
+        kvchat::test::post_stream(client, "/v1/chat/completions", chat.dump(), kAuth, [&](const std::string& data) {
+          if (data == "[DONE]") return true;
+          const json chunk = json::parse(data);
+          if (!chunk["choices"].empty() && chunk["choices"][0]["logprobs"].is_object())
+            for (const json& entry : chunk["choices"][0]["logprobs"]["content"]) streamed_entries.push_back(entry);
+          return true;
+        });
     QCOMPARE(status, 200);
     QCOMPARE(streamed_entries, content);
 
@@ -361,9 +375,11 @@ class TestOpenAiServer : public QObject {
     const HttpReply cut = kvchat::test::post_json(client, "/v1/chat/completions", chat.dump(), kAuth);
     std::string cut_joined;
     const json cut_body = cut.json();
-    for (const json& entry : cut_body["choices"][0]["logprobs"]["content"]) cut_joined += entry["token"].get<std::string>();
+    for (const json& entry : cut_body["choices"][0]["logprobs"]["content"])
+      cut_joined += entry["token"].get<std::string>();
     QCOMPARE(whole_text(cut), full.substr(0, space));
-    QVERIFY2(cut_joined.size() >= whole_text(cut).size() && cut_joined.compare(0, whole_text(cut).size(), whole_text(cut)) == 0,
+    QVERIFY2(cut_joined.size() >= whole_text(cut).size() &&
+                 cut_joined.compare(0, whole_text(cut).size(), whole_text(cut)) == 0,
              cut_joined.c_str());
     QVERIFY(cut_joined.size() < full.size());
   }
@@ -372,34 +388,40 @@ class TestOpenAiServer : public QObject {
     httplib::Client client = server_.client();
     const std::string valid = chat_request({user("Once")}, 4).dump();
     expect_error(kvchat::test::post_json(client, "/v1/chat/completions", valid), 401, "invalid_api_key");
-    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", valid, {{"Authorization", "Bearer wrong"}}), 401,
-                 "invalid_api_key");
+    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", valid, {{"Authorization", "Bearer wrong"}}),
+                 401, "invalid_api_key");
     expect_error(kvchat::test::post_json(client, "/v1/chat/completions", "{\"model\": ", kAuth), 400, "invalid_json");
     json wrong = chat_request({user("Once")}, 4);
     wrong["messages"] = "Once";
-    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value", "messages");
+    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value",
+                 "messages");
     wrong = chat_request({user("Once")}, 4);
     wrong["temperature"] = "hot";
-    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value", "temperature");
+    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value",
+                 "temperature");
     wrong = chat_request({user("Once")}, 4);
     wrong["n"] = 2;
-    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value", "n");
+    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value",
+                 "n");
     wrong = chat_request({user("Once")}, 4);
     wrong["stop"] = 5;
-    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value", "stop");
+    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 400, "invalid_value",
+                 "stop");
     wrong = chat_request({user("Once")}, 4);
     wrong["model"] = "gpt-4o";
-    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 404, "model_not_found", "model");
+    expect_error(kvchat::test::post_json(client, "/v1/chat/completions", wrong.dump(), kAuth), 404, "model_not_found",
+                 "model");
 
     // 512 positions: ~1000 words cannot fit; the message says how many tokens against which limit.
     std::string long_text;
     for (int i = 0; i < 1000; ++i) long_text += " the cat";
-    const HttpReply too_long = kvchat::test::post_json(client, "/v1/chat/completions",
-                                                       chat_request({user(long_text)}, 4).dump(), kAuth);
+    const HttpReply too_long =
+        kvchat::test::post_json(client, "/v1/chat/completions", chat_request({user(long_text)}, 4).dump(), kAuth);
     expect_error(too_long, 400, "context_length_exceeded", "messages");
     const std::string message = too_long.json()["error"]["message"];
-    QVERIFY2(message.find("tokens long") != std::string::npos && message.find("context limit is 512") != std::string::npos,
-             message.c_str());
+    QVERIFY2(
+        message.find("tokens long") != std::string::npos && message.find("context limit is 512") != std::string::npos,
+        message.c_str());
 
     json huge = chat_request({user(std::string(std::size_t(2) << 20, 'a'))}, 4);  // over --max-body-mib 1
     expect_error(kvchat::test::post_json(client, "/v1/chat/completions", huge.dump(), kAuth), 413, "request_too_large");
@@ -428,8 +450,8 @@ class TestOpenAiServer : public QObject {
     QCOMPARE(streamed.usage["completion_tokens"].get<int>(), body["usage"]["completion_tokens"].get<int>());
 
     // No chat template: the rendered prompt is the message itself, encoded as `generate --prompt` does.
-    const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
-                                                  "--max-new-tokens", "40", "--json"});
+    const auto generated = kvchat::test::run_cli(
+        {"generate", "--model", model_path(), "--prompt", "Once upon a time", "--max-new-tokens", "40", "--json"});
     QCOMPARE(generated.exit_code, 0);
     QCOMPARE(json::parse(generated.out)["generated_text"].get<std::string>(), text);
   }
@@ -454,19 +476,27 @@ class TestOpenAiServer : public QObject {
     std::vector<json> messages = {user("A little bird")};
     std::vector<int> cached, prompt;
     for (const char* next : {" The bird sang", " Then it flew"}) {
-      const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 16).dump(), kAuth);
+      const HttpReply reply =
+          kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 16).dump(), kAuth);
       QCOMPARE(reply.status, 200);
       cached.push_back(reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]);
       prompt.push_back(reply.json()["usage"]["prompt_tokens"]);
       messages.push_back(assistant(whole_text(reply)));
       messages.push_back(user(next));
     }
-    const HttpReply third = kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 16).dump(), kAuth);
+    const HttpReply third =
+        kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 16).dump(), kAuth);
     QCOMPARE(third.status, 200);
     cached.push_back(third.json()["usage"]["prompt_tokens_details"]["cached_tokens"]);
     // Turn 2 reuses at least turn 1's prompt, turn 3 at least turn 2's.
     QVERIFY2(cached[1] >= prompt[0] && cached[2] >= prompt[1] && cached[2] > cached[1],
-             QString("cached %1 %2 %3, prompts %4 %5").arg(cached[0]).arg(cached[1]).arg(cached[2]).arg(prompt[0]).arg(prompt[1]).toUtf8());
+             QString("cached %1 %2 %3, prompts %4 %5")
+                 .arg(cached[0])
+                 .arg(cached[1])
+                 .arg(cached[2])
+                 .arg(prompt[0])
+                 .arg(prompt[1])
+                 .toUtf8());
   }
 
   void disconnect_stops_generation() {
@@ -488,7 +518,9 @@ class TestOpenAiServer : public QObject {
     QVERIFY2(stopped_at < full_tokens, log.c_str());
     // The server goes on serving.
     httplib::Client next = server_.client();
-    QCOMPARE(kvchat::test::post_json(next, "/v1/chat/completions", chat_request({user("Once")}, 4).dump(), kAuth).status, 200);
+    QCOMPARE(
+        kvchat::test::post_json(next, "/v1/chat/completions", chat_request({user("Once")}, 4).dump(), kAuth).status,
+        200);
   }
 
   void concurrent_clients_get_their_own_text() {
@@ -507,8 +539,8 @@ class TestOpenAiServer : public QObject {
         if (i % 2 == 0) {
           together[i] = stream_chat(client, chat_request({user(prompts[i])}, 48)).text;
         } else {
-          const HttpReply reply =
-              kvchat::test::post_json(client, "/v1/chat/completions", chat_request({user(prompts[i])}, 48).dump(), kAuth);
+          const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions",
+                                                          chat_request({user(prompts[i])}, 48).dump(), kAuth);
           together[i] = reply.status == 200 ? whole_text(reply) : "status " + std::to_string(reply.status);
         }
       });
@@ -518,11 +550,12 @@ class TestOpenAiServer : public QObject {
 
   void raw_completion() {
     httplib::Client client = server_.client();
-    const json request = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 40}};
+    const json request = {
+        {"model", "stories260K"}, {"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 40}};
     const HttpReply reply = kvchat::test::post_json(client, "/v1/completions", request.dump(), kAuth);
     QCOMPARE(reply.status, 200);
-    const auto generated = kvchat::test::run_cli({"generate", "--model", model_path(), "--prompt", "Once upon a time",
-                                                  "--max-new-tokens", "40", "--json"});
+    const auto generated = kvchat::test::run_cli(
+        {"generate", "--model", model_path(), "--prompt", "Once upon a time", "--max-new-tokens", "40", "--json"});
     QCOMPARE(reply.json()["choices"][0]["text"].get<std::string>(),
              json::parse(generated.out)["generated_text"].get<std::string>());
   }
@@ -532,7 +565,8 @@ class TestOpenAiServer : public QObject {
   // cache of earlier ones, so each prefills little more than its new turn.
   void chat_template_conversation() {
     QTemporaryDir dir;
-    const std::string model = kvchat::test::copy_reference_model("stories260K", dir.filePath("templated").toStdString());
+    const std::string model =
+        kvchat::test::copy_reference_model("stories260K", dir.filePath("templated").toStdString());
     json config = json::parse(kvchat::test::read_file_bytes(model + "/tokenizer_config.json"));
     config["chat_template"] =
         "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
@@ -547,7 +581,8 @@ class TestOpenAiServer : public QObject {
     refused["model"] = "templated";
     const HttpReply template_error = kvchat::test::post_json(client, "/v1/chat/completions", refused.dump());
     expect_error(template_error, 400, "template_error", "messages");
-    QVERIFY2(template_error.body.find("only user and assistant roles") != std::string::npos, template_error.body.c_str());
+    QVERIFY2(template_error.body.find("only user and assistant roles") != std::string::npos,
+             template_error.body.c_str());
 
     std::vector<json> messages;
     std::vector<int> cached, prompt;
@@ -563,11 +598,17 @@ class TestOpenAiServer : public QObject {
       prompt.push_back(whole.json()["usage"]["prompt_tokens"]);
       messages.push_back(assistant(whole_text(whole)));
     }
-    QVERIFY2(cached[1] >= prompt[0] && cached[2] >= prompt[1],
-             QString("cached %1 %2 %3, prompts %4 %5").arg(cached[0]).arg(cached[1]).arg(cached[2]).arg(prompt[0]).arg(prompt[1]).toUtf8());
+    QVERIFY2(cached[1] >= prompt[0] && cached[2] >= prompt[1], QString("cached %1 %2 %3, prompts %4 %5")
+                                                                   .arg(cached[0])
+                                                                   .arg(cached[1])
+                                                                   .arg(cached[2])
+                                                                   .arg(prompt[0])
+                                                                   .arg(prompt[1])
+                                                                   .toUtf8());
 
-    const auto chat = kvchat::test::run_cli({"chat", "--model", QString::fromStdString(model), "--db", dir.filePath("chats.sqlite3"),
-                                             "--message", "Once upon a time", "--max-new-tokens", "16", "--kv-snapshots", "off"});
+    const auto chat =
+        kvchat::test::run_cli({"chat", "--model", QString::fromStdString(model), "--db", dir.filePath("chats.sqlite3"),
+                               "--message", "Once upon a time", "--max-new-tokens", "16", "--kv-snapshots", "off"});
     QCOMPARE(chat.exit_code, 0);
     QCOMPARE(chat.out, messages[1]["content"].get<std::string>() + "\n");
   }
@@ -582,7 +623,8 @@ class TestOpenAiServer : public QObject {
       ServerProcess first;
       QVERIFY(first.start({"--model", model_path(), "--cache-dir", cache.path(), "--threads", "1"}));
       httplib::Client client = first.client();
-      const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 24).dump());
+      const HttpReply reply =
+          kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 24).dump());
       QCOMPARE(reply.status, 200);
       first_prompt = reply.json()["usage"]["prompt_tokens"];
       messages.push_back(assistant(whole_text(reply)));
@@ -592,15 +634,16 @@ class TestOpenAiServer : public QObject {
     ServerProcess second;
     QVERIFY(second.start({"--model", model_path(), "--cache-dir", cache.path(), "--threads", "1"}));
     httplib::Client client = second.client();
-    const HttpReply restored = kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 24).dump());
+    const HttpReply restored =
+        kvchat::test::post_json(client, "/v1/chat/completions", chat_request(messages, 24).dump());
     QCOMPARE(restored.status, 200);
     const json body = restored.json();
     QVERIFY2(body["timings"]["restored_tokens"].get<int>() > first_prompt &&
                  body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > first_prompt,
              restored.body.c_str());
     httplib::Client plain = server_.client();
-    QCOMPARE(whole_text(restored),
-             whole_text(kvchat::test::post_json(plain, "/v1/chat/completions", chat_request(messages, 24).dump(), kAuth)));
+    QCOMPARE(whole_text(restored), whole_text(kvchat::test::post_json(plain, "/v1/chat/completions",
+                                                                      chat_request(messages, 24).dump(), kAuth)));
   }
 
   // Admission without HTTP: one slot and no queue, so a second request is refused while the first runs.
@@ -625,9 +668,11 @@ class TestOpenAiServer : public QObject {
     if (const QString unavailable = kvchat::test::install_openai_npm_package(); !unavailable.isEmpty())
       QSKIP(qPrintable(unavailable));
     QProcess node;
-    const QString script = QString::fromStdString(std::string(std::getenv("KVCHAT_SOURCE_DIR") ? std::getenv("KVCHAT_SOURCE_DIR") : ".")) +
-                           "/tests/app/openai_client.mjs";
-    node.start("node", {script, package_dir, QString("http://127.0.0.1:%1/v1").arg(server_.port()), kApiKey, "stories260K"});
+    const QString script =
+        QString::fromStdString(std::string(std::getenv("KVCHAT_SOURCE_DIR") ? std::getenv("KVCHAT_SOURCE_DIR") : ".")) +
+        "/tests/app/openai_client.mjs";
+    node.start("node",
+               {script, package_dir, QString("http://127.0.0.1:%1/v1").arg(server_.port()), kApiKey, "stories260K"});
     if (!node.waitForStarted(30000)) QSKIP("node is not installed");
     QVERIFY(node.waitForFinished(300000));
     const std::string out = node.readAllStandardOutput().toStdString();

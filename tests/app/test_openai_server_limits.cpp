@@ -27,8 +27,8 @@
 #include "common/raw_http.h"
 #include "common/server_process.h"
 #include "engine/cache/kv_snapshot.h"
-#include "engine/model/llama_model.h"
 #include "engine/cache/snapshot_store.h"
+#include "engine/model/llama_model.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_openai_server_limits {
@@ -146,8 +146,10 @@ class TestOpenAiServerLimits : public QObject {
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     QCOMPARE(::connect(socket, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
     const std::string body = request.dump();
-    const std::string http = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                             "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string http =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     QCOMPARE(::send(socket, http.data(), http.size(), 0), static_cast<ssize_t>(http.size()));
     ::close(socket);
 
@@ -277,17 +279,19 @@ class TestOpenAiServerLimits : public QObject {
                  {"0x10", 400, "invalid_framing"}};
     for (const auto& c : cases) {
       RawHttpConnection connection(server.port());
-      QVERIFY(connection.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::string(c.length) + "\r\n\r\n"));
+      QVERIFY(
+          connection.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " +
+                          std::string(c.length) + "\r\n\r\n"));
       QVERIFY2(connection.send_until_answered("a", 3000, std::chrono::milliseconds(20)), c.length);
       const RawResponse refused = connection.read_response();
       QCOMPARE(refused.status, c.status);
       QCOMPARE(refused.error_code(), std::string(c.code));
     }
     RawHttpConnection both(server.port());
-    QVERIFY(both.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
-                      "Transfer-Encoding: chunked\r\n\r\n"));
+    QVERIFY(
+        both.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n"));
     const RawResponse smuggled = both.read_response();
     QCOMPARE(smuggled.status, 400);
     QCOMPARE(smuggled.error_code(), std::string("invalid_framing"));

@@ -216,8 +216,10 @@ class TestOpenAiServerSessions : public QObject {
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     QCOMPARE(::connect(socket, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
     const std::string body = chat_request(messages, 400).dump();
-    const std::string http = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                             "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string http =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     QCOMPARE(::send(socket, http.data(), http.size(), 0), static_cast<ssize_t>(http.size()));
     wait_until([&] { return server.server().sessions().status().waiting == 1; });
     ::close(socket);
@@ -242,8 +244,8 @@ class TestOpenAiServerSessions : public QObject {
   void client_leaving_stops_the_prefill_between_chunks() {
     ServerSessions sessions(model_, nullptr, /*parallel=*/1, /*max_queue=*/0);
     sessions.set_prefill_chunk_tokens(16);
-    const std::vector<TokenId> ids = sessions.encode_chat(
-        chat_messages({system_message(long_system_prompt()), user("Tom had a red ball.")}));
+    const std::vector<TokenId> ids =
+        sessions.encode_chat(chat_messages({system_message(long_system_prompt()), user("Tom had a red ball.")}));
     QVERIFY(ids.size() > 100);
     SamplingRequest sampling;
     sampling.temperature = 0;
@@ -296,11 +298,14 @@ class TestOpenAiServerSessions : public QObject {
     CompletionResult first_result;
     std::thread first_thread([&] {
       // Asked before its first chunk, the client answers only once the second request waits.
-      first_result = sessions.run(*first_lease, first_ids, sampling, [&](const std::string&) {
-        std::unique_lock<std::mutex> lock(mutex);
-        resumed.wait(lock, [&] { return go; });
-        return true;
-      }, nullptr);
+      first_result = sessions.run(
+          *first_lease, first_ids, sampling,
+          [&](const std::string&) {
+            std::unique_lock<std::mutex> lock(mutex);
+            resumed.wait(lock, [&] { return go; });
+            return true;
+          },
+          nullptr);
       first_lease.reset();
     });
     std::unique_ptr<ServerSessions::Lease> second_lease;

@@ -42,14 +42,15 @@ std::string streamed_text(httplib::Client& client, json body, json* usage) {
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   std::string text;
-  const int status = kvchat::test::post_stream(client, "/v1/chat/completions", body.dump(), {}, [&](const std::string& data) {
-    if (data == "[DONE]") return true;
-    const json chunk = json::parse(data);
-    if (chunk.contains("usage") && !chunk["usage"].is_null()) *usage = chunk["usage"];
-    if (!chunk["choices"].empty() && chunk["choices"][0]["delta"].contains("content"))
-      text += chunk["choices"][0]["delta"]["content"].get<std::string>();
-    return true;
-  });
+  const int status =
+      kvchat::test::post_stream(client, "/v1/chat/completions", body.dump(), {}, [&](const std::string& data) {
+        if (data == "[DONE]") return true;
+        const json chunk = json::parse(data);
+        if (chunk.contains("usage") && !chunk["usage"].is_null()) *usage = chunk["usage"];
+        if (!chunk["choices"].empty() && chunk["choices"][0]["delta"].contains("content"))
+          text += chunk["choices"][0]["delta"]["content"].get<std::string>();
+        return true;
+      });
   return status == 200 ? text : "status " + std::to_string(status);
 }
 
@@ -57,8 +58,8 @@ std::string streamed_text(httplib::Client& client, json body, json* usage) {
 json generate(const QString& model, const QString& folder, const std::vector<json>& messages) {
   const QString path = folder + "/messages.json";
   kvchat::test::write_file_bytes(path.toStdString(), json(messages).dump());
-  const auto result = kvchat::test::run_cli({"generate", "--model", model, "--messages", path, "--max-new-tokens",
-                                             QString::number(kMaxTokens), "--json"});
+  const auto result = kvchat::test::run_cli(
+      {"generate", "--model", model, "--messages", path, "--max-new-tokens", QString::number(kMaxTokens), "--json"});
   if (result.exit_code != 0) return json{{"error", result.err}};
   return json::parse(result.out);
 }
@@ -109,7 +110,13 @@ class TestOpenAiServerTemplates : public QObject {
     }
     QVERIFY2(cached[1] >= prompt[0] && cached[2] >= prompt[1] && cached[2] > cached[1],
              QString("cached %1 %2 %3, prompts %4 %5 %6")
-                 .arg(cached[0]).arg(cached[1]).arg(cached[2]).arg(prompt[0]).arg(prompt[1]).arg(prompt[2]).toUtf8());
+                 .arg(cached[0])
+                 .arg(cached[1])
+                 .arg(cached[2])
+                 .arg(prompt[0])
+                 .arg(prompt[1])
+                 .arg(prompt[2])
+                 .toUtf8());
   }
 
   // "<|eot_id|>" typed by a user stays text: the prompt holds exactly the template's own <|eot_id|>s.

@@ -16,11 +16,11 @@
 #include <limits>
 #include <mutex>
 
-#include "app/store/chat_history.h"
-#include "app/store/conversation_store.h"
 #include "app/remote/remote_client.h"
 #include "app/remote/remote_stream.h"
 #include "app/remote/remote_worker.h"
+#include "app/store/chat_history.h"
+#include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
 #include "common/cutting_proxy.h"
 #include "common/raw_sqlite.h"
@@ -152,8 +152,10 @@ class TestRemoteBackend : public QObject {
     const QString markdown = QString::fromUtf8(exported.readAll());
     QVERIFY2(markdown.contains(QStringLiteral("%1 on %2 · ").arg(QString::fromStdString(model_id_), base_url(server_))),
              qPrintable(markdown));
-    QVERIFY2(markdown.contains(QStringLiteral("cache on the server, %1 tokens cached").arg(second.stats.value("cached_tokens").toInt())),
-             qPrintable(markdown));
+    QVERIFY2(
+        markdown.contains(
+            QStringLiteral("cache on the server, %1 tokens cached").arg(second.stats.value("cached_tokens").toInt())),
+        qPrintable(markdown));
   }
 
   void wrong_key_shows_the_401_message() {
@@ -166,8 +168,10 @@ class TestRemoteBackend : public QObject {
     QVERIFY(fixture.waitIdle());
     QCOMPARE(failed.count(), 1);
     const QString message = failed.first().at(2).toString();
-    QVERIFY2(message.startsWith(QStringLiteral("the server at %1 refused the API key (401): incorrect API key provided. ").arg(base_url(server_))),
-             qPrintable(message));
+    QVERIFY2(
+        message.startsWith(QStringLiteral("the server at %1 refused the API key (401): incorrect API key provided. ")
+                               .arg(base_url(server_))),
+        qPrintable(message));
     QCOMPARE(kvchat::app::reply_error(last_message(fixture.controller())), message);
   }
 
@@ -181,7 +185,8 @@ class TestRemoteBackend : public QObject {
     QVERIFY(fixture.waitIdle());
     QCOMPARE(failed.count(), 1);
     QCOMPARE(failed.first().at(2).toString(),
-             QStringLiteral("cannot reach http://127.0.0.1:1/v1: connection refused (is the server running, on that port?)"));
+             QStringLiteral(
+                 "cannot reach http://127.0.0.1:1/v1: connection refused (is the server running, on that port?)"));
   }
 
   void server_killed_mid_reply_keeps_the_partial_text() {
@@ -353,8 +358,8 @@ class TestRemoteBackend : public QObject {
     QFile key(key_file);
     QVERIFY(key.open(QIODevice::ReadOnly));
     QCOMPARE(key.readAll(), QByteArray(kApiKey));
-    QCOMPARE(key.permissions() & (QFileDevice::ReadGroup | QFileDevice::ReadOther | QFileDevice::WriteGroup |
-                                  QFileDevice::WriteOther),
+    QCOMPARE(key.permissions() &
+                 (QFileDevice::ReadGroup | QFileDevice::ReadOther | QFileDevice::WriteGroup | QFileDevice::WriteOther),
              QFileDevice::Permissions());
     QFile ini(fixture.path("kvchat.ini"));
     QVERIFY(ini.open(QIODevice::ReadOnly));
@@ -490,8 +495,8 @@ class TestRemoteBackend : public QObject {
     QTemporaryDir dir;
     QSettings ini(dir.filePath("kvchat.ini"), QSettings::IniFormat);
     const QString key_path = ChatSettings::api_key_path(ini);
-    const QFileDevice::Permissions others = QFileDevice::ReadGroup | QFileDevice::ReadOther |
-                                            QFileDevice::WriteGroup | QFileDevice::WriteOther;
+    const QFileDevice::Permissions others =
+        QFileDevice::ReadGroup | QFileDevice::ReadOther | QFileDevice::WriteGroup | QFileDevice::WriteOther;
     auto write_readable_key = [&] {
       QFile key(key_path);
       QVERIFY(key.open(QIODevice::WriteOnly | QIODevice::Truncate));
@@ -527,11 +532,11 @@ class TestRemoteBackend : public QObject {
       }
       if (body.contains("top_k")) {
         connection.send_head("400 Bad Request", "Content-Type: application/json\r\n");
-        connection.send(R"({"error":{"message":"Unrecognized request argument supplied: top_k","type":"invalid_request_error"}})");
+        connection.send(
+            R"({"error":{"message":"Unrecognized request argument supplied: top_k","type":"invalid_request_error"}})");
         return;
       }
-      if (connection.send_head("200 OK"))
-        connection.send(kvchat::test::content_event("Hello") + "data: [DONE]\n\n");
+      if (connection.send_head("200 OK")) connection.send(kvchat::test::content_event("Hello") + "data: [DONE]\n\n");
     }));
     ChatFixture fixture;
     ChatSettings settings = scripted_settings(server);
@@ -587,10 +592,10 @@ class TestRemoteBackend : public QObject {
     const json body = json::parse(kvchat::app::chat_request_body("m", {{"user", "Hi"}}, generation));
     QVERIFY(body["seed"].is_number_integer());
     QVERIFY(!body["seed"].is_number_unsigned() || body["seed"].get<std::uint64_t>() <= kvchat::app::kMaxRemoteSeed);
-    QCOMPARE(body["seed"].get<std::int64_t>(), static_cast<std::int64_t>(17958220492697838977ULL & kvchat::app::kMaxRemoteSeed));
+    QCOMPARE(body["seed"].get<std::int64_t>(),
+             static_cast<std::int64_t>(17958220492697838977ULL & kvchat::app::kMaxRemoteSeed));
     QCOMPARE(body.dump().find("17958220492697838977"), std::string::npos);
   }
-
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestRemoteBackend)

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "app/store/conversation_store.h"
 #include "app/chat/reply_committer.h"
+#include "app/store/conversation_store.h"
 #include "common/raw_sqlite.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -48,9 +48,12 @@ class ReplyCommitterTest : public QObject {
       const Clock::time_point polled = Clock::now();
       const int committed = raw_query(path, select).toInt();
       for (const auto& [at, length] : handed)
-        if (at + kvchat::app::kReplyCommitBound <= polled) QVERIFY2(committed >= length, qPrintable(QStringLiteral(
-            "%1 bytes handed over %2 ms ago, %3 committed").arg(length).arg(
-            std::chrono::duration_cast<std::chrono::milliseconds>(polled - at).count()).arg(committed)));
+        if (at + kvchat::app::kReplyCommitBound <= polled)
+          QVERIFY2(committed >= length,
+                   qPrintable(QStringLiteral("%1 bytes handed over %2 ms ago, %3 committed")
+                                  .arg(length)
+                                  .arg(std::chrono::duration_cast<std::chrono::milliseconds>(polled - at).count())
+                                  .arg(committed)));
       ++checks;
     };
     // A fast stream: a token every 2 ms for 1.5 s.

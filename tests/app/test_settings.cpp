@@ -101,18 +101,19 @@ void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
   {
     QFile file(path);
     QVERIFY(file.open(QIODevice::WriteOnly));
-    file.write("[chat]\n"
-               "temperature=99\n"
-               "top_p=-0.5\n"
-               "min_p=abc\n"
-               "top_k=-3\n"
-               "max_new_tokens=0\n"
-               "threads=100000000000\n"
-               "kv_cache_enabled=maybe\n"
-               "context_overflow=explode\n"
-               "cache_budget_bytes=-5\n"
-               "seed=not-a-seed\n"
-               "appearance=purple\n");
+    file.write(
+        "[chat]\n"
+        "temperature=99\n"
+        "top_p=-0.5\n"
+        "min_p=abc\n"
+        "top_k=-3\n"
+        "max_new_tokens=0\n"
+        "threads=100000000000\n"
+        "kv_cache_enabled=maybe\n"
+        "context_overflow=explode\n"
+        "cache_budget_bytes=-5\n"
+        "seed=not-a-seed\n"
+        "appearance=purple\n");
   }
   QSettings ini(path, QSettings::IniFormat);
   const ChatSettings loaded = ChatSettings::load(ini);
@@ -249,10 +250,11 @@ void SettingsTest::stats_json_round_trip() {
   stats.cache_mode = kvchat::KvCacheMode::Naive;
   stats.stop_reason = kvchat::StopReason::ContextFull;
   const QJsonObject json = kvchat::app::stats_to_json(stats);
-  const QStringList keys{"prompt_tokens", "reused_tokens", "restored_tokens", "restore_ms", "restored_from",
-                         "prefilled_tokens", "generated_tokens", "prefill_ms",
-                         "ttft_ms", "decode_ms", "prefill_tok_s", "decode_tok_s", "cache_tokens", "cache_bytes",
-                         "cache_capacity_tokens", "cache_mode", "stop_reason"};
+  const QStringList keys{"prompt_tokens", "reused_tokens",    "restored_tokens",       "restore_ms",
+                         "restored_from", "prefilled_tokens", "generated_tokens",      "prefill_ms",
+                         "ttft_ms",       "decode_ms",        "prefill_tok_s",         "decode_tok_s",
+                         "cache_tokens",  "cache_bytes",      "cache_capacity_tokens", "cache_mode",
+                         "stop_reason"};
   QStringList actual_keys = json.keys();
   QStringList expected_keys = keys;
   actual_keys.sort();

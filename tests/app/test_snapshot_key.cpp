@@ -82,13 +82,15 @@ class SnapshotKeyTest : public QObject {
       QVERIFY(file.open(QIODevice::WriteOnly));
       file.write("short");
     }
-    QCOMPARE(error_of([] { kvchat::app::installation_snapshot_key(); }),
-             "KV snapshot key " + path.toStdString() +
-                 ": 5 bytes, a key has 200 (delete it to make a new one; the snapshots made with it are then not used)");
+    QCOMPARE(
+        error_of([] { kvchat::app::installation_snapshot_key(); }),
+        "KV snapshot key " + path.toStdString() +
+            ": 5 bytes, a key has 200 (delete it to make a new one; the snapshots made with it are then not used)");
     QVERIFY(QFile::remove(path));
     std::filesystem::create_symlink(folder_->filePath("elsewhere").toStdString(), path.toStdString());
     QCOMPARE(error_of([] { kvchat::app::installation_snapshot_key(); }),
-             "KV snapshot key " + path.toStdString() + ": cannot be opened: Too many levels of symbolic links (a symbolic link)");
+             "KV snapshot key " + path.toStdString() +
+                 ": cannot be opened: Too many levels of symbolic links (a symbolic link)");
     QVERIFY(!QFile::exists(folder_->filePath("elsewhere")));
   }
 

@@ -15,8 +15,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "common/test_suite.h"
 #include "app/store/conversation_store.h"
+#include "common/test_suite.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_store_crash_safety {
@@ -33,9 +33,9 @@ const QString kUserText = QStringLiteral("Tell me a long story about a dragon.")
 // The reply the writer streams: deterministic, so that the parent can rebuild any prefix of it.
 // Mixed scripts keep the UTF-8 path honest.
 QString reply_chunk(int index) {
-  static const QString words[] = {QStringLiteral("dragon "), QStringLiteral("flew "), QStringLiteral("über "),
-                                  QStringLiteral("the "), QStringLiteral("hills, "), QStringLiteral("竜 "),
-                                  QStringLiteral("and "), QStringLiteral("slept.\n")};
+  static const QString words[] = {QStringLiteral("dragon "), QStringLiteral("flew "),   QStringLiteral("über "),
+                                  QStringLiteral("the "),    QStringLiteral("hills, "), QStringLiteral("竜 "),
+                                  QStringLiteral("and "),    QStringLiteral("slept.\n")};
   return words[index % 8] + QString::number(index) + QLatin1Char(' ');
 }
 

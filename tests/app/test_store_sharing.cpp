@@ -66,7 +66,8 @@ class StoreSharingTest : public QObject {
       QString expected;
     };
     const Case cases[] = {
-        {"other.sqlite3", QStringLiteral("CREATE TABLE other (x INTEGER)"), QStringLiteral("application_id 0, tables: other")},
+        {"other.sqlite3", QStringLiteral("CREATE TABLE other (x INTEGER)"),
+         QStringLiteral("application_id 0, tables: other")},
         {"lookalike.sqlite3", QStringLiteral("CREATE TABLE conversations (id INTEGER, body TEXT)"),
          QStringLiteral("application_id 0, tables: conversations")},
         {"other-app.sqlite3", QStringLiteral("PRAGMA application_id = 305419896"),
@@ -131,8 +132,9 @@ class StoreSharingTest : public QObject {
     }
     QCOMPARE(file_hash(path), before);
     QCOMPARE(raw_query(path, QStringLiteral("PRAGMA journal_mode")), QStringLiteral("delete"));
-    QCOMPARE(store_error_of(dir.filePath(QStringLiteral("missing.sqlite3")), StoreOpenMode::ReadOnly),
-             QStringLiteral("conversation store %1: no such file").arg(dir.filePath(QStringLiteral("missing.sqlite3"))));
+    QCOMPARE(
+        store_error_of(dir.filePath(QStringLiteral("missing.sqlite3")), StoreOpenMode::ReadOnly),
+        QStringLiteral("conversation store %1: no such file").arg(dir.filePath(QStringLiteral("missing.sqlite3"))));
   }
 
   // Another connection holds the write lock for 0.7 s and commits: a write that reads first (every

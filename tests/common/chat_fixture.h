@@ -54,8 +54,8 @@ class ChatFixture {
   }
   // Until no turn runs and none waits.
   bool waitIdle() const {
-    return QTest::qWaitFor([&] { return !controller_->isGenerating() && controller_->queuedConversationIds().isEmpty(); },
-                           120000);
+    return QTest::qWaitFor(
+        [&] { return !controller_->isGenerating() && controller_->queuedConversationIds().isEmpty(); }, 120000);
   }
 
  private:

@@ -84,8 +84,8 @@ class CuttingProxy {
         if (n <= 0) return;
         const int to = side == 0 ? server : client;
         // Up to the end of the first event with text: what the client gets before the server dies.
-        const std::size_t end = side == 1 && !cut_ ? end_of_first_text(std::string(buffer, static_cast<size_t>(n)))
-                                                   : std::string::npos;
+        const std::size_t end =
+            side == 1 && !cut_ ? end_of_first_text(std::string(buffer, static_cast<size_t>(n))) : std::string::npos;
         const ssize_t forward = end == std::string::npos ? n : static_cast<ssize_t>(end);
         if (::write(to, buffer, static_cast<size_t>(forward)) != forward) return;
         if (end != std::string::npos) {

@@ -52,10 +52,10 @@ inline std::string success_mismatch(const LimitedCliResult& result) {
 }  // namespace kvchat::test
 
 // Variadic so that a braced QStringList{"a", "b"} passes through the preprocessor whole.
-#define KVCHAT_EXPECT_FAILURE(result, exit_code, ...)                                                 \
-  do {                                                                                                \
+#define KVCHAT_EXPECT_FAILURE(result, exit_code, ...)                                                  \
+  do {                                                                                                 \
     const std::string problem_ = kvchat::test::failure_mismatch((result), (exit_code), (__VA_ARGS__)); \
-    QVERIFY2(problem_.empty(), problem_.c_str());                                                     \
+    QVERIFY2(problem_.empty(), problem_.c_str());                                                      \
   } while (false)
 
 #define KVCHAT_EXPECT_SUCCESS(result)                                      \

@@ -25,7 +25,8 @@ inline QString install_openai_npm_package() {
   // Suites that run at the same time (ctest -j) install one after the other: npm writing the same folder
   // twice at once leaves it half-written for the other.
   QDir().mkpath(package_dir);
-  const int lock = ::open((package_dir + "/.install-lock").toLocal8Bit().constData(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  const int lock =
+      ::open((package_dir + "/.install-lock").toLocal8Bit().constData(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (lock < 0) return "cannot create " + package_dir + "/.install-lock";
   struct LockHolder {
     int fd;
@@ -34,14 +35,17 @@ inline QString install_openai_npm_package() {
   ::flock(lock, LOCK_EX);
   QFile installed(package_dir + "/node_modules/openai/package.json");
   if (installed.open(QIODevice::ReadOnly) &&
-      nlohmann::json::parse(installed.readAll().toStdString(), nullptr, false).value("version", "") == kOpenAiNpmVersion)
+      nlohmann::json::parse(installed.readAll().toStdString(), nullptr, false).value("version", "") ==
+          kOpenAiNpmVersion)
     return {};
   QProcess npm;
-  npm.start("npm", {"install", "--no-audit", "--no-fund", "--prefix", package_dir, QString("openai@") + kOpenAiNpmVersion});
+  npm.start("npm",
+            {"install", "--no-audit", "--no-fund", "--prefix", package_dir, QString("openai@") + kOpenAiNpmVersion});
   if (!npm.waitForStarted(30000)) return "npm is not installed";
   npm.waitForFinished(300000);
   if (npm.exitStatus() != QProcess::NormalExit || npm.exitCode() != 0)
-    return QString("npm cannot install openai@%1: %2").arg(kOpenAiNpmVersion, QString::fromUtf8(npm.readAllStandardError().right(400)));
+    return QString("npm cannot install openai@%1: %2")
+        .arg(kOpenAiNpmVersion, QString::fromUtf8(npm.readAllStandardError().right(400)));
   return {};
 }
 

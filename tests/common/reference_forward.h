@@ -52,7 +52,8 @@ inline at::Tensor reference_forward(const LlamaModel& model, const std::vector<T
   const ModelConfig& config = model.config();
   const ModelWeights& weights = model.weights();
   const auto steps = static_cast<std::int64_t>(ids.size());
-  if (steps == 0 || start_pos != (cache ? cache->size() : 0)) throw std::invalid_argument("reference_forward: bad request");
+  if (steps == 0 || start_pos != (cache ? cache->size() : 0))
+    throw std::invalid_argument("reference_forward: bad request");
   const std::int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads;
   const std::int64_t head_dim = config.head_dim, group = heads / kv_heads, total = start_pos + steps;
 
@@ -78,7 +79,7 @@ inline at::Tensor reference_forward(const LlamaModel& model, const std::vector<T
     keys = keys.to(at::kFloat).repeat_interleave(group, 0);
     values = values.to(at::kFloat).repeat_interleave(group, 0);
     at::Tensor scores = at::matmul(q, keys.transpose(1, 2)).mul(scale).add(mask);  // [H, T, total]
-    at::Tensor attended = at::matmul(at::softmax(scores, -1), values);                 // [H, T, d]
+    at::Tensor attended = at::matmul(at::softmax(scores, -1), values);             // [H, T, d]
     attended = attended.transpose(0, 1).reshape({steps, heads * head_dim});
     x = x + reference_product(layer.o, attended);
     h = reference_rms_norm(x, layer.mlp_norm, config.rms_norm_eps);
@@ -86,7 +87,8 @@ inline at::Tensor reference_forward(const LlamaModel& model, const std::vector<T
   }
   if (cache) cache->commit(steps);
   const at::Tensor last = all_positions ? x : x.narrow(0, steps - 1, 1);
-  const at::Tensor logits = reference_product(weights.lm_head, reference_rms_norm(last, weights.final_norm, config.rms_norm_eps));
+  const at::Tensor logits =
+      reference_product(weights.lm_head, reference_rms_norm(last, weights.final_norm, config.rms_norm_eps));
   return all_positions ? logits : logits.squeeze(0);
 }
 

@@ -51,15 +51,17 @@ inline void check_greedy_matches_run_c(const std::shared_ptr<const LlamaModel>& 
   config.cache_mode = kv_cache_mode_from_string(mode.toStdString());
   config.max_new_tokens = reference["steps"].get<int>() - static_cast<int>(prompt.size()) + 1;
   config.stop_token_ids = stop_ids;
-  const bool shortened = kSanitizedBuild && mode == QLatin1String("off") && config.max_new_tokens > kSanitizedCacheOffTokens;
+  const bool shortened =
+      kSanitizedBuild && mode == QLatin1String("off") && config.max_new_tokens > kSanitizedCacheOffTokens;
   if (shortened) config.max_new_tokens = kSanitizedCacheOffTokens;
   Session session(model, config.cache_mode);
   const GenerationResult result = session.generate(prompt, config);
   if (shortened && result.stats.stop_reason != StopReason::Eos) {
     QCOMPARE(static_cast<int>(result.generated.size()), kSanitizedCacheOffTokens);
     expected.resize(std::min(expected.size(), result.generated.size()));
-    QVERIFY2(result.generated == expected, qPrintable(QString::fromStdString("expected " + token_list_text(expected) +
-                                                                             "\n got " + token_list_text(result.generated))));
+    QVERIFY2(result.generated == expected,
+             qPrintable(QString::fromStdString("expected " + token_list_text(expected) + "\n got " +
+                                               token_list_text(result.generated))));
     return;
   }
   // Our result includes the stop token; compare the stories themselves, whichever way the reference

@@ -88,7 +88,8 @@ constexpr int kSnapshotVersionAt = 8, kSnapshotFingerprintAt = 16, kSnapshotToke
 
 // XXH3-64 keyed as the snapshot files of `key` are.
 inline std::uint64_t snapshot_checksum(const kvchat::SnapshotKey& key, const void* data, std::size_t size) {
-  return key.secret.empty() ? XXH3_64bits(data, size) : XXH3_64bits_withSecret(data, size, key.secret.data(), key.secret.size());
+  return key.secret.empty() ? XXH3_64bits(data, size)
+                            : XXH3_64bits_withSecret(data, size, key.secret.data(), key.secret.size());
 }
 
 template <typename T>
@@ -104,7 +105,8 @@ void set_field(QByteArray& bytes, int offset, T value) {
 
 // `bytes` (a snapshot file) with its header checksum recomputed for `key`.
 inline QByteArray with_header_checksum(QByteArray bytes, const kvchat::SnapshotKey& key = {}) {
-  set_field<std::uint64_t>(bytes, kSnapshotHeaderChecksumAt, snapshot_checksum(key, bytes.constData(), kSnapshotHeaderChecksumAt));
+  set_field<std::uint64_t>(bytes, kSnapshotHeaderChecksumAt,
+                           snapshot_checksum(key, bytes.constData(), kSnapshotHeaderChecksumAt));
   return bytes;
 }
 
@@ -150,7 +152,8 @@ struct CraftedSnapshot {
   TokenId token = 0;
   std::int64_t data_bytes = 0;
 };
-inline bool write_crafted_snapshot(const std::string& path, const CraftedSnapshot& crafted, const kvchat::SnapshotKey& key = {}) {
+inline bool write_crafted_snapshot(const std::string& path, const CraftedSnapshot& crafted,
+                                   const kvchat::SnapshotKey& key = {}) {
   QByteArray header(128, '\0');
   std::memcpy(header.data(), "KVCHATKV", 8);
   set_field<std::uint32_t>(header, kSnapshotVersionAt, kvchat::kSnapshotFormatVersion);
@@ -171,8 +174,9 @@ inline bool write_crafted_snapshot(const std::string& path, const CraftedSnapsho
     XXH3_64bits_reset_withSecret(state.get(), key.secret.data(), key.secret.size());
   const std::vector<TokenId> piece(65536, crafted.token);
   for (std::int64_t done = 0; done < crafted.tokens; done += static_cast<std::int64_t>(piece.size()))
-    XXH3_64bits_update(state.get(), piece.data(),
-                       static_cast<std::size_t>(std::min<std::int64_t>(crafted.tokens - done, piece.size())) * sizeof(TokenId));
+    XXH3_64bits_update(
+        state.get(), piece.data(),
+        static_cast<std::size_t>(std::min<std::int64_t>(crafted.tokens - done, piece.size())) * sizeof(TokenId));
   set_field<std::uint64_t>(header, kSnapshotTokensChecksumAt, XXH3_64bits_digest(state.get()));
   set_field<std::uint64_t>(header, kSnapshotInstallationAt, key.installation);
   header = with_header_checksum(header, key);
@@ -182,7 +186,8 @@ inline bool write_crafted_snapshot(const std::string& path, const CraftedSnapsho
   bool ok = ::write(fd, header.constData(), 128) == 128;
   if (crafted.token != 0)
     for (std::int64_t done = 0; ok && done < crafted.tokens; done += static_cast<std::int64_t>(piece.size())) {
-      const auto bytes = static_cast<std::size_t>(std::min<std::int64_t>(crafted.tokens - done, piece.size())) * sizeof(TokenId);
+      const auto bytes =
+          static_cast<std::size_t>(std::min<std::int64_t>(crafted.tokens - done, piece.size())) * sizeof(TokenId);
       ok = ::write(fd, piece.data(), bytes) == static_cast<ssize_t>(bytes);
     }
   ok = ok && ::ftruncate(fd, data_offset + crafted.data_bytes) == 0;

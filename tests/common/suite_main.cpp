@@ -39,8 +39,8 @@ std::string& running_suite() {
 // tests/engine/test_session.cpp -> engine_test_session: the group's folder and the file's stem.
 std::string suite_name_of(const std::string& source_file) {
   const size_t slash = source_file.find_last_of('/');
-  const size_t group_slash = slash == std::string::npos || slash == 0 ? std::string::npos
-                                                                       : source_file.find_last_of('/', slash - 1);
+  const size_t group_slash =
+      slash == std::string::npos || slash == 0 ? std::string::npos : source_file.find_last_of('/', slash - 1);
   const std::string file = source_file.substr(slash == std::string::npos ? 0 : slash + 1);
   const std::string stem = file.substr(0, file.find_last_of('.'));
   const size_t group_begin = group_slash == std::string::npos ? 0 : group_slash + 1;
@@ -71,8 +71,8 @@ QStringList skipped_cases(const QString& xml_log) {
     }
     if (in_skip && xml.isStartElement() && xml.name() == QLatin1String("DataTag")) tag = xml.readElementText();
     if (in_skip && xml.isStartElement() && xml.name() == QLatin1String("Description")) {
-      skipped << QStringLiteral("%1%2: %3").arg(function, tag.isEmpty() ? QString() : "(" + tag + ")",
-                                                xml.readElementText());
+      skipped << QStringLiteral("%1%2: %3")
+                     .arg(function, tag.isEmpty() ? QString() : "(" + tag + ")", xml.readElementText());
       in_skip = false;
     }
   }
@@ -131,8 +131,8 @@ void print_suites(std::FILE* stream) {
 
 }  // namespace
 
-SuiteRegistration::SuiteRegistration(const char* source_file, SuiteApplication application,
-                                     SuiteFactory factory, SuiteMain main) {
+SuiteRegistration::SuiteRegistration(const char* source_file, SuiteApplication application, SuiteFactory factory,
+                                     SuiteMain main) {
   registry()[suite_name_of(source_file)] = Suite{source_file, application, factory, main};
 }
 

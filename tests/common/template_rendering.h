@@ -8,7 +8,8 @@
 
 namespace kvchat::test {
 
-inline std::string render(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object(),
+inline std::string render(const std::string& source,
+                          const nlohmann::ordered_json& context = nlohmann::ordered_json::object(),
                           const std::string& today = "") {
   return ChatTemplate(source).render(context, today);
 }

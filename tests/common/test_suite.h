@@ -8,9 +8,9 @@
 //
 // A suite ends with one of the macros below instead of Qt Test's QTEST_*_MAIN; they choose the same
 // application object Qt Test's macros would (none, QCoreApplication, QApplication for widget suites).
+#include <QtTest/qtestcase.h>
 #include <QObject>
 #include <QString>
-#include <QtTest/qtestcase.h>
 
 #include <memory>
 
@@ -33,11 +33,11 @@ QString current_suite_name();
 
 }  // namespace kvchat::test
 
-#define KVCHAT_TEST_SUITE_WITH_APPLICATION_(TestObject, application)                                 \
-  static const ::kvchat::test::SuiteRegistration kvchat_suite_registration_##TestObject(             \
-      __FILE__, application, []() -> std::unique_ptr<QObject> {                                     \
-        QTest::Internal::callInitMain<TestObject>();                                                 \
-        return std::make_unique<TestObject>();                                                        \
+#define KVCHAT_TEST_SUITE_WITH_APPLICATION_(TestObject, application)                     \
+  static const ::kvchat::test::SuiteRegistration kvchat_suite_registration_##TestObject( \
+      __FILE__, application, []() -> std::unique_ptr<QObject> {                          \
+        QTest::Internal::callInitMain<TestObject>();                                     \
+        return std::make_unique<TestObject>();                                           \
       });
 
 #define KVCHAT_TEST_APPLESS_MAIN(TestObject) \
@@ -47,6 +47,6 @@ QString current_suite_name();
 #define KVCHAT_TEST_MAIN(TestObject) \
   KVCHAT_TEST_SUITE_WITH_APPLICATION_(TestObject, ::kvchat::test::SuiteApplication::gui)
 // A suite with its own main(argc, argv): the program calls it with the suite's name removed from argv.
-#define KVCHAT_TEST_CUSTOM_MAIN(function)                                                   \
+#define KVCHAT_TEST_CUSTOM_MAIN(function)                                               \
   static const ::kvchat::test::SuiteRegistration kvchat_suite_registration_custom_main( \
       __FILE__, ::kvchat::test::SuiteApplication::none, nullptr, function);

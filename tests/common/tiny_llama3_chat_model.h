@@ -23,26 +23,36 @@ inline std::string make_tiny_llama3_chat_model(const std::string& destination, i
                                    "<|eot_id|>"};
   int id = 512;
   auto add_special = [&](const std::string& content) {
-    tokenizer["added_tokens"].push_back({{"id", id++}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                                         {"rstrip", false}, {"normalized", false}, {"special", true}});
+    tokenizer["added_tokens"].push_back({{"id", id++},
+                                         {"content", content},
+                                         {"single_word", false},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"special", true}});
   };
   for (const char* special : llama3_specials) add_special(special);
-  for (int reserved = 0; id < vocabulary_end; ++reserved) add_special("<|reserved_special_token_" + std::to_string(reserved) + "|>");
+  for (int reserved = 0; id < vocabulary_end; ++reserved)
+    add_special("<|reserved_special_token_" + std::to_string(reserved) + "|>");
   tokenizer["post_processor"] = {
       {"type", "TemplateProcessing"},
-      {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-      {"pair", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                {{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 1}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-      {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {512}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
+      {"single",
+       {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"pair",
+       {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+        {{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 1}}}},
+        {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+      {"special_tokens",
+       {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {512}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
   write_json_file(destination + "/tokenizer.json", tokenizer);
 
   const nlohmann::ordered_json llama3 = read_json_file(shared_path("fixtures/chat_templates/llama3.json"));
-  const nlohmann::ordered_json config = {{"bos_token", "<|begin_of_text|>"},
-                                         {"eos_token", "<|eot_id|>"},
-                                         {"chat_template", llama3["template"]},
-                                         {"clean_up_tokenization_spaces", false},
-                                         {"model_max_length", 131072},
-                                         {"tokenizer_class", "PreTrainedTokenizerFast"}};
+  const nlohmann::ordered_json config = {
+      {"bos_token", "<|begin_of_text|>"},    {"eos_token", "<|eot_id|>"},
+      {"chat_template", llama3["template"]}, {"clean_up_tokenization_spaces", false},
+      {"model_max_length", 131072},          {"tokenizer_class", "PreTrainedTokenizerFast"}};
   write_json_file(destination + "/tokenizer_config.json", config);
   write_json_file(destination + "/generation_config.json", {{"bos_token_id", 512}, {"eos_token_id", {513, 516}}});
   fs::remove(destination + "/reference_logits.json");

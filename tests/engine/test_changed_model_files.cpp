@@ -14,9 +14,9 @@
 #include "common/test_suite.h"
 
 #include "common/test_paths.h"
+#include "engine/generation/session.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/model_loader.h"
-#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_changed_model_files {
@@ -78,9 +78,9 @@ class ChangedModelFilesTest : public QObject {
         const LoadedModel loaded = kvchat::load_model(copy.string());
         COMPARE_STR(turn_error(loaded), "");
         QVERIFY(::truncate(file.c_str(), static_cast<off_t>(size / 2)) == 0);
-        COMPARE_STR(turn_error(loaded), "the model file " + file + " changed on disk after it was loaded (its size changed from " +
-                                            std::to_string(size) + " to " + std::to_string(size / 2) +
-                                            " bytes); load the model again");
+        COMPARE_STR(turn_error(loaded),
+                    "the model file " + file + " changed on disk after it was loaded (its size changed from " +
+                        std::to_string(size) + " to " + std::to_string(size / 2) + " bytes); load the model again");
       }
       // Same size, written again: the weights would change under the mapping.
       fs::remove_all(copy);
@@ -89,8 +89,9 @@ class ChangedModelFilesTest : public QObject {
         const LoadedModel loaded = kvchat::load_model(copy.string());
         const timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
         QVERIFY(::utimensat(AT_FDCWD, file.c_str(), times, 0) == 0);
-        COMPARE_STR(turn_error(loaded), "the model file " + file +
-                                            " changed on disk after it was loaded (it was modified); load the model again");
+        COMPARE_STR(
+            turn_error(loaded),
+            "the model file " + file + " changed on disk after it was loaded (it was modified); load the model again");
         // Replaced by a new file under the same name (what a download or a copy over it does).
         fs::copy_file(file, file + ".new");
         fs::rename(file + ".new", file);

@@ -1,18 +1,18 @@
 // Bad model files each give their specific error, naming the file and the tensor or field. The tests
 // build the bad files from the real stories260K checkpoint.
+#include <sys/stat.h>
 #include <QTemporaryDir>
 #include <QtTest>
-#include "common/test_suite.h"
-#include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
+#include "common/test_suite.h"
 
 #include "common/json_fixture.h"
 #include "common/test_paths.h"
+#include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/safetensors.h"
-#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_checkpoint_errors {
@@ -216,7 +216,8 @@ void CheckpointErrorsTest::tensor_shape_differs_from_config() {
   auto config = kvchat::test::load_json(copy.config());
   config["intermediate_size"] = 86;  // the checkpoint's MLP is 172 wide
   write_bytes(copy.config(), config.dump());
-  expect_model_error(copy.directory, {copy.weights(), "'model.layers.0.mlp.gate_proj.weight'", "[172, 64]", "[86, 64]"});
+  expect_model_error(copy.directory,
+                     {copy.weights(), "'model.layers.0.mlp.gate_proj.weight'", "[172, 64]", "[86, 64]"});
 }
 
 void CheckpointErrorsTest::shard_missing_a_listed_tensor() {
@@ -278,7 +279,8 @@ void CheckpointErrorsTest::huge_context_costs_nothing_until_used() {
   generation.max_new_tokens = 40;
   const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
   Session huge_session(model, KvCacheMode::Contiguous), original_session(original, KvCacheMode::Contiguous);
-  QCOMPARE(huge_session.generate(prompt, generation).generated, original_session.generate(prompt, generation).generated);
+  QCOMPARE(huge_session.generate(prompt, generation).generated,
+           original_session.generate(prompt, generation).generated);
   QVERIFY(model->rope().ready_positions() <= 4096);
 
   for (const std::int64_t absurd : {std::int64_t(1) << 25, std::int64_t(1000000000000)}) {
@@ -297,13 +299,15 @@ void CheckpointErrorsTest::tokenizer_larger_than_the_vocabulary() {
   fs::permissions(tokenizer, fs::perms::owner_write, fs::perm_options::add);
   QCOMPARE(load_model_directory(copy.directory).tokenizer->vocab_size(), 512);  // its own tokenizer fits
 
-  fs::copy_file(shared_path("fixtures/tokenizers/llama3/tokenizer.json"), tokenizer, fs::copy_options::overwrite_existing);
+  fs::copy_file(shared_path("fixtures/tokenizers/llama3/tokenizer.json"), tokenizer,
+                fs::copy_options::overwrite_existing);
   try {
     load_model_directory(copy.directory);
     QFAIL("a 128,256-token tokenizer on a 512-token model must be refused");
   } catch (const ModelError& error) {
     const std::string message = error.what();
-    for (const std::string& fragment : std::vector<std::string>{tokenizer, "token ids up to 128255", "has 512 ids", "does not belong"})
+    for (const std::string& fragment :
+         std::vector<std::string>{tokenizer, "token ids up to 128255", "has 512 ids", "does not belong"})
       QVERIFY2(message.find(fragment) != std::string::npos, error.what());
   }
 }
@@ -349,7 +353,8 @@ void CheckpointErrorsTest::duplicate_names_and_absurd_shapes() {
   expect_model_error(copy.directory, {copy.weights(), "'model.norm.weight' is listed twice"});
 
   Checkpoint wrapped = original;
-  wrapped.header["unused.weight"] = {{"dtype", "F32"}, {"shape", {int64_t(1) << 62, int64_t(1) << 62}}, {"data_offsets", {0, 0}}};
+  wrapped.header["unused.weight"] = {
+      {"dtype", "F32"}, {"shape", {int64_t(1) << 62, int64_t(1) << 62}}, {"data_offsets", {0, 0}}};
   write_bytes(copy.weights(), encode(wrapped.header, wrapped.data));
   expect_model_error(copy.directory, {"'unused.weight'", "more elements than a file can hold"});
 
@@ -403,4 +408,3 @@ KVCHAT_TEST_APPLESS_MAIN(CheckpointErrorsTest)
 }  // namespace engine_test_checkpoint_errors
 
 #include "test_checkpoint_errors.moc"
-

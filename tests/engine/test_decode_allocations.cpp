@@ -12,11 +12,11 @@
 #include <new>
 
 #include "common/test_paths.h"
-#include "engine/kernels/thread_pool.h"
 #include "engine/cache/kv_cache.h"
+#include "engine/generation/session.h"
+#include "engine/kernels/thread_pool.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_weights.h"
-#include "engine/generation/session.h"
 
 // The operators below replace the whole program's: this suite is a program of its own
 // (tests/CMakeLists.txt), so that the other suites keep the allocator the sanitizers check.
@@ -145,8 +145,10 @@ void DecodeAllocationsTest::parallel_decode_step_allocates_nothing() {
   QFETCH(QString, dtype);
   QFETCH(int, gguf_type);
   const ModelConfig config = ModelConfig::from_json_text(kMidConfig, "mid-size test config");
-  const auto model = gguf_type < 0 ? LlamaModel::random(config, 3, dtype == "bf16" ? WeightDtype::BFloat16 : WeightDtype::Float32)
-                                   : std::make_shared<LlamaModel>(config, random_quantized_model_weights(config, 3, GgufType(gguf_type)));
+  const auto model =
+      gguf_type < 0
+          ? LlamaModel::random(config, 3, dtype == "bf16" ? WeightDtype::BFloat16 : WeightDtype::Float32)
+          : std::make_shared<LlamaModel>(config, random_quantized_model_weights(config, 3, GgufType(gguf_type)));
   // Crossing 256 positions switches attention to the thread pool.
   QCOMPARE(decode_allocations(*model, 240, 4, 40), 0L);
 }

@@ -6,10 +6,10 @@
 
 #include <QTemporaryDir>
 #include <QtTest>
-#include "common/test_suite.h"
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include "common/test_suite.h"
 
 #include "common/test_paths.h"
 #include "engine/model/llama_model.h"
@@ -77,18 +77,20 @@ void write_file(const std::string& path, const std::string& bytes) {
 }
 
 void write_hf_directory(const std::string& directory, const Shape& s, const Tensors& tensors) {
-  nlohmann::json config = {{"model_type", s.arch},          {"hidden_size", s.hidden},
-                           {"intermediate_size", s.inter},  {"num_hidden_layers", s.layers},
+  nlohmann::json config = {{"model_type", s.arch},           {"hidden_size", s.hidden},
+                           {"intermediate_size", s.inter},   {"num_hidden_layers", s.layers},
                            {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads},
-                           {"vocab_size", s.vocab},         {"max_position_embeddings", 128},
-                           {"rms_norm_eps", s.rms_norm_eps},         {"rope_theta", s.arch == "qwen2" ? 1000000.0 : 10000.0},
-                           {"tie_word_embeddings", s.tied}, {"hidden_act", "silu"},
-                           {"use_sliding_window", false},   {"sliding_window", 4096}};
+                           {"vocab_size", s.vocab},          {"max_position_embeddings", 128},
+                           {"rms_norm_eps", s.rms_norm_eps}, {"rope_theta", s.arch == "qwen2" ? 1000000.0 : 10000.0},
+                           {"tie_word_embeddings", s.tied},  {"hidden_act", "silu"},
+                           {"use_sliding_window", false},    {"sliding_window", 4096}};
   write_file(directory + "/config.json", config.dump());
   nlohmann::json header = nlohmann::json::object();
   std::string data;
   for (const auto& [name, tensor] : tensors) {
-    header[name] = {{"dtype", "F32"}, {"shape", tensor.sizes().vec()}, {"data_offsets", {data.size(), data.size() + tensor.nbytes()}}};
+    header[name] = {{"dtype", "F32"},
+                    {"shape", tensor.sizes().vec()},
+                    {"data_offsets", {data.size(), data.size() + tensor.nbytes()}}};
     data += tensor_bytes(tensor);
   }
   const std::string text = header.dump();
@@ -107,12 +109,19 @@ at::Tensor permute_for_gguf(const at::Tensor& w, std::int64_t heads) {
 }
 
 std::string gguf_name(const std::string& hf) {
-  static const std::vector<std::pair<std::string, std::string>> parts = {
-      {"model.embed_tokens.", "token_embd."}, {"model.layers.", "blk."}, {".input_layernorm.", ".attn_norm."},
-      {".self_attn.q_proj.", ".attn_q."}, {".self_attn.k_proj.", ".attn_k."}, {".self_attn.v_proj.", ".attn_v."},
-      {".self_attn.o_proj.", ".attn_output."}, {".post_attention_layernorm.", ".ffn_norm."},
-      {".mlp.gate_proj.", ".ffn_gate."}, {".mlp.up_proj.", ".ffn_up."}, {".mlp.down_proj.", ".ffn_down."},
-      {"model.norm.", "output_norm."}, {"lm_head.", "output."}};
+  static const std::vector<std::pair<std::string, std::string>> parts = {{"model.embed_tokens.", "token_embd."},
+                                                                         {"model.layers.", "blk."},
+                                                                         {".input_layernorm.", ".attn_norm."},
+                                                                         {".self_attn.q_proj.", ".attn_q."},
+                                                                         {".self_attn.k_proj.", ".attn_k."},
+                                                                         {".self_attn.v_proj.", ".attn_v."},
+                                                                         {".self_attn.o_proj.", ".attn_output."},
+                                                                         {".post_attention_layernorm.", ".ffn_norm."},
+                                                                         {".mlp.gate_proj.", ".ffn_gate."},
+                                                                         {".mlp.up_proj.", ".ffn_up."},
+                                                                         {".mlp.down_proj.", ".ffn_down."},
+                                                                         {"model.norm.", "output_norm."},
+                                                                         {"lm_head.", "output."}};
   std::string name = hf;
   for (const auto& [from, to] : parts)
     if (auto at = name.find(from); at != std::string::npos) name.replace(at, from.size(), to);
@@ -136,9 +145,12 @@ test::GgufPieces gguf_pieces(const Shape& s, const Tensors& tensors) {
   test::GgufPieces pieces;
   pieces.magic_and_version = std::string("GGUF") + std::string("\x03\x00\x00\x00", 4);
   const std::string& a = s.arch;
-  pieces.metadata = {kv_string("general.architecture", a), kv_u32(a + ".context_length", 128),
-                     kv_u32(a + ".embedding_length", s.hidden), kv_u32(a + ".block_count", s.layers),
-                     kv_u32(a + ".feed_forward_length", s.inter), kv_u32(a + ".attention.head_count", s.heads),
+  pieces.metadata = {kv_string("general.architecture", a),
+                     kv_u32(a + ".context_length", 128),
+                     kv_u32(a + ".embedding_length", s.hidden),
+                     kv_u32(a + ".block_count", s.layers),
+                     kv_u32(a + ".feed_forward_length", s.inter),
+                     kv_u32(a + ".attention.head_count", s.heads),
                      kv_u32(a + ".attention.head_count_kv", s.kv_heads),
                      kv_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_norm_eps)),
                      kv_f32(a + ".rope.freq_base", a == "qwen2" ? 1000000.f : 10000.f),
@@ -149,7 +161,8 @@ test::GgufPieces gguf_pieces(const Shape& s, const Tensors& tensors) {
     if (a == "llama" && (q || k)) tensor = permute_for_gguf(tensor, q ? s.heads : s.kv_heads);
     test::GgufTensorInfo info;
     info.name = gguf_name(name);
-    for (std::int64_t d = tensor.dim() - 1; d >= 0; --d) info.dims.push_back(static_cast<std::uint64_t>(tensor.size(d)));
+    for (std::int64_t d = tensor.dim() - 1; d >= 0; --d)
+      info.dims.push_back(static_cast<std::uint64_t>(tensor.size(d)));
     info.type = 0;  // F32
     info.offset = pieces.data.size();
     pieces.data += tensor_bytes(tensor);
@@ -238,7 +251,8 @@ void GgufLayoutsTest::rms_norm_epsilon_is_read_data() {
   QTest::addColumn<QString>("arch");
   QTest::addColumn<double>("eps");
   for (const char* arch : {"qwen2", "llama"})
-    for (double eps : {1e-6, 0.5}) QTest::newRow(qPrintable(QString("%1 %2").arg(arch).arg(eps))) << QString(arch) << eps;
+    for (double eps : {1e-6, 0.5})
+      QTest::newRow(qPrintable(QString("%1 %2").arg(arch).arg(eps))) << QString(arch) << eps;
 }
 
 // The standard key llama.cpp writes (attention.layer_norm_rms_epsilon) sets the epsilon: a file and a
@@ -275,7 +289,10 @@ void GgufLayoutsTest::qwen2_biases_are_used() {
   write_file(zero_bias_path, gguf_pieces(shape, tensors).bytes());
   const std::vector<TokenId> ids = {1, 5, 9, 13};
   const double difference =
-      (all_logits(*load_model(path).model, ids) - all_logits(*load_model(zero_bias_path).model, ids)).abs().max().item<double>();
+      (all_logits(*load_model(path).model, ids) - all_logits(*load_model(zero_bias_path).model, ids))
+          .abs()
+          .max()
+          .item<double>();
   QVERIFY2(difference > 1e-3, qPrintable(QString("biases changed the logits by only %1").arg(difference)));
 }
 
@@ -290,8 +307,10 @@ void GgufLayoutsTest::model_level_errors() {
     write_file(path, pieces.bytes());
     return path;
   };
-  expect_load_error(write_variant("arch.gguf", [](test::GgufPieces& p) { p.metadata[0] = kv_string("general.architecture", "gpt2"); }),
-                    "unsupported architecture 'gpt2'");
+  expect_load_error(
+      write_variant("arch.gguf",
+                    [](test::GgufPieces& p) { p.metadata[0] = kv_string("general.architecture", "gpt2"); }),
+      "unsupported architecture 'gpt2'");
   expect_load_error(write_variant("missing.gguf",
                                   [](test::GgufPieces& p) {
                                     for (auto& t : p.tensors)
@@ -301,12 +320,13 @@ void GgufLayoutsTest::model_level_errors() {
   expect_load_error(write_variant("shape.gguf",
                                   [](test::GgufPieces& p) {
                                     for (auto& t : p.tensors)
-                                      if (t.name == "blk.0.attn_k.weight") t.dims = {32, 64};  // same bytes, wrong shape
+                                      if (t.name == "blk.0.attn_k.weight")
+                                        t.dims = {32, 64};  // same bytes, wrong shape
                                   }),
                     "tensor blk.0.attn_k.weight has dimensions [32, 64] but the metadata needs [64, 32]");
-  expect_load_error(write_variant("rope.gguf",
-                                  [](test::GgufPieces& p) { p.metadata[9] = kv_u32("llama.rope.dimension_count", 8); }),
-                    "rope.dimension_count");
+  expect_load_error(
+      write_variant("rope.gguf", [](test::GgufPieces& p) { p.metadata[9] = kv_u32("llama.rope.dimension_count", 8); }),
+      "rope.dimension_count");
   // No epsilon: a guessed default would change every logit silently.
   expect_load_error(write_variant("eps.gguf",
                                   [](test::GgufPieces& p) {
@@ -315,8 +335,9 @@ void GgufLayoutsTest::model_level_errors() {
                                   }),
                     "metadata llama.attention.layer_norm_rms_epsilon (the RMSNorm epsilon) is missing");
   // block_count says fewer layers than the file has tensors for.
-  expect_load_error(write_variant("blocks.gguf", [](test::GgufPieces& p) { p.metadata[3] = kv_u32("llama.block_count", 1); }),
-                    "tensor blk.1.attn_norm.weight belongs to a layer past the 1 layers the metadata's block_count declares");
+  expect_load_error(
+      write_variant("blocks.gguf", [](test::GgufPieces& p) { p.metadata[3] = kv_u32("llama.block_count", 1); }),
+      "tensor blk.1.attn_norm.weight belongs to a layer past the 1 layers the metadata's block_count declares");
   // A vocabulary-only file has no weights.
   expect_load_error(test::shared_path("fixtures/gguf/llama3-vocab-only.gguf"), "tensor token_embd.weight is missing");
   // A file that is not GGUF at all.

@@ -26,9 +26,9 @@
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
 #include "engine/compute/compute_options.h"
+#include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
-#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_gguf_references {
@@ -40,10 +40,9 @@ using kvchat::test::token_list_text;
 
 namespace {
 
-const char* const kFiles[] = {"stories260K-F32",       "stories260K-Q8_0",       "stories260K-Q4_0",
-                              "tiny-llama-k-BF16",     "tiny-llama-k-F16",       "tiny-llama-k-Q8_0",
-                              "tiny-llama-k-Q4_0",     "tiny-llama-k-Q4_K_M",    "tiny-llama-k-Q5_K_M",
-                              "tiny-llama-k-Q6_K"};
+const char* const kFiles[] = {"stories260K-F32",     "stories260K-Q8_0",  "stories260K-Q4_0",  "tiny-llama-k-BF16",
+                              "tiny-llama-k-F16",    "tiny-llama-k-Q8_0", "tiny-llama-k-Q4_0", "tiny-llama-k-Q4_K_M",
+                              "tiny-llama-k-Q5_K_M", "tiny-llama-k-Q6_K"};
 
 std::string gguf_path(const QString& name) { return shared_path("fixtures/gguf/" + name.toStdString() + ".gguf"); }
 nlohmann::json reference_of(const QString& name) {
@@ -105,7 +104,8 @@ std::string greedy_disagreement(const LlamaModel& model, const nlohmann::json& g
   const auto margins = greedy["top2_margins"].get<std::vector<double>>();
   for (std::size_t step = 0; step < generated.size(); ++step) {
     if (margins[step] < threshold) continue;
-    const auto ours = static_cast<TokenId>(logits[static_cast<std::int64_t>(prompt.size() - 1 + step)].argmax().item<std::int64_t>());
+    const auto ours =
+        static_cast<TokenId>(logits[static_cast<std::int64_t>(prompt.size() - 1 + step)].argmax().item<std::int64_t>());
     if (ours != generated[step])
       return "step " + std::to_string(step) + ": ours " + std::to_string(ours) + ", reference " +
              std::to_string(generated[step]) + " (margin " + std::to_string(margins[step]) + ")";
@@ -153,9 +153,11 @@ void GgufReferencesTest::logits_match() {
   const bool is_f32 = !reference.contains("dequantized_f32");
   // The exact engine's tolerance against f32 logits, and llama.cpp's quantization step dq.
   const double max_logit = reference.value("max_abs_logit_all_positions", reference["max_abs_logit"].get<double>());
-  const double dq = is_f32 ? 0.0 : reference["dequantized_f32"]["max_abs_diff_vs_quantized_all_positions"].get<double>();
+  const double dq =
+      is_f32 ? 0.0 : reference["dequantized_f32"]["max_abs_diff_vs_quantized_all_positions"].get<double>();
   const double exact = 1e-4 + 2e-5 * max_logit + rounding_allowance(reference, dq);
-  const nlohmann::json& exact_rows = is_f32 ? reference["teacher_forced"] : reference["dequantized_f32"]["teacher_forced"];
+  const nlohmann::json& exact_rows =
+      is_f32 ? reference["teacher_forced"] : reference["dequantized_f32"]["teacher_forced"];
 
   double worst_exact = 0, worst_llama_cpp = 0;
   for (std::size_t k = 0; k < reference["teacher_forced"].size(); ++k) {
@@ -168,13 +170,19 @@ void GgufReferencesTest::logits_match() {
       for (const at::Tensor& ours : {batched[positions[j]], stepped[positions[j]]}) {
         const double vs_exact = max_difference(ours, twin["logits"][j]);
         QVERIFY2(vs_exact <= exact, qPrintable(QString("sequence %1 position %2: %3 from the f32 logits (tolerance %4)")
-                                                   .arg(k).arg(positions[j]).arg(vs_exact).arg(exact)));
+                                                   .arg(k)
+                                                   .arg(positions[j])
+                                                   .arg(vs_exact)
+                                                   .arg(exact)));
         const double vs_llama_cpp = max_difference(ours, llama_cpp["logits"][j]);
         worst_exact = std::max(worst_exact, vs_exact);
         worst_llama_cpp = std::max(worst_llama_cpp, vs_llama_cpp);
         QVERIFY2(vs_llama_cpp <= 2 * dq + exact,
                  qPrintable(QString("sequence %1 position %2: %3 from llama.cpp's logits (tolerance %4)")
-                                .arg(k).arg(positions[j]).arg(vs_llama_cpp).arg(2 * dq + exact)));
+                                .arg(k)
+                                .arg(positions[j])
+                                .arg(vs_llama_cpp)
+                                .arg(2 * dq + exact)));
       }
     }
   }
@@ -189,7 +197,8 @@ void GgufReferencesTest::greedy_ids_match() {
   const auto model = model_of(file);
   const nlohmann::json reference = reference_of(file);
   const bool is_f32 = !reference.contains("dequantized_f32");
-  const double dq = is_f32 ? 0.0 : reference["dequantized_f32"]["max_abs_diff_vs_quantized_all_positions"].get<double>();
+  const double dq =
+      is_f32 ? 0.0 : reference["dequantized_f32"]["max_abs_diff_vs_quantized_all_positions"].get<double>();
   // llama.cpp's own greedy path: its ids wherever its margin is at least 2*dq (every step for F32).
   for (const nlohmann::json& greedy : reference["greedy"]) {
     const std::string problem = greedy_disagreement(*model, greedy, 2 * dq);
@@ -213,7 +222,8 @@ void GgufReferencesTest::greedy_ids_match() {
     const std::vector<TokenId> generated = session.generate(prompt, config).generated;
     QVERIFY(generated.size() >= sure);
     QVERIFY2(std::equal(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(sure), generated.begin()),
-             qPrintable(QString::fromStdString("expected " + token_list_text(expected) + "\n got " + token_list_text(generated))));
+             qPrintable(QString::fromStdString("expected " + token_list_text(expected) + "\n got " +
+                                               token_list_text(generated))));
   }
 }
 
@@ -235,7 +245,8 @@ void GgufReferencesTest::long_prompt_agrees_with_its_steps() {
   const double difference = (batched - stepped).abs().max().item<double>();
   if (fast_kernels_enabled() && has_rounded_inputs(reference_of(file)))
     QVERIFY2(at::equal(batched, stepped), qPrintable(QString("largest difference %1, expected none").arg(difference)));
-  QVERIFY2(difference <= 1e-3 * scale, qPrintable(QString("largest difference %1 of logits up to %2").arg(difference).arg(scale)));
+  QVERIFY2(difference <= 1e-3 * scale,
+           qPrintable(QString("largest difference %1 of logits up to %2").arg(difference).arg(scale)));
   qInfo("%s: largest difference %g of logits up to %g", qPrintable(file), difference, scale);
   const at::Tensor top2 = std::get<0>(stepped.topk(2, 1));
   for (std::int64_t position = 0; position < length; ++position) {

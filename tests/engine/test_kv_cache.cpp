@@ -122,7 +122,8 @@ void KvCacheTest::naive_and_contiguous_hold_the_same_values() {
   }
   naive.truncate(4);
   contiguous.truncate(4);
-  for (int layer = 0; layer < 3; ++layer) QVERIFY(at::equal(naive.view(layer, 4).first, contiguous.view(layer, 4).first));
+  for (int layer = 0; layer < 3; ++layer)
+    QVERIFY(at::equal(naive.view(layer, 4).first, contiguous.view(layer, 4).first));
   QCOMPARE(naive.bytes(), contiguous.bytes());
 }
 

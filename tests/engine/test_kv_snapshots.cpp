@@ -24,9 +24,9 @@
 #include "common/snapshot_support.h"
 #include "common/test_paths.h"
 #include "engine/cache/kv_snapshot.h"
+#include "engine/cache/session_pool.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
-#include "engine/cache/session_pool.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_kv_snapshots {
@@ -54,7 +54,8 @@ class KvSnapshotsTest : public QObject {
 
  private:
   std::shared_ptr<SnapshotStore> make_store(const QTemporaryDir& folder, const SnapshotKey& key = {}) const {
-    return std::make_shared<SnapshotStore>(folder.path().toStdString(), 0, fingerprint_, loaded_.model->cache_shape(), key);
+    return std::make_shared<SnapshotStore>(folder.path().toStdString(), 0, fingerprint_, loaded_.model->cache_shape(),
+                                           key);
   }
 
   // Conversation 1's first turn, its snapshot written: returns the snapshot's path.
@@ -134,8 +135,7 @@ class KvSnapshotsTest : public QObject {
     QByteArray header_flipped = valid;
     header_flipped[20] = static_cast<char>(header_flipped[20] ^ 0x10);
     expect_rejected(folder, path, header_flipped, "header checksum mismatch", Then::LeftAlone);
-    const Flip flips[] = {
-                          {130, "token checksum mismatch"},
+    const Flip flips[] = {{130, "token checksum mismatch"},
                           {128 + 4 * (40 + 19) - 1, "token checksum mismatch"},
                           {static_cast<int>(valid.size()) - 1, "K/V data checksum mismatch"},
                           {static_cast<int>(valid.size()) / 2, "K/V data checksum mismatch"}};
@@ -165,8 +165,8 @@ class KvSnapshotsTest : public QObject {
     const std::uint32_t version = kvchat::kSnapshotFormatVersion + 1;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
     // Another kvchat's file: left for it.
-    expect_rejected(folder, path, test::with_header_checksum(bytes), "has format version 3; this kvchat reads version 2",
-                    Then::LeftAlone);
+    expect_rejected(folder, path, test::with_header_checksum(bytes),
+                    "has format version 3; this kvchat reads version 2", Then::LeftAlone);
   }
 
   // A snapshot the first kvchat wrote (format version 1: the conversation's transcript between the tokens
@@ -290,7 +290,8 @@ class KvSnapshotsTest : public QObject {
         ++none;
         return;
       }
-      const kvchat::LoadedSnapshot loaded = kvchat::read_snapshot_file(path, fingerprint_.hash, shape);  // throws if partial
+      const kvchat::LoadedSnapshot loaded =
+          kvchat::read_snapshot_file(path, fingerprint_.hash, shape);  // throws if partial
       const int which = loaded.header.tokens[0] - 5;
       QVERIFY(which == 0 || which == 1);
       QVERIFY(loaded.header.tokens == snapshots[which].tokens);
@@ -339,13 +340,15 @@ class KvSnapshotsTest : public QObject {
       SessionPool pool(loaded_.model, store);
       for (int conversation : {1, 2, 7, 8}) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));  // unambiguous file times for the budget
-        pool.acquire(conversation, KvCacheMode::Contiguous).generate(test::made_up_prompt(40, conversation), test::greedy(4));
+        pool.acquire(conversation, KvCacheMode::Contiguous)
+            .generate(test::made_up_prompt(40, conversation), test::greedy(4));
         QVERIFY(pool.save_snapshot(conversation));
         store->flush();
         if (conversation == 1) QVERIFY(fs::is_regular_file(own + "/c-1.kvsnap"));  // written through the cache link
         if (conversation == 2) QVERIFY(!fs::exists(own + "/c-1.kvsnap") && fs::is_regular_file(own + "/c-2.kvsnap"));
       }
-      QVERIFY2(log.contains(own.substr(own.size() - 16) + "/c-7.kvsnap exists and is not a KV snapshot of this installation"),
+      QVERIFY2(log.contains(own.substr(own.size() - 16) +
+                            "/c-7.kvsnap exists and is not a KV snapshot of this installation"),
                log.all().c_str());
       QVERIFY2(log.contains("/c-8.kvsnap exists and is not a KV snapshot of this installation"), log.all().c_str());
       // Lookups see neither as a snapshot (and say so once).
@@ -371,8 +374,9 @@ class KvSnapshotsTest : public QObject {
       SnapshotStore store(second.path().toStdString(), 0, fingerprint_, loaded_.model->cache_shape());
       QFAIL("a store over a model folder that is a symbolic link");
     } catch (const kvchat::SnapshotError& error) {
-      QVERIFY2(std::string(error.what()).find(fingerprint_.hex() + " is a symbolic link or not a folder: kvchat keeps "
-                                              "snapshots only in a folder of its own") != std::string::npos,
+      QVERIFY2(std::string(error.what())
+                       .find(fingerprint_.hex() + " is a symbolic link or not a folder: kvchat keeps "
+                                                  "snapshots only in a folder of its own") != std::string::npos,
                error.what());
     }
     QVERIFY(fs::is_empty(target.path().toStdString()));
@@ -403,7 +407,8 @@ class KvSnapshotsTest : public QObject {
     QCOMPARE(result.stats.restored_tokens, 0);
     kvchat::Session fresh(loaded_.model, KvCacheMode::Contiguous);
     QCOMPARE(result.generated, fresh.generate(prompt, test::greedy(4)).generated);
-    QVERIFY2(log.contains("/long-0.kvsnap holds 1048576 tokens, more than this model's context of 512"), log.all().c_str());
+    QVERIFY2(log.contains("/long-0.kvsnap holds 1048576 tokens, more than this model's context of 512"),
+             log.all().c_str());
     for (int link = 0; link < 12; ++link) QVERIFY(fs::exists(directory + "/long-" + std::to_string(link) + ".kvsnap"));
   }
 
@@ -459,7 +464,8 @@ class KvSnapshotsTest : public QObject {
       kvchat::read_snapshot_header(path);
       QFAIL("a header whose sizes wrap around was accepted");
     } catch (const kvchat::SnapshotError& error) {
-      QCOMPARE(std::string(error.what()), "snapshot " + path + ": its header's shape gives more bytes than a file can hold");
+      QCOMPARE(std::string(error.what()),
+               "snapshot " + path + ": its header's shape gives more bytes than a file can hold");
       QVERIFY(error.kind == kvchat::SnapshotError::Kind::Damaged);
     }
   }
@@ -491,7 +497,8 @@ class KvSnapshotsTest : public QObject {
     // A snapshot of the unkeyed form (as written before the installation had a key) is deleted.
     QTemporaryDir unkeyed;
     const std::string unkeyed_path = write_first_turn(unkeyed);
-    expect_rejected(unkeyed, unkeyed_path, test::read_bytes(unkeyed_path), "has no installation key", Then::Deleted, mine);
+    expect_rejected(unkeyed, unkeyed_path, test::read_bytes(unkeyed_path), "has no installation key", Then::Deleted,
+                    mine);
   }
 
   // describe(key) reads a chat's snapshot header only (a damaged K/V section does not stop it, as it stops

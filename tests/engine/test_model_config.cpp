@@ -2,13 +2,13 @@
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
-#include "common/test_suite.h"
 #include <filesystem>
+#include "common/test_suite.h"
 
 #include "common/json_fixture.h"
 #include "common/test_paths.h"
-#include "engine/model/llama_model.h"
 #include "engine/generation/session.h"
+#include "engine/model/llama_model.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_model_config {
@@ -55,15 +55,19 @@ void ModelConfigTest::real_configs() {
   QCOMPARE(config.head_dim, head_dim);
   const auto& scaling = raw["rope_scaling"];
   if (scaling.is_object()) {
-    QCOMPARE(QString::fromStdString(config.rope_scaling.rope_type), QString::fromStdString(scaling["rope_type"].get<std::string>()));
+    QCOMPARE(QString::fromStdString(config.rope_scaling.rope_type),
+             QString::fromStdString(scaling["rope_type"].get<std::string>()));
     QCOMPARE(config.rope_scaling.factor, scaling["factor"].get<double>());
-    QCOMPARE(config.rope_scaling.original_max_position_embeddings, scaling["original_max_position_embeddings"].get<int64_t>());
+    QCOMPARE(config.rope_scaling.original_max_position_embeddings,
+             scaling["original_max_position_embeddings"].get<int64_t>());
   } else {
     QCOMPARE(QString::fromStdString(config.rope_scaling.rope_type), QString("default"));
   }
   std::vector<TokenId> eos;
-  if (raw["eos_token_id"].is_array()) eos = raw["eos_token_id"].get<std::vector<TokenId>>();
-  else eos = {raw["eos_token_id"].get<TokenId>()};
+  if (raw["eos_token_id"].is_array())
+    eos = raw["eos_token_id"].get<std::vector<TokenId>>();
+  else
+    eos = {raw["eos_token_id"].get<TokenId>()};
   QVERIFY(config.eos_token_ids == eos);
 }
 

@@ -10,12 +10,12 @@
 #include "common/reference_forward.h"
 #include "common/run_c_reference.h"
 #include "common/test_paths.h"
-#include "engine/compute/compute_options.h"
 #include "engine/cache/kv_cache.h"
+#include "engine/compute/compute_options.h"
+#include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/rope.h"
-#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_model_fidelity {
@@ -101,8 +101,10 @@ void ModelFidelityTest::tiny_llama3_logits_match_transformers() {
       QCOMPARE(cache->size(), static_cast<int64_t>(input.size()));
     }
     at::Tensor last = all[-1], row0 = all[0];
-    double last_error = (last - at::tensor(reference["logits_last"].get<std::vector<float>>())).abs().max().item<double>();
-    double row0_error = (row0 - at::tensor(reference["logits_row_0"].get<std::vector<float>>())).abs().max().item<double>();
+    double last_error =
+        (last - at::tensor(reference["logits_last"].get<std::vector<float>>())).abs().max().item<double>();
+    double row0_error =
+        (row0 - at::tensor(reference["logits_row_0"].get<std::vector<float>>())).abs().max().item<double>();
     QVERIFY2(last_error < 1e-3, qPrintable(QString("%1: logits_last differ by %2").arg(mode).arg(last_error)));
     QVERIFY2(row0_error < 1e-3, qPrintable(QString("%1: logits_row_0 differ by %2").arg(mode).arg(row0_error)));
     std::vector<TokenId> argmax(all.size(0));
@@ -126,9 +128,10 @@ void ModelFidelityTest::tiny_llama3_greedy_continuation() {
     config.stop_token_ids = {-1};  // the reference runs all 24 steps, through any end-of-sequence id
     Session session(model, mode);
     auto result = session.generate(ids_of(reference["greedy_prompt"]), config);
-    QVERIFY2(result.generated == expected,
-             qPrintable(QString::fromStdString(std::string(to_string(mode)) + ": expected " + token_list_text(expected) +
-                                               "\n got " + token_list_text(result.generated))));
+    QVERIFY2(
+        result.generated == expected,
+        qPrintable(QString::fromStdString(std::string(to_string(mode)) + ": expected " + token_list_text(expected) +
+                                          "\n got " + token_list_text(result.generated))));
   }
 }
 
@@ -143,7 +146,7 @@ void ModelFidelityTest::rope_tables_match_transformers() {
   auto table = load_json(shared_path("fixtures/reference/rope.json"))[name.toStdString()];
   std::string config_file = table["config"].get<std::string>();
   std::string config_path = config_file.find('/') == std::string::npos ? shared_path("fixtures/configs/" + config_file)
-                                                                        : shared_path(config_file);
+                                                                       : shared_path(config_file);
   ModelConfig config = ModelConfig::from_file(config_path);
   QCOMPARE(config.head_dim, table["head_dim"].get<int64_t>());
   at::Tensor inv_freq = rope_inverse_frequencies(config);
@@ -154,8 +157,9 @@ void ModelFidelityTest::rope_tables_match_transformers() {
   for (size_t i = 0; i < positions.size(); ++i) {
     double cos_error = (cos[i] - at::tensor(table["cos"][i].get<std::vector<float>>())).abs().max().item<double>();
     double sin_error = (sin[i] - at::tensor(table["sin"][i].get<std::vector<float>>())).abs().max().item<double>();
-    QVERIFY2(cos_error < 1e-5 && sin_error < 1e-5,
-             qPrintable(QString("position %1: cos error %2, sin error %3").arg(positions[i]).arg(cos_error).arg(sin_error)));
+    QVERIFY2(
+        cos_error < 1e-5 && sin_error < 1e-5,
+        qPrintable(QString("position %1: cos error %2, sin error %3").arg(positions[i]).arg(cos_error).arg(sin_error)));
   }
 }
 
@@ -189,11 +193,10 @@ void ModelFidelityTest::row_exact_forward_equals_decode_steps() {
   QFETCH(QString, layers);
   const std::string directory = shared_path("models/tiny-llama3-random");
   ModelConfig config = ModelConfig::from_directory(directory);
-  ModelWeights weights =
-      layers == "bf16" ? load_model_weights(directory, config, WeightDtype::BFloat16)
-                       : load_model_weights(directory, config, WeightDtype::Float32);
+  ModelWeights weights = layers == "bf16" ? load_model_weights(directory, config, WeightDtype::BFloat16)
+                                          : load_model_weights(directory, config, WeightDtype::Float32);
   config.tie_word_embeddings = false;  // the lm_head below replaces the tied one
-  ModelConfig head_only = config;  // one small layer: the lm_head [vocab, hidden] is what is taken
+  ModelConfig head_only = config;      // one small layer: the lm_head [vocab, hidden] is what is taken
   head_only.num_hidden_layers = 1;
   head_only.intermediate_size = 256;
   weights.lm_head = random_quantized_model_weights(head_only, 5, GgufType::Q6_K).lm_head;
@@ -213,13 +216,15 @@ void ModelFidelityTest::row_exact_forward_equals_decode_steps() {
       model->decode(ids[static_cast<std::size_t>(i)], i, *cache, context);
       const at::Tensor step = at::from_blob(context.logits.data(), {config.vocab_size}, at::kFloat);
       QVERIFY2(same(step, whole[i]), qPrintable(QString("%1 cache, position %2: differs by %3")
-                                                         .arg(to_string(mode)).arg(i)
-                                                         .arg((step - whole[i]).abs().max().item<double>())));
+                                                    .arg(to_string(mode))
+                                                    .arg(i)
+                                                    .arg((step - whole[i]).abs().max().item<double>())));
     }
     auto split = make_kv_cache(mode, model->cache_shape());
     model->forward(std::vector<TokenId>(ids.begin(), ids.begin() + 5), 0, split.get());
     const at::Tensor tail = model->forward(std::vector<TokenId>(ids.begin() + 5, ids.end()), 5, split.get(), true);
-    QVERIFY2(same(tail, whole.narrow(0, 5, positions - 5)), qPrintable(QString("%1 cache: the tail differs").arg(to_string(mode))));
+    QVERIFY2(same(tail, whole.narrow(0, 5, positions - 5)),
+             qPrintable(QString("%1 cache: the tail differs").arg(to_string(mode))));
   }
 }
 
@@ -265,7 +270,8 @@ void ModelFidelityTest::forward_agrees_with_the_oracle() {
   const std::vector<TokenId> generated = session.generate(ids, config).generated;
   std::vector<TokenId> sequence = ids, oracle;
   for (int step = 0; step < config.max_new_tokens; ++step) {
-    const auto next = static_cast<TokenId>(kvchat::test::reference_forward(*llama, sequence, 0, nullptr).argmax().item<std::int64_t>());
+    const auto next = static_cast<TokenId>(
+        kvchat::test::reference_forward(*llama, sequence, 0, nullptr).argmax().item<std::int64_t>());
     oracle.push_back(next);
     sequence.push_back(next);
   }

@@ -1,10 +1,10 @@
 // The sampler chain: seeds reproduce, degenerate settings equal greedy, and 10,000 draws follow the
 // filtered distribution (computed independently here) for top-k, top-p and min-p.
 #include <QtTest>
-#include "common/test_suite.h"
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include "common/test_suite.h"
 
 #include "engine/generation/sampler.h"
 
@@ -90,7 +90,9 @@ void SamplerTest::draws_follow_filtered_distribution() {
   Sampler sampler(params);
   std::vector<double> expected = reference_distribution(temperature, top_k, top_p, min_p);
   std::vector<double> reported = sampler.probabilities(kLogits.data(), kLogits.size(), {});
-  for (size_t i = 0; i < expected.size(); ++i) QVERIFY2(std::abs(reported[i] - expected[i]) < 1e-6, qPrintable(QString("token %1: %2 vs %3").arg(i).arg(reported[i]).arg(expected[i])));
+  for (size_t i = 0; i < expected.size(); ++i)
+    QVERIFY2(std::abs(reported[i] - expected[i]) < 1e-6,
+             qPrintable(QString("token %1: %2 vs %3").arg(i).arg(reported[i]).arg(expected[i])));
 
   const int draws = 10000;
   std::vector<int> counts(kLogits.size(), 0);
@@ -104,7 +106,11 @@ void SamplerTest::draws_follow_filtered_distribution() {
     // Tolerance: 4.5 standard deviations of a binomial frequency (a false failure is ~1 in 10^5).
     double tolerance = 4.5 * std::sqrt(expected[i] * (1 - expected[i]) / draws) + 1e-3;
     QVERIFY2(std::abs(frequency - expected[i]) < tolerance,
-             qPrintable(QString("token %1: frequency %2, expected %3 +- %4").arg(i).arg(frequency).arg(expected[i]).arg(tolerance)));
+             qPrintable(QString("token %1: frequency %2, expected %3 +- %4")
+                            .arg(i)
+                            .arg(frequency)
+                            .arg(expected[i])
+                            .arg(tolerance)));
   }
 }
 

@@ -2,16 +2,16 @@
 // prefix, a prefix copied from another session, the stop flag from another thread and between prefill
 // chunks, and the context limit.
 #include <QtTest>
-#include "common/test_suite.h"
 #include <atomic>
 #include <limits>
 #include <thread>
+#include "common/test_suite.h"
 
 #include "common/test_paths.h"
+#include "engine/generation/session.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
-#include "engine/generation/session.h"
 
 #include <ATen/ATen.h>
 
@@ -30,8 +30,8 @@ std::shared_ptr<const LlamaModel> load(const std::string& relative) {
   return LlamaModel::from_checkpoint(path, ModelConfig::from_directory(path));
 }
 
-GenerationResult run(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode, const std::vector<TokenId>& prompt,
-                     int max_new_tokens, SamplingParams sampling = {}) {
+GenerationResult run(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode,
+                     const std::vector<TokenId>& prompt, int max_new_tokens, SamplingParams sampling = {}) {
   GenerationConfig config;
   config.cache_mode = mode;
   config.max_new_tokens = max_new_tokens;
@@ -245,7 +245,8 @@ void SessionTest::stop_between_prefill_chunks() {
   // Unasked, or never stopped, it runs to the end as before.
   stop = false;
   asked.clear();
-  auto resumed = session.generate(prompt, config, &stop, {}, [&](std::int64_t cached_tokens) { asked.push_back(cached_tokens); });
+  auto resumed =
+      session.generate(prompt, config, &stop, {}, [&](std::int64_t cached_tokens) { asked.push_back(cached_tokens); });
   QCOMPARE(asked, (std::vector<std::int64_t>{11}));
   QCOMPARE(resumed.stats.prefilled_tokens, 3);
   QVERIFY(resumed.generated == run(model, KvCacheMode::Off, prompt, 10).generated);
@@ -386,18 +387,19 @@ void SessionTest::logprobs_are_the_log_softmax_of_the_logits() {
     config.top_logprobs = 3;
     Session session(model, KvCacheMode::Contiguous);
     std::vector<TokenLogprobs> reported;
-    const GenerationResult result = session.generate(prompt, config, nullptr, [&](TokenId, const DecodeProgress& progress) {
-      QVERIFY(progress.logprobs);
-      reported.push_back(*progress.logprobs);
-    });
+    const GenerationResult result =
+        session.generate(prompt, config, nullptr, [&](TokenId, const DecodeProgress& progress) {
+          QVERIFY(progress.logprobs);
+          reported.push_back(*progress.logprobs);
+        });
     QCOMPARE(reported.size(), result.generated.size());
     std::vector<TokenId> sequence = prompt;
     for (std::size_t i = 0; i < result.generated.size(); ++i) {
       at::Tensor logits = model->forward(sequence, 0, nullptr).clone();
       // The CTRL-style penalty over the last `repetition_window` ids, each distinct id once.
       if (sampling.repetition_penalty != 1.0f) {
-        std::vector<TokenId> window(sequence.end() - std::min<std::ptrdiff_t>(sequence.size(), sampling.repetition_window),
-                                    sequence.end());
+        std::vector<TokenId> window(
+            sequence.end() - std::min<std::ptrdiff_t>(sequence.size(), sampling.repetition_window), sequence.end());
         std::sort(window.begin(), window.end());
         window.erase(std::unique(window.begin(), window.end()), window.end());
         for (TokenId id : window) {
@@ -410,7 +412,10 @@ void SessionTest::logprobs_are_the_log_softmax_of_the_logits() {
       const TokenId chosen = result.generated[i];
       QCOMPARE(reported[i].chosen.token, chosen);
       QVERIFY2(std::abs(reported[i].chosen.logprob - expected[chosen].item<double>()) < 1e-4,
-               qPrintable(QString("token %1: %2 against %3").arg(i).arg(reported[i].chosen.logprob).arg(expected[chosen].item<double>())));
+               qPrintable(QString("token %1: %2 against %3")
+                              .arg(i)
+                              .arg(reported[i].chosen.logprob)
+                              .arg(expected[chosen].item<double>())));
       const at::Tensor best = std::get<1>(expected.topk(3));
       QCOMPARE(reported[i].top.size(), std::size_t(3));
       for (int j = 0; j < 3; ++j) {

@@ -5,8 +5,8 @@
 #include "common/test_suite.h"
 
 #include "common/test_paths.h"
-#include "engine/model/model_loader.h"
 #include "engine/cache/session_pool.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_session_pool {

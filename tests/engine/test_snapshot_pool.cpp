@@ -14,9 +14,9 @@
 #include "common/snapshot_support.h"
 #include "common/test_paths.h"
 #include "engine/cache/kv_snapshot.h"
+#include "engine/cache/session_pool.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
-#include "engine/cache/session_pool.h"
 
 Q_DECLARE_METATYPE(kvchat::KvCacheMode)
 
@@ -29,7 +29,6 @@ using kvchat::SessionPool;
 using kvchat::SnapshotStore;
 using kvchat::TokenId;
 namespace test = kvchat::test;
-
 
 class SnapshotPoolTest : public QObject {
   Q_OBJECT
@@ -77,7 +76,7 @@ class SnapshotPoolTest : public QObject {
       QCOMPARE(first_process.acquire(1, mode).generate(prompt, config).generated, reference.generated);
       QVERIFY(first_process.save_snapshot(1));
       QVERIFY(!first_process.save_snapshot(1));  // nothing new since the last one
-    }  // the store's destructor finishes the write
+    }                                            // the store's destructor finishes the write
 
     SessionPool second_process(loaded.model, make_store(folder, loaded));
     for (int turn = 2; turn <= 3; ++turn) {
@@ -166,11 +165,14 @@ class SnapshotPoolTest : public QObject {
     const std::int64_t budget = snapshot_bytes * 5 / 2;
     auto store = make_store(folder, stories_, budget);
     SessionPool pool(stories_.model, store);
-    auto exists = [&](int conversation) { return std::filesystem::exists(store->path_for(pool.snapshot_key(conversation))); };
+    auto exists = [&](int conversation) {
+      return std::filesystem::exists(store->path_for(pool.snapshot_key(conversation)));
+    };
     for (int conversation = 1; conversation <= 6; ++conversation) {
       // File times have the kernel clock's granularity (a few ms): keep the writes' order unambiguous.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      pool.acquire(conversation, KvCacheMode::Contiguous).generate(test::made_up_prompt(40, conversation), test::greedy(8));
+      pool.acquire(conversation, KvCacheMode::Contiguous)
+          .generate(test::made_up_prompt(40, conversation), test::greedy(8));
       pool.save_snapshot(conversation);
       store->flush();
       QVERIFY(store->folder_bytes() <= budget + snapshot_bytes);

@@ -26,8 +26,7 @@ namespace {
 std::vector<at::Tensor> all_weights(const LlamaModel& model) {
   std::vector<at::Tensor> tensors = {model.weights().embedding.weight};
   for (const LayerWeights& layer : model.weights().layers)
-    for (const Linear* linear : layer.matrices())
-      tensors.push_back(linear->weight);
+    for (const Linear* linear : layer.matrices()) tensors.push_back(linear->weight);
   return tensors;
 }
 
@@ -48,7 +47,8 @@ std::vector<std::pair<std::uintptr_t, std::uintptr_t>> mapped_ranges(const std::
   return ranges;
 }
 
-bool inside(const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& ranges, const void* data, std::int64_t bytes) {
+bool inside(const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& ranges, const void* data,
+            std::int64_t bytes) {
   const auto begin = reinterpret_cast<std::uintptr_t>(data);
   for (const auto& [first, last] : ranges)
     if (begin >= first && begin + static_cast<std::uintptr_t>(bytes) <= last) return true;
@@ -133,8 +133,10 @@ void WeightStorageTest::gguf_blocks_stay_in_the_mapped_file() {
     QVERIFY2(inside(ranges, linear.data(), linear.bytes()) == !copied, tensor_name.c_str());
   };
   expect(model.weights().embedding, "token_embd.weight", false);
-  if (stored.find_tensor("output.weight")) expect(model.weights().lm_head, "output.weight", false);
-  else QCOMPARE(model.weights().lm_head.data(), model.weights().embedding.data());
+  if (stored.find_tensor("output.weight"))
+    expect(model.weights().lm_head, "output.weight", false);
+  else
+    QCOMPARE(model.weights().lm_head.data(), model.weights().embedding.data());
   for (std::size_t i = 0; i < model.weights().layers.size(); ++i) {
     const LayerWeights& layer = model.weights().layers[i];
     const std::string prefix = "blk." + std::to_string(i) + ".";

@@ -47,8 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Conversation conversation = conversation_from(parts.size() > 1 ? parts[1] : "");
   try {
     const auto formatter = kvchat::ChatFormatter::from_template(parts[0], "<s>", "</s>", "fuzz template");
-    formatter.render_prompt(conversation.messages, conversation.add_generation_prompt,
-                            nlohmann::ordered_json::object(), "2026-07-26");
+    formatter.render_prompt(conversation.messages, conversation.add_generation_prompt, nlohmann::ordered_json::object(),
+                            "2026-07-26");
   } catch (const kvchat::TemplateError&) {
   }
   return 0;

@@ -30,13 +30,14 @@ void read_metadata(const kvchat::GgufFile& file) {
         case GgufValueType::Bool: file.get_bool(entry.key); break;
         case GgufValueType::Array:
           file.get_array_length(entry.key);
-          if (entry.element_type == GgufValueType::String) file.get_string_array(entry.key);
-          else if (entry.element_type == GgufValueType::Float32) file.get_float_array(entry.key);
-          else file.get_int_array(entry.key);
+          if (entry.element_type == GgufValueType::String)
+            file.get_string_array(entry.key);
+          else if (entry.element_type == GgufValueType::Float32)
+            file.get_float_array(entry.key);
+          else
+            file.get_int_array(entry.key);
           break;
-        default:
-          file.get_int64(entry.key);
-          file.get_uint32(entry.key);
+        default: file.get_int64(entry.key); file.get_uint32(entry.key);
       }
     } catch (const kvchat::ModelError&) {
     }

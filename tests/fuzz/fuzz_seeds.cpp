@@ -65,14 +65,19 @@ std::string small_tokenizer(nlohmann::json tokenizer) {
 }
 
 void tokenizer_seeds(const Seeds& seeds) {
-  const std::vector<std::string> texts = {"Hello world", "Once upon a time, Lily went to the park.\n",
-                                          "<s>[INST] hi [/INST]", "<|begin_of_text|><|eot_id|> caf\xC3\xA9 \xF0\x9F\x98\x80",
-                                          "  leading\tand 12345 trailing  ", ""};
+  const std::vector<std::string> texts = {"Hello world",
+                                          "Once upon a time, Lily went to the park.\n",
+                                          "<s>[INST] hi [/INST]",
+                                          "<|begin_of_text|><|eot_id|> caf\xC3\xA9 \xF0\x9F\x98\x80",
+                                          "  leading\tand 12345 trailing  ",
+                                          ""};
   const std::string stories = seeds.read("models/stories260K/tokenizer.json");
   const std::string stories_config = seeds.read("models/stories260K/tokenizer_config.json");
-  const std::string llama2 = small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama2/tokenizer.json")));
+  const std::string llama2 =
+      small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama2/tokenizer.json")));
   const std::string llama2_config = seeds.read("fixtures/tokenizers/llama2/tokenizer_config.json");
-  const std::string llama3 = small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama3/tokenizer.json")));
+  const std::string llama3 =
+      small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama3/tokenizer.json")));
   const std::string llama3_config = seeds.read("fixtures/tokenizers/llama3/tokenizer_config.json");
   seeds.write("tokenizer", "stories260K", stories);
   seeds.write("tokenizer", "llama2_small", llama2);
@@ -122,13 +127,13 @@ void model_config_seeds(const Seeds& seeds) {
 
 // --- safetensors: small files with the fixture model's tensor names, and an index over two shards ---
 std::string safetensors_file(const std::vector<std::pair<std::string, std::string>>& tensors) {
-  static const std::map<std::string, std::size_t> sizes = {{"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+  static const std::map<std::string, std::size_t> sizes = {{"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},
                                                            {"U8", 1},  {"BOOL", 1}, {"F64", 8}};
   ordered_json header = {{"__metadata__", {{"format", "pt"}}}};
   std::uint64_t offset = 0;
   std::size_t index = 0;
   for (const auto& [name, dtype] : tensors) {
-    const std::vector<std::int64_t> shape = index % 3 == 0 ? std::vector<std::int64_t>{2, 3}
+    const std::vector<std::int64_t> shape = index % 3 == 0   ? std::vector<std::int64_t>{2, 3}
                                             : index % 3 == 1 ? std::vector<std::int64_t>{4}
                                                              : std::vector<std::int64_t>{};
     std::uint64_t bytes = sizes.at(dtype);
@@ -160,8 +165,8 @@ void safetensors_seeds(const Seeds& seeds) {
   for (std::size_t i = 0; i < names.size() && i < 12; ++i) tensors.emplace_back(names[i], dtypes[i % 3]);
   seeds.write("safetensors", "stories260K_names", safetensors_file(tensors));
   seeds.write("safetensors", "all_dtypes",
-              safetensors_file({{"a", "F32"}, {"b", "F16"}, {"c", "BF16"}, {"d", "I64"}, {"e", "U8"}, {"f", "BOOL"},
-                                {"g", "F64"}}));
+              safetensors_file(
+                  {{"a", "F32"}, {"b", "F16"}, {"c", "BF16"}, {"d", "I64"}, {"e", "U8"}, {"f", "BOOL"}, {"g", "F64"}}));
   ordered_json index = {{"metadata", {{"total_size", 1045000}}}, {"weight_map", ordered_json::object()}};
   for (std::size_t i = 0; i < names.size(); ++i)
     index["weight_map"][names[i]] = i % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
@@ -250,7 +255,8 @@ void keep_few_tensors(GgufPieces& pieces) {
   std::vector<GgufTensorInfo> tensors;
   std::string data;
   auto sorted = pieces.tensors;
-  std::sort(sorted.begin(), sorted.end(), [](const GgufTensorInfo& a, const GgufTensorInfo& b) { return a.offset < b.offset; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const GgufTensorInfo& a, const GgufTensorInfo& b) { return a.offset < b.offset; });
   std::stable_partition(pieces.tensors.begin(), pieces.tensors.end(),
                         [](const GgufTensorInfo& t) { return t.name == "token_embd.weight"; });
   for (const GgufTensorInfo& tensor : pieces.tensors) {
@@ -304,8 +310,8 @@ void remote_stream_seeds(const Seeds& seeds) {
   seeds.write("remote_stream", "llama_cpp_pieces",
               content("Hello") + "\r\n\r\n" + content(" wor") + kSeparator + content("ld") + "\r" + kSeparator +
                   "\n\r\n" + llama_timings + "\r\n\r\n" + done + "\r\n\r\n");
-  seeds.write("remote_stream", "kvchat_serve", ": keep-alive\n\n" + content("caf\xC3" + kSeparator + "\xA9") + nl +
-                                                   kvchat_timings + nl + done + nl);
+  seeds.write("remote_stream", "kvchat_serve",
+              ": keep-alive\n\n" + content("caf\xC3" + kSeparator + "\xA9") + nl + kvchat_timings + nl + done + nl);
   seeds.write("remote_stream", "error_event",
               content("partial") + nl + R"(data: {"error":{"message":"the model crashed","code":500}})" + nl);
   seeds.write("remote_stream", "error_body", R"({"error":{"message":"incorrect API key provided","type":"auth"}})");
@@ -316,20 +322,23 @@ void remote_stream_seeds(const Seeds& seeds) {
 
 // --- openai_request: request bodies as the SDKs and kvchat's remote backend send them ---
 void openai_request_seeds(const Seeds& seeds) {
-  seeds.write("openai_request", "chat",
-              R"({"model":"stories260K","messages":[{"role":"system","content":"Be brief."},{"role":"user",)"
-              R"("content":"Once"}],"temperature":0,"max_tokens":40,"stream":true,"stream_options":{"include_usage":true}})");
+  seeds.write(
+      "openai_request", "chat",
+      R"({"model":"stories260K","messages":[{"role":"system","content":"Be brief."},{"role":"user",)"
+      R"("content":"Once"}],"temperature":0,"max_tokens":40,"stream":true,"stream_options":{"include_usage":true}})");
   seeds.write("openai_request", "remote_backend",
               R"({"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"max_tokens":256,)"
               R"("temperature":0.7,"top_p":0.9,"seed":42,"top_k":40,"min_p":0.05,"repetition_penalty":1.1,)"
               R"("repeat_penalty":1.1,"repeat_last_n":64})");
-  seeds.write("openai_request", "sdk_defaults",
-              R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]},)"
-              R"({"role":"assistant","content":"Hello","refusal":null}],"frequency_penalty":0,"presence_penalty":0,)"
-              R"("n":1,"logit_bias":{},"tools":[],"response_format":{"type":"text"},"logprobs":true,"top_logprobs":3})");
+  seeds.write(
+      "openai_request", "sdk_defaults",
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]},)"
+      R"({"role":"assistant","content":"Hello","refusal":null}],"frequency_penalty":0,"presence_penalty":0,)"
+      R"("n":1,"logit_bias":{},"tools":[],"response_format":{"type":"text"},"logprobs":true,"top_logprobs":3})");
   seeds.write("openai_request", "completion_ids", R"({"prompt":[[1,403,407]],"max_tokens":8,"logprobs":2,"stop":["
 "]})");
-  seeds.write("openai_request", "completion_text", R"({"prompt":["Once upon a time"],"temperature":1.5,"seed":18446744073709551615})");
+  seeds.write("openai_request", "completion_text",
+              R"({"prompt":["Once upon a time"],"temperature":1.5,"seed":18446744073709551615})");
 }
 
 }  // namespace

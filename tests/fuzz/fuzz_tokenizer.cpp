@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto parts = kvchat::fuzz::split_parts(data, size, 3);
   const auto& folder = kvchat::fuzz::scratch();
   const std::string tokenizer_path = folder.write("tokenizer.json", parts[0]);
-  const std::string config_path = parts.size() > 1 && !parts[1].empty() ? folder.write("tokenizer_config.json", parts[1]) : "";
+  const std::string config_path =
+      parts.size() > 1 && !parts[1].empty() ? folder.write("tokenizer_config.json", parts[1]) : "";
   std::string text = parts.size() > 2 ? parts[2] : "Hello world! <s> 12345 \xC3\xA9t\xC3\xA9\n\t  ";
   text.resize(std::min(text.size(), kMaxTextBytes));
   try {

@@ -53,11 +53,11 @@ struct GgufTensorInfo {
 };
 
 struct GgufPieces {
-  std::string magic_and_version;             // 8 bytes
-  std::vector<std::string> metadata;         // each entry's raw bytes
+  std::string magic_and_version;      // 8 bytes
+  std::vector<std::string> metadata;  // each entry's raw bytes
   std::vector<GgufTensorInfo> tensors;
-  std::string data;                          // the data section
-  std::uint64_t alignment = 32;              // used for the padding before the data section
+  std::string data;                             // the data section
+  std::uint64_t alignment = 32;                 // used for the padding before the data section
   std::optional<std::uint64_t> tensor_count;    // overrides tensors.size()
   std::optional<std::uint64_t> metadata_count;  // overrides metadata.size()
 

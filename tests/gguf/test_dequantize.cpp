@@ -114,9 +114,9 @@ class DequantizeTest : public QObject {
     const float m = 1.5f;
     int q16[32], q32[32], q8[32];
     for (int i = 0; i < 32; ++i) {
-      q16[i] = (i * 7 + 3) % 16;   // every 4-bit value
-      q32[i] = (i * 13 + 5) % 32;  // every 5-bit value
-      q8[i] = i * 8 - 128 + i % 3; // spans -128 .. 127
+      q16[i] = (i * 7 + 3) % 16;    // every 4-bit value
+      q32[i] = (i * 13 + 5) % 32;   // every 5-bit value
+      q8[i] = i * 8 - 128 + i % 3;  // spans -128 .. 127
     }
     std::vector<float> out(32);
     auto check = [&](const char* name, auto expected) {
@@ -188,8 +188,10 @@ class DequantizeTest : public QObject {
     QFETCH(QString, values_sha256);
     const auto gguf_type = static_cast<GgufType>(type);
     std::vector<std::uint8_t> blocks;
-    if (scale_offsets.size() == 1) blocks = random_blocks(gguf_type, n_blocks, {scale_offsets[0]});
-    else blocks = random_blocks(gguf_type, n_blocks, {scale_offsets[0], scale_offsets[1]});
+    if (scale_offsets.size() == 1)
+      blocks = random_blocks(gguf_type, n_blocks, {scale_offsets[0]});
+    else
+      blocks = random_blocks(gguf_type, n_blocks, {scale_offsets[0], scale_offsets[1]});
     QCOMPARE(QString::fromStdString(sha256_hex(blocks.data(), blocks.size())), blocks_sha256);  // same input
     const std::int64_t n = static_cast<std::int64_t>(n_blocks) * gguf_type_info(gguf_type).block_size;
     std::vector<float> values(static_cast<std::size_t>(n));
@@ -200,16 +202,16 @@ class DequantizeTest : public QObject {
   // Block geometry of every known type; removed and unknown ids are not types.
   void type_table() {
     const std::pair<GgufType, std::pair<std::uint32_t, std::uint32_t>> expected[] = {
-        {GgufType::F32, {1, 4}},       {GgufType::F16, {1, 2}},       {GgufType::BF16, {1, 2}},
-        {GgufType::Q4_0, {32, 18}},    {GgufType::Q4_1, {32, 20}},    {GgufType::Q5_0, {32, 22}},
-        {GgufType::Q5_1, {32, 24}},    {GgufType::Q8_0, {32, 34}},    {GgufType::Q8_1, {32, 36}},
-        {GgufType::Q2_K, {256, 84}},   {GgufType::Q3_K, {256, 110}},  {GgufType::Q4_K, {256, 144}},
-        {GgufType::Q5_K, {256, 176}},  {GgufType::Q6_K, {256, 210}},  {GgufType::Q8_K, {256, 292}},
-        {GgufType::IQ2_XXS, {256, 66}}, {GgufType::IQ2_XS, {256, 74}}, {GgufType::IQ3_XXS, {256, 98}},
-        {GgufType::IQ1_S, {256, 50}},  {GgufType::IQ4_NL, {32, 18}},  {GgufType::IQ3_S, {256, 110}},
-        {GgufType::IQ2_S, {256, 82}},  {GgufType::IQ4_XS, {256, 136}}, {GgufType::I8, {1, 1}},
-        {GgufType::I16, {1, 2}},       {GgufType::I32, {1, 4}},       {GgufType::I64, {1, 8}},
-        {GgufType::F64, {1, 8}},       {GgufType::IQ1_M, {256, 56}},  {GgufType::TQ1_0, {256, 54}},
+        {GgufType::F32, {1, 4}},        {GgufType::F16, {1, 2}},        {GgufType::BF16, {1, 2}},
+        {GgufType::Q4_0, {32, 18}},     {GgufType::Q4_1, {32, 20}},     {GgufType::Q5_0, {32, 22}},
+        {GgufType::Q5_1, {32, 24}},     {GgufType::Q8_0, {32, 34}},     {GgufType::Q8_1, {32, 36}},
+        {GgufType::Q2_K, {256, 84}},    {GgufType::Q3_K, {256, 110}},   {GgufType::Q4_K, {256, 144}},
+        {GgufType::Q5_K, {256, 176}},   {GgufType::Q6_K, {256, 210}},   {GgufType::Q8_K, {256, 292}},
+        {GgufType::IQ2_XXS, {256, 66}}, {GgufType::IQ2_XS, {256, 74}},  {GgufType::IQ3_XXS, {256, 98}},
+        {GgufType::IQ1_S, {256, 50}},   {GgufType::IQ4_NL, {32, 18}},   {GgufType::IQ3_S, {256, 110}},
+        {GgufType::IQ2_S, {256, 82}},   {GgufType::IQ4_XS, {256, 136}}, {GgufType::I8, {1, 1}},
+        {GgufType::I16, {1, 2}},        {GgufType::I32, {1, 4}},        {GgufType::I64, {1, 8}},
+        {GgufType::F64, {1, 8}},        {GgufType::IQ1_M, {256, 56}},   {GgufType::TQ1_0, {256, 54}},
         {GgufType::TQ2_0, {256, 66}}};
     for (const auto& [type, geometry] : expected) {
       const GgufTypeInfo* info = find_gguf_type(static_cast<std::uint32_t>(type));

@@ -38,7 +38,7 @@ std::string sha256_hex(const std::vector<float>& values) {
 // general.file_type ids (the file's "mostly" type label) of the fixtures' "general_file_type" names.
 std::uint32_t file_type_id(const std::string& name) {
   static const std::map<std::string, std::uint32_t> ids = {
-      {"ALL_F32", 0},        {"MOSTLY_F16", 1},     {"MOSTLY_Q4_0", 2}, {"MOSTLY_Q8_0", 7},
+      {"ALL_F32", 0},        {"MOSTLY_F16", 1},     {"MOSTLY_Q4_0", 2},  {"MOSTLY_Q8_0", 7},
       {"MOSTLY_Q4_K_M", 15}, {"MOSTLY_Q5_K_M", 17}, {"MOSTLY_Q6_K", 18}, {"MOSTLY_BF16", 32}};
   auto it = ids.find(name);
   if (it == ids.end()) throw std::runtime_error("no file type id known for " + name);
@@ -213,17 +213,15 @@ class GgufFixturesTest : public QObject {
     QCOMPARE(gguf.get_string("general.architecture"), std::string_view(arch));
     QCOMPARE(gguf.get_uint32("general.file_type"), file_type_id(reference["general_file_type"].get<std::string>()));
     const nlohmann::json& h = reference["hparams"];
-    const std::pair<const char*, const char*> integers[] = {
-        {"context_length", "ctx"},
-        {"embedding_length", "embd"},
-        {"block_count", "n_layer"},
-        {"feed_forward_length", "ff"},
-        {"attention.head_count", "n_head"},
-        {"attention.head_count_kv", "n_kv"},
-        {"attention.key_length", "head_dim"},
-        {"vocab_size", "n_vocab"}};
-    for (const auto& [key, field] : integers)
-      QCOMPARE(gguf.get_int64(arch + "." + key), h[field].get<std::int64_t>());
+    const std::pair<const char*, const char*> integers[] = {{"context_length", "ctx"},
+                                                            {"embedding_length", "embd"},
+                                                            {"block_count", "n_layer"},
+                                                            {"feed_forward_length", "ff"},
+                                                            {"attention.head_count", "n_head"},
+                                                            {"attention.head_count_kv", "n_kv"},
+                                                            {"attention.key_length", "head_dim"},
+                                                            {"vocab_size", "n_vocab"}};
+    for (const auto& [key, field] : integers) QCOMPARE(gguf.get_int64(arch + "." + key), h[field].get<std::int64_t>());
     QCOMPARE(gguf.get_float(arch + ".attention.layer_norm_rms_epsilon"), h["eps"].get<float>());
     QCOMPARE(gguf.get_float(arch + ".rope.freq_base"), h["rope_base"].get<float>());
     QCOMPARE(gguf.get_array_length("tokenizer.ggml.tokens"), h["n_vocab"].get<std::uint64_t>());

@@ -1,10 +1,10 @@
 // Corrupt, truncated and hostile GGUF files, built from a real fixture: each must be refused with its
 // specific error (naming the file), under a 2 GiB address-space limit, without crashing or hanging.
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <QTemporaryDir>
 #include <QtTest>
 #include "common/test_suite.h"
-#include <sys/resource.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -83,8 +83,7 @@ const std::vector<Corruption>& corruptions() {
        "string value of 1099511627776 bytes runs past the end of the file"},
       {"array length 2^62", [](GgufPieces& p) { patch_metadata_u64(p, "tokenizer.ggml.scores", 8, 1ull << 62); },
        "array length 4611686018427387904 of float32 cannot fit"},
-      {"string array length 2^62",
-       [](GgufPieces& p) { patch_metadata_u64(p, "tokenizer.ggml.tokens", 8, 1ull << 62); },
+      {"string array length 2^62", [](GgufPieces& p) { patch_metadata_u64(p, "tokenizer.ggml.tokens", 8, 1ull << 62); },
        "array length 4611686018427387904 of string cannot fit"},
       {"unknown value type", [](GgufPieces& p) { patch<std::uint32_t>(p.metadata[1], p.value_type_offset(1), 13); },
        "metadata 'general.name' at offset"},
@@ -98,14 +97,25 @@ const std::vector<Corruption>& corruptions() {
        "arrays nested more than 8 deep"},
       {"unknown tensor type", [](GgufPieces& p) { p.tensors[0].type = 99; }, "unknown tensor type id 99"},
       {"removed tensor type", [](GgufPieces& p) { p.tensors[0].type = 4; }, "unknown tensor type id 4"},
-      {"5 dims", [](GgufPieces& p) { p.tensors[0].dims = {64, 512, 1, 1, 1}; }, "has 5 dimensions (1 to 4 allowed)"},
+      {"5 dims",
+       [](GgufPieces& p) {
+         p.tensors[0].dims = {64, 512, 1, 1, 1};
+       },
+       "has 5 dimensions (1 to 4 allowed)"},
       {"0 dims", [](GgufPieces& p) { p.tensors[0].dims.clear(); }, "has 0 dimensions"},
       {"zero dim", [](GgufPieces& p) { p.tensors[0].dims[1] = 0; }, "dimension 1 is 0"},
       {"dim beyond int64", [](GgufPieces& p) { p.tensors[0].dims[1] = 1ull << 63; },
        "dimension 1 is 9223372036854775808, too large"},
-      {"dims product overflows", [](GgufPieces& p) { p.tensors[0].dims = {1ull << 32, 1ull << 32, 1ull << 32}; },
+      {"dims product overflows",
+       [](GgufPieces& p) {
+         p.tensors[0].dims = {1ull << 32, 1ull << 32, 1ull << 32};
+       },
        "element count overflows: dimensions [4294967296, 4294967296] multiply past"},
-      {"dims product beyond int64", [](GgufPieces& p) { p.tensors[0].dims = {1ull << 32, 1ull << 31}; }, "overflows"},
+      {"dims product beyond int64",
+       [](GgufPieces& p) {
+         p.tensors[0].dims = {1ull << 32, 1ull << 31};
+       },
+       "overflows"},
       {"row length not a multiple of the block", [](GgufPieces& p) { p.tensors[0].dims[0] = 48; },
        "row length 48 is not a multiple of the block size 32 of Q8_0"},
       {"alignment 3", [](GgufPieces& p) { p.metadata.push_back(gguf_kv_u32("general.alignment", 3)); },
@@ -170,8 +180,7 @@ class GgufHostileTest : public QObject {
 
   void corrupt_header_data() {
     QTest::addColumn<int>("index");
-    for (std::size_t i = 0; i < corruptions().size(); ++i)
-      QTest::newRow(corruptions()[i].name) << static_cast<int>(i);
+    for (std::size_t i = 0; i < corruptions().size(); ++i) QTest::newRow(corruptions()[i].name) << static_cast<int>(i);
   }
   void corrupt_header() {
     QFETCH(int, index);
@@ -259,8 +268,7 @@ class GgufHostileTest : public QObject {
     for (int round = 0; round < 300; ++round) {
       std::string bytes = original_;
       const int changes = 1 + static_cast<int>(random() % 4);
-      for (int c = 0; c < changes; ++c)
-        bytes[random() % header_end] = static_cast<char>(random() & 0xFF);
+      for (int c = 0; c < changes; ++c) bytes[random() % header_end] = static_cast<char>(random() & 0xFF);
       const std::string path = write("damaged.gguf", bytes);
       try {
         const GgufFile gguf(path);

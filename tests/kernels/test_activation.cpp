@@ -1,10 +1,10 @@
 // The SwiGLU activation kernel against a double-precision reference, for the AVX2 and the portable
 // versions: lengths with and without a vector tail, ordinary and extreme inputs.
 #include <QtTest>
-#include "common/test_suite.h"
 #include <cmath>
 #include <random>
 #include <vector>
+#include "common/test_suite.h"
 
 #include "engine/kernels/activation.h"
 #include "engine/kernels/cpu_features.h"
@@ -29,8 +29,7 @@ double silu_reference(double x) { return x / (1.0 + std::exp(-x)); }
 
 void add_isa_rows(const std::vector<int>& lengths) {
   for (bool avx2 : {true, false})
-    for (int n : lengths)
-      QTest::newRow(QString("n%1 %2").arg(n).arg(avx2 ? "avx2" : "portable").toUtf8()) << n << avx2;
+    for (int n : lengths) QTest::newRow(QString("n%1 %2").arg(n).arg(avx2 ? "avx2" : "portable").toUtf8()) << n << avx2;
 }
 }  // namespace
 
@@ -55,8 +54,12 @@ void ActivationTest::silu_mul_matches_reference() {
   for (int i = 0; i < n; ++i) {
     const double expected = silu_reference(gate[i]) * up[i];
     QVERIFY2(std::fabs(result[i] - expected) <= 1e-6 * std::fabs(expected) + 1e-7,
-             qPrintable(QString("element %1: silu(%2) * %3 = %4, expected %5").arg(i).arg(gate[i]).arg(up[i])
-                            .arg(result[i]).arg(expected)));
+             qPrintable(QString("element %1: silu(%2) * %3 = %4, expected %5")
+                            .arg(i)
+                            .arg(gate[i])
+                            .arg(up[i])
+                            .arg(result[i])
+                            .arg(expected)));
   }
 }
 

@@ -203,16 +203,20 @@ void ActivationQuantizationTest::rejects_partial_groups() {
   std::vector<std::int8_t> bytes(300);
   std::vector<float> scales(10);
   std::vector<std::int16_t> sums16(20), sums32(10);
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::quantize_activation_bytes(x.data(), 40, 32, bytes.data(), scales.data(),
-                                                                                     sums16.data(), sums32.data()));
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::quantize_activation_bytes(x.data(), 288, 256, bytes.data(), scales.data(),
-                                                                                     sums16.data(), sums32.data()));
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::quantize_activation_bytes(x.data(), 64, 64, bytes.data(), scales.data(),
-                                                                                     sums16.data(), sums32.data()));
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::round_activations(kernels::ActivationRounding::SuperBlockBytes,
-                                                                             x.data(), 1, 288, x.data()));
-  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, kernels::round_activations(kernels::ActivationRounding::None,
-                                                                             x.data(), 1, 32, x.data()));
+  QVERIFY_THROWS_EXCEPTION(
+      std::invalid_argument,
+      kernels::quantize_activation_bytes(x.data(), 40, 32, bytes.data(), scales.data(), sums16.data(), sums32.data()));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           kernels::quantize_activation_bytes(x.data(), 288, 256, bytes.data(), scales.data(),
+                                                              sums16.data(), sums32.data()));
+  QVERIFY_THROWS_EXCEPTION(
+      std::invalid_argument,
+      kernels::quantize_activation_bytes(x.data(), 64, 64, bytes.data(), scales.data(), sums16.data(), sums32.data()));
+  QVERIFY_THROWS_EXCEPTION(
+      std::invalid_argument,
+      kernels::round_activations(kernels::ActivationRounding::SuperBlockBytes, x.data(), 1, 288, x.data()));
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                           kernels::round_activations(kernels::ActivationRounding::None, x.data(), 1, 32, x.data()));
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ActivationQuantizationTest)

@@ -1,10 +1,10 @@
 // Decode attention for one KV head against a double-precision reference, for the AVX-512, AVX2 and
 // portable versions, with strided cache rows and GQA groups.
 #include <QtTest>
-#include "common/test_suite.h"
 #include <cmath>
 #include <random>
 #include <vector>
+#include "common/test_suite.h"
 
 #include "engine/kernels/attention.h"
 #include "engine/kernels/cpu_features.h"
@@ -30,8 +30,8 @@ void AttentionTest::matches_reference_data() {
   // The AVX-512 version takes head_dim in multiples of 16 (others go to the AVX2 one), queries in pairs
   // for the scores and up to four per pass over the values, dimensions up to 64 per pass.
   const std::vector<std::tuple<int, int, int>> shapes{
-      {1, 1, 8},    {5, 2, 8},    {37, 4, 64},  {300, 3, 64}, {129, 2, 32}, {17, 1, 80},  {23, 2, 12},
-      {9, 3, 4},    {200, 2, 8},  {7, 5, 16},   {64, 8, 64},  {70, 4, 128}, {33, 6, 48},  {150, 7, 96}};
+      {1, 1, 8}, {5, 2, 8},   {37, 4, 64}, {300, 3, 64}, {129, 2, 32}, {17, 1, 80}, {23, 2, 12},
+      {9, 3, 4}, {200, 2, 8}, {7, 5, 16},  {64, 8, 64},  {70, 4, 128}, {33, 6, 48}, {150, 7, 96}};
   for (const char* kernels : {"avx512", "avx2", "portable"})
     for (auto [n, group, head_dim] : shapes)
       QTest::newRow(QString("n%1 g%2 d%3 %4").arg(n).arg(group).arg(head_dim).arg(kernels).toUtf8())
@@ -56,7 +56,8 @@ void AttentionTest::matches_reference() {
   for (float& v : values) v = normal(rng);
   const float scale = 1.0f / std::sqrt(float(head_dim));
   std::vector<float> scores(group * n), out(group * head_dim, NAN);
-  attention_decode_head(q.data(), keys.data(), values.data(), n, stride, group, head_dim, scale, scores.data(), out.data());
+  attention_decode_head(q.data(), keys.data(), values.data(), n, stride, group, head_dim, scale, scores.data(),
+                        out.data());
   set_avx2_kernels_enabled(true);
   set_avx512_kernels_enabled(true);
   for (int j = 0; j < group; ++j) {

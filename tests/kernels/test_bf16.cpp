@@ -69,7 +69,8 @@ class Bf16Test : public QObject {
       std::vector<float> widened(all.size());
       bf16_to_f32(all.data(), widened.data(), static_cast<std::int64_t>(all.size()));
       for (std::uint32_t i = 0; i < 65536; ++i) {
-        QVERIFY2(bits_of(widened[i]) == (i << 16), qPrintable(QString("%1: widen 0x%2").arg(kernel).arg(i, 4, 16, QChar('0'))));
+        QVERIFY2(bits_of(widened[i]) == (i << 16),
+                 qPrintable(QString("%1: widen 0x%2").arg(kernel).arg(i, 4, 16, QChar('0'))));
       }
       std::vector<std::uint16_t> back(all.size());
       f32_to_bf16(widened.data(), back.data(), static_cast<std::int64_t>(widened.size()));
@@ -77,7 +78,10 @@ class Bf16Test : public QObject {
         const bool is_nan = (i & 0x7fffu) > 0x7f80u;
         // NaNs come back quiet (bit 6 set); everything else must be bit-identical.
         const std::uint16_t expected = is_nan ? static_cast<std::uint16_t>(i | 0x40u) : static_cast<std::uint16_t>(i);
-        QVERIFY2(back[i] == expected, qPrintable(QString("%1: round trip 0x%2 -> 0x%3").arg(kernel).arg(i, 4, 16, QChar('0')).arg(back[i], 4, 16, QChar('0'))));
+        QVERIFY2(back[i] == expected, qPrintable(QString("%1: round trip 0x%2 -> 0x%3")
+                                                     .arg(kernel)
+                                                     .arg(i, 4, 16, QChar('0'))
+                                                     .arg(back[i], 4, 16, QChar('0'))));
       }
     });
   }
@@ -109,8 +113,11 @@ class Bf16Test : public QObject {
         f32_to_bf16(input.data(), output.data(), static_cast<std::int64_t>(input.size()));
         for (std::size_t i = 0; i < output.size(); ++i) {
           QVERIFY2(output[i] == c.expected, qPrintable(QString("%1: 0x%2 -> 0x%3, expected 0x%4 at %5")
-                                                           .arg(kernel).arg(c.input, 8, 16, QChar('0')).arg(output[i], 4, 16, QChar('0'))
-                                                           .arg(c.expected, 4, 16, QChar('0')).arg(i)));
+                                                           .arg(kernel)
+                                                           .arg(c.input, 8, 16, QChar('0'))
+                                                           .arg(output[i], 4, 16, QChar('0'))
+                                                           .arg(c.expected, 4, 16, QChar('0'))
+                                                           .arg(i)));
         }
         QCOMPARE(float_to_bf16(float_from_bits(c.input)), c.expected);
       }
@@ -119,9 +126,12 @@ class Bf16Test : public QObject {
 
   void nan_and_infinity() {
     for_each_kernel([&](const char* kernel) {
-      const float inputs[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                              std::numeric_limits<float>::quiet_NaN(), float_from_bits(0x7f800001u),
-                              float_from_bits(0xff800001u), float_from_bits(0x7fc0ffffu)};
+      const float inputs[] = {std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(),
+                              float_from_bits(0x7f800001u),
+                              float_from_bits(0xff800001u),
+                              float_from_bits(0x7fc0ffffu)};
       std::vector<float> input;
       for (int repeat = 0; repeat < 4; ++repeat) input.insert(input.end(), std::begin(inputs), std::end(inputs));
       std::vector<std::uint16_t> output(input.size());
@@ -130,8 +140,10 @@ class Bf16Test : public QObject {
         std::vector<float> back(1);
         bf16_to_f32(&output[i], back.data(), 1);
         if (std::isnan(input[i])) {
-          QVERIFY2(std::isnan(back[0]), qPrintable(QString("%1: NaN 0x%2 became 0x%3").arg(kernel)
-                                                       .arg(bits_of(input[i]), 8, 16, QChar('0')).arg(output[i], 4, 16, QChar('0'))));
+          QVERIFY2(std::isnan(back[0]), qPrintable(QString("%1: NaN 0x%2 became 0x%3")
+                                                       .arg(kernel)
+                                                       .arg(bits_of(input[i]), 8, 16, QChar('0'))
+                                                       .arg(output[i], 4, 16, QChar('0'))));
           QCOMPARE(std::signbit(back[0]), std::signbit(input[i]));
         } else {
           QCOMPARE(back[0], input[i]);
@@ -153,15 +165,23 @@ class Bf16Test : public QObject {
         f32_to_bf16(input.data(), output.data(), static_cast<std::int64_t>(input.size()));
         for (std::size_t i = 0; i < input.size(); ++i) {
           if (output[i] != reference_round(input[i])) {
-            QFAIL(qPrintable(QString("%1 threads=%2: 0x%3 -> 0x%4, expected 0x%5").arg(kernel).arg(threads)
-                                 .arg(bits_of(input[i]), 8, 16, QChar('0')).arg(output[i], 4, 16, QChar('0')).arg(reference_round(input[i]), 4, 16, QChar('0'))));
+            QFAIL(qPrintable(QString("%1 threads=%2: 0x%3 -> 0x%4, expected 0x%5")
+                                 .arg(kernel)
+                                 .arg(threads)
+                                 .arg(bits_of(input[i]), 8, 16, QChar('0'))
+                                 .arg(output[i], 4, 16, QChar('0'))
+                                 .arg(reference_round(input[i]), 4, 16, QChar('0'))));
           }
         }
         std::vector<float> widened(input.size());
         bf16_to_f32(output.data(), widened.data(), static_cast<std::int64_t>(output.size()));
         for (std::size_t i = 0; i < output.size(); ++i) {
           if (bits_of(widened[i]) != static_cast<std::uint32_t>(output[i]) << 16) {
-            QFAIL(qPrintable(QString("%1 threads=%2: widen 0x%3 at %4").arg(kernel).arg(threads).arg(output[i], 4, 16, QChar('0')).arg(i)));
+            QFAIL(qPrintable(QString("%1 threads=%2: widen 0x%3 at %4")
+                                 .arg(kernel)
+                                 .arg(threads)
+                                 .arg(output[i], 4, 16, QChar('0'))
+                                 .arg(i)));
           }
         }
       });

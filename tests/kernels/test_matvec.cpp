@@ -27,13 +27,26 @@ struct Shape {
   std::int64_t cols;
 };
 
-const std::vector<Shape> kShapes = {{1, 1},   {3, 5},    {7, 9},     {4, 8},    {5, 16},   {9, 17},  {13, 31},
-                                     {64, 64}, {172, 64}, {64, 172},  {33, 100}, {1000, 257}, {257, 1000},
-                                     {130, 2048}, {2050, 129},
-                                     // Long rows, as in down projections: 4,133 columns (no whole
-                                     // number of the kernels' 64-column steps), and the 1B shape's 8,192,
-                                     // a matrix the pool's threads split into blocks.
-                                     {40, 4133}, {300, 8192}};
+const std::vector<Shape> kShapes = {{1, 1},
+                                    {3, 5},
+                                    {7, 9},
+                                    {4, 8},
+                                    {5, 16},
+                                    {9, 17},
+                                    {13, 31},
+                                    {64, 64},
+                                    {172, 64},
+                                    {64, 172},
+                                    {33, 100},
+                                    {1000, 257},
+                                    {257, 1000},
+                                    {130, 2048},
+                                    {2050, 129},
+                                    // Long rows, as in down projections: 4,133 columns (no whole
+                                    // number of the kernels' 64-column steps), and the 1B shape's 8,192,
+                                    // a matrix the pool's threads split into blocks.
+                                    {40, 4133},
+                                    {300, 8192}};
 
 std::vector<float> random_floats(std::size_t count, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
@@ -49,8 +62,8 @@ double weight_value(std::uint16_t w) { return bf16_to_float(w); }
 // grows with the magnitude of the terms, not of their (possibly cancelling) sum, so the tolerance is
 // relative to sum_c |W[r, c] X[i, c]|.
 template <typename Weight>
-void check_against_reference(const Weight* weight, const float* x, const float* y, const float* bias,
-                             std::int64_t n, std::int64_t rows, std::int64_t cols, const QString& context) {
+void check_against_reference(const Weight* weight, const float* x, const float* y, const float* bias, std::int64_t n,
+                             std::int64_t rows, std::int64_t cols, const QString& context) {
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t r = 0; r < rows; ++r) {
       double sum = bias ? bias[r] : 0.0;
@@ -64,7 +77,12 @@ void check_against_reference(const Weight* weight, const float* x, const float* 
       const double tolerance = 1e-5 * magnitude + 1e-30;
       if (!(std::fabs(got - sum) <= tolerance)) {
         QFAIL(qPrintable(QString("%1: Y[%2, %3] = %4, expected %5 (tolerance %6)")
-                             .arg(context).arg(i).arg(r).arg(got, 0, 'g', 9).arg(sum, 0, 'g', 9).arg(tolerance)));
+                             .arg(context)
+                             .arg(i)
+                             .arg(r)
+                             .arg(got, 0, 'g', 9)
+                             .arg(sum, 0, 'g', 9)
+                             .arg(tolerance)));
       }
     }
   }
@@ -110,12 +128,14 @@ class MatvecTest : public QObject {
           biases.push_back(random_floats(static_cast<std::size_t>(rows[i]), rng));
           expected[i].assign(static_cast<std::size_t>(rows[i]), NAN);
           got[i].assign(static_cast<std::size_t>(rows[i]), NAN);
-          matvec_f32(weights[i].data(), x.data(), expected[i].data(), rows[i], cols, i == 1 ? biases[i].data() : nullptr);
+          matvec_f32(weights[i].data(), x.data(), expected[i].data(), rows[i], cols,
+                     i == 1 ? biases[i].data() : nullptr);
           jobs[i] = {weights[i].data(), got[i].data(), rows[i], i == 1 ? biases[i].data() : nullptr};
         }
         matvec_f32_shared_input(jobs, 3, x.data(), cols);
         for (int i = 0; i < 3; ++i)
-          QVERIFY2(got[i] == expected[i], qPrintable(QString("f32 product %1, cols %2, %3").arg(i).arg(cols).arg(config)));
+          QVERIFY2(got[i] == expected[i],
+                   qPrintable(QString("f32 product %1, cols %2, %3").arg(i).arg(cols).arg(config)));
         for (int i = 0; i < 3; ++i) {
           weights_bf16.emplace_back(weights[i].size());
           f32_to_bf16(weights[i].data(), weights_bf16[i].data(), static_cast<std::int64_t>(weights[i].size()));
@@ -124,7 +144,8 @@ class MatvecTest : public QObject {
         }
         matvec_bf16_shared_input(jobs_bf16, 3, x.data(), cols);
         for (int i = 0; i < 3; ++i)
-          QVERIFY2(got[i] == expected[i], qPrintable(QString("bf16 product %1, cols %2, %3").arg(i).arg(cols).arg(config)));
+          QVERIFY2(got[i] == expected[i],
+                   qPrintable(QString("bf16 product %1, cols %2, %3").arg(i).arg(cols).arg(config)));
       }
     });
   }
@@ -184,8 +205,7 @@ class MatvecTest : public QObject {
           const std::vector<float> x = random_floats(static_cast<std::size_t>(n * shape.cols), rng);
           const std::vector<float> bias = random_floats(static_cast<std::size_t>(shape.rows), rng);
           std::vector<float> y(static_cast<std::size_t>(n * shape.rows), NAN);
-          const QString context =
-              QString("%1x%2 n=%3 %4").arg(shape.rows).arg(shape.cols).arg(n).arg(config);
+          const QString context = QString("%1x%2 n=%3 %4").arg(shape.rows).arg(shape.cols).arg(n).arg(config);
           matmul_f32_small(w32.data(), x.data(), y.data(), n, shape.rows, shape.cols, bias.data());
           check_against_reference(w32.data(), x.data(), y.data(), bias.data(), n, shape.rows, shape.cols,
                                   "matmul_f32_small " + context);

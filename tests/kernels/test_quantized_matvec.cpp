@@ -38,8 +38,14 @@ std::uint16_t f16_bits(float value) {
 // Offsets of the f16 scale fields of a block (the rest of a block may hold any bits).
 std::vector<int> scale_fields(GgufType type) {
   switch (type) {
-    case GgufType::Q8_0: case GgufType::Q4_0: case GgufType::Q5_0: case GgufType::F16: return {0};
-    case GgufType::Q4_1: case GgufType::Q5_1: case GgufType::Q4_K: case GgufType::Q5_K: return {0, 2};
+    case GgufType::Q8_0:
+    case GgufType::Q4_0:
+    case GgufType::Q5_0:
+    case GgufType::F16: return {0};
+    case GgufType::Q4_1:
+    case GgufType::Q5_1:
+    case GgufType::Q4_K:
+    case GgufType::Q5_K: return {0, 2};
     case GgufType::Q6_K: return {208};
     default: return {};
   }
@@ -60,7 +66,8 @@ RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, 
   for (std::size_t block = 0; block < m.bytes.size(); block += info.block_bytes) {
     if (type == GgufType::F32 || type == GgufType::BF16) {
       const float value = (rng() & 1 ? 1.f : -1.f) * unit(rng);
-      if (type == GgufType::F32) std::memcpy(&m.bytes[block], &value, 4);
+      if (type == GgufType::F32)
+        std::memcpy(&m.bytes[block], &value, 4);
       else {
         std::uint32_t bits;
         std::memcpy(&bits, &value, 4);
@@ -143,7 +150,11 @@ void expect_close(const std::vector<float>& got, const Reference& expected, cons
     const double tolerance = 1e-5 * expected.magnitude[k] + 1e-6 + (bound ? (*bound)[k] : 0.0);
     if (!(std::fabs(got[k] - expected.y[k]) <= tolerance))
       QFAIL(qPrintable(QString("%1: output %2 is %3, expected %4 (tolerance %5)")
-                           .arg(what).arg(k).arg(got[k]).arg(expected.y[k]).arg(tolerance)));
+                           .arg(what)
+                           .arg(k)
+                           .arg(got[k])
+                           .arg(expected.y[k])
+                           .arg(tolerance)));
   }
 }
 
@@ -154,7 +165,8 @@ void expect_product(const std::vector<float>& got, const QuantizedMatrixView& w,
   const bool rounds = kernels::activation_rounding(w.type) != kernels::ActivationRounding::None;
   const Reference rounded = reference_product(w, x, n, bias, rounds);
   expect_close(got, rounded, what + (rounds ? " (rounded input)" : ""));
-  if (rounds) expect_close(got, reference_product(w, x, n, bias, false), what + " (exact input, bound)", &rounded.bound);
+  if (rounds)
+    expect_close(got, reference_product(w, x, n, bias, false), what + " (exact input, bound)", &rounded.bound);
 }
 
 // The kernels a product can run on: AVX-512 (where the processor has it), AVX2, or the portable code.
@@ -180,8 +192,9 @@ bool use_kernels(Kernels kernels, QString* skip) {
   return true;
 }
 
-const GgufType kTypes[] = {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q4_K,
-                           GgufType::Q5_K, GgufType::Q6_K, GgufType::F16, GgufType::BF16, GgufType::F32};
+const GgufType kTypes[] = {GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0,
+                           GgufType::Q5_1, GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K,
+                           GgufType::F16,  GgufType::BF16, GgufType::F32};
 
 }  // namespace
 
@@ -191,7 +204,8 @@ void add_type_and_kernels_rows() {
   QTest::addColumn<int>("kernels");
   for (GgufType type : kTypes)
     for (Kernels kernels : kAllKernels)
-      QTest::newRow(qPrintable(QString("%1 %2").arg(to_string(type), kernels_name(kernels)))) << int(type) << int(kernels);
+      QTest::newRow(qPrintable(QString("%1 %2").arg(to_string(type), kernels_name(kernels))))
+          << int(type) << int(kernels);
 }
 
 class QuantizedMatvecTest : public QObject {
@@ -253,7 +267,8 @@ void QuantizedMatvecTest::matches_decoded_rows() {
 void QuantizedMatvecTest::shared_input_mixes_types() {
   std::mt19937 rng(5);
   const std::int64_t cols = 512;
-  const RandomMatrix q = random_matrix(GgufType::Q4_K, 700, cols, rng), k = random_matrix(GgufType::Q4_K, 300, cols, rng);
+  const RandomMatrix q = random_matrix(GgufType::Q4_K, 700, cols, rng),
+                     k = random_matrix(GgufType::Q4_K, 300, cols, rng);
   const RandomMatrix v = random_matrix(GgufType::Q6_K, 300, cols, rng), f = random_matrix(GgufType::F32, 90, cols, rng);
   std::vector<float> x(static_cast<std::size_t>(cols));
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -296,7 +311,8 @@ void QuantizedMatvecTest::several_vectors_equal_one_at_a_time() {
     kernels::matmul_quantized(m.view, x.data() + i * cols, alone.data(), 1, bias.data());
     for (std::int64_t r = 0; r < rows; ++r) {
       const float a = together[static_cast<std::size_t>(i * rows + r)], b = alone[static_cast<std::size_t>(r)];
-      QVERIFY2(std::memcmp(&a, &b, sizeof a) == 0, qPrintable(QString("vector %1 row %2: %3 vs %4").arg(i).arg(r).arg(a, 0, 'g', 9).arg(b, 0, 'g', 9)));
+      QVERIFY2(std::memcmp(&a, &b, sizeof a) == 0,
+               qPrintable(QString("vector %1 row %2: %3 vs %4").arg(i).arg(r).arg(a, 0, 'g', 9).arg(b, 0, 'g', 9)));
     }
   }
 }

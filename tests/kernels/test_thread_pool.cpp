@@ -44,11 +44,16 @@ class ThreadPoolTest : public QObject {
           for (std::int64_t i = 0; i < n; ++i) {
             QVERIFY2(visits[static_cast<std::size_t>(i)].load() == 1,
                      qPrintable(QString("threads=%1 n=%2 grain=%3: index %4 visited %5 times")
-                                    .arg(threads).arg(n).arg(grain).arg(i).arg(visits[static_cast<std::size_t>(i)].load())));
+                                    .arg(threads)
+                                    .arg(n)
+                                    .arg(grain)
+                                    .arg(i)
+                                    .arg(visits[static_cast<std::size_t>(i)].load())));
           }
           QVERIFY(static_cast<int>(chunks.size()) <= threads);
           for (const auto& [begin, end] : chunks) {
-            QVERIFY2(begin % grain == 0, qPrintable(QString("chunk start %1 not a multiple of grain %2").arg(begin).arg(grain)));
+            QVERIFY2(begin % grain == 0,
+                     qPrintable(QString("chunk start %1 not a multiple of grain %2").arg(begin).arg(grain)));
             QVERIFY(begin < end);
           }
         }
@@ -168,7 +173,8 @@ class ThreadPoolTest : public QObject {
     for (int iteration = 0; iteration < 5; ++iteration) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       std::atomic<int> count{0};
-      pool.parallel_for(10, [&](std::int64_t begin, std::int64_t end) { count.fetch_add(static_cast<int>(end - begin)); });
+      pool.parallel_for(10,
+                        [&](std::int64_t begin, std::int64_t end) { count.fetch_add(static_cast<int>(end - begin)); });
       QCOMPARE(count.load(), 10);
     }
   }
@@ -179,7 +185,8 @@ class ThreadPoolTest : public QObject {
     pool.parallel_for(20, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
         pool.parallel_for(30, [&](std::int64_t inner_begin, std::int64_t inner_end) {
-          for (std::int64_t j = inner_begin; j < inner_end; ++j) visits[static_cast<std::size_t>(i * 30 + j)].fetch_add(1);
+          for (std::int64_t j = inner_begin; j < inner_end; ++j)
+            visits[static_cast<std::size_t>(i * 30 + j)].fetch_add(1);
         });
       }
     });
@@ -214,7 +221,8 @@ class ThreadPoolTest : public QObject {
       }
     }
     std::atomic<int> count{0};
-    pool.parallel_for(100, [&](std::int64_t begin, std::int64_t end) { count.fetch_add(static_cast<int>(end - begin)); });
+    pool.parallel_for(100,
+                      [&](std::int64_t begin, std::int64_t end) { count.fetch_add(static_cast<int>(end - begin)); });
     QCOMPARE(count.load(), 100);
   }
 
@@ -239,7 +247,8 @@ class ThreadPoolTest : public QObject {
     QCOMPARE(default_threads(), 1);
     QCOMPARE(default_thread_pool().size(), 1);
     std::atomic<int> count{0};
-    default_thread_pool().parallel_for(10, [&](std::int64_t begin, std::int64_t end) { count.fetch_add(static_cast<int>(end - begin)); });
+    default_thread_pool().parallel_for(
+        10, [&](std::int64_t begin, std::int64_t end) { count.fetch_add(static_cast<int>(end - begin)); });
     QCOMPARE(count.load(), 10);
     set_default_threads(0);
     const int hardware = static_cast<int>(std::thread::hardware_concurrency());

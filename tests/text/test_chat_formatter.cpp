@@ -86,8 +86,10 @@ class ChatFormatterTest : public QObject {
 
   void template_list_uses_default_and_token_objects_give_their_content() {
     json config = {{"chat_template", json::array({{{"name", "tool_use"}, {"template", "TOOLS"}},
-                                                  {{"name", "default"}, {"template", "{{ bos_token }}|{{ eos_token }}|"
-                                                                                     "{{ unk_token is defined }}|{{ x }}"}}})},
+                                                  {{"name", "default"},
+                                                   {"template",
+                                                    "{{ bos_token }}|{{ eos_token }}|"
+                                                    "{{ unk_token is defined }}|{{ x }}"}}})},
                    {"bos_token", {{"content", "<s>"}, {"lstrip", false}}},
                    {"eos_token", "</s>"},
                    {"unk_token", nullptr}};
@@ -97,8 +99,9 @@ class ChatFormatterTest : public QObject {
   }
 
   void extra_context_is_merged_on_top() {
-    json config = {{"chat_template", "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
-                                     "{{ add_generation_prompt }}|{{ enable_thinking }}|{{ tools | tojson }}"}};
+    json config = {{"chat_template",
+                    "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
+                    "{{ add_generation_prompt }}|{{ enable_thinking }}|{{ tools | tojson }}"}};
     ChatFormatter formatter = ChatFormatter::from_tokenizer_config(write("extra.json", config.dump()));
     COMPARE_STR(formatter.render({{"user", "hi"}}, true, {{"enable_thinking", false}}), "user:hi;True|False|null");
     COMPARE_STR(formatter.render({{"user", "hi"}}, false, {{"tools", json::array({"t"})}}), "user:hi;False||[\"t\"]");

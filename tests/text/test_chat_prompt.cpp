@@ -37,8 +37,8 @@ using kvchat::test::ids_to_string;
 namespace {
 
 struct TemplateCase {
-  std::string fixture;                   // shared/fixtures/chat_templates/<fixture>.json
-  std::vector<std::string> control;      // the template's control tokens (added as special where missing)
+  std::string fixture;               // shared/fixtures/chat_templates/<fixture>.json
+  std::vector<std::string> control;  // the template's control tokens (added as special where missing)
 };
 
 const TemplateCase kTemplates[] = {
@@ -66,8 +66,12 @@ const Tokenizer& tokenizer_with(const std::vector<std::string>& control, const Q
   }
   for (const std::string& content : control)
     if (!present.count(content))
-      tokenizer["added_tokens"].push_back({{"id", next_id++}, {"content", content}, {"single_word", false},
-                                           {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+      tokenizer["added_tokens"].push_back({{"id", next_id++},
+                                           {"content", content},
+                                           {"single_word", false},
+                                           {"lstrip", false},
+                                           {"rstrip", false},
+                                           {"normalized", false},
                                            {"special", true}});
   const std::string path = dir.filePath(QString("tokenizer-%1.json").arg(cache.size())).toStdString();
   std::ofstream(path, std::ios::binary) << tokenizer.dump();
@@ -76,18 +80,23 @@ const Tokenizer& tokenizer_with(const std::vector<std::string>& control, const Q
 }
 
 ChatFormatter formatter_of(const std::string& fixture) {
-  const nlohmann::json config = kvchat::test::load_json(kvchat::test::shared_path("fixtures/chat_templates/" + fixture + ".json"));
+  const nlohmann::json config =
+      kvchat::test::load_json(kvchat::test::shared_path("fixtures/chat_templates/" + fixture + ".json"));
   auto token = [&](const char* name) -> std::optional<std::string> {
     return config[name].is_string() ? std::optional<std::string>(config[name].get<std::string>()) : std::nullopt;
   };
-  return ChatFormatter::from_template(config["template"].get<std::string>(), token("bos_token"), token("eos_token"), fixture);
+  return ChatFormatter::from_template(config["template"].get<std::string>(), token("bos_token"), token("eos_token"),
+                                      fixture);
 }
 
 // The conversation with `typed` as message `at`: the first user message, a user message in the middle, or
 // the last one.
 std::vector<ChatMessage> conversation_with(const std::string& typed, int at) {
-  std::vector<ChatMessage> messages = {{"user", "Hi"}, {"assistant", "Hello, how can I help?"}, {"user", "Tell me"},
-                                       {"assistant", "Sure."}, {"user", "Thanks"}};
+  std::vector<ChatMessage> messages = {{"user", "Hi"},
+                                       {"assistant", "Hello, how can I help?"},
+                                       {"user", "Tell me"},
+                                       {"assistant", "Sure."},
+                                       {"user", "Thanks"}};
   messages[static_cast<std::size_t>(at * 2)].content = typed;
   return messages;
 }
@@ -123,14 +132,15 @@ class ChatPromptTest : public QObject {
       std::vector<std::string> typed_strings;
       for (const std::string& token : template_case.control) {
         typed_strings.push_back(token);
-        typed_strings.push_back(token.substr(1));                     // a piece of it, as a search would find it
+        typed_strings.push_back(token.substr(1));  // a piece of it, as a search would find it
         typed_strings.push_back(token.substr(0, token.size() - 1));
         typed_strings.push_back("say " + token + " twice " + token);  // inside other text
       }
       for (const std::string& typed : typed_strings)
         for (int at = 0; at < 3; ++at)
-          QTest::newRow(qPrintable(QString("%1 %2 at %3").arg(QString::fromStdString(template_case.fixture),
-                                                                 QString::fromStdString(typed), QString::number(at))))
+          QTest::newRow(qPrintable(QString("%1 %2 at %3")
+                                       .arg(QString::fromStdString(template_case.fixture),
+                                            QString::fromStdString(typed), QString::number(at))))
               << QString::fromStdString(template_case.fixture) << QString::fromStdString(typed) << at;
     }
   }
@@ -146,17 +156,19 @@ class ChatPromptTest : public QObject {
     const ChatFormatter formatter = formatter_of(fixture.toStdString());
 
     const std::vector<TokenId> with_placeholder =
-        kvchat::encode_chat_prompt(formatter, tokenizer, conversation_with(kPlaceholder, at), PromptEnd::GenerationPrompt).ids;
+        kvchat::encode_chat_prompt(formatter, tokenizer, conversation_with(kPlaceholder, at),
+                                   PromptEnd::GenerationPrompt)
+            .ids;
     const std::vector<TokenId> placeholder_ids = tokenizer.encode(kPlaceholder, false, false);
     const std::vector<TokenId> typed_ids = tokenizer.encode(typed.toStdString(), false, false);
     const std::vector<TokenId> expected = replaced(with_placeholder, placeholder_ids, typed_ids);
     QVERIFY2(!expected.empty(), "the placeholder is not encoded on its own exactly once");
 
-    const kvchat::ChatPrompt prompt =
-        kvchat::encode_chat_prompt(formatter, tokenizer, conversation_with(typed.toStdString(), at), PromptEnd::GenerationPrompt);
-    QVERIFY2(prompt.ids == expected,
-             qPrintable(QString("got %1\nexpected %2").arg(QString::fromStdString(ids_to_string(prompt.ids)),
-                                                            QString::fromStdString(ids_to_string(expected)))));
+    const kvchat::ChatPrompt prompt = kvchat::encode_chat_prompt(
+        formatter, tokenizer, conversation_with(typed.toStdString(), at), PromptEnd::GenerationPrompt);
+    QVERIFY2(prompt.ids == expected, qPrintable(QString("got %1\nexpected %2")
+                                                    .arg(QString::fromStdString(ids_to_string(prompt.ids)),
+                                                         QString::fromStdString(ids_to_string(expected)))));
     // The text holds what was typed, not a marker.
     QVERIFY(prompt.text.find(typed.toStdString()) != std::string::npos);
   }
@@ -169,12 +181,16 @@ class ChatPromptTest : public QObject {
     // " Hello" as two tokens: not what encoding the text gives, so their use is visible.
     const std::vector<TokenId> hello = tokenizer.encode(" Hello", false, false);
     QCOMPARE(hello.size(), std::size_t{1});
-    const std::vector<TokenId> reply_ids = {tokenizer.encode(" ", false, false)[0], tokenizer.encode("Hello", false, false)[0]};
-    std::vector<ChatMessage> messages = {{"user", "Hi"}, {"assistant", " Hello", reply_ids, tokenizer.vocabulary_fingerprint()},
-                                         {"user", "Again"}};
+    const std::vector<TokenId> reply_ids = {tokenizer.encode(" ", false, false)[0],
+                                            tokenizer.encode("Hello", false, false)[0]};
+    std::vector<ChatMessage> messages = {
+        {"user", "Hi"}, {"assistant", " Hello", reply_ids, tokenizer.vocabulary_fingerprint()}, {"user", "Again"}};
     const std::vector<TokenId> plain =
-        kvchat::encode_chat_prompt(chatml, tokenizer, {messages[0], {"assistant", " Hello"}, messages[2]}, PromptEnd::GenerationPrompt).ids;
-    const std::vector<TokenId> exact = kvchat::encode_chat_prompt(chatml, tokenizer, messages, PromptEnd::GenerationPrompt).ids;
+        kvchat::encode_chat_prompt(chatml, tokenizer, {messages[0], {"assistant", " Hello"}, messages[2]},
+                                   PromptEnd::GenerationPrompt)
+            .ids;
+    const std::vector<TokenId> exact =
+        kvchat::encode_chat_prompt(chatml, tokenizer, messages, PromptEnd::GenerationPrompt).ids;
     QCOMPARE(exact, replaced(plain, hello, reply_ids));
 
     messages[1].token_vocabulary += 1;  // another tokenizer's ids
@@ -184,9 +200,12 @@ class ChatPromptTest : public QObject {
     // text is encoded.
     const Tokenizer& llama3 = tokenizer_with({}, dir_);
     const ChatFormatter llama3_template = formatter_of("llama3");
-    const std::vector<ChatMessage> padded = {{"user", "Hi"}, {"assistant", " Hello ", {1, 2, 3}, llama3.vocabulary_fingerprint()}};
+    const std::vector<ChatMessage> padded = {{"user", "Hi"},
+                                             {"assistant", " Hello ", {1, 2, 3}, llama3.vocabulary_fingerprint()}};
     QCOMPARE(kvchat::encode_chat_prompt(llama3_template, llama3, padded, PromptEnd::GenerationPrompt).ids,
-             kvchat::encode_chat_prompt(llama3_template, llama3, {padded[0], {"assistant", " Hello "}}, PromptEnd::GenerationPrompt).ids);
+             kvchat::encode_chat_prompt(llama3_template, llama3, {padded[0], {"assistant", " Hello "}},
+                                        PromptEnd::GenerationPrompt)
+                 .ids);
   }
 
   // Continuing a reply stops right after its text (not after the template's end of turn), its exact ids
@@ -197,10 +216,13 @@ class ChatPromptTest : public QObject {
     const std::vector<TokenId> reply_ids = tokenizer.encode("Once upon <|im_end|>", false, false);
     const std::vector<ChatMessage> messages = {
         {"user", "A story"}, {"assistant", "Once upon <|im_end|>", reply_ids, tokenizer.vocabulary_fingerprint()}};
-    const kvchat::ChatPrompt prompt = kvchat::encode_chat_prompt(chatml, tokenizer, messages, PromptEnd::ContinueLastMessage);
-    QCOMPARE(prompt.text, std::string("<|im_start|>user\nA story<|im_end|>\n<|im_start|>assistant\nOnce upon <|im_end|>"));
+    const kvchat::ChatPrompt prompt =
+        kvchat::encode_chat_prompt(chatml, tokenizer, messages, PromptEnd::ContinueLastMessage);
+    QCOMPARE(prompt.text,
+             std::string("<|im_start|>user\nA story<|im_end|>\n<|im_start|>assistant\nOnce upon <|im_end|>"));
     QVERIFY(prompt.ids.size() > reply_ids.size());
-    QCOMPARE(std::vector<TokenId>(prompt.ids.end() - static_cast<std::ptrdiff_t>(reply_ids.size()), prompt.ids.end()), reply_ids);
+    QCOMPARE(std::vector<TokenId>(prompt.ids.end() - static_cast<std::ptrdiff_t>(reply_ids.size()), prompt.ids.end()),
+             reply_ids);
     // The same without the ids: the text's encoding, with the typed <|im_end|> plain as well.
     const kvchat::ChatPrompt from_text = kvchat::encode_chat_prompt(
         chatml, tokenizer, {messages[0], {"assistant", "Once upon <|im_end|>"}}, PromptEnd::ContinueLastMessage);
@@ -220,8 +242,10 @@ class ChatPromptTest : public QObject {
     const std::vector<ChatMessage> messages = {{"user", "fix <|im_end|> and <|im_start|>system"}};
     const kvchat::RenderedPrompt rendered = changing.render_prompt(messages, true);
     QVERIFY(rendered.contents.empty());
-    const kvchat::ChatPrompt prompt = kvchat::encode_chat_prompt(changing, tokenizer, messages, PromptEnd::GenerationPrompt);
-    QCOMPARE(prompt.text, std::string("<|im_start|>user\nfiy <|im_end|> and <|im_start|>system<|im_end|>\n<|im_start|>assistant"));
+    const kvchat::ChatPrompt prompt =
+        kvchat::encode_chat_prompt(changing, tokenizer, messages, PromptEnd::GenerationPrompt);
+    QCOMPARE(prompt.text,
+             std::string("<|im_start|>user\nfiy <|im_end|> and <|im_start|>system<|im_end|>\n<|im_start|>assistant"));
     const TokenId start = *tokenizer.token_to_id("<|im_start|>"), end = *tokenizer.token_to_id("<|im_end|>");
     QCOMPARE(std::count(prompt.ids.begin(), prompt.ids.end(), start), 2L);
     QCOMPARE(std::count(prompt.ids.begin(), prompt.ids.end(), end), 1L);

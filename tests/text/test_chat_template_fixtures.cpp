@@ -1,11 +1,12 @@
 // Every chat template fixture rendered by the real Jinja2 (../shared/fixtures/chat_templates/**/*.json,
-// held-out ones where present, and the Llama 3 tokenizer's chat_template.json) must come out byte for byte the same here.
+// held-out ones where present, and the Llama 3 tokenizer's chat_template.json) must come out byte for byte the same
+// here.
 #include <QtTest/QtTest>
 #include "common/test_suite.h"
 
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -36,11 +37,16 @@ json read_json(const std::string& path) {
 std::string visible(const std::string& text) {
   std::string out;
   for (unsigned char c : text) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c < 0x20 || c == 0x7f) out += "\\x" + QByteArray(1, static_cast<char>(c)).toHex().toStdString();
-    else out += static_cast<char>(c);
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c < 0x20 || c == 0x7f)
+      out += "\\x" + QByteArray(1, static_cast<char>(c)).toHex().toStdString();
+    else
+      out += static_cast<char>(c);
   }
   return out;
 }
@@ -105,10 +111,10 @@ class ChatTemplateFixtureTest : public QObject {
       const std::string today = fixed_date(fixture);
       for (const json& c : fixture["cases"]) {
         const std::string label = name + "/" + c["name"].get<std::string>();
-        json context = kvchat::chat_template_context(
-            c["messages"], c["add_generation_prompt"].get<bool>(), fixture["special_tokens"],
-            c.contains("tools") ? c["tools"] : json(nullptr),
-            c.contains("extra_context") ? c["extra_context"] : json::object());
+        json context =
+            kvchat::chat_template_context(c["messages"], c["add_generation_prompt"].get<bool>(),
+                                          fixture["special_tokens"], c.contains("tools") ? c["tools"] : json(nullptr),
+                                          c.contains("extra_context") ? c["extra_context"] : json::object());
         const bool expect_error = c.value("error", false);
         try {
           std::string actual = chat_template->render(context, today);
@@ -134,8 +140,8 @@ class ChatTemplateFixtureTest : public QObject {
     for (const std::string& failure : failures) qWarning("%s", failure.c_str());
     for (const auto& [name, counts] : passed)
       qInfo("%s: %d identical, %d expected errors", name.c_str(), counts.first, counts.second);
-    qInfo("%d renders identical, %d expected errors raised, %zu failures, %zu files", rendered, errors,
-          failures.size(), files.size());
+    qInfo("%d renders identical, %d expected errors raised, %zu failures, %zu files", rendered, errors, failures.size(),
+          files.size());
     QVERIFY2(failures.empty(), (std::to_string(failures.size()) + " chat template fixture case(s) differ").c_str());
     QVERIFY(rendered > 0);
     QVERIFY(errors > 0);

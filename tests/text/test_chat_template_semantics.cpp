@@ -34,8 +34,8 @@ class ChatTemplateSemanticsTest : public QObject {
 
   void lstrip_blocks_removes_indentation_before_block_tags_only() {
     COMPARE_STR(render("  {% if true %}\n  yes\n  {% endif %}\n"), "  yes\n");
-    COMPARE_STR(render("  {{ 'x' }}"), "  x");          // not before {{ }}
-    COMPARE_STR(render("  {# note #}\nx"), "x");        // comments too
+    COMPARE_STR(render("  {{ 'x' }}"), "  x");    // not before {{ }}
+    COMPARE_STR(render("  {# note #}\nx"), "x");  // comments too
     COMPARE_STR(render("{%- if true %}\n\tA\n{%- endif %}"), "\tA");
   }
 
@@ -169,14 +169,16 @@ class ChatTemplateSemanticsTest : public QObject {
     COMPARE_STR(render("{{ ('<' | safe) + '<' }}|{{ '<' + ('<' | safe) }}|{{ ('x' | safe) + s }}", context),
                 "<&lt;|&lt;<|x&lt;a&amp;&#34;&#39;&gt;");
     // The sum is Markup again; Markup + Markup escapes nothing; tojson gives a plain str, so it is escaped.
-    COMPARE_STR(render("{{ (('a' | safe) + '<') + '>' }}|{{ ('<' | safe) + ('>' | safe) }}|{{ ('f:' | safe) + d | tojson }}",
-                       context),
-                "a&lt;&gt;|<>|f:{&#34;k&#34;: &#34;&lt;v&gt;&#34;}");
+    COMPARE_STR(
+        render("{{ (('a' | safe) + '<') + '>' }}|{{ ('<' | safe) + ('>' | safe) }}|{{ ('f:' | safe) + d | tojson }}",
+               context),
+        "a&lt;&gt;|<>|f:{&#34;k&#34;: &#34;&lt;v&gt;&#34;}");
     // `~` is str concatenation with autoescape off: no escaping, and the result is a plain str.
     COMPARE_STR(render("{{ ('<' | safe) ~ '<' }}|{{ (('<' | safe) ~ '<') + '<' }}"), "<<|<<<");
     // safe on a non-string is Markup(str(value)); undefined gives an empty Markup.
-    COMPARE_STR(render("{{ (1 | safe) + '<' }}|{{ (none | safe) + '&' }}|{{ (nothing | safe) + '>' }}|{{ ['a' | safe] }}"),
-                "1&lt;|None&amp;|&gt;|[Markup('a')]");
+    COMPARE_STR(
+        render("{{ (1 | safe) + '<' }}|{{ (none | safe) + '&' }}|{{ (nothing | safe) + '>' }}|{{ ['a' | safe] }}"),
+        "1&lt;|None&amp;|&gt;|[Markup('a')]");
     // What keeps Markup (upper, trim, string, *, indexing) and what does not (title, replace, join, ~).
     COMPARE_STR(render("{{ (' a ' | safe | upper | trim) + '<' }}|{{ (('a' | safe) * 2) + '<' }}|"
                        "{{ ('ab' | safe)[0] + '<' }}|{{ ('a' | safe | string) + '<' }}"),
@@ -193,7 +195,8 @@ class ChatTemplateSemanticsTest : public QObject {
                        "{{ ('a b' | safe).split() }}|{{ ('<a<' | safe).strip('<') }}"),
                 "A&lt;|&lt;, b|[Markup('a'), Markup('b')]|<a<");
     COMPARE_STR(error_of("{{ ('a' | safe) + 1 }}"), "1:17: unsupported operand type(s) for +: 'Markup' and 'int'");
-    QVERIFY(error_of("{{ 'a' + none }}").find("can only concatenate str (not \"NoneType\") to str") != std::string::npos);
+    QVERIFY(error_of("{{ 'a' + none }}").find("can only concatenate str (not \"NoneType\") to str") !=
+            std::string::npos);
   }
 
   // select, reject, selectattr, rejectattr and map begin with `if value:`: a falsy value (None,
@@ -204,8 +207,7 @@ class ChatTemplateSemanticsTest : public QObject {
                        "{{ none | map('upper') | list }}{{ none | map(attribute='a') | list | length }}"
                        "{{ 0 | select('nosuchtest') | list }}"),
                 "[][][][][]0[]");
-    COMPARE_STR(render("{{ tools | selectattr('type', 'equalto', 'code') | list | length > 0 }}",
-                       {{"tools", nullptr}}),
+    COMPARE_STR(render("{{ tools | selectattr('type', 'equalto', 'code') | list | length > 0 }}", {{"tools", nullptr}}),
                 "False");
     QVERIFY(!error_of("{{ 5 | select | list }}").empty());  // a truthy non-iterable still fails
   }

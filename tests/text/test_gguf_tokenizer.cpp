@@ -45,8 +45,10 @@ const std::map<QString, std::pair<std::string, std::string>>& llama_cpp_case_set
   return sets;
 }
 
-std::string mismatch(const std::string& text, const std::vector<TokenId>& expected, const std::vector<TokenId>& actual) {
-  return "text " + escaped(text) + "\n   expected " + ids_to_string(expected) + "\n   actual   " + ids_to_string(actual);
+std::string mismatch(const std::string& text, const std::vector<TokenId>& expected,
+                     const std::vector<TokenId>& actual) {
+  return "text " + escaped(text) + "\n   expected " + ids_to_string(expected) + "\n   actual   " +
+         ids_to_string(actual);
 }
 
 }  // namespace
@@ -142,11 +144,13 @@ class GgufTokenizerTest : public QObject {
     // A formatter made from the GGUF template renders like the one read from tokenizer_config.json.
     ChatFormatter from_gguf = ChatFormatter::from_template(*gguf.chat_template(), gguf.id_to_token(*gguf.bos_id()),
                                                            gguf.id_to_token(*gguf.eos_id()), "llama3-vocab-only.gguf");
-    ChatFormatter from_config = ChatFormatter::from_tokenizer_config(tokenizer_fixture_dir("llama3") + "/tokenizer_config.json");
+    ChatFormatter from_config =
+        ChatFormatter::from_tokenizer_config(tokenizer_fixture_dir("llama3") + "/tokenizer_config.json");
     const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi <|eot_id|> there"}};
-    const RenderedPrompt prompt = from_gguf.render_prompt(messages, true, nlohmann::ordered_json::object(), "2025-02-01");
-    QCOMPARE(QString::fromStdString(prompt.text),
-             QString::fromStdString(from_config.render(messages, true, nlohmann::ordered_json::object(), "2025-02-01")));
+    const RenderedPrompt prompt =
+        from_gguf.render_prompt(messages, true, nlohmann::ordered_json::object(), "2025-02-01");
+    QCOMPARE(QString::fromStdString(prompt.text), QString::fromStdString(from_config.render(
+                                                      messages, true, nlohmann::ordered_json::object(), "2025-02-01")));
     // The user's "<|eot_id|>" stays text when the prompt is encoded with its plain ranges.
     const auto ids = gguf.encode_chat(prompt.text, prompt.content_ranges);
     QCOMPARE(std::count(ids.begin(), ids.end(), 128009), std::ptrdiff_t(2));  // after the system and user turns

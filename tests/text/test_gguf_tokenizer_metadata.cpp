@@ -99,7 +99,8 @@ Metadata byte_level_vocab(const std::optional<std::string>& pre) {
 // SentencePiece vocabulary: <unk> <s> </s>, "▁", letters, "ab" and "bc" (scores chosen by the
 // caller), a user-defined "<x>" and the byte token <0x64> ("d").
 Metadata sentencepiece_vocab(float score_ab, float score_bc) {
-  const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "ab", "bc", "<x>", "<0x64>"};
+  const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a",     "b",
+                                           "c",     "ab",  "bc",   "<x>",          "<0x64>"};
   const std::vector<std::int32_t> types = {2, 3, 3, 1, 1, 1, 1, 1, 1, 4, 6};
   const std::vector<float> scores = {0, 0, 0, -1, -2, -3, -4, score_ab, score_bc, 0, 0};
   Metadata m;
@@ -143,13 +144,20 @@ class GgufTokenizerMetadataTest : public QObject {
   void pre_tokenizers_data() {
     QTest::addColumn<QString>("pre");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("llama-bpe") << "llama-bpe" << "[257,52]";
-    QTest::newRow("llama3") << "llama3" << "[257,52]";
-    QTest::newRow("qwen2") << "qwen2" << "[49,50,51,52]";
-    QTest::newRow("smollm") << "smollm" << "[49,50,51,52]";
-    QTest::newRow("gpt-2") << "gpt-2" << "[258]";
-    QTest::newRow("default") << "default" << "[257,52]";
-    QTest::newRow("absent") << "" << "[257,52]";
+    QTest::newRow("llama-bpe") << "llama-bpe"
+                               << "[257,52]";
+    QTest::newRow("llama3") << "llama3"
+                            << "[257,52]";
+    QTest::newRow("qwen2") << "qwen2"
+                           << "[49,50,51,52]";
+    QTest::newRow("smollm") << "smollm"
+                            << "[49,50,51,52]";
+    QTest::newRow("gpt-2") << "gpt-2"
+                           << "[258]";
+    QTest::newRow("default") << "default"
+                             << "[257,52]";
+    QTest::newRow("absent") << ""
+                            << "[257,52]";
   }
   void pre_tokenizers() {
     QFETCH(QString, pre);
@@ -157,7 +165,8 @@ class GgufTokenizerMetadataTest : public QObject {
     Tokenizer tokenizer = load(byte_level_vocab(pre.isEmpty() ? std::nullopt : std::optional(pre.toStdString())));
     QCOMPARE(QString::fromStdString(ids_to_string(tokenizer.encode("1234", false, false))), expected);
     QCOMPARE(tokenizer.encode("ab", false, false), std::vector<TokenId>{259});
-    QCOMPARE(QString::fromStdString(tokenizer.decode(tokenizer.encode("ab 1234\n", false, false))), QString("ab 1234\n"));
+    QCOMPARE(QString::fromStdString(tokenizer.decode(tokenizer.encode("ab 1234\n", false, false))),
+             QString("ab 1234\n"));
     // llama.cpp adds BOS by default for llama-bpe only.
     QCOMPARE(tokenizer.add_bos_token(), pre == "llama-bpe" || pre == "llama3");
   }
@@ -189,41 +198,135 @@ class GgufTokenizerMetadataTest : public QObject {
     auto bpe = [] { return byte_level_vocab(std::string("llama-bpe")); };
     auto spm = [] { return sentencepiece_vocab(-5, -6); };
     const std::vector<Case> cases = {
-        {"no tokens", [&] { auto m = bpe(); m.erase("tokenizer.ggml.tokens"); return m; },
+        {"no tokens",
+         [&] {
+           auto m = bpe();
+           m.erase("tokenizer.ggml.tokens");
+           return m;
+         },
          "missing tokenizer.ggml.tokens"},
-        {"tokens not strings", [&] { auto m = bpe(); m["tokenizer.ggml.tokens"] = kv_array<std::int32_t>("tokenizer.ggml.tokens", 5, {1, 2}); return m; },
+        {"tokens not strings",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.tokens"] = kv_array<std::int32_t>("tokenizer.ggml.tokens", 5, {1, 2});
+           return m;
+         },
          "tokenizer.ggml.tokens"},
-        {"short token_type", [&] { auto m = bpe(); m["tokenizer.ggml.token_type"] = kv_array<std::int32_t>("tokenizer.ggml.token_type", 5, std::vector<std::int32_t>(259, 1)); return m; },
+        {"short token_type",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.token_type"] =
+               kv_array<std::int32_t>("tokenizer.ggml.token_type", 5, std::vector<std::int32_t>(259, 1));
+           return m;
+         },
          "tokenizer.ggml.token_type has 259 entries but tokenizer.ggml.tokens has 260"},
-        {"bad token_type", [&] { auto m = bpe(); std::vector<std::int32_t> t(260, 1); t[3] = 9; m["tokenizer.ggml.token_type"] = kv_array<std::int32_t>("tokenizer.ggml.token_type", 5, t); return m; },
+        {"bad token_type",
+         [&] {
+           auto m = bpe();
+           std::vector<std::int32_t> t(260, 1);
+           t[3] = 9;
+           m["tokenizer.ggml.token_type"] = kv_array<std::int32_t>("tokenizer.ggml.token_type", 5, t);
+           return m;
+         },
          "tokenizer.ggml.token_type[3] = 9 is not a token type"},
-        {"long scores", [&] { auto m = spm(); m["tokenizer.ggml.scores"] = kv_array<float>("tokenizer.ggml.scores", 6, std::vector<float>(12, 0.f)); return m; },
+        {"long scores",
+         [&] {
+           auto m = spm();
+           m["tokenizer.ggml.scores"] = kv_array<float>("tokenizer.ggml.scores", 6, std::vector<float>(12, 0.f));
+           return m;
+         },
          "tokenizer.ggml.scores has 12 entries but tokenizer.ggml.tokens has 11"},
-        {"no scores", [&] { auto m = spm(); m.erase("tokenizer.ggml.scores"); return m; },
+        {"no scores",
+         [&] {
+           auto m = spm();
+           m.erase("tokenizer.ggml.scores");
+           return m;
+         },
          "missing tokenizer.ggml.scores"},
-        {"no merges", [&] { auto m = bpe(); m.erase("tokenizer.ggml.merges"); return m; },
+        {"no merges",
+         [&] {
+           auto m = bpe();
+           m.erase("tokenizer.ggml.merges");
+           return m;
+         },
          "missing tokenizer.ggml.merges"},
-        {"merge of unknown token", [&] { auto m = bpe(); m["tokenizer.ggml.merges"] = kv_array<std::string>("tokenizer.ggml.merges", 8, {"1 2", "a zz"}); return m; },
+        {"merge of unknown token",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.merges"] = kv_array<std::string>("tokenizer.ggml.merges", 8, {"1 2", "a zz"});
+           return m;
+         },
          "tokenizer.ggml.merges[1] names unknown token 'zz'"},
-        {"merge without space", [&] { auto m = bpe(); m["tokenizer.ggml.merges"] = kv_array<std::string>("tokenizer.ggml.merges", 8, {"ab"}); return m; },
+        {"merge without space",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.merges"] = kv_array<std::string>("tokenizer.ggml.merges", 8, {"ab"});
+           return m;
+         },
          "tokenizer.ggml.merges[0] 'ab' is not two tokens separated by a space"},
-        {"bos out of range", [&] { auto m = bpe(); m["tokenizer.ggml.bos_token_id"] = gguf_kv_u32("tokenizer.ggml.bos_token_id", 5000); return m; },
+        {"bos out of range",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.bos_token_id"] = gguf_kv_u32("tokenizer.ggml.bos_token_id", 5000);
+           return m;
+         },
          "tokenizer.ggml.bos_token_id = 5000 is outside the vocabulary of 260 tokens"},
-        {"eos out of range", [&] { auto m = spm(); m["tokenizer.ggml.eos_token_id"] = gguf_kv_u32("tokenizer.ggml.eos_token_id", 11); return m; },
+        {"eos out of range",
+         [&] {
+           auto m = spm();
+           m["tokenizer.ggml.eos_token_id"] = gguf_kv_u32("tokenizer.ggml.eos_token_id", 11);
+           return m;
+         },
          "tokenizer.ggml.eos_token_id = 11 is outside the vocabulary of 11 tokens"},
-        {"eot out of range", [&] { auto m = bpe(); m["tokenizer.ggml.eot_token_id"] = gguf_kv_u32("tokenizer.ggml.eot_token_id", 260); return m; },
+        {"eot out of range",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.eot_token_id"] = gguf_kv_u32("tokenizer.ggml.eot_token_id", 260);
+           return m;
+         },
          "tokenizer.ggml.eot_token_id = 260 is outside"},
-        {"add_bos without bos", [&] { auto m = bpe(); m.erase("tokenizer.ggml.bos_token_id"); return m; },
+        {"add_bos without bos",
+         [&] {
+           auto m = bpe();
+           m.erase("tokenizer.ggml.bos_token_id");
+           return m;
+         },
          "tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id"},
-        {"add_eos without eos", [&] { auto m = bpe(); m["tokenizer.ggml.add_eos_token"] = kv_bool("tokenizer.ggml.add_eos_token", true); return m; },
+        {"add_eos without eos",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.add_eos_token"] = kv_bool("tokenizer.ggml.add_eos_token", true);
+           return m;
+         },
          "tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id"},
-        {"unknown pre", [&] { auto m = bpe(); m["tokenizer.ggml.pre"] = kv_string("tokenizer.ggml.pre", "llama-5"); return m; },
+        {"unknown pre",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.pre"] = kv_string("tokenizer.ggml.pre", "llama-5");
+           return m;
+         },
          "unsupported tokenizer.ggml.pre 'llama-5'"},
-        {"unknown model", [&] { auto m = bpe(); m["tokenizer.ggml.model"] = kv_string("tokenizer.ggml.model", "bert"); return m; },
+        {"unknown model",
+         [&] {
+           auto m = bpe();
+           m["tokenizer.ggml.model"] = kv_string("tokenizer.ggml.model", "bert");
+           return m;
+         },
          "unsupported tokenizer.ggml.model 'bert'"},
-        {"no model", [&] { auto m = bpe(); m.erase("tokenizer.ggml.model"); return m; },
+        {"no model",
+         [&] {
+           auto m = bpe();
+           m.erase("tokenizer.ggml.model");
+           return m;
+         },
          "missing tokenizer.ggml.model"},
-        {"repeated token", [&] { auto m = spm(); m["tokenizer.ggml.tokens"] = kv_array<std::string>("tokenizer.ggml.tokens", 8, {"<unk>", "<s>", "</s>", "a", "b", "c", "ab", "bc", "<x>", "<0x64>", "a"}); return m; },
+        {"repeated token",
+         [&] {
+           auto m = spm();
+           m["tokenizer.ggml.tokens"] = kv_array<std::string>(
+               "tokenizer.ggml.tokens", 8, {"<unk>", "<s>", "</s>", "a", "b", "c", "ab", "bc", "<x>", "<0x64>", "a"});
+           return m;
+         },
          "repeats token 'a'"},
     };
     QVERIFY(error_of(bpe()).empty());

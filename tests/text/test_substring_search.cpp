@@ -67,7 +67,8 @@ class SubstringSearchTest : public QObject {
     const std::string text = std::string(300, 'a') + "b" + std::string(69, 'a') + "b" + std::string(140, 'a');
     const SubstringSearch search(needle);
     std::vector<std::size_t> starts;
-    for (std::size_t at = search.find(text); at != npos; at = search.find(text, at + needle.size())) starts.push_back(at);
+    for (std::size_t at = search.find(text); at != npos; at = search.find(text, at + needle.size()))
+      starts.push_back(at);
     QCOMPARE(starts, (std::vector<std::size_t>{0, 70, 140, 210, 371, 441}));
   }
 };

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/address_space_limit.h"
-#include "common/test_suite.h"
 #include "common/template_rendering.h"
+#include "common/test_suite.h"
 #include "engine/text/chat_template.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -184,8 +184,10 @@ class TemplateLimitsTest : public QObject {
                 "[9223372036854775807, -1]");
     COMPARE_STR(error_of("{{ range(" + min + ", 9223372036854775807) }}"),
                 "1:9: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-    COMPARE_STR(render("{{ [1, 2, 3][::" + min + "] }}|{{ 'abc'[::" + min + "] }}|{{ [1, 2, 3][1::9223372036854775807] }}"
-                       "|{{ [1, 2, 3][" + min + ":9223372036854775807:-1] }}|{{ [1, 2, 3][-9223372036854775807:2] }}"),
+    COMPARE_STR(render("{{ [1, 2, 3][::" + min + "] }}|{{ 'abc'[::" + min +
+                       "] }}|{{ [1, 2, 3][1::9223372036854775807] }}"
+                       "|{{ [1, 2, 3][" +
+                       min + ":9223372036854775807:-1] }}|{{ [1, 2, 3][-9223372036854775807:2] }}"),
                 "[3]|c|[2]|[]|[1, 2]");
     COMPARE_STR(render("{{ 'ab' * -5 }}|{{ [1] * " + min + " }}|{{ '' * 10**15 }}|{{ [] * 10**15 }}"), "|[]||[]");
     COMPARE_STR(render("{{ '10' | int(base=99) }}|{{ 7 // -2 }}|{{ " + min + " // 1 }}"), "10|-4|-9223372036854775808");
@@ -206,7 +208,8 @@ class TemplateLimitsTest : public QObject {
   // The real templates stay far from every limit (test_chat_template_fixtures renders them all).
   void a_typical_template_renders() {
     json context = {{"messages", json::array()}};
-    for (int i = 0; i < 500; ++i) context["messages"].push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "hi"}});
+    for (int i = 0; i < 500; ++i)
+      context["messages"].push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "hi"}});
     std::string source =
         "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content | trim }}</u>{% else %}<a>{{ m.content }}</a>"
         "{% endif %}{% endfor %}";

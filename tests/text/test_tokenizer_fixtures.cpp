@@ -25,9 +25,9 @@ class TokenizerFixturesTest : public QObject {
     auto actual = tokenizer.encode(c["text"].get<std::string>(), c["add_special_tokens"].get<bool>(),
                                    c["parse_special"].get<bool>());
     auto expected = json_ids(c["ids"]);
-    QVERIFY2(actual == expected, qPrintable(QString::fromStdString(
-        "text " + escaped(c["text"]) + "\n   expected " + ids_to_string(expected) + "\n   actual   " +
-        ids_to_string(actual))));
+    QVERIFY2(actual == expected,
+             qPrintable(QString::fromStdString("text " + escaped(c["text"]) + "\n   expected " +
+                                               ids_to_string(expected) + "\n   actual   " + ids_to_string(actual))));
   }
 
   void decode_data() { add_rows("decode.json"); }
@@ -39,9 +39,9 @@ class TokenizerFixturesTest : public QObject {
     std::string actual = tokenizer.decode(json_ids(c["ids"]), c["skip_special_tokens"].get<bool>(),
                                           c["clean_up_tokenization_spaces"].get<bool>());
     std::string expected = c["text"].get<std::string>();
-    QVERIFY2(actual == expected, qPrintable(QString::fromStdString(
-        "ids " + ids_to_string(json_ids(c["ids"])) + "\n   expected " + escaped(expected) + "\n   actual   " +
-        escaped(actual))));
+    QVERIFY2(actual == expected,
+             qPrintable(QString::fromStdString("ids " + ids_to_string(json_ids(c["ids"])) + "\n   expected " +
+                                               escaped(expected) + "\n   actual   " + escaped(actual))));
   }
 
   void decode_pieces_data() { add_rows("decode_pieces.json"); }
@@ -127,7 +127,8 @@ class TokenizerFixturesTest : public QObject {
     static std::map<std::string, nlohmann::json> cache;
     std::string key = model.toStdString() + "/" + file;
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, load_json(tokenizer_fixture_dir(model.toStdString()) + "/" + file)).first;
+    if (it == cache.end())
+      it = cache.emplace(key, load_json(tokenizer_fixture_dir(model.toStdString()) + "/" + file)).first;
     return it->second;
   }
 
@@ -143,7 +144,8 @@ class TokenizerFixturesTest : public QObject {
         if (c.contains("parse_special")) name += c["parse_special"].get<bool>() ? "/special" : "/plain";
         if (c.contains("add_special_tokens") && c["add_special_tokens"].get<bool>()) name += "/bos";
         if (c.contains("skip_special_tokens") && c["skip_special_tokens"].get<bool>()) name += "/skip";
-        if (c.contains("clean_up_tokenization_spaces") && c["clean_up_tokenization_spaces"].get<bool>()) name += "/clean";
+        if (c.contains("clean_up_tokenization_spaces") && c["clean_up_tokenization_spaces"].get<bool>())
+          name += "/clean";
         QTest::newRow(name.c_str()) << model << static_cast<int>(i);
       }
     }

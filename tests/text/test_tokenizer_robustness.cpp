@@ -4,8 +4,8 @@
 #include "common/test_suite.h"
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "engine/text/tokenizer.h"
@@ -113,52 +113,54 @@ class TokenizerRobustnessTest : public QObject {
     };
     QTest::newRow("invalid json") << QString("{\"model\": {") << QString() << QString("invalid JSON");
     QTest::newRow("not an object") << QString("[1, 2]") << QString() << QString("top level is not a JSON object");
-    QTest::newRow("missing model") << with([](auto& j) { j.erase("model"); }) << QString() << QString("missing 'model'");
+    QTest::newRow("missing model") << with([](auto& j) { j.erase("model"); }) << QString()
+                                   << QString("missing 'model'");
     QTest::newRow("unknown model type") << with([](auto& j) { j["model"]["type"] = "Unigram"; }) << QString()
                                         << QString("unsupported model type 'Unigram'");
-    QTest::newRow("unknown pre_tokenizer")
-        << with([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }) << QString()
-        << QString("unsupported pre_tokenizer type 'Whitespace' in");
-    QTest::newRow("unknown normalizer") << with([](auto& j) { j["normalizer"] = {{"type", "NFKC"}}; }) << QString()
-                                        << QString("unsupported normalizer type 'NFKC'");
-    QTest::newRow("unknown decoder") << with([](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; }) << QString()
-                                     << QString("unsupported decoder type 'WordPiece'");
-    QTest::newRow("unknown post_processor")
-        << with([](auto& j) { j["post_processor"] = {{"type", "BertProcessing"}}; }) << QString()
-        << QString("unsupported post_processor type 'BertProcessing'");
-    QTest::newRow("merge names unknown token")
-        << with([](auto& j) { j["model"]["merges"].push_back({"a", "zz"}); }) << QString()
-        << QString("model.merges[3] names unknown token 'zz'");
-    QTest::newRow("merge result not in vocab")
-        << with([](auto& j) { j["model"]["merges"].push_back("b a"); }) << QString()
-        << QString("model.merges[3] produces 'ba'");
+    QTest::newRow("unknown pre_tokenizer") << with([](auto& j) {
+      j["pre_tokenizer"] = {{"type", "Whitespace"}};
+    }) << QString() << QString("unsupported pre_tokenizer type 'Whitespace' in");
+    QTest::newRow("unknown normalizer") << with([](auto& j) {
+      j["normalizer"] = {{"type", "NFKC"}};
+    }) << QString() << QString("unsupported normalizer type 'NFKC'");
+    QTest::newRow("unknown decoder") << with([](auto& j) {
+      j["decoder"] = {{"type", "WordPiece"}};
+    }) << QString() << QString("unsupported decoder type 'WordPiece'");
+    QTest::newRow("unknown post_processor") << with([](auto& j) {
+      j["post_processor"] = {{"type", "BertProcessing"}};
+    }) << QString() << QString("unsupported post_processor type 'BertProcessing'");
+    QTest::newRow("merge names unknown token") << with([](auto& j) {
+      j["model"]["merges"].push_back({"a", "zz"});
+    }) << QString() << QString("model.merges[3] names unknown token 'zz'");
+    QTest::newRow("merge result not in vocab") << with([](auto& j) { j["model"]["merges"].push_back("b a"); })
+                                               << QString() << QString("model.merges[3] produces 'ba'");
     QTest::newRow("vocab not an object") << with([](auto& j) { j["model"]["vocab"] = nlohmann::json::array(); })
                                          << QString() << QString("model.vocab is not an object");
-    QTest::newRow("bad regex")
-        << with([](auto& j) {
-             j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
-           })
-        << QString() << QString("invalid regex pattern '(unclosed'");
+    QTest::newRow("bad regex") << with([](auto& j) {
+      j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+    }) << QString() << QString("invalid regex pattern '(unclosed'");
     // Settings of the wrong type: the JSON library's type_error escaped as a crash (found by fuzzing).
-    QTest::newRow("added token flag not a boolean")
-        << with([](auto& j) { j["added_tokens"] = {{{"id", 0}, {"content", "<x>"}, {"special", "yes"}}}; }) << QString()
-        << QString("added_tokens[0]: 'special' is not a boolean");
-    QTest::newRow("pre_tokenizer flag not a boolean")
-        << with([](auto& j) { j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"use_regex", 1}}; }) << QString()
-        << QString("ByteLevel: 'use_regex' is not a boolean");
-    QTest::newRow("decoder count not an integer")
-        << with([](auto& j) { j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", "1"}}; }) << QString()
-        << QString("Strip: 'start' is not an integer");
-    QTest::newRow("model flag not a boolean") << with([](auto& j) { j["model"]["byte_fallback"] = "true"; }) << QString()
-                                              << QString("model: 'byte_fallback' is not a boolean");
+    QTest::newRow("added token flag not a boolean") << with([](auto& j) {
+      j["added_tokens"] = {{{"id", 0}, {"content", "<x>"}, {"special", "yes"}}};
+    }) << QString() << QString("added_tokens[0]: 'special' is not a boolean");
+    QTest::newRow("pre_tokenizer flag not a boolean") << with([](auto& j) {
+      j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"use_regex", 1}};
+    }) << QString() << QString("ByteLevel: 'use_regex' is not a boolean");
+    QTest::newRow("decoder count not an integer") << with([](auto& j) {
+      j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", "1"}};
+    }) << QString() << QString("Strip: 'start' is not an integer");
+    QTest::newRow("model flag not a boolean") << with([](auto& j) { j["model"]["byte_fallback"] = "true"; })
+                                              << QString() << QString("model: 'byte_fallback' is not a boolean");
     QTest::newRow("config class not a string") << with([](auto&) {}) << QString(R"({"tokenizer_class": 7})")
                                                << QString("tokenizer_config.json: 'tokenizer_class' is not a string");
-    QTest::newRow("config invalid json") << with([](auto&) {}) << QString("{oops") << QString("tokenizer_config.json: invalid JSON");
+    QTest::newRow("config invalid json") << with([](auto&) {}) << QString("{oops")
+                                         << QString("tokenizer_config.json: invalid JSON");
     // Valid JSON syntax, but past a double: the JSON library's out_of_range, not a parse_error.
     QTest::newRow("number beyond double") << QString(R"({"model": {"dropout": 1e400}})") << QString()
                                           << QString("tokenizer.json: invalid JSON: [json.exception.out_of_range.406]");
-    QTest::newRow("config number beyond double") << with([](auto&) {}) << QString(R"({"model_max_length": -1e999})")
-                                                 << QString("tokenizer_config.json: invalid JSON: [json.exception.out_of_range.406]");
+    QTest::newRow("config number beyond double")
+        << with([](auto&) {}) << QString(R"({"model_max_length": -1e999})")
+        << QString("tokenizer_config.json: invalid JSON: [json.exception.out_of_range.406]");
     QTest::newRow("config unknown bos") << with([](auto&) {}) << QString(R"({"bos_token": "<bos>"})")
                                         << QString("bos_token '<bos>' is not a token");
   }
@@ -256,9 +258,11 @@ class TokenizerRobustnessTest : public QObject {
     nlohmann::json file = {
         {"added_tokens", nlohmann::json::array()},
         {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
-                                                                    {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                                                                     {"use_regex", true}}}}}},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Digits"}, {"individual_digits", true}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
         {"post_processor", {{"type", "ByteLevel"}}},
         {"decoder", {{"type", "ByteLevel"}}},
         {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"\u0120 a", "\u0120a b", "a b"}}}}};
@@ -302,7 +306,8 @@ class TokenizerRobustnessTest : public QObject {
       for (const std::string& input : inputs) {
         std::string repaired = utf8::replace_invalid(input);
         auto ids = t->encode(input);
-        QCOMPARE(QString::fromStdString(ids_to_string(ids)), QString::fromStdString(ids_to_string(t->encode(repaired))));
+        QCOMPARE(QString::fromStdString(ids_to_string(ids)),
+                 QString::fromStdString(ids_to_string(t->encode(repaired))));
         QCOMPARE(QString::fromStdString(t->decode(ids, true, false)), QString::fromStdString(repaired));
       }
     }
@@ -388,7 +393,8 @@ class TokenizerRobustnessTest : public QObject {
   void streaming_matches_decode_with_clean_up() {
     // llama3's config turns clean-up on, so the default stream must apply it too.
     const Tokenizer& t = llama3();
-    const std::string text = "Hello , world ! It 's a test . Don 't stop , they 're ' quoting ' n ' t ?<|eot_id|> end .";
+    const std::string text =
+        "Hello , world ! It 's a test . Don 't stop , they 're ' quoting ' n ' t ?<|eot_id|> end .";
     auto ids = t.encode(text, false, true);
     QVERIFY(t.decode(ids) != t.decode(ids, false, false));
     for (bool skip : {false, true}) {

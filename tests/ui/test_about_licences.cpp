@@ -54,8 +54,7 @@ QStringList loaded_libraries(const QString& path) {
   while (matches.hasNext()) {
     const QRegularExpressionMatch match = matches.next();
     names << QFileInfo(match.captured(1)).fileName();
-    if (match.hasCaptured(2))
-      names << QFileInfo(QFileInfo(match.captured(2)).canonicalFilePath()).fileName();
+    if (match.hasCaptured(2)) names << QFileInfo(QFileInfo(match.captured(2)).canonicalFilePath()).fileName();
   }
   return names;
 }
@@ -111,7 +110,8 @@ void AboutLicencesTest::every_entry_is_a_library_the_programs_load() {
   for (const ThirdPartyLibrary& library : kvchat::app::third_party_libraries()) {
     QVERIFY2(!library.licence.isEmpty(), qPrintable(library.name));
     for (const QString& prefix : library.shared_objects) {
-      const bool found = std::any_of(loaded.begin(), loaded.end(), [&](const QString& name) { return name.startsWith(prefix); });
+      const bool found =
+          std::any_of(loaded.begin(), loaded.end(), [&](const QString& name) { return name.startsWith(prefix); });
       QVERIFY2(found, qPrintable(library.name + ": nothing loaded is " + prefix + "*"));
     }
   }
@@ -133,11 +133,11 @@ void AboutLicencesTest::the_about_box_lists_the_table() {
   for (const ThirdPartyLibrary& library : kvchat::app::third_party_libraries())
     QVERIFY2(text.contains(QStringLiteral("%1 \u2014 %2").arg(library.name, library.licence).toHtmlEscaped()),
              qPrintable(library.name + " is not in: " + text));
-  for (const QString& line : {QStringLiteral("Qt Charts \u2014 GPL-3.0-only"), QStringLiteral("cpp-httplib \u2014 MIT"),
-                              QStringLiteral("xxHash \u2014 BSD-2-Clause"),
-                              QStringLiteral("OpenBLAS \u2014 BSD-3-Clause (through LibTorch)"),
-                              QStringLiteral("OpenSSL \u2014 Apache-2.0 (through cpp-httplib)"),
-                              QStringLiteral("LibTorch \u2014 BSD-3-Clause"), QStringLiteral("SQLite \u2014 public domain")})
+  for (const QString& line :
+       {QStringLiteral("Qt Charts \u2014 GPL-3.0-only"), QStringLiteral("cpp-httplib \u2014 MIT"),
+        QStringLiteral("xxHash \u2014 BSD-2-Clause"), QStringLiteral("OpenBLAS \u2014 BSD-3-Clause (through LibTorch)"),
+        QStringLiteral("OpenSSL \u2014 Apache-2.0 (through cpp-httplib)"),
+        QStringLiteral("LibTorch \u2014 BSD-3-Clause"), QStringLiteral("SQLite \u2014 public domain")})
     QVERIFY2(text.contains(line), qPrintable(line));
   about->accept();
 }

@@ -7,13 +7,13 @@
 
 #include <QCheckBox>
 #include <QComboBox>
-#include <QDoubleSpinBox>
-#include <QSpinBox>
 #include <QDialogButtonBox>
+#include <QDoubleSpinBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QToolButton>
 
 #include "common/chat_fixture.h"
@@ -146,8 +146,7 @@ void ChatHeaderTest::a_chat_on_the_precise_preset_replies_greedily() {
   QCOMPARE(dialog->findChild<QDoubleSpinBox*>("temperatureSpin")->value(), 0.0);
   QCOMPARE(dialog->findChild<QSpinBox*>("topKSpin")->value(), 0);
   QTest::keyClick(dialog, Qt::Key_Return);  // OK
-  QVERIFY(!window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog") ||
-          !dialog->isVisible());
+  QVERIFY(!window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog") || !dialog->isVisible());
   QCOMPARE(header->text(), QStringLiteral("Preset: Precise"));
   QCOMPARE(controller()->chatGenerationSettings(precise_chat)->name, QStringLiteral("Precise"));
 
@@ -177,7 +176,8 @@ void ChatHeaderTest::stop_text_lines_read_escapes() {
   using kvchat::ui::ChatGenerationDialog;
   QCOMPARE(ChatGenerationDialog::stop_texts_from_lines("\\n\\n\n\nUser:\na\\\\nb"),
            (QStringList{"\n\n", "User:", "a\\nb"}));
-  QCOMPARE(ChatGenerationDialog::lines_from_stop_texts({"\n\n", "User:", "a\\nb"}), QStringLiteral("\\n\\n\nUser:\na\\\\nb"));
+  QCOMPARE(ChatGenerationDialog::lines_from_stop_texts({"\n\n", "User:", "a\\nb"}),
+           QStringLiteral("\\n\\n\nUser:\na\\\\nb"));
 }
 
 // A built-in name is refused inside the dialog; a preset of the user's can be chosen and deleted there.

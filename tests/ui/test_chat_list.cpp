@@ -5,14 +5,13 @@
 
 #include <QAction>
 #include <QLineEdit>
-#include <QTextBrowser>
-#include <QToolButton>
 #include <QListWidget>
 #include <QTableWidget>
+#include <QTextBrowser>
+#include <QToolButton>
 
 #include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
-#include "ui/chat_view.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_widget.h"
@@ -117,12 +116,13 @@ void ChatListTest::pinned_chats_lead_the_list_with_a_marker() {
   QVERIFY(table);
   QStringList pin_keys;
   for (int row = 0; row < table->rowCount(); ++row)
-    if (table->item(row, 1)->text().startsWith(QStringLiteral("Unpin the chat"))) pin_keys << table->item(row, 2)->text();
+    if (table->item(row, 1)->text().startsWith(QStringLiteral("Unpin the chat")))
+      pin_keys << table->item(row, 2)->text();
   QCOMPARE(pin_keys, (QStringList{QKeySequence(QStringLiteral("Ctrl+Shift+P")).toString(QKeySequence::NativeText)}));
   sheet->close();
 
   list->setCurrentRow(1);  // Apples
-  pin->trigger();  // unpinned: back among the others, in its place by date
+  pin->trigger();          // unpinned: back among the others, in its place by date
   QCOMPARE(list_texts(), (QStringList{marker + "Bees", "Clouds", "Apples"}));
   QVERIFY(!controller()->conversation(ids[0])->pinned);
 }

@@ -81,8 +81,11 @@ void ChatViewTest::streaming_appends_and_the_final_record_replaces() {
 
   // Sending appends: the widgets already shown stay.
   MessageRecord finished = record(2, "assistant", "Once upon a time");
-  finished.stats = QJsonObject{{"generated_tokens", 4}, {"prompt_tokens", 2}, {"prefilled_tokens", 2},
-                               {"cache_mode", "on"}, {"stop_reason", "eos"}};
+  finished.stats = QJsonObject{{"generated_tokens", 4},
+                               {"prompt_tokens", 2},
+                               {"prefilled_tokens", 2},
+                               {"cache_mode", "on"},
+                               {"stop_reason", "eos"}};
   view.updateMessage(finished);
   QCOMPARE(body_of(streaming)->source(), QStringLiteral("Once upon a time"));
   QVERIFY(streaming->statsText().contains("4 tokens"));

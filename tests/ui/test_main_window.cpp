@@ -23,8 +23,8 @@
 
 #include "app/chat/chat_controller.h"
 #include "app/store/message_stats_json.h"
-#include "common/test_paths.h"
 #include "common/chat_fixture.h"
+#include "common/test_paths.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"
@@ -38,10 +38,7 @@ using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 class MainWindowTest : public QObject {
   Q_OBJECT
@@ -153,7 +150,8 @@ void MainWindowTest::typing_and_enter_sends_and_streams_the_reply() {
   QVERIFY(window_->speedLabel()->text().contains("tok/s"));
   QCOMPARE(window_->cacheBar()->format(), QStringLiteral("%1/512 tok").arg(stats.cache_tokens));
   QCOMPARE(window_->cacheBar()->value(), static_cast<int>(stats.cache_tokens));
-  QVERIFY(window_->cacheLabel()->text().contains(QStringLiteral("0 reused / %1 prefilled").arg(stats.prefilled_tokens)));
+  QVERIFY(
+      window_->cacheLabel()->text().contains(QStringLiteral("0 reused / %1 prefilled").arg(stats.prefilled_tokens)));
   QCOMPARE(window_->conversationList()->count(), 1);
   QCOMPARE(window_->conversationList()->item(0)->text(), QStringLiteral("Once upon a time"));
 
@@ -315,9 +313,10 @@ void MainWindowTest::event_loop_stall_while_generating() {
   probe.stop();
   const double gui_cpu_ms = thread_cpu_ms() - cpu_start;
   QVERIFY(ticks > 0);
-  qInfo("worst GUI event-loop stall while generating %d tokens in %.0f ms: %.1f ms (%d ticks of a 5 ms timer); "
-        "GUI thread CPU time %.0f ms",
-        tokens, clock.nsecsElapsed() / 1e6, worst_gap / 1e6, ticks, gui_cpu_ms);
+  qInfo(
+      "worst GUI event-loop stall while generating %d tokens in %.0f ms: %.1f ms (%d ticks of a 5 ms timer); "
+      "GUI thread CPU time %.0f ms",
+      tokens, clock.nsecsElapsed() / 1e6, worst_gap / 1e6, ticks, gui_cpu_ms);
 }
 
 KVCHAT_TEST_MAIN(MainWindowTest)

@@ -254,7 +254,8 @@ void MainWindowDefectsTest::another_chat_generating_is_shown_and_a_message_waits
   type_and_send("Tom saw a big dog");
   QCOMPARE(window_->messageInput()->toPlainText(), QString());
   QVERIFY(controller()->isQueued(controller()->currentConversationId()));
-  QVERIFY2(waiting->text().contains("Waiting for the reply in \u201cOnce upon a time\u201d"), qPrintable(waiting->text()));
+  QVERIFY2(waiting->text().contains("Waiting for the reply in \u201cOnce upon a time\u201d"),
+           qPrintable(waiting->text()));
   QVERIFY(list->currentItem()->text().endsWith("\u00b7 waiting\u2026"));
   QVERIFY(wait_idle());
   QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 2);
@@ -344,7 +345,8 @@ void MainWindowDefectsTest::the_first_screen_and_about_say_what_runs() {
   const QString placeholder = window_->chatView()->placeholderText();
   QVERIFY2(placeholder.contains("<b>stories260K</b> is loaded"), qPrintable(placeholder));
   QVERIFY2(placeholder.contains("continues the text you type"), qPrintable(placeholder));
-  QVERIFY2(placeholder.contains(QStringLiteral("<p>Architecture: llama \u00b7 chat template: no</p>")), qPrintable(placeholder));
+  QVERIFY2(placeholder.contains(QStringLiteral("<p>Architecture: llama \u00b7 chat template: no</p>")),
+           qPrintable(placeholder));
   QVERIFY2(placeholder.contains(QStringLiteral("try \u201cOnce upon a time\u201d")), qPrintable(placeholder));
   type_and_send("Once upon a time");
   QVERIFY(wait_idle());
@@ -391,7 +393,8 @@ void MainWindowDefectsTest::a_reply_cut_short_by_a_crash_is_marked_and_continued
   QVERIFY(records[1].text.size() > QString(", there was a little girl").size());
   QTRY_COMPARE(window_->chatView()->messageWidgets()[1]->text(), records[1].text);
   // Cut again, now by max tokens: still offered.
-  QCOMPARE(window_->chatView()->messageWidgets()[1]->cutShortText(), QStringLiteral("Cut short at the max-tokens setting."));
+  QCOMPARE(window_->chatView()->messageWidgets()[1]->cutShortText(),
+           QStringLiteral("Cut short at the max-tokens setting."));
 }
 
 void MainWindowDefectsTest::the_token_counter_shows_the_room_left() {

@@ -155,9 +155,9 @@ void MainWindowExportsTest::all_chats_export_and_import_through_the_file_menu() 
   QVERIFY(!window_->importConversations(cut));
   auto* box = window_->findChild<QMessageBox*>("importErrorDialog");
   QVERIFY(box);
-  QVERIFY2(box->text().startsWith(
-               QStringLiteral("Nothing was imported. cannot import %1: it is not valid JSON (").arg(cut)),
-           qPrintable(box->text()));
+  QVERIFY2(
+      box->text().startsWith(QStringLiteral("Nothing was imported. cannot import %1: it is not valid JSON (").arg(cut)),
+      qPrintable(box->text()));
   QCOMPARE(controller->conversations().size(), 2);
 }
 

@@ -20,9 +20,9 @@
 #include "ui/chat_view.h"
 #include "ui/decode_chart_panel.h"
 #include "ui/main_window.h"
+#include "ui/message_body.h"
 #include "ui/message_input.h"
 #include "ui/message_text_view.h"
-#include "ui/message_body.h"
 #include "ui/message_widget.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).

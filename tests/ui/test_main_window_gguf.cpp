@@ -19,8 +19,8 @@
 
 #include "app/chat/chat_controller.h"
 #include "common/test_paths.h"
-#include "engine/model/model_loader.h"
 #include "engine/generation/session.h"
+#include "engine/model/model_loader.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"
@@ -134,7 +134,8 @@ void MainWindowGgufTest::file_menu_opens_a_gguf_file_and_shows_its_type() {
   // The new-chat screen describes the model now loaded, not the embedded one it replaced.
   const QString welcome = window_->chatView()->placeholderText();
   QVERIFY2(welcome.contains(QStringLiteral("<b>stories260K-Q8_0.gguf</b> is loaded")), qPrintable(welcome));
-  QVERIFY2(welcome.contains(QStringLiteral("<p>Architecture: llama \u00b7 chat template: no</p>")), qPrintable(welcome));
+  QVERIFY2(welcome.contains(QStringLiteral("<p>Architecture: llama \u00b7 chat template: no</p>")),
+           qPrintable(welcome));
   QVERIFY2(welcome.contains(QStringLiteral("continues the text you type")), qPrintable(welcome));
   QVERIFY2(!welcome.contains(QStringLiteral("Once upon a time")), qPrintable(welcome));
 

@@ -69,8 +69,9 @@ class MainWindowRemoteTest : public QObject {
 
  private Q_SLOTS:
   void initTestCase() {
-    QVERIFY2(server_.start({"--model", kvchat::test::stories_model_directory(), "--api-key", kApiKey, "--threads", "1"}),
-             server_.log().c_str());
+    QVERIFY2(
+        server_.start({"--model", kvchat::test::stories_model_directory(), "--api-key", kApiKey, "--threads", "1"}),
+        server_.log().c_str());
     QVERIFY(fixture_.open(kvchat::test::greedy_chat_settings(30)));
     window_ = std::make_unique<MainWindow>(fixture_.controller());
     window_->show();
@@ -86,9 +87,11 @@ class MainWindowRemoteTest : public QObject {
     // The title and the new-chat screen name the server's model, not the local one (also stories260K here).
     QCOMPARE(window_->windowTitle(), QStringLiteral("kvchat \u2014 stories260K on %1").arg(base_url()));
     const QString welcome = window_->chatView()->placeholderText();
-    QVERIFY2(welcome.startsWith(QStringLiteral("<p>Replies come from <b>stories260K</b> on the OpenAI-compatible server "
-                                               "at %1.</p>").arg(base_url())),
-             qPrintable(welcome));
+    QVERIFY2(
+        welcome.startsWith(QStringLiteral("<p>Replies come from <b>stories260K</b> on the OpenAI-compatible server "
+                                          "at %1.</p>")
+                               .arg(base_url())),
+        qPrintable(welcome));
     QVERIFY2(!welcome.contains(QStringLiteral("is loaded")), qPrintable(welcome));
     type_and_send("Once upon a time");
     const auto records = controller->currentMessages();
@@ -99,7 +102,8 @@ class MainWindowRemoteTest : public QObject {
     const auto widgets = window_->chatView()->messageWidgets();
     QCOMPARE(widgets.size(), 2);
     const QString stats = widgets[1]->statsText();
-    QVERIFY2(stats.startsWith(QStringLiteral("server \u00b7 %1 tokens").arg(records[1].stats.value("generated_tokens").toInt())),
+    QVERIFY2(stats.startsWith(
+                 QStringLiteral("server \u00b7 %1 tokens").arg(records[1].stats.value("generated_tokens").toInt())),
              qPrintable(stats));
     QVERIFY2(stats.contains(QStringLiteral("cached on the server")), qPrintable(stats));
     QVERIFY2(window_->cacheLabel()->text().startsWith(QStringLiteral("KV cache on the server")),
@@ -144,9 +148,10 @@ class MainWindowRemoteTest : public QObject {
     type_and_send("Hello");
     const auto widgets = window_->chatView()->messageWidgets();
     const QString stats = widgets.last()->statsText();
-    QVERIFY2(stats.startsWith(QStringLiteral("Error: the server at %1 refused the API key (401): incorrect API key provided")
-                                  .arg(base_url())),
-             qPrintable(stats));
+    QVERIFY2(
+        stats.startsWith(QStringLiteral("Error: the server at %1 refused the API key (401): incorrect API key provided")
+                             .arg(base_url())),
+        qPrintable(stats));
     QVERIFY(window_->findChild<QPushButton*>("regenerateButton")->isEnabled());
   }
 

@@ -11,17 +11,15 @@
 
 #include <QChart>
 #include <QChartView>
-#include <QValueAxis>
 #include <QClipboard>
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QGraphicsTextItem>
-#include <QLegend>
-#include <QValueAxis>
 #include <QInputDialog>
 #include <QLabel>
+#include <QLegend>
 #include <QListWidget>
 #include <QMenu>
 #include <QMenuBar>
@@ -34,6 +32,7 @@
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QToolButton>
+#include <QValueAxis>
 
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
@@ -395,9 +394,9 @@ void MainWindowUsabilityTest::every_chat_action_has_keys_listed_in_the_sheet() {
   QCOMPARE(controller()->conversations().size(), 1);
 
   // The Chat menu holds them all.
-  for (const char* name : {"renameChatAction", "deleteChatAction", "editLastAction", "stopAction",
-                           "previousVersionAction", "nextVersionAction", "copyLastReplyAction",
-                           "copyLastCodeBlockAction"}) {
+  for (const char* name :
+       {"renameChatAction", "deleteChatAction", "editLastAction", "stopAction", "previousVersionAction",
+        "nextVersionAction", "copyLastReplyAction", "copyLastCodeBlockAction"}) {
     auto* action = window_->findChild<QAction*>(name);
     QVERIFY2(action && !action->shortcut().isEmpty(), name);
     QVERIFY2(!action->associatedObjects().isEmpty(), name);
@@ -552,11 +551,10 @@ void MainWindowUsabilityTest::the_docked_chart_leaves_room_for_the_transcript() 
   QVERIFY(window_->decodeChartDock()->isVisible());
   for (int pass = 0; pass < 5; ++pass) QCoreApplication::processEvents();  // the dock placed, then sized
   const int transcript = window_->chatView()->viewport()->height();
-  QVERIFY2(transcript >= window_->height() * 2 / 5,
-           qPrintable(QStringLiteral("%1 of %2 (chart dock %3)")
-                          .arg(transcript)
-                          .arg(window_->height())
-                          .arg(window_->decodeChartDock()->height())));
+  QVERIFY2(transcript >= window_->height() * 2 / 5, qPrintable(QStringLiteral("%1 of %2 (chart dock %3)")
+                                                                   .arg(transcript)
+                                                                   .arg(window_->height())
+                                                                   .arg(window_->decodeChartDock()->height())));
   // The x axis title is drawn whole (not elided), inside the chart view.
   auto* view = window_->decodeChart()->findChild<QChartView*>();
   QVERIFY(view);
@@ -570,9 +568,9 @@ void MainWindowUsabilityTest::the_docked_chart_leaves_room_for_the_transcript() 
   QVERIFY2(title && title->isVisible(), "the x axis title is drawn unshortened");
   const QRect shown = view->mapFromScene(title->sceneBoundingRect()).boundingRect();
   QVERIFY2(view->viewport()->rect().contains(shown), qPrintable(QStringLiteral("title at y %1..%2, view %3 high")
-                                                                     .arg(shown.top())
-                                                                     .arg(shown.bottom())
-                                                                     .arg(view->viewport()->height())));
+                                                                    .arg(shown.top())
+                                                                    .arg(shown.bottom())
+                                                                    .arg(view->viewport()->height())));
 }
 
 void MainWindowUsabilityTest::the_settings_dialog_fits_a_small_screen() {

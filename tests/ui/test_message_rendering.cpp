@@ -8,10 +8,10 @@
 #include <QClipboard>
 #include <QDesktopServices>
 #include <QDir>
-#include <QMessageBox>
 #include <QGuiApplication>
 #include <QImage>
 #include <QLabel>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QScrollBar>
 #include <QTemporaryDir>
@@ -82,7 +82,8 @@ void MessageRenderingTest::long_words_and_code_lines_never_widen_the_transcript(
   const QString word(500, QLatin1Char('w'));
   const QString url = QStringLiteral("https://example.com/") + QString(240, QLatin1Char('a'));
   const QString code_line = QStringLiteral("int x = ") + QString(300, QLatin1Char('1')) + QStringLiteral(";");
-  view.setMessages({record(1, "user", word), record(2, "assistant", url + "\n\n```cpp\n" + code_line + "\n```\n\nDone."),
+  view.setMessages({record(1, "user", word),
+                    record(2, "assistant", url + "\n\n```cpp\n" + code_line + "\n```\n\nDone."),
                     record(3, "user", "short")});
   show_view(view, 600, 400);
   const int viewport = view.viewport()->width();
@@ -135,8 +136,9 @@ void MessageRenderingTest::the_end_of_a_long_reply_can_be_scrolled_into_view() {
   QVERIFY(last->document()->toPlainText().contains("THE END"));
   // The last line's bottom lies inside the viewport once scrolled to the end.
   const QPoint bottom = last->mapTo(view.viewport(), QPoint(0, last->height()));
-  QVERIFY2(bottom.y() <= view.viewport()->height(),
-           qPrintable(QStringLiteral("end of reply at %1, viewport %2").arg(bottom.y()).arg(view.viewport()->height())));
+  QVERIFY2(
+      bottom.y() <= view.viewport()->height(),
+      qPrintable(QStringLiteral("end of reply at %1, viewport %2").arg(bottom.y()).arg(view.viewport()->height())));
   QVERIFY(bottom.y() > 0);
 }
 
@@ -146,7 +148,8 @@ void MessageRenderingTest::single_line_breaks_are_kept() {
   const QString text = rendered(view.messageWidget(1));
   QVERIFY2(text.startsWith("Roses are red,\nviolets are blue.\nNew paragraph"), qPrintable(text));
   QVERIFY(view.messageWidget(1)->body()->isMarkdown());
-  QCOMPARE(view.messageWidget(1)->text(), QStringLiteral("Roses are red,\nviolets are blue.\n\nNew paragraph\n- a\n- b"));
+  QCOMPARE(view.messageWidget(1)->text(),
+           QStringLiteral("Roses are red,\nviolets are blue.\n\nNew paragraph\n- a\n- b"));
   QCOMPARE(kvchat::ui::with_hard_line_breaks("a\nb\n\nc"), QStringLiteral("a  \nb\n\nc"));
 }
 
@@ -239,7 +242,8 @@ void MessageRenderingTest::a_reply_cut_short_says_so_and_offers_continue() {
   finished.stats = QJsonObject{{"stop_reason", "eos"}, {"generated_tokens", 3}};
   view.setMessages({record(1, "user", "Tell"), crashed, record(3, "user", "More"), finished});
   show_view(view, 600, 400);
-  QCOMPARE(view.messageWidget(2)->cutShortText(), QStringLiteral("Cut short: the app closed before this reply finished."));
+  QCOMPARE(view.messageWidget(2)->cutShortText(),
+           QStringLiteral("Cut short: the app closed before this reply finished."));
   QCOMPARE(view.messageWidget(4)->cutShortText(), QString());
   QVERIFY(view.messageWidget(2)->continueButton()->isHidden());  // only once the window offers it
   view.setContinuableMessage(2);

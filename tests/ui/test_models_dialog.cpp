@@ -54,7 +54,8 @@ class ModelsDialogTest : public QObject {
   QString shared(const char* path) const { return QString::fromStdString(kvchat::test::shared_path(path)); }
   static QStringList row(const QTreeWidget* list, int index) {
     QStringList texts;
-    for (int column = 0; column <= ModelsDialog::StatusColumn; ++column) texts << list->topLevelItem(index)->text(column);
+    for (int column = 0; column <= ModelsDialog::StatusColumn; ++column)
+      texts << list->topLevelItem(index)->text(column);
     return texts;
   }
   static bool copy_folder(const QString& from, const QString& to) {
@@ -107,25 +108,27 @@ void ModelsDialogTest::recent_models_show_their_metadata() {
   const QTreeWidget* recent = dialog->recentList();
   QCOMPARE(recent->topLevelItemCount(), 5);
   using kvchat::ui::format_bytes;
-  QCOMPARE(row(recent, 0), (QStringList{"stories-q8.gguf", "GGUF", format_bytes(QFileInfo(q8).size()), "llama", "Q8_0",
-                                        "Loaded"}));
+  QCOMPARE(row(recent, 0),
+           (QStringList{"stories-q8.gguf", "GGUF", format_bytes(QFileInfo(q8).size()), "llama", "Q8_0", "Loaded"}));
   QCOMPARE(row(recent, 1), (QStringList{"story-folder", "Hugging Face folder", format_bytes(folder_bytes(folder)),
                                         "llama (LlamaForCausalLM)", "", ""}));
   QCOMPARE(row(recent, 2), (QStringList{"gone.gguf", "GGUF", "", "", "", "Missing"}));
   QCOMPARE(row(recent, 3).mid(0, 5), (QStringList{"damaged.gguf", "GGUF", "64 B", "", ""}));
-  QCOMPARE(row(recent, 3)[5], QStringLiteral("Cannot be read: %1: header at offset 8: tensor count 47 cannot fit in the "
-                                             "remaining 40 bytes (limit 1048576)")
-                                  .arg(damaged));
-  QCOMPARE(row(recent, 4).mid(0, 4), (QStringList{"stories260K", "Hugging Face folder",
-                                                  format_bytes(folder_bytes(shared("models/stories260K"))),
-                                                  "llama (LlamaForCausalLM)"}));
+  QCOMPARE(row(recent, 3)[5],
+           QStringLiteral("Cannot be read: %1: header at offset 8: tensor count 47 cannot fit in the "
+                          "remaining 40 bytes (limit 1048576)")
+               .arg(damaged));
+  QCOMPARE(row(recent, 4).mid(0, 4),
+           (QStringList{"stories260K", "Hugging Face folder", format_bytes(folder_bytes(shared("models/stories260K"))),
+                        "llama (LlamaForCausalLM)"}));
   QCOMPARE(recent->topLevelItem(2)->data(ModelsDialog::NameColumn, ModelsDialog::kPathRole).toString(), gone);
 
   // The missing one is removed from the list (and from the settings).
   const_cast<QTreeWidget*>(recent)->setCurrentItem(recent->topLevelItem(2));
   dialog->findChild<QPushButton*>("removeRecentModelButton")->click();
   QCOMPARE(recent->topLevelItemCount(), 4);
-  QCOMPARE(controller()->recentModels(), (QStringList{q8, folder, damaged, QDir::cleanPath(shared("models/stories260K"))}));
+  QCOMPARE(controller()->recentModels(),
+           (QStringList{q8, folder, damaged, QDir::cleanPath(shared("models/stories260K"))}));
   // Enter on a damaged one loads nothing: its row says why.
   const_cast<QTreeWidget*>(recent)->setCurrentItem(recent->topLevelItem(2));
   QSignalSpy loading(controller(), &ChatController::modelLoading);
@@ -158,10 +161,12 @@ void ModelsDialogTest::a_scan_finds_models_in_the_folders_and_enter_loads_one() 
   QCOMPARE(dialog->foldersList()->count(), 1);
   const QTreeWidget* found = dialog->foundList();
   QCOMPARE(found->topLevelItemCount(), 2);
-  QCOMPARE(row(found, 0), (QStringList{"x.gguf", "GGUF", kvchat::ui::format_bytes(QFileInfo(root + "/a/b/x.gguf").size()),
-                                       "llama", "Q4_0", ""}));
-  QCOMPARE(row(found, 1).mid(0, 5), (QStringList{"hf", "Hugging Face folder", kvchat::ui::format_bytes(folder_bytes(root + "/hf")),
-                                                 "llama (LlamaForCausalLM)", ""}));
+  QCOMPARE(row(found, 0),
+           (QStringList{"x.gguf", "GGUF", kvchat::ui::format_bytes(QFileInfo(root + "/a/b/x.gguf").size()), "llama",
+                        "Q4_0", ""}));
+  QCOMPARE(row(found, 1).mid(0, 5),
+           (QStringList{"hf", "Hugging Face folder", kvchat::ui::format_bytes(folder_bytes(root + "/hf")),
+                        "llama (LlamaForCausalLM)", ""}));
   // Enter loads the chosen one and closes the dialog.
   const_cast<QTreeWidget*>(found)->setFocus();
   const_cast<QTreeWidget*>(found)->setCurrentItem(found->topLevelItem(0));

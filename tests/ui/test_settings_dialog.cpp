@@ -9,10 +9,10 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QLabel>
-#include <QSignalSpy>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSignalSpy>
 #include <QSpinBox>
 #include <QTemporaryDir>
 
@@ -150,10 +150,11 @@ void SettingsDialogTest::local_only_settings_are_greyed_out_for_a_server() {
   auto* backend = dialog.findChild<QComboBox*>("backendCombo");
   auto* hint = dialog.findChild<QLabel*>("localOnlyHint");
   QVERIFY(hint);
-  const QStringList local_only{"kvCacheCheck", "threadsSpin", "contextLimitSpin", "overflowCombo", "cacheBudgetSpin",
-                               "snapshotsCheck", "snapshotBudgetSpin", "snapshotDirectoryEdit", "modelPathEdit"};
-  const QStringList sent{"temperatureSpin", "topKSpin", "topPSpin", "minPSpin", "repetitionPenaltySpin", "seedEdit",
-                         "maxNewTokensSpin", "systemPromptEdit"};
+  const QStringList local_only{"kvCacheCheck",       "threadsSpin",           "contextLimitSpin",
+                               "overflowCombo",      "cacheBudgetSpin",       "snapshotsCheck",
+                               "snapshotBudgetSpin", "snapshotDirectoryEdit", "modelPathEdit"};
+  const QStringList sent{"temperatureSpin",       "topKSpin", "topPSpin",         "minPSpin",
+                         "repetitionPenaltySpin", "seedEdit", "maxNewTokensSpin", "systemPromptEdit"};
   auto enabled = [&](const QString& name) {
     auto* widget = dialog.findChild<QWidget*>(name);
     return widget && widget->isEnabled();

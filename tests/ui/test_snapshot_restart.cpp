@@ -106,9 +106,10 @@ class SnapshotRestartTest : public QObject {
     QProcess reference;
     reference.setProcessChannelMode(QProcess::MergedChannels);
     const QString reference_database = data.filePath("reference.sqlite3");
-    reference.start(QString::fromStdString(kvchat::test::build_dir()) + "/kvchat",
-                    {"--db", reference_database, "--settings", ini, "--cache-dir", data.filePath("reference-snapshots"),
-                     "--send", "Once upon a time, Lily", "--send", "She went outside", "--screenshot", data.filePath("third.png")});
+    reference.start(
+        QString::fromStdString(kvchat::test::build_dir()) + "/kvchat",
+        {"--db", reference_database, "--settings", ini, "--cache-dir", data.filePath("reference-snapshots"), "--send",
+         "Once upon a time, Lily", "--send", "She went outside", "--screenshot", data.filePath("third.png")});
     QVERIFY2(reference.waitForFinished(120000), "the third instance did not quit");
     QVERIFY2(reference.exitCode() == 0, reference.readAll().constData());
     const QList<kvchat::app::MessageRecord> messages = kvchat::app::ConversationStore(reference_database).messages(1);

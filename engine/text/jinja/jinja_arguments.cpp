@@ -33,8 +33,7 @@ std::int64_t int_arg(const std::string& function, const std::optional<Value>& ar
 
 std::optional<std::string> optional_str_arg(const std::string& function, const std::optional<Value>& arg) {
   if (!arg || arg->is_none()) return std::nullopt;
-  if (!arg->is_string())
-    throw EvalError(function + "(): expected a string argument, got " + python_type_name(*arg));
+  if (!arg->is_string()) throw EvalError(function + "(): expected a string argument, got " + python_type_name(*arg));
   return arg->text;
 }
 

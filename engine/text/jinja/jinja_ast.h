@@ -68,9 +68,9 @@ struct Stmt {
     SetBlock,  // {% set target %}body{% endset %}, optionally | filters (expr applies them to a placeholder)
     Break,
     Continue,
-    Macro,       // {% macro name(parameters) %}body{% endmacro %}: assigns a callable to `name`
-    CallBlock,   // {% call(parameters) expr %}body{% endcall %}: expr (a Call) gets caller= the body as a macro
-    FilterBlock, // {% filter f(args)|g %}body{% endfilter %}: expr applies the filters to a placeholder
+    Macro,        // {% macro name(parameters) %}body{% endmacro %}: assigns a callable to `name`
+    CallBlock,    // {% call(parameters) expr %}body{% endcall %}: expr (a Call) gets caller= the body as a macro
+    FilterBlock,  // {% filter f(args)|g %}body{% endfilter %}: expr applies the filters to a placeholder
   };
   Kind kind;
   Position pos;

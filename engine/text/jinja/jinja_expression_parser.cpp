@@ -100,7 +100,8 @@ bool ExpressionParser::is_tuple_end(EndTags extra_end) const {
   return false;
 }
 
-ExprPtr ExpressionParser::parse_tuple(bool simplified, bool with_condexpr, EndTags extra_end, bool explicit_parentheses) {
+ExprPtr ExpressionParser::parse_tuple(bool simplified, bool with_condexpr, EndTags extra_end,
+                                      bool explicit_parentheses) {
   Position pos = position(current());
   std::vector<ExprPtr> items;
   bool is_tuple = false;
@@ -199,9 +200,8 @@ ExprPtr ExpressionParser::parse_compare() {
   node->pos = pos;
   while (true) {
     const Token& token = current();
-    if (token.type == TokenType::Operator &&
-        (token.value == "==" || token.value == "!=" || token.value == "<" || token.value == "<=" ||
-         token.value == ">" || token.value == ">=")) {
+    if (token.type == TokenType::Operator && (token.value == "==" || token.value == "!=" || token.value == "<" ||
+                                              token.value == "<=" || token.value == ">" || token.value == ">=")) {
       node->ops.push_back(next().value);
     } else if (is_name("in")) {
       next();
@@ -304,9 +304,7 @@ ExprPtr ExpressionParser::parse_primary() {
       while (current().type == TokenType::String) text += next().value;  // "a" "b" concatenates
       return literal(pos, Value::from_string(std::move(text)));
     }
-    case TokenType::Integer:
-      next();
-      return literal(pos, Value::from_int(std::stoll(token.value)));
+    case TokenType::Integer: next(); return literal(pos, Value::from_int(std::stoll(token.value)));
     case TokenType::Float:
       next();
       // As Python's float(): past the range of a double is inf, below it 0.0 (std::stod would throw).
@@ -321,8 +319,7 @@ ExprPtr ExpressionParser::parse_primary() {
       if (token.value == "[") return parse_list();
       if (token.value == "{") return parse_dict();
       break;
-    default:
-      break;
+    default: break;
   }
   fail(token, "unexpected " + token_text(token));
 }
@@ -526,9 +523,8 @@ ExprPtr ExpressionParser::parse_test(ExprPtr node) {
   const Token& after = current();
   if (is_op("(")) {
     parse_call_args(*test);
-  } else if ((after.type == TokenType::Name || after.type == TokenType::String ||
-              after.type == TokenType::Integer || after.type == TokenType::Float || is_op("[") ||
-              is_op("{")) &&
+  } else if ((after.type == TokenType::Name || after.type == TokenType::String || after.type == TokenType::Integer ||
+              after.type == TokenType::Float || is_op("[") || is_op("{")) &&
              !is_name("else") && !is_name("or") && !is_name("and")) {
     // `x is divisibleby 3`: one argument without parentheses.
     if (is_name("is")) fail(after, "you cannot chain multiple tests with 'is'");

@@ -243,19 +243,23 @@ Value filter_map(const std::string&, const Value& value, const CallArgs& args) {
   if (!truthy(value)) return make_generator({});  // as select: `if value:` comes first
   ValueList out;
   if (args.positional.size() == 1) {
-    auto attribute = std::find_if(args.keyword.begin(), args.keyword.end(), [](const auto& k) { return k.first == "attribute"; });
+    auto attribute =
+        std::find_if(args.keyword.begin(), args.keyword.end(), [](const auto& k) { return k.first == "attribute"; });
     if (attribute == args.keyword.end()) throw EvalError("map requires a filter argument");
     std::optional<Value> fallback;
     for (const auto& [key, v] : args.keyword) {
-      if (key == "default") fallback = v;
-      else if (key != "attribute") throw EvalError("map(): unexpected keyword argument '" + key + "'");
+      if (key == "default")
+        fallback = v;
+      else if (key != "attribute")
+        throw EvalError("map(): unexpected keyword argument '" + key + "'");
     }
     for (const Value& item : iterate(value)) out.push_back(lookup_attribute_path(item, attribute->second, fallback));
     return make_generator(std::move(out));
   }
   const Value& filter = args.positional[1];
   if (!filter.is_string()) throw EvalError("map(): the filter name must be a string");
-  if (filter_support(filter.text) != Support::Supported) throw EvalError("map(): no filter named '" + filter.text + "'");
+  if (filter_support(filter.text) != Support::Supported)
+    throw EvalError("map(): no filter named '" + filter.text + "'");
   CallArgs filter_args;
   filter_args.positional.push_back(Value());
   filter_args.positional.insert(filter_args.positional.end(), args.positional.begin() + 2, args.positional.end());
@@ -399,8 +403,10 @@ std::string spaces(std::int64_t width) {
 Value filter_indent(const std::string& name, const Value& value, const CallArgs& args) {
   auto a = bind(name, args, 1, {"width", "first", "blank"});
   std::string indentation;
-  if (a[0] && a[0]->is_string()) indentation = a[0]->text;
-  else indentation = spaces(int_arg(name, a[0], 4));
+  if (a[0] && a[0]->is_string())
+    indentation = a[0]->text;
+  else
+    indentation = spaces(int_arg(name, a[0], 4));
   bool first = bool_arg(a[1], false);
   bool blank = bool_arg(a[2], false);
   std::string text = to_str(value) + "\n";  // Jinja2 appends a newline so that splitlines keeps the last line
@@ -421,8 +427,10 @@ Value filter_tojson(const std::string& name, const Value& value, const CallArgs&
   if (bool_arg(a[0], false)) throw EvalError("tojson(ensure_ascii=True) is not supported");
   JsonFormat format;
   if (a[1] && !a[1]->is_none()) {
-    if (a[1]->is_string()) format.indent = a[1]->text;
-    else format.indent = spaces(int_arg(name, a[1], 0));
+    if (a[1]->is_string())
+      format.indent = a[1]->text;
+    else
+      format.indent = spaces(int_arg(name, a[1], 0));
     format.item_separator = ",";
   }
   if (a[2] && !a[2]->is_none()) {

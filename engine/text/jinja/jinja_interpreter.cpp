@@ -97,7 +97,8 @@ class Interpreter {
       };
       if (args.positional.size() > 1) throw EvalError("namespace() takes at most one positional argument");
       if (!args.positional.empty()) {
-        if (args.positional[0].kind != Kind::Dict) throw EvalError("namespace(): the positional argument must be a dict");
+        if (args.positional[0].kind != Kind::Dict)
+          throw EvalError("namespace(): the positional argument must be a dict");
         for (const auto& [key, value] : args.positional[0].entries()) set(key, value);
       }
       for (const auto& [key, value] : args.keyword) set(Value::from_string(key), value);
@@ -130,8 +131,8 @@ class Interpreter {
       items.reserve(static_cast<std::size_t>(length));
       // start + k * step stays between start and stop for k < length: no overflow.
       for (std::uint64_t k = 0; k < length; ++k)
-        items.push_back(Value::from_int(static_cast<std::int64_t>(static_cast<std::uint64_t>(start) +
-                                                                  k * static_cast<std::uint64_t>(step))));
+        items.push_back(Value::from_int(
+            static_cast<std::int64_t>(static_cast<std::uint64_t>(start) + k * static_cast<std::uint64_t>(step))));
       return Value::from_list(std::move(items), Sequence::View);
     });
     std::string today = today_;
@@ -175,8 +176,8 @@ class Interpreter {
     if (items.size() != target.names.size())
       throw EvalError(items.size() > target.names.size()
                           ? "too many values to unpack (expected " + std::to_string(target.names.size()) + ")"
-                          : "not enough values to unpack (expected " + std::to_string(target.names.size()) +
-                                ", got " + std::to_string(items.size()) + ")");
+                          : "not enough values to unpack (expected " + std::to_string(target.names.size()) + ", got " +
+                                std::to_string(items.size()) + ")");
     for (std::size_t i = 0; i < items.size(); ++i) current_->variables[target.names[i]] = items[i];
   }
 
@@ -204,9 +205,7 @@ class Interpreter {
 
   Flow exec_unguarded(const Stmt& stmt, std::string& out) {
     switch (stmt.kind) {
-      case Stmt::Kind::Text:
-        guarded(stmt.pos, [&] { append_output(out, stmt.text); });
-        return Flow::Normal;
+      case Stmt::Kind::Text: guarded(stmt.pos, [&] { append_output(out, stmt.text); }); return Flow::Normal;
       case Stmt::Kind::Output: {
         Value value = eval(*stmt.expr);
         guarded(stmt.expr->pos, [&] { append_output(out, to_str(value)); });
@@ -216,8 +215,7 @@ class Interpreter {
         for (const auto& [condition, body] : stmt.branches)
           if (truthy(eval(*condition))) return exec(body, out);
         return exec(stmt.else_body, out);
-      case Stmt::Kind::For:
-        return exec_for(stmt, out);
+      case Stmt::Kind::For: return exec_for(stmt, out);
       case Stmt::Kind::Set: {
         Value value = eval(*stmt.expr);
         guarded(stmt.pos, [&] { set_target(stmt.target, value); });
@@ -300,9 +298,12 @@ class Interpreter {
     DepthGuard depth(macro_depth_);
     for (std::size_t i = 0; i < stmt.parameters.size(); ++i) {
       const auto& [name, fallback] = stmt.parameters[i];
-      if (bound.values[i]) frame->variables[name] = *bound.values[i];
-      else if (fallback) frame->variables[name] = eval(*fallback);
-      else frame->variables[name] = Value::undefined("parameter '" + name + "' was not provided");
+      if (bound.values[i])
+        frame->variables[name] = *bound.values[i];
+      else if (fallback)
+        frame->variables[name] = eval(*fallback);
+      else
+        frame->variables[name] = Value::undefined("parameter '" + name + "' was not provided");
     }
     if (bound.caller) frame->variables["caller"] = *bound.caller;
     if (bound.varargs) frame->variables["varargs"] = *bound.varargs;
@@ -325,7 +326,8 @@ class Interpreter {
     Depth(Interpreter& interpreter, const Position& pos) : depth(interpreter.render_depth_) {
       if (depth >= kMaxRenderDepth)
         throw TemplateError(where(pos) + ": evaluation nested too deeply (more than " +
-                            std::to_string(kMaxRenderDepth) + " statements and expressions at once, macro calls included)");
+                            std::to_string(kMaxRenderDepth) +
+                            " statements and expressions at once, macro calls included)");
       ++depth;
     }
     ~Depth() { --depth; }
@@ -424,8 +426,10 @@ class Interpreter {
     return guarded(expr.pos, [&] {
       charge_steps(1);
       Value value = eval_unguarded(expr);
-      if (produces_new_value(expr)) charge_new_value(value);
-      else if (value.is_string()) charge_bytes(value.text.size());  // a copy of an existing string
+      if (produces_new_value(expr))
+        charge_new_value(value);
+      else if (value.is_string())
+        charge_bytes(value.text.size());  // a copy of an existing string
       return value;
     });
   }
@@ -470,7 +474,8 @@ class Interpreter {
         for (std::size_t i = 0; i + 1 < expr.items.size(); i += 2) {
           Value key = eval(*expr.items[i]);
           Value value = eval(*expr.items[i + 1]);
-          if ((key.kind == Kind::List && key.sequence == Sequence::List) || key.kind == Kind::Dict || key.is_undefined())
+          if ((key.kind == Kind::List && key.sequence == Sequence::List) || key.kind == Kind::Dict ||
+              key.is_undefined())
             throw EvalError("unhashable type used as a dict key");
           bool replaced = false;
           for (auto& entry : entries)
@@ -545,7 +550,7 @@ class Interpreter {
   FramePtr root_ = std::make_shared<Frame>();
   FramePtr current_ = root_;
   std::unordered_map<std::string, Value> globals_;
-  std::vector<FramePtr> captured_;  // scopes macros closed over (see the destructor)
+  std::vector<FramePtr> captured_;                          // scopes macros closed over (see the destructor)
   std::vector<std::shared_ptr<NamespaceData>> namespaces_;  // every namespace() made (see the destructor)
   int macro_depth_ = 0;
   int render_depth_ = 0;

@@ -107,9 +107,7 @@ class Lexer {
     tokens_.push_back(Token{type, std::move(value), line_of(pos), column_of(pos)});
   }
 
-  bool starts_with(std::size_t pos, const char* text) const {
-    return src_.compare(pos, std::strlen(text), text) == 0;
-  }
+  bool starts_with(std::size_t pos, const char* text) const { return src_.compare(pos, std::strlen(text), text) == 0; }
 
   // Python's \s, which includes the Unicode whitespace characters; returns the byte length or 0.
   std::size_t space_at(std::size_t pos) const {
@@ -180,10 +178,14 @@ class Lexer {
       if (!starts_with(q, "endraw")) continue;
       q = skip_spaces(q + 6);
       std::size_t end;
-      if (starts_with(q, "+%}")) end = after_block_end(q, false, true, q + 3);
-      else if (starts_with(q, "-%}")) end = after_block_end(q, true, false, q + 3);
-      else if (starts_with(q, "%}")) end = after_block_end(q, false, false, q + 2);
-      else continue;
+      if (starts_with(q, "+%}"))
+        end = after_block_end(q, false, true, q + 3);
+      else if (starts_with(q, "-%}"))
+        end = after_block_end(q, true, false, q + 3);
+      else if (starts_with(q, "%}"))
+        end = after_block_end(q, false, false, q + 2);
+      else
+        continue;
       bool line_starting = body_start > 0 && src_[body_start - 1] == '\n';
       std::string text = apply_left_control(src_.substr(body_start, p - body_start), sign, true, line_starting);
       if (!text.empty()) emit(TokenType::Data, std::move(text), body_start);
@@ -207,9 +209,12 @@ class Lexer {
     while (true) {
       if (balancing.empty()) {
         if (block) {
-          if (starts_with(pos, "+%}")) return end_tag(TokenType::BlockEnd, pos, after_block_end(pos, false, true, pos + 3));
-          if (starts_with(pos, "-%}")) return end_tag(TokenType::BlockEnd, pos, after_block_end(pos, true, false, pos + 3));
-          if (starts_with(pos, "%}")) return end_tag(TokenType::BlockEnd, pos, after_block_end(pos, false, false, pos + 2));
+          if (starts_with(pos, "+%}"))
+            return end_tag(TokenType::BlockEnd, pos, after_block_end(pos, false, true, pos + 3));
+          if (starts_with(pos, "-%}"))
+            return end_tag(TokenType::BlockEnd, pos, after_block_end(pos, true, false, pos + 3));
+          if (starts_with(pos, "%}"))
+            return end_tag(TokenType::BlockEnd, pos, after_block_end(pos, false, false, pos + 2));
         } else {
           if (starts_with(pos, "-}}")) return end_tag(TokenType::VarEnd, pos, skip_spaces(pos + 3));
           if (starts_with(pos, "}}")) return end_tag(TokenType::VarEnd, pos, pos + 2);
@@ -376,9 +381,8 @@ class Lexer {
   }
 
   std::size_t lex_operator(std::size_t pos, std::vector<char>& balancing) {
-    static const char* const kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~",
-                                             "[", "]", "(", ")", "{", "}", ">", "<", "=", ".", ":", "|",
-                                             ",", ";"};
+    static const char* const kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                             "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
     for (const char* op : kOperators) {
       if (!starts_with(pos, op)) continue;
       char c = op[0];

@@ -14,10 +14,10 @@ enum class TokenType {
   BlockBegin,  // {%
   BlockEnd,    // %}
   Name,
-  String,      // value holds the decoded literal
+  String,  // value holds the decoded literal
   Integer,
   Float,
-  Operator,    // value holds the operator text
+  Operator,  // value holds the operator text
   Eof,
 };
 

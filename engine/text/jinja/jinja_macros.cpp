@@ -21,9 +21,10 @@ BoundArguments bind_macro_arguments(const MacroSignature& signature, const CallA
   BoundArguments bound;
   for (std::size_t i = 0; i < count && i < args.positional.size(); ++i) bound.values.emplace_back(args.positional[i]);
   // A parameter named `caller` receives the call block's body like any keyword argument.
-  bool found_caller = std::find(signature.parameters.begin(), signature.parameters.end(), "caller") !=
-                      signature.parameters.end();
-  for (std::size_t i = bound.values.size(); i < count; ++i) bound.values.push_back(take_keyword(signature.parameters[i]));
+  bool found_caller =
+      std::find(signature.parameters.begin(), signature.parameters.end(), "caller") != signature.parameters.end();
+  for (std::size_t i = bound.values.size(); i < count; ++i)
+    bound.values.push_back(take_keyword(signature.parameters[i]));
 
   if (signature.takes_caller && !found_caller) {
     std::optional<Value> caller = take_keyword("caller");

@@ -125,8 +125,8 @@ Value str_join(const Value& self, const std::string& fn, const CallArgs& args) {
   std::size_t index = 0;
   for (const Value& item : iterate(*a[0])) {
     if (!item.is_string())
-      throw EvalError("sequence item " + std::to_string(index) + ": expected str instance, " +
-                      python_type_name(item) + " found");
+      throw EvalError("sequence item " + std::to_string(index) + ": expected str instance, " + python_type_name(item) +
+                      " found");
     if (index++) out += self.text;
     out += item.text;
   }
@@ -269,8 +269,8 @@ const std::unordered_map<std::string_view, MethodFn>& methods() {
 // as for a str (removeprefix, for one, returns a plain str there).
 Value call_markup_method(const Value& self, const std::string& name, const std::string& fn, MethodFn method,
                          CallArgs args) {
-  static const char* const kEscaping[] = {"capitalize", "title", "lower", "upper", "replace", "lstrip", "rstrip",
-                                          "strip"};
+  static const char* const kEscaping[] = {"capitalize", "title",  "lower",  "upper",
+                                          "replace",    "lstrip", "rstrip", "strip"};
   bool escaping = std::find(std::begin(kEscaping), std::end(kEscaping), name) != std::end(kEscaping);
   if (escaping) {
     for (Value& arg : args.positional)
@@ -374,8 +374,8 @@ Value loop_attribute(const Value& loop_value, const std::string& name) {
 Value get_attribute(const Value& object, const std::string& name) {
   if (object.is_undefined()) fail_undefined(object);
   auto missing = [&] {
-    return Value::undefined(
-        (object.is_none() ? "'None'" : "'" + type_description(object) + "'") + " has no attribute '" + name + "'");
+    return Value::undefined((object.is_none() ? "'None'" : "'" + type_description(object) + "'") +
+                            " has no attribute '" + name + "'");
   };
   if (!name.empty() && name[0] == '_') return missing();  // the sandbox hides private attributes
   // A method of str, dict, list or tuple; a dict's method names shadow its keys, as in Jinja2.
@@ -389,10 +389,8 @@ Value get_attribute(const Value& object, const std::string& name) {
       const Value* found = dict_find(object.ns->attributes, Value::from_string(name));
       return found ? *found : missing();
     }
-    case Kind::Loop:
-      return loop_attribute(object, name);
-    default:
-      return missing();
+    case Kind::Loop: return loop_attribute(object, name);
+    default: return missing();
   }
 }
 

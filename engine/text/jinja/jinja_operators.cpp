@@ -10,9 +10,9 @@
 
 #include "engine/text/jinja/jinja_arguments.h"
 #include "engine/text/jinja/jinja_budget.h"
-#include "engine/text/jinja/jinja_substring.h"
 #include "engine/text/jinja/jinja_builtins.h"
 #include "engine/text/jinja/jinja_pystr.h"
+#include "engine/text/jinja/jinja_substring.h"
 
 namespace kvchat::jinja {
 
@@ -67,8 +67,8 @@ using BinaryFn = Value (*)(const std::string& op, const Value& left, const Value
 EvalError unsupported_operands(const std::string& op, const Value& left, const Value& right) {
   // Markup defines __add__, which declines other types, so Python reports the pair of types for it.
   if (op == "+" && (left.is_string() || is_plain_sequence(left)) && left.kind != right.kind && !left.markup)
-    return EvalError("can only concatenate " + python_type_name(left) + " (not \"" + python_type_name(right) + "\") to " +
-                     python_type_name(left));
+    return EvalError("can only concatenate " + python_type_name(left) + " (not \"" + python_type_name(right) +
+                     "\") to " + python_type_name(left));
   return EvalError("unsupported operand type(s) for " + op + ": '" + python_type_name(left) + "' and '" +
                    python_type_name(right) + "'");
 }
@@ -125,7 +125,8 @@ Value multiply(const std::string& op, const Value& left, const Value& right) {
 
 // "/", "//" and "%".
 Value divide(const std::string& op, const Value& left, const Value& right) {
-  if (left.is_string() && op == "%") throw EvalError("printf-style string formatting ('%' on a string) is not supported");
+  if (left.is_string() && op == "%")
+    throw EvalError("printf-style string formatting ('%' on a string) is not supported");
   bool integral = both_integral(left, right);
   if (!both_numbers(left, right)) throw unsupported_operands(op, left, right);
   bool zero = integral ? right.as_int() == 0 : right.as_float() == 0.0;
@@ -183,7 +184,7 @@ bool not_contained_in(const Value& item, const Value& container) { return !conta
 
 const std::unordered_map<std::string_view, CompareFn>& comparisons() {
   static const std::unordered_map<std::string_view, CompareFn> table = {
-      {"==", equals}, {"!=", not_equal}, {"<", less_than}, {">", greater},
+      {"==", equals},        {"!=", not_equal},        {"<", less_than},     {">", greater},
       {"<=", less_or_equal}, {">=", greater_or_equal}, {"in", contained_in}, {"not in", not_contained_in},
   };
   return table;
@@ -201,9 +202,7 @@ Value test_argument(const std::string& name, const CallArgs& args, const char* p
   return *a[0];
 }
 
-bool is_divisible(const Value& value, const Value& divisor) {
-  return !truthy(binary_operator("%", value, divisor));
-}
+bool is_divisible(const Value& value, const Value& divisor) { return !truthy(binary_operator("%", value, divisor)); }
 
 bool test_sameas(const std::string& name, const Value& value, const CallArgs& args) {
   Value other = test_argument(name, args, "other");
@@ -254,8 +253,10 @@ const std::unordered_map<std::string_view, TestFn>& tests() {
       {"upper", [](Name, const Value& v, Args) { return pystr::is_upper(to_str(v)); }},
       {"odd", [](Name, const Value& v, Args) { return !is_divisible(v, Value::from_int(2)); }},
       {"even", [](Name, const Value& v, Args) { return is_divisible(v, Value::from_int(2)); }},
-      {"divisibleby", [](Name name, const Value& v, Args args) { return is_divisible(v, test_argument(name, args, "num")); }},
-      {"filter", [](Name, const Value& v, Args) { return v.is_string() && filter_support(v.text) == Support::Supported; }},
+      {"divisibleby",
+       [](Name name, const Value& v, Args args) { return is_divisible(v, test_argument(name, args, "num")); }},
+      {"filter",
+       [](Name, const Value& v, Args) { return v.is_string() && filter_support(v.text) == Support::Supported; }},
       {"test", [](Name, const Value& v, Args) { return v.is_string() && test_support(v.text) == Support::Supported; }},
       {"sameas", test_sameas},
       {"in", [](Name name, const Value& v, Args args) { return contained_in(v, test_argument(name, args, "seq")); }},
@@ -306,7 +307,8 @@ Value unary_minus(const Value& operand, bool negate) {
     if (negate && operand.as_int() == INT64_MIN) fail_integer_overflow();
     return Value::from_int(negate ? -operand.as_int() : operand.as_int());
   }
-  throw EvalError(std::string("bad operand type for unary ") + (negate ? "-" : "+") + ": '" + python_type_name(operand) + "'");
+  throw EvalError(std::string("bad operand type for unary ") + (negate ? "-" : "+") + ": '" +
+                  python_type_name(operand) + "'");
 }
 
 bool contains(const Value& container, const Value& item) {
@@ -321,8 +323,7 @@ bool contains(const Value& container, const Value& item) {
       return std::any_of(container.items().begin(), container.items().end(),
                          [&](const Value& v) { return equals(v, item); });
     case Kind::Dict: return dict_find(container.entries(), item) != nullptr;
-    default:
-      throw EvalError("argument of type '" + python_type_name(container) + "' is not iterable");
+    default: throw EvalError("argument of type '" + python_type_name(container) + "' is not iterable");
   }
 }
 
@@ -367,8 +368,7 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
     return present ? v.as_int() : 0;
   };
   for (const Value* v : {&start, &stop, &step})
-    if (!(v->is_none() || v->is_integral()))
-      return Value::undefined("slice indices must be integers or None");
+    if (!(v->is_none() || v->is_integral())) return Value::undefined("slice indices must be integers or None");
   if (!(is_plain_sequence(object) || object.is_string()))
     return Value::undefined("'" + type_description(object) + "' cannot be sliced");
   bool has_start, has_stop, has_step;
@@ -394,7 +394,8 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
   std::vector<std::size_t> indices;
   indices.reserve(static_cast<std::size_t>(count));
   for (std::uint64_t k = 0; k < count; ++k)
-    indices.push_back(static_cast<std::size_t>(static_cast<std::uint64_t>(first) + k * static_cast<std::uint64_t>(stride)));
+    indices.push_back(
+        static_cast<std::size_t>(static_cast<std::uint64_t>(first) + k * static_cast<std::uint64_t>(stride)));
   if (object.is_string()) {
     std::u32string cps = pystr::decode(object.text), out;
     for (std::size_t i : indices) out.push_back(cps[i]);
@@ -407,9 +408,7 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
 
 // ------------------------------------------------------------------ tests
 
-Support test_support(const std::string& name) {
-  return tests().count(name) ? Support::Supported : Support::Unknown;
-}
+Support test_support(const std::string& name) { return tests().count(name) ? Support::Supported : Support::Unknown; }
 
 bool apply_test(const std::string& name, const Value& value, const CallArgs& args) {
   auto found = tests().find(name);

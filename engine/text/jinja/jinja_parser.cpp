@@ -134,8 +134,8 @@ class Parser : public ExpressionParser {
     if (tag == "macro") return parse_macro();
     if (tag == "call") return parse_call_block();
     if (tag == "filter") return parse_filter_block();
-    static const char* const kKnownUnsupported[] = {"block", "extends", "include", "import", "from", "with",
-                                                    "autoescape", "print", "do", "trans", "pluralize"};
+    static const char* const kKnownUnsupported[] = {"block",      "extends", "include", "import", "from",     "with",
+                                                    "autoescape", "print",   "do",      "trans",  "pluralize"};
     for (const char* known : kKnownUnsupported)
       if (tag == known) fail(token, "the '" + tag + "' tag is not supported");
     fail(token, "unknown tag '" + tag + "'");
@@ -257,8 +257,7 @@ class Parser : public ExpressionParser {
   AssignTarget parse_assign_target(bool with_namespace, EndTags extra_end) {
     AssignTarget target;
     const Token& first = current();
-    if (with_namespace && first.type == TokenType::Name && look().type == TokenType::Operator &&
-        look().value == ".") {
+    if (with_namespace && first.type == TokenType::Name && look().type == TokenType::Operator && look().value == ".") {
       target.names.push_back(next().value);
       next();
       target.namespace_attribute = expect_name().value;

@@ -1,9 +1,9 @@
 #include "engine/text/jinja/jinja_pystr.h"
 
+#include <locale.h>
 #include <algorithm>
 #include <clocale>
 #include <cwctype>
-#include <locale.h>
 
 #include "engine/text/jinja/jinja_budget.h"
 #include "engine/text/jinja/jinja_substring.h"
@@ -61,20 +61,20 @@ std::size_t code_point_count(std::string_view text) {
 bool is_space(char32_t c) {
   if (c <= 0x20) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
   if (c < 0x85) return false;
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
-         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool is_printable(char32_t c) {
   // Assigned code points of the categories Python does not print (Cc, Cf, Cs, Co, Zl, Zp, Zs but
   // the space); unassigned code points are taken as printable.
   static const char32_t kNotPrintable[][2] = {
-      {0x0, 0x1F},         {0x7F, 0xA0},       {0xAD, 0xAD},       {0x600, 0x605},   {0x61C, 0x61C},
-      {0x6DD, 0x6DD},      {0x70F, 0x70F},     {0x890, 0x891},     {0x8E2, 0x8E2},   {0x1680, 0x1680},
-      {0x180E, 0x180E},    {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x2064}, {0x2066, 0x206F},
-      {0x3000, 0x3000},    {0xD800, 0xF8FF},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB}, {0x110BD, 0x110BD},
-      {0x110CD, 0x110CD},  {0x13430, 0x13438}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
-      {0xE0020, 0xE007F},  {0xF0000, 0xFFFFD}, {0x100000, 0x10FFFD}};
+      {0x0, 0x1F},        {0x7F, 0xA0},       {0xAD, 0xAD},        {0x600, 0x605},     {0x61C, 0x61C},
+      {0x6DD, 0x6DD},     {0x70F, 0x70F},     {0x890, 0x891},      {0x8E2, 0x8E2},     {0x1680, 0x1680},
+      {0x180E, 0x180E},   {0x2000, 0x200F},   {0x2028, 0x202F},    {0x205F, 0x2064},   {0x2066, 0x206F},
+      {0x3000, 0x3000},   {0xD800, 0xF8FF},   {0xFEFF, 0xFEFF},    {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD},
+      {0x110CD, 0x110CD}, {0x13430, 0x13438}, {0x1BCA0, 0x1BCA3},  {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
+      {0xE0020, 0xE007F}, {0xF0000, 0xFFFFD}, {0x100000, 0x10FFFD}};
   for (const auto& range : kNotPrintable)
     if (c >= range[0] && c <= range[1]) return false;
   return true;
@@ -83,9 +83,7 @@ bool is_printable(char32_t c) {
 std::string strip(std::string_view text, const std::optional<std::string>& chars, bool left, bool right) {
   std::u32string cps = decode(text);
   std::u32string set = chars ? decode(*chars) : std::u32string();
-  auto strippable = [&](char32_t c) {
-    return chars ? set.find(c) != std::u32string::npos : is_space(c);
-  };
+  auto strippable = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : is_space(c); };
   std::size_t begin = 0, end = cps.size();
   if (left)
     while (begin < end && strippable(cps[begin])) ++begin;
@@ -176,8 +174,8 @@ std::vector<std::string> splitlines(std::string_view text) {
   std::size_t start = 0;
   for (std::size_t i = 0; i < cps.size(); ++i) {
     char32_t c = cps[i];
-    bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
-                    c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
+    bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
+                    c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!boundary) continue;
     lines.push_back(encode(std::u32string_view(cps).substr(start, i - start)));
     if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
@@ -187,8 +185,7 @@ std::vector<std::string> splitlines(std::string_view text) {
   return lines;
 }
 
-std::string replace(std::string_view text, std::string_view old_text, std::string_view new_text,
-                    std::int64_t count) {
+std::string replace(std::string_view text, std::string_view old_text, std::string_view new_text, std::int64_t count) {
   if (new_text.size() > old_text.size()) {
     // Each replacement grows the text: its final size is known before building it (a 16 MiB text with
     // '' replaced by a 16 MiB text would be 2^48 bytes).

@@ -29,8 +29,7 @@ std::vector<std::string> rsplit(std::string_view text, const std::optional<std::
 // str.splitlines() (keepends=False): every Python line boundary.
 std::vector<std::string> splitlines(std::string_view text);
 // str.replace(old, new, count=-1), including Python's rule for an empty `old`.
-std::string replace(std::string_view text, std::string_view old_text, std::string_view new_text,
-                    std::int64_t count);
+std::string replace(std::string_view text, std::string_view old_text, std::string_view new_text, std::int64_t count);
 // str.find / str.count on code point positions.
 std::int64_t find(std::string_view text, std::string_view needle);
 std::int64_t count(std::string_view text, std::string_view needle);

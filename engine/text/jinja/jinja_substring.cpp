@@ -49,8 +49,8 @@ std::size_t SubstringSearch::find(std::string_view text, std::size_t from) const
   if (from >= text.size()) return std::string_view::npos;
   std::string_view rest = text.substr(from);
   std::size_t last = kmp_scan(
-      rest.size(), [&](std::size_t i) { return rest[i]; }, needle_.size(),
-      [&](std::size_t i) { return needle_[i]; }, forward_);
+      rest.size(), [&](std::size_t i) { return rest[i]; }, needle_.size(), [&](std::size_t i) { return needle_[i]; },
+      forward_);
   return last == std::string_view::npos ? last : from + last + 1 - needle_.size();
 }
 

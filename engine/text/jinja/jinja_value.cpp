@@ -107,21 +107,16 @@ Value from_json_at_depth(const nlohmann::ordered_json& json, int depth) {
   if (json.is_structured() && depth >= kMaxValueNesting)
     throw EvalError("JSON nested more than " + std::to_string(kMaxValueNesting) + " levels deep");
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return Value::none();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Value::from_bool(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Value::from_int(json.get<std::int64_t>());
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::from_bool(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::from_int(json.get<std::int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       auto u = json.get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(INT64_MAX)) throw EvalError("integer " + std::to_string(u) + " is too large");
       return Value::from_int(static_cast<std::int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float:
-      return Value::from_float(json.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return Value::from_string(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float: return Value::from_float(json.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::from_string(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(json.size());
@@ -135,8 +130,7 @@ Value from_json_at_depth(const nlohmann::ordered_json& json, int depth) {
         entries.emplace_back(Value::from_string(it.key()), from_json_at_depth(it.value(), depth + 1));
       return Value::from_dict(std::move(entries));
     }
-    default:
-      throw EvalError("unsupported JSON value (binary or discarded)");
+    default: throw EvalError("unsupported JSON value (binary or discarded)");
   }
 }
 
@@ -282,8 +276,8 @@ bool less_than(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  throw EvalError("'<' not supported between instances of '" + python_type_name(a) + "' and '" +
-                  python_type_name(b) + "'");
+  throw EvalError("'<' not supported between instances of '" + python_type_name(a) + "' and '" + python_type_name(b) +
+                  "'");
 }
 
 std::string float_repr(double value) {
@@ -439,9 +433,7 @@ ValueList iterate(const Value& value) {
   // One step per item, charged before the items are made (a 16 MiB string is 16M one-character strings).
   switch (value.kind) {
     case Kind::Undefined: return {};
-    case Kind::List:
-      charge_steps(static_cast<std::int64_t>(value.list->size()));
-      return *value.list;
+    case Kind::List: charge_steps(static_cast<std::int64_t>(value.list->size())); return *value.list;
     case Kind::Dict: {
       charge_steps(static_cast<std::int64_t>(value.dict->size()));
       ValueList keys;

@@ -25,12 +25,12 @@ enum class Kind {
   Bool,
   Int,
   Float,
-  String,    // UTF-8
-  List,      // list, tuple, generator or view (see Sequence)
+  String,  // UTF-8
+  List,    // list, tuple, generator or view (see Sequence)
   Dict,
-  Namespace, // jinja2's namespace(): the one mutable object (attribute assignment from `set`)
-  Loop,      // the `loop` variable of a for loop
-  Callable,  // a global function or a bound method
+  Namespace,  // jinja2's namespace(): the one mutable object (attribute assignment from `set`)
+  Loop,       // the `loop` variable of a for loop
+  Callable,   // a global function or a bound method
 };
 
 // Python has several sequence types that templates can tell apart (repr, len, indexing).

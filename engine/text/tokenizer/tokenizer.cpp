@@ -8,13 +8,13 @@
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/text/tokenizer/tokenizer_bpe.h"
-#include "engine/text/tokenizer/tokenizer_json.h"
 #include "engine/text/tokenizer/tokenizer_impl.h"
+#include "engine/text/tokenizer/tokenizer_json.h"
 #include "engine/text/utf8.h"
 
 namespace kvchat {
@@ -51,9 +51,8 @@ std::optional<std::string> config_token_text(const json& config, const char* fie
 // add_eos_token (defaults true / false) when they are constructed; PreTrainedTokenizerFast
 // keeps tokenizer.json's post-processor as it is (Llama 3 adds no BOS that way).
 bool config_controls_special_tokens(const std::string& tokenizer_class) {
-  static const std::set<std::string> kClasses = {
-      "LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer", "CodeLlamaTokenizerFast",
-      "GemmaTokenizer", "GemmaTokenizerFast"};
+  static const std::set<std::string> kClasses = {"LlamaTokenizer",         "LlamaTokenizerFast", "CodeLlamaTokenizer",
+                                                 "CodeLlamaTokenizerFast", "GemmaTokenizer",     "GemmaTokenizerFast"};
   return kClasses.count(tokenizer_class) > 0;
 }
 
@@ -99,7 +98,8 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
   std::size_t token_count = static_cast<std::size_t>(impl->model->id_limit()) + impl->added.all().size();
   for (const AddedToken& token : impl->added.all()) {
     if (token.id >= token_id_limit(token_count))
-      throw TokenizerError(source + ": added token '" + token.content + "': " + sparse_id_message(token.id, token_count));
+      throw TokenizerError(source + ": added token '" + token.content +
+                           "': " + sparse_id_message(token.id, token_count));
     impl->id_limit = std::max(impl->id_limit, token.id + 1);
   }
   for (const AddedToken& token : impl->added.all()) {
@@ -153,7 +153,8 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
   return Tokenizer(std::move(impl));
 } catch (const nlohmann::json::exception& error) {
   // A field of an unexpected type that no check above names: still the file's error, never a crash.
-  throw TokenizerError(tokenizer_json_path + " (or its tokenizer_config.json): unexpected JSON content: " + error.what());
+  throw TokenizerError(tokenizer_json_path +
+                       " (or its tokenizer_config.json): unexpected JSON content: " + error.what());
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -322,8 +323,8 @@ bool Tokenizer::Impl::is_special(TokenId id) const {
 
 void Tokenizer::Impl::check_id(TokenId id) const {
   if (!token_string(id)) {
-    throw TokenizerError("token id " + std::to_string(id) + " is not in the vocabulary of " + source +
-                         " (ids below " + std::to_string(id_limit) + ")");
+    throw TokenizerError("token id " + std::to_string(id) + " is not in the vocabulary of " + source + " (ids below " +
+                         std::to_string(id_limit) + ")");
   }
 }
 

@@ -9,7 +9,9 @@ namespace kvchat::tokenization {
 
 namespace {
 
-bool is_space_byte(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space_byte(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // A byte that belongs to a word for single_word: ASCII letters, digits, '_' and any non-ASCII
 // byte (letters of other scripts).
@@ -62,8 +64,8 @@ AddedTokens::AddedTokens(const nlohmann::json& added_tokens, const std::string& 
   }
 }
 
-void AddedTokens::find(std::string_view text, std::size_t region_begin, std::size_t region_end,
-                       bool include_special, std::vector<AddedTokenMatch>& out) const {
+void AddedTokens::find(std::string_view text, std::size_t region_begin, std::size_t region_end, bool include_special,
+                       std::vector<AddedTokenMatch>& out) const {
   if (tokens_.empty()) return;
   std::size_t previous_end = region_begin;
   std::size_t pos = region_begin;

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <queue>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/text/tokenizer/tokenizer_error.h"
 #include "engine/text/utf8.h"
@@ -98,8 +98,8 @@ BpeModel::BpeModel(const json& model, const std::string& source) {
 }
 
 BpeModel::BpeModel(std::vector<std::string> tokens,
-                   const std::vector<std::pair<std::string_view, std::string_view>>& merges,
-                   const BpeOptions& options, const std::string& source, const std::string& merges_key)
+                   const std::vector<std::pair<std::string_view, std::string_view>>& merges, const BpeOptions& options,
+                   const std::string& source, const std::string& merges_key)
     : id_to_token_(std::move(tokens)), present_(id_to_token_.size(), true) {
   finish_vocab(options, source);
   if (vocab_.size() != id_to_token_.size()) {
@@ -152,8 +152,7 @@ void BpeModel::add_merge(std::string_view left, std::string_view right, std::int
 }
 
 std::string BpeModel::describe() const {
-  return "BPE, " + std::to_string(vocab_.size()) + " vocabulary entries, " + std::to_string(merges_.size()) +
-         " merges";
+  return "BPE, " + std::to_string(vocab_.size()) + " vocabulary entries, " + std::to_string(merges_.size()) + " merges";
 }
 
 std::optional<TokenId> BpeModel::token_to_id(std::string_view token) const {
@@ -231,14 +230,12 @@ void BpeModel::tokenize(std::string_view word, std::vector<TokenId>& out) const 
   struct Candidate {
     std::int32_t rank;
     int pos;
-    bool operator>(const Candidate& other) const {
-      return rank != other.rank ? rank > other.rank : pos > other.pos;
-    }
+    bool operator>(const Candidate& other) const { return rank != other.rank ? rank > other.rank : pos > other.pos; }
   };
   std::vector<Candidate> storage;
   storage.reserve(static_cast<std::size_t>(n));
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap(
-      std::greater<Candidate>(), std::move(storage));
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap(std::greater<Candidate>(),
+                                                                                       std::move(storage));
   for (int i = 0; i + 1 < n; ++i) {
     if (const Merge* m = find_merge(ids[i], ids[i + 1])) heap.push({m->rank, i});
   }

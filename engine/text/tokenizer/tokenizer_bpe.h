@@ -52,8 +52,7 @@ class BpeModel : public Model {
     TokenId merged;
   };
   static std::uint64_t pair_key(TokenId left, TokenId right) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
-           static_cast<std::uint32_t>(right);
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
   }
   const Merge* find_merge(TokenId left, TokenId right) const;
   // Indexes id_to_token_/present_ once they are final, then applies the options.
@@ -63,9 +62,9 @@ class BpeModel : public Model {
   // Splits the word into initial symbols (characters, byte-fallback bytes, unknowns).
   void initial_symbols(std::string_view word, std::vector<TokenId>& symbols) const;
 
-  std::vector<std::string> id_to_token_;                      // owns the token strings
-  std::vector<bool> present_;                                 // ids that have a vocabulary entry
-  std::unordered_map<std::string_view, TokenId> vocab_;       // views into id_to_token_
+  std::vector<std::string> id_to_token_;                 // owns the token strings
+  std::vector<bool> present_;                            // ids that have a vocabulary entry
+  std::unordered_map<std::string_view, TokenId> vocab_;  // views into id_to_token_
   std::unordered_map<std::uint64_t, Merge> merges_;
   std::optional<TokenId> unk_id_;
   bool fuse_unk_ = false;

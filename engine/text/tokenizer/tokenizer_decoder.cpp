@@ -39,7 +39,10 @@ int byte_token_value(const std::string& token) {
   int value = 0;
   for (int k = 3; k < 5; ++k) {
     char c = token[k];
-    int digit = (c >= '0' && c <= '9') ? c - '0' : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    int digit = (c >= '0' && c <= '9')   ? c - '0'
+                : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                                         : -1;
     if (digit < 0) return -1;
     value = value * 16 + digit;
   }
@@ -159,27 +162,28 @@ std::unique_ptr<Decoder> make_metaspace_decoder(const nlohmann::json& config, co
   if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
     strip_first = config["prepend_scheme"].get<std::string>() != "never";
   }
-  return std::make_unique<MetaspaceDecoder>(optional_field(config, "replacement", std::string("\xE2\x96\x81"), where + " Metaspace"),
-                                            strip_first);
+  return std::make_unique<MetaspaceDecoder>(
+      optional_field(config, "replacement", std::string("\xE2\x96\x81"), where + " Metaspace"), strip_first);
 }
 
 }  // namespace
 
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config, const std::string& source) {
-  static const ComponentTable<Decoder> table{
-      "decoder", "decoders", make_sequence<Decoder, SequenceDecoder>,
-      {{"ByteLevel", make_plain<Decoder, ByteLevelDecoder>},
-       {"ByteFallback", make_plain<Decoder, ByteFallbackDecoder>},
-       {"Fuse", make_plain<Decoder, FuseDecoder>},
-       {"Replace", make_replace_decoder},
-       {"Strip", make_strip_decoder},
-       {"Metaspace", make_metaspace_decoder}}};
+  static const ComponentTable<Decoder> table{"decoder",
+                                             "decoders",
+                                             make_sequence<Decoder, SequenceDecoder>,
+                                             {{"ByteLevel", make_plain<Decoder, ByteLevelDecoder>},
+                                              {"ByteFallback", make_plain<Decoder, ByteFallbackDecoder>},
+                                              {"Fuse", make_plain<Decoder, FuseDecoder>},
+                                              {"Replace", make_replace_decoder},
+                                              {"Strip", make_strip_decoder},
+                                              {"Metaspace", make_metaspace_decoder}}};
   return make_component(config, source, table);
 }
 
 std::string clean_up_tokenization(std::string_view text) {
   static const std::pair<const char*, const char*> kRules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
       {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   std::string out(text);
   for (const auto& [from, to] : kRules) {

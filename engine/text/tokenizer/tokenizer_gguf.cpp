@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/text/tokenizer.h"
@@ -35,8 +35,15 @@ constexpr const char* kAddEosKey = "tokenizer.ggml.add_eos_token";
 constexpr const char* kChatTemplateKey = "tokenizer.chat_template";
 
 // tokenizer.ggml.token_type values, as llama.cpp's converters write them.
-enum TokenType : std::int64_t { kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4,
-                                kUnused = 5, kByte = 6 };
+enum TokenType : std::int64_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 // The pre-tokenizer regexes llama.cpp uses for each tokenizer.ggml.pre value. The contractions are
 // spelled '[sS] rather than (?i:'s) as llama.cpp spells them: case-insensitive matching would also
@@ -48,16 +55,20 @@ constexpr const char* kQwen2Regex =
 constexpr const char* kGpt2Regex = R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))re";
 
 struct PreTokenizerKind {
-  std::vector<std::string> names;     // tokenizer.ggml.pre values llama.cpp maps to this kind
-  std::vector<const char*> regexes;   // applied in turn, each splitting the pieces of the one before
-  bool ignore_merges;                 // a pre-token that is a whole token is not merged
-  bool add_bos;                       // llama.cpp's default when add_bos_token is absent
-  bool clean_up_spaces;               // llama.cpp's clean_spaces for decoding
+  std::vector<std::string> names;    // tokenizer.ggml.pre values llama.cpp maps to this kind
+  std::vector<const char*> regexes;  // applied in turn, each splitting the pieces of the one before
+  bool ignore_merges;                // a pre-token that is a whole token is not merged
+  bool add_bos;                      // llama.cpp's default when add_bos_token is absent
+  bool clean_up_spaces;              // llama.cpp's clean_spaces for decoding
 };
 
 const std::vector<PreTokenizerKind>& pre_tokenizer_kinds() {
   static const std::vector<PreTokenizerKind> kinds = {
-      {{"default"}, {R"re([\p{P}\$\+<=>\^~\|]+)re", kGpt2Regex, R"re(\p{N}+)re", "[0-9][0-9][0-9]"}, false, false, true},
+      {{"default"},
+       {R"re([\p{P}\$\+<=>\^~\|]+)re", kGpt2Regex, R"re(\p{N}+)re", "[0-9][0-9][0-9]"},
+       false,
+       false,
+       true},
       {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {kLlama3Regex}, true, true, true},
       {{"gpt-2", "phi-2"}, {kGpt2Regex}, false, false, true},
       {{"qwen2", "deepseek-r1-qwen"}, {kQwen2Regex}, false, false, false},
@@ -75,15 +86,15 @@ std::string known_pre_names() {
 
 // llama.cpp finds the end-of-turn token by its text when the file does not name it; the first of
 // these that the vocabulary has wins.
-const char* const kEotTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                 "<|end_of_text|>", "<EOT>", "_<EOT>"};
+const char* const kEotTexts[] = {"<|eot_id|>",    "<|im_end|>",      "<|end|>", "<end_of_turn>",
+                                 "<|endoftext|>", "<|end_of_text|>", "<EOT>",   "_<EOT>"};
 
 struct GgufVocab {
   std::string path;
-  std::string model;                 // tokenizer.ggml.model
+  std::string model;  // tokenizer.ggml.model
   std::vector<std::string> tokens;
-  std::vector<std::int64_t> types;   // kNormal where the file has no token_type array
-  std::vector<float> scores;         // empty when the file has none
+  std::vector<std::int64_t> types;  // kNormal where the file has no token_type array
+  std::vector<float> scores;        // empty when the file has none
 };
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) { throw TokenizerError(path + ": " + what); }
@@ -91,7 +102,8 @@ struct GgufVocab {
 GgufVocab read_vocab(const GgufFile& file) {
   GgufVocab vocab;
   vocab.path = file.path();
-  if (!file.has_metadata(kModelKey)) fail(vocab.path, std::string("missing ") + kModelKey + " (no tokenizer in this file)");
+  if (!file.has_metadata(kModelKey))
+    fail(vocab.path, std::string("missing ") + kModelKey + " (no tokenizer in this file)");
   vocab.model = std::string(file.get_string(kModelKey));
   if (!file.has_metadata(kTokensKey)) fail(vocab.path, std::string("missing ") + kTokensKey);
   std::vector<std::string_view> tokens = file.get_string_array(kTokensKey);
@@ -132,8 +144,8 @@ std::optional<TokenId> read_id(const GgufFile& file, const std::string& key, std
   if (!file.has_metadata(key)) return std::nullopt;
   const std::int64_t id = file.get_int64(key);
   if (id < 0 || static_cast<std::uint64_t>(id) >= n_tokens) {
-    fail(file.path(), key + " = " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(n_tokens) +
-                          " tokens");
+    fail(file.path(),
+         key + " = " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(n_tokens) + " tokens");
   }
   return static_cast<TokenId>(id);
 }
@@ -186,12 +198,14 @@ void build_byte_level(const GgufFile& file, GgufVocab& vocab, Tokenizer::Impl& i
 // llama: SentencePiece pieces merged by score. Every stretch of text between special tokens gets
 // a leading space (llama.cpp's add_space_prefix) and its spaces become "▁".
 void build_sentencepiece(const GgufFile& file, GgufVocab& vocab, std::optional<TokenId> unk, Tokenizer::Impl& impl) {
-  if (vocab.scores.empty()) fail(vocab.path, std::string("missing ") + kScoresKey + " (needed by a 'llama' vocabulary)");
+  if (vocab.scores.empty())
+    fail(vocab.path, std::string("missing ") + kScoresKey + " (needed by a 'llama' vocabulary)");
   std::vector<bool> can_produce(vocab.tokens.size());
   for (std::size_t id = 0; id < vocab.tokens.size(); ++id) {
     can_produce[id] = vocab.types[id] != kControl && vocab.types[id] != kUnknown;
   }
-  impl.model = std::make_unique<SpmModel>(std::move(vocab.tokens), std::move(vocab.scores), can_produce, unk, vocab.path);
+  impl.model =
+      std::make_unique<SpmModel>(std::move(vocab.tokens), std::move(vocab.scores), can_produce, unk, vocab.path);
 
   const std::string space_mark = "\xE2\x96\x81";  // ▁
   const bool add_space_prefix = read_flag(file, kAddSpacePrefixKey, true);
@@ -236,7 +250,9 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
     fail(vocab.path, std::string("unsupported ") + kModelKey + " '" + vocab.model + "' (supported: gpt2, llama)");
   }
   // llama.cpp's defaults for a SentencePiece vocabulary that does not name these tokens.
-  auto default_id = [&](TokenId id) { return sentencepiece && static_cast<std::size_t>(id) < n ? std::optional<TokenId>(id) : std::nullopt; };
+  auto default_id = [&](TokenId id) {
+    return sentencepiece && static_cast<std::size_t>(id) < n ? std::optional<TokenId>(id) : std::nullopt;
+  };
   impl->bos = read_id(file, "tokenizer.ggml.bos_token_id", n);
   if (!impl->bos) impl->bos = default_id(1);
   impl->eos = read_id(file, "tokenizer.ggml.eos_token_id", n);

@@ -10,8 +10,8 @@
 
 #include "engine/text/tokenizer.h"
 #include "engine/text/tokenizer/tokenizer_added_tokens.h"
-#include "engine/text/tokenizer/tokenizer_model.h"
 #include "engine/text/tokenizer/tokenizer_decoder.h"
+#include "engine/text/tokenizer/tokenizer_model.h"
 #include "engine/text/tokenizer/tokenizer_normalizer.h"
 #include "engine/text/tokenizer/tokenizer_post_processor.h"
 #include "engine/text/tokenizer/tokenizer_pre_tokenizer.h"

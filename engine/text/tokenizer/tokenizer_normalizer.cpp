@@ -67,9 +67,10 @@ std::unique_ptr<Normalizer> make_replace_normalizer(const nlohmann::json& config
 
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& config, const std::string& source) {
   static const ComponentTable<Normalizer> table{
-      "normalizer", "normalizers", make_sequence<Normalizer, SequenceNormalizer>,
-      {{"Prepend", make_prepend_normalizer},
-       {"Replace", make_replace_normalizer}}};
+      "normalizer",
+      "normalizers",
+      make_sequence<Normalizer, SequenceNormalizer>,
+      {{"Prepend", make_prepend_normalizer}, {"Replace", make_replace_normalizer}}};
   return make_component(config, source, table);
 }
 

@@ -11,7 +11,8 @@ namespace {
 // Appends the template of `config` (a TemplateProcessing) to `result`.
 void parse_template(const nlohmann::json& config, const std::string& where, SpecialTokenTemplate& result) {
   if (!config.contains("single")) throw TokenizerError(where + " TemplateProcessing has no 'single'");
-  const nlohmann::json& specials = config.contains("special_tokens") ? config["special_tokens"] : nlohmann::json::object();
+  const nlohmann::json& specials =
+      config.contains("special_tokens") ? config["special_tokens"] : nlohmann::json::object();
   auto ids_of = [&](const std::string& name) {
     if (!specials.is_object() || !specials.contains(name) || !specials[name].contains("ids") ||
         !specials[name]["ids"].is_array()) {
@@ -19,7 +20,8 @@ void parse_template(const nlohmann::json& config, const std::string& where, Spec
     }
     std::vector<TokenId> ids;
     for (const auto& id : specials[name]["ids"]) {
-      if (!id.is_number_integer()) throw TokenizerError(where + " TemplateProcessing: non-integer id for '" + name + "'");
+      if (!id.is_number_integer())
+        throw TokenizerError(where + " TemplateProcessing: non-integer id for '" + name + "'");
       ids.push_back(id.get<TokenId>());
     }
     return ids;

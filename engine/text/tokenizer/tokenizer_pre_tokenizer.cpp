@@ -39,9 +39,7 @@ std::vector<std::string> split_by(const std::string& text,
 
   std::vector<Span> merged;
   switch (behavior) {
-    case SplitBehavior::Isolated:
-      merged = spans;
-      break;
+    case SplitBehavior::Isolated: merged = spans; break;
     case SplitBehavior::Removed:
       for (const Span& s : spans)
         if (!s.is_match) merged.push_back(s);
@@ -125,8 +123,7 @@ class SplitPreTokenizer : public PreTokenizer {
 };
 
 // GPT-2's pattern, used by ByteLevel when use_regex is true.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 class ByteLevelPreTokenizer : public PreTokenizer {
  public:
@@ -225,28 +222,34 @@ std::unique_ptr<PreTokenizer> make_digits_pre_tokenizer(const nlohmann::json& co
 
 std::unique_ptr<PreTokenizer> make_metaspace_pre_tokenizer(const nlohmann::json& config, const std::string& where) {
   std::string replacement = optional_field(config, "replacement", std::string("\xE2\x96\x81"), where + " Metaspace");
-  PrependScheme scheme =
-      optional_field(config, "add_prefix_space", true, where + " Metaspace") ? PrependScheme::Always : PrependScheme::Never;
+  PrependScheme scheme = optional_field(config, "add_prefix_space", true, where + " Metaspace") ? PrependScheme::Always
+                                                                                                : PrependScheme::Never;
   if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
     std::string name = config["prepend_scheme"].get<std::string>();
-    if (name == "always") scheme = PrependScheme::Always;
-    else if (name == "first") scheme = PrependScheme::First;
-    else if (name == "never") scheme = PrependScheme::Never;
-    else throw TokenizerError(where + " Metaspace: unsupported prepend_scheme '" + name + "'");
+    if (name == "always")
+      scheme = PrependScheme::Always;
+    else if (name == "first")
+      scheme = PrependScheme::First;
+    else if (name == "never")
+      scheme = PrependScheme::Never;
+    else
+      throw TokenizerError(where + " Metaspace: unsupported prepend_scheme '" + name + "'");
   }
   if (replacement.empty()) throw TokenizerError(where + " Metaspace: empty replacement");
-  return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, optional_field(config, "split", true, where + " Metaspace"));
+  return std::make_unique<MetaspacePreTokenizer>(replacement, scheme,
+                                                 optional_field(config, "split", true, where + " Metaspace"));
 }
 
 }  // namespace
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config, const std::string& source) {
-  static const ComponentTable<PreTokenizer> table{
-      "pre_tokenizer", "pretokenizers", make_sequence<PreTokenizer, SequencePreTokenizer>,
-      {{"Split", make_split_pre_tokenizer},
-       {"ByteLevel", make_byte_level_pre_tokenizer},
-       {"Digits", make_digits_pre_tokenizer},
-       {"Metaspace", make_metaspace_pre_tokenizer}}};
+  static const ComponentTable<PreTokenizer> table{"pre_tokenizer",
+                                                  "pretokenizers",
+                                                  make_sequence<PreTokenizer, SequencePreTokenizer>,
+                                                  {{"Split", make_split_pre_tokenizer},
+                                                   {"ByteLevel", make_byte_level_pre_tokenizer},
+                                                   {"Digits", make_digits_pre_tokenizer},
+                                                   {"Metaspace", make_metaspace_pre_tokenizer}}};
   return make_component(config, source, table);
 }
 

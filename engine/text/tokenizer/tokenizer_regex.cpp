@@ -102,8 +102,8 @@ Regex::Regex(const std::string& pattern) {
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                                    PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
   if (!code) {
-    throw TokenizerError("invalid regex pattern '" + pattern + "': " + pcre2_message(error_code) +
-                         " at offset " + std::to_string(error_offset));
+    throw TokenizerError("invalid regex pattern '" + pattern + "': " + pcre2_message(error_code) + " at offset " +
+                         std::to_string(error_offset));
   }
   compiled->code.reset(code);
   // JIT is an optimisation only: when unavailable the interpreter gives the same matches.
@@ -120,12 +120,11 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t start = 0;
   while (start <= text.size()) {
-    int rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
-                         resources.context);
+    int rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(), resources.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      throw TokenizerError("regex '" + compiled_->pattern + "' failed at byte " + std::to_string(start) +
-                           ": " + pcre2_message(rc));
+      throw TokenizerError("regex '" + compiled_->pattern + "' failed at byte " + std::to_string(start) + ": " +
+                           pcre2_message(rc));
     }
     PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     std::size_t begin = ovector[0], end = ovector[1];

@@ -37,9 +37,9 @@ class SpmModel : public Model {
   std::optional<TokenId> producible(std::string_view text) const;
   void append_bytes(std::string_view text, std::vector<TokenId>& out) const;
 
-  std::vector<std::string> id_to_token_;                  // owns the token strings
+  std::vector<std::string> id_to_token_;  // owns the token strings
   std::vector<float> scores_;
-  std::unordered_map<std::string_view, TokenId> vocab_;   // every token, views into id_to_token_
+  std::unordered_map<std::string_view, TokenId> vocab_;  // every token, views into id_to_token_
   std::vector<bool> can_produce_;
   std::optional<TokenId> unk_;
   std::vector<TokenId> byte_tokens_;  // token of each byte (<0xNN>, else the 1-byte string), -1 if none
