@@ -8,13 +8,12 @@
 //   1e-4 + 2e-5*max|logit| of the same weights dequantized to f32, greedy ids equal the f32 twin's
 //   wherever its margin is at least 1e-3;
 // - the fast kernels on a block-type file round the activations too (engine/kernels/
-//   activation_quantization.h): for Q8_0 and the 32-element types 254 times finer than llama.cpp's 8
-//   bits, logits within exact + dq/64 of the f32 twin (a factor 4 to spare); for a file with K-quants
-//   one byte per value as llama.cpp does, logits within exact + 2*dq (the largest of such moves over
-//   the positions is itself a sample: a factor 2 to spare); the twin's greedy ids wherever its margin is
-//   at least 1e-3 + twice that allowance;
-// - a file with K-quants runs every forward row-exact: a prompt's logits equal, to the bit, those of its
-//   tokens decoded one by one.
+//   activation_quantization.h), one byte per value as llama.cpp does (blocks of 32 for Q8_0 and the
+//   32-element types, super-blocks of 256 for the K-quants): logits within exact + 2*dq of the f32 twin
+//   (rounding_allowance; the largest of such moves over the positions is itself a sample: a factor 2 to
+//   spare); the twin's greedy ids wherever its margin is at least 1e-3 + twice that allowance;
+// - a file with a block type runs every forward row-exact: a prompt's logits equal, to the bit, those of
+//   its tokens decoded one by one.
 // Logits are checked through one batched forward (prefill kernels) and token by token through the
 // cache (decode kernels).
 #include <c10/core/InferenceMode.h>
@@ -230,10 +229,9 @@ void GgufReferencesTest::greedy_ids_match() {
 void GgufReferencesTest::long_prompt_agrees_with_its_steps_data() { logits_match_data(); }
 
 // A prompt longer than the streaming kernels take (kWidenedStreamingRows) goes through the GEMM, whose
-// weights are decoded to f32 and whose input is rounded as the decode kernels round theirs: its logits
-// agree with the same tokens decoded one by one up to f32 noise, and so do the greedy choices. The noise
-// is larger for block types (about 1e-4 of the largest logit), well inside 1e-3. A file with block types
-// (with the kernels on) computes the prompt row-exact instead: no difference at all.
+// weights are decoded to f32: its logits agree with the same tokens decoded one by one up to f32 noise
+// (within 1e-3 of the largest logit), and so do the greedy choices. A file with block types (with the
+// kernels on) computes the prompt row-exact instead: no difference at all.
 void GgufReferencesTest::long_prompt_agrees_with_its_steps() {
   QFETCH(QString, file);
   const std::shared_ptr<const LlamaModel> model = model_of(file);
