@@ -98,16 +98,6 @@ const char* to_string(GgufValueType type) {
 // ---------------------------------------------------------------------------------------------------
 // Opening and mapping
 
-struct GgufFile::Mapping {
-  void* address = MAP_FAILED;
-  std::size_t length = 0;
-  ~Mapping() {
-    if (address == MAP_FAILED) return;
-    unregister_mapping(address);
-    munmap(address, length);
-  }
-};
-
 namespace {
 
 struct FileDescriptor {
@@ -164,13 +154,10 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   file_size_ = static_cast<std::uint64_t>(info.st_size);
   if (file_size_ == 0) throw ModelError(path + ": empty file (0 bytes), not a GGUF file");
   if (file_size_ > std::numeric_limits<std::size_t>::max()) throw ModelError(path + ": too large to map");
-  mapping_ = std::make_unique<Mapping>();
-  mapping_->length = static_cast<std::size_t>(file_size_);
-  mapping_->address = mmap(nullptr, mapping_->length, PROT_READ, MAP_PRIVATE, file.fd, 0);
-  if (mapping_->address == MAP_FAILED) fail_errno("map", path, errno);
-  register_mapping(mapping_->address, mapping_->length, path);
+  mapping_ = FileMapping::map(file.fd, static_cast<std::size_t>(file_size_), path);
+  if (!mapping_) fail_errno("map", path, errno);
   identity_ = FileIdentity::of(path, info);
-  bytes_ = static_cast<const std::uint8_t*>(mapping_->address);
+  bytes_ = mapping_->bytes();
 
   gguf_format::Header header = gguf_format::parse_header(path_, bytes_, file_size_);
   version_ = header.version;

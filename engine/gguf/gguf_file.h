@@ -99,14 +99,12 @@ class GgufFile {
   void release(const GgufTensor& tensor) const;
 
  private:
-  struct Mapping;
-
   const GgufMetadataEntry& entry_of(std::string_view key, GgufValueType type) const;
   const GgufMetadataEntry& array_of(std::string_view key) const;
   [[noreturn]] void fail_key(std::string_view key, const std::string& problem) const;
 
   std::string path_;
-  std::unique_ptr<Mapping> mapping_;
+  std::unique_ptr<FileMapping> mapping_;
   const std::uint8_t* bytes_ = nullptr;
   std::uint64_t file_size_ = 0;
   FileIdentity identity_;

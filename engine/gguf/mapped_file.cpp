@@ -1,6 +1,7 @@
 #include "engine/gguf/mapped_file.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -111,5 +112,17 @@ void unregister_mapping(const void* address) {
 }
 
 void set_fault_report_descriptor(int fd) { report_descriptor.store(fd); }
+
+std::unique_ptr<FileMapping> FileMapping::map(int fd, std::size_t length, const std::string& path) {
+  void* address = mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (address == MAP_FAILED) return nullptr;
+  register_mapping(address, length, path);
+  return std::unique_ptr<FileMapping>(new FileMapping(address, length));
+}
+
+FileMapping::~FileMapping() {
+  unregister_mapping(address_);
+  munmap(address_, length_);
+}
 
 }  // namespace kvchat

@@ -13,9 +13,31 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 namespace kvchat {
+
+// A read-only private mapping of a whole open file, named for fault reports (register_mapping) while
+// it lives: both model readers map their files through it.
+class FileMapping {
+ public:
+  // Maps `length` (> 0) bytes of the descriptor `fd`, the file `path`. Null when mmap fails, with errno
+  // left as mmap set it, so that each reader words the error as its format's errors read.
+  static std::unique_ptr<FileMapping> map(int fd, std::size_t length, const std::string& path);
+  ~FileMapping();
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+
+  const std::uint8_t* bytes() const { return static_cast<const std::uint8_t*>(address_); }
+  std::size_t length() const { return length_; }
+
+ private:
+  FileMapping(void* address, std::size_t length) : address_(address), length_(length) {}
+  void* address_;
+  std::size_t length_;
+};
 
 // What identifies a file's contents cheaply: the same path may name another file, or the same file
 // may have been rewritten.

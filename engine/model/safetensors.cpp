@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,16 +25,6 @@ at::ScalarType scalar_type_of(const std::string& dtype, const std::string& conte
 }
 
 }  // namespace
-
-struct SafetensorsFile::Mapping {
-  void* address = MAP_FAILED;
-  std::size_t length = 0;
-  ~Mapping() {
-    if (address == MAP_FAILED) return;
-    unregister_mapping(address);
-    munmap(address, length);
-  }
-};
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   int fd = open_model_file(path);
@@ -60,15 +49,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     ::close(fd);
     throw ModelError(path + ": truncated safetensors file (" + std::to_string(file_size) + " bytes, no header)");
   }
-  mapping_ = std::make_shared<Mapping>();
-  mapping_->length = file_size;
-  mapping_->address = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  mapping_ = FileMapping::map(fd, file_size, path);
   int saved = errno;
   ::close(fd);
-  if (mapping_->address == MAP_FAILED) throw ModelError("cannot map " + path + ": " + std::strerror(saved));
-  register_mapping(mapping_->address, mapping_->length, path);
+  if (!mapping_) throw ModelError("cannot map " + path + ": " + std::strerror(saved));
   identity_ = FileIdentity::of(path, info);
-  const auto* bytes = static_cast<const std::uint8_t*>(mapping_->address);
+  const std::uint8_t* bytes = mapping_->bytes();
   SafetensorsHeader header = parse_safetensors_header(bytes, file_size, path);
   data_ = bytes + header.data_offset;
   entries_ = std::move(header.entries);
@@ -91,7 +77,7 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
     return copy;
   }
   // Zero-copy: the tensor keeps the mapping alive through its deleter.
-  auto keep_alive = new std::shared_ptr<Mapping>(mapping_);
+  auto keep_alive = new std::shared_ptr<FileMapping>(mapping_);
   return at::from_blob(
       address, entry.shape, [keep_alive](void*) { delete keep_alive; }, options);
 }

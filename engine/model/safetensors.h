@@ -27,10 +27,9 @@ class SafetensorsFile {
   at::Tensor tensor(const std::string& name) const;
 
  private:
-  struct Mapping;
   std::string path_;
   FileIdentity identity_;
-  std::shared_ptr<Mapping> mapping_;
+  std::shared_ptr<FileMapping> mapping_;
   const std::uint8_t* data_ = nullptr;  // start of the data section
   std::map<std::string, SafetensorsEntry> entries_;
 };
