@@ -28,7 +28,6 @@
 
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/huge_pages.h"
-#include "engine/kernels/isa_attributes.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/memory_probe.h"
 #include "engine/kernels/quantized_matvec.h"
@@ -49,8 +48,13 @@ struct Product {
   std::size_t offset;  // in 16-bit values
 };
 
-// Four 32-byte loads per 128 bytes folded into a checksum, as the memory probe reads.
-KVCHAT_ISA_AVX2 std::uint64_t read_row_avx2(const std::uint8_t* data, std::size_t bytes) {
+// Four 32-byte loads per 128 bytes folded into a checksum, as the memory probe reads. This file is built
+// without instruction-set flags: the function carries its own.
+#if KVCHAT_HAVE_AVX2_KERNELS
+__attribute__((target("avx2")))
+#endif
+std::uint64_t
+read_row_avx2(const std::uint8_t* data, std::size_t bytes) {
 #if KVCHAT_HAVE_AVX2_KERNELS
   __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
   std::size_t i = 0;

@@ -1,5 +1,14 @@
 #pragma once
 // What the processor we run on can do; kernels check this once and fall back to plain code.
+
+// x86-64 builds (GCC or Clang) have the AVX2 and AVX-512 kernel files (*_avx2.cpp, *_avx512.cpp, each compiled
+// for its instruction set: engine/CMakeLists.txt); elsewhere only the portable kernels exist.
+#if defined(__GNUC__) && defined(__x86_64__)
+#define KVCHAT_HAVE_AVX2_KERNELS 1
+#else
+#define KVCHAT_HAVE_AVX2_KERNELS 0
+#endif
+
 namespace kvchat::kernels {
 bool cpu_has_avx2_fma();
 

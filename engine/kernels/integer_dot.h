@@ -17,6 +17,7 @@
 
 #include "engine/gguf/gguf_types.h"
 #include "engine/kernels/activation_quantization.h"
+#include "engine/kernels/cpu_features.h"
 
 namespace kvchat::kernels {
 
@@ -76,5 +77,21 @@ IntegerRowDot avx512_integer_row_dot(GgufType type);
 // The four-vector kernels (the K-quants), AVX-512 VNNI and AVX2, or null.
 IntegerRowDot4 avx512_integer_row_dot4(GgufType type);
 IntegerRowDot4 avx2_integer_row_dot4(GgufType type);
+
+// A row of `blocks` blocks decoded to f32 (the prefill GEMM's blocks of rows).
+using RowDecoder = void (*)(const std::uint8_t* row, float* out, std::int64_t blocks);
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+// The AVX2 row decoders (block_decode_avx2.cpp): the values of engine/gguf's dequantize, except that a
+// K-quant's d*sc*q - dmin*m may round once instead of twice.
+namespace avx2 {
+void decode_q8_0(const std::uint8_t* row, float* out, std::int64_t blocks);
+void decode_q4_0(const std::uint8_t* row, float* out, std::int64_t blocks);
+void decode_q4_k(const std::uint8_t* row, float* out, std::int64_t blocks);
+void decode_q5_k(const std::uint8_t* row, float* out, std::int64_t blocks);
+void decode_q6_k(const std::uint8_t* row, float* out, std::int64_t blocks);
+void decode_f16(const std::uint8_t* row, float* out, std::int64_t count);
+}  // namespace avx2
+#endif
 
 }  // namespace kvchat::kernels

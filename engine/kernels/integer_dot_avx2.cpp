@@ -11,11 +11,9 @@
 #include <cstring>
 
 #include "engine/kernels/integer_dot.h"
-#include "engine/kernels/isa_attributes.h"
 #include "engine/kernels/vector_math_avx2.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
-#include <immintrin.h>
 
 namespace kvchat::kernels {
 namespace {
@@ -24,7 +22,7 @@ namespace {
 // software prefetch keeps enough misses in flight (as for the f32/bf16 kernels).
 constexpr std::int64_t kPrefetchBytes = 1024;
 
-KVCHAT_ISA_AVX2 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
+inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
 
 // A type with blocks of 32 (SmallBlockLayout), eight blocks at a time: each block's eight exact 32-bit
 // sums of quant * byte (_mm256_maddubs_epi16, the pairs added by _mm256_madd_epi16; pair sums at most
@@ -37,7 +35,7 @@ KVCHAT_ISA_AVX2 inline __m256i load256(const void* at) { return _mm256_loadu_si2
 // apart from the quants'; the error stays within f32 rounding of sum |q| |byte|.) A row's last blocks
 // (fewer than eight) go one at a time.
 template <GgufType kType>
-KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   using Layout = SmallBlockLayout<kType>;
   constexpr bool kSigned = kType == GgufType::Q8_0;
   const ActivationBytes& in = x.blocks;
@@ -84,16 +82,13 @@ KVCHAT_ISA_AVX2 float dot_small_block(const std::uint8_t* row, const QuantizedAc
 }
 
 // Shuffles that broadcast 16-bit word j of each 128-bit lane (a sub-block's scale).
-KVCHAT_ISA_AVX2 inline __m256i word_broadcast(int j) {
-  return _mm256_set1_epi16(static_cast<short>((2 * j) | ((2 * j + 1) << 8)));
-}
+inline __m256i word_broadcast(int j) { return _mm256_set1_epi16(static_cast<short>((2 * j) | ((2 * j + 1) << 8))); }
 
 // Pair `pair`'s 64 quants of a Q4_K/Q5_K super-block: sub-block 2p in `low`, 2p+1 in `high` (32 each).
 // Q5_K's fifth bits (`high_bits`, the block's 32 bytes of them): bit 2p of byte l for low-nibble element
 // l, bit 2p+1 for the high-nibble one, moved to bit 4.
 template <bool kFifthBits>
-KVCHAT_ISA_AVX2 inline void q4_q5_k_pair_quants(const std::uint8_t* block, __m256i high_bits, int pair, __m256i& low,
-                                                __m256i& high) {
+inline void q4_q5_k_pair_quants(const std::uint8_t* block, __m256i high_bits, int pair, __m256i& low, __m256i& high) {
   const __m256i low_mask = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x10);
   const __m256i packed = load256(block + (kFifthBits ? 48 : 16) + 32 * pair);
   low = _mm256_and_si256(packed, low_mask);
@@ -111,7 +106,7 @@ KVCHAT_ISA_AVX2 inline void q4_q5_k_pair_quants(const std::uint8_t* block, __m25
 // sums at most 2 * 31 * 128), and _mm256_madd_epi16 weights them by the sub-block's scale. Q5_K's fifth
 // bits: bit 2p of byte l for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
 template <bool kFifthBits>
-KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   __m256 acc = _mm256_setzero_ps();
   __m128 mins_acc = _mm_setzero_ps();
@@ -144,7 +139,7 @@ KVCHAT_ISA_AVX2 float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
 
 // Shuffle indices that pick, for vector k of a Q6_K half, the scale of its low 128-bit lane's group (2k)
 // and of its high one's (2k+1) out of q6_k_half_scales.
-KVCHAT_ISA_AVX2 inline void q6_k_group_scale_index(__m256i (&index)[4]) {
+inline void q6_k_group_scale_index(__m256i (&index)[4]) {
   for (int k = 0; k < 4; ++k)
     index[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))),
                                  _mm_set1_epi16(static_cast<short>((4 * k + 2) | ((4 * k + 3) << 8))));
@@ -152,13 +147,13 @@ KVCHAT_ISA_AVX2 inline void q6_k_group_scale_index(__m256i (&index)[4]) {
 
 // Half `half`'s eight 16-bit scales (of the super-block's sixteen in `scales`) in both 128-bit lanes.
 // Two calls with constant immediates: a computed one does not fold at -O1.
-KVCHAT_ISA_AVX2 inline __m256i q6_k_half_scales(__m256i scales, int half) {
+inline __m256i q6_k_half_scales(__m256i scales, int half) {
   return half == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00) : _mm256_permute2x128_si256(scales, scales, 0x11);
 }
 
 // Q6_K against one-byte activations: per super-block d * x_scale * sum over groups of 16 of
 // sc * (sum(q b) - 32 sum(b)), exact in 32 bits; the quants (0..63) from q6_k_half_quants.
-KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   __m256i group_scale[4];
   q6_k_group_scale_index(group_scale);
   __m256 acc = _mm256_setzero_ps();
@@ -187,8 +182,7 @@ KVCHAT_ISA_AVX2 float dot_q6_k(const std::uint8_t* row, const QuantizedActivatio
 // once for the four, each vector's sums by exactly the steps of the one-vector kernel above, so that each
 // result is bit-identical to that kernel's.
 template <bool kFifthBits>
-KVCHAT_ISA_AVX2 void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
-                                  float* out) {
+void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
   __m256 acc[kVectors];
   __m128 mins_acc[kVectors];
@@ -227,8 +221,7 @@ KVCHAT_ISA_AVX2 void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActiva
   for (int v = 0; v < kVectors; ++v) out[v] = horizontal_sum(acc[v]) - horizontal_sum(mins_acc[v]);
 }
 
-KVCHAT_ISA_AVX2 void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
-                               float* out) {
+void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kVectors = 4;
   __m256i group_scale[4];
   q6_k_group_scale_index(group_scale);

@@ -9,11 +9,12 @@
 
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/integer_dot.h"
-#include "engine/kernels/isa_attributes.h"
 #include "engine/kernels/vector_math_avx2.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
-#include <immintrin.h>
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__)
+#error "integer_dot_avx512.cpp is compiled with the AVX-512 flags and VNNI (engine/CMakeLists.txt)"
+#endif
 
 namespace kvchat::kernels {
 namespace {
@@ -26,18 +27,18 @@ namespace {
 // 4 KiB into L1 (8 KiB into L2: 0.87-0.89, 32 KiB: 0.86-0.87). The K-quant kernels below found the same.
 constexpr std::int64_t kPrefetchBytes = 16384;
 
-KVCHAT_ISA_AVX512 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
+inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }
 
 // Lane indices for _mm512_permutexvar_ps: element `low` in lanes 0-7, element `high` in lanes 8-15 (the
 // factors of two blocks whose sums share a register).
-KVCHAT_ISA_AVX512 inline __m512i two_lane_groups(int low, int high) {
+inline __m512i two_lane_groups(int low, int high) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(low)), _mm256_set1_epi32(high), 1);
 }
 
 // A row's blocks from `first` on (fewer than eight: what the kernels below leave), through the AVX2 kernel.
 template <GgufType kType>
-KVCHAT_ISA_AVX512 inline float avx2_tail(const std::uint8_t* rest, const QuantizedActivations& x, std::int64_t first,
-                                         std::int64_t blocks) {
+inline float avx2_tail(const std::uint8_t* rest, const QuantizedActivations& x, std::int64_t first,
+                       std::int64_t blocks) {
   if (first == blocks) return 0.f;
   QuantizedActivations from_first = x;
   from_first.blocks = {x.blocks.bytes + 32 * first, x.blocks.scales + first, x.blocks.sums16 + 2 * first,
@@ -51,7 +52,7 @@ KVCHAT_ISA_AVX512 inline float avx2_tail(const std::uint8_t* rest, const Quantiz
 // overflow; a quant of -128 gives |w| = 128 as an unsigned byte), so one conversion and one FMA serve
 // two blocks. The eight blocks' f16 scales are gathered and converted together and multiplied by the
 // activations' scales. A row's last blocks (fewer than eight) go through the AVX2 kernel.
-KVCHAT_ISA_AVX512_VNNI float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   const ActivationBytes& in = x.blocks;
   __m512i pair_factor_index[4];
   for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
@@ -117,14 +118,13 @@ struct NibbleGroupIndices {
 };
 
 template <GgufType kType>
-KVCHAT_ISA_AVX512 inline __m512i load_words(const typename NibbleGroupIndices<kType>::Words& words) {
+inline __m512i load_words(const typename NibbleGroupIndices<kType>::Words& words) {
   return _mm512_loadu_si512(words.index);
 }
 
 // Eight blocks' f16 fields at `offset` as eight floats, from the group's registers.
 template <GgufType kType>
-KVCHAT_ISA_AVX512 inline __m256 group_field(const __m512i (&group)[3], __m512i first_index, __m512i third_index,
-                                            int offset) {
+inline __m256 group_field(const __m512i (&group)[3], __m512i first_index, __m512i third_index, int offset) {
   __m512i words = _mm512_permutex2var_epi16(group[0], first_index, group[1]);
   if (NibbleGroupIndices<kType>::needs_third(offset)) words = _mm512_permutex2var_epi16(words, third_index, group[2]);
   return _mm256_cvtph_ps(_mm512_castsi512_si128(words));
@@ -136,8 +136,7 @@ KVCHAT_ISA_AVX512 inline __m256 group_field(const __m512i (&group)[3], __m512i f
 // rounded apart from the quants' (it is exact in llama.cpp's sign trick, which costs three instructions
 // per pair more); the error stays within f32 rounding of sum |q| |byte| instead of sum |q - offset| |byte|.
 template <GgufType kType>
-KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const QuantizedActivations& x,
-                                               std::int64_t blocks) {
+float dot_nibble_blocks(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   using Layout = SmallBlockLayout<kType>;
   using Indices = NibbleGroupIndices<kType>;
   static constexpr typename Indices::Words kPairWords[4] = {Indices::pair_words(0), Indices::pair_words(1),
@@ -217,7 +216,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_nibble_blocks(const std::uint8_t* row, const Qu
 // _mm512_packs_epi32(a, b): 128-bit lane L holds a's 32-bit lanes 4L..4L+3, then b's. `a_low`, `a_high`:
 // the scale of a's lanes 0-7 and 8-15 (likewise for b), for lane groups of 8; Q6_K's groups of 4 lanes
 // are handled by its own table.
-KVCHAT_ISA_AVX512_VNNI inline __m512i packed_scale_index(int a_low, int a_high, int b_low, int b_high) {
+inline __m512i packed_scale_index(int a_low, int a_high, int b_low, int b_high) {
   alignas(64) std::int16_t index[32];
   for (int lane = 0; lane < 4; ++lane)
     for (int k = 0; k < 8; ++k)
@@ -231,7 +230,7 @@ KVCHAT_ISA_AVX512_VNNI inline __m512i packed_scale_index(int a_low, int a_high, 
 // bits: bit 2p of byte l for element l of sub-block 2p, bit 2p+1 for sub-block 2p+1 (`high_bits`: the
 // block's 32 bytes of them in both halves).
 template <bool kFifthBits>
-KVCHAT_ISA_AVX512_VNNI inline __m512i q4_q5_k_pair_quants(const std::uint8_t* block, __m512i high_bits, int pair) {
+inline __m512i q4_q5_k_pair_quants(const std::uint8_t* block, __m512i high_bits, int pair) {
   const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
   const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
   __m512i quants = _mm512_and_si512(
@@ -247,7 +246,7 @@ KVCHAT_ISA_AVX512_VNNI inline __m512i q4_q5_k_pair_quants(const std::uint8_t* bl
 }
 
 template <bool kFifthBits>
-KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   // Pairs 2g and 2g+1 packed together: sub-blocks 4g (low lanes of the first), 4g+1, 4g+2, 4g+3.
   const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
@@ -288,8 +287,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q4_q5_k(const std::uint8_t* row, const Quantize
 // quants, the scales' word order) is done once for the four, and each vector's sums take exactly the
 // steps of dot_q4_q5_k in the same order, so each result is bit-identical to that kernel's.
 template <bool kFifthBits>
-KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
-                                         float* out) {
+void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
   const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
   __m512 acc[kVectors];
@@ -334,7 +332,7 @@ KVCHAT_ISA_AVX512_VNNI void dot4_q4_q5_k(const std::uint8_t* row, const Quantize
 // the 32 top bytes' bit pairs: elements 32k..32k+31 bits 2k..2k+1.
 // Word indices for _mm512_permutexvar_epi16 that place half h's group scales under the packed words of
 // its two products: lane L holds group 8h + L (first products) and 8h + 4 + L (second).
-KVCHAT_ISA_AVX512_VNNI inline __m512i q6_k_scale_index(int half) {
+inline __m512i q6_k_scale_index(int half) {
   alignas(64) std::int16_t index[32];
   for (int lane = 0; lane < 4; ++lane)
     for (int k = 0; k < 8; ++k) index[8 * lane + k] = static_cast<std::int16_t>(8 * half + lane + (k < 4 ? 0 : 4));
@@ -342,8 +340,7 @@ KVCHAT_ISA_AVX512_VNNI inline __m512i q6_k_scale_index(int half) {
 }
 
 // Half h's 128 unsigned quants (0..63) in two 512-bit vectors: `first` elements 0-63, `second` 64-127.
-KVCHAT_ISA_AVX512_VNNI inline void q6_k_half_quants_512(const std::uint8_t* block, int half, __m512i& first,
-                                                        __m512i& second) {
+inline void q6_k_half_quants_512(const std::uint8_t* block, int half, __m512i& first, __m512i& second) {
   const __m512i low_mask = _mm512_set1_epi8(0x0F), top_mask = _mm512_set1_epi8(0x30);
   // Top bits of elements 0-31 (bits 0-1) and 32-63 (bits 2-3) moved to bits 4-5; of 64-95 (bits 4-5)
   // and 96-127 (bits 6-7) likewise.
@@ -357,7 +354,7 @@ KVCHAT_ISA_AVX512_VNNI inline void q6_k_half_quants_512(const std::uint8_t* bloc
                            _mm512_and_si512(_mm512_srlv_epi64(top, second_top_shift), top_mask));
 }
 
-KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
@@ -385,8 +382,7 @@ KVCHAT_ISA_AVX512_VNNI float dot_q6_k(const std::uint8_t* row, const QuantizedAc
 
 // dot_q6_k for four activation vectors at once, as dot4_q4_q5_k: the quants and the scales' word order
 // made once, each vector's steps those of dot_q6_k.
-KVCHAT_ISA_AVX512_VNNI void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
-                                      float* out) {
+void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kVectors = 4;
   const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc[kVectors];

@@ -7,19 +7,18 @@
 #include "engine/gguf/dequantize.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/integer_dot.h"
-#include "engine/kernels/isa_attributes.h"
 
 namespace kvchat::kernels {
 namespace {
 
-KVCHAT_ISA_BASELINE_INLINE inline float scale_at(const std::uint8_t* at) {
+inline float scale_at(const std::uint8_t* at) {
   std::uint16_t bits;
   std::memcpy(&bits, at, 2);
   return f16_to_f32(bits);
 }
 
 // The 32 integers of a Q4_0/Q4_1 block (0..15), or of a Q5_0/Q5_1 block with its fifth bits (0..31).
-KVCHAT_ISA_BASELINE_INLINE inline void nibbles32(const std::uint8_t* qs, std::uint32_t fifth_bits, int* w) {
+inline void nibbles32(const std::uint8_t* qs, std::uint32_t fifth_bits, int* w) {
   for (int j = 0; j < 16; ++j) {
     w[j] = (qs[j] & 0x0F) | static_cast<int>(((fifth_bits >> j) & 1u) << 4);
     w[j + 16] = (qs[j] >> 4) | static_cast<int>(((fifth_bits >> (j + 16)) & 1u) << 4);
@@ -27,7 +26,7 @@ KVCHAT_ISA_BASELINE_INLINE inline void nibbles32(const std::uint8_t* qs, std::ui
 }
 
 // sum_j w[j] * bytes[j] over the 32 values of activation block b.
-KVCHAT_ISA_BASELINE_INLINE inline std::int32_t block_dot(const int* w, const QuantizedActivations& x, std::int64_t b) {
+inline std::int32_t block_dot(const int* w, const QuantizedActivations& x, std::int64_t b) {
   std::int32_t sum = 0;
   for (int j = 0; j < 32; ++j) sum += w[j] * x.blocks.bytes[32 * b + j];
   return sum;
@@ -36,7 +35,7 @@ KVCHAT_ISA_BASELINE_INLINE inline std::int32_t block_dot(const int* w, const Qua
 // A type with blocks of 32 (SmallBlockLayout, integer_dot.h): x = d * (q - offset) (+ m), so a block's
 // product is d * s * sum (q - offset) byte (+ m * s * sum byte), s the activations' scale.
 template <GgufType kType>
-KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   using Layout = SmallBlockLayout<kType>;
   float sum = 0.f;
   int w[32];
@@ -56,8 +55,7 @@ KVCHAT_ISA_BASELINE float dot_small_block(const std::uint8_t* row, const Quantiz
 }
 
 // sum_j w[j] * bytes[j] over `count` integers from element `first` (the one-byte rounding).
-KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_bytes(const int* w, const QuantizedActivations& x,
-                                                         std::int64_t first, int count) {
+inline std::int64_t dot_bytes(const int* w, const QuantizedActivations& x, std::int64_t first, int count) {
   std::int64_t sum = 0;
   for (int j = 0; j < count; ++j) sum += std::int64_t{w[j]} * x.super_blocks.bytes[first + j];
   return sum;
@@ -66,7 +64,7 @@ KVCHAT_ISA_BASELINE_INLINE inline std::int64_t dot_bytes(const int* w, const Qua
 // Q4_K / Q5_K: x = d*sc*q - dmin*m per sub-block of 32; against one-byte activations with one scale per
 // super-block, d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)), both sums exact.
 template <bool kFifthBits>
-KVCHAT_ISA_BASELINE float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kNibblesAt = kFifthBits ? 48 : 16;
   float total = 0.f;
   int w[32];
@@ -90,7 +88,7 @@ KVCHAT_ISA_BASELINE float dot_q4_q5_k(const std::uint8_t* row, const QuantizedAc
 }
 
 // Q6_K: x = d*sc*(q - 32) per group of 16; d * x_scale * sum(sc * (sum(q b) - 32 sum(b))), exact inside.
-KVCHAT_ISA_BASELINE float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   float total = 0.f;
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
     const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);

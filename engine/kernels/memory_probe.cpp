@@ -14,12 +14,8 @@
 
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/huge_pages.h"
-#include "engine/kernels/isa_attributes.h"
+#include "engine/kernels/isa_kernels.h"
 #include "engine/kernels/thread_pool.h"
-
-#if KVCHAT_HAVE_AVX2_KERNELS
-#include <immintrin.h>
-#endif
 
 namespace kvchat::kernels {
 namespace {
@@ -32,7 +28,7 @@ struct HugePageBufferDeleter {
 };
 
 // Each reader folds what it reads into a checksum that is stored, so the loads cannot be elided.
-KVCHAT_ISA_BASELINE std::uint64_t read_portable(const std::uint64_t* data, std::size_t words) {
+std::uint64_t read_portable(const std::uint64_t* data, std::size_t words) {
   std::uint64_t a = 0, b = 0, c = 0, d = 0;
   std::size_t i = 0;
   for (; i + 4 <= words; i += 4) {
@@ -45,28 +41,9 @@ KVCHAT_ISA_BASELINE std::uint64_t read_portable(const std::uint64_t* data, std::
   return a ^ b ^ c ^ d;
 }
 
-#if KVCHAT_HAVE_AVX2_KERNELS
-KVCHAT_ISA_AVX2 std::uint64_t read_avx2(const std::uint64_t* data, std::size_t words) {
-  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-  std::size_t i = 0;
-  for (; i + 16 <= words; i += 16) {
-    a = _mm256_xor_si256(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i)));
-    b = _mm256_xor_si256(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 4)));
-    c = _mm256_xor_si256(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 8)));
-    d = _mm256_xor_si256(d, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 12)));
-  }
-  const __m256i all = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
-  alignas(32) std::uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), all);
-  std::uint64_t sum = lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3];
-  for (; i < words; ++i) sum ^= data[i];
-  return sum;
-}
-#endif
-
 std::uint64_t read_words(const std::uint64_t* data, std::size_t words) {
 #if KVCHAT_HAVE_AVX2_KERNELS
-  if (use_avx2_kernels()) return read_avx2(data, words);
+  if (use_avx2_kernels()) return avx2::read_words(data, words);
 #endif
   return read_portable(data, words);
 }

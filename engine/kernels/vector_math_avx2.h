@@ -1,44 +1,52 @@
 #pragma once
-// Vector math shared by the AVX2 kernels (attention's softmax, the SwiGLU activation, the quantized
-// products' block scales and sums). Only for
-// functions marked KVCHAT_ISA_AVX2, called after use_avx2_kernels() said yes.
-#include "engine/kernels/integer_dot.h"
-#include "engine/kernels/isa_attributes.h"
-
-#if KVCHAT_HAVE_AVX2_KERNELS
-#include <immintrin.h>
-
+// Vector math shared by the AVX2 and AVX-512 kernel files (attention's softmax, the SwiGLU activation, the
+// quantized products' block scales and sums). Only for the *_avx2.cpp / *_avx512.cpp files, which alone are
+// compiled with those instruction sets (engine/CMakeLists.txt). Everything here has internal linkage: an
+// out-of-line copy compiled in one of those files must never be the one that code of another instruction set
+// (or the portable code) ends up calling.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/integer_dot.h"
+#include "engine/kernels/x86_intrinsics.h"
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "vector_math_avx2.h is for the *_avx2.cpp / *_avx512.cpp files, compiled with AVX2, FMA and F16C"
+#endif
+
 namespace kvchat::kernels {
+namespace {
 
 // The sum of a vector's 4 floats.
-KVCHAT_ISA_AVX2 inline float horizontal_sum(__m128 v) {
+inline float horizontal_sum(__m128 v) {
   const __m128 pairs = _mm_add_ps(v, _mm_movehl_ps(v, v));
   return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
 }
 
 // The sum of a vector's 8 floats.
-KVCHAT_ISA_AVX2 inline float horizontal_sum(__m256 v) {
+inline float horizontal_sum(__m256 v) {
   return horizontal_sum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
 // An IEEE half stored at `at` (a GGUF block scale; any alignment), as a float.
-KVCHAT_ISA_AVX2 inline float load_f16_scale(const std::uint8_t* at) {
+inline float load_f16_scale(const std::uint8_t* at) {
   std::uint16_t bits;
   std::memcpy(&bits, at, 2);
   return _cvtsh_ss(bits);
 }
 
 // 16 bytes of nibbles as 32 bytes in element order: low nibbles (elements 0-15), then high (16-31).
-KVCHAT_ISA_AVX2 inline __m256i nibbles32(const std::uint8_t* at) {
+inline __m256i nibbles32(const std::uint8_t* at) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
 }
 
 // 32 bits as 32 bytes: 0x10 where bit j is set, in byte j (the fifth bits of Q5_0/Q5_1).
-KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
+inline __m256i fifth_bits32(const std::uint8_t* at) {
   std::uint32_t bits;
   std::memcpy(&bits, at, 4);
   const __m256i spread = _mm256_shuffle_epi8(
@@ -51,7 +59,7 @@ KVCHAT_ISA_AVX2 inline __m256i fifth_bits32(const std::uint8_t* at) {
 // A block of 32 (SmallBlockLayout, integer_dot.h): its 32 quants in element order as bytes, Q8_0's
 // signed ones or the 4- and 5-bit types' unsigned ones (0..31, before their offset).
 template <GgufType kType>
-KVCHAT_ISA_AVX2 inline __m256i small_block_quants(const std::uint8_t* block) {
+inline __m256i small_block_quants(const std::uint8_t* block) {
   using Layout = SmallBlockLayout<kType>;
   if constexpr (kType == GgufType::Q8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + Layout::kQuantsAt));
@@ -65,7 +73,7 @@ KVCHAT_ISA_AVX2 inline __m256i small_block_quants(const std::uint8_t* block) {
 // Eight consecutive blocks' f16 fields at `offset` (a scale d, or a min m) as eight floats. Built in
 // registers: eight 2-byte stores read back as 16 bytes would miss store forwarding.
 template <GgufType kType>
-KVCHAT_ISA_AVX2 inline __m256 eight_block_halves(const std::uint8_t* row, int offset) {
+inline __m256 eight_block_halves(const std::uint8_t* row, int offset) {
   auto half_at = [&](int k) {
     std::uint16_t bits;
     std::memcpy(&bits, row + SmallBlockLayout<kType>::kBytes * k + offset, 2);
@@ -78,7 +86,7 @@ KVCHAT_ISA_AVX2 inline __m256 eight_block_halves(const std::uint8_t* row, int of
 // exp(x) for 8 floats: range reduction x = k ln2 + r, a degree-6 polynomial for exp(r) on
 // |r| <= ln2/2, and 2^k through the exponent bits. Relative error about 2e-7; inputs below -87
 // (softmax tails) give 0, inputs above 88.37 give exp(88.37) (finite).
-KVCHAT_ISA_AVX2 inline __m256 exp8(__m256 x) {
+inline __m256 exp8(__m256 x) {
   const __m256 max_input = _mm256_set1_ps(88.3762626647949f);
   const __m256 min_input = _mm256_set1_ps(-87.3365447505531f);
   const __m256 underflow = _mm256_cmp_ps(x, min_input, _CMP_LT_OQ);
@@ -100,12 +108,63 @@ KVCHAT_ISA_AVX2 inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(underflow, result);
 }
 
+// Attention (attention_avx2.cpp, attention_avx512.cpp).
+
+inline float hsum8(__m256 a) {
+  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+inline float hmax8(__m256 a) {
+  const __m128 folded = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 pairs = _mm_max_ps(folded, _mm_movehl_ps(folded, folded));
+  return _mm_cvtss_f32(_mm_max_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+// [sum(a[0]), sum(a[1]), ..., sum(a[7])]: eight horizontal sums in one vector.
+inline __m256 hsum8x8(const __m256 a[8]) {
+  const __m256 pairs01 = _mm256_hadd_ps(a[0], a[1]), pairs23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 pairs45 = _mm256_hadd_ps(a[4], a[5]), pairs67 = _mm256_hadd_ps(a[6], a[7]);
+  // Per 128-bit lane: the sums of four elements of a[0..3] and of a[4..7], low lane and high lane apart.
+  const __m256 quads0123 = _mm256_hadd_ps(pairs01, pairs23), quads4567 = _mm256_hadd_ps(pairs45, pairs67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(quads0123, quads4567, 0x20),
+                       _mm256_permute2f128_ps(quads0123, quads4567, 0x31));
+}
+
+// Rows read ahead of the current one: each head's keys and values are short streams (a few KiB to a
+// few hundred) that the hardware prefetcher is slow to pick up. The 1B shape's 16 layers at 2,048
+// positions, from memory, one thread: the AVX-512 version 10-15 % faster with 16 rows than with none in
+// three interleaved runs (4, 8, 32 and 64 rows, one run each: no better); the AVX2 one 11.3-11.7 ms
+// -> 8.4-9.3 ms.
+constexpr std::int64_t kAttentionPrefetchRows = 16;
+
+// The row's softmax up to its normalisation: row[t] = exp(row[t] - max); returns 1 / sum(row).
+inline float softmax_weights(float* row, std::int64_t n) {
+  __m256 top8 = _mm256_set1_ps(-INFINITY);
+  std::int64_t t = 0;
+  for (; t + 8 <= n; t += 8) top8 = _mm256_max_ps(top8, _mm256_loadu_ps(row + t));
+  float top = hmax8(top8);
+  for (; t < n; ++t) top = std::max(top, row[t]);
+  const __m256 top_v = _mm256_set1_ps(top);
+  __m256 sum8 = _mm256_setzero_ps();
+  t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + t), top_v));
+    _mm256_storeu_ps(row + t, e);
+    sum8 = _mm256_add_ps(sum8, e);
+  }
+  float sum = hsum8(sum8);
+  for (; t < n; ++t) sum += row[t] = std::exp(row[t] - top);
+  return 1.f / sum;
+}
+
 // The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min in engine/gguf) as
 // bytes: scales in the low 8 bytes, mins in the high 8. Unpacked in vector registers: dwords
 // (u0, u2, u1, u2) and (u0, u0, u1, u1) of the 12 packed bytes, shifted and masked (unpacking them in
 // general-purpose registers and moving the four words across held the VNNI Q4_K kernel to 41 G weights/s,
 // against 53 this way). Reads 16 bytes, uses 12: a super-block's quants follow its scales.
-KVCHAT_ISA_AVX2 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
+inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
   const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
   const __m128i first = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)),
                 second = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));
@@ -117,14 +176,14 @@ KVCHAT_ISA_AVX2 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packe
 
 // sum over a Q4_K/Q5_K super-block's sub-blocks of min * (sum of the activation bytes under it), as four
 // 32-bit partial sums: the mins from k_quant_scales_and_mins, the byte sums of each 32 (int16).
-KVCHAT_ISA_AVX2 inline __m128i k_quant_min_sums(__m128i scales_and_mins, const std::int16_t* byte_sums32) {
+inline __m128i k_quant_min_sums(__m128i scales_and_mins, const std::int16_t* byte_sums32) {
   return _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_and_mins, 8)),
                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(byte_sums32)));
 }
 
 // Q6_K's -32 offset against one-byte activations: -32 * sc * (sum of the bytes of each group of 16), as
 // eight 32-bit partial sums, from the 16 group scales (int16) and byte sums (int16).
-KVCHAT_ISA_AVX2 inline __m256i q6_k_offsets(__m256i group_scales, const std::int16_t* byte_sums16) {
+inline __m256i q6_k_offsets(__m256i group_scales, const std::int16_t* byte_sums16) {
   const __m256i weighted =
       _mm256_madd_epi16(group_scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(byte_sums16)));
   return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(weighted, 5));
@@ -133,7 +192,7 @@ KVCHAT_ISA_AVX2 inline __m256i q6_k_offsets(__m256i group_scales, const std::int
 // The unsigned 6-bit quants (0..63) of one half (128 elements) of a Q6_K super-block, as four vectors of
 // 32: element l + 32k takes a nibble of low byte l (k even) or l + 32 (k odd), the low one for k < 2,
 // and bits 2k..2k+1 of top byte l.
-KVCHAT_ISA_AVX2 inline void q6_k_half_quants(const std::uint8_t* block, int half, __m256i quants[4]) {
+inline void q6_k_half_quants(const std::uint8_t* block, int half, __m256i quants[4]) {
   const __m256i low_mask = _mm256_set1_epi8(0x0F), top_mask = _mm256_set1_epi8(0x30);
   const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 128 + 32 * half));
   const __m256i low_a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * half));
@@ -145,5 +204,6 @@ KVCHAT_ISA_AVX2 inline void q6_k_half_quants(const std::uint8_t* block, int half
                               _mm256_and_si256(_mm256_srli_epi16(top, 2), top_mask));
 }
 
+}  // namespace
 }  // namespace kvchat::kernels
-#endif
+#endif  // KVCHAT_HAVE_AVX2_KERNELS

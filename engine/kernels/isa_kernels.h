@@ -1,0 +1,75 @@
+#pragma once
+// The entry points of the instruction-set files, internal to kvchat_kernels. Only *_avx2.cpp and *_avx512.cpp
+// are compiled for those instruction sets (engine/CMakeLists.txt); every other file, the portable kernels and
+// the code that picks a kernel among them, stays baseline x86-64 and calls these only after cpu_features.h
+// said the processor has them (and they are not switched off). The block types' kernels (integer dot
+// products, row decoders) are in integer_dot.h.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/kernels/cpu_features.h"
+
+namespace kvchat::kernels {
+namespace {
+
+// The unit s = max|x| / 127 of a group of activations (NaN when the group is not finite), and the factor
+// that takes x to its byte (0 for a zero or non-finite group): activation_quantization.h. Shared by the
+// portable and the AVX2 rounding, which must agree to the bit; internal linkage, so that each file has
+// its own copy compiled for its instruction set.
+inline void activation_group_scale(float largest, bool finite, float& unit, float& inverse) {
+  if (!finite) {
+    unit = NAN;
+    inverse = 0.f;
+    return;
+  }
+  unit = largest / 127.f;
+  inverse = unit > 0.f ? 1.f / unit : 0.f;
+}
+
+}  // namespace
+
+#if KVCHAT_HAVE_AVX2_KERNELS
+namespace avx2 {
+
+// matvec.h: dot products and rows [row_begin, row_end) of Y = X W^T for n vectors (f32 or bf16 weights).
+float dot_f32(const float* a, const float* b, std::int64_t n);
+float dot_f16(const std::uint16_t* w, const float* x, std::int64_t n);
+void matmul_rows(const float* weight, const float* x, float* y, std::int64_t n, std::int64_t rows, std::int64_t cols,
+                 const float* bias, std::int64_t row_begin, std::int64_t row_end);
+void matmul_rows(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                 std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end);
+
+// attention.h
+void attention_decode_head(const float* q, const float* keys, const float* values, std::int64_t n,
+                           std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                           float* scores, float* out);
+
+// activation.h
+void silu_mul(float* gate, const float* up, std::int64_t n);
+
+// bf16.h (one thread's share: the caller splits the work)
+void bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n);
+void f32_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n);
+
+// activation_quantization.h: the bytes and the scales of x[cols] in groups of `group` (not the byte sums).
+void quantize_activation_bytes(const float* x, std::int64_t cols, std::int64_t group, std::int8_t* bytes,
+                               float* scales);
+
+// memory_probe.h: a checksum of data[0, words), so that the loads cannot be elided.
+std::uint64_t read_words(const std::uint64_t* data, std::size_t words);
+
+}  // namespace avx2
+
+namespace avx512 {
+
+// attention.h, for head_dim a multiple of 16 and groups of up to kMaxAttentionGroup queries.
+constexpr std::int64_t kMaxAttentionGroup = 64;
+void attention_decode_head(const float* q, const float* keys, const float* values, std::int64_t n,
+                           std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                           float* scores, float* out);
+
+}  // namespace avx512
+#endif  // KVCHAT_HAVE_AVX2_KERNELS
+
+}  // namespace kvchat::kernels
