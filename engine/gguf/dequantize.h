@@ -30,7 +30,7 @@ inline void k_quant_scale_and_min(int sub_block, const std::uint8_t* packed, int
 }
 
 // Decodes `n_elements` values of `type` (a whole number of blocks) starting at `blocks` into `out`.
-// Throws ModelError naming the type when it is not dequantizable (see GgufTypeInfo::dequantizable),
+// Throws ModelError naming the type when it is not dequantizable (see GgufTypeInfo::dequantizable()),
 // std::invalid_argument when n_elements is not a whole number of blocks.
 void dequantize(GgufType type, const void* blocks, std::int64_t n_elements, float* out);
 

@@ -1,6 +1,6 @@
 #pragma once
 // Tensor types of GGUF files: the type ids stored in the file, each type's block geometry and name,
-// and which types this library can dequantize. No torch.
+// and for the types this library can dequantize, the exact decoder of their blocks. No torch.
 #include <cstdint>
 #include <string>
 
@@ -42,6 +42,10 @@ enum class GgufType : std::uint32_t {
   TQ2_0 = 35,
 };
 
+// The exact f32 values of `count` consecutive blocks of a type, from `blocks` into `out` (count * block_size
+// floats): the format's reference decoder's float operations, bit for bit (dequantize.h).
+using GgufBlockDecoder = void (*)(const std::uint8_t* blocks, float* out, std::int64_t count);
+
 // Data of a tensor is a sequence of blocks; a row (ne[0] elements) is a whole number of blocks.
 // Plain types are blocks of one element.
 struct GgufTypeInfo {
@@ -49,7 +53,9 @@ struct GgufTypeInfo {
   const char* name;           // "Q4_K", "F32", ...
   std::uint32_t block_size;   // elements per block
   std::uint32_t block_bytes;  // bytes per block
-  bool dequantizable;         // dequantize() supports it
+  GgufBlockDecoder decode;    // null for the types this library cannot decode
+
+  bool dequantizable() const { return decode != nullptr; }  // dequantize() supports it
 };
 
 // The type with this id, or nullptr when the id is not a known type.

@@ -1,7 +1,7 @@
 // The AVX2 row decoders of the prefill GEMM (integer_dot.h): whole rows to f32 as engine/gguf's dequantize
 // computes them, except that a K-quant's d*sc*q - dmin*m may round once instead of twice (this file alone is
 // compiled for AVX2, FMA and F16C). The block types' decode products multiply integers (integer_dot.h), F16's
-// is matvec.h's dot_f16. Block layouts are those of engine/gguf/dequantize.cpp, which documents them.
+// is matvec.h's dot_f16. Block layouts are those of engine/gguf/gguf_types.cpp, which documents them.
 #include <cstdint>
 
 #include "engine/gguf/dequantize.h"

@@ -2,20 +2,21 @@
 // quants) go straight into _mm256_maddubs_epi16 against the activations' signed bytes; Q8_0's signed ones
 // take the sign of the weight onto the activations first (|w| * sign(w) q).
 // - Blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) against one byte per activation with a scale per block:
-//   see dot_small_block.
+//   see small_block_dot.
 // - Super-blocks of 256 (Q4_K, Q5_K, Q6_K) against one byte per activation: the pair sums are weighted
 //   by the sub-block scales, so a whole super-block adds up in exact 32-bit lanes (at most
 //   8 * 63 * 2 * 2 * 63 * 128 < 2^28) and is converted once; mins and Q6_K's -32 go through the
 //   activations' byte sums.
-// Block layouts: engine/gguf/dequantize.cpp.
+// Block layouts: engine/gguf/gguf_types.cpp.
 #include <cstring>
 
+#include "engine/kernels/block_types.h"
 #include "engine/kernels/integer_dot.h"
 #include "engine/kernels/vector_math_avx2.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
 
-namespace kvchat::kernels {
+namespace kvchat::kernels::avx2 {
 namespace {
 
 // Bytes read ahead of the current block: each thread reads its rows as one linear stream, and a
@@ -35,7 +36,7 @@ inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<c
 // apart from the quants'; the error stays within f32 rounding of sum |q| |byte|.) A row's last blocks
 // (fewer than eight) go one at a time.
 template <GgufType kType>
-float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float small_block_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   using Layout = SmallBlockLayout<kType>;
   constexpr bool kSigned = kType == GgufType::Q8_0;
   const ActivationBytes& in = x.blocks;
@@ -106,7 +107,7 @@ inline void q4_q5_k_pair_quants(const std::uint8_t* block, __m256i high_bits, in
 // sums at most 2 * 31 * 128), and _mm256_madd_epi16 weights them by the sub-block's scale. Q5_K's fifth
 // bits: bit 2p of byte l for low-nibble element l of pair p, bit 2p+1 for the high-nibble one.
 template <bool kFifthBits>
-float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float q4_q5_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   __m256 acc = _mm256_setzero_ps();
   __m128 mins_acc = _mm_setzero_ps();
@@ -153,7 +154,7 @@ inline __m256i q6_k_half_scales(__m256i scales, int half) {
 
 // Q6_K against one-byte activations: per super-block d * x_scale * sum over groups of 16 of
 // sc * (sum(q b) - 32 sum(b)), exact in 32 bits; the quants (0..63) from q6_k_half_quants.
-float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float q6_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   __m256i group_scale[4];
   q6_k_group_scale_index(group_scale);
   __m256 acc = _mm256_setzero_ps();
@@ -182,7 +183,7 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
 // once for the four, each vector's sums by exactly the steps of the one-vector kernel above, so that each
 // result is bit-identical to that kernel's.
 template <bool kFifthBits>
-void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+void q4_q5_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
   __m256 acc[kVectors];
   __m128 mins_acc[kVectors];
@@ -221,7 +222,7 @@ void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::i
   for (int v = 0; v < kVectors; ++v) out[v] = horizontal_sum(acc[v]) - horizontal_sum(mins_acc[v]);
 }
 
-void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+void q6_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kVectors = 4;
   __m256i group_scale[4];
   q6_k_group_scale_index(group_scale);
@@ -255,28 +256,35 @@ void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int6
 
 }  // namespace
 
-IntegerRowDot4 avx2_integer_row_dot4(GgufType type) {
-  switch (type) {
-    case GgufType::Q4_K: return dot4_q4_q5_k<false>;
-    case GgufType::Q5_K: return dot4_q4_q5_k<true>;
-    case GgufType::Q6_K: return dot4_q6_k;
-    default: return nullptr;
-  }
+template <GgufType kType>
+float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return small_block_dot<kType>(row, x, blocks);
 }
 
-IntegerRowDot avx2_integer_row_dot(GgufType type) {
-  switch (type) {
-    case GgufType::Q8_0: return dot_small_block<GgufType::Q8_0>;
-    case GgufType::Q4_0: return dot_small_block<GgufType::Q4_0>;
-    case GgufType::Q4_1: return dot_small_block<GgufType::Q4_1>;
-    case GgufType::Q5_0: return dot_small_block<GgufType::Q5_0>;
-    case GgufType::Q5_1: return dot_small_block<GgufType::Q5_1>;
-    case GgufType::Q4_K: return dot_q4_q5_k<false>;
-    case GgufType::Q5_K: return dot_q4_q5_k<true>;
-    case GgufType::Q6_K: return dot_q6_k;
-    default: return nullptr;
-  }
+#define KVCHAT_INSTANTIATE(type) \
+  template float dot_small_block<GgufType::type>(const std::uint8_t*, const QuantizedActivations&, std::int64_t);
+KVCHAT_SMALL_BLOCK_TYPES(KVCHAT_INSTANTIATE)
+#undef KVCHAT_INSTANTIATE
+
+float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return q4_q5_k_dot<false>(row, x, blocks);
+}
+float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return q4_q5_k_dot<true>(row, x, blocks);
+}
+float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return q6_k_dot(row, x, blocks);
 }
 
-}  // namespace kvchat::kernels
+void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  q4_q5_k_dot4<false>(row, x, blocks, out);
+}
+void dot4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  q4_q5_k_dot4<true>(row, x, blocks, out);
+}
+void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  q6_k_dot4(row, x, blocks, out);
+}
+
+}  // namespace kvchat::kernels::avx2
 #endif  // KVCHAT_HAVE_AVX2_KERNELS

@@ -4,9 +4,10 @@
 // block): see dot_q8_0 and dot_nibble_blocks below.
 //
 // The K-quants (one byte per activation, a scale per super-block): see the second section below.
-// Block layouts: engine/gguf/dequantize.cpp.
+// Block layouts: engine/gguf/gguf_types.cpp.
 #include <cstring>
 
+#include "engine/kernels/block_types.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/integer_dot.h"
 #include "engine/kernels/vector_math_avx2.h"
@@ -16,7 +17,7 @@
 #error "integer_dot_avx512.cpp is compiled with the AVX-512 flags and VNNI (engine/CMakeLists.txt)"
 #endif
 
-namespace kvchat::kernels {
+namespace kvchat::kernels::avx512 {
 namespace {
 
 // As in the AVX2 kernels: each thread reads its rows as one linear stream, and a software prefetch
@@ -43,7 +44,7 @@ inline float avx2_tail(const std::uint8_t* rest, const QuantizedActivations& x, 
   QuantizedActivations from_first = x;
   from_first.blocks = {x.blocks.bytes + 32 * first, x.blocks.scales + first, x.blocks.sums16 + 2 * first,
                        x.blocks.sums32 + first};
-  return avx2_integer_row_dot(kType)(rest, from_first, blocks - first);
+  return avx2::dot_small_block<kType>(rest, from_first, blocks - first);
 }
 
 // Q8_0 against one-byte activations (AVX-512 VNNI), eight blocks at a time: two blocks' 64 quants in one
@@ -246,7 +247,7 @@ inline __m512i q4_q5_k_pair_quants(const std::uint8_t* block, __m512i high_bits,
 }
 
 template <bool kFifthBits>
-float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float q4_q5_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   // Pairs 2g and 2g+1 packed together: sub-blocks 4g (low lanes of the first), 4g+1, 4g+2, 4g+3.
   const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
@@ -285,9 +286,9 @@ float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::i
 
 // The same products for four activation vectors at once (a prompt's rows): the weights' unpacking (scales,
 // quants, the scales' word order) is done once for the four, and each vector's sums take exactly the
-// steps of dot_q4_q5_k in the same order, so each result is bit-identical to that kernel's.
+// steps of q4_q5_k_dot in the same order, so each result is bit-identical to that kernel's.
 template <bool kFifthBits>
-void dot4_q4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+void q4_q5_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
   const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
   __m512 acc[kVectors];
@@ -354,7 +355,7 @@ inline void q6_k_half_quants_512(const std::uint8_t* block, int half, __m512i& f
                            _mm512_and_si512(_mm512_srlv_epi64(top, second_top_shift), top_mask));
 }
 
-float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+float q6_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
@@ -380,9 +381,9 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return _mm512_reduce_add_ps(acc);
 }
 
-// dot_q6_k for four activation vectors at once, as dot4_q4_q5_k: the quants and the scales' word order
-// made once, each vector's steps those of dot_q6_k.
-void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+// q6_k_dot for four activation vectors at once, as q4_q5_k_dot4: the quants and the scales' word order
+// made once, each vector's steps those of q6_k_dot.
+void q6_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kVectors = 4;
   const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc[kVectors];
@@ -414,31 +415,39 @@ void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int6
 
 }  // namespace
 
-IntegerRowDot4 avx512_integer_row_dot4(GgufType type) {
-  if (!cpu_has_avx512_vnni()) return nullptr;
-  switch (type) {
-    case GgufType::Q4_K: return dot4_q4_q5_k<false>;
-    case GgufType::Q5_K: return dot4_q4_q5_k<true>;
-    case GgufType::Q6_K: return dot4_q6_k;
-    default: return nullptr;
-  }
+// Q8_0's own kernel, the 4- and 5-bit types' shared one.
+template <GgufType kType>
+float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  if constexpr (kType == GgufType::Q8_0)
+    return dot_q8_0(row, x, blocks);
+  else
+    return dot_nibble_blocks<kType>(row, x, blocks);
 }
 
-IntegerRowDot avx512_integer_row_dot(GgufType type) {
-  // Without VNNI the AVX2 kernels serve.
-  if (!cpu_has_avx512_vnni()) return nullptr;
-  switch (type) {
-    case GgufType::Q8_0: return dot_q8_0;
-    case GgufType::Q4_0: return dot_nibble_blocks<GgufType::Q4_0>;
-    case GgufType::Q4_1: return dot_nibble_blocks<GgufType::Q4_1>;
-    case GgufType::Q5_0: return dot_nibble_blocks<GgufType::Q5_0>;
-    case GgufType::Q5_1: return dot_nibble_blocks<GgufType::Q5_1>;
-    case GgufType::Q4_K: return dot_q4_q5_k<false>;
-    case GgufType::Q5_K: return dot_q4_q5_k<true>;
-    case GgufType::Q6_K: return dot_q6_k;
-    default: return nullptr;
-  }
+#define KVCHAT_INSTANTIATE(type) \
+  template float dot_small_block<GgufType::type>(const std::uint8_t*, const QuantizedActivations&, std::int64_t);
+KVCHAT_SMALL_BLOCK_TYPES(KVCHAT_INSTANTIATE)
+#undef KVCHAT_INSTANTIATE
+
+float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return q4_q5_k_dot<false>(row, x, blocks);
+}
+float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return q4_q5_k_dot<true>(row, x, blocks);
+}
+float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return q6_k_dot(row, x, blocks);
 }
 
-}  // namespace kvchat::kernels
+void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  q4_q5_k_dot4<false>(row, x, blocks, out);
+}
+void dot4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  q4_q5_k_dot4<true>(row, x, blocks, out);
+}
+void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  q6_k_dot4(row, x, blocks, out);
+}
+
+}  // namespace kvchat::kernels::avx512
 #endif  // KVCHAT_HAVE_AVX2_KERNELS

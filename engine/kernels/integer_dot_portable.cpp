@@ -1,14 +1,13 @@
-// The portable twins of the integer dot products (integer_dot.h): per block of 32 activations (per
-// super-block of 256 for the K-quants) the same exact integer sum as the AVX2 kernels, scaled by the same
-// factors. Block layouts are those of
-// engine/gguf/dequantize.cpp, which documents them.
+// The portable integer dot products (integer_dot.h): per block of 32 activations (per super-block of 256 for
+// the K-quants) the same exact integer sum as the AVX2 and AVX-512 kernels, scaled by the same factors. Plain
+// C++ for any processor. Block layouts are those of engine/gguf/gguf_types.cpp, which documents them.
 #include <cstring>
 
 #include "engine/gguf/dequantize.h"
-#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/block_types.h"
 #include "engine/kernels/integer_dot.h"
 
-namespace kvchat::kernels {
+namespace kvchat::kernels::portable {
 namespace {
 
 inline float scale_at(const std::uint8_t* at) {
@@ -29,28 +28,6 @@ inline void nibbles32(const std::uint8_t* qs, std::uint32_t fifth_bits, int* w) 
 inline std::int32_t block_dot(const int* w, const QuantizedActivations& x, std::int64_t b) {
   std::int32_t sum = 0;
   for (int j = 0; j < 32; ++j) sum += w[j] * x.blocks.bytes[32 * b + j];
-  return sum;
-}
-
-// A type with blocks of 32 (SmallBlockLayout, integer_dot.h): x = d * (q - offset) (+ m), so a block's
-// product is d * s * sum (q - offset) byte (+ m * s * sum byte), s the activations' scale.
-template <GgufType kType>
-float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  using Layout = SmallBlockLayout<kType>;
-  float sum = 0.f;
-  int w[32];
-  for (std::int64_t b = 0; b < blocks; ++b, row += Layout::kBytes) {
-    if constexpr (kType == GgufType::Q8_0) {
-      for (int j = 0; j < 32; ++j) w[j] = static_cast<std::int8_t>(row[Layout::kQuantsAt + j]);
-    } else {
-      std::uint32_t fifth_bits = 0;
-      if constexpr (Layout::kFifthBitsAt >= 0) std::memcpy(&fifth_bits, row + Layout::kFifthBitsAt, 4);
-      nibbles32(row + Layout::kQuantsAt, fifth_bits, w);
-      for (int& q : w) q -= Layout::kOffset;
-    }
-    sum += scale_at(row) * x.blocks.scales[b] * static_cast<float>(block_dot(w, x, b));
-    if constexpr (Layout::kMin) sum += scale_at(row + 2) * x.blocks.scales[b] * static_cast<float>(x.blocks.sums32[b]);
-  }
   return sum;
 }
 
@@ -87,6 +64,43 @@ float dot_q4_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::i
   return total;
 }
 
+}  // namespace
+
+// A type with blocks of 32 (SmallBlockLayout, block_types.h): x = d * (q - offset) (+ m), so a block's
+// product is d * s * sum (q - offset) byte (+ m * s * sum byte), s the activations' scale.
+template <GgufType kType>
+float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  using Layout = SmallBlockLayout<kType>;
+  float sum = 0.f;
+  int w[32];
+  for (std::int64_t b = 0; b < blocks; ++b, row += Layout::kBytes) {
+    if constexpr (kType == GgufType::Q8_0) {
+      for (int j = 0; j < 32; ++j) w[j] = static_cast<std::int8_t>(row[Layout::kQuantsAt + j]);
+    } else {
+      std::uint32_t fifth_bits = 0;
+      if constexpr (Layout::kFifthBitsAt >= 0) std::memcpy(&fifth_bits, row + Layout::kFifthBitsAt, 4);
+      nibbles32(row + Layout::kQuantsAt, fifth_bits, w);
+      for (int& q : w) q -= Layout::kOffset;
+    }
+    sum += scale_at(row) * x.blocks.scales[b] * static_cast<float>(block_dot(w, x, b));
+    if constexpr (Layout::kMin) sum += scale_at(row + 2) * x.blocks.scales[b] * static_cast<float>(x.blocks.sums32[b]);
+  }
+  return sum;
+}
+
+#define KVCHAT_INSTANTIATE(type) \
+  template float dot_small_block<GgufType::type>(const std::uint8_t*, const QuantizedActivations&, std::int64_t);
+KVCHAT_SMALL_BLOCK_TYPES(KVCHAT_INSTANTIATE)
+#undef KVCHAT_INSTANTIATE
+
+float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return dot_q4_q5_k<false>(row, x, blocks);
+}
+
+float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  return dot_q4_q5_k<true>(row, x, blocks);
+}
+
 // Q6_K: x = d*sc*(q - 32) per group of 16; d * x_scale * sum(sc * (sum(q b) - 32 sum(b))), exact inside.
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   float total = 0.f;
@@ -108,39 +122,4 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return total;
 }
 
-}  // namespace
-
-IntegerRowDot portable_integer_row_dot(GgufType type) {
-  switch (type) {
-    case GgufType::Q8_0: return dot_small_block<GgufType::Q8_0>;
-    case GgufType::Q4_0: return dot_small_block<GgufType::Q4_0>;
-    case GgufType::Q4_1: return dot_small_block<GgufType::Q4_1>;
-    case GgufType::Q5_0: return dot_small_block<GgufType::Q5_0>;
-    case GgufType::Q5_1: return dot_small_block<GgufType::Q5_1>;
-    case GgufType::Q4_K: return dot_q4_q5_k<false>;
-    case GgufType::Q5_K: return dot_q4_q5_k<true>;
-    case GgufType::Q6_K: return dot_q6_k;
-    default: return nullptr;
-  }
-}
-
-IntegerRowDot4 integer_row_dot4(GgufType type) {
-#if KVCHAT_HAVE_AVX2_KERNELS
-  // The same kernel family as integer_row_dot's choice, whose bits each result must have.
-  if (use_avx512_kernels() && avx512_integer_row_dot(type)) return avx512_integer_row_dot4(type);
-  if (use_avx2_kernels()) return avx2_integer_row_dot4(type);
-#endif
-  (void)type;
-  return nullptr;
-}
-
-IntegerRowDot integer_row_dot(GgufType type) {
-#if KVCHAT_HAVE_AVX2_KERNELS
-  if (use_avx512_kernels())
-    if (const IntegerRowDot kernel = avx512_integer_row_dot(type)) return kernel;
-  if (use_avx2_kernels()) return avx2_integer_row_dot(type);
-#endif
-  return portable_integer_row_dot(type);
-}
-
-}  // namespace kvchat::kernels
+}  // namespace kvchat::kernels::portable

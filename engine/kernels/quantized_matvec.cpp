@@ -6,55 +6,42 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf/dequantize.h"
-#include "engine/kernels/cpu_features.h"
+#include "engine/kernels/block_types.h"
 #include "engine/kernels/integer_dot.h"
 #include "engine/kernels/matvec.h"
 
 namespace kvchat::kernels {
 namespace {
 
-RowDecoder fast_row_decoder(GgufType type) {
-#if KVCHAT_HAVE_AVX2_KERNELS
-  if (use_avx2_kernels()) {
-    switch (type) {
-      case GgufType::Q8_0: return avx2::decode_q8_0;
-      case GgufType::Q4_0: return avx2::decode_q4_0;
-      case GgufType::Q4_K: return avx2::decode_q4_k;
-      case GgufType::Q5_K: return avx2::decode_q5_k;
-      case GgufType::Q6_K: return avx2::decode_q6_k;
-      case GgufType::F16: return avx2::decode_f16;
-      default: break;
-    }
-  }
-#endif
-  (void)type;
-  return nullptr;
-}
-
-void check_view(const char* function, const QuantizedMatrixView& w, std::int64_t n, const float* x, const float* y) {
+// The view's type, once its arguments are checked.
+const BlockType& check_view(const char* function, const QuantizedMatrixView& w, std::int64_t n, const float* x,
+                            const float* y) {
   const auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(function) + ": " + what); };
-  const GgufTypeInfo* info = find_gguf_type(static_cast<std::uint32_t>(w.type));
-  if (info == nullptr || !info->dequantizable) fail("weights of a type that cannot be decoded");
+  const BlockType* type = find_block_type(w.type);
+  if (type == nullptr) fail("weights of a type that cannot be decoded");
+  const GgufTypeInfo& format = *type->format;
   if (n < 0 || w.rows < 0 || w.cols < 0) fail("negative size");
-  if (w.cols % info->block_size != 0) fail(std::to_string(w.cols) + " columns are not a whole number of blocks");
-  if (w.row_bytes != w.cols / info->block_size * info->block_bytes) fail("row_bytes does not match the type");
+  if (w.cols % format.block_size != 0) fail(std::to_string(w.cols) + " columns are not a whole number of blocks");
+  if (w.row_bytes != w.cols / format.block_size * format.block_bytes) fail("row_bytes does not match the type");
   if (n > 0 && w.rows > 0 && (y == nullptr || (w.cols > 0 && (w.data == nullptr || x == nullptr)))) fail("null buffer");
+  return *type;
 }
 
 // The bytes of rounded activations taken together by a product over several vectors (a prompt).
 constexpr std::int64_t kActivationChunkBytes = 256 * 1024;
 constexpr std::int64_t kMaxChunkVectors = 64;
 
-// Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows). Block types: the integer
-// kernel against the activations rounded once per product (`activations`, row i for vector i). F16:
-// dot_f16 (matvec.h) on the row as it is. Others: each row decoded once into a buffer the thread keeps
-// (it stays in L1/L2) and multiplied by every vector in f32.
-void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadActivations* activations, float* y,
-                    std::int64_t n, const float* bias, std::int64_t begin, std::int64_t end) {
-  const GgufTypeInfo& info = gguf_type_info(w.type);
-  const std::int64_t blocks = w.cols / info.block_size;
-  if (const IntegerRowDot dot = activations ? integer_row_dot(w.type) : nullptr) {
+// Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows), `type` the record of w.type, its
+// kernels taken once here. Block types: the integer kernel against the activations rounded once per product
+// (`activations`, row i for vector i). F16: its float_dot (dot_f16, matvec.h) on the row as it is. Others:
+// each row decoded once into a buffer the thread keeps (it stays in L1/L2) and multiplied by every vector in
+// f32.
+void quantized_rows(const BlockType& type, const QuantizedMatrixView& w, const float* x,
+                    const ThreadActivations* activations, float* y, std::int64_t n, const float* bias,
+                    std::int64_t begin, std::int64_t end) {
+  const std::int64_t blocks = w.cols / type.format->block_size;
+  const BlockKernels kernels = active_block_kernels(type);
+  if (const IntegerRowDot dot = activations ? kernels.dot : nullptr) {
     // A prompt's vectors a chunk at a time, whose rounded values (a byte each) stay in L2 while the
     // block's rows pass: all of them would be re-read from memory for every row.
     const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / std::max<std::int64_t>(w.cols, 1), 1,
@@ -62,7 +49,7 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
     QuantizedActivations vectors[kMaxChunkVectors];  // the chunk's views, made once rather than per row
     // Four vectors at a time where the type has such a kernel (the K-quants, AVX-512 VNNI or AVX2): the row's
     // unpacking is shared, and each result has the one-vector kernel's bits (the row-exact forwards).
-    const IntegerRowDot4 dot4 = n >= 4 ? integer_row_dot4(w.type) : nullptr;
+    const IntegerRowDot4 dot4 = n >= 4 ? kernels.dot4 : nullptr;
     for (std::int64_t first = 0; first < n; first += chunk) {
       const std::int64_t count = std::min(n - first, chunk);
       for (std::int64_t i = 0; i < count; ++i) vectors[i] = activations->row(first + i);
@@ -82,23 +69,20 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
     }
     return;
   }
-  if (w.type == GgufType::F16) {
+  if (const FloatRowDot float_dot = type.float_dot) {
     for (std::int64_t r = begin; r < end; ++r) {
-      const auto* row = reinterpret_cast<const std::uint16_t*>(w.data + r * w.row_bytes);
+      const std::uint8_t* row = w.data + r * w.row_bytes;
       const float b = bias ? bias[r] : 0.f;
-      for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot_f16(row, x + i * w.cols, w.cols) + b;
+      for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = float_dot(row, x + i * w.cols, w.cols) + b;
     }
     return;
   }
-  const RowDecoder decoder = fast_row_decoder(w.type);
+  const RowDecoder decode = kernels.decode;
   thread_local std::vector<float> decoded;
   if (decoded.size() < static_cast<std::size_t>(w.cols)) decoded.resize(static_cast<std::size_t>(w.cols));
   for (std::int64_t r = begin; r < end; ++r) {
     const std::uint8_t* row = w.data + r * w.row_bytes;
-    if (decoder)
-      decoder(row, decoded.data(), blocks);
-    else
-      dequantize(w.type, row, w.cols, decoded.data());
+    decode(row, decoded.data(), blocks);
     const float b = bias ? bias[r] : 0.f;
     for (std::int64_t i = 0; i < n; ++i) y[i * w.rows + r] = dot_f32(decoded.data(), x + i * w.cols, w.cols) + b;
   }
@@ -107,8 +91,8 @@ void quantized_rows(const QuantizedMatrixView& w, const float* x, const ThreadAc
 // The roundings that products with weights of the added types take of their input.
 struct InputRoundings {
   bool blocks = false, super_blocks = false;
-  void add(GgufType type) {
-    const ActivationRounding rounding = activation_rounding(type);
+  void add(const BlockType& type) {
+    const ActivationRounding rounding = type.rounding;
     blocks = blocks || rounding == ActivationRounding::BlockBytes;
     super_blocks = super_blocks || rounding == ActivationRounding::SuperBlockBytes;
   }
@@ -121,52 +105,39 @@ struct InputRoundings {
 }  // namespace
 
 ActivationRounding activation_rounding(GgufType type) {
-  switch (type) {
-    case GgufType::Q8_0:
-    case GgufType::Q4_0:
-    case GgufType::Q4_1:
-    case GgufType::Q5_0:
-    case GgufType::Q5_1: return ActivationRounding::BlockBytes;
-    case GgufType::Q4_K:
-    case GgufType::Q5_K:
-    case GgufType::Q6_K: return ActivationRounding::SuperBlockBytes;
-    default: return ActivationRounding::None;
-  }
+  const BlockType* record = find_block_type(type);
+  return record ? record->rounding : ActivationRounding::None;
 }
 
 void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n, const float* bias) {
-  check_view("matmul_quantized", weight, n, x, y);
+  const BlockType& type = check_view("matmul_quantized", weight, n, x, y);
   if (n == 0 || weight.rows == 0) return;
   // Rounded once here, on the calling thread; the pool's threads read the caller's buffers.
   InputRoundings roundings;
-  roundings.add(weight.type);
+  roundings.add(type);
   const ThreadActivations* activations = roundings.apply(x, n, weight.cols);
   struct Problem {
+    const BlockType* type;
     const QuantizedMatrixView* weight;
     const float* x;
     const ThreadActivations* activations;
     float* y;
     std::int64_t n;
     const float* bias;
-  } const problem{&weight, x, activations, y, n, bias};
+  } const problem{&type, &weight, x, activations, y, n, bias};
   for_row_blocks(weight.rows, weight.row_bytes, [p = &problem](std::int64_t begin, std::int64_t end) {
-    quantized_rows(*p->weight, p->x, p->activations, p->y, p->n, p->bias, begin, end);
+    quantized_rows(*p->type, *p->weight, p->x, p->activations, p->y, p->n, p->bias, begin, end);
   });
 }
 
 void dequantize_rows(const QuantizedMatrixView& weight, std::int64_t first, std::int64_t count, float* out) {
-  check_view("dequantize_rows", weight, count, out, out);
+  const BlockType& type = check_view("dequantize_rows", weight, count, out, out);
   if (first < 0 || count < 0 || first + count > weight.rows)
     throw std::invalid_argument("dequantize_rows: rows outside the matrix");
-  const std::int64_t blocks = weight.cols / gguf_type_info(weight.type).block_size;
-  const RowDecoder decoder = fast_row_decoder(weight.type);
-  for (std::int64_t r = 0; r < count; ++r) {
-    const std::uint8_t* row = weight.data + (first + r) * weight.row_bytes;
-    if (decoder)
-      decoder(row, out + r * weight.cols, blocks);
-    else
-      dequantize(weight.type, row, weight.cols, out + r * weight.cols);
-  }
+  const std::int64_t blocks = weight.cols / type.format->block_size;
+  const RowDecoder decode = active_block_kernels(type).decode;
+  for (std::int64_t r = 0; r < count; ++r)
+    decode(weight.data + (first + r) * weight.row_bytes, out + r * weight.cols, blocks);
 }
 
 void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, int count, const float* x) {
@@ -181,7 +152,7 @@ void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, 
   if (total_rows == 0) return;
   // Each rounding the products' types ask for, made once (q/k/v of one input may differ in type).
   InputRoundings roundings;
-  for (int i = 0; i < count; ++i) roundings.add(products[i].weight.type);
+  for (int i = 0; i < count; ++i) roundings.add(*find_block_type(products[i].weight.type));
   const ThreadActivations* activations = roundings.apply(x, 1, products[0].weight.cols);
   struct Problem {
     const SharedInputQuantizedProduct* products;
@@ -196,7 +167,8 @@ void matvec_quantized_shared_input(const SharedInputQuantizedProduct* products, 
       const SharedInputQuantizedProduct& product = p->products[i];
       const std::int64_t first = std::max(begin, offset), last = std::min(end, offset + product.weight.rows);
       if (first < last)
-        quantized_rows(product.weight, p->x, p->activations, product.y, 1, product.bias, first - offset, last - offset);
+        quantized_rows(*find_block_type(product.weight.type), product.weight, p->x, p->activations, product.y, 1,
+                       product.bias, first - offset, last - offset);
       offset += product.weight.rows;
     }
   });

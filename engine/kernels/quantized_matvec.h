@@ -27,15 +27,16 @@ struct QuantizedMatrixView {
 void matmul_quantized(const QuantizedMatrixView& weight, const float* x, float* y, std::int64_t n,
                       const float* bias = nullptr);
 
-// How products with weights of `type` round their input (activation_quantization.h): one byte per value
-// with a scale per block of 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, per super-block of 256 for the K-quants,
-// none for F32/F16/BF16 (and the types without integer kernels). The prefill GEMM rounds its input the
-// same way (round_activations) to compute the same products.
+// How products with weights of `type` round their input (activation_quantization.h; the type's record in
+// block_types.h): one byte per value with a scale per block of 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, per
+// super-block of 256 for the K-quants, none for F32/F16/BF16 (and the types the products do not take). The
+// prefill GEMM rounds its input the same way (round_activations) to compute the same products.
 ActivationRounding activation_rounding(GgufType type);
 
 // Rows [first, first + count) decoded to f32 into out [count, cols] (the prefill GEMM's blocks of
-// rows): AVX2 for the common types, engine/gguf's dequantize for the others. The values are those of
-// dequantize, except that a K-quant's d*sc*q - dmin*m may round once instead of twice.
+// rows): the type's row decoder (block_types.h: AVX2 for the common types, engine/gguf's exact one for the
+// others). The values are those of dequantize, except that a K-quant's d*sc*q - dmin*m may round once
+// instead of twice.
 void dequantize_rows(const QuantizedMatrixView& weight, std::int64_t first, std::int64_t count, float* out);
 
 // Several products with one input vector (q/k/v, gate/up), as one parallel job; the matrices may be of

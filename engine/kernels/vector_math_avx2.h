@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "engine/kernels/block_types.h"
 #include "engine/kernels/cpu_features.h"
-#include "engine/kernels/integer_dot.h"
 #include "engine/kernels/x86_intrinsics.h"
 
 #if KVCHAT_HAVE_AVX2_KERNELS
@@ -56,7 +56,7 @@ inline __m256i fifth_bits32(const std::uint8_t* at) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-// A block of 32 (SmallBlockLayout, integer_dot.h): its 32 quants in element order as bytes, Q8_0's
+// A block of 32 (SmallBlockLayout, block_types.h): its 32 quants in element order as bytes, Q8_0's
 // signed ones or the 4- and 5-bit types' unsigned ones (0..31, before their offset).
 template <GgufType kType>
 inline __m256i small_block_quants(const std::uint8_t* block) {

@@ -26,7 +26,7 @@ class GgufWeightReader {
   Linear matrix(const std::string& name, std::int64_t out, std::int64_t in, std::int64_t head_dim = 0) const {
     const GgufTensor& tensor = checked(name, {in, out});
     const GgufTypeInfo& info = gguf_type_info(tensor.type);
-    if (!info.dequantizable)
+    if (!info.dequantizable())
       fail(*file_, "tensor " + name + " has type " + info.name +
                        ", which kvchat cannot decode (supported: " + dequantizable_gguf_type_names() + ")");
     const std::vector<std::int64_t> source_rows =

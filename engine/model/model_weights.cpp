@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "engine/kernels/block_types.h"
 #include "engine/kernels/huge_pages.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -125,42 +126,14 @@ ModelWeights weights_of_shapes(const ModelConfig& config, const MakeLinear& make
   return weights;
 }
 
-// The largest |value| a block of each type can encode, in units of its scale d: random scales are
-// chosen so that weights stay within about +-0.05, like a trained model's (larger random weights
-// would overflow the activations of a deep model into infinities).
-double largest_quant(GgufType type) {
-  switch (type) {
-    case GgufType::Q8_0: return 127;
-    case GgufType::Q4_0: return 8;
-    case GgufType::Q4_1: return 15;
-    case GgufType::Q5_0: return 16;
-    case GgufType::Q5_1: return 31;
-    case GgufType::Q4_K: return 63.0 * 15;
-    case GgufType::Q5_K: return 63.0 * 31;
-    case GgufType::Q6_K: return 127.0 * 32;
-    default: return 1;
-  }
-}
-
-// Offsets of the f16 scale (and offset/min) fields in a block of `type`; F16 blocks are one value.
-std::vector<int> f16_fields(GgufType type) {
-  switch (type) {
-    case GgufType::F16:
-    case GgufType::Q8_0:
-    case GgufType::Q4_0:
-    case GgufType::Q5_0: return {0};
-    case GgufType::Q4_1:
-    case GgufType::Q5_1:
-    case GgufType::Q4_K:
-    case GgufType::Q5_K: return {0, 2};
-    case GgufType::Q6_K: return {208};
-    default: return {};
-  }
-}
-
-// A matrix [out, in] of random blocks of `type` on huge pages.
-Linear random_quantized_linear(std::int64_t out, std::int64_t in, GgufType type, std::uint64_t& state) {
-  const GgufTypeInfo& info = gguf_type_info(type);
+// A matrix [out, in] of random blocks of `block_type` on huge pages. The blocks' f16 scales (block_types.h:
+// where a block keeps them, and its largest |value| in units of d) are chosen so that weights stay within
+// about +-0.05, like a trained model's (larger random weights would overflow the activations of a deep model
+// into infinities).
+Linear random_quantized_linear(std::int64_t out, std::int64_t in, const kernels::BlockType& block_type,
+                               std::uint64_t& state) {
+  const GgufType type = block_type.type;
+  const GgufTypeInfo& info = *block_type.format;
   if (in % info.block_size != 0)
     throw ModelError("a row of " + std::to_string(in) + " weights is not a whole number of " + info.name + " blocks (" +
                      std::to_string(info.block_size) + " weights each)");
@@ -179,10 +152,10 @@ Linear random_quantized_linear(std::int64_t out, std::int64_t in, GgufType type,
     const std::uint64_t value = next();
     std::memcpy(data + i, &value, std::min<std::size_t>(8, bytes - i));
   }
-  const double scale = 0.05 / largest_quant(type);
-  const std::vector<int> fields = f16_fields(type);
+  const double scale = 0.05 / block_type.largest_quant;
   for (std::size_t block = 0; block < bytes; block += info.block_bytes) {
-    for (int field : fields) {
+    for (int field : {block_type.scale_at, block_type.min_at}) {
+      if (field < 0) continue;
       const double unit = double(next() >> 11) / double(1ULL << 53);  // [0, 1)
       const c10::Half value(static_cast<float>(scale * (0.5 + 0.5 * unit)));
       std::memcpy(data + block + field, &value.x, 2);
@@ -247,13 +220,14 @@ ModelWeights random_model_weights(const ModelConfig& config, std::uint64_t seed,
 
 ModelWeights random_quantized_model_weights(const ModelConfig& config, std::uint64_t seed, GgufType type) {
   const GgufTypeInfo& info = gguf_type_info(type);
-  if (!info.dequantizable || type == GgufType::F32 || type == GgufType::BF16)
+  const kernels::BlockType* block_type = kernels::find_block_type(type);
+  if (block_type == nullptr || type == GgufType::F32 || type == GgufType::BF16)
     throw ModelError(std::string("random weights in ") + info.name +
                      " are not supported (f32 and bf16 are dtypes of their own)");
   check_fits_in_memory(config, double(info.block_bytes) / double(info.block_size));
   std::uint64_t state = seed * 0x9E3779B97F4A7C15ULL + 1;
   return weights_of_shapes(
-      config, [&](std::int64_t out, std::int64_t in) { return random_quantized_linear(out, in, type, state); });
+      config, [&](std::int64_t out, std::int64_t in) { return random_quantized_linear(out, in, *block_type, state); });
 }
 
 std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head) {

@@ -273,7 +273,7 @@ class GgufHostileTest : public QObject {
       try {
         const GgufFile gguf(path);
         for (const GgufTensor& tensor : gguf.tensors())
-          if (gguf_type_info(tensor.type).dequantizable && tensor.n_elements <= (1 << 24)) dequantize_tensor(tensor);
+          if (gguf_type_info(tensor.type).dequantizable() && tensor.n_elements <= (1 << 24)) dequantize_tensor(tensor);
         ++opened;
       } catch (const ModelError&) {
       }
