@@ -6,8 +6,7 @@
 // warnings point, and nothing of ours: an uninitialized value in a kernel still warns.
 #if defined(__GNUC__) && !defined(__clang__)
 #ifdef _IMMINTRIN_H_INCLUDED
-#error \
-    "engine/kernels/x86_intrinsics.h must be the first to include <immintrin.h>: its pragmas cover that inclusion only"
+#error "x86_intrinsics.h must be the first to include <immintrin.h>: its pragmas cover that inclusion only"
 #endif
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -109,6 +109,7 @@ Activations random_activations(std::int64_t cols, std::int64_t group, int limit,
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+QString number(double value) { return QString::number(value, 'g', 17); }
 
 }  // namespace
 
@@ -257,10 +258,8 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
     kernels.decode(weights.data(), got.data(), rows * blocks);
     portable.decode(weights.data(), expected.data(), rows * blocks);
     for (std::size_t i = 0; i < got.size(); ++i)
-      QVERIFY2(
-          same_bits(got[i], expected[i]),
-          qPrintable(
-              QString("decoded value %1: %2, exact %3").arg(i).arg(got[i], 0, 'g', 9).arg(expected[i], 0, 'g', 9)));
+      QVERIFY2(same_bits(got[i], expected[i]),
+               qPrintable(QString("decoded value %1: %2, exact %3").arg(i).arg(number(got[i]), number(expected[i]))));
   }
   if (!kernels.dot) return;
 
@@ -280,26 +279,24 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
       // of every kernel is a whole number of them below 2^24, so every f32 step is exact.
       double exact = 0.0, magnitude = 0.0;
       for (std::int64_t c = 0; c < cols; ++c) {
-        const double activation = double(inputs[v].scales[static_cast<std::size_t>(c / group)]) *
-                                  inputs[v].bytes[static_cast<std::size_t>(c)];
-        exact += double(row[static_cast<std::size_t>(c)]) * activation;
-        magnitude += std::fabs(double(row[static_cast<std::size_t>(c)]) * activation);
+        const auto k = static_cast<std::size_t>(c);
+        const double activation = double(inputs[v].scales[k / static_cast<std::size_t>(group)]) * inputs[v].bytes[k];
+        exact += double(row[k]) * activation;
+        magnitude += std::fabs(double(row[k]) * activation);
       }
       QVERIFY2(magnitude < std::ldexp(1.0, 24 - 11 - 8),
                "the product is too large for exact f32 sums: are the scales where scale_at / min_at say?");
       const float expected = portable.dot(weight_row, views[static_cast<std::size_t>(v)], blocks);
-      QVERIFY2(double(expected) == exact, qPrintable(QString("row %1 vector %2: portable %3, exact %4")
-                                                         .arg(r)
-                                                         .arg(v)
-                                                         .arg(expected, 0, 'g', 9)
-                                                         .arg(exact, 0, 'g', 17)));
+      QVERIFY2(
+          double(expected) == exact,
+          qPrintable(
+              QString("row %1 vector %2: portable %3, exact %4").arg(r).arg(v).arg(number(expected), number(exact))));
       isa_results[v] = kernels.dot(weight_row, views[static_cast<std::size_t>(v)], blocks);
-      QVERIFY2(same_bits(isa_results[v], expected), qPrintable(QString("row %1 vector %2: %3 %4, portable %5")
-                                                                   .arg(r)
-                                                                   .arg(v)
-                                                                   .arg(to_string(Isa(isa)))
-                                                                   .arg(isa_results[v], 0, 'g', 9)
-                                                                   .arg(expected, 0, 'g', 9)));
+      QVERIFY2(same_bits(isa_results[v], expected),
+               qPrintable(QString("row %1 vector %2: %3 %4, portable %5")
+                              .arg(r)
+                              .arg(v)
+                              .arg(to_string(Isa(isa)), number(isa_results[v]), number(expected))));
     }
     if (kernels.dot4) {
       float four[4];
@@ -308,8 +305,7 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
         QVERIFY2(same_bits(four[v], isa_results[v]), qPrintable(QString("row %1 vector %2: dot4 %3, dot %4")
                                                                     .arg(r)
                                                                     .arg(v)
-                                                                    .arg(four[v], 0, 'g', 9)
-                                                                    .arg(isa_results[v], 0, 'g', 9)));
+                                                                    .arg(number(four[v]), number(isa_results[v]))));
     }
   }
 }
