@@ -86,8 +86,7 @@ ChatController::~ChatController() {
   QCoreApplication::sendPostedEvents(this, QEvent::MetaCall);
   if (active_) {
     try {
-      store_->finish_message(active_->message_id, active_->text,
-                             QJsonObject{{"stop_reason", "stopped"}, {kReplyClosedByAppKey, true}});
+      active_->recorder->finish(QJsonObject{{"stop_reason", "stopped"}, {kReplyClosedByAppKey, true}});
     } catch (const std::exception& error) {
       spdlog::error("cannot save the reply being generated at exit: {}", error.what());
     }

@@ -28,6 +28,7 @@
 #include "app/chat/engine_worker.h"
 #include "app/chat/generation_preset.h"
 #include "app/chat/stop_text_filter.h"
+#include "app/chat/turn_recorder.h"
 #include "app/remote/remote_worker.h"
 #include "app/server/local_server.h"
 #include "app/settings.h"
@@ -130,7 +131,7 @@ class ChatController : public QObject {
   bool isQueued(qint64 conversation_id) const { return queued_conversations_.contains(conversation_id); }
   qint64 generatingConversationId() const { return active_ ? active_->conversation_id : 0; }
   qint64 generatingMessageId() const { return active_ ? active_->message_id : 0; }
-  QString generatingText() const { return active_ ? active_->text : QString(); }
+  QString generatingText() const { return active_ ? active_->recorder->text() : QString(); }
   // The current chat's last reply in this run (none after switching chats or loading a model).
   std::optional<GenerationStats> lastReplyStats() const { return last_stats_; }
   // Whether lastReplyStats() came from the remote backend (the server prefilled; no prefill speed is known).
@@ -284,18 +285,15 @@ class ChatController : public QObject {
     quint64 turn_id = 0;
     qint64 conversation_id = 0;
     qint64 message_id = 0;
-    QString text;
-    QString committed_text;
-    std::vector<qint64> engine_message_ids;  // the request's non-system messages, in order
+    // Writes the turn to the store: the growing reply, committed as it grows, and its end.
+    std::unique_ptr<TurnRecorder> recorder;
     std::shared_ptr<std::atomic<bool>> stop;
-    bool continuing = false;      // continueReply(): message_id is an existing reply that grows
-    bool quitting = false;        // stopped because the app is being quit (stopForQuit)
-    bool remote = false;          // sent to the remote backend
-    QJsonObject continued_stats;  // that reply's figures before, restored if going on fails
-    QString continued_text;       // and its text before
-    QJsonObject remote_details;   // a remote reply's extra stats keys (RemoteWorker::replyDetails)
-    QJsonObject failure_stats;    // saved with the error when the turn fails (an interrupted reply's figures)
-    ReplyTokens reply_tokens;     // the local engine's exact ids of the finished reply
+    bool continuing = false;     // continueReply(): message_id is an existing reply that grows
+    bool quitting = false;       // stopped because the app is being quit (stopForQuit)
+    bool remote = false;         // sent to the remote backend
+    QJsonObject remote_details;  // a remote reply's extra stats keys (RemoteWorker::replyDetails)
+    QJsonObject failure_stats;   // saved with the error when the turn fails (an interrupted reply's figures)
+    ReplyTokens reply_tokens;    // the local engine's exact ids of the finished reply
     // The chat's stop texts: the reply is cut before the first of them (and the turn stopped there).
     std::shared_ptr<StopTextFilter> stop_filter;
   };
@@ -306,7 +304,6 @@ class ChatController : public QObject {
   bool start_turn(qint64 conversation_id, const MessageRecord* continued = nullptr);
   bool can_start_turn();     // false (and errorOccurred says why) while a turn cannot start
   void start_queued_turn();  // the next queued conversation's turn, once none is running
-  void commit_growing_reply();
   void end_turn();
   void emit_reply_finished(qint64 message_id);
   void on_text_ready(quint64 turn_id, const QString& text);
@@ -318,7 +315,7 @@ class ChatController : public QObject {
   void on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit);
   void on_finished(quint64 turn_id, const kvchat::GenerationStats& stats);
   void on_failed(quint64 turn_id, const QString& message);
-  void on_remote_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats);
+  void on_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats);
   void dispatch_turn(const TurnRequest& request);  // to the engine or the server, as the settings say
   // After a new chat's first local reply, with model titles on: asks the engine for a title (on_title_ready).
   void request_model_title(qint64 conversation_id);
@@ -357,7 +354,6 @@ class ChatController : public QObject {
   std::optional<ActiveTurn> active_;
   QList<qint64> queued_conversations_;
   quint64 next_turn_id_ = 1;
-  QTimer commit_timer_;
   QTimer speed_timer_;
   double live_decode_rate_ = 0.0;
   int live_generated_ = 0;

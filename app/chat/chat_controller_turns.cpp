@@ -71,7 +71,7 @@ void ChatController::set_up_turns() {
   connect(remote_worker_, &RemoteWorker::tokenStats, this, &ChatController::on_token_stats);
   connect(remote_worker_, &RemoteWorker::finished, this, &ChatController::on_finished);
   connect(remote_worker_, &RemoteWorker::failed, this, &ChatController::on_failed);
-  connect(remote_worker_, &RemoteWorker::interrupted, this, &ChatController::on_remote_interrupted);
+  connect(remote_worker_, &RemoteWorker::interrupted, this, &ChatController::on_interrupted);
   connect(remote_worker_, &RemoteWorker::replyDetails, this,
           [this](quint64 turn_id, const QString& backend, const QString& model, const QJsonObject& details) {
             if (!active_ || active_->turn_id != turn_id) return;
@@ -82,9 +82,6 @@ void ChatController::set_up_turns() {
               spdlog::error("cannot record which server answered: {}", error.what());
             }
           });
-  // The growing reply is committed at least this often, so a crash loses at most kReplyCommitBound of it.
-  commit_timer_.setInterval(kReplyCommitInterval);
-  connect(&commit_timer_, &QTimer::timeout, this, &ChatController::commit_growing_reply);
   speed_timer_.setInterval(kSpeedIntervalMs);
   connect(&speed_timer_, &QTimer::timeout, this,
           [this] { Q_EMIT decodeSpeedChanged(live_decode_rate_, live_generated_); });
@@ -130,12 +127,7 @@ bool ChatController::send(const QString& text) {
     if (conversation && conversation->title == newConversationTitle() && conversation->message_count == 0) {
       store_->rename_conversation(conversation_id, title_from_text(text));
     }
-    MessageRecord user;
-    user.conversation_id = conversation_id;
-    user.role = "user";
-    user.text = text;
-    user.complete = true;
-    store_->add_message(user);
+    TurnRecorder::add_user_message(*store_, conversation_id, text);
     Q_EMIT conversationsChanged();
     if (queue) {
       if (!queued_conversations_.contains(conversation_id)) queued_conversations_.push_back(conversation_id);
@@ -324,9 +316,15 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   turn.turn_id = next_turn_id_++;
   turn.conversation_id = conversation_id;
   turn.stop = std::make_shared<std::atomic<bool>>(false);
+  // The growing reply is committed at least every kReplyCommitInterval, so a crash loses at most
+  // kReplyCommitBound of it.
+  turn.recorder = std::make_unique<TurnRecorder>(*store_, conversation_id, TurnRecorder::Cadence::EventLoopTimer);
+  turn.recorder->set_commit_error_handler([this](const QString& error) { Q_EMIT errorOccurred(error); });
   // The request's non-system messages map back to these ids (a context cut is recorded against them).
+  std::vector<qint64> prompt_ids;
   for (const MessageRecord& record : messages_in_context(store_->messages(conversation_id)))
-    turn.engine_message_ids.push_back(record.id);
+    prompt_ids.push_back(record.id);
+  turn.recorder->set_prompt_message_ids(std::move(prompt_ids));
 
   // The chat's own settings over the global ones, from this turn on.
   const std::optional<GenerationPreset> own_settings = chatGenerationSettings(conversation_id);
@@ -337,17 +335,12 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   if (continued) {
     // The reply grows in place: same message, its text so far, its figures kept should the turn fail.
     turn.message_id = continued->id;
-    turn.text = continued->text;
-    turn.committed_text = continued->text;
-    turn.continued_text = continued->text;
-    turn.continued_stats = continued->stats;
+    turn.recorder->continue_reply(*continued);
     turn.continuing = true;
     // Kept should going on fail before any text arrives (a finished turn replaces them with all the ids).
     turn.reply_tokens = ReplyTokens{continued->token_ids, continued->token_vocabulary};
   } else {
     MessageRecord reply;
-    reply.conversation_id = conversation_id;
-    reply.role = "assistant";
     // A remote reply's model and server are recorded when the server names its model (replyDetails).
     reply.model = usesRemoteBackend() ? settings_.remote_model : model_info_.name;
     reply.backend = usesRemoteBackend()
@@ -359,8 +352,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
       reply.settings.insert(QStringLiteral("preset"), own_settings->name);
       reply.settings.insert(QStringLiteral("stop"), QJsonArray::fromStringList(own_settings->stop_texts));
     }
-    reply.complete = false;
-    turn.message_id = store_->add_message(reply);
+    turn.message_id = turn.recorder->start_reply(reply);
   }
 
   TurnRequest request;
@@ -382,7 +374,6 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   spdlog::debug("turn {} queued for conversation {} ({} messages)", request.turn_id, conversation_id,
                 request.messages.size());
   dispatch_turn(request);
-  commit_timer_.start();
   speed_timer_.start();
   if (conversation_id == current_conversation_) Q_EMIT messagesReset();
   Q_EMIT generatingChanged(true);
@@ -437,20 +428,8 @@ std::optional<QString> ChatController::cancelQueued(qint64 conversation_id) {
   return text.value_or(QString());
 }
 
-void ChatController::commit_growing_reply() {
-  if (!active_ || active_->text == active_->committed_text) return;
-  try {
-    store_->update_message_text(active_->message_id, active_->text);
-    active_->committed_text = active_->text;
-  } catch (const std::exception& error) {
-    spdlog::error("cannot save the growing reply: {}", error.what());
-    Q_EMIT errorOccurred(QString::fromStdString(error.what()));
-  }
-}
-
 void ChatController::end_turn() {
   active_.reset();
-  commit_timer_.stop();
   speed_timer_.stop();
   Q_EMIT generatingChanged(false);
 }
@@ -481,7 +460,7 @@ void ChatController::on_text_ready(quint64 turn_id, const QString& text) {
     }
   }
   if (chunk.isEmpty()) return;
-  active_->text += chunk;
+  active_->recorder->append(chunk);
   Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, chunk);
 }
 
@@ -493,13 +472,8 @@ void ChatController::on_token_stats(quint64 turn_id, int generated_tokens, doubl
 
 void ChatController::on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit) {
   if (!active_ || active_->turn_id != turn_id) return;
-  const auto& ids = active_->engine_message_ids;
-  if (dropped_messages <= 0 || static_cast<size_t>(dropped_messages) >= ids.size()) return;
   try {
-    store_->add_message(context_cut_marker(active_->conversation_id, ids[static_cast<size_t>(dropped_messages)],
-                                           dropped_messages, context_limit));
-    spdlog::info("conversation {}: context cut before message {}", active_->conversation_id,
-                 ids[static_cast<size_t>(dropped_messages)]);
+    if (!active_->recorder->mark_context_cut(dropped_messages, context_limit)) return;
     if (active_->conversation_id == current_conversation_) Q_EMIT messagesReset();
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
@@ -510,7 +484,7 @@ void ChatController::flush_stop_filter() {
   if (!active_->stop_filter) return;
   const QString held = QString::fromStdString(active_->stop_filter->finish());
   if (held.isEmpty()) return;
-  active_->text += held;
+  active_->recorder->append(held);
   Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, held);
 }
 
@@ -537,14 +511,13 @@ void ChatController::on_finished(quint64 turn_id, const kvchat::GenerationStats&
     if (active_->continuing) {
       saved.insert(kReplyContinuedKey, true);
       // The reply's earlier parts keep their figures: this turn's are only the last part's.
-      QJsonArray parts = active_->continued_stats.value(kReplyEarlierPartsKey).toArray();
-      QJsonObject previous = active_->continued_stats;
+      QJsonArray parts = active_->recorder->continued_stats().value(kReplyEarlierPartsKey).toArray();
+      QJsonObject previous = active_->recorder->continued_stats();
       for (const char* key : {kReplyEarlierPartsKey, kReplyContinuedKey, kReplyClosedByAppKey}) previous.remove(key);
       if (!previous.isEmpty()) parts.append(previous);
       if (!parts.isEmpty()) saved.insert(kReplyEarlierPartsKey, parts);
     }
-    store_->finish_message(message_id, active_->text, saved, active_->reply_tokens.ids,
-                           active_->reply_tokens.vocabulary);
+    active_->recorder->finish(saved, active_->reply_tokens.ids, active_->reply_tokens.vocabulary);
   } catch (const std::exception& error) {
     spdlog::error("cannot save the reply: {}", error.what());
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
@@ -585,18 +558,8 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
   const bool continuing = active_->continuing;
   flush_stop_filter();
   try {
-    if (continuing) {
-      // Going on with a reply failed: the reply itself stands as it was (plus anything that did arrive; then
-      // its ids no longer cover its text).
-      const bool unchanged = active_->text == active_->continued_text;
-      store_->finish_message(message_id, active_->text, active_->continued_stats,
-                             unchanged ? active_->reply_tokens.ids : std::vector<TokenId>{},
-                             active_->reply_tokens.vocabulary);
-    } else {
-      QJsonObject stats = active_->failure_stats;
-      stats.insert(kReplyErrorKey, message);
-      store_->finish_message(message_id, active_->text, stats);
-    }
+    // A failed continuation puts the reply back as it was (with anything that did arrive).
+    active_->recorder->fail(message, active_->failure_stats);
   } catch (const std::exception& error) {
     spdlog::error("cannot save the failed reply: {}", error.what());
   }
@@ -613,8 +576,7 @@ void ChatController::on_failed(quint64 turn_id, const QString& message) {
 
 // The server went away mid-reply: the text that arrived is kept, marked, and saved as a failed turn (the
 // window shows the error and offers Regenerate; the cut-short text is not given to the model again).
-void ChatController::on_remote_interrupted(quint64 turn_id, const QString& message,
-                                           const kvchat::GenerationStats& stats) {
+void ChatController::on_interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats) {
   if (!active_ || active_->turn_id != turn_id) return;
   active_->failure_stats = stats_to_json(stats);
   for (auto it = active_->remote_details.constBegin(); it != active_->remote_details.constEnd(); ++it)

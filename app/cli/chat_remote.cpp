@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "app/chat/reply_committer.h"
+#include "app/chat/turn_recorder.h"
 #include "app/cli/terminal_output.h"
 #include "app/remote/remote_worker.h"
 #include "app/store/chat_history.h"
@@ -83,29 +83,20 @@ app::RemoteEndpoint remote_endpoint_from_options(const std::string& base_url, co
 
 bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, const app::RemoteEndpoint& endpoint,
                      const GenerationConfig& generation, const std::string& text) {
-  app::MessageRecord user;
-  user.conversation_id = conversation_id;
-  user.role = "user";
-  user.text = QString::fromStdString(text);
-  store.add_message(user);
+  app::TurnRecorder::add_user_message(store, conversation_id, QString::fromStdString(text));
   const auto conversation = store.conversation(conversation_id);
   const std::vector<ChatMessage> messages =
       app::chat_messages_for_engine(*conversation, store.messages(conversation_id));
 
+  app::TurnRecorder recorder(store, conversation_id, app::TurnRecorder::Cadence::CommitterThread);
   app::MessageRecord reply;
-  reply.conversation_id = conversation_id;
-  reply.role = "assistant";
   reply.model = QString::fromStdString(endpoint.model);
   reply.backend = QString::fromStdString(app::displayed_base_url(endpoint.base_url));
-  reply.complete = false;
-  const qint64 reply_id = store.add_message(reply);
+  recorder.start_reply(reply);
 
-  std::string reply_text;
-  app::ReplyCommitter committer(store.path(), reply_id);
   TerminalText shown(is_terminal(stdout));
   auto on_chunk = [&](std::string_view chunk, int) {
-    reply_text.append(chunk);
-    committer.update(reply_text);
+    recorder.append(chunk);
     const std::string printable = shown.feed(chunk);
     std::fwrite(printable.data(), 1, printable.size(), stdout);
     std::fflush(stdout);
@@ -113,15 +104,14 @@ bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, cons
   remote_chat::StopOnInterrupt interrupt;
   try {
     const app::RemoteReply answer = app::stream_remote_chat(endpoint, messages, generation, interrupt.flag(), on_chunk);
-    committer.stop();
     std::fputs((shown.finish() + "\n").c_str(), stdout);
     std::fflush(stdout);
     QJsonObject stats = app::stats_to_json(answer.stats);
     const QJsonObject details = app::RemoteWorker::stats_details(answer);
     for (auto it = details.constBegin(); it != details.constEnd(); ++it) stats.insert(it.key(), it.value());
     if (!answer.interruption.empty()) stats.insert(app::kReplyErrorKey, QString::fromStdString(answer.interruption));
-    store.finish_message(reply_id, QString::fromStdString(answer.text), stats);
-    store.set_message_origin(reply_id, reply.backend, QString::fromStdString(answer.model));
+    recorder.finish(QString::fromStdString(answer.text), stats);
+    store.set_message_origin(recorder.reply_id(), reply.backend, QString::fromStdString(answer.model));
     remote_chat::warn_about_marks(answer);
     if (!answer.interruption.empty()) {
       std::fprintf(stderr, "kvchat-cli chat: %s\n", answer.interruption.c_str());
@@ -136,12 +126,9 @@ bool run_remote_turn(app::ConversationStore& store, qint64 conversation_id, cons
         answer.server_timings ? "server's timings" : "measured here", to_string(s.stop_reason));
     return true;
   } catch (const std::exception& error) {
-    committer.stop();
     const std::string held = shown.finish();
-    if (!reply_text.empty()) std::fputs((held + "\n").c_str(), stdout);
-    QJsonObject stats;
-    stats.insert(app::kReplyErrorKey, QString::fromUtf8(error.what()));
-    store.finish_message(reply_id, QString::fromStdString(reply_text), stats);
+    if (!recorder.utf8_text().empty()) std::fputs((held + "\n").c_str(), stdout);
+    recorder.fail(QString::fromUtf8(error.what()));
     std::fprintf(stderr, "kvchat-cli chat: %s\n", error.what());
     return false;
   }

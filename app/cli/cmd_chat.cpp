@@ -14,7 +14,7 @@
 #include <string>
 
 #include "app/chat/chat_turn_runner.h"
-#include "app/chat/reply_committer.h"
+#include "app/chat/turn_recorder.h"
 #include "app/cli/chat_remote.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
@@ -68,32 +68,25 @@ struct ChatContext {
 // One turn: store the user message, stream the reply to stdout, store it with its stats.
 // Returns false when the turn failed (the error is on stderr and saved with the reply).
 bool run_turn(ChatContext& chat, const std::string& text) {
-  app::MessageRecord user;
-  user.conversation_id = chat.conversation_id;
-  user.role = "user";
-  user.text = QString::fromStdString(text);
-  chat.store->add_message(user);
+  app::TurnRecorder::add_user_message(*chat.store, chat.conversation_id, QString::fromStdString(text));
 
   const auto conversation = chat.store->conversation(chat.conversation_id);
-  const QList<app::MessageRecord> in_context = app::messages_in_context(chat.store->messages(chat.conversation_id));
-  const std::vector<ChatMessage> messages =
-      app::chat_messages_for_engine(*conversation, chat.store->messages(chat.conversation_id));
+  const QList<app::MessageRecord> records = chat.store->messages(chat.conversation_id);
+  const std::vector<ChatMessage> messages = app::chat_messages_for_engine(*conversation, records);
 
-  app::MessageRecord reply;
-  reply.conversation_id = chat.conversation_id;
-  reply.role = "assistant";
-  reply.model = QString::fromStdString(chat.model->path).section('/', -1, -1, QString::SectionSkipEmpty);
-  reply.complete = false;
-  const qint64 reply_id = chat.store->add_message(reply);
-
-  std::string reply_text;
   // Printed text reaches the database within kReplyCommitBound, however slow the next token is.
-  app::ReplyCommitter committer(chat.store->path(), reply_id);
+  app::TurnRecorder recorder(*chat.store, chat.conversation_id, app::TurnRecorder::Cadence::CommitterThread);
+  std::vector<qint64> prompt_ids;
+  for (const app::MessageRecord& record : app::messages_in_context(records)) prompt_ids.push_back(record.id);
+  recorder.set_prompt_message_ids(std::move(prompt_ids));
+  app::MessageRecord reply;
+  reply.model = QString::fromStdString(chat.model->path).section('/', -1, -1, QString::SectionSkipEmpty);
+  recorder.start_reply(reply);
+
   TerminalText shown(is_terminal(stdout));
   auto on_progress = [&](const app::ReplyProgress& progress) {
     if (progress.chunk.empty()) return;
-    reply_text.append(progress.chunk);
-    committer.update(reply_text);
+    recorder.append(progress.chunk);
     const std::string printable = shown.feed(progress.chunk);
     std::fwrite(printable.data(), 1, printable.size(), stdout);
     std::fflush(stdout);
@@ -102,20 +95,13 @@ bool run_turn(ChatContext& chat, const std::string& text) {
   try {
     Session& session = chat.pool->acquire(chat.conversation_id, chat.options.generation.cache_mode);
     app::TurnOutcome outcome = runner.run(session, messages, chat.options, nullptr, on_progress);
-    committer.stop();
     chat.pool->save_snapshot(chat.conversation_id);
     std::fputs((shown.finish() + "\n").c_str(), stdout);
     std::fflush(stdout);
-    chat.store->finish_message(reply_id, QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats),
-                               outcome.reply_ids, outcome.reply_vocabulary);
-    if (outcome.dropped_messages > 0 && outcome.dropped_messages < static_cast<int>(in_context.size())) {
-      const app::MessageRecord marker =
-          app::context_cut_marker(chat.conversation_id, in_context[outcome.dropped_messages].id,
-                                  outcome.dropped_messages, outcome.context_limit);
-      chat.store->add_message(marker);
-      // The same words as the marker in the window and the exports.
-      std::fprintf(stderr, "[%s]\n", marker.text.toUtf8().constData());
-    }
+    recorder.finish(QString::fromStdString(outcome.reply), app::stats_to_json(outcome.stats), outcome.reply_ids,
+                    outcome.reply_vocabulary);
+    if (const auto marker = recorder.mark_context_cut(outcome.dropped_messages, outcome.context_limit))
+      std::fprintf(stderr, "[%s]\n", marker->text.toUtf8().constData());  // the words of the window and the exports
     const GenerationStats& s = outcome.stats;
     std::fprintf(
         stderr,
@@ -126,10 +112,7 @@ bool run_turn(ChatContext& chat, const std::string& text) {
         static_cast<long long>(s.cache_tokens), to_string(s.cache_mode), to_string(s.stop_reason));
     return true;
   } catch (const std::exception& error) {
-    committer.stop();
-    QJsonObject stats;
-    stats.insert("error", QString::fromUtf8(error.what()));
-    chat.store->finish_message(reply_id, QString::fromStdString(reply_text), stats);
+    recorder.fail(QString::fromUtf8(error.what()));
     std::fprintf(stderr, "kvchat-cli chat: %s\n", error.what());
     return false;
   }
