@@ -49,39 +49,37 @@ constexpr int kTitleSourceCharacters = 1000;  // of each message: a title needs 
 }  // namespace
 
 void ChatController::set_up_turns() {
-  connect(worker_, &EngineWorker::textReady, this, &ChatController::on_text_ready);
-  connect(worker_, &EngineWorker::tokenStats, this, &ChatController::on_token_stats);
-  connect(worker_, &EngineWorker::contextTrimmed, this, &ChatController::on_context_trimmed);
-  connect(worker_, &EngineWorker::decodeTimings, this, [this](quint64 turn_id, const DecodeTimings& timings) {
-    if (!active_ || active_->turn_id != turn_id) return;
-    previous_timings_ = last_timings_;
-    last_timings_ = timings;
-    Q_EMIT decodeTimingsChanged();
-  });
-  connect(worker_, &EngineWorker::replyTokens, this, [this](quint64 turn_id, const ReplyTokens& tokens) {
-    if (active_ && active_->turn_id == turn_id) active_->reply_tokens = tokens;
-  });
-  connect(worker_, &EngineWorker::finished, this, &ChatController::on_finished);
+  // Both backends report a turn with TurnBackend's signals: the rest of the turn is the same for either.
+  for (TurnBackend* backend : {static_cast<TurnBackend*>(worker_), static_cast<TurnBackend*>(remote_worker_)}) {
+    connect(backend, &TurnBackend::textReady, this, &ChatController::on_text_ready);
+    connect(backend, &TurnBackend::tokenStats, this, &ChatController::on_token_stats);
+    connect(backend, &TurnBackend::contextTrimmed, this, &ChatController::on_context_trimmed);
+    connect(backend, &TurnBackend::decodeTimings, this, [this](quint64 turn_id, const DecodeTimings& timings) {
+      if (!active_ || active_->turn_id != turn_id) return;
+      previous_timings_ = last_timings_;
+      last_timings_ = timings;
+      Q_EMIT decodeTimingsChanged();
+    });
+    connect(backend, &TurnBackend::replyTokens, this, [this](quint64 turn_id, const ReplyTokens& tokens) {
+      if (active_ && active_->turn_id == turn_id) active_->reply_tokens = tokens;
+    });
+    connect(backend, &TurnBackend::replyDetails, this,
+            [this](quint64 turn_id, const QString& backend_url, const QString& model, const QJsonObject& details) {
+              if (!active_ || active_->turn_id != turn_id) return;
+              active_->remote_details = details;
+              try {
+                store_->set_message_origin(active_->message_id, backend_url, model);
+              } catch (const std::exception& error) {
+                spdlog::error("cannot record which server answered: {}", error.what());
+              }
+            });
+    connect(backend, &TurnBackend::finished, this, &ChatController::on_finished);
+    connect(backend, &TurnBackend::interrupted, this, &ChatController::on_interrupted);
+    connect(backend, &TurnBackend::failed, this, &ChatController::on_failed);
+  }
   connect(worker_, &EngineWorker::titleReady, this, &ChatController::on_title_ready);
   connect(worker_, &EngineWorker::titleFailed, this,
           [this](qint64 conversation_id, const QString&) { on_title_ready(conversation_id, QString()); });
-  connect(worker_, &EngineWorker::failed, this, &ChatController::on_failed);
-  // The remote backend reports a turn with the same signals, so the rest of the turn is the same.
-  connect(remote_worker_, &RemoteWorker::textReady, this, &ChatController::on_text_ready);
-  connect(remote_worker_, &RemoteWorker::tokenStats, this, &ChatController::on_token_stats);
-  connect(remote_worker_, &RemoteWorker::finished, this, &ChatController::on_finished);
-  connect(remote_worker_, &RemoteWorker::failed, this, &ChatController::on_failed);
-  connect(remote_worker_, &RemoteWorker::interrupted, this, &ChatController::on_interrupted);
-  connect(remote_worker_, &RemoteWorker::replyDetails, this,
-          [this](quint64 turn_id, const QString& backend, const QString& model, const QJsonObject& details) {
-            if (!active_ || active_->turn_id != turn_id) return;
-            active_->remote_details = details;
-            try {
-              store_->set_message_origin(active_->message_id, backend, model);
-            } catch (const std::exception& error) {
-              spdlog::error("cannot record which server answered: {}", error.what());
-            }
-          });
   speed_timer_.setInterval(kSpeedIntervalMs);
   connect(&speed_timer_, &QTimer::timeout, this,
           [this] { Q_EMIT decodeSpeedChanged(live_decode_rate_, live_generated_); });
@@ -381,20 +379,21 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
 }
 
 void ChatController::dispatch_turn(const TurnRequest& request) {
-  if (!usesRemoteBackend()) {
+  TurnBackend* backend = worker_;
+  if (usesRemoteBackend()) {
+    RemoteEndpoint endpoint;
+    endpoint.base_url = settings_.remote_base_url.trimmed().toStdString();
+    endpoint.api_key = settings_.remote_api_key.toStdString();
+    endpoint.model = settings_.remote_model.trimmed().toStdString();
+    endpoint.idle_timeout_s = settings_.remote_idle_timeout_s;
+    endpoint.total_timeout_s = settings_.remote_reply_timeout_s;
+    // Queued before the turn on the same thread, so the turn runs on it.
     QMetaObject::invokeMethod(
-        worker_, [worker = worker_, request] { worker->runTurn(request); }, Qt::QueuedConnection);
-    return;
+        remote_worker_, [worker = remote_worker_, endpoint] { worker->setEndpoint(endpoint); }, Qt::QueuedConnection);
+    backend = remote_worker_;
   }
-  RemoteEndpoint endpoint;
-  endpoint.base_url = settings_.remote_base_url.trimmed().toStdString();
-  endpoint.api_key = settings_.remote_api_key.toStdString();
-  endpoint.model = settings_.remote_model.trimmed().toStdString();
-  endpoint.idle_timeout_s = settings_.remote_idle_timeout_s;
-  endpoint.total_timeout_s = settings_.remote_reply_timeout_s;
   QMetaObject::invokeMethod(
-      remote_worker_, [worker = remote_worker_, request, endpoint] { worker->runTurn(request, endpoint); },
-      Qt::QueuedConnection);
+      backend, [backend, request] { backend->runTurn(request); }, Qt::QueuedConnection);
 }
 
 void ChatController::stop() {

@@ -33,7 +33,7 @@ struct EngineWorker::State {
   int threads = -1;  // engine threads currently set; -1 = never set
 };
 
-EngineWorker::EngineWorker(QObject* parent) : QObject(parent), state_(std::make_unique<State>()) {}
+EngineWorker::EngineWorker(QObject* parent) : TurnBackend(parent), state_(std::make_unique<State>()) {}
 
 EngineWorker::~EngineWorker() {
   // The pool's store finishes writing what is queued (the last replies' snapshots) before it goes.

@@ -13,11 +13,11 @@
 #include <QObject>
 #include <QString>
 
-#include <atomic>
 #include <memory>
 #include <vector>
 
 #include "app/chat/chat_turn_runner.h"
+#include "app/chat/turn_backend.h"
 #include "app/settings.h"
 #include "engine/types.h"
 
@@ -54,35 +54,7 @@ struct SnapshotOptions {
   QString key_prefix = QStringLiteral("c");  // tells apart the conversations of different databases
 };
 
-struct TurnRequest {
-  quint64 turn_id = 0;
-  qint64 conversation_id = 0;
-  std::vector<ChatMessage> messages;  // system prompt first (if any), ending with the new user message
-  GenerationConfig generation;
-  int context_limit = 0;  // 0 = the model's
-  ContextOverflowPolicy overflow = ContextOverflowPolicy::Stop;
-  qint64 cache_budget_bytes = 0;            // total K/V bytes all conversations may keep
-  int threads = 0;                          // 0 = the machine's cores
-  std::shared_ptr<std::atomic<bool>> stop;  // set by the GUI thread to stop this turn
-  bool continue_reply = false;              // messages end with a cut-short reply to go on with (TurnOptions)
-};
-
-// How long each decode step of one reply took, measured on the engine thread (ChatTurnRunner): the points
-// of the decode-time chart. With the cache a step costs about the same at every position; without it each
-// step recomputes the whole prefix, so the time climbs with the position.
-struct DecodeTimings {
-  int first_position = 0;  // positions attended over by the first step timed
-  QList<double> step_ms;   // step i attended over first_position + i positions
-  KvCacheMode cache_mode = KvCacheMode::Contiguous;
-};
-
-// A finished reply's exact token ids (ChatMessage::token_ids), for the store to keep with its text.
-struct ReplyTokens {
-  std::vector<TokenId> ids;  // empty: not known
-  quint64 vocabulary = 0;    // the tokenizer's vocabulary fingerprint
-};
-
-class EngineWorker : public QObject {
+class EngineWorker : public TurnBackend {
   Q_OBJECT
  public:
   explicit EngineWorker(QObject* parent = nullptr);
@@ -94,7 +66,7 @@ class EngineWorker : public QObject {
  public Q_SLOTS:
   // Loads a model directory or a .gguf file. On failure the previous model (and its caches) stays in use.
   void loadModel(const QString& path, int threads);
-  void runTurn(const kvchat::app::TurnRequest& request);
+  void runTurn(const kvchat::app::TurnRequest& request) override;
   // A short generation of its own for a chat's title: on a Session made for it and dropped after it, so no
   // conversation's cache (and no snapshot) is read or changed. titleReady() with the text, or titleFailed().
   void generateTitle(qint64 conversation_id, const std::vector<kvchat::ChatMessage>& messages,
@@ -113,16 +85,7 @@ class EngineWorker : public QObject {
   void loaded(const kvchat::app::ModelInfo& info);
   void loadFailed(const QString& directory, const QString& message);
 
-  // The reply's new text, batched (at least one per sampled token's worth of waiting: every ~30 ms).
-  void textReady(quint64 turn_id, const QString& chunk);
-  void tokenStats(quint64 turn_id, int generated_tokens, double decode_tokens_per_second);
-  // The oldest `dropped_messages` non-system messages of the request were left out to fit the window.
-  void contextTrimmed(quint64 turn_id, int dropped_messages, int context_limit);
-  // Just before finished(): the reply's per-step decode times, and its exact ids.
-  void decodeTimings(quint64 turn_id, const kvchat::app::DecodeTimings& timings);
-  void replyTokens(quint64 turn_id, const kvchat::app::ReplyTokens& tokens);
-  void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
-  void failed(quint64 turn_id, const QString& message);
+  // A turn's signals are TurnBackend's (text batched every ~30 ms; decodeTimings and replyTokens before finished).
   void titleReady(qint64 conversation_id, const QString& text);
   void titleFailed(qint64 conversation_id, const QString& message);
 
@@ -145,8 +108,4 @@ class EngineWorker : public QObject {
 }  // namespace kvchat::app
 
 Q_DECLARE_METATYPE(kvchat::app::ModelInfo)
-Q_DECLARE_METATYPE(kvchat::app::TurnRequest)
 Q_DECLARE_METATYPE(kvchat::app::SnapshotOptions)
-Q_DECLARE_METATYPE(kvchat::app::DecodeTimings)
-Q_DECLARE_METATYPE(kvchat::app::ReplyTokens)
-Q_DECLARE_METATYPE(kvchat::GenerationStats)

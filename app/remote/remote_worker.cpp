@@ -28,8 +28,9 @@ QJsonObject RemoteWorker::stats_details(const RemoteReply& reply) {
   return details;
 }
 
-void RemoteWorker::runTurn(const TurnRequest& request, const RemoteEndpoint& endpoint) {
+void RemoteWorker::runTurn(const TurnRequest& request) {
   const quint64 turn_id = request.turn_id;
+  const RemoteEndpoint endpoint = endpoint_;
   QString batch;
   QElapsedTimer since_batch;
   since_batch.start();

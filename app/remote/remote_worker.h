@@ -1,15 +1,15 @@
 #pragma once
 // The remote backend's thread: runs a turn on an OpenAI-compatible server (remote_client.h) and reports it
-// with the same signals as EngineWorker's turn signals (textReady, tokenStats, finished, failed), so the
-// controller streams, saves and shows a remote reply exactly as a local one. Before finished() or failed(),
-// replyDetails() says which server and model answered and which figures the server itself reported.
+// with TurnBackend's signals, as EngineWorker does, so the controller streams, saves and shows a remote reply
+// exactly as a local one. Before finished() or interrupted(), replyDetails() says which server and model
+// answered and which figures the server itself reported.
 // Lives on its own QThread (a blocking HTTP stream); the GUI thread stops a turn through its atomic flag,
 // which closes the connection.
 #include <QJsonObject>
 #include <QObject>
 #include <QString>
 
-#include "app/chat/engine_worker.h"
+#include "app/chat/turn_backend.h"
 #include "app/remote/remote_client.h"
 
 namespace kvchat::app {
@@ -24,25 +24,20 @@ inline constexpr const char* kStatsUnreadableEventsKey = "unreadable_events";  /
 inline constexpr const char* kStatsRejectedFiguresKey = "rejected_figures";    // why the server's figures were not used
 inline constexpr const char* kStatsUnsentSettingsKey = "unsent_settings";      // settings the server refused
 
-class RemoteWorker : public QObject {
+class RemoteWorker : public TurnBackend {
   Q_OBJECT
  public:
-  using QObject::QObject;
+  using TurnBackend::TurnBackend;
 
   // The extra stats keys above for a finished remote reply.
   static QJsonObject stats_details(const RemoteReply& reply);
-  // Runs on the worker's thread (invoked there by the controller).
-  void runTurn(const kvchat::app::TurnRequest& request, const kvchat::app::RemoteEndpoint& endpoint);
+  // The server the next turns go to (invoked on the worker's thread before runTurn).
+  void setEndpoint(const kvchat::app::RemoteEndpoint& endpoint) { endpoint_ = endpoint; }
+  // Runs on the worker's thread (invoked there by the controller), on the endpoint set last.
+  void runTurn(const kvchat::app::TurnRequest& request) override;
 
- Q_SIGNALS:
-  void textReady(quint64 turn_id, const QString& chunk);
-  void tokenStats(quint64 turn_id, int generated_tokens, double decode_tokens_per_second);
-  // `details`: the stats_details() keys; `backend` the base URL, `model` the model that answered.
-  void replyDetails(quint64 turn_id, const QString& backend, const QString& model, const QJsonObject& details);
-  void finished(quint64 turn_id, const kvchat::GenerationStats& stats);
-  // The reply broke off after text had arrived (that text already went out through textReady).
-  void interrupted(quint64 turn_id, const QString& message, const kvchat::GenerationStats& stats);
-  void failed(quint64 turn_id, const QString& message);
+ private:
+  RemoteEndpoint endpoint_;
 };
 
 }  // namespace kvchat::app
