@@ -164,7 +164,7 @@ QStringList ChatController::modelFolders() const { return load_model_folders(*se
 void ChatController::setModelFolders(const QStringList& folders) { save_model_folders(*settings_storage_, folders); }
 
 std::optional<ChatController::ModelUse> ChatController::lastModelOf(qint64 conversation_id) const {
-  const QList<MessageRecord> records = store_->messages(conversation_id);
+  const QList<MessageRecord> records = stored_messages(conversation_id);
   for (auto it = records.crbegin(); it != records.crend(); ++it) {
     if (it->role != QLatin1String("assistant") || is_hidden_alternative(*it)) continue;
     const QString path = it->settings.value(kReplyModelPathKey).toString();
@@ -228,7 +228,7 @@ std::optional<ChatController::DraftMeasure> ChatController::measure_draft(const 
   if (current_conversation_ != 0 && (replacing_last_message || replacing_message_id != 0)) {
     // What the edit keeps: the shown messages before the edited one (the edit starts a branch there).
     if (const auto conversation = store_->conversation(current_conversation_)) {
-      QList<MessageRecord> records = messages_on_shown_path(store_->messages(current_conversation_));
+      QList<MessageRecord> records = messages_on_shown_path(current_records());
       for (qsizetype i = records.size() - 1; i >= 0; --i)
         if (records[i].role == QLatin1String("user") &&
             (replacing_message_id == 0 || records[i].id == replacing_message_id)) {

@@ -321,6 +321,22 @@ class ChatController : public QObject {
   void request_model_title(qint64 conversation_id);
   void on_title_ready(qint64 conversation_id, const QString& text);
 
+  // chat_controller_conversations.cpp
+  // The current chat's messages as stored (every branch and alternative): read once when first needed, then kept
+  // in step with this controller's own writes, so that a send, a streaming reply and the window's refreshes
+  // read no message list again.
+  const QList<MessageRecord>& current_records() const;
+  // A conversation's messages as stored: the current chat's from current_records(), another's from the store.
+  QList<MessageRecord> stored_messages(qint64 conversation_id) const;
+  // After this controller wrote message `message_id` of the conversation: its row is read back into
+  // current_records() when that is the conversation's.
+  void cache_message(qint64 conversation_id, qint64 message_id);
+  void cache_record(const MessageRecord& record);  // a row just read back (it replaces or joins the cached one)
+  // After a write that reshapes the conversation (an edit, a branch shown or deleted, messages deleted): read again
+  // at the next use.
+  void forget_records(qint64 conversation_id);
+  MessageRecord* cached_record(qint64 conversation_id, qint64 message_id);  // nullptr: not cached
+
   // chat_controller.cpp
   std::optional<DraftMeasure> measure_draft(const QString& draft, bool replacing_last_message,
                                             qint64 replacing_message_id) const;
@@ -351,6 +367,8 @@ class ChatController : public QObject {
   QString remember_model_path_;  // a user-chosen directory or file to save once it has loaded
 
   qint64 current_conversation_ = 0;
+  mutable std::optional<QList<MessageRecord>> current_records_;  // see current_records()
+  mutable qint64 current_records_conversation_ = 0;              // whose they are
   std::optional<ActiveTurn> active_;
   QList<qint64> queued_conversations_;
   quint64 next_turn_id_ = 1;

@@ -30,13 +30,61 @@ QList<SearchHit> ChatController::searchConversations(const QString& query) {
 
 QList<MessageRecord> ChatController::currentMessages() const {
   if (current_conversation_ == 0) return {};
-  return messages_on_shown_path(store_->messages(current_conversation_));
+  return messages_on_shown_path(current_records());
+}
+
+const QList<MessageRecord>& ChatController::current_records() const {
+  if (!current_records_ || current_records_conversation_ != current_conversation_) {
+    current_records_.reset();  // a failed read leaves nothing cached
+    current_records_conversation_ = current_conversation_;
+    current_records_ = current_conversation_ > 0 ? store_->messages(current_conversation_) : QList<MessageRecord>{};
+  }
+  return *current_records_;
+}
+
+QList<MessageRecord> ChatController::stored_messages(qint64 conversation_id) const {
+  if (conversation_id == current_conversation_ && conversation_id > 0) return current_records();
+  return store_->messages(conversation_id);
+}
+
+MessageRecord* ChatController::cached_record(qint64 conversation_id, qint64 message_id) {
+  if (!current_records_ || current_records_conversation_ != conversation_id) return nullptr;
+  // The message written is nearly always one of the last.
+  for (auto it = current_records_->rbegin(); it != current_records_->rend(); ++it)
+    if (it->id == message_id) return &*it;
+  return nullptr;
+}
+
+void ChatController::cache_message(qint64 conversation_id, qint64 message_id) {
+  if (!current_records_ || current_records_conversation_ != conversation_id) return;
+  const std::optional<MessageRecord> record = store_->message(message_id);
+  if (!record) {
+    forget_records(conversation_id);
+    return;
+  }
+  cache_record(*record);
+}
+
+void ChatController::cache_record(const MessageRecord& record) {
+  if (!current_records_ || current_records_conversation_ != record.conversation_id) return;
+  if (MessageRecord* cached = cached_record(record.conversation_id, record.id)) {
+    *cached = record;
+    return;
+  }
+  // In id order, as the store lists them.
+  auto at = std::find_if(current_records_->begin(), current_records_->end(),
+                         [&](const MessageRecord& other) { return other.id > record.id; });
+  current_records_->insert(at, record);
+}
+
+void ChatController::forget_records(qint64 conversation_id) {
+  if (current_records_conversation_ == conversation_id) current_records_.reset();
 }
 
 QHash<qint64, QList<qint64>> ChatController::currentBranches() const {
   QHash<qint64, QList<qint64>> branches;
   if (current_conversation_ == 0) return branches;
-  const QList<MessageRecord> all = store_->messages(current_conversation_);
+  const QList<MessageRecord>& all = current_records();
   for (const MessageRecord& message : messages_on_shown_path(all)) {
     if (message.role != QLatin1String("user")) continue;
     const QList<qint64> group = branch_siblings(all, message.id);
@@ -125,9 +173,9 @@ bool ChatController::deleteMessage(qint64 message_id) {
     }
     QList<qint64> doomed{message_id};
     std::optional<qint64> shown_instead;
-    if (it->role == QLatin1String("user") &&
-        !branch_siblings(store_->messages(conversation_id), message_id).isEmpty()) {
+    if (it->role == QLatin1String("user") && !branch_siblings(current_records(), message_id).isEmpty()) {
       // An edited message (or an edit): its branch goes, the rest of its group stays.
+      forget_records(conversation_id);
       store_->delete_branch(conversation_id, message_id);
       spdlog::info("conversation {}: deleted the branch of message {}", conversation_id, message_id);
       Q_EMIT conversationsChanged();
@@ -143,6 +191,7 @@ bool ChatController::deleteMessage(qint64 message_id) {
       others.removeAll(message_id);
       if (!others.isEmpty()) shown_instead = others.back();
     }
+    forget_records(conversation_id);
     store_->delete_messages(conversation_id, doomed);
     if (shown_instead) {
       const std::optional<MessageRecord> reply = store_->message(*shown_instead);
@@ -168,6 +217,7 @@ void ChatController::deleteConversation(qint64 conversation_id) {
       end_turn();
     }
     queued_conversations_.removeAll(conversation_id);
+    forget_records(conversation_id);
     store_->delete_conversation(conversation_id);
     QMetaObject::invokeMethod(
         worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },

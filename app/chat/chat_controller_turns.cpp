@@ -69,6 +69,11 @@ void ChatController::set_up_turns() {
               active_->remote_details = details;
               try {
                 store_->set_message_origin(active_->message_id, backend_url, model);
+                // The cached reply keeps the text streamed so far; only its origin changed.
+                if (MessageRecord* cached = cached_record(active_->conversation_id, active_->message_id)) {
+                  cached->backend = backend_url;
+                  cached->model = model;
+                }
               } catch (const std::exception& error) {
                 spdlog::error("cannot record which server answered: {}", error.what());
               }
@@ -88,7 +93,7 @@ void ChatController::set_up_turns() {
 std::vector<ChatMessage> ChatController::engineMessages(qint64 conversation_id) const {
   const auto conversation = store_->conversation(conversation_id);
   if (!conversation) return {};
-  return chat_messages_for_engine(*conversation, store_->messages(conversation_id));
+  return chat_messages_for_engine(*conversation, stored_messages(conversation_id));
 }
 
 bool ChatController::can_start_turn() {
@@ -125,7 +130,7 @@ bool ChatController::send(const QString& text) {
     if (conversation && conversation->title == newConversationTitle() && conversation->message_count == 0) {
       store_->rename_conversation(conversation_id, title_from_text(text));
     }
-    TurnRecorder::add_user_message(*store_, conversation_id, text);
+    cache_message(conversation_id, TurnRecorder::add_user_message(*store_, conversation_id, text));
     Q_EMIT conversationsChanged();
     if (queue) {
       if (!queued_conversations_.contains(conversation_id)) queued_conversations_.push_back(conversation_id);
@@ -160,6 +165,7 @@ bool ChatController::regenerate() {
     QJsonObject settings = last_reply->settings;
     settings.insert(kHiddenAlternativeKey, true);
     store_->set_message_settings(last_reply->id, settings);
+    cache_message(current_conversation_, last_reply->id);
     return start_turn(current_conversation_);
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
@@ -189,6 +195,7 @@ bool ChatController::showAlternative(qint64 message_id) {
       else
         settings.remove(kHiddenAlternativeKey);
       store_->set_message_settings(record.id, settings);
+      cache_message(current_conversation_, record.id);
     }
     spdlog::info("conversation {}: showing reply {} of its turn", current_conversation_, message_id);
     Q_EMIT messagesReset();
@@ -256,6 +263,7 @@ bool ChatController::editMessage(qint64 message_id, const QString& text) {
       return false;
     }
     // The engine session keeps the longest common prefix, so only the edit and what follows it are prefilled.
+    forget_records(current_conversation_);
     const qint64 edit_id = store_->fork_message(current_conversation_, message_id, text);
     spdlog::info("conversation {}: message {} edited as {} (a new branch)", current_conversation_, message_id, edit_id);
     Q_EMIT conversationsChanged();
@@ -272,10 +280,11 @@ bool ChatController::showBranch(qint64 message_id) {
     return false;
   }
   try {
-    if (current_conversation_ == 0 || branch_siblings(store_->messages(current_conversation_), message_id).isEmpty()) {
+    if (current_conversation_ == 0 || branch_siblings(current_records(), message_id).isEmpty()) {
       Q_EMIT errorOccurred(QStringLiteral("Message %1 starts no branch of this chat.").arg(message_id));
       return false;
     }
+    forget_records(current_conversation_);
     store_->show_branch(current_conversation_, message_id);
     spdlog::info("conversation {}: showing branch {}", current_conversation_, message_id);
     Q_EMIT messagesReset();
@@ -290,10 +299,10 @@ bool ChatController::showBranch(qint64 message_id) {
 bool ChatController::revealMessage(qint64 message_id) {
   if (current_conversation_ == 0) return false;
   try {
-    const QList<qint64> hiding = branches_hiding(store_->messages(current_conversation_), message_id);
+    const QList<qint64> hiding = branches_hiding(current_records(), message_id);
     for (const qint64 member : hiding)
       if (!showBranch(member)) return false;
-    const QList<MessageRecord> shown = messages_on_shown_path(store_->messages(current_conversation_));
+    const QList<MessageRecord> shown = messages_on_shown_path(current_records());
     return std::any_of(shown.cbegin(), shown.cend(),
                        [&](const MessageRecord& message) { return message.id == message_id; });
   } catch (const std::exception& error) {
@@ -320,7 +329,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   turn.recorder->set_commit_error_handler([this](const QString& error) { Q_EMIT errorOccurred(error); });
   // The request's non-system messages map back to these ids (a context cut is recorded against them).
   std::vector<qint64> prompt_ids;
-  for (const MessageRecord& record : messages_in_context(store_->messages(conversation_id)))
+  for (const MessageRecord& record : messages_in_context(stored_messages(conversation_id)))
     prompt_ids.push_back(record.id);
   turn.recorder->set_prompt_message_ids(std::move(prompt_ids));
 
@@ -351,6 +360,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
       reply.settings.insert(QStringLiteral("stop"), QJsonArray::fromStringList(own_settings->stop_texts));
     }
     turn.message_id = turn.recorder->start_reply(reply);
+    cache_message(conversation_id, turn.message_id);
   }
 
   TurnRequest request;
@@ -412,10 +422,11 @@ std::optional<QString> ChatController::cancelQueued(qint64 conversation_id) {
   if (!queued_conversations_.removeAll(conversation_id)) return std::nullopt;
   std::optional<QString> text;
   try {
-    const QList<MessageRecord> records = store_->messages(conversation_id);
+    const QList<MessageRecord> records = stored_messages(conversation_id);
     // What waits is the chat's last message (send() queued it unanswered).
     if (!records.isEmpty() && records.back().role == QLatin1String("user")) {
       text = records.back().text;
+      forget_records(conversation_id);
       store_->delete_messages_from(conversation_id, records.back().id);
     }
   } catch (const std::exception& error) {
@@ -442,7 +453,9 @@ void ChatController::emit_reply_finished(qint64 message_id) {
   } catch (const std::exception& error) {
     spdlog::error("cannot read back the finished reply {}: {}", message_id, error.what());
   }
-  if (reply) Q_EMIT replyFinished(*reply);
+  if (!reply) return;
+  cache_record(*reply);
+  Q_EMIT replyFinished(*reply);
 }
 
 void ChatController::on_text_ready(quint64 turn_id, const QString& text) {
@@ -460,6 +473,7 @@ void ChatController::on_text_ready(quint64 turn_id, const QString& text) {
   }
   if (chunk.isEmpty()) return;
   active_->recorder->append(chunk);
+  if (MessageRecord* cached = cached_record(active_->conversation_id, active_->message_id)) cached->text += chunk;
   Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, chunk);
 }
 
@@ -472,7 +486,9 @@ void ChatController::on_token_stats(quint64 turn_id, int generated_tokens, doubl
 void ChatController::on_context_trimmed(quint64 turn_id, int dropped_messages, int context_limit) {
   if (!active_ || active_->turn_id != turn_id) return;
   try {
-    if (!active_->recorder->mark_context_cut(dropped_messages, context_limit)) return;
+    const std::optional<MessageRecord> marker = active_->recorder->mark_context_cut(dropped_messages, context_limit);
+    if (!marker) return;
+    cache_message(active_->conversation_id, marker->id);
     if (active_->conversation_id == current_conversation_) Q_EMIT messagesReset();
   } catch (const std::exception& error) {
     Q_EMIT errorOccurred(QString::fromStdString(error.what()));
@@ -484,6 +500,7 @@ void ChatController::flush_stop_filter() {
   const QString held = QString::fromStdString(active_->stop_filter->finish());
   if (held.isEmpty()) return;
   active_->recorder->append(held);
+  if (MessageRecord* cached = cached_record(active_->conversation_id, active_->message_id)) cached->text += held;
   Q_EMIT replyTextAppended(active_->conversation_id, active_->message_id, held);
 }
 
@@ -587,7 +604,7 @@ void ChatController::request_model_title(qint64 conversation_id) {
   try {
     const auto conversation = store_->conversation(conversation_id);
     if (!conversation || titles_awaited_.contains(conversation_id)) return;
-    const QList<MessageRecord> records = store_->messages(conversation_id);
+    const QList<MessageRecord> records = stored_messages(conversation_id);
     const MessageRecord* first_user = nullptr;
     const MessageRecord* first_reply = nullptr;
     int replies = 0;

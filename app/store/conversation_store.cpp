@@ -638,7 +638,14 @@ std::optional<ConversationRecord> ConversationStore::conversation(qint64 convers
   return record;
 }
 
+namespace {
+std::atomic<qint64> message_list_reads_so_far{0};
+}  // namespace
+
+qint64 ConversationStore::message_list_reads() { return message_list_reads_so_far.load(); }
+
 QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
+  message_list_reads_so_far.fetch_add(1);
   QSqlDatabase db = connection(connection_name_);
   // A damaged file's index may have lost entries its table still holds: it is read from the table itself.
   const QString source = damage_.isEmpty() ? QString() : QStringLiteral(" NOT INDEXED");

@@ -111,6 +111,9 @@ class ConversationStore {
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;
 
   QList<MessageRecord> messages(qint64 conversation_id) const;  // in order of creation
+  // How many message lists messages() has read in this process, every store together: what the app's actions
+  // cost in reads of a whole chat (a send reads at most one).
+  static qint64 message_list_reads();
   std::optional<MessageRecord> message(qint64 message_id) const;
   // Committed before it returns; bumps updated_at. The message joins the shown path's branch (its own
   // branch and forked_from are not used).

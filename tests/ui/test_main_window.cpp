@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "app/chat/chat_controller.h"
+#include "app/store/conversation_store.h"
 #include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
 #include "common/test_paths.h"
@@ -52,6 +53,7 @@ class MainWindowTest : public QObject {
   void corrupt_model_directory_shows_an_error_and_keeps_the_model();
   void deleting_a_chat_asks_first();
   void event_loop_stall_while_generating();
+  void a_turn_reads_the_message_list_at_most_once();
 
  private:
   void open_window(const ChatSettings& settings);
@@ -317,6 +319,30 @@ void MainWindowTest::event_loop_stall_while_generating() {
       "worst GUI event-loop stall while generating %d tokens in %.0f ms: %.1f ms (%d ticks of a 5 ms timer); "
       "GUI thread CPU time %.0f ms",
       tokens, clock.nsecsElapsed() / 1e6, worst_gap / 1e6, ticks, gui_cpu_ms);
+}
+
+// A send, with everything the window does about it, and its reply streaming in and finishing, read the chat's
+// message list from the store at most once: in a new chat, and in one with history.
+void MainWindowTest::a_turn_reads_the_message_list_at_most_once() {
+  ChatSettings settings = greedy_settings();
+  settings.model_titles = true;  // asking for a title after the first reply looks at the chat too
+  open_window(settings);
+  for (const char* prompt : {"Once upon a time", "Lily went to the park", "Tom saw a big dog"}) {
+    QTest::keyClicks(window_->messageInput(), prompt);
+    const qint64 before = kvchat::app::ConversationStore::message_list_reads();
+    QTest::keyClick(window_->messageInput(), Qt::Key_Return);
+    QVERIFY(controller_->isGenerating());
+    const qint64 send_reads = kvchat::app::ConversationStore::message_list_reads() - before;
+    QVERIFY(wait_idle());
+    QCoreApplication::processEvents();
+    const qint64 turn_reads = kvchat::app::ConversationStore::message_list_reads() - before;
+    QVERIFY2(send_reads <= 1 && turn_reads <= 1,
+             qPrintable(QStringLiteral("\"%1\": the send read the message list %2 times, the whole turn %3 times")
+                            .arg(prompt)
+                            .arg(send_reads)
+                            .arg(turn_reads)));
+  }
+  QCOMPARE(controller_->currentMessages().size(), 6);
 }
 
 KVCHAT_TEST_MAIN(MainWindowTest)
