@@ -385,6 +385,18 @@ void MainWindow::start_new_conversation() {
 }
 
 void MainWindow::connect_controller() {
+  connect(controller_, &ChatController::draftMeasured, this, &MainWindow::show_draft_measure);
+  // A draft counted before any of these is counted again before it is sent.
+  for (auto change :
+       {&ChatController::messagesReset, &ChatController::settingsChanged, &ChatController::lastReplyStatsChanged})
+    connect(controller_, change, this, [this] { ++draft_revision_; });
+  connect(controller_, &ChatController::replyFinished, this, [this] { ++draft_revision_; });
+  connect(controller_, &ChatController::replyTextAppended, this, [this](qint64 conversation_id) {
+    if (conversation_id == controller_->currentConversationId()) ++draft_revision_;
+  });
+  connect(controller_, &ChatController::modelLoaded, this, [this] { ++draft_revision_; });
+  connect(controller_, &ChatController::systemPromptChanged, this, [this] { ++draft_revision_; });
+  connect(controller_, &ChatController::chatGenerationSettingsChanged, this, [this] { ++draft_revision_; });
   connect(controller_, &ChatController::conversationsChanged, this, &MainWindow::refresh_conversations);
   connect(controller_, &ChatController::currentConversationChanged, this, [this](qint64 conversation_id) {
     editing_message_id_ = 0;

@@ -11,6 +11,7 @@
 #include <QTimer>
 
 #include <functional>
+#include <optional>
 
 #include "app/chat/chat_controller.h"
 
@@ -166,7 +167,21 @@ class MainWindow : public QMainWindow {
   void refresh_placeholder();
   void refresh_window_title();   // names what answers: the loaded model, or the server's
   bool generating_here() const;  // the current chat is the one generating
+  // The typed message's token count, asked for once typing pauses and shown when the answer comes.
+  struct DraftKey {
+    QString text;
+    qint64 editing_message_id = 0;
+    qint64 conversation_id = 0;
+    quint64 revision = 0;  // draft_revision_ when asked
+    bool operator==(const DraftKey& other) const {
+      return text == other.text && editing_message_id == other.editing_message_id &&
+             conversation_id == other.conversation_id && revision == other.revision;
+    }
+  };
+  DraftKey draft_key() const;
   void refresh_token_counter();
+  void show_draft_measure(quint64 request_id, bool measured, const kvchat::app::DraftMeasure& measure);
+  void show_token_count(const DraftKey& key, const std::optional<kvchat::app::DraftMeasure>& measure);
   // The system prompt block, the generation settings button and the last-model bar of the current chat.
   void refresh_chat_header();
   bool draft_fits();  // false (and says why) when the typed message cannot fit the context
@@ -208,6 +223,12 @@ class MainWindow : public QMainWindow {
   QLabel* waiting_label_ = nullptr;
   ElidedLabel* token_counter_ = nullptr;
   QTimer token_count_timer_;
+  quint64 draft_request_id_ = 0;  // the count asked for and not answered yet (0: none)
+  DraftKey draft_request_key_;
+  std::optional<DraftKey> shown_measure_key_;  // what the counter shows is for
+  std::optional<kvchat::app::DraftMeasure> shown_measure_;
+  // Counts the changes to what a draft is counted against (the chat's messages, its settings, the model).
+  quint64 draft_revision_ = 0;
 
   DecodeChartPanel* chart_panel_ = nullptr;
   QDockWidget* chart_dock_ = nullptr;

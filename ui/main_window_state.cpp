@@ -351,13 +351,33 @@ void MainWindow::refresh_buttons() {
   chat_view_->setContinuableMessage(idle && ready && continuable ? continuable->id : 0);
 }
 
+MainWindow::DraftKey MainWindow::draft_key() const {
+  return DraftKey{input_->toPlainText(), editing_message_id_, controller_->currentConversationId(), draft_revision_};
+}
+
 void MainWindow::refresh_token_counter() {
   token_count_timer_.stop();
-  const QString draft = input_->toPlainText();
-  const auto measure = draft.trimmed().isEmpty()  ? std::nullopt
-                       : editing_message_id_ != 0 ? controller_->measureEdit(draft, editing_message_id_)
-                                                  : controller_->measureDraft(draft);
-  if (!measure) {
+  const DraftKey key = draft_key();
+  if (key.text.trimmed().isEmpty()) {
+    draft_request_id_ = 0;
+    show_token_count(key, std::nullopt);
+    return;
+  }
+  // Counted on the controller's counting thread; the answer is shown when it comes (draftMeasured).
+  draft_request_key_ = key;
+  draft_request_id_ = controller_->requestDraftMeasure(key.text, key.editing_message_id);
+}
+
+void MainWindow::show_draft_measure(quint64 request_id, bool measured, const kvchat::app::DraftMeasure& measure) {
+  if (request_id == 0 || request_id != draft_request_id_) return;  // typed over since: a newer answer follows
+  draft_request_id_ = 0;
+  show_token_count(draft_request_key_, measured ? std::optional<kvchat::app::DraftMeasure>(measure) : std::nullopt);
+}
+
+void MainWindow::show_token_count(const DraftKey& key, const std::optional<kvchat::app::DraftMeasure>& measure) {
+  shown_measure_key_ = key;
+  shown_measure_ = measure;
+  if (key.text.trimmed().isEmpty() || !measure) {
     token_counter_->setFullText(QString());
     return;
   }
@@ -380,10 +400,16 @@ void MainWindow::refresh_token_counter() {
 }
 
 bool MainWindow::draft_fits() {
-  refresh_token_counter();
-  const auto measure = editing_message_id_ != 0 ? controller_->measureEdit(input_->toPlainText(), editing_message_id_)
-                                                : controller_->measureDraft(input_->toPlainText());
-  if (!measure || measure->fits) return true;
+  const DraftKey key = draft_key();
+  // The count shown is used when it is this draft's against the chat as it is now; else it is counted now (on
+  // the counting thread, waited for) and shown.
+  if (!shown_measure_key_ || !(*shown_measure_key_ == key)) {
+    token_count_timer_.stop();
+    draft_request_id_ = 0;
+    show_token_count(key, key.editing_message_id != 0 ? controller_->measureEdit(key.text, key.editing_message_id)
+                                                      : controller_->measureDraft(key.text));
+  }
+  if (!shown_measure_ || shown_measure_->fits) return true;
   show_notice(tr("Not sent: the message does not fit the context (see under the message box)."));
   return false;
 }

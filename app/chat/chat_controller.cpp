@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "app/chat/chat_turn_runner.h"
+#include "app/chat/draft_counter.h"
 #include "app/model_catalog.h"
 #include "app/model_locator.h"
 #include "engine/model/model_loader.h"
@@ -63,8 +64,15 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
   remote_worker_->moveToThread(&remote_thread_);
   remote_thread_.setObjectName("remote");
   set_up_turns();
+  qRegisterMetaType<kvchat::app::DraftMeasure>("kvchat::app::DraftMeasure");
+  qRegisterMetaType<kvchat::app::DraftRequest>("kvchat::app::DraftRequest");
+  draft_counter_ = new DraftCounter;
+  draft_counter_->moveToThread(&draft_thread_);
+  draft_thread_.setObjectName("draft-counter");
+  connect(draft_counter_, &DraftCounter::counted, this, &ChatController::draftMeasured);
   engine_thread_.start();
   remote_thread_.start();
+  draft_thread_.start();
   snapshot_key_prefix_ = snapshot_key_prefix(database_path);  // conversation ids are per database
   configure_snapshots();
 
@@ -77,10 +85,13 @@ ChatController::~ChatController() {
   stopForQuit();  // generate() returns within a token
   engine_thread_.quit();
   remote_thread_.quit();
+  draft_thread_.quit();
   engine_thread_.wait();
   remote_thread_.wait();  // a remote turn sees its stop flag at the next chunk and closes the connection
+  draft_thread_.wait();
   delete worker_;
   delete remote_worker_;
+  delete draft_counter_;
   // The stopped turn's last chunks and its finished() are still queued here: deliver them, so the reply is
   // saved complete with its stats rather than left as an interrupted one.
   QCoreApplication::sendPostedEvents(this, QEvent::MetaCall);
@@ -205,26 +216,51 @@ CacheGauge ChatController::cacheGauge() const {
   return gauge;
 }
 
-std::optional<ChatController::DraftMeasure> ChatController::measureDraft(const QString& draft,
-                                                                         bool replacing_last_message) const {
-  return measure_draft(draft, replacing_last_message, 0);
+std::optional<DraftMeasure> ChatController::measureDraft(const QString& draft, bool replacing_last_message) const {
+  return measure_on_counter_thread(draft_request(draft, replacing_last_message, 0));
 }
 
-std::optional<ChatController::DraftMeasure> ChatController::measureEdit(const QString& draft, qint64 message_id) const {
-  return measure_draft(draft, false, message_id);
+std::optional<DraftMeasure> ChatController::measureEdit(const QString& draft, qint64 message_id) const {
+  return measure_on_counter_thread(draft_request(draft, false, message_id));
 }
 
-std::optional<ChatController::DraftMeasure> ChatController::measure_draft(const QString& draft,
-                                                                          bool replacing_last_message,
-                                                                          qint64 replacing_message_id) const {
+std::optional<DraftMeasure> ChatController::measure_on_counter_thread(
+    const std::optional<DraftRequest>& request) const {
+  if (!request) return std::nullopt;
+  // Counted where every count is; this thread waits for it.
+  std::optional<DraftMeasure> measure;
+  QMetaObject::invokeMethod(
+      draft_counter_, [&measure, &request] { measure = measure_draft(*request); }, Qt::BlockingQueuedConnection);
+  return measure;
+}
+
+quint64 ChatController::requestDraftMeasure(const QString& draft, qint64 editing_message_id) {
+  std::optional<DraftRequest> request = draft_request(draft, false, editing_message_id);
+  const quint64 id = next_draft_request_++;
+  draft_counter_->supersede(id);
+  if (!request) {
+    // Queued all the same, so that the answer comes after any earlier one.
+    QMetaObject::invokeMethod(
+        draft_counter_, [counter = draft_counter_, id] { Q_EMIT counter->counted(id, false, DraftMeasure{}); },
+        Qt::QueuedConnection);
+    return id;
+  }
+  request->id = id;
+  QMetaObject::invokeMethod(
+      draft_counter_, [counter = draft_counter_, request = std::move(*request)] { counter->count(request); },
+      Qt::QueuedConnection);
+  return id;
+}
+
+std::optional<DraftRequest> ChatController::draft_request(const QString& draft, bool replacing_last_message,
+                                                          qint64 replacing_message_id) const {
   // A server counts with its own tokenizer: the local one's count would be a guess.
   if (usesRemoteBackend() || !model_loaded_ || !model_info_.model || !model_info_.model->tokenizer) return std::nullopt;
-  const LoadedModel& model = *model_info_.model;
-  DraftMeasure measure;
-  measure.context_limit = cacheGauge().context_limit;
-  const std::string text = draft.toStdString();
-  measure.draft_tokens = static_cast<int>(model.tokenizer->encode(text, /*add_special_tokens=*/false).size());
-  std::vector<ChatMessage> messages;
+  DraftRequest request;
+  request.model = model_info_.model;
+  request.context_limit = cacheGauge().context_limit;
+  request.overflow = settings_.context_overflow;
+  std::vector<ChatMessage>& messages = request.messages;
   if (current_conversation_ != 0 && (replacing_last_message || replacing_message_id != 0)) {
     // What the edit keeps: the shown messages before the edited one (the edit starts a branch there).
     if (const auto conversation = store_->conversation(current_conversation_)) {
@@ -242,27 +278,8 @@ std::optional<ChatController::DraftMeasure> ChatController::measure_draft(const 
   }
   if (messages.empty() && !settings_.default_system_prompt.trimmed().isEmpty() && current_conversation_ == 0)
     messages.push_back({"system", settings_.default_system_prompt.toStdString()});
-  messages.push_back({"user", text});
-  const ChatTurnRunner runner(model);
-  try {
-    // Continuing the conversation's exact ids, as the next turn will: re-encoding the whole chat can differ by
-    // a token at each reply boundary.
-    measure.prompt_tokens = static_cast<int>(runner.encode_messages(messages).size());
-  } catch (const std::exception& error) {
-    spdlog::debug("cannot count the draft's tokens: {}", error.what());
-    return std::nullopt;
-  }
-  // The same rules as the turn: "stop" refuses a prompt that fills the window; dropping old turns only fails
-  // when the system prompt and this message alone do not fit.
-  if (settings_.context_overflow == ContextOverflowPolicy::Stop) {
-    measure.fits = measure.prompt_tokens < measure.context_limit;
-  } else {
-    std::vector<ChatMessage> alone;
-    if (!messages.empty() && messages.front().role == "system") alone.push_back(messages.front());
-    alone.push_back(messages.back());
-    measure.fits = static_cast<int>(runner.encode_messages(alone).size()) < measure.context_limit;
-  }
-  return measure;
+  messages.push_back({"user", draft.toStdString()});
+  return request;
 }
 
 QList<ChatController::HeldCache> ChatController::heldCaches() const {

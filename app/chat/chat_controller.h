@@ -25,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+#include "app/chat/draft_counter.h"
 #include "app/chat/engine_worker.h"
 #include "app/chat/generation_preset.h"
 #include "app/chat/stop_text_filter.h"
@@ -147,18 +148,17 @@ class ChatController : public QObject {
     qint64 bytes = 0;
   };
   QList<HeldCache> heldCaches() const;
-  // What sending `draft` in the current chat would give the model, counted with its tokenizer and template.
-  struct DraftMeasure {
-    int draft_tokens = 0;   // the message alone
-    int prompt_tokens = 0;  // the whole prompt the next turn would send (history + this message)
-    int context_limit = 0;  // effective
-    bool fits = true;       // false: the turn would be refused (see ChatTurnRunner's overflow rules)
-  };
-  // With replacing_last_message, as editLastUserMessage(draft) would: the last user message and everything
-  // after it are left out. nullopt: no model loaded.
+  // What sending `draft` in the current chat would give the model, counted with its tokenizer and template (on
+  // the draft counter's thread: this one waits). With replacing_last_message, as editLastUserMessage(draft)
+  // would: the last user message and everything after it are left out. nullopt: no model loaded, or the
+  // remote backend (a server counts with its own tokenizer).
+  using DraftMeasure = kvchat::app::DraftMeasure;
   std::optional<DraftMeasure> measureDraft(const QString& draft, bool replacing_last_message = false) const;
   // As editMessage(message_id, draft) would: the shown messages before that user message, then the draft.
   std::optional<DraftMeasure> measureEdit(const QString& draft, qint64 message_id) const;
+  // The same count without waiting: measureDraft(draft), or measureEdit(draft, editing_message_id) when that is
+  // not 0, answered by draftMeasured() with the id returned here. A newer request makes the older ones moot.
+  quint64 requestDraftMeasure(const QString& draft, qint64 editing_message_id = 0);
   // The current chat's last reply when it can be continued (see is_continuable_reply), else nullopt.
   std::optional<MessageRecord> continuableReply() const;
 
@@ -279,6 +279,8 @@ class ChatController : public QObject {
   // renamed the chat meanwhile).
   void conversationTitled(qint64 conversation_id, const QString& title);
   void presetsChanged();
+  // The answer to requestDraftMeasure(`request_id`); `measured` false as measureDraft's nullopt.
+  void draftMeasured(quint64 request_id, bool measured, const kvchat::app::DraftMeasure& measure);
 
  private:
   struct ActiveTurn {
@@ -338,8 +340,10 @@ class ChatController : public QObject {
   MessageRecord* cached_record(qint64 conversation_id, qint64 message_id);  // nullptr: not cached
 
   // chat_controller.cpp
-  std::optional<DraftMeasure> measure_draft(const QString& draft, bool replacing_last_message,
+  // The prompt a draft would make (nullopt: nothing to count it with).
+  std::optional<DraftRequest> draft_request(const QString& draft, bool replacing_last_message,
                                             qint64 replacing_message_id) const;
+  std::optional<DraftMeasure> measure_on_counter_thread(const std::optional<DraftRequest>& request) const;
   void on_cache_changed(qint64 conversation_id, qint64 tokens, qint64 bytes, qint64 total_bytes, qint64 budget_bytes);
   void on_cache_evicted(qint64 conversation_id);
   void on_snapshot_written(qint64 conversation_id, qint64 tokens, qint64 file_bytes, qint64 folder_bytes,
@@ -361,6 +365,9 @@ class ChatController : public QObject {
   EngineWorker* worker_ = nullptr;  // lives on engine_thread_
   QThread remote_thread_;
   RemoteWorker* remote_worker_ = nullptr;  // lives on remote_thread_
+  QThread draft_thread_;
+  DraftCounter* draft_counter_ = nullptr;  // lives on draft_thread_
+  quint64 next_draft_request_ = 1;
   ModelInfo model_info_;
   bool model_loaded_ = false;
   bool model_loading_ = false;

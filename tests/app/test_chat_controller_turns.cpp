@@ -9,10 +9,12 @@
 
 #include <QSignalSpy>
 
+#include "app/chat/draft_counter.h"
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
 #include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
+#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_controller_turns {
@@ -36,6 +38,7 @@ class ChatControllerTurnsTest : public QObject {
   void decode_times_are_recorded_per_step();
   void clearing_a_chats_cache_frees_it();
   void switching_alternatives_reuses_the_common_prefix();
+  void the_draft_count_is_answered_by_a_queued_signal();
 };
 
 namespace {
@@ -159,6 +162,39 @@ void ChatControllerTurnsTest::a_message_sent_while_another_chat_generates_waits_
   QVERIFY(!kvchat::app::is_failed_reply(records[1]));
   controller->selectConversation(first);
   QCOMPARE(controller->currentMessages().size(), 2);
+}
+
+// The window's token counter asks without waiting: the count is made on the counting thread and answered later by
+// a queued signal, with exactly the figures measureDraft gives.
+void ChatControllerTurnsTest::the_draft_count_is_answered_by_a_queued_signal() {
+  ChatFixture fixture;
+  QVERIFY(fixture.open(small_window_settings()));
+  ChatController* controller = fixture.controller();
+  QVERIFY(controller->send("Once upon a time"));
+  QVERIFY(fixture.waitIdle());
+  const QString draft = QStringLiteral("Tom ran to the park");
+  QSignalSpy answers(controller, &ChatController::draftMeasured);
+  const quint64 earlier = controller->requestDraftMeasure(QStringLiteral("Tom"));
+  const quint64 request = controller->requestDraftMeasure(draft);
+  QVERIFY(request > earlier);
+  QCOMPARE(answers.count(), 0);  // not counted here: the answer is queued
+  QVERIFY(QTest::qWaitFor([&] { return !answers.isEmpty() && answers.last().at(0).toULongLong() == request; }, 10000));
+  QVERIFY(answers.last().at(1).toBool());
+  const auto answered = answers.last().at(2).value<kvchat::app::DraftMeasure>();
+  const auto measure = controller->measureDraft(draft);
+  QVERIFY(measure);
+  QCOMPARE(answered.draft_tokens, measure->draft_tokens);
+  QCOMPARE(answered.prompt_tokens, measure->prompt_tokens);
+  QCOMPARE(answered.context_limit, 128);
+  QCOMPARE(answered.fits, true);
+  const auto& tokenizer = *controller->modelInfo().model->tokenizer;
+  QCOMPARE(answered.draft_tokens, static_cast<int>(tokenizer.encode(draft.toStdString(), false).size()));
+  // The prompt is the chat so far and the draft: more than the draft alone, and what the turn then sends.
+  QVERIFY(answered.prompt_tokens > answered.draft_tokens);
+  QVERIFY(controller->send(draft));
+  QVERIFY(fixture.waitIdle());
+  QCOMPARE(kvchat::app::stats_from_json(controller->currentMessages().last().stats).prompt_tokens,
+           answered.prompt_tokens);
 }
 
 void ChatControllerTurnsTest::new_chat_reuses_an_empty_one() {
