@@ -17,7 +17,9 @@
 
 namespace kvchat::app {
 
-namespace {
+// Named, not anonymous: the store's files are compiled in batches (unity build), where another file's
+// helpers of the same names would collide.
+namespace chat_archive_format {
 
 QString timestamp(const QDateTime& time) {
   return time.isValid() ? time.toUTC().toString(Qt::ISODateWithMs) : QString();
@@ -246,7 +248,9 @@ QList<ImportedConversation> parse_single_chat(const QJsonObject& root) {
   return {imported};
 }
 
-}  // namespace
+}  // namespace chat_archive_format
+
+using namespace chat_archive_format;
 
 QList<ImportedConversation> all_conversations(const ConversationStore& store) {
   QList<ImportedConversation> conversations;
