@@ -30,7 +30,7 @@ float* thread_buffer(std::int64_t floats) {
 
 void streaming_forward(const Linear& linear, const float* input, std::int64_t rows, float* output) {
   const std::int64_t in = linear.in_features(), out = linear.out_features();
-  const float* bias_data = linear.bias.defined() ? linear.bias.data_ptr<float>() : nullptr;
+  const float* bias_data = linear.bias_data();
   if (linear.is_quantized()) {
     kernels::matmul_quantized(linear.quantized.view, input, output, rows, bias_data);
     return;
@@ -140,15 +140,6 @@ void Linear::row_into(std::int64_t row, float* out) const {
     const float* values = weight.data_ptr<float>() + row * weight.size(1);
     std::copy(values, values + weight.size(1), out);
   }
-}
-
-at::Tensor Linear::rows(const at::Tensor& ids) const {
-  if (!is_quantized()) return weight.index_select(0, ids).to(at::kFloat);
-  const at::Tensor indices = ids.contiguous();
-  at::Tensor out = at::empty({indices.size(0), in_features()}, at::kFloat);
-  for (std::int64_t i = 0; i < indices.size(0); ++i)
-    row_into(indices.data_ptr<std::int64_t>()[i], out.data_ptr<float>() + i * in_features());
-  return out;
 }
 
 }  // namespace kvchat

@@ -27,6 +27,7 @@ struct Linear {
   at::Tensor bias;            // [out] f32, or undefined
 
   bool is_quantized() const { return quantized.view.data != nullptr; }
+  const float* bias_data() const { return bias.defined() ? bias.data_ptr<float>() : nullptr; }  // null: none
   std::int64_t out_features() const;
   std::int64_t in_features() const;
   std::int64_t bytes() const;     // of the matrix and the bias
@@ -37,8 +38,6 @@ struct Linear {
   void forward_into(const float* x, std::int64_t rows, float* y) const;
   // Up to how many rows of x forward_into() takes the weight-streaming kernels (when the kernels are on).
   std::int64_t streaming_rows() const;
-  // Rows `ids` (int64 [n]) of the matrix as f32 [n, in]: the embedding lookup.
-  at::Tensor rows(const at::Tensor& ids) const;
   // Row `row` as f32 into out[in].
   void row_into(std::int64_t row, float* out) const;
 };

@@ -19,7 +19,6 @@
 #include "engine/compute/compute_options.h"
 #include "engine/kernels/activation.h"
 #include "engine/kernels/attention.h"
-#include "engine/kernels/bf16.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/quantized_matvec.h"
 #include "engine/kernels/thread_pool.h"
@@ -76,8 +75,7 @@ void shared_input_into(const SharedInputLinears& products, const float* x) {
   int count = 0;
   for (auto [linear, y] : products) {
     const void* data = linear->weight.data_ptr();
-    jobs[count++] = {static_cast<const Weight*>(data), y, linear->weight.size(0),
-                     linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
+    jobs[count++] = {static_cast<const Weight*>(data), y, linear->weight.size(0), linear->bias_data()};
   }
   const std::int64_t in = products.begin()->first->weight.size(1);
   if constexpr (std::is_same_v<Weight, float>)
@@ -95,21 +93,24 @@ kernels::QuantizedMatrixView quantized_view(const Linear& linear) {
           linear.weight.size(0), in, in * (bf16 ? 2 : 4)};
 }
 
+// The tensor type every matrix of `products` is kept in (f32 or bf16), or Undefined for a mix or a GGUF type.
+at::ScalarType common_dense_type(const SharedInputLinears& products) {
+  const Linear& first = *products.begin()->first;
+  const at::ScalarType type = first.is_quantized() ? at::ScalarType::Undefined : first.weight.scalar_type();
+  for (const auto& [linear, y] : products)
+    if (linear->is_quantized() || linear->weight.scalar_type() != type) return at::ScalarType::Undefined;
+  return type == at::kFloat || type == at::kBFloat16 ? type : at::ScalarType::Undefined;
+}
+
 // Products that share their input go to the kernels of their common storage type; a mix (or a GGUF
 // type) goes to the quantized kernels, which take each matrix in its own type.
 void shared_input_linears_into(const SharedInputLinears& products, const float* x) {
-  bool all_f32 = true, all_bf16 = true;
-  for (const auto& [linear, y] : products) {
-    all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
-    all_bf16 = all_bf16 && !linear->is_quantized() && linear->weight.scalar_type() == at::kBFloat16;
-  }
-  if (all_f32) return shared_input_into<float>(products, x);
-  if (all_bf16) return shared_input_into<std::uint16_t>(products, x);
+  const at::ScalarType dense = common_dense_type(products);
+  if (dense == at::kFloat) return shared_input_into<float>(products, x);
+  if (dense == at::kBFloat16) return shared_input_into<std::uint16_t>(products, x);
   kernels::SharedInputQuantizedProduct jobs[3];
   int count = 0;
-  for (auto [linear, y] : products)
-    jobs[count++] = {quantized_view(*linear), y,
-                     linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr};
+  for (auto [linear, y] : products) jobs[count++] = {quantized_view(*linear), y, linear->bias_data()};
   kernels::matvec_quantized_shared_input(jobs, count, x);
 }
 
@@ -159,12 +160,7 @@ struct RowsAttention {
 // matrix kernels add in another order), the quantized kernels over all rows at once (their result for a
 // row does not depend on the others).
 void shared_input_linears_rows(const SharedInputLinears& products, const float* x, std::int64_t n) {
-  bool all_f32 = true, all_bf16 = true;
-  for (const auto& [linear, y] : products) {
-    all_f32 = all_f32 && !linear->is_quantized() && linear->weight.scalar_type() == at::kFloat;
-    all_bf16 = all_bf16 && !linear->is_quantized() && linear->weight.scalar_type() == at::kBFloat16;
-  }
-  if (all_f32 || all_bf16) {
+  if (common_dense_type(products) != at::ScalarType::Undefined) {
     const std::int64_t in = products.begin()->first->in_features();
     for (std::int64_t i = 0; i < n; ++i) {
       SharedInputLinears row = products;
@@ -173,9 +169,7 @@ void shared_input_linears_rows(const SharedInputLinears& products, const float* 
     }
     return;
   }
-  for (auto [linear, y] : products)
-    kernels::matmul_quantized(quantized_view(*linear), x, y, n,
-                              linear->bias.defined() ? static_cast<const float*>(linear->bias.data_ptr()) : nullptr);
+  for (auto [linear, y] : products) kernels::matmul_quantized(quantized_view(*linear), x, y, n, linear->bias_data());
 }
 
 // A float tensor [kv_heads, positions, head_dim] whose rows are contiguous, as the attention kernel reads them.

@@ -58,7 +58,7 @@ inline at::Tensor reference_forward(const LlamaModel& model, const std::vector<T
   const std::int64_t head_dim = config.head_dim, group = heads / kv_heads, total = start_pos + steps;
 
   std::vector<std::int64_t> id_values(ids.begin(), ids.end());
-  at::Tensor x = weights.embedding.rows(at::tensor(id_values, at::kLong));  // [T, hidden]
+  at::Tensor x = reference_matrix(weights.embedding).index_select(0, at::tensor(id_values, at::kLong));  // [T, hidden]
   std::vector<std::int64_t> position_values;
   for (std::int64_t i = 0; i < steps; ++i) position_values.push_back(start_pos + i);
   auto [cos, sin] = rope_cos_sin(config, at::tensor(position_values, at::kLong));
