@@ -12,9 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 #include "app/remote/remote_client.h"
 #include "app/remote/remote_stream.h"
@@ -235,21 +238,31 @@ class TestRemoteBackend : public QObject {
   void stop_closes_the_connection() {
     ChatFixture fixture;
     ChatSettings settings = remote_settings(server_, 100000);
-    // Stop is pressed (on the GUI thread, waited for) once the first text has been passed on; the rest of
-    // the stream follows only then, so the client sees its stop flag with most of the reply still to come.
+    // Stop is pressed (on the GUI thread, waited for) once the first text has been passed on and has reached
+    // the controller (the client may read the relayed bytes only after a stop pressed at once, and then
+    // rightly drops them); the rest of the stream follows only then, so the client sees its stop flag with
+    // most of the reply still to come.
     ChatController* controller = nullptr;
+    std::atomic<bool> text_arrived{false};
     kvchat::test::CuttingProxy relay;
     QVERIFY(relay.start(
         server_.port(),
-        [&controller] { QMetaObject::invokeMethod(controller, &ChatController::stop, Qt::BlockingQueuedConnection); },
+        [&controller, &text_arrived] {
+          for (int waited_ms = 0; !text_arrived && waited_ms < 20000; ++waited_ms)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          QMetaObject::invokeMethod(controller, &ChatController::stop, Qt::BlockingQueuedConnection);
+        },
         /*keep_relaying=*/true));
     settings.remote_base_url = QStringLiteral("http://127.0.0.1:%1/v1").arg(relay.port());
     settings.remote_model = QString::fromStdString(model_id_);
     QVERIFY(fixture.open(settings));
     controller = fixture.controller();
+    const QObject text_watch;  // ends the connection before text_arrived goes
+    connect(controller, &ChatController::replyTextAppended, &text_watch, [&text_arrived] { text_arrived = true; });
     QVERIFY(controller->send(QStringLiteral("Once upon a time")));
     QVERIFY(fixture.waitIdle());
     QVERIFY(relay.cut());
+    QVERIFY(text_arrived);
     const MessageRecord stopped = last_message(controller);
     QVERIFY2(!kvchat::app::is_failed_reply(stopped), qPrintable(kvchat::app::reply_error(stopped)));
     QCOMPARE(stopped.stats.value("stop_reason").toString(), QStringLiteral("stopped"));
