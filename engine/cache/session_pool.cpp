@@ -16,11 +16,14 @@ class SessionPool::Restorer final : public PrefixRestorer {
     SnapshotStore* store = pool_.snapshots_.get();
     if (!store) return {};
     const auto started = std::chrono::steady_clock::now();
-    const std::int64_t wanted = cached_tokens + std::max<std::int64_t>(pool_.minimum_restore_tokens_, 1);
+    std::int64_t wanted = cached_tokens + std::max<std::int64_t>(pool_.minimum_restore_tokens_, 1);
+    // A snapshot saved but not yet on disk: as good as its file will be, and read from memory.
+    const std::optional<SnapshotStore::PendingMatch> pending = store->best_pending_match(prompt, wanted);
+    if (pending) wanted = pending->tokens + 1;  // a file must do better
     // A rejected file is deleted by the store, so the next lookup finds the next best one.
     for (int attempt = 0; attempt < 4; ++attempt) {
       const std::optional<SnapshotStore::Match> match = store->best_match(prompt, wanted);
-      if (!match) return {};
+      if (!match) break;
       const std::optional<LoadedSnapshot> loaded = store->load(*match);
       if (!loaded) continue;
       // The ids are compared again on what was read (the file may have been replaced since it was listed).
@@ -38,7 +41,15 @@ class SessionPool::Restorer final : public PrefixRestorer {
                    match->key, milliseconds, loaded->data.size());
       return RestoredPrefix{common, milliseconds, match->key};
     }
-    return {};
+    if (!pending) return {};
+    const KvSnapshot& snapshot = *pending->snapshot;
+    const std::int64_t common = std::min(pending->tokens, cache.shape().max_tokens);
+    restore_snapshot(snapshot.shape, snapshot.tokens, snapshot.data, common, cache);
+    const double milliseconds =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    spdlog::info("restored {} of {} prompt tokens from KV snapshot {} (not yet written, from memory) in {:.1f} ms",
+                 common, prompt.size(), pending->key, milliseconds);
+    return RestoredPrefix{common, milliseconds, pending->key};
   }
 
  private:

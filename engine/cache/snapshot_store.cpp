@@ -238,10 +238,11 @@ void SnapshotStore::save(const std::string& key, KvSnapshot snapshot) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const auto& item) { return item.first == key; });
+    auto held = std::make_shared<const KvSnapshot>(std::move(snapshot));
     if (queued != queue_.end())
-      queued->second = std::move(snapshot);  // only the newest state of a conversation is worth writing
+      queued->second = std::move(held);  // only the newest state of a conversation is worth writing
     else
-      queue_.emplace_back(key, std::move(snapshot));
+      queue_.emplace_back(key, std::move(held));
   }
   work_ready_.notify_all();
 }
@@ -256,14 +257,16 @@ void SnapshotStore::writer_loop() {
   for (;;) {
     work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stopping, and everything queued is written
-    std::pair<std::string, KvSnapshot> item = std::move(queue_.front());
+    std::pair<std::string, std::shared_ptr<const KvSnapshot>> item = std::move(queue_.front());
     queue_.erase(queue_.begin());
     writing_key_ = item.first;
+    writing_snapshot_ = item.second;
     removed_while_writing_ = false;
     lock.unlock();
-    write_one(item.first, item.second);
-    item.second = KvSnapshot{};  // free the copy before waiting for more
+    write_one(item.first, *item.second);
+    item.second.reset();  // free the copy before waiting for more (unless a restore still reads it)
     lock.lock();
+    writing_snapshot_.reset();
     if (removed_while_writing_) {
       const Descriptor cache = open_cache_folder(directory_);
       const Descriptor folder = cache ? open_subfolder(cache.get(), fingerprint_.hex()) : Descriptor();
@@ -460,6 +463,33 @@ void SnapshotStore::refresh_index_locked() {
   index_ = std::move(fresh);
 }
 
+bool SnapshotStore::pending_locked(const std::string& key) const {
+  if (key == writing_key_ && !removed_while_writing_) return true;
+  return std::any_of(queue_.begin(), queue_.end(), [&](const auto& item) { return item.first == key; });
+}
+
+std::optional<SnapshotStore::PendingMatch> SnapshotStore::best_pending_match(const std::vector<TokenId>& prompt,
+                                                                             std::int64_t minimum_tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::optional<PendingMatch> best;
+  auto consider = [&](const std::string& key, const std::shared_ptr<const KvSnapshot>& snapshot) {
+    // As a file's header is checked: a snapshot of another cache layout does not fit this model's caches.
+    const KvCacheShape& shape = snapshot->shape;
+    if (shape.dtype != shape_.dtype || shape.layers != shape_.layers || shape.kv_heads != shape_.kv_heads ||
+        shape.head_dim != shape_.head_dim)
+      return;
+    const std::size_t limit = std::min({snapshot->tokens.size(), prompt.size(), static_cast<std::size_t>(max_tokens_)});
+    std::size_t common = 0;
+    while (common < limit && snapshot->tokens[common] == prompt[common]) ++common;
+    const auto tokens = static_cast<std::int64_t>(common);
+    if (tokens >= std::max<std::int64_t>(minimum_tokens, 1) && (!best || tokens > best->tokens))
+      best = PendingMatch{key, tokens, snapshot};
+  };
+  for (const auto& [key, snapshot] : queue_) consider(key, snapshot);
+  if (writing_snapshot_ && !removed_while_writing_) consider(writing_key_, writing_snapshot_);
+  return best;
+}
+
 std::optional<SnapshotStore::Match> SnapshotStore::best_match(const std::vector<TokenId>& prompt,
                                                               std::int64_t minimum_tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -472,7 +502,8 @@ std::optional<SnapshotStore::Match> SnapshotStore::best_match(const std::vector<
   std::size_t best_blocks = 0;
   std::vector<std::pair<const std::string*, const IndexEntry*>> tied;
   for (const auto& [name, entry] : index_) {
-    if (!entry.usable) continue;
+    // A file about to be replaced by a pending snapshot holds an older state: best_pending_match sees the newer.
+    if (!entry.usable || pending_locked(name.substr(0, name.size() - kExtensionLength))) continue;
     const std::size_t limit = std::min(entry.block_hashes.size(), prompt_hashes.size());
     std::size_t blocks = 0;
     while (blocks < limit && entry.block_hashes[blocks] == prompt_hashes[blocks]) ++blocks;

@@ -10,11 +10,13 @@
 // the folder is within the budget; the file just written is never deleted, so the folder exceeds the
 // budget by at most that one snapshot.
 //
-// Lookups see every snapshot in the model's folder, including files written by another kvchat process
-// since the last lookup (the folder is listed each time; a file's header and tokens are read once per
-// identity). The index keeps a bounded summary of each snapshot, not its tokens: chained hashes of its
-// token blocks (at most kMaxSummaryBlocks a file, at most kMaxIndexedSnapshots files, the newest first),
-// so a lookup compares hashes and then reads at most one block of tokens from a few files. A file of more
+// Lookups see the newest state of every key saved here, written or not: a snapshot still queued (or being
+// written) is matched from memory, and the file it will replace is not used meanwhile. So what a lookup finds
+// does not depend on how far the writer has got. They also see every snapshot in the model's folder,
+// including files written by another kvchat process since the last lookup (the folder is listed each time; a file's
+// header and tokens are read once per identity). The index keeps a bounded summary of each snapshot, not its tokens:
+// chained hashes of its token blocks (at most kMaxSummaryBlocks a file, at most kMaxIndexedSnapshots files, the newest
+// first), so a lookup compares hashes and then reads at most one block of tokens from a few files. A file of more
 // tokens than the model's context is not read past its header.
 //
 // What the store touches: only regular files named <key>.kvsnap (and its own temporary names) in model
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -70,9 +73,18 @@ class SnapshotStore {
     std::int64_t tokens = 0;           // the prompt's prefix this snapshot holds
     std::int64_t snapshot_tokens = 0;  // all the snapshot holds
   };
-  // The snapshot of this model sharing the longest prefix with `prompt`, if that prefix has at least
-  // `minimum_tokens` tokens.
+  // The snapshot file of this model sharing the longest prefix with `prompt`, if that prefix has at least
+  // `minimum_tokens` tokens. A file whose key has a newer snapshot pending is left out.
   std::optional<Match> best_match(const std::vector<TokenId>& prompt, std::int64_t minimum_tokens);
+  // The snapshot saved here and not yet written (queued, or being written) sharing the longest prefix with
+  // `prompt`, if that prefix has at least `minimum_tokens` tokens. Held, not copied: it stays valid after
+  // the writer is done with it.
+  struct PendingMatch {
+    std::string key;
+    std::int64_t tokens = 0;  // the prompt's prefix this snapshot holds
+    std::shared_ptr<const KvSnapshot> snapshot;
+  };
+  std::optional<PendingMatch> best_pending_match(const std::vector<TokenId>& prompt, std::int64_t minimum_tokens);
   // Reads `match`'s file and validates it fully. A file that fails is not used again (and deleted when it
   // is a damaged snapshot of this installation); the reason is logged and returned in `rejection`.
   std::optional<LoadedSnapshot> load(const Match& match, std::string* rejection = nullptr);
@@ -129,8 +141,10 @@ class SnapshotStore {
 
   mutable std::mutex mutex_;
   std::condition_variable work_ready_, work_done_;
-  std::vector<std::pair<std::string, KvSnapshot>> queue_;  // at most one per key, oldest first
-  std::string writing_key_;                                // the key being written now ("" when idle)
+  bool pending_locked(const std::string& key) const;  // queued, or being written and not removed
+  std::vector<std::pair<std::string, std::shared_ptr<const KvSnapshot>>> queue_;  // at most one per key, oldest first
+  std::string writing_key_;                             // the key being written now ("" when idle)
+  std::shared_ptr<const KvSnapshot> writing_snapshot_;  // what is being written
   bool removed_while_writing_ = false;
   bool stopping_ = false;
   std::int64_t disk_budget_bytes_ = 0;

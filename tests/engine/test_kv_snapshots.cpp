@@ -16,8 +16,11 @@
 #include "common/test_suite.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -444,6 +447,77 @@ class KvSnapshotsTest : public QObject {
     QCOMPARE(restored.stats.restored_from, std::string("c-3"));
     kvchat::Session fresh(loaded_.model, KvCacheMode::Contiguous);
     QCOMPARE(restored.generated, fresh.generate(base, test::greedy(6)).generated);
+  }
+
+  // What a lookup finds does not depend on the writer's progress: with the writer held back (its callback
+  // blocks after the first write), a queued snapshot and the one being written are matched from memory, the
+  // file a newer snapshot will replace is not used, and a restore from memory gives a fresh prefill's ids.
+  void a_snapshot_not_yet_written_is_found_from_memory() {
+    QTemporaryDir folder;
+    auto store = make_store(folder);
+    std::mutex mutex;
+    std::condition_variable released_signal, written_signal;
+    bool released = false;
+    int written = 0;
+    store->set_written_callback([&](const std::string&, std::int64_t, std::int64_t, std::int64_t) {
+      std::unique_lock<std::mutex> lock(mutex);
+      ++written;
+      written_signal.notify_all();
+      released_signal.wait(lock, [&] { return released; });
+    });
+    auto release = [&] {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        released = true;
+      }
+      released_signal.notify_all();
+    };
+    // However the test ends: a writer left waiting in the callback would hold the store's destructor forever.
+    struct ReleaseOnExit {
+      std::function<void()> release;
+      ~ReleaseOnExit() { release(); }
+    } release_on_exit{release};
+    const std::vector<TokenId> base = test::made_up_prompt(120, 9);
+    SessionPool pool(loaded_.model, store);
+    // Conversation 1 shares the first 60 tokens with `base`, conversation 2 the first 90.
+    std::vector<TokenId> first(base.begin(), base.begin() + 100), second(base.begin(), base.begin() + 100);
+    first[60] = 461;
+    second[90] = 462;
+    pool.acquire(1, KvCacheMode::Contiguous).generate(first, test::greedy(2));
+    QVERIFY(pool.save_snapshot(1));
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      QVERIFY(written_signal.wait_for(lock, std::chrono::seconds(30), [&] { return written == 1; }));
+    }
+    // c-1 is on disk now, and the writer is still "writing" it: matched from memory, its file left out.
+    QVERIFY(!store->best_match(base, 1));
+    std::optional<SnapshotStore::PendingMatch> pending = store->best_pending_match(base, 1);
+    QVERIFY(pending);
+    QCOMPARE(pending->key, std::string("c-1"));
+    QCOMPARE(pending->tokens, std::int64_t{60});
+    pool.acquire(2, KvCacheMode::Contiguous).generate(second, test::greedy(2));
+    QVERIFY(pool.save_snapshot(2));  // queued behind the held writer
+    pending = store->best_pending_match(base, 1);
+    QCOMPARE(pending->key, std::string("c-2"));
+    QCOMPARE(pending->tokens, std::int64_t{90});
+    QVERIFY(!store->best_pending_match(base, 91));
+    QVERIFY(!fs::exists(store->path_for("c-2")));
+    {
+      SessionPool other(loaded_.model, store);  // no file of c-2 yet: only memory holds those 90 tokens
+      const GenerationResult restored = other.acquire(9, KvCacheMode::Contiguous).generate(base, test::greedy(6));
+      QCOMPARE(restored.stats.restored_tokens, 90);
+      QCOMPARE(restored.stats.restored_from, std::string("c-2"));
+      kvchat::Session fresh(loaded_.model, KvCacheMode::Contiguous);
+      QCOMPARE(restored.generated, fresh.generate(base, test::greedy(6)).generated);
+    }
+    release();
+    store->flush();
+    QVERIFY(!store->best_pending_match(base, 1));
+    const std::optional<SnapshotStore::Match> match = store->best_match(base, 1);
+    QVERIFY(match);
+    QCOMPARE(match->key, std::string("c-2"));
+    QCOMPARE(match->tokens, std::int64_t{90});
+    store->set_written_callback({});
   }
 
   // 2 x 4096 layers x 4096 heads x 65536 dims x 2^21 tokens x 4 bytes is 2^64 bytes, 0 in 64 bits: a
