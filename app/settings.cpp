@@ -260,7 +260,8 @@ kvchat::GenerationConfig ChatSettings::to_generation_config() const {
   return config;
 }
 
-qint64 physical_memory_bytes() {
+namespace {
+qint64 read_physical_memory_bytes() {
   QFile meminfo(QStringLiteral("/proc/meminfo"));
   if (meminfo.open(QIODevice::ReadOnly | QIODevice::Text)) {
     while (!meminfo.atEnd()) {
@@ -276,6 +277,13 @@ qint64 physical_memory_bytes() {
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0) return static_cast<qint64>(pages) * page_size;
   return 0;
+}
+}  // namespace
+
+// Read once: the window's gauge asks after every turn, and the machine's memory does not change meanwhile.
+qint64 physical_memory_bytes() {
+  static const qint64 bytes = read_physical_memory_bytes();
+  return bytes;
 }
 
 qint64 ChatSettings::effective_cache_budget_bytes() const {

@@ -49,48 +49,47 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
                            const QString& streaming_text) {
   const QList<kvchat::app::MessageRecord> ordered = kvchat::app::messages_in_reading_order(messages);
   if (layout_->indexOf(placeholder_) >= 0) layout_->removeWidget(placeholder_);  // put back by refresh_placeholder()
-  // Sending appends to the list: keep the widgets already shown (a long chat is not re-rendered) when
-  // they are, id for id, the start of the new list.
-  const QList<MessageWidget*> shown = messageWidgets();
-  bool shown_is_prefix = shown.size() <= ordered.size() && layout_->count() - 1 == shown.size();
-  for (int i = 0; shown_is_prefix && i < shown.size(); ++i)
-    shown_is_prefix = shown[i]->messageId() == ordered[i].id && shown[i]->text() == ordered[i].text &&
-                      ordered[i].id != streaming_message_id;
-  int first_new = 0;
-  if (shown_is_prefix) {
-    first_new = static_cast<int>(shown.size());
-  } else {
-    while (layout_->count() > 1) {
-      QLayoutItem* item = layout_->takeAt(0);
-      if (item->widget()) item->widget()->deleteLater();
-      delete item;
+  // The widgets already shown stay (a long chat is not re-rendered when a message is appended, a context-cut
+  // marker inserted or a message deleted) when they show the same message, with the same text, in the same
+  // order; every other item goes (an error line too).
+  QHash<qint64, int> wanted;  // id -> position in `ordered`
+  for (int i = 0; i < ordered.size(); ++i) wanted.insert(ordered[i].id, i);
+  for (int i = layout_->count() - 2; i >= 0; --i) {  // the last item is the stretch
+    QWidget* item_widget = layout_->itemAt(i)->widget();
+    auto* widget = qobject_cast<MessageWidget*>(item_widget);
+    const int position = widget ? static_cast<int>(wanted.value(widget->messageId(), -1)) : -1;
+    const bool keep =
+        position >= 0 && widget->text() == ordered[position].text && ordered[position].id != streaming_message_id;
+    if (keep) continue;
+    QLayoutItem* item = layout_->takeAt(i);
+    if (item_widget) {
+      item_widget->hide();
+      item_widget->deleteLater();
     }
+    delete item;
   }
-  for (int i = first_new; i < ordered.size(); ++i) {
-    const auto& message = ordered[i];
-    auto* widget = new MessageWidget(message, container_);
-    widget->setFont(font());  // see changeEvent
-    if (message.id == streaming_message_id) {
-      widget->setStreaming(true);
-      if (!streaming_text.isEmpty() && message.text != streaming_text) {
-        widget->setRecord([&] {
-          auto copy = message;
-          copy.text = streaming_text;
-          return copy;
-        }());
-        widget->setStreaming(true);
+  // What is kept must be in reading order (a branch or an alternative switched can reorder): else rebuild.
+  QList<MessageWidget*> kept = messageWidgets();
+  for (int i = 1; i < kept.size(); ++i)
+    if (wanted.value(kept[i - 1]->messageId()) >= wanted.value(kept[i]->messageId())) {
+      for (MessageWidget* widget : kept) {
+        layout_->removeWidget(widget);
+        widget->hide();
+        widget->deleteLater();
       }
+      kept.clear();
+      break;
     }
-    connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
-    connect(widget, &MessageWidget::deleteRequested, this, &ChatView::deleteMessageRequested);
-    connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
-    connect(widget, &MessageWidget::editRequested, this, &ChatView::editMessageRequested);
-    connect(widget, &MessageWidget::branchRequested, this, &ChatView::branchRequested);
-    connect(widget, &MessageWidget::newChatRequested, this, &ChatView::newChatRequested);
-    connect(widget, &MessageWidget::dropOldestTurnsRequested, this, &ChatView::dropOldestTurnsRequested);
-    widget->setOffersDropOldestTurns(offers_drop_oldest_);
-    widget->setContinuable(message.id == continuable_message_);
-    layout_->insertWidget(layout_->count() - 1, widget);
+  int layout_position = 0;
+  for (const auto& message : ordered) {
+    auto* at = layout_position < layout_->count() - 1
+                   ? qobject_cast<MessageWidget*>(layout_->itemAt(layout_position)->widget())
+                   : nullptr;
+    if (at && at->messageId() == message.id) {
+      ++layout_position;
+      continue;
+    }
+    layout_->insertWidget(layout_position++, make_message_widget(message, streaming_message_id, streaming_text));
   }
   for (MessageWidget* widget : messageWidgets()) {
     if (widget->role() == QLatin1String("user")) {
@@ -106,6 +105,33 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
   found_message_ = 0;
   found_view_ = -1;
   scroll_to_bottom_if_following();
+}
+
+MessageWidget* ChatView::make_message_widget(const kvchat::app::MessageRecord& message, qint64 streaming_message_id,
+                                             const QString& streaming_text) {
+  auto* widget = new MessageWidget(message, container_);
+  widget->setFont(font());  // see changeEvent
+  if (message.id == streaming_message_id) {
+    widget->setStreaming(true);
+    if (!streaming_text.isEmpty() && message.text != streaming_text) {
+      widget->setRecord([&] {
+        auto copy = message;
+        copy.text = streaming_text;
+        return copy;
+      }());
+      widget->setStreaming(true);
+    }
+  }
+  connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
+  connect(widget, &MessageWidget::deleteRequested, this, &ChatView::deleteMessageRequested);
+  connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
+  connect(widget, &MessageWidget::editRequested, this, &ChatView::editMessageRequested);
+  connect(widget, &MessageWidget::branchRequested, this, &ChatView::branchRequested);
+  connect(widget, &MessageWidget::newChatRequested, this, &ChatView::newChatRequested);
+  connect(widget, &MessageWidget::dropOldestTurnsRequested, this, &ChatView::dropOldestTurnsRequested);
+  widget->setOffersDropOldestTurns(offers_drop_oldest_);
+  widget->setContinuable(message.id == continuable_message_);
+  return widget;
 }
 
 namespace {

@@ -63,6 +63,8 @@ class ChatView : public QScrollArea {
   void changeEvent(QEvent* event) override;  // a new text size goes to every message
 
  private:
+  MessageWidget* make_message_widget(const kvchat::app::MessageRecord& message, qint64 streaming_message_id,
+                                     const QString& streaming_text);
   void scroll_to_bottom_if_following();
   void refresh_placeholder();
   QWidget* container_ = nullptr;

@@ -14,7 +14,7 @@
 #include <QKeySequence>
 #include <QLabel>
 #include <QLineEdit>
-#include <QListWidget>
+#include <QListView>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
@@ -86,6 +86,13 @@ class ListWidthItemDelegate : public QStyledItemDelegate {
     size.setWidth(0);  // the list's width decides; the text elides within it
     return size;
   }
+
+ protected:
+  void initStyleOption(QStyleOptionViewItem* option, const QModelIndex& index) const override {
+    QStyledItemDelegate::initStyleOption(option, index);
+    // A chat that is generating or waiting reads differently at a glance.
+    option->font.setItalic(index.data(ConversationListModel::BusyRole).toBool());
+  }
 };
 }  // namespace
 
@@ -147,7 +154,11 @@ QWidget* MainWindow::build_sidebar() {
   search_field_->setPlaceholderText(tr("Search chats"));
   search_field_->setClearButtonEnabled(true);
   search_field_->setToolTip(tr("Shows the chats whose messages or title hold every word typed (or its beginning)"));
-  conversation_list_ = new QListWidget(sidebar);
+  conversation_model_ = new ConversationListModel(controller_, this);
+  conversation_list_ = new QListView(sidebar);
+  conversation_list_->setModel(conversation_model_);
+  conversation_list_->setSelectionMode(QAbstractItemView::SingleSelection);
+  conversation_list_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   conversation_list_->setObjectName("conversationList");
   conversation_list_->setTextElideMode(Qt::ElideRight);
   // Rows as wide as the list, whatever the title: a long one elides instead of widening the list behind a
@@ -170,26 +181,32 @@ QWidget* MainWindow::build_sidebar() {
   connect(new_button, &QPushButton::clicked, this, &MainWindow::start_new_conversation);
   connect(rename_button, &QPushButton::clicked, this, &MainWindow::rename_selected_conversation);
   connect(delete_button, &QPushButton::clicked, this, &MainWindow::delete_selected_conversation);
-  connect(conversation_list_, &QListWidget::currentItemChanged, this, [this](QListWidgetItem* item) {
-    // Read first: selecting rebuilds the list, and the item with it.
-    const qint64 first_match = item ? item->data(kFirstMatchRole).toLongLong() : 0;
-    if (item) controller_->selectConversation(item->data(Qt::UserRole).toLongLong());
-    refresh_pin_action();
-    // Found by a search: the transcript goes to the first matching message, in whichever branch it is.
-    if (first_match > 0) {
-      controller_->revealMessage(first_match);
-      chat_view_->showMessage(first_match, search_field_->text().split(QLatin1Char(' '), Qt::SkipEmptyParts).value(0));
-    }
-  });
+  connect(conversation_list_->selectionModel(), &QItemSelectionModel::currentChanged, this,
+          [this](const QModelIndex& current) {
+            // The list's own update (a removed row takes the current one with it) selects nothing: the controller's
+            // current chat stays, and select_current_conversation_row() shows it afterwards.
+            if (updating_conversation_list_) return;
+            // Read first: selecting updates the list, and the row may move.
+            const qint64 first_match = current.isValid() ? current.data(kFirstMatchRole).toLongLong() : 0;
+            if (current.isValid())
+              controller_->selectConversation(current.data(ConversationListModel::ConversationIdRole).toLongLong());
+            refresh_pin_action();
+            // Found by a search: the transcript goes to the first matching message, in whichever branch it is.
+            if (first_match > 0) {
+              controller_->revealMessage(first_match);
+              chat_view_->showMessage(first_match,
+                                      search_field_->text().split(QLatin1Char(' '), Qt::SkipEmptyParts).value(0));
+            }
+          });
   connect(search_field_, &QLineEdit::textChanged, this, [this] {
     refresh_conversations();
     // The chat on screen is among those found: the transcript goes to its first match as the words are typed.
-    const QListWidgetItem* current = conversation_list_->currentItem();
-    if (current && current->data(kFirstMatchRole).toLongLong() > 0)
-      chat_view_->showMessage(current->data(kFirstMatchRole).toLongLong(),
+    const QModelIndex current = conversation_list_->currentIndex();
+    if (current.isValid() && current.data(kFirstMatchRole).toLongLong() > 0)
+      chat_view_->showMessage(current.data(kFirstMatchRole).toLongLong(),
                               search_field_->text().split(QLatin1Char(' '), Qt::SkipEmptyParts).value(0));
   });
-  connect(conversation_list_, &QListWidget::itemDoubleClicked, this, &MainWindow::rename_selected_conversation);
+  connect(conversation_list_, &QListView::doubleClicked, this, &MainWindow::rename_selected_conversation);
   return sidebar;
 }
 
@@ -367,15 +384,15 @@ QWidget* MainWindow::build_chat_panel() {
 }
 
 void MainWindow::select_neighbour_conversation(int step) {
-  const int count = conversation_list_->count();
+  const int count = conversation_model_->rowCount();
   if (count == 0) return;
-  const int row = conversation_list_->currentRow();
+  const int row = conversation_list_->currentIndex().row();
   select_conversation_at(((row < 0 ? 0 : row + step) % count + count) % count);
 }
 
 void MainWindow::select_conversation_at(int row) {
-  if (row < 0 || row >= conversation_list_->count()) return;
-  controller_->selectConversation(conversation_list_->item(row)->data(Qt::UserRole).toLongLong());
+  if (row < 0 || row >= conversation_model_->rowCount()) return;
+  controller_->selectConversation(conversation_model_->conversation_at(row));
   input_->setFocus();
 }
 
@@ -401,7 +418,7 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::currentConversationChanged, this, [this](qint64 conversation_id) {
     editing_message_id_ = 0;
     switch_drafts(conversation_id);
-    refresh_conversations();
+    select_current_conversation_row();
     reload_messages();
     refresh_chat_header();
   });
@@ -421,7 +438,7 @@ void MainWindow::connect_controller() {
     // Ending a turn ends "Generating…" too: a finished one reports its speed right after, a failed one has none.
     speed_label_->setFullText(generating ? tr("Generating\u2026") : QString());
     if (generating) speed_conversation_ = controller_->generatingConversationId();
-    refresh_conversations();
+    refresh_conversation_states();
     refresh_buttons();
   });
   connect(controller_, &ChatController::decodeSpeedChanged, this, [this](double rate, int tokens) {
@@ -433,7 +450,7 @@ void MainWindow::connect_controller() {
         reply->setLiveFigures(figures);
   });
   connect(controller_, &ChatController::turnQueued, this, [this] {
-    refresh_conversations();
+    refresh_conversation_states();
     refresh_buttons();
   });
   connect(
@@ -442,7 +459,7 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::lastReplyStatsChanged, this, &MainWindow::refresh_reply_stats);
   connect(controller_, &ChatController::cacheGaugeChanged, this, [this] {
     refresh_cache_gauge();
-    refresh_conversations();  // the list's tooltips say which chats hold a cache
+    refresh_conversation_states();  // the list's tooltips say which chats hold a cache
   });
   connect(controller_, &ChatController::settingsChanged, this, [this] {
     chat_view_->setOffersDropOldestTurns(controller_->settings().context_overflow ==
@@ -572,13 +589,17 @@ void MainWindow::build_chart_dock() {
   // beside the chat in a short window, and a short panel drops its repeated title and moves its legend aside.
   addDockWidget(Qt::BottomDockWidgetArea, chart_dock_);
   connect(chart_dock_, &QDockWidget::visibilityChanged, this, [this](bool visible) {
+    if (!visible) return;
+    // Plotted while hidden, the chart would cost every reply its redraw for nobody: it catches up when shown.
+    chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
     // After the layout has given the newly shown dock its first height.
-    if (visible) QTimer::singleShot(0, this, [this] { fit_chart_dock(this, chart_dock_); });
+    QTimer::singleShot(0, this, [this] { fit_chart_dock(this, chart_dock_); });
   });
   chart_dock_->hide();  // View > Decode-time chart
-  chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
-  connect(controller_, &ChatController::decodeTimingsChanged, this,
-          [this] { chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings()); });
+  connect(controller_, &ChatController::decodeTimingsChanged, this, [this] {
+    if (chart_dock_->isVisible())
+      chart_panel_->setTimings(controller_->lastDecodeTimings(), controller_->previousDecodeTimings());
+  });
 }
 
 void MainWindow::build_view_menu() {

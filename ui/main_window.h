@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "app/chat/chat_controller.h"
+#include "ui/conversation_list_model.h"
 
 class QAction;
 class QDialog;
@@ -22,7 +23,7 @@ class QFileDialog;
 class QLabel;
 class QMenu;
 class QLineEdit;
-class QListWidget;
+class QListView;
 class QMessageBox;
 class QProgressBar;
 class QPushButton;
@@ -95,14 +96,14 @@ class MainWindow : public QMainWindow {
 
   ChatView* chatView() const { return chat_view_; }
   MessageInput* messageInput() const { return input_; }
-  QListWidget* conversationList() const { return conversation_list_; }
-  QLineEdit* chatSearchField() const { return search_field_; }  // filters the chat list ("chatSearchField")
-  QLineEdit* findInChatField() const { return find_field_; }    // Chat > Find in the chat ("findInChatField")
+  QListView* conversationList() const { return conversation_list_; }  // over a ConversationListModel
+  QLineEdit* chatSearchField() const { return search_field_; }        // filters the chat list ("chatSearchField")
+  QLineEdit* findInChatField() const { return find_field_; }          // Chat > Find in the chat ("findInChatField")
   // A chat list row's first matching message while the list is filtered (0: only the title matched).
-  static constexpr int kFirstMatchRole = Qt::UserRole + 3;
+  static constexpr int kFirstMatchRole = ConversationListModel::FirstMatchRole;
   // A chat list row's pinned flag (bool), and the marker its text starts with when pinned.
-  static constexpr int kPinnedRole = Qt::UserRole + 2;
-  static QString pinnedMarker() { return QStringLiteral("\u2605 "); }
+  static constexpr int kPinnedRole = ConversationListModel::PinnedRole;
+  static QString pinnedMarker() { return ConversationListModel::pinned_marker(); }
   QLabel* speedLabel() const;
   QLabel* replyStatsLabel() const;
   QLabel* cacheLabel() const;
@@ -157,7 +158,9 @@ class MainWindow : public QMainWindow {
   void show_model_load_failed(const QString& path, const QString& message);
   void show_reply_failed(qint64 conversation_id, const QString& message);
   void switch_drafts(qint64 conversation_id);  // the input keeps one draft per chat
-  void refresh_conversations();
+  void refresh_conversations();                // reads the chat list (a store change): the list updates in place
+  void refresh_conversation_states();          // generating, waiting, caches held: no store read
+  void select_current_conversation_row();
   void reload_messages();
   void refresh_buttons();
   void refresh_model_label();  // the loaded model, or the server and model replies come from
@@ -203,7 +206,9 @@ class MainWindow : public QMainWindow {
   QHash<qint64, QString> drafts_;  // unsent text of the other chats
   qint64 speed_conversation_ = 0;  // the chat whose reply the speed field shows (0: none)
 
-  QListWidget* conversation_list_ = nullptr;
+  ConversationListModel* conversation_model_ = nullptr;
+  bool updating_conversation_list_ = false;  // the model's rows change: the view's current row is not a choice
+  QListView* conversation_list_ = nullptr;
   QLineEdit* search_field_ = nullptr;
   QLineEdit* find_field_ = nullptr;
   QAction* pin_action_ = nullptr;

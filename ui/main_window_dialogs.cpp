@@ -11,7 +11,7 @@
 #include <QGridLayout>
 #include <QInputDialog>
 #include <QLabel>
-#include <QListWidget>
+#include <QListView>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QRegularExpression>
@@ -311,7 +311,7 @@ void MainWindow::delete_message(qint64 message_id) {
 
 void MainWindow::refresh_pin_action() {
   if (!pin_action_) return;
-  const auto record = controller_->conversation(selected_conversation_id());
+  const auto record = conversation_model_->record(selected_conversation_id());  // as last read: no store read
   pin_action_->setEnabled(record.has_value());
   pin_action_->setText(record && record->pinned ? tr("Un&pin the chat") : tr("&Pin the chat"));
 }
@@ -372,8 +372,9 @@ ChatGenerationDialog* MainWindow::openChatGenerationDialog() {
 }
 
 qint64 MainWindow::selected_conversation_id() const {
-  const QListWidgetItem* item = conversation_list_->currentItem();
-  return item ? item->data(Qt::UserRole).toLongLong() : controller_->currentConversationId();
+  const QModelIndex current = conversation_list_->currentIndex();
+  return current.isValid() ? current.data(ConversationListModel::ConversationIdRole).toLongLong()
+                           : controller_->currentConversationId();
 }
 
 }  // namespace kvchat::ui

@@ -7,10 +7,11 @@
 #include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
-#include <QListWidget>
+#include <QListView>
 #include <QLocale>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScopedValueRollback>
 #include <QStatusBar>
 
 #include <algorithm>
@@ -173,60 +174,38 @@ void MainWindow::clear_speed() {
 }
 
 void MainWindow::refresh_conversations() {
-  const QSignalBlocker blocker(conversation_list_);
-  conversation_list_->clear();
-  // The speed shown was a deleted chat's: it describes nothing on screen any more.
-  if (speed_conversation_ > 0 && !controller_->conversation(speed_conversation_)) clear_speed();
-  const qint64 current = controller_->currentConversationId();
-  const qint64 generating = controller_->isGenerating() ? controller_->generatingConversationId() : 0;
-  QHash<qint64, kvchat::app::ChatController::HeldCache> held;
-  for (const auto& cache : controller_->heldCaches()) held.insert(cache.conversation_id, cache);
-  const QList<kvchat::app::ConversationRecord> conversations = controller_->conversations();
-  const QHash<qint64, QString> titles = distinguishable_titles(conversations);
-  // While the search field holds text, only the chats it finds, each with its first matching message.
-  const QString query = search_field_ ? search_field_->text().trimmed() : QString();
-  QHash<qint64, qint64> found;
-  if (!query.isEmpty())
-    for (const kvchat::app::SearchHit& hit : controller_->searchConversations(query))
-      found.insert(hit.conversation_id, hit.first_message_id);
-  for (const auto& conversation : conversations) {
-    if (!query.isEmpty() && !found.contains(conversation.id)) continue;
-    QString text = titles.value(conversation.id);
-    QString state;
-    if (conversation.id == generating)
-      state = tr("generating\u2026");
-    else if (controller_->isQueued(conversation.id))
-      state = tr("waiting\u2026");
-    if (!state.isEmpty()) text = QStringLiteral("%1 \u00b7 %2").arg(text, state);
-    // Pinned chats lead the list (the store orders them): the marker says why they stay there.
-    if (conversation.pinned) text = pinnedMarker() + text;
-    auto* item = new QListWidgetItem(text, conversation_list_);
-    item->setData(Qt::UserRole, conversation.id);
-    QFont font = item->font();
-    font.setItalic(!state.isEmpty());
-    item->setFont(font);
-    item->setData(kPinnedRole, conversation.pinned);
-    item->setData(kFirstMatchRole, found.value(conversation.id));
-    QString tooltip = tr("%1\n%2 messages, last active %3")
-                          .arg(conversation.title)
-                          .arg(conversation.message_count)
-                          .arg(QLocale().toString(conversation.updated_at.toLocalTime(), QLocale::ShortFormat));
-    if (conversation.pinned) tooltip += tr("\nPinned: listed first");
-    // Which chats hold a cache now, and how much (Chat > Caches in memory lists them all).
-    if (held.contains(conversation.id))
-      tooltip += tr("\nKV cache in memory: %1 tokens, %2")
-                     .arg(held.value(conversation.id).tokens)
-                     .arg(format_bytes(held.value(conversation.id).bytes));
-    else
-      tooltip += tr("\nNo KV cache in memory (the next reply prefills the chat)");
-    item->setToolTip(tooltip);
-    item->setData(Qt::UserRole + 1, held.contains(conversation.id) ? held.value(conversation.id).bytes : 0);
-    if (conversation.id == current) {
-      conversation_list_->setCurrentItem(item);
-      title_label_->setFullText(conversation.title);
-    }
+  {
+    const QScopedValueRollback<bool> updating(updating_conversation_list_, true);
+    // While the search field holds text, only the chats it finds, each with its first matching message.
+    conversation_model_->reload(search_field_ ? search_field_->text().trimmed() : QString());
   }
-  if (current <= 0) title_label_->setFullText(tr("New chat"));
+  // The speed shown was a deleted chat's: it describes nothing on screen any more.
+  if (speed_conversation_ > 0 && !conversation_model_->knows(speed_conversation_)) clear_speed();
+  select_current_conversation_row();
+}
+
+void MainWindow::refresh_conversation_states() {
+  {
+    const QScopedValueRollback<bool> updating(updating_conversation_list_, true);
+    conversation_model_->refresh_states();
+  }
+}
+
+// The list's current row follows the controller's current chat; no selection signal goes back to it.
+void MainWindow::select_current_conversation_row() {
+  const qint64 current = controller_->currentConversationId();
+  const int row = conversation_model_->row_of(current);
+  QItemSelectionModel* selection = conversation_list_->selectionModel();
+  if (row != conversation_list_->currentIndex().row() || row < 0) {
+    const QSignalBlocker blocker(selection);
+    if (row >= 0)
+      selection->setCurrentIndex(conversation_model_->index(row), QItemSelectionModel::ClearAndSelect);
+    else
+      selection->clear();
+    conversation_list_->viewport()->update();
+  }
+  const std::optional<kvchat::app::ConversationRecord> record = conversation_model_->record(current);
+  title_label_->setFullText(record ? record->title : tr("New chat"));
   refresh_pin_action();
 }
 

@@ -5,13 +5,14 @@
 
 #include <QAction>
 #include <QLineEdit>
-#include <QListWidget>
+#include <QListView>
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QToolButton>
 
 #include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
+#include "common/list_view_rows.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_widget.h"
@@ -73,8 +74,8 @@ void ChatListTest::open_window() {
 
 QStringList ChatListTest::list_texts() const {
   QStringList texts;
-  for (int row = 0; row < window_->conversationList()->count(); ++row)
-    texts << window_->conversationList()->item(row)->text();
+  for (int row = 0; row < kvchat::test::list_count(window_->conversationList()); ++row)
+    texts << kvchat::test::list_text(window_->conversationList(), row);
   return texts;
 }
 
@@ -82,7 +83,7 @@ void ChatListTest::pinned_chats_lead_the_list_with_a_marker() {
   const QList<qint64> ids = save_chats({QStringLiteral("Apples"), QStringLiteral("Bees"), QStringLiteral("Clouds")});
   open_window();
   if (QTest::currentTestFailed()) return;
-  QListWidget* list = window_->conversationList();
+  QListView* list = window_->conversationList();
   QCOMPARE(list_texts(), (QStringList{"Clouds", "Bees", "Apples"}));
 
   auto* pin = window_->findChild<QAction*>(QStringLiteral("pinChatAction"));
@@ -92,19 +93,19 @@ void ChatListTest::pinned_chats_lead_the_list_with_a_marker() {
   QCOMPARE(list->contextMenuPolicy(), Qt::ActionsContextMenu);
   QVERIFY(list->actions().contains(pin));
 
-  list->setCurrentRow(2);  // Apples, the oldest
+  kvchat::test::select_list_row(list, 2);  // Apples, the oldest
   QCOMPARE(controller()->currentConversationId(), ids[0]);
   QCOMPARE(pin->text(), QStringLiteral("&Pin the chat"));
   pin->trigger();
   const QString marker = MainWindow::pinnedMarker();
   QCOMPARE(list_texts(), (QStringList{marker + "Apples", "Clouds", "Bees"}));
-  QCOMPARE(list->item(0)->data(MainWindow::kPinnedRole).toBool(), true);
-  QCOMPARE(list->item(1)->data(MainWindow::kPinnedRole).toBool(), false);
-  QCOMPARE(list->currentRow(), 0);  // still the selected chat
+  QCOMPARE(kvchat::test::list_row(list, 0).data(MainWindow::kPinnedRole).toBool(), true);
+  QCOMPARE(kvchat::test::list_row(list, 1).data(MainWindow::kPinnedRole).toBool(), false);
+  QCOMPARE(kvchat::test::current_list_row(list), 0);  // still the selected chat
   QCOMPARE(pin->text(), QStringLiteral("Un&pin the chat"));
   QVERIFY(controller()->conversation(ids[0])->pinned);
 
-  list->setCurrentRow(2);  // Bees
+  kvchat::test::select_list_row(list, 2);  // Bees
   QCOMPARE(pin->text(), QStringLiteral("&Pin the chat"));
   pin->trigger();
   // Among the pinned, the most recently updated first, as among the others.
@@ -121,8 +122,8 @@ void ChatListTest::pinned_chats_lead_the_list_with_a_marker() {
   QCOMPARE(pin_keys, (QStringList{QKeySequence(QStringLiteral("Ctrl+Shift+P")).toString(QKeySequence::NativeText)}));
   sheet->close();
 
-  list->setCurrentRow(1);  // Apples
-  pin->trigger();          // unpinned: back among the others, in its place by date
+  kvchat::test::select_list_row(list, 1);  // Apples
+  pin->trigger();                          // unpinned: back among the others, in its place by date
   QCOMPARE(list_texts(), (QStringList{marker + "Bees", "Clouds", "Apples"}));
   QVERIFY(!controller()->conversation(ids[0])->pinned);
 }
@@ -133,14 +134,14 @@ void ChatListTest::a_chat_is_duplicated_and_a_message_deleted() {
   const QList<qint64> ids = save_chats({QStringLiteral("Apples"), QStringLiteral("Bees")});
   open_window();
   if (QTest::currentTestFailed()) return;
-  QListWidget* list = window_->conversationList();
-  list->setCurrentRow(1);  // Apples
+  QListView* list = window_->conversationList();
+  kvchat::test::select_list_row(list, 1);  // Apples
   auto* duplicate = window_->findChild<QAction*>(QStringLiteral("duplicateChatAction"));
   QVERIFY(duplicate);
   QVERIFY(list->actions().contains(duplicate));
   duplicate->trigger();
   QCOMPARE(list_texts(), (QStringList{"Apples (copy)", "Bees", "Apples"}));
-  QCOMPARE(list->currentRow(), 0);
+  QCOMPARE(kvchat::test::current_list_row(list), 0);
   const qint64 copy = controller()->currentConversationId();
   QVERIFY(copy != ids[0]);
   QCOMPARE(controller()->currentMessages().size(), 1);
@@ -192,8 +193,9 @@ void ChatListTest::the_search_field_filters_the_list_and_finds_the_message() {
   QCOMPARE(list_texts(), (QStringList{"Bees", "Clouds", "Apples"}));
   search->setText(QStringLiteral("Honey"));
   QCOMPARE(list_texts(), (QStringList{"Bees"}));
-  QCOMPARE(window_->conversationList()->item(0)->data(MainWindow::kFirstMatchRole).toLongLong(), reply_id);
-  window_->conversationList()->setCurrentRow(0);
+  QCOMPARE(kvchat::test::list_row(window_->conversationList(), 0).data(MainWindow::kFirstMatchRole).toLongLong(),
+           reply_id);
+  kvchat::test::select_list_row(window_->conversationList(), 0);
   QCOMPARE(controller()->currentConversationId(), ids[1]);
   QCOMPARE(window_->chatView()->foundMessageId(), reply_id);
 

@@ -4,6 +4,7 @@
 #include "common/test_suite.h"
 
 #include <QLabel>
+#include <QPointer>
 
 #include "app/store/chat_history.h"
 #include "ui/chat_view.h"
@@ -37,6 +38,7 @@ class ChatViewTest : public QObject {
  private Q_SLOTS:
   void replies_are_markdown_user_text_is_plain();
   void marker_is_shown_above_the_first_message_in_context();
+  void a_marker_or_a_deletion_keeps_the_other_widgets();
   void streaming_appends_and_the_final_record_replaces();
   void byte_sizes_are_readable();
 };
@@ -65,6 +67,37 @@ void ChatViewTest::marker_is_shown_above_the_first_message_in_context() {
   for (auto* widget : view.messageWidgets()) order << widget->messageId();
   QCOMPARE(order, (QList<qint64>{1, 2, 6, 3, 4, 5}));
   QVERIFY(view.messageWidget(6)->findChild<QLabel*>("markerText")->text().contains("96 tokens"));
+}
+
+// The transcript is not rebuilt when a context-cut marker is inserted (a long chat at the context limit gets one
+// each turn) or a message goes: the other messages keep their widgets, and the order is the reading order.
+void ChatViewTest::a_marker_or_a_deletion_keeps_the_other_widgets() {
+  ChatView view;
+  const QList<MessageRecord> chat{record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"),
+                                  record(4, "assistant", "d"), record(5, "user", "e")};
+  view.setMessages(chat);
+  QHash<qint64, QPointer<MessageWidget>> before;
+  for (MessageWidget* widget : view.messageWidgets()) before.insert(widget->messageId(), widget);
+  QCOMPARE(before.size(), 5);
+  MessageRecord marker = kvchat::app::context_cut_marker(1, 3, 2, 96);
+  marker.id = 6;
+  view.setMessages(chat + QList<MessageRecord>{marker});
+  QList<qint64> order;
+  for (MessageWidget* widget : view.messageWidgets()) order << widget->messageId();
+  QCOMPARE(order, (QList<qint64>{1, 2, 6, 3, 4, 5}));
+  for (qint64 id : {1, 2, 3, 4, 5}) QCOMPARE(view.messageWidget(id), before.value(id).data());
+
+  view.setMessages({record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"), marker});
+  order.clear();
+  for (MessageWidget* widget : view.messageWidgets()) order << widget->messageId();
+  QCOMPARE(order, (QList<qint64>{1, 2, 6, 3}));
+  for (qint64 id : {1, 2, 3}) QCOMPARE(view.messageWidget(id), before.value(id).data());
+  QVERIFY(before.value(4)->isHidden());  // deleted later, out of sight at once
+  // A message whose text changed gets a new widget showing the new text.
+  view.setMessages({record(1, "user", "a"), record(2, "assistant", "b2"), record(3, "user", "c"), marker});
+  QVERIFY(view.messageWidget(2) != before.value(2).data());
+  QCOMPARE(view.messageWidget(2)->text(), QStringLiteral("b2"));
+  QCOMPARE(view.messageWidget(1), before.value(1).data());
 }
 
 void ChatViewTest::streaming_appends_and_the_final_record_replaces() {

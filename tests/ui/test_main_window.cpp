@@ -1,14 +1,14 @@
 // The main window, offscreen, over a real controller, store, settings file and stories260K (greedy):
 // typing and Enter sends and streams, Shift+Enter is a new line, Esc stops, the settings dialog's cache
 // toggle persists and applies on the next turn, a corrupt model directory shows an error and keeps the
-// model, deleting asks first. Also measures the worst event-loop stall while generating (printed only).
+// model, deleting asks first. The worst event-loop stall while generating stays within 30 ms.
 #include <QtTest>
 #include "common/test_suite.h"
 
 #include <QCheckBox>
 #include <QElapsedTimer>
 #include <QLabel>
-#include <QListWidget>
+#include <QListView>
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
@@ -25,6 +25,8 @@
 #include "app/store/conversation_store.h"
 #include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
+#include "common/list_view_rows.h"
+#include "common/sanitized_build.h"
 #include "common/test_paths.h"
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
@@ -54,6 +56,7 @@ class MainWindowTest : public QObject {
   void deleting_a_chat_asks_first();
   void event_loop_stall_while_generating();
   void a_turn_reads_the_message_list_at_most_once();
+  void a_turn_updates_the_chat_list_in_place();
 
  private:
   void open_window(const ChatSettings& settings);
@@ -154,8 +157,8 @@ void MainWindowTest::typing_and_enter_sends_and_streams_the_reply() {
   QCOMPARE(window_->cacheBar()->value(), static_cast<int>(stats.cache_tokens));
   QVERIFY(
       window_->cacheLabel()->text().contains(QStringLiteral("0 reused / %1 prefilled").arg(stats.prefilled_tokens)));
-  QCOMPARE(window_->conversationList()->count(), 1);
-  QCOMPARE(window_->conversationList()->item(0)->text(), QStringLiteral("Once upon a time"));
+  QCOMPARE(kvchat::test::list_count(window_->conversationList()), 1);
+  QCOMPARE(kvchat::test::list_text(window_->conversationList(), 0), QStringLiteral("Once upon a time"));
 
   // Copy puts the reply's text on the clipboard.
   auto* copy = widgets[1]->findChild<QToolButton*>("copyButton");
@@ -250,7 +253,7 @@ void MainWindowTest::deleting_a_chat_asks_first() {
   open_window(greedy_settings());
   type_and_send("Once upon a time");
   QVERIFY(wait_idle());
-  QCOMPARE(window_->conversationList()->count(), 1);
+  QCOMPARE(kvchat::test::list_count(window_->conversationList()), 1);
   QString asked;
   window_->setConfirmHandler([&](const QString&, const QString& text) {
     asked = text;
@@ -259,39 +262,46 @@ void MainWindowTest::deleting_a_chat_asks_first() {
   auto* delete_button = window_->findChild<QPushButton*>("deleteButton");
   delete_button->click();
   QVERIFY(asked.contains("Once upon a time"));
-  QCOMPARE(window_->conversationList()->count(), 1);
+  QCOMPARE(kvchat::test::list_count(window_->conversationList()), 1);
   window_->setConfirmHandler([](const QString&, const QString&) { return true; });
   delete_button->click();
-  QCOMPARE(window_->conversationList()->count(), 0);
+  QCOMPARE(kvchat::test::list_count(window_->conversationList()), 0);
   QVERIFY(controller_->conversations().isEmpty());
   QVERIFY(window_->chatView()->messageWidgets().isEmpty());
 }
 
+// The GUI thread's longest stretch of its own work between two ticks of a 5 ms timer, while six turns stream
+// 150 tokens each and finish. Measured in the thread's CPU time: on a loaded machine (ctest -j, CI) the wall
+// time between ticks also holds the time the thread waited for a core, which no code of ours can remove.
 void MainWindowTest::event_loop_stall_while_generating() {
   ChatSettings settings = greedy_settings();
   settings.max_new_tokens = 150;
   settings.context_overflow = kvchat::app::ContextOverflowPolicy::DropOldestTurns;  // keep going past 512 tokens
   open_window(settings);
+  // CPU time of this (the GUI) thread.
+  auto thread_cpu_ns = [] {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<qint64>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  };
   QElapsedTimer clock;
-  qint64 last_tick = -1;
-  qint64 worst_gap = 0;
+  qint64 last_tick = -1, last_tick_cpu = 0;
+  qint64 worst_gap = 0, worst_cpu_gap = 0;
   int ticks = 0;
   QTimer probe;
   probe.setInterval(5);
   connect(&probe, &QTimer::timeout, this, [&] {
-    const qint64 now = clock.nsecsElapsed();
-    if (last_tick >= 0) worst_gap = std::max(worst_gap, now - last_tick);
+    const qint64 now = clock.nsecsElapsed(), now_cpu = thread_cpu_ns();
+    if (last_tick >= 0) {
+      worst_gap = std::max(worst_gap, now - last_tick);
+      worst_cpu_gap = std::max(worst_cpu_gap, now_cpu - last_tick_cpu);
+    }
     last_tick = now;
+    last_tick_cpu = now_cpu;
     ++ticks;
   });
   int tokens = 0;
-  // CPU time of this (the GUI) thread, to tell its own work from waiting for a core on a busy machine.
-  auto thread_cpu_ms = [] {
-    timespec now{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return now.tv_sec * 1e3 + now.tv_nsec / 1e6;
-  };
-  const double cpu_start = thread_cpu_ms();
+  const qint64 cpu_start = thread_cpu_ns();
   clock.start();
   probe.start();
   const char* prompts[] = {"Once upon a time", "Lily went to the park", "Tom saw a big dog",
@@ -300,11 +310,24 @@ void MainWindowTest::event_loop_stall_while_generating() {
     // A plain event loop, as the app runs (QTest::qWaitFor sleeps between its checks, which would be
     // measured as stalls).
     QEventLoop loop;
+    bool started = false;
     connect(controller_.get(), &ChatController::generatingChanged, &loop, [&](bool generating) {
+      started = started || generating;
       if (!generating) loop.quit();
     });
-    type_and_send(prompt);
-    if (controller_->isGenerating()) loop.exec();
+    QTimer::singleShot(120000, &loop, &QEventLoop::quit);  // a send that never starts fails below, not hangs
+    // The typing is simulated synchronously, outside the event loop (a user's keys come one by one, each
+    // an event of its own): not a stall of the app's. The Enter key is posted, so that the send is handled
+    // inside the loop, as the app handles it.
+    QTest::keyClicks(window_->messageInput(), prompt);
+    last_tick = -1;
+    QCoreApplication::postEvent(window_->messageInput(),
+                                new QKeyEvent(QEvent::KeyPress, Qt::Key_Return, Qt::NoModifier));
+    QCoreApplication::postEvent(window_->messageInput(),
+                                new QKeyEvent(QEvent::KeyRelease, Qt::Key_Return, Qt::NoModifier));
+    loop.exec();
+    QVERIFY(started);
+    QVERIFY(!controller_->isGenerating());
     const auto records = controller_->currentMessages();
     const auto reply = std::find_if(records.crbegin(), records.crend(),
                                     [](const kvchat::app::MessageRecord& r) { return r.role == "assistant"; });
@@ -313,12 +336,23 @@ void MainWindowTest::event_loop_stall_while_generating() {
     tokens += kvchat::app::stats_from_json(reply->stats).generated_tokens;
   }
   probe.stop();
-  const double gui_cpu_ms = thread_cpu_ms() - cpu_start;
+  const double gui_cpu_ms = (thread_cpu_ns() - cpu_start) / 1e6;
   QVERIFY(ticks > 0);
-  qInfo(
-      "worst GUI event-loop stall while generating %d tokens in %.0f ms: %.1f ms (%d ticks of a 5 ms timer); "
-      "GUI thread CPU time %.0f ms",
-      tokens, clock.nsecsElapsed() / 1e6, worst_gap / 1e6, ticks, gui_cpu_ms);
+  QVERIFY(tokens > 300);
+  const QString figures =
+      QStringLiteral(
+          "worst GUI event-loop stall while generating %1 tokens in %2 ms: %3 ms of the thread's own work (%4 ms "
+          "of wall time), %5 ticks of a 5 ms timer; GUI thread CPU time %6 ms")
+          .arg(tokens)
+          .arg(clock.nsecsElapsed() / 1e6, 0, 'f', 0)
+          .arg(worst_cpu_gap / 1e6, 0, 'f', 1)
+          .arg(worst_gap / 1e6, 0, 'f', 1)
+          .arg(ticks)
+          .arg(gui_cpu_ms, 0, 'f', 0);
+  qInfo("%s", qPrintable(figures));
+  // An instrumented build does the same work 2-3x slower.
+  const double limit_ms = 30.0 * kvchat::test::kSanitizedCpuFactor;
+  QVERIFY2(worst_cpu_gap / 1e6 <= limit_ms, qPrintable(figures));
 }
 
 // A send, with everything the window does about it, and its reply streaming in and finishing, read the chat's
@@ -343,6 +377,52 @@ void MainWindowTest::a_turn_reads_the_message_list_at_most_once() {
                             .arg(turn_reads)));
   }
   QCOMPARE(controller_->currentMessages().size(), 6);
+}
+
+// The chat list is never cleared and rebuilt for a turn: its rows change in place (the chat's state, its
+// tooltip's figures) and the chat that answered moves to the top, still the current row.
+void MainWindowTest::a_turn_updates_the_chat_list_in_place() {
+  open_window(greedy_settings());
+  for (const char* prompt : {"Once upon a time", "Lily went to the park"}) {
+    if (controller_->currentConversationId() > 0) controller_->newConversation();
+    type_and_send(prompt);
+    QVERIFY(wait_idle());
+  }
+  QCoreApplication::processEvents();
+  QListView* list = window_->conversationList();
+  QCOMPARE(kvchat::test::list_count(list), 2);
+  QCOMPARE(kvchat::test::list_text(list, 1), QStringLiteral("Once upon a time"));
+  kvchat::test::select_list_row(list, 1);
+  const qint64 older = controller_->currentConversationId();
+  QCOMPARE(kvchat::test::list_row(list, 1).data(kvchat::ui::ConversationListModel::ConversationIdRole).toLongLong(),
+           older);
+
+  QAbstractItemModel* model = list->model();
+  QSignalSpy resets(model, &QAbstractItemModel::modelReset);
+  QSignalSpy layouts(model, &QAbstractItemModel::layoutChanged);
+  QSignalSpy removed(model, &QAbstractItemModel::rowsRemoved);
+  QSignalSpy inserted(model, &QAbstractItemModel::rowsInserted);
+  QSignalSpy moved(model, &QAbstractItemModel::rowsMoved);
+  QSignalSpy changed(model, &QAbstractItemModel::dataChanged);
+  type_and_send(QStringLiteral("Tom saw a big dog"));
+  QVERIFY(controller_->isGenerating());
+  QCOMPARE(kvchat::test::list_text(list, kvchat::test::current_list_row(list)),
+           QStringLiteral("Once upon a time \u00b7 generating\u2026"));
+  QVERIFY(kvchat::test::list_row(list, kvchat::test::current_list_row(list))
+              .data(kvchat::ui::ConversationListModel::BusyRole)
+              .toBool());
+  QVERIFY(wait_idle());
+  QCoreApplication::processEvents();
+  QCOMPARE(resets.size(), 0);
+  QCOMPARE(layouts.size(), 0);
+  QCOMPARE(removed.size(), 0);
+  QCOMPARE(inserted.size(), 0);
+  QCOMPARE(moved.size(), 1);  // to the top: the most recently active chat leads
+  QVERIFY(changed.size() >= 2);
+  QCOMPARE(kvchat::test::current_list_row(list), 0);
+  QCOMPARE(kvchat::test::list_text(list, 0), QStringLiteral("Once upon a time"));
+  QCOMPARE(controller_->currentConversationId(), older);
+  QVERIFY(kvchat::test::list_row(list, 0).data(Qt::ToolTipRole).toString().contains(QStringLiteral("4 messages")));
 }
 
 KVCHAT_TEST_MAIN(MainWindowTest)

@@ -11,7 +11,7 @@
 #include <QDir>
 #include <QFileDialog>
 #include <QLabel>
-#include <QListWidget>
+#include <QListView>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QScrollBar>
@@ -24,6 +24,7 @@
 #include "app/store/conversation_store.h"
 #include "app/store/message_stats_json.h"
 #include "common/chat_fixture.h"
+#include "common/list_view_rows.h"
 #include "ui/chat_view.h"
 #include "ui/elided_label.h"
 #include "ui/main_window.h"
@@ -244,8 +245,10 @@ void MainWindowDefectsTest::another_chat_generating_is_shown_and_a_message_waits
   QVERIFY(send->isEnabled());
   auto* list = window_->conversationList();
   QString generating_item;
-  for (int row = 0; row < list->count(); ++row)
-    if (list->item(row)->data(Qt::UserRole).toLongLong() == first) generating_item = list->item(row)->text();
+  for (int row = 0; row < kvchat::test::list_count(list); ++row)
+    if (kvchat::test::list_row(list, row).data(kvchat::ui::ConversationListModel::ConversationIdRole).toLongLong() ==
+        first)
+      generating_item = kvchat::test::list_text(list, row);
   QCOMPARE(generating_item, QStringLiteral("Once upon a time \u00b7 generating\u2026"));
   auto* waiting = window_->findChild<QLabel*>("waitingLabel");
   QVERIFY(waiting->isVisible());
@@ -256,7 +259,7 @@ void MainWindowDefectsTest::another_chat_generating_is_shown_and_a_message_waits
   QVERIFY(controller()->isQueued(controller()->currentConversationId()));
   QVERIFY2(waiting->text().contains("Waiting for the reply in \u201cOnce upon a time\u201d"),
            qPrintable(waiting->text()));
-  QVERIFY(list->currentItem()->text().endsWith("\u00b7 waiting\u2026"));
+  QVERIFY(list->currentIndex().data().toString().endsWith("\u00b7 waiting\u2026"));
   QVERIFY(wait_idle());
   QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 2);
   QVERIFY(!window_->chatView()->messageWidgets()[1]->text().isEmpty());
@@ -328,7 +331,7 @@ void MainWindowDefectsTest::tab_stays_among_the_controls_and_shortcuts_move_betw
   QCOMPARE(window_->chatView()->verticalScrollBar()->value(), bottom);
 
   // The list is most recent first: [second, first].
-  QCOMPARE(window_->conversationList()->currentRow(), 1);
+  QCOMPARE(kvchat::test::current_list_row(window_->conversationList()), 1);
   QTest::keyClick(window_->messageInput(), Qt::Key_PageUp, Qt::ControlModifier);
   QCOMPARE(controller()->currentConversationId(), second);
   QTest::keyClick(window_->messageInput(), Qt::Key_PageDown, Qt::ControlModifier);

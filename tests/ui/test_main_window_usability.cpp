@@ -20,7 +20,7 @@
 #include <QInputDialog>
 #include <QLabel>
 #include <QLegend>
-#include <QListWidget>
+#include <QListView>
 #include <QMenu>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -37,6 +37,7 @@
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
+#include "common/list_view_rows.h"
 #include "common/model_folder_copy.h"
 #include "ui/appearance.h"
 #include "ui/caches_dialog.h"
@@ -529,11 +530,11 @@ void MainWindowUsabilityTest::a_small_window_shrinks_the_sidebar_and_elides_titl
   QCoreApplication::processEvents();
   auto* sidebar = window_->findChild<QWidget*>("sidebar");
   QVERIFY2(sidebar->width() <= 140, qPrintable(QString::number(sidebar->width())));
-  QListWidget* list = window_->conversationList();
+  QListView* list = window_->conversationList();
   QVERIFY(!list->horizontalScrollBar()->isVisible());
   QCOMPARE(list->horizontalScrollBar()->maximum(), 0);
   // The row is the list's width, so its text is drawn elided within it.
-  QVERIFY(list->visualItemRect(list->item(0)).width() <= list->viewport()->width());
+  QVERIFY(list->visualRect(kvchat::test::list_row(list, 0)).width() <= list->viewport()->width());
   // The title above the chat elides before it reaches the button.
   auto* title = window_->findChild<ElidedLabel*>("conversationTitle");
   QVERIFY(title);
@@ -652,10 +653,10 @@ void MainWindowUsabilityTest::equal_titles_are_told_apart_by_date() {
   window_->findChild<QPushButton*>("newChatButton")->click();
   type_and_send("Tom ran");
   QVERIFY(fixture_->waitIdle());
-  QListWidget* list = window_->conversationList();
-  QCOMPARE(list->count(), 3);
+  QListView* list = window_->conversationList();
+  QCOMPARE(kvchat::test::list_count(list), 3);
   QStringList texts;
-  for (int row = 0; row < list->count(); ++row) texts << list->item(row)->text();
+  for (int row = 0; row < kvchat::test::list_count(list); ++row) texts << kvchat::test::list_text(list, row);
   QCOMPARE(texts.filter("Tom ran").size(), 1);
   QVERIFY(texts.contains("Tom ran"));  // a title of its own stays as it is
   const QStringList equal = texts.filter("Once upon a time \u00b7 ");
