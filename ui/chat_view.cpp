@@ -14,6 +14,8 @@
 
 namespace kvchat::ui {
 
+using kvchat::app::MessageRole;
+
 ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   setObjectName("chatView");
   setWidgetResizable(true);
@@ -92,11 +94,11 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
     layout_->insertWidget(layout_position++, make_message_widget(message, streaming_message_id, streaming_text));
   }
   for (MessageWidget* widget : messageWidgets()) {
-    if (widget->role() == QLatin1String("user")) {
+    if (widget->role() == MessageRole::User) {
       const QList<qint64> branches = branches_.value(widget->messageId());
       widget->setBranches(branches, static_cast<int>(branches.indexOf(widget->messageId())));
     }
-    if (widget->role() != QLatin1String("assistant")) continue;
+    if (widget->role() != MessageRole::Assistant) continue;
     const QList<qint64> alternatives = kvchat::app::reply_alternatives(messages, widget->messageId());
     widget->setAlternatives(alternatives, static_cast<int>(alternatives.indexOf(widget->messageId())));
   }

@@ -37,6 +37,8 @@
 
 namespace kvchat::ui {
 
+using kvchat::app::MessageRole;
+
 using kvchat::app::ChatController;
 
 namespace {
@@ -676,7 +678,7 @@ void MainWindow::start_editing_message(qint64 message_id) {
     return;
   }
   for (const auto& message : controller_->currentMessages()) {
-    if (message.id != message_id || message.role != QLatin1String("user")) continue;
+    if (message.id != message_id || message.role != MessageRole::User) continue;
     input_->setPlainText(message.text);
     input_->setFocus();
     editing_message_id_ = message_id;
@@ -688,7 +690,7 @@ void MainWindow::start_editing_message(qint64 message_id) {
 qint64 MainWindow::user_message_before(qint64 message_id) const {
   const auto messages = controller_->currentMessages();
   for (auto it = messages.crbegin(); it != messages.crend(); ++it)
-    if (it->role == QLatin1String("user") && (message_id == 0 || it->id < message_id)) return it->id;
+    if (it->role == MessageRole::User && (message_id == 0 || it->id < message_id)) return it->id;
   return 0;
 }
 

@@ -31,6 +31,8 @@
 
 namespace kvchat::ui {
 
+using kvchat::app::MessageRole;
+
 namespace {
 
 // Where a picker starts: the current model's folder (a file's own folder).
@@ -299,10 +301,10 @@ void MainWindow::duplicate_selected_conversation() {
 }
 
 void MainWindow::delete_message(qint64 message_id) {
-  QString role;
+  kvchat::app::MessageRole role = kvchat::app::MessageRole::Assistant;
   for (const auto& message : controller_->currentMessages())
     if (message.id == message_id) role = message.role;
-  const QString question = role == QLatin1String("user")
+  const QString question = role == MessageRole::User
                                ? tr("Delete this message and the replies to it? This cannot be undone.")
                                : tr("Delete this reply? This cannot be undone.");
   if (!confirm_(tr("Delete message"), question)) return;

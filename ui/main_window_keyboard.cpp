@@ -24,12 +24,14 @@
 
 namespace kvchat::ui {
 
+using kvchat::app::MessageRole;
+
 using kvchat::app::ChatController;
 
 MessageWidget* MainWindow::last_reply_widget() const {
   const QList<MessageWidget*> widgets = chat_view_->messageWidgets();
   for (auto it = widgets.crbegin(); it != widgets.crend(); ++it)
-    if ((*it)->role() == QLatin1String("assistant")) return *it;
+    if ((*it)->role() == MessageRole::Assistant) return *it;
   return nullptr;
 }
 

@@ -29,6 +29,8 @@
 
 namespace kvchat::ui {
 
+using kvchat::app::MessageRole;
+
 QLabel* MainWindow::speedLabel() const { return speed_label_; }
 QLabel* MainWindow::replyStatsLabel() const { return reply_stats_label_; }
 QLabel* MainWindow::cacheLabel() const { return cache_label_; }
@@ -318,11 +320,11 @@ void MainWindow::refresh_buttons() {
   bool has_user_message = false;
   const auto messages = controller_->currentMessages();
   for (auto it = messages.crbegin(); it != messages.crend(); ++it) {
-    if (it->role == "marker" || kvchat::app::is_hidden_alternative(*it)) continue;
-    has_reply = it->role == "assistant";
+    if (it->role == MessageRole::Marker || kvchat::app::is_hidden_alternative(*it)) continue;
+    has_reply = it->role == MessageRole::Assistant;
     break;
   }
-  for (const auto& message : messages) has_user_message = has_user_message || message.role == "user";
+  for (const auto& message : messages) has_user_message = has_user_message || message.role == MessageRole::User;
   const bool idle = !controller_->isGenerating() && !queued;
   regenerate_button_->setEnabled(idle && ready && has_reply);
   edit_button_->setEnabled(idle && ready && has_user_message);

@@ -19,6 +19,8 @@
 
 namespace kvchat::ui {
 
+using kvchat::app::MessageRole;
+
 namespace {
 // Re-rendering Markdown for every token of a fast model would cost more than the model; 20 Hz looks live.
 constexpr int kRenderIntervalMs = 50;
@@ -32,7 +34,7 @@ MessageWidget::MessageWidget(const kvchat::app::MessageRecord& message, QWidget*
   render_timer_.setSingleShot(true);
   render_timer_.setInterval(kRenderIntervalMs);
   connect(&render_timer_, &QTimer::timeout, this, &MessageWidget::render);
-  if (role_ == "marker")
+  if (role_ == MessageRole::Marker)
     build_marker();
   else
     build_bubble(message);
@@ -58,7 +60,7 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(10, 6, 10, 6);
   layout->setSpacing(3);
-  const bool is_user = role_ == "user";
+  const bool is_user = role_ == MessageRole::User;
   setFrameShape(QFrame::StyledPanel);
   // Tints over the palette's base colour, so that a dark palette gets dark bubbles.
   setStyleSheet(is_user ? "kvchat--ui--MessageWidget { background: rgba(80, 140, 230, 40); border: 1px solid rgba(80, "
@@ -68,9 +70,9 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   auto* header_row = new QHBoxLayout;
   header_ = new QLabel(this);
   header_->setObjectName("messageHeader");
-  QString who = is_user             ? QStringLiteral("You")
-                : role_ == "system" ? QStringLiteral("System")
-                                    : QStringLiteral("Assistant");
+  QString who = is_user                        ? QStringLiteral("You")
+                : role_ == MessageRole::System ? QStringLiteral("System")
+                                               : QStringLiteral("Assistant");
   if (!is_user && !message.model.isEmpty()) who += QStringLiteral(" \u00b7 ") + message.model;
   header_->setText(QStringLiteral("<b>%1</b>").arg(who.toHtmlEscaped()));
   if (message.created_at.isValid())
@@ -162,12 +164,12 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
     connect(edit_button_, &QToolButton::clicked, this, [this] { Q_EMIT editRequested(message_id_); });
     header_row->addWidget(edit_button_);
   }
-  if (role_ == QLatin1String("user") || role_ == QLatin1String("assistant")) {
+  if (role_ == MessageRole::User || role_ == MessageRole::Assistant) {
     delete_button_ = new QToolButton(this);
     delete_button_->setObjectName("deleteMessageButton");
     delete_button_->setText(tr("Delete"));
-    delete_button_->setToolTip(role_ == QLatin1String("user") ? tr("Delete this message and the replies to it")
-                                                              : tr("Delete this reply"));
+    delete_button_->setToolTip(role_ == MessageRole::User ? tr("Delete this message and the replies to it")
+                                                          : tr("Delete this reply"));
     delete_button_->setAutoRaise(true);
     delete_button_->setFocusPolicy(Qt::NoFocus);  // as Copy
     connect(delete_button_, &QToolButton::clicked, this, [this] { Q_EMIT deleteRequested(message_id_); });
@@ -312,14 +314,14 @@ QString MessageWidget::alternativesText() const {
 
 void MessageWidget::render() {
   render_timer_.stop();
-  if (role_ == "marker") {
+  if (role_ == MessageRole::Marker) {
     marker_label_->setText(text_);
     return;
   }
   if (cut_short_) {
     QString note;
     bool context_full = false;
-    if (!streaming_ && !failed_ && role_ == "assistant") {
+    if (!streaming_ && !failed_ && role_ == MessageRole::Assistant) {
       if (!complete_)
         note = tr("Cut short: the app closed before this reply finished.");
       else if (stop_reason_ == QLatin1String("max_tokens"))
@@ -355,7 +357,7 @@ void MessageWidget::render() {
   }
   // A failed turn's error is in the stats line; an empty body would only add a blank bubble.
   body_->setVisible(!(failed_ && text_.isEmpty()));
-  body_->setContent(text_, role_ != "user");
+  body_->setContent(text_, role_ != MessageRole::User);
 }
 
 }  // namespace kvchat::ui

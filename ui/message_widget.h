@@ -24,7 +24,7 @@ class MessageWidget : public QFrame {
   explicit MessageWidget(const kvchat::app::MessageRecord& message, QWidget* parent = nullptr);
 
   qint64 messageId() const { return message_id_; }
-  QString role() const { return role_; }
+  kvchat::app::MessageRole role() const { return role_; }
   QString text() const { return text_; }
   QString statsText() const;
   // The line under a reply that is cut short ("" when it is not).
@@ -72,7 +72,7 @@ class MessageWidget : public QFrame {
   void build_bubble(const kvchat::app::MessageRecord& message);
   void render();
   qint64 message_id_ = 0;
-  QString role_;
+  kvchat::app::MessageRole role_;
   QString text_;
   bool streaming_ = false;
   bool failed_ = false;

@@ -177,7 +177,7 @@ void ChatController::setModelFolders(const QStringList& folders) { save_model_fo
 std::optional<ChatController::ModelUse> ChatController::lastModelOf(qint64 conversation_id) const {
   const QList<MessageRecord> records = stored_messages(conversation_id);
   for (auto it = records.crbegin(); it != records.crend(); ++it) {
-    if (it->role != QLatin1String("assistant") || is_hidden_alternative(*it)) continue;
+    if (it->role != MessageRole::Assistant || is_hidden_alternative(*it)) continue;
     const QString path = it->settings.value(kReplyModelPathKey).toString();
     if (path.isEmpty()) return std::nullopt;  // the last reply does not say (remote, or written before the key)
     return ModelUse{path, it->model};
@@ -266,7 +266,7 @@ std::optional<DraftRequest> ChatController::draft_request(const QString& draft, 
     if (const auto conversation = store_->conversation(current_conversation_)) {
       QList<MessageRecord> records = messages_on_shown_path(current_records());
       for (qsizetype i = records.size() - 1; i >= 0; --i)
-        if (records[i].role == QLatin1String("user") &&
+        if (records[i].role == MessageRole::User &&
             (replacing_message_id == 0 || records[i].id == replacing_message_id)) {
           records.resize(i);
           break;

@@ -86,7 +86,7 @@ QHash<qint64, QList<qint64>> ChatController::currentBranches() const {
   if (current_conversation_ == 0) return branches;
   const QList<MessageRecord>& all = current_records();
   for (const MessageRecord& message : messages_on_shown_path(all)) {
-    if (message.role != QLatin1String("user")) continue;
+    if (message.role != MessageRole::User) continue;
     const QList<qint64> group = branch_siblings(all, message.id);
     if (!group.isEmpty()) branches.insert(message.id, group);
   }
@@ -167,13 +167,13 @@ bool ChatController::deleteMessage(qint64 message_id) {
     const QList<MessageRecord> records = currentMessages();
     auto it =
         std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
-    if (it == records.cend() || (it->role != QLatin1String("user") && it->role != QLatin1String("assistant"))) {
+    if (it == records.cend() || (it->role != MessageRole::User && it->role != MessageRole::Assistant)) {
       Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a message of this chat.").arg(message_id));
       return false;
     }
     QList<qint64> doomed{message_id};
     std::optional<qint64> shown_instead;
-    if (it->role == QLatin1String("user") && !branch_siblings(current_records(), message_id).isEmpty()) {
+    if (it->role == MessageRole::User && !branch_siblings(current_records(), message_id).isEmpty()) {
       // An edited message (or an edit): its branch goes, the rest of its group stays.
       forget_records(conversation_id);
       store_->delete_branch(conversation_id, message_id);
@@ -182,10 +182,10 @@ bool ChatController::deleteMessage(qint64 message_id) {
       Q_EMIT messagesReset();
       return true;
     }
-    if (it->role == QLatin1String("user")) {
+    if (it->role == MessageRole::User) {
       // Its replies: the assistant messages up to the next user message (context-cut markers stay).
-      for (auto next = it + 1; next != records.cend() && next->role != QLatin1String("user"); ++next)
-        if (next->role == QLatin1String("assistant")) doomed << next->id;
+      for (auto next = it + 1; next != records.cend() && next->role != MessageRole::User; ++next)
+        if (next->role == MessageRole::Assistant) doomed << next->id;
     } else if (!is_hidden_alternative(*it)) {
       QList<qint64> others = reply_alternatives(records, message_id);
       others.removeAll(message_id);

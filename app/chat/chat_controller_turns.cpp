@@ -153,8 +153,8 @@ bool ChatController::regenerate() {
     const QList<MessageRecord> records = currentMessages();
     const MessageRecord* last_reply = nullptr;
     for (auto it = records.crbegin(); it != records.crend(); ++it) {
-      if (it->role == "marker" || is_hidden_alternative(*it)) continue;
-      if (it->role == "assistant") last_reply = &*it;
+      if (it->role == MessageRole::Marker || is_hidden_alternative(*it)) continue;
+      if (it->role == MessageRole::Assistant) last_reply = &*it;
       break;
     }
     if (!last_reply) {
@@ -211,7 +211,7 @@ std::optional<MessageRecord> ChatController::continuableReply() const {
   if (current_conversation_ == 0 || usesRemoteBackend()) return std::nullopt;
   const QList<MessageRecord> records = currentMessages();
   for (auto it = records.crbegin(); it != records.crend(); ++it) {
-    if (it->role == "marker" || is_hidden_alternative(*it)) continue;
+    if (it->role == MessageRole::Marker || is_hidden_alternative(*it)) continue;
     if (is_continuable_reply(*it)) return *it;
     break;
   }
@@ -238,7 +238,7 @@ bool ChatController::editLastUserMessage(const QString& text) {
   try {
     const QList<MessageRecord> records = currentMessages();
     for (auto it = records.crbegin(); it != records.crend(); ++it)
-      if (it->role == "user") return editMessage(it->id, text);
+      if (it->role == MessageRole::User) return editMessage(it->id, text);
     Q_EMIT errorOccurred(QStringLiteral("There is no message to edit."));
     return false;
   } catch (const std::exception& error) {
@@ -258,7 +258,7 @@ bool ChatController::editMessage(qint64 message_id, const QString& text) {
     const QList<MessageRecord> records = currentMessages();
     const auto it =
         std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
-    if (it == records.cend() || it->role != QLatin1String("user")) {
+    if (it == records.cend() || it->role != MessageRole::User) {
       Q_EMIT errorOccurred(QStringLiteral("Message %1 is not a message of yours in this chat.").arg(message_id));
       return false;
     }
@@ -424,7 +424,7 @@ std::optional<QString> ChatController::cancelQueued(qint64 conversation_id) {
   try {
     const QList<MessageRecord> records = stored_messages(conversation_id);
     // What waits is the chat's last message (send() queued it unanswered).
-    if (!records.isEmpty() && records.back().role == QLatin1String("user")) {
+    if (!records.isEmpty() && records.back().role == MessageRole::User) {
       text = records.back().text;
       forget_records(conversation_id);
       store_->delete_messages_from(conversation_id, records.back().id);
@@ -609,8 +609,8 @@ void ChatController::request_model_title(qint64 conversation_id) {
     const MessageRecord* first_reply = nullptr;
     int replies = 0;
     for (const MessageRecord& record : records) {
-      if (record.role == QLatin1String("user") && !first_user) first_user = &record;
-      if (record.role == QLatin1String("assistant") && !is_failed_reply(record)) {
+      if (record.role == MessageRole::User && !first_user) first_user = &record;
+      if (record.role == MessageRole::Assistant && !is_failed_reply(record)) {
         if (!first_reply) first_reply = &record;
         ++replies;
       }

@@ -17,7 +17,7 @@ TurnRecorder::~TurnRecorder() { stop_committing(); }
 qint64 TurnRecorder::add_user_message(ConversationStore& store, qint64 conversation_id, const QString& text) {
   MessageRecord user;
   user.conversation_id = conversation_id;
-  user.role = QStringLiteral("user");
+  user.role = MessageRole::User;
   user.text = text;
   user.complete = true;
   return store.add_message(user);
@@ -25,7 +25,7 @@ qint64 TurnRecorder::add_user_message(ConversationStore& store, qint64 conversat
 
 qint64 TurnRecorder::start_reply(MessageRecord reply) {
   reply.conversation_id = conversation_id_;
-  reply.role = QStringLiteral("assistant");
+  reply.role = MessageRole::Assistant;
   reply.text.clear();
   reply.complete = false;
   reply_id_ = store_.add_message(reply);

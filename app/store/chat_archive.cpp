@@ -100,18 +100,15 @@ class Fields {
   QString where_;
 };
 
-bool is_message_role(const QString& role) {
-  return role == QLatin1String("system") || role == QLatin1String("user") || role == QLatin1String("assistant") ||
-         role == QLatin1String("marker");
-}
-
 // The fields every message format shares: role, text, times, origin, settings, stats, complete.
 MessageRecord common_message(const Fields& fields) {
   MessageRecord message;
-  message.role = fields.string("role", true);
-  if (!is_message_role(message.role))
-    fields.fail_at(QStringLiteral("unknown role %1 (expected system, user, assistant or marker)")
-                       .arg(quoted(message.role.left(40))));
+  const QString role = fields.string("role", true);
+  const std::optional<MessageRole> known = parse_message_role(role);
+  if (!known)
+    fields.fail_at(
+        QStringLiteral("unknown role %1 (expected system, user, assistant or marker)").arg(quoted(role.left(40))));
+  message.role = *known;
   message.text = fields.string("text", true);
   message.created_at = fields.time("created_at");
   message.model = fields.string("model");
@@ -169,14 +166,13 @@ QList<ImportedConversation> parse_archive(const QJsonObject& root) {
       message.forked_from = fields.integer("forked_from", 0, m, 0);
       for (const auto& [key, reference] :
            {std::pair{"branch", message.branch}, std::pair{"forked_from", message.forked_from}})
-        if (reference != 0 && reference != message.id && imported.messages[reference - 1].role != QLatin1String("user"))
+        if (reference != 0 && reference != message.id && imported.messages[reference - 1].role != MessageRole::User)
           fields.fail_at(QStringLiteral("\"%1\" refers to message %2, which is not a user message")
                              .arg(QLatin1String(key))
                              .arg(reference));
-      if (message.branch == message.id && message.role != QLatin1String("user"))
+      if (message.branch == message.id && message.role != MessageRole::User)
         fields.fail_at(QStringLiteral("\"branch\" refers to this message, which is not a user message"));
-      if (message.role == QLatin1String("marker") &&
-          messages[m].toObject().contains(QLatin1String("context_starts_at")))
+      if (message.role == MessageRole::Marker && messages[m].toObject().contains(QLatin1String("context_starts_at")))
         message.settings.insert(QLatin1String(kMarkerContextStartKey),
                                 fields.integer("context_starts_at", 1, count, 1));
       else
@@ -236,7 +232,7 @@ QList<ImportedConversation> parse_single_chat(const QJsonObject& root) {
     add(item, where);
   }
   for (MessageRecord& message : imported.messages) {
-    if (message.role != QLatin1String("marker") || !message.settings.contains(QLatin1String(kMarkerContextStartKey)))
+    if (message.role != MessageRole::Marker || !message.settings.contains(QLatin1String(kMarkerContextStartKey)))
       continue;
     const qint64 start = message.settings.value(QLatin1String(kMarkerContextStartKey)).toInteger();
     // A start the file does not hold: the marker stays as a note, without a cut.
@@ -276,13 +272,13 @@ QString export_chat_archive(const QList<ImportedConversation>& conversations) {
     QJsonArray messages;
     for (const MessageRecord& message : chat.messages) {
       QJsonObject item;
-      item.insert(QStringLiteral("role"), message.role);
+      item.insert(QStringLiteral("role"), role_name(message.role));
       item.insert(QStringLiteral("text"), message.text);
       item.insert(QStringLiteral("created_at"), timestamp(message.created_at));
       item.insert(QStringLiteral("model"), message.model);
       item.insert(QStringLiteral("backend"), message.backend);
       QJsonObject settings = message.settings;
-      if (message.role == QLatin1String("marker") && settings.contains(QLatin1String(kMarkerContextStartKey))) {
+      if (message.role == MessageRole::Marker && settings.contains(QLatin1String(kMarkerContextStartKey))) {
         // A start whose message was deleted: the first later one, as the model saw it from there on.
         const qint64 start = settings.value(QLatin1String(kMarkerContextStartKey)).toInteger();
         qint64 position = 0;

@@ -8,11 +8,11 @@
 namespace kvchat::app {
 
 bool is_failed_reply(const MessageRecord& message) {
-  return message.role == QLatin1String("assistant") && message.stats.contains(kReplyErrorKey);
+  return message.role == MessageRole::Assistant && message.stats.contains(kReplyErrorKey);
 }
 
 bool is_continuable_reply(const MessageRecord& message) {
-  if (message.role != QLatin1String("assistant") || is_failed_reply(message) || message.text.isEmpty()) return false;
+  if (message.role != MessageRole::Assistant || is_failed_reply(message) || message.text.isEmpty()) return false;
   if (!message.complete) return true;
   const QString stop = message.stats.value(QStringLiteral("stop_reason")).toString();
   return stop == QLatin1String("max_tokens") || stop == QLatin1String("stopped");
@@ -23,12 +23,12 @@ QString reply_error(const MessageRecord& message) {
 }
 
 bool is_hidden_alternative(const MessageRecord& message) {
-  return message.role == QLatin1String("assistant") && message.settings.value(kHiddenAlternativeKey).toBool();
+  return message.role == MessageRole::Assistant && message.settings.value(kHiddenAlternativeKey).toBool();
 }
 
 namespace {
 
-bool is_user(const MessageRecord& message) { return message.role == QLatin1String("user"); }
+bool is_user(const MessageRecord& message) { return message.role == MessageRole::User; }
 
 // Each group of branches by its original's id: the original (when it is still there) first, then its edits.
 QHash<qint64, QList<const MessageRecord*>> branch_groups(const QList<MessageRecord>& messages) {
@@ -133,10 +133,10 @@ QList<qint64> reply_alternatives(const QList<MessageRecord>& all_messages, qint6
   QList<qint64> turn;  // the replies since the last user message
   bool found = false;
   for (const MessageRecord& message : messages) {
-    if (message.role == QLatin1String("user")) {
+    if (message.role == MessageRole::User) {
       if (found) break;
       turn.clear();
-    } else if (message.role == QLatin1String("assistant")) {
+    } else if (message.role == MessageRole::Assistant) {
       turn.push_back(message.id);
       found = found || message.id == reply_id;
     }
@@ -148,19 +148,20 @@ QList<MessageRecord> messages_in_context(const QList<MessageRecord>& all_message
   const QList<MessageRecord> messages = messages_on_shown_path(all_messages);
   qint64 context_start = 0;
   for (const MessageRecord& message : messages)
-    if (message.role == "marker" && message.settings.contains(kMarkerContextStartKey))
+    if (message.role == MessageRole::Marker && message.settings.contains(kMarkerContextStartKey))
       context_start = std::max<qint64>(context_start, message.settings.value(kMarkerContextStartKey).toInteger());
   QList<MessageRecord> in_context;
   for (const MessageRecord& message : messages) {
-    if (message.id < context_start || (message.role != "user" && message.role != "assistant")) continue;
+    if (message.id < context_start || (message.role != MessageRole::User && message.role != MessageRole::Assistant))
+      continue;
     if (is_hidden_alternative(message)) continue;
     if (is_failed_reply(message)) {
       // The whole failed turn goes: the message it failed on would fail (or poison) every later turn.
-      if (!in_context.isEmpty() && in_context.back().role == QLatin1String("user")) in_context.pop_back();
+      if (!in_context.isEmpty() && in_context.back().role == MessageRole::User) in_context.pop_back();
       continue;
     }
     // A reply that ended before its first token says nothing; templates dislike empty turns.
-    if (message.role == "assistant" && message.text.isEmpty()) continue;
+    if (message.role == MessageRole::Assistant && message.text.isEmpty()) continue;
     in_context.push_back(message);
   }
   return in_context;
@@ -172,7 +173,7 @@ QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& all_m
   QList<MessageRecord> markers;
   for (const MessageRecord& message : messages) {
     if (is_hidden_alternative(message)) continue;
-    if (message.role == "marker" && message.settings.contains(kMarkerContextStartKey))
+    if (message.role == MessageRole::Marker && message.settings.contains(kMarkerContextStartKey))
       markers.push_back(message);
     else
       ordered.push_back(message);
@@ -196,8 +197,8 @@ std::vector<ChatMessage> chat_messages_for_engine(const ConversationRecord& conv
   if (!conversation.system_prompt.trimmed().isEmpty())
     chat.push_back({"system", conversation.system_prompt.toStdString()});
   for (const MessageRecord& message : messages_in_context(messages))
-    chat.push_back(
-        {message.role.toStdString(), message.text.toStdString(), message.token_ids, message.token_vocabulary});
+    chat.push_back({role_name(message.role).toStdString(), message.text.toStdString(), message.token_ids,
+                    message.token_vocabulary});
   return chat;
 }
 
@@ -205,7 +206,7 @@ MessageRecord context_cut_marker(qint64 conversation_id, qint64 first_kept_messa
                                  int context_limit) {
   MessageRecord marker;
   marker.conversation_id = conversation_id;
-  marker.role = "marker";
+  marker.role = MessageRole::Marker;
   const QString dropped = dropped_messages == 1
                               ? QStringLiteral("The oldest message no longer fits")
                               : QStringLiteral("The %1 oldest messages no longer fit").arg(dropped_messages);

@@ -37,11 +37,6 @@ QString json_text(const QJsonObject& object) {
   return QString::fromUtf8(QJsonDocument(object).toJson(QJsonDocument::Compact));
 }
 
-bool is_known_role(const QString& role) {
-  return role == QLatin1String("system") || role == QLatin1String("user") || role == QLatin1String("assistant") ||
-         role == QLatin1String("marker");
-}
-
 std::atomic<quint64> next_connection_number{0};
 
 const char* const kSchema[] = {
@@ -115,6 +110,15 @@ bool create_search_index(const QSqlDatabase& db, const QString& path) {
                         QStringLiteral("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')"))
       .run();
   return true;
+}
+
+// The schema's CHECK admits only the four roles; a file edited around it still opens: the message shows as a
+// note (a marker), never goes to the model under a role it does not have.
+MessageRole role_column(const QString& path, qint64 message_id, const QString& text) {
+  if (const std::optional<MessageRole> role = parse_message_role(text)) return *role;
+  spdlog::warn("conversation store {}: message {} has the unknown role '{}'; shown as a note", path.toStdString(),
+               message_id, text.left(40).toStdString());
+  return MessageRole::Marker;
 }
 
 QJsonObject parse_json_column(const QString& path, qint64 message_id, const char* column, const QString& text) {
@@ -453,7 +457,7 @@ MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
   MessageRecord record;
   record.id = row.value(0).toLongLong();
   record.conversation_id = row.value(1).toLongLong();
-  record.role = row.value(2).toString();
+  record.role = role_column(path, record.id, row.value(2).toString());
   record.text = row.value(3).toString();
   record.created_at = from_ms(row.value(4).toLongLong());
   record.model = row.value(5).toString();
@@ -482,7 +486,7 @@ QList<MessageRecord> branch_records(const QSqlDatabase& db, const QString& path,
     MessageRecord record;
     record.id = rows.value(0).toLongLong();
     record.conversation_id = conversation_id;
-    record.role = rows.value(1).toString();
+    record.role = role_column(path, record.id, rows.value(1).toString());
     record.settings = parse_json_column(path, record.id, "settings", rows.value(2).toString());
     record.branch = rows.value(3).toLongLong();
     record.forked_from = rows.value(4).toLongLong();
@@ -673,10 +677,6 @@ std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const
 
 qint64 ConversationStore::add_message(const MessageRecord& message) {
   const QString purpose = QStringLiteral("cannot add a message to conversation %1").arg(message.conversation_id);
-  if (!is_known_role(message.role))
-    fail(
-        database_path_,
-        purpose + QStringLiteral(": unknown role '%1' (expected system, user, assistant or marker)").arg(message.role));
   QSqlDatabase db = connection(connection_name_);
   WriteTransaction transaction(db, database_path_, purpose);
   StoreQuery exists(db, database_path_, purpose, QStringLiteral("SELECT 1 FROM conversations WHERE id = :id"));
@@ -693,7 +693,7 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
                      " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
                      " :stats, :complete, :token_ids, :token_vocabulary, :branch)"));
   insert.bind(QStringLiteral(":conversation_id"), message.conversation_id)
-      .bind(QStringLiteral(":role"), message.role)
+      .bind(QStringLiteral(":role"), role_name(message.role))
       .bind(QStringLiteral(":text"), non_null(message.text))
       .bind(QStringLiteral(":created_at"), created)
       .bind(QStringLiteral(":model"), non_null(message.model))
@@ -719,11 +719,11 @@ qint64 ConversationStore::fork_message(qint64 conversation_id, qint64 message_id
   const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
   const auto edited =
       std::find_if(records.cbegin(), records.cend(), [&](const MessageRecord& r) { return r.id == message_id; });
-  if (edited == records.cend() || edited->role != QLatin1String("user"))
+  if (edited == records.cend() || edited->role != MessageRole::User)
     fail(database_path_, purpose + QStringLiteral(": no user message %1 in it").arg(message_id));
   const qint64 original = edited->forked_from != 0 ? edited->forked_from : edited->id;
   for (const MessageRecord& record : records)
-    if (record.role == QLatin1String("user") && (record.id == original || record.forked_from == original))
+    if (record.role == MessageRole::User && (record.id == original || record.forked_from == original))
       set_branch_hidden(db, database_path_, purpose, record, true);
   StoreQuery insert(db, database_path_, purpose,
                     QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, forked_from)"
@@ -938,7 +938,7 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
           .run();
   }
   for (const MessageRecord& message : originals) {
-    if (message.role != QLatin1String("marker") || !message.settings.contains(QLatin1String(kMarkerContextStartKey)))
+    if (message.role != MessageRole::Marker || !message.settings.contains(QLatin1String(kMarkerContextStartKey)))
       continue;
     const qint64 start = message.settings.value(QLatin1String(kMarkerContextStartKey)).toInteger();
     QJsonObject settings = message.settings;
@@ -996,9 +996,6 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
       return new_id.value(local);
     };
     for (const MessageRecord& message : conversations[index].messages) {
-      if (!is_known_role(message.role))
-        fail(database_path_,
-             purpose + QStringLiteral(": message %1 has the unknown role '%2'").arg(message.id).arg(message.role));
       if (new_id.contains(message.id))
         fail(database_path_, purpose + QStringLiteral(": message %1 is listed twice").arg(message.id));
       StoreQuery add(db, database_path_, purpose,
@@ -1007,7 +1004,7 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
                                     " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
                                     " :stats, :complete, :token_ids, :token_vocabulary)"));
       add.bind(QStringLiteral(":conversation_id"), conversation_id)
-          .bind(QStringLiteral(":role"), message.role)
+          .bind(QStringLiteral(":role"), role_name(message.role))
           .bind(QStringLiteral(":text"), non_null(message.text))
           .bind(QStringLiteral(":created_at"),
                 message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now)
@@ -1027,7 +1024,7 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
           message.branch == message.id ? new_id.value(message.id) : mapped(message.branch, message, "branch");
       const qint64 forked_from = mapped(message.forked_from, message, "forked_from");
       QJsonObject settings = message.settings;
-      if (message.role == QLatin1String("marker") && settings.contains(QLatin1String(kMarkerContextStartKey)))
+      if (message.role == MessageRole::Marker && settings.contains(QLatin1String(kMarkerContextStartKey)))
         settings.insert(
             QLatin1String(kMarkerContextStartKey),
             mapped(settings.value(QLatin1String(kMarkerContextStartKey)).toInteger(), message, kMarkerContextStartKey));

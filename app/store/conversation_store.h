@@ -14,6 +14,7 @@ class QSqlDatabase;
 #include <stdexcept>
 #include <vector>
 
+#include "app/store/message_role.h"
 #include "engine/types.h"
 
 namespace kvchat::app {
@@ -38,7 +39,7 @@ struct ConversationRecord {
 struct MessageRecord {
   qint64 id = 0;
   qint64 conversation_id = 0;
-  QString role;  // "system", "user", "assistant", or "marker" (e.g. where old turns were dropped at the context limit)
+  MessageRole role = MessageRole::User;  // a marker: e.g. where old turns were dropped at the context limit
   QString text;
   QDateTime created_at;
   QString model;    // the model that answered (an assistant reply)

@@ -21,12 +21,14 @@ namespace kvchat::app {
 
 namespace {
 
-QString role_label(const QString& role) {
-  if (role == QLatin1String("system")) return QStringLiteral("System");
-  if (role == QLatin1String("user")) return QStringLiteral("User");
-  if (role == QLatin1String("assistant")) return QStringLiteral("Assistant");
-  if (role == QLatin1String("marker")) return QStringLiteral("Marker");
-  return role;
+QString role_label(MessageRole role) {
+  switch (role) {
+    case MessageRole::System: return QStringLiteral("System");
+    case MessageRole::User: return QStringLiteral("User");
+    case MessageRole::Assistant: return QStringLiteral("Assistant");
+    case MessageRole::Marker: return QStringLiteral("Marker");
+  }
+  return QString();
 }
 
 QString timestamp(const QDateTime& time) {
@@ -68,18 +70,18 @@ struct OtherVersions {
 OtherVersions other_versions(const QList<MessageRecord>& messages, const MessageRecord& message) {
   OtherVersions result;
   QList<MessageRecord> turn;
-  if (message.role == QLatin1String("assistant") && !is_hidden_alternative(message)) {
+  if (message.role == MessageRole::Assistant && !is_hidden_alternative(message)) {
     const QList<qint64> ids = reply_alternatives(messages, message.id);
     for (const MessageRecord& record : messages)
       if (ids.contains(record.id)) turn.push_back(record);
-  } else if (message.role == QLatin1String("user")) {
+  } else if (message.role == MessageRole::User) {
     bool after = false;
     for (const MessageRecord& record : messages) {
       if (record.id == message.id) {
         after = true;
-      } else if (after && record.role == QLatin1String("user")) {
+      } else if (after && record.role == MessageRole::User) {
         break;
-      } else if (after && record.role == QLatin1String("assistant")) {
+      } else if (after && record.role == MessageRole::Assistant) {
         if (!is_hidden_alternative(record)) return result;  // shown with its reply
         turn.push_back(record);
       }
@@ -110,7 +112,7 @@ QString markdown_body(const MessageRecord& message) {
     out += QStringLiteral("%1**%2**\n")
                .arg(message.text.isEmpty() ? QString() : QStringLiteral("\n"), failure_line(message).toHtmlEscaped());
   if (!message.complete) out += QStringLiteral("\n*(incomplete)*\n");
-  if (message.role == QLatin1String("assistant")) {
+  if (message.role == MessageRole::Assistant) {
     const QString footer = reply_footer(message);
     if (!footer.isEmpty()) out += QStringLiteral("\n<sub>%1</sub>\n").arg(footer.toHtmlEscaped());
   }
@@ -135,7 +137,7 @@ QString text_body(const MessageRecord& message) {
   if (!message.text.isEmpty() || !is_failed_reply(message)) out += message.text + QLatin1Char('\n');
   if (is_failed_reply(message)) out += failure_line(message) + QLatin1Char('\n');
   if (!message.complete) out += QStringLiteral("(incomplete)\n");
-  if (message.role == QLatin1String("assistant")) {
+  if (message.role == MessageRole::Assistant) {
     const QString footer = reply_footer(message);
     if (!footer.isEmpty()) out += QStringLiteral("[%1]\n").arg(footer);
   }
@@ -163,7 +165,7 @@ QString to_markdown(const ConversationRecord& conversation, const QList<MessageR
                .arg(prefix_lines(markdown_with_hard_line_breaks(conversation.system_prompt), QStringLiteral("> ")));
   for (const MessageRecord& message : messages_in_reading_order(messages)) {
     out += QStringLiteral("\n## %1\n\n").arg(role_label(message.role));
-    if (message.role == QLatin1String("marker")) {
+    if (message.role == MessageRole::Marker) {
       out += prefix_lines(markdown_with_hard_line_breaks(message.text), QStringLiteral("> ")) + QLatin1Char('\n');
       continue;
     }
@@ -191,7 +193,7 @@ QString to_text(const ConversationRecord& conversation, const QList<MessageRecor
 QJsonObject message_json(const MessageRecord& message) {
   QJsonObject item;
   item.insert(QStringLiteral("id"), message.id);
-  item.insert(QStringLiteral("role"), message.role);
+  item.insert(QStringLiteral("role"), role_name(message.role));
   item.insert(QStringLiteral("text"), message.text);
   item.insert(QStringLiteral("created_at"), timestamp(message.created_at));
   item.insert(QStringLiteral("model"), message.model);
@@ -220,13 +222,13 @@ QString to_json(const ConversationRecord& conversation, const QList<MessageRecor
   for (const MessageRecord& message : messages_in_reading_order(messages)) {
     QJsonObject item = message_json(message);
     const OtherVersions others = other_versions(messages, message);
-    if (message.role == QLatin1String("assistant")) {
+    if (message.role == MessageRole::Assistant) {
       QJsonArray alternatives;
       for (const auto& [number, reply] : others.versions) alternatives.append(message_json(reply));
       item.insert(QStringLiteral("alternatives"), alternatives);
     }
     items.append(item);
-    if (message.role == QLatin1String("user"))
+    if (message.role == MessageRole::User)
       for (const auto& [number, reply] : others.versions) items.append(message_json(reply));
   }
   root.insert(QStringLiteral("messages"), items);

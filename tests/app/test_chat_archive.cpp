@@ -45,7 +45,7 @@ QList<ImportedConversation> everything(const ConversationStore& store) { return 
 MessageRecord make_message(qint64 conversation_id, const QString& role, const QString& text) {
   MessageRecord message;
   message.conversation_id = conversation_id;
-  message.role = role;
+  message.role = kvchat::app::parse_message_role(role).value();
   message.text = text;
   return message;
 }

@@ -105,9 +105,9 @@ void ChatControllerTest::send_streams_and_saves_the_reply() {
 
   const auto records = messages();
   QCOMPARE(records.size(), 2);
-  QCOMPARE(records[0].role, QStringLiteral("user"));
+  QCOMPARE(records[0].role, kvchat::app::MessageRole::User);
   QCOMPARE(records[0].text, QStringLiteral("Once upon a time"));
-  QCOMPARE(records[1].role, QStringLiteral("assistant"));
+  QCOMPARE(records[1].role, kvchat::app::MessageRole::Assistant);
   QVERIFY(records[1].complete);
   QVERIFY(!records[1].text.isEmpty());
   QCOMPARE(records[1].text, streamed);
@@ -209,7 +209,7 @@ void ChatControllerTest::edit_last_message_reuses_the_common_prefix() {
   QVERIFY(wait_idle());
   const auto records = messages();
   QCOMPARE(records.size(), 4);
-  QCOMPARE(records[2].role, QStringLiteral("user"));
+  QCOMPARE(records[2].role, kvchat::app::MessageRole::User);
   QCOMPARE(records[2].text, QStringLiteral("Tom ran home"));
   const auto stats = kvchat::app::stats_from_json(records[3].stats);
   // Everything before the edited message stays cached (the first turn's prompt and every token of its
@@ -264,7 +264,7 @@ void ChatControllerTest::context_cut_leaves_a_marker() {
   const auto records = messages();
   const MessageRecord* marker = nullptr;
   for (const auto& record : records)
-    if (record.role == "marker") marker = &record;
+    if (record.role == kvchat::app::MessageRole::Marker) marker = &record;
   QVERIFY2(marker, "the chat outgrew 96 tokens: a cut must be recorded");
   const qint64 first_kept = marker->settings.value(kvchat::app::kMarkerContextStartKey).toInteger();
   QVERIFY(first_kept > records.first().id);
@@ -276,7 +276,7 @@ void ChatControllerTest::context_cut_leaves_a_marker() {
   QCOMPARE(QString::fromStdString(engine.front().content), in_context.first().text);
   // Every reply was produced (none refused).
   for (const auto& record : records)
-    if (record.role == "assistant") QVERIFY(!record.stats.contains("error"));
+    if (record.role == kvchat::app::MessageRole::Assistant) QVERIFY(!record.stats.contains("error"));
 }
 
 void ChatControllerTest::export_writes_the_conversation() {

@@ -157,7 +157,7 @@ void ChatControllerTurnsTest::a_message_sent_while_another_chat_generates_waits_
   QVERIFY(fixture.waitIdle());
   const auto records = controller->currentMessages();
   QCOMPARE(records.size(), 2);
-  QCOMPARE(records[1].role, QStringLiteral("assistant"));
+  QCOMPARE(records[1].role, kvchat::app::MessageRole::Assistant);
   QVERIFY(!records[1].text.isEmpty());
   QVERIFY(!kvchat::app::is_failed_reply(records[1]));
   controller->selectConversation(first);
@@ -262,7 +262,7 @@ void ChatControllerTurnsTest::continue_goes_on_with_a_reply_cut_short() {
 
   // A reply that ended by itself cannot be continued.
   MessageRecord finished;
-  finished.role = QStringLiteral("assistant");
+  finished.role = kvchat::app::MessageRole::Assistant;
   finished.text = QStringLiteral("x");
   finished.stats = QJsonObject{{"stop_reason", "eos"}};
   QVERIFY(!kvchat::app::is_continuable_reply(finished));

@@ -88,7 +88,7 @@ void ChatEditsTest::a_deleted_middle_turn_leaves_the_prompt_of_what_remains() {
 
   send_and_wait(fixture, QStringLiteral("Tom had a dog"));
   const MessageRecord reply = controller->currentMessages().last();
-  QCOMPARE(reply.role, QStringLiteral("assistant"));
+  QCOMPARE(reply.role, kvchat::app::MessageRole::Assistant);
   QVERIFY(!reply.text.isEmpty());
   std::vector<ChatMessage> prompt = controller->engineMessages(chat);
   prompt.pop_back();
@@ -207,7 +207,7 @@ void ChatEditsTest::editing_an_earlier_message_forks_the_chat() {
   QCOMPARE(edited[1].id, original[1].id);
   QCOMPARE(edited[2].text, QStringLiteral("Tom had a dog"));
   QCOMPARE(edited[2].forked_from, original[2].id);
-  QCOMPARE(edited[3].role, QStringLiteral("assistant"));
+  QCOMPARE(edited[3].role, kvchat::app::MessageRole::Assistant);
   QVERIFY(!edited[3].text.isEmpty());
   const QHash<qint64, QList<qint64>> branches = controller->currentBranches();
   QCOMPARE(branches.size(), 1);

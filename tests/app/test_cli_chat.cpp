@@ -69,9 +69,9 @@ void CliChatTest::one_turn_with_message() {
   ConversationStore store(db, StoreOpenMode::ReadOnly);
   const auto messages = store.messages(1);
   QCOMPARE(messages.size(), 2);
-  QCOMPARE(messages[0].role, QStringLiteral("user"));
+  QCOMPARE(messages[0].role, kvchat::app::MessageRole::User);
   QCOMPARE(messages[0].text, QStringLiteral("Once upon a time"));
-  QCOMPARE(messages[1].role, QStringLiteral("assistant"));
+  QCOMPARE(messages[1].role, kvchat::app::MessageRole::Assistant);
   QVERIFY(messages[1].complete);
   QCOMPARE(QString::fromStdString(result.out), messages[1].text + "\n");
   QCOMPARE(messages[1].text.toStdString(), expected_reply({{"user", "Once upon a time"}}, 30));

@@ -27,7 +27,7 @@ namespace {
 MessageRecord message(qint64 conversation_id, const QString& role, const QString& text) {
   MessageRecord record;
   record.conversation_id = conversation_id;
-  record.role = role;
+  record.role = kvchat::app::parse_message_role(role).value();
   record.text = text;
   return record;
 }

@@ -33,7 +33,7 @@ MessageRecord message(qint64 id, const QString& role, const QString& text, qint6
   MessageRecord record;
   record.id = id;
   record.conversation_id = 7;
-  record.role = role;
+  record.role = kvchat::app::parse_message_role(role).value();
   record.text = text;
   record.created_at = QDateTime::fromMSecsSinceEpoch(ms, Qt::UTC);
   return record;
@@ -192,7 +192,7 @@ void ExporterTest::json_parses_back_with_stats() {
   for (int i = 0; i < messages.size(); ++i) {
     const QJsonObject item = messages[i].toObject();
     QCOMPARE(item.value(QStringLiteral("id")).toInteger(), f.messages[i].id);
-    QCOMPARE(item.value(QStringLiteral("role")).toString(), f.messages[i].role);
+    QCOMPARE(item.value(QStringLiteral("role")).toString(), kvchat::app::role_name(f.messages[i].role));
     QCOMPARE(item.value(QStringLiteral("text")).toString(), f.messages[i].text);
     QCOMPARE(item.value(QStringLiteral("model")).toString(), f.messages[i].model);
     QCOMPARE(item.value(QStringLiteral("settings")).toObject(), f.messages[i].settings);

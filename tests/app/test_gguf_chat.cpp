@@ -147,7 +147,7 @@ void GgufChatTest::controller_chats_on_the_gguf_file_from_the_settings() {
 
   const auto records = controller_->currentMessages();
   QCOMPARE(records.size(), 2);
-  QCOMPARE(records[1].role, QStringLiteral("assistant"));
+  QCOMPARE(records[1].role, kvchat::app::MessageRole::Assistant);
   QVERIFY(records[1].complete);
   const QString expected_text = QString::fromStdString(reference_.tokenizer->decode(expected_.generated, true));
   QCOMPARE(records[1].text, expected_text);

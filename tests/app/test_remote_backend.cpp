@@ -324,7 +324,7 @@ class TestRemoteBackend : public QObject {
       const qint64 conversation = store.create_conversation("Old chat");
       MessageRecord reply;
       reply.conversation_id = conversation;
-      reply.role = "assistant";
+      reply.role = kvchat::app::MessageRole::Assistant;
       reply.text = "kept";
       reply.model = "stories260K";
       reply_id = store.add_message(reply);

@@ -34,7 +34,7 @@ class ReplyCommitterTest : public QObject {
     const qint64 conversation = store.create_conversation(QStringLiteral("c"));
     MessageRecord reply;
     reply.conversation_id = conversation;
-    reply.role = QStringLiteral("assistant");
+    reply.role = kvchat::app::MessageRole::Assistant;
     reply.complete = false;
     const qint64 reply_id = store.add_message(reply);
     const QString select = QStringLiteral("SELECT length(text) FROM messages WHERE id = %1").arg(reply_id);

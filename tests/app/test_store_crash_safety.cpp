@@ -57,12 +57,12 @@ int run_writer(int argc, char** argv) {
   const qint64 conversation = store.create_conversation(kTitle);
   MessageRecord user;
   user.conversation_id = conversation;
-  user.role = QStringLiteral("user");
+  user.role = kvchat::app::MessageRole::User;
   user.text = kUserText;
   store.add_message(user);
   MessageRecord reply;
   reply.conversation_id = conversation;
-  reply.role = QStringLiteral("assistant");
+  reply.role = kvchat::app::MessageRole::Assistant;
   reply.model = QStringLiteral("stories260K");
   reply.complete = false;
   const qint64 reply_id = store.add_message(reply);
@@ -144,10 +144,10 @@ void StoreCrashSafetyTest::kill_writer_after(int commits_before_kill) {
   QCOMPARE(conversation->title, kTitle);
   const QList<MessageRecord> messages = store.messages(conversation_id);
   QCOMPARE(messages.size(), 2);
-  QCOMPARE(messages[0].role, QStringLiteral("user"));
+  QCOMPARE(messages[0].role, kvchat::app::MessageRole::User);
   QCOMPARE(messages[0].text, kUserText);
   QCOMPARE(messages[0].complete, true);
-  QCOMPARE(messages[1].role, QStringLiteral("assistant"));
+  QCOMPARE(messages[1].role, kvchat::app::MessageRole::Assistant);
   QCOMPARE(messages[1].complete, false);
   QCOMPARE(messages[1].model, QStringLiteral("stories260K"));
 

@@ -45,7 +45,7 @@ QString store_error_of(const QString& path, StoreOpenMode mode) {
 MessageRecord user_message(qint64 conversation_id, const QString& text) {
   MessageRecord message;
   message.conversation_id = conversation_id;
-  message.role = QStringLiteral("user");
+  message.role = kvchat::app::MessageRole::User;
   message.text = text;
   return message;
 }

@@ -27,7 +27,8 @@ namespace {
 QStringList rows(const ConversationStore& store, qint64 conversation_id) {
   QStringList result;
   for (const MessageRecord& message : store.messages(conversation_id))
-    result << QStringLiteral("%1|%2|%3").arg(message.role, message.text, message.complete ? "complete" : "growing");
+    result << QStringLiteral("%1|%2|%3")
+                  .arg(kvchat::app::role_name(message.role), message.text, message.complete ? "complete" : "growing");
   return result;
 }
 
@@ -139,7 +140,7 @@ class TurnRecorderTest : public QObject {
     TurnRecorder::add_user_message(*store_, chat_, QStringLiteral("Go on"));
     MessageRecord cut = local_reply();
     cut.conversation_id = chat_;
-    cut.role = QStringLiteral("assistant");
+    cut.role = kvchat::app::MessageRole::Assistant;
     cut.text = QStringLiteral("Once upon");
     const qint64 reply = store_->add_message(cut);
     const QJsonObject before{{"stop_reason", "max_tokens"}, {"generated_tokens", 2}};
@@ -173,7 +174,7 @@ class TurnRecorderTest : public QObject {
     const qint64 first = TurnRecorder::add_user_message(*store_, chat_, QStringLiteral("One"));
     MessageRecord answer;
     answer.conversation_id = chat_;
-    answer.role = QStringLiteral("assistant");
+    answer.role = kvchat::app::MessageRole::Assistant;
     answer.text = QStringLiteral("Two");
     const qint64 second = store_->add_message(answer);
     const qint64 third = TurnRecorder::add_user_message(*store_, chat_, QStringLiteral("Three"));

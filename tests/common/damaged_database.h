@@ -32,7 +32,7 @@ inline bool write_damaged_database(const QString& path, Damage damage, QString* 
       for (int i = 0; i < 4; ++i) {
         kvchat::app::MessageRecord message;
         message.conversation_id = conversation;
-        message.role = i % 2 == 0 ? QStringLiteral("user") : QStringLiteral("assistant");
+        message.role = i % 2 == 0 ? kvchat::app::MessageRole::User : kvchat::app::MessageRole::Assistant;
         message.text = damaged_database_text(++id);
         store.add_message(message);
       }

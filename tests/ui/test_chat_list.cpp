@@ -57,7 +57,7 @@ QList<qint64> ChatListTest::save_chats(const QStringList& titles) {
   for (const QString& title : titles) {
     MessageRecord message;
     message.conversation_id = store.create_conversation(title);
-    message.role = QStringLiteral("user");
+    message.role = kvchat::app::MessageRole::User;
     message.text = QStringLiteral("About ") + title;
     store.add_message(message);
     ids << message.conversation_id;
@@ -175,7 +175,7 @@ void ChatListTest::the_search_field_filters_the_list_and_finds_the_message() {
     ConversationStore store(fixture_->databasePath());
     MessageRecord reply;
     reply.conversation_id = ids[1];
-    reply.role = QStringLiteral("assistant");
+    reply.role = kvchat::app::MessageRole::Assistant;
     reply.text = QStringLiteral("Bees make honey. Honey keeps for years.");
     reply_id = store.add_message(reply);
   }

@@ -24,7 +24,7 @@ MessageRecord record(qint64 id, const QString& role, const QString& text) {
   MessageRecord message;
   message.id = id;
   message.conversation_id = 1;
-  message.role = role;
+  message.role = kvchat::app::parse_message_role(role).value();
   message.text = text;
   return message;
 }

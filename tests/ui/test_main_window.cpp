@@ -139,9 +139,9 @@ void MainWindowTest::typing_and_enter_sends_and_streams_the_reply() {
   const auto records = controller_->currentMessages();
   QCOMPARE(records.size(), 2);
   const auto widgets = window_->chatView()->messageWidgets();
-  QCOMPARE(widgets[0]->role(), QStringLiteral("user"));
+  QCOMPARE(widgets[0]->role(), kvchat::app::MessageRole::User);
   QCOMPARE(widgets[0]->text(), QStringLiteral("Once upon a time"));
-  QCOMPARE(widgets[1]->role(), QStringLiteral("assistant"));
+  QCOMPARE(widgets[1]->role(), kvchat::app::MessageRole::Assistant);
   QCOMPARE(widgets[1]->text(), records[1].text);
   QVERIFY(!shown_while_streaming.isEmpty());
   QVERIFY(records[1].text.startsWith(shown_while_streaming));
@@ -329,8 +329,9 @@ void MainWindowTest::event_loop_stall_while_generating() {
     QVERIFY(started);
     QVERIFY(!controller_->isGenerating());
     const auto records = controller_->currentMessages();
-    const auto reply = std::find_if(records.crbegin(), records.crend(),
-                                    [](const kvchat::app::MessageRecord& r) { return r.role == "assistant"; });
+    const auto reply = std::find_if(records.crbegin(), records.crend(), [](const kvchat::app::MessageRecord& r) {
+      return r.role == kvchat::app::MessageRole::Assistant;
+    });
     QVERIFY(reply != records.crend());
     QVERIFY2(!reply->stats.contains("error"), qPrintable(reply->stats.value("error").toString()));
     tokens += kvchat::app::stats_from_json(reply->stats).generated_tokens;

@@ -371,12 +371,12 @@ void MainWindowDefectsTest::a_reply_cut_short_by_a_crash_is_marked_and_continued
     const qint64 id = store.create_conversation("Once upon a time");
     kvchat::app::MessageRecord user;
     user.conversation_id = id;
-    user.role = "user";
+    user.role = kvchat::app::MessageRole::User;
     user.text = "Once upon a time";
     store.add_message(user);
     kvchat::app::MessageRecord reply;
     reply.conversation_id = id;
-    reply.role = "assistant";
+    reply.role = kvchat::app::MessageRole::Assistant;
     reply.model = "stories260K";
     reply.text = ", there was a little girl";
     reply.complete = false;

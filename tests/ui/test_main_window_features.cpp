@@ -155,7 +155,7 @@ void MainWindowFeaturesTest::an_earlier_message_is_edited_into_a_branch() {
   QCOMPARE(widgets[0]->branchesText(), QStringLiteral("2/2"));
   QVERIFY(widgets[0]->findChild<QLabel*>("branchLabel")->isVisible());
   QVERIFY(!widgets[0]->findChild<QToolButton*>("nextBranchButton")->isEnabled());
-  QCOMPARE(widgets[1]->role(), QStringLiteral("assistant"));
+  QCOMPARE(widgets[1]->role(), kvchat::app::MessageRole::Assistant);
   QVERIFY(!window_->findChild<QLabel*>("editingLabel")->isVisible());
   const auto engine = controller()->engineMessages(controller()->currentConversationId());
   QCOMPARE(engine.size(), std::size_t{2});

@@ -158,7 +158,7 @@ void MainWindowGgufTest::file_menu_opens_a_gguf_file_and_shows_its_type() {
   QVERIFY(QTest::qWaitFor([&] { return !controller_->isGenerating(); }, 120000));
   QTRY_COMPARE(window_->chatView()->messageWidgets().size(), 2);
   const auto widgets = window_->chatView()->messageWidgets();
-  QCOMPARE(widgets[1]->role(), QStringLiteral("assistant"));
+  QCOMPARE(widgets[1]->role(), kvchat::app::MessageRole::Assistant);
   QCOMPARE(widgets[1]->text(), QString::fromStdString(reference.tokenizer->decode(expected.generated, true)));
   QCOMPARE(controller_->lastReplyStats()->generated_tokens, static_cast<int>(expected.generated.size()));
   QCOMPARE(controller_->currentMessages()[1].model, QStringLiteral("stories260K-Q8_0.gguf"));

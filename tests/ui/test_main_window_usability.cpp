@@ -322,12 +322,12 @@ void MainWindowUsabilityTest::every_chat_action_has_keys_listed_in_the_sheet() {
     const qint64 id = store.create_conversation("Code");
     kvchat::app::MessageRecord user;
     user.conversation_id = id;
-    user.role = "user";
+    user.role = kvchat::app::MessageRole::User;
     user.text = "Show me code";
     user.complete = true;
     store.add_message(user);
     kvchat::app::MessageRecord reply = user;
-    reply.role = "assistant";
+    reply.role = kvchat::app::MessageRole::Assistant;
     reply.text = "Here:\n\n```python\nprint('first')\n```\n\nand\n\n```sh\necho second\n```\n";
     store.add_message(reply);
   }
@@ -489,7 +489,7 @@ void MainWindowUsabilityTest::the_text_size_applies_to_the_transcript() {
     const qint64 id = store.create_conversation("Code");
     kvchat::app::MessageRecord reply;
     reply.conversation_id = id;
-    reply.role = "assistant";
+    reply.role = kvchat::app::MessageRole::Assistant;
     reply.complete = true;
     reply.text = "Some prose over a few words.\n\n```sh\necho code\n```\n";
     store.add_message(reply);
