@@ -37,8 +37,8 @@ namespace {
 
 // Where a picker starts: the current model's folder (a file's own folder).
 QString picker_start(const kvchat::app::ModelInfo& info) {
-  const QFileInfo current(info.directory);
-  return current.isFile() ? current.absolutePath() : info.directory;
+  const QFileInfo current(info.path);
+  return current.isFile() ? current.absolutePath() : info.path;
 }
 
 // The export types, each with its extension (the first one is the default).
@@ -254,7 +254,7 @@ QMessageBox* MainWindow::openAboutDialog() {
   QString model = tr("No model is loaded.");
   if (controller_->isModelLoaded()) {
     const kvchat::app::ModelInfo& info = controller_->modelInfo();
-    model = tr("Model: %1<br>%2").arg(format_model_summary(info).toHtmlEscaped(), info.directory.toHtmlEscaped());
+    model = tr("Model: %1<br>%2").arg(format_model_summary(info).toHtmlEscaped(), info.path.toHtmlEscaped());
   }
   const QString text = tr("<h3>kvchat %1</h3>"
                           "<p>A local Llama chat that makes its KV cache visible.</p>"

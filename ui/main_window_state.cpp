@@ -142,7 +142,7 @@ void MainWindow::show_model_load_failed(const QString& path, const QString& mess
                                                          : tr("No model"));
   refresh_buttons();
   QString text = tr("Could not load the model\n%1\n\n%2").arg(path, message);
-  if (controller_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(controller_->modelInfo().directory);
+  if (controller_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(controller_->modelInfo().path);
   show_error_dialog(tr("Model not loaded"), text, "modelLoadErrorDialog");
 }
 
@@ -235,7 +235,7 @@ void MainWindow::refresh_chat_header() {
       ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id) : std::nullopt));
   // The chat's last local model, when another one is loaded: offered, never loaded without a click.
   const auto last = id > 0 && !controller_->usesRemoteBackend() ? controller_->lastModelOf(id) : std::nullopt;
-  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().directory : QString();
+  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().path : QString();
   const bool offer = last && !controller_->isModelLoading() && QDir::cleanPath(last->path) != QDir::cleanPath(loaded);
   last_model_path_ = offer ? last->path : QString();
   if (offer) {

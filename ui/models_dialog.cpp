@@ -123,7 +123,7 @@ ModelsDialog::~ModelsDialog() {
 
 void ModelsDialog::refresh_recent() {
   recent_->clear();
-  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().directory : QString();
+  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().path : QString();
   // Read from metadata alone, a few files at most: quick enough to do here.
   for (const QString& path : controller_->recentModels()) {
     auto* item = new QTreeWidgetItem(recent_);
@@ -165,7 +165,7 @@ void ModelsDialog::startScan() {
 
 void ModelsDialog::show_found(const QList<ModelDescription>& models) {
   found_->clear();
-  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().directory : QString();
+  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().path : QString();
   for (const ModelDescription& model : models) fill_model_row(new QTreeWidgetItem(found_), model, loaded);
   for (int column = 0; column < StatusColumn; ++column) found_->resizeColumnToContents(column);
   spdlog::info("models dialog: {} models found in {} folders", models.size(), folders_->count());

@@ -67,7 +67,7 @@ QString format_model_summary(const kvchat::app::ModelInfo& info) {
 }
 
 QString format_model_details(const kvchat::app::ModelInfo& info) {
-  QStringList lines{info.directory};
+  QStringList lines{info.path};
   lines << QStringLiteral("%1, %2 weights (%3): %4 on disk, %5 in memory")
                .arg(info.architecture.isEmpty() ? QStringLiteral("unknown architecture") : info.architecture,
                     info.weight_format, info.format, format_bytes(info.file_bytes), format_bytes(info.weight_bytes));

@@ -37,14 +37,14 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
     total_cache_bytes_ = 0;
     snapshots_described_.clear();
     last_stats_.reset();  // the previous model's figures describe nothing on this one
-    if (!remember_model_path_.isEmpty() && remember_model_path_ == info.directory) {
-      settings_.model_path = info.directory;
+    if (!remember_model_path_.isEmpty() && remember_model_path_ == info.path) {
+      settings_.model_path = info.path;
       settings_.save(*settings_storage_);
       settings_storage_->sync();
-      spdlog::info("model {} saved in the settings", info.directory.toStdString());
+      spdlog::info("model {} saved in the settings", info.path.toStdString());
     }
     remember_model_path_.clear();
-    save_recent_models(*settings_storage_, with_recent_model(load_recent_models(*settings_storage_), info.directory));
+    save_recent_models(*settings_storage_, with_recent_model(load_recent_models(*settings_storage_), info.path));
     apply_local_server();  // on the new model
     Q_EMIT modelLoaded(info);
     Q_EMIT lastReplyStatsChanged();

@@ -354,7 +354,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
                         ? QString::fromStdString(displayed_base_url(settings_.remote_base_url.trimmed().toStdString()))
                         : QStringLiteral("local");
     reply.settings = turn_settings.to_json();
-    if (!usesRemoteBackend()) reply.settings.insert(kReplyModelPathKey, model_info_.directory);
+    if (!usesRemoteBackend()) reply.settings.insert(kReplyModelPathKey, model_info_.path);
     if (own_settings) {
       reply.settings.insert(QStringLiteral("preset"), own_settings->name);
       reply.settings.insert(QStringLiteral("stop"), QJsonArray::fromStringList(own_settings->stop_texts));

@@ -125,7 +125,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
     open_snapshots();
 
     ModelInfo info;
-    info.directory = directory;
+    info.path = directory;
     info.name = QString::fromStdString(model->path);
     info.name = info.name.section('/', -1, -1, QString::SectionSkipEmpty);
     info.architecture = QString::fromStdString(model->config.model_type);

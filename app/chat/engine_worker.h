@@ -27,8 +27,12 @@ struct LoadedModel;
 
 namespace kvchat::app {
 
+// The loaded model as the app describes it (names and figures for the window, the logs and the replies'
+// settings). Three names, three things: kvchat::LlamaModel is the network (config, weights, the forward);
+// kvchat::LoadedModel is what a load returns (that network with its tokenizer, chat formatter and file facts);
+// ModelInfo is this description, with the LoadedModel it came from.
 struct ModelInfo {
-  QString directory;        // the model's path: a Hugging Face directory or a .gguf file
+  QString path;             // a Hugging Face model directory or a .gguf file
   QString name;             // the directory's folder name, or the file's name
   QString architecture;     // "llama", "qwen2"
   QString format;           // "safetensors" or "gguf"
@@ -42,7 +46,7 @@ struct ModelInfo {
   bool has_chat_template = false;
   double load_seconds = 0.0;
   // The loaded model itself, read-only: its tokenizer and template also count the tokens of a message being
-  // typed on the GUI thread (ChatController::measureDraft). The weights are only ever used by the worker.
+  // typed (on the draft counter's thread). The weights are only ever used by the worker.
   std::shared_ptr<const kvchat::LoadedModel> model;
 };
 

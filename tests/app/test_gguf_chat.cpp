@@ -128,7 +128,7 @@ void GgufChatTest::turn_runner_reply_ids_equal_the_engines_greedy_ids() {
 void GgufChatTest::controller_chats_on_the_gguf_file_from_the_settings() {
   make_controller(greedy_settings(gguf_path()));
   const auto& info = controller_->modelInfo();
-  QCOMPARE(info.directory, gguf_path());
+  QCOMPARE(info.path, gguf_path());
   QCOMPARE(info.name, QStringLiteral("stories260K-Q8_0.gguf"));
   QCOMPARE(info.architecture, QStringLiteral("llama"));
   QCOMPARE(info.format, QStringLiteral("gguf"));

@@ -226,7 +226,7 @@ void MainWindowTest::settings_cache_toggle_persists_and_applies_next_turn() {
 
 void MainWindowTest::corrupt_model_directory_shows_an_error_and_keeps_the_model() {
   open_window(greedy_settings());
-  const QString original = controller_->modelInfo().directory;
+  const QString original = controller_->modelInfo().path;
   QTemporaryDir broken;
   QFile config(broken.filePath("config.json"));
   QVERIFY(config.open(QIODevice::WriteOnly));
@@ -240,7 +240,7 @@ void MainWindowTest::corrupt_model_directory_shows_an_error_and_keeps_the_model(
   QVERIFY2(box->text().contains(broken.path()), qPrintable(box->text()));
   QVERIFY2(box->text().contains("config.json"), qPrintable(box->text()));
   QVERIFY2(box->text().contains("Still using " + original), qPrintable(box->text()));
-  QCOMPARE(controller_->modelInfo().directory, original);
+  QCOMPARE(controller_->modelInfo().path, original);
   box->accept();
 
   type_and_send("Once upon a time");

@@ -48,7 +48,7 @@ class ModelsDialogTest : public QObject {
   bool load(const QString& path) {
     QSignalSpy loaded(controller(), &ChatController::modelLoaded);
     controller()->loadModel(path, true);
-    return loaded.wait(60000) && controller()->modelInfo().directory == path;
+    return loaded.wait(60000) && controller()->modelInfo().path == path;
   }
   ChatController* controller() const { return fixture_->controller(); }
   QString shared(const char* path) const { return QString::fromStdString(kvchat::test::shared_path(path)); }
@@ -173,7 +173,7 @@ void ModelsDialogTest::a_scan_finds_models_in_the_folders_and_enter_loads_one() 
   QSignalSpy loaded(controller(), &ChatController::modelLoaded);
   QTest::keyClick(const_cast<QTreeWidget*>(found), Qt::Key_Return);
   QVERIFY(loaded.wait(60000));
-  QCOMPARE(controller()->modelInfo().directory, root + "/a/b/x.gguf");
+  QCOMPARE(controller()->modelInfo().path, root + "/a/b/x.gguf");
   QCOMPARE(controller()->recentModels().first(), root + "/a/b/x.gguf");
 
   // The folder is kept: a new dialog scans it again.
@@ -209,12 +209,12 @@ void ModelsDialogTest::a_chat_offers_the_model_its_last_reply_came_from() {
   auto* button = bar->findChild<QPushButton*>("loadLastModelButton");
   QCOMPARE(button->text(), QStringLiteral("Load stories260K"));
   QCOMPARE(loading.count(), 0);  // offered, not loaded
-  QCOMPARE(controller()->modelInfo().directory, q8);
+  QCOMPARE(controller()->modelInfo().path, q8);
 
   QSignalSpy loaded(controller(), &ChatController::modelLoaded);
   button->click();
   QVERIFY(loaded.wait(60000));
-  QCOMPARE(controller()->modelInfo().directory, folder);
+  QCOMPARE(controller()->modelInfo().path, folder);
   QVERIFY(bar->isHidden());
   controller()->selectConversation(gguf_chat);
   QVERIFY(bar->isVisible());
