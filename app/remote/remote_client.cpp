@@ -189,6 +189,15 @@ class RequestWatch {
   std::thread thread_;
 };
 
+// The response's status into `status`; its arrival counts as progress for `watch`.
+void take_status(httplib::Request& request, RequestWatch& watch, int& status) {
+  request.response_handler = [&watch, &status](const httplib::Response& response) {
+    status = response.status;
+    watch.arrived();
+    return true;
+  };
+}
+
 std::vector<std::string> list_models(const RemoteEndpoint& endpoint) {
   const ServerAddress address = parse_base_url(endpoint.base_url);
   httplib::Client client = make_client(address, endpoint);
@@ -200,11 +209,7 @@ std::vector<std::string> list_models(const RemoteEndpoint& endpoint) {
   std::string body;
   bool too_long = false;
   RequestWatch watch(client, nullptr, kModelListIdleSeconds, kModelListTimeoutSeconds);
-  request.response_handler = [&](const httplib::Response& response) {
-    status = response.status;
-    watch.arrived();
-    return true;
-  };
+  take_status(request, watch, status);
   request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
     watch.arrived();
     const std::size_t cap = status == 200 ? kMaxModelListBytes : kMaxErrorBodyBytes;
@@ -293,11 +298,7 @@ RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatM
     status = 0;
     std::string error_body;
     RequestWatch watch(client, stop, idle_seconds, total_seconds);
-    request.response_handler = [&](const httplib::Response& response) {
-      status = response.status;
-      watch.arrived();
-      return true;
-    };
+    take_status(request, watch, status);
     // Bytes arrive here after decompression: the parser's bound on the stream also bounds a compressed bomb.
     request.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
       watch.arrived();

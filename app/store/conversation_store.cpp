@@ -495,6 +495,40 @@ QList<MessageRecord> branch_records(const QSqlDatabase& db, const QString& path,
   return records;
 }
 
+// The columns a message row is written with (an added message, an imported one): all but its id and branch.
+StoreQuery& bind_message_columns(StoreQuery& query, const MessageRecord& message, qint64 conversation_id,
+                                 qint64 created_ms) {
+  return query.bind(QStringLiteral(":conversation_id"), conversation_id)
+      .bind(QStringLiteral(":role"), role_name(message.role))
+      .bind(QStringLiteral(":text"), non_null(message.text))
+      .bind(QStringLiteral(":created_at"), created_ms)
+      .bind(QStringLiteral(":model"), non_null(message.model))
+      .bind(QStringLiteral(":backend"), non_null(message.backend))
+      .bind(QStringLiteral(":settings"), json_text(message.settings))
+      .bind(QStringLiteral(":stats"), json_text(message.stats))
+      .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
+      .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
+      .bind(QStringLiteral(":token_vocabulary"),
+            message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary));
+}
+
+// How a write to a branch group starts: a transaction, the chat's messages as the branch rules see them, and
+// the group that `message_id` is a member of (a failure when it starts no branch).
+struct BranchGroupWrite {
+  BranchGroupWrite(const QSqlDatabase& database, const QString& path, const QString& purpose, qint64 conversation_id,
+                   qint64 message_id)
+      : db(database),
+        transaction(db, path, purpose),
+        records(branch_records(db, path, purpose, conversation_id)),
+        group(branch_siblings(records, message_id)) {
+    if (group.isEmpty()) fail(path, purpose + QStringLiteral(": message %1 starts no branch").arg(message_id));
+  }
+  QSqlDatabase db;
+  WriteTransaction transaction;
+  const QList<MessageRecord> records;
+  const QList<qint64> group;
+};
+
 // Marks one member of a branch group hidden or shown (its settings key), when it is not already.
 void set_branch_hidden(const QSqlDatabase& db, const QString& path, const QString& purpose, const MessageRecord& member,
                        bool hidden) {
@@ -692,19 +726,7 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
                      " token_ids, token_vocabulary, branch)"
                      " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
                      " :stats, :complete, :token_ids, :token_vocabulary, :branch)"));
-  insert.bind(QStringLiteral(":conversation_id"), message.conversation_id)
-      .bind(QStringLiteral(":role"), role_name(message.role))
-      .bind(QStringLiteral(":text"), non_null(message.text))
-      .bind(QStringLiteral(":created_at"), created)
-      .bind(QStringLiteral(":model"), non_null(message.model))
-      .bind(QStringLiteral(":backend"), non_null(message.backend))
-      .bind(QStringLiteral(":settings"), json_text(message.settings))
-      .bind(QStringLiteral(":stats"), json_text(message.stats))
-      .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
-      .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
-      .bind(QStringLiteral(":token_vocabulary"),
-            message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary))
-      .bind(QStringLiteral(":branch"), branch);
+  bind_message_columns(insert, message, message.conversation_id, created).bind(QStringLiteral(":branch"), branch);
   const qint64 id = insert.run().lastInsertId().toLongLong();
   touch_conversation(db, database_path_, message.conversation_id);
   transaction.commit();
@@ -744,26 +766,22 @@ qint64 ConversationStore::fork_message(qint64 conversation_id, qint64 message_id
 }
 
 void ConversationStore::show_branch(qint64 conversation_id, qint64 message_id) {
-  QSqlDatabase db = connection(connection_name_);
   const QString purpose =
       QStringLiteral("cannot show branch %1 of conversation %2").arg(message_id).arg(conversation_id);
-  WriteTransaction transaction(db, database_path_, purpose);
-  const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
-  const QList<qint64> group = branch_siblings(records, message_id);
-  if (group.isEmpty()) fail(database_path_, purpose + QStringLiteral(": message %1 starts no branch").arg(message_id));
-  for (const MessageRecord& record : records)
-    if (group.contains(record.id)) set_branch_hidden(db, database_path_, purpose, record, record.id != message_id);
-  transaction.commit();
+  BranchGroupWrite write(connection(connection_name_), database_path_, purpose, conversation_id, message_id);
+  for (const MessageRecord& record : write.records)
+    if (write.group.contains(record.id))
+      set_branch_hidden(write.db, database_path_, purpose, record, record.id != message_id);
+  write.transaction.commit();
 }
 
 void ConversationStore::delete_branch(qint64 conversation_id, qint64 message_id) {
-  QSqlDatabase db = connection(connection_name_);
   const QString purpose =
       QStringLiteral("cannot delete branch %1 of conversation %2").arg(message_id).arg(conversation_id);
-  WriteTransaction transaction(db, database_path_, purpose);
-  const QList<MessageRecord> records = branch_records(db, database_path_, purpose, conversation_id);
-  const QList<qint64> group = branch_siblings(records, message_id);
-  if (group.isEmpty()) fail(database_path_, purpose + QStringLiteral(": message %1 starts no branch").arg(message_id));
+  BranchGroupWrite write(connection(connection_name_), database_path_, purpose, conversation_id, message_id);
+  const QSqlDatabase& db = write.db;
+  const QList<MessageRecord>& records = write.records;
+  const QList<qint64>& group = write.group;
   const QList<qint64> doomed = branch_subtree(records, message_id);
   const QList<MessageRecord> shown = messages_on_shown_path(records);
   const bool was_shown =
@@ -801,7 +819,7 @@ void ConversationStore::delete_branch(qint64 conversation_id, qint64 message_id)
     for (const qint64 id : remaining)
       set_branch_hidden(db, database_path_, purpose, record_of(id), id != remaining.back() && remaining.size() > 1);
   touch_conversation(db, database_path_, conversation_id);
-  transaction.commit();
+  write.transaction.commit();
   spdlog::debug("conversation store: deleted branch {} ({} messages) of conversation {}", message_id, doomed.size(),
                 conversation_id);
 }
@@ -1003,19 +1021,8 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
                                     " settings, stats, complete, token_ids, token_vocabulary)"
                                     " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
                                     " :stats, :complete, :token_ids, :token_vocabulary)"));
-      add.bind(QStringLiteral(":conversation_id"), conversation_id)
-          .bind(QStringLiteral(":role"), role_name(message.role))
-          .bind(QStringLiteral(":text"), non_null(message.text))
-          .bind(QStringLiteral(":created_at"),
-                message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now)
-          .bind(QStringLiteral(":model"), non_null(message.model))
-          .bind(QStringLiteral(":backend"), non_null(message.backend))
-          .bind(QStringLiteral(":settings"), json_text(message.settings))
-          .bind(QStringLiteral(":stats"), json_text(message.stats))
-          .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
-          .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
-          .bind(QStringLiteral(":token_vocabulary"),
-                message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary));
+      bind_message_columns(add, message, conversation_id,
+                           message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now);
       new_id.insert(message.id, add.run().lastInsertId().toLongLong());
     }
     // References are mapped once every message has its id (a marker's context start may come after it).
