@@ -127,7 +127,7 @@ void ChatController::applyLocalServerSettings(const LocalServerSettings& setting
 void ChatController::apply_local_server() {
   // No model while one loads: the server stops first, so it never runs on a model being replaced.
   local_server_->apply(local_server_settings_, model_loading_ ? nullptr : model_info_.model,
-                       settings_.effective_cache_budget_bytes());
+                       settings_.effective_cache_budget_bytes(), settings_.threads);
 }
 
 void ChatController::setFontPointSize(int points) {

@@ -12,6 +12,7 @@
 #include "app/snapshot_key.h"
 #include "engine/cache/kv_snapshot.h"
 #include "engine/cache/session_pool.h"
+#include "engine/compute/compute_context.h"
 #include "engine/compute/compute_options.h"
 #include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
@@ -30,7 +31,19 @@ struct EngineWorker::State {
   std::shared_ptr<const LoadedModel> model;
   std::unique_ptr<SessionPool> pool;  // the loaded model's sessions (and snapshots)
   SnapshotOptions snapshot_options;
-  int threads = -1;  // engine threads currently set; -1 = never set
+  // What this worker's turns compute with: the app's thread setting, in a context of its own (the server the
+  // app hosts has another), so a new thread count needs no process-wide change.
+  std::shared_ptr<const ComputeContext> compute;
+  int compute_threads_setting = -1;  // what `compute` was made for (0: the machine's cores)
+
+  // The context for the `threads` setting, made anew when the setting changed.
+  const std::shared_ptr<const ComputeContext>& compute_for(int threads) {
+    if (!compute || threads != compute_threads_setting) {
+      compute = std::make_shared<const ComputeContext>(ComputeContext::Options{threads, fast_kernels_enabled()});
+      compute_threads_setting = threads;
+    }
+    return compute;
+  }
 };
 
 EngineWorker::EngineWorker(QObject* parent) : TurnBackend(parent), state_(std::make_unique<State>()) {}
@@ -61,6 +74,7 @@ void EngineWorker::open_snapshots() {
     }
   }
   state_->pool = std::make_unique<SessionPool>(state_->model->model, store, options.key_prefix.toStdString());
+  state_->pool->set_compute_context(state_->compute);
 }
 
 void EngineWorker::configureSnapshots(const SnapshotOptions& options) {
@@ -119,7 +133,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
       throw std::invalid_argument(
           "model " + directory.toStdString() +
           " has no tokenizer (tokenizer.json or GGUF tokenizer metadata), so it cannot be used for chat");
-    state_->threads = threads;
+    state_->compute_for(threads);
     // Caches belong to the model that made them (listeners drop theirs on loaded()).
     state_->model = model;
     open_snapshots();
@@ -157,12 +171,8 @@ void EngineWorker::runTurn(const TurnRequest& request) {
   try {
     if (!state_->model) throw std::runtime_error("no model is loaded");
     const std::shared_ptr<const LoadedModel> model = state_->model;
-    if (request.threads != state_->threads) {
-      const std::unique_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
-      set_compute_threads(request.threads);
-      state_->threads = request.threads;
-    }
     SessionPool& pool = *state_->pool;
+    pool.set_compute_context(state_->compute_for(request.threads));
     Session& session = pool.acquire(request.conversation_id, request.generation.cache_mode);
 
     TurnOptions options;
@@ -221,6 +231,7 @@ void EngineWorker::generateTitle(qint64 conversation_id, const std::vector<ChatM
     const std::shared_ptr<const LoadedModel> model = state_->model;
     // Not from the pool: the chat's own session keeps exactly the tokens of its conversation.
     Session session(model->model, KvCacheMode::Contiguous);
+    session.set_compute_context(state_->compute);
     TurnOptions options;
     options.generation = generation;
     options.generation.cache_mode = KvCacheMode::Contiguous;

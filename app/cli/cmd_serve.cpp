@@ -17,6 +17,8 @@
 #include "app/snapshot_key.h"
 #include "engine/cache/kv_snapshot.h"
 #include "engine/cache/snapshot_store.h"
+#include "engine/compute/compute_context.h"
+#include "engine/compute/compute_options.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
 
@@ -157,6 +159,7 @@ int run_serve(const std::vector<std::string>& args) {
     }
   }
 
+  options.compute = std::make_shared<const ComputeContext>(ComputeContext::Options{threads, fast_kernels_enabled()});
   app::openai::OpenAiServer server(model, snapshots, options);
   server.bind();
   SignalStopper signals;  // destroyed before the server

@@ -10,6 +10,8 @@
 
 #include "app/server/openai_server.h"
 #include "app/settings.h"
+#include "engine/compute/compute_context.h"
+#include "engine/compute/compute_options.h"
 #include "engine/model/model_loader.h"
 
 namespace kvchat::app {
@@ -87,26 +89,30 @@ LocalServer::~LocalServer() {
 QString LocalServer::url() const { return server_ ? QStringLiteral("http://127.0.0.1:%1").arg(port_) : QString(); }
 
 void LocalServer::apply(const LocalServerSettings& settings, std::shared_ptr<const LoadedModel> model,
-                        std::int64_t budget_bytes) {
+                        std::int64_t budget_bytes, int threads) {
   reap_finished_stops();
   const bool wanted = settings.enabled && model != nullptr;
-  if (server_ && wanted && model == model_ && settings == settings_ && budget_bytes == budget_bytes_) return;
+  if (server_ && wanted && model == model_ && settings == settings_ && budget_bytes == budget_bytes_ &&
+      threads == threads_)
+    return;
   stop();
-  if (wanted) start(settings, std::move(model), budget_bytes);
+  if (wanted) start(settings, std::move(model), budget_bytes, threads);
 }
 
 void LocalServer::start(const LocalServerSettings& settings, std::shared_ptr<const LoadedModel> model,
-                        std::int64_t budget_bytes) {
+                        std::int64_t budget_bytes, int threads) {
   openai::ServerOptions options;
   options.host = "127.0.0.1";  // this machine only: the setting says localhost
   options.port = settings.port;
   options.api_key = settings.api_key.toStdString();
   options.memory_budget_bytes = budget_bytes;
   options.model_id = QFileInfo(QDir::cleanPath(QString::fromStdString(model->path))).fileName().toStdString();
+  // The app's thread setting, in a context of the server's own: its requests never wait for the chat's.
   // Every thread the server needs starts here, where a failure (out of memory or of threads) is caught and
   // shown: bind() starts the connection threads before it holds the port, then the listening thread.
   std::thread serve_thread;
   try {
+    options.compute = std::make_shared<const ComputeContext>(ComputeContext::Options{threads, fast_kernels_enabled()});
     auto server = std::make_shared<openai::OpenAiServer>(*model, nullptr, options);
     server->bind();
     serve_thread = std::thread([server] { server->serve(); });
@@ -122,6 +128,7 @@ void LocalServer::start(const LocalServerSettings& settings, std::shared_ptr<con
   model_ = std::move(model);
   settings_ = settings;
   budget_bytes_ = budget_bytes;
+  threads_ = threads;
   serve_thread_ = std::move(serve_thread);
   spdlog::info("serving {} on {} (KV cache budget {} MiB)", options.model_id, url().toStdString(), budget_bytes >> 20);
   Q_EMIT servingChanged(true, url());

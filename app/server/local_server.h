@@ -56,7 +56,9 @@ class LocalServer : public QObject {
 
   // Serves `model` as `settings` say (restarting when the model or a setting changed), or stops when
   // they are off or `model` is null. `budget_bytes`: the server's sessions' KV cache budget.
-  void apply(const LocalServerSettings& settings, std::shared_ptr<const LoadedModel> model, std::int64_t budget_bytes);
+  // `threads`: the server's own compute threads (the app's setting; 0 = the machine's cores).
+  void apply(const LocalServerSettings& settings, std::shared_ptr<const LoadedModel> model, std::int64_t budget_bytes,
+             int threads = 0);
   void stop();
 
   bool isServing() const { return server_ != nullptr; }
@@ -68,7 +70,8 @@ class LocalServer : public QObject {
   void failed(const QString& message);
 
  private:
-  void start(const LocalServerSettings& settings, std::shared_ptr<const LoadedModel> model, std::int64_t budget_bytes);
+  void start(const LocalServerSettings& settings, std::shared_ptr<const LoadedModel> model, std::int64_t budget_bytes,
+             int threads);
   void reap_finished_stops();
 
   std::shared_ptr<const LoadedModel> model_;
@@ -76,6 +79,7 @@ class LocalServer : public QObject {
   std::thread serve_thread_;
   LocalServerSettings settings_;
   std::int64_t budget_bytes_ = 0;
+  int threads_ = 0;
   int port_ = 0;
   struct Stopping;
   std::vector<std::unique_ptr<Stopping>> stopping_;  // servers finishing their last requests

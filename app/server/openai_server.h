@@ -15,6 +15,7 @@
 namespace kvchat {
 struct LoadedModel;
 class SnapshotStore;
+class ComputeContext;
 }  // namespace kvchat
 
 namespace kvchat::app::openai {
@@ -36,6 +37,9 @@ struct ServerOptions {
   std::string cors_origin;
   int header_timeout_ms = 10000;  // from a request's first byte to the end of its headers
   int body_timeout_ms = 60000;    // from there to the end of its body
+  // What the requests compute with (threads, kernels, the kernels' pool): the server's own, so that it and
+  // the desktop app hosting it keep their own settings. Null: the process-wide settings.
+  std::shared_ptr<const ComputeContext> compute;
 
   static constexpr int kMaxParallel = 64;
   static constexpr int kMaxQueue = 256;

@@ -67,6 +67,10 @@ class ServerSessions {
   ServerSessions(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, int parallel, int max_queue,
                  std::int64_t budget_bytes = 0);
   ~ServerSessions();
+  // What every session computes with (SessionPool::set_compute_context); before the first request.
+  void set_compute_context(std::shared_ptr<const ComputeContext> context) {
+    pool_.set_compute_context(std::move(context));
+  }
 
   // A request's prompt ids: the messages rendered by the model's template (the generation prompt added)
   // and encoded whole, or the raw prompt encoded. ApiError 400 when the template refuses the messages,

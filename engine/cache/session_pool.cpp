@@ -87,12 +87,18 @@ void SessionPool::forget_all() {
   if (snapshots_) snapshots_->remove_all();
 }
 
+void SessionPool::set_compute_context(std::shared_ptr<const ComputeContext> context) {
+  compute_ = std::move(context);
+  for (auto& [conversation, entry] : entries_) entry.session->set_compute_context(compute_);
+}
+
 Session& SessionPool::acquire(ConversationId conversation, KvCacheMode cache_mode) {
   Entry& entry = entries_[conversation];
   entry.last_used = ++use_clock_;
   if (!entry.session) {
     entry.session = std::make_unique<Session>(model_, cache_mode);
     entry.session->set_prefix_restorer(restorer_.get());
+    entry.session->set_compute_context(compute_);
   }
   return *entry.session;
 }

@@ -24,6 +24,8 @@
 
 namespace kvchat {
 
+class ComputeContext;
+
 class SessionPool {
  public:
   using ConversationId = std::int64_t;
@@ -45,6 +47,10 @@ class SessionPool {
   ~SessionPool();
   SessionPool(const SessionPool&) = delete;
   SessionPool& operator=(const SessionPool&) = delete;
+
+  // The context every session of the pool computes with, from its next generate() on (null: the
+  // process-wide settings). Not while one of them generates on another thread.
+  void set_compute_context(std::shared_ptr<const ComputeContext> context);
 
   // The conversation's session, made on first use; marks it the most recently used.
   Session& acquire(ConversationId conversation, KvCacheMode cache_mode);
@@ -87,6 +93,7 @@ class SessionPool {
   };
   class Restorer;
   std::shared_ptr<const LlamaModel> model_;
+  std::shared_ptr<const ComputeContext> compute_;
   std::shared_ptr<SnapshotStore> snapshots_;
   std::string key_prefix_;
   std::unique_ptr<Restorer> restorer_;

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/compute/compute_context.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/thread_pool.h"
 
@@ -27,12 +28,18 @@ std::atomic<bool>& kernels_flag() {
 }
 }  // namespace
 
-bool fast_kernels_enabled() { return kernels_flag().load(std::memory_order_relaxed); }
+bool fast_kernels_enabled() {
+  if (const ComputeContext* context = current_compute_context()) return context->kernels_enabled();
+  return kernels_flag().load(std::memory_order_relaxed);
+}
 void set_fast_kernels_enabled(bool enabled) { kernels_flag().store(enabled, std::memory_order_relaxed); }
 
 namespace {
 std::atomic<int> configured_threads{0};
-std::atomic<int> current_phase{-1};
+// The thread counts the calling thread last set for LibTorch (its OpenMP count is per thread): -1 unknown.
+thread_local int t_phase_threads = -1;
+std::atomic<int> settings_generation{0};  // set_compute_threads makes every thread's record stale
+thread_local int t_phase_generation = -1;
 
 // OpenBLAS's thread count, where LibTorch's BLAS is OpenBLAS (found at run time: with the reference
 // BLAS there is nothing to set).
@@ -51,7 +58,7 @@ void set_compute_threads(int threads) {
                                 std::to_string(max_compute_threads()) + " (4x this machine's cores)");
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   configured_threads = threads;
-  current_phase = -1;
+  ++settings_generation;
   at::set_num_threads(threads);
   set_blas_threads(threads);
   kernels::set_default_threads(threads);
@@ -64,9 +71,12 @@ int compute_threads() {
 }
 
 void enter_compute_phase(ComputePhase phase) {
-  const int wanted = static_cast<int>(phase);
-  if (current_phase.exchange(wanted) == wanted) return;
-  const int threads = phase == ComputePhase::Streaming ? 1 : compute_threads();
+  const ComputeContext* context = current_compute_context();
+  const int threads = phase == ComputePhase::Streaming ? 1 : context ? context->threads() : compute_threads();
+  const int generation = settings_generation.load();
+  if (t_phase_threads == threads && t_phase_generation == generation) return;
+  t_phase_threads = threads;
+  t_phase_generation = generation;
   at::set_num_threads(threads);
   set_blas_threads(threads);
 }

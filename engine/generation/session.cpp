@@ -9,6 +9,7 @@
 
 #include "engine/cache/kv_cache.h"
 #include "engine/cache/kv_snapshot.h"
+#include "engine/compute/compute_context.h"
 #include "engine/generation/prefill.h"
 #include "engine/model/llama_model.h"
 
@@ -136,6 +137,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
                                    const BeforePrefillChunk& before_prefill_chunk) {
   // The guard belongs to the thread that runs the model, so it is made here, not at load.
   c10::InferenceMode inference_guard;
+  const ComputeScope compute_scope(compute_.get());
   const ModelConfig& model_config = model_->config();
   const std::int64_t limit = context_limit(config);
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty");

@@ -21,6 +21,7 @@ namespace kvchat {
 
 class LlamaModel;
 class KvCache;
+class ComputeContext;
 struct KvSnapshot;
 
 // Supplies a cached prefix from outside the session's memory: the SessionPool's snapshots on disk.
@@ -64,6 +65,12 @@ class Session {
                             const std::atomic<bool>* stop = nullptr, const TokenCallback& on_token = {},
                             const BeforePrefillChunk& before_prefill_chunk = {});
 
+  // The context this session computes with (its threads, kernels and pool), entered on the calling thread
+  // for the length of each generate(); null: the process-wide settings. Shared, not owned alone: the
+  // sessions of one pool or server use one context.
+  void set_compute_context(std::shared_ptr<const ComputeContext> context) { compute_ = std::move(context); }
+  const std::shared_ptr<const ComputeContext>& compute_context() const { return compute_; }
+
   const std::vector<TokenId>& history() const { return history_; }  // tokens the cache holds
   std::int64_t cache_tokens() const;
   std::int64_t cache_bytes() const;
@@ -100,6 +107,7 @@ class Session {
   std::vector<TokenId> history_;
   DecodeContext decode_context_;  // decode steps' buffers and the current logits, reused by every step
   PrefixRestorer* restorer_ = nullptr;
+  std::shared_ptr<const ComputeContext> compute_;
 };
 
 }  // namespace kvchat

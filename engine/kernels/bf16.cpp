@@ -48,7 +48,7 @@ void run_conversion(std::int64_t n, const Convert& convert) {
     convert(0, n);
     return;
   }
-  default_thread_pool().parallel_for_blocks(n, convert, kConversionBlock);
+  current_thread_pool().parallel_for_blocks(n, convert, kConversionBlock);
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ void for_row_blocks(std::int64_t rows, std::int64_t row_bytes,
                     const std::function<void(std::int64_t begin, std::int64_t end)>& body) {
   if (rows <= 0) return;
   row_bytes = std::max<std::int64_t>(row_bytes, 1);
-  ThreadPool& pool = default_thread_pool();
+  ThreadPool& pool = current_thread_pool();
   if (rows * row_bytes < kParallelMinWeightBytes || pool.size() == 1) {
     body(0, rows);
     return;

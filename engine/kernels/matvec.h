@@ -1,6 +1,6 @@
 #pragma once
 // Matrix-vector products for batch-1 decode. Decode reads every weight once per token, so these are
-// written to stream the weight matrix at memory bandwidth: each thread of the default pool takes a
+// written to stream the weight matrix at memory bandwidth: each thread of the current pool takes a
 // contiguous block of rows and reads it as one linear stream (row after row, eight independent FMA
 // accumulators, software prefetch ahead of the loads).
 //
@@ -18,7 +18,7 @@ namespace kvchat::kernels {
 
 // Runs body(begin, end) over the rows [0, rows) of a weight matrix of row_bytes per row: inline when
 // the matrix is small (waking a worker costs about as much as streaming it) or the pool has one
-// thread, else in guided blocks of rows claimed by the default pool's threads.
+// thread, else in guided blocks of rows claimed by the current pool's threads.
 void for_row_blocks(std::int64_t rows, std::int64_t row_bytes,
                     const std::function<void(std::int64_t begin, std::int64_t end)>& body);
 

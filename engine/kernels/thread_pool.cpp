@@ -291,6 +291,18 @@ ThreadPool& default_thread_pool() {
   return *g_default_pool;
 }
 
+namespace {
+thread_local ThreadPool* t_current_pool = nullptr;
+}  // namespace
+
+ThreadPool& current_thread_pool() { return t_current_pool ? *t_current_pool : default_thread_pool(); }
+
+PoolScope::PoolScope(ThreadPool* pool) : previous_(t_current_pool) {
+  if (pool) t_current_pool = pool;
+}
+
+PoolScope::~PoolScope() { t_current_pool = previous_; }
+
 void set_default_threads(int threads) {
   if (threads < 0) {
     throw std::invalid_argument("set_default_threads: threads must be >= 0, got " + std::to_string(threads));

@@ -50,8 +50,23 @@ class ThreadPool {
   State* state_;
 };
 
-// The process-wide pool used by the kernels; created on first use with default_threads() threads.
+// The process-wide pool; created on first use with default_threads() threads.
 ThreadPool& default_thread_pool();
+// The pool the kernels use on the calling thread: the innermost PoolScope's, else default_thread_pool().
+ThreadPool& current_thread_pool();
+// Makes `pool` the calling thread's current pool until destroyed (scopes nest). A compute context enters
+// its pool this way, so that two contexts (the app's engine and its server, two benches) each run the
+// kernels on their own pool with their own thread count.
+class PoolScope {
+ public:
+  explicit PoolScope(ThreadPool* pool);  // null: the scope changes nothing
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  ThreadPool* previous_;
+};
 // 0 = std::thread::hardware_concurrency(). Recreates the default pool; call it while no kernel runs.
 void set_default_threads(int threads);
 int default_threads();

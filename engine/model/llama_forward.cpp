@@ -258,7 +258,7 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
     if (steps == 1 && !parallel_attention(start_pos + 1))
       attention.items(0, kv_heads);
     else
-      kernels::default_thread_pool().parallel_for(
+      kernels::current_thread_pool().parallel_for(
           steps * kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->items(first, last); });
 
     products_into(path, {{&layer.o, s.h.data()}}, s.attended.data(), steps);
