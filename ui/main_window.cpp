@@ -98,7 +98,8 @@ class ListWidthItemDelegate : public QStyledItemDelegate {
 };
 }  // namespace
 
-MainWindow::MainWindow(ChatController* controller, QWidget* parent) : QMainWindow(parent), controller_(controller) {
+MainWindow::MainWindow(ChatController* controller, QWidget* parent)
+    : QMainWindow(parent), controller_(controller), local_server_(&controller->localServerHost()) {
   setObjectName("mainWindow");
   setWindowTitle("kvchat");
   // Before any widget is built: the colours no palette role names are picked from the palette then.
@@ -477,7 +478,7 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);
   connect(controller_, &ChatController::modelLoaded, this, &MainWindow::refresh_chat_header);
   connect(controller_, &ChatController::modelLoadFailed, this, &MainWindow::show_model_load_failed);
-  const kvchat::app::LocalServer* local_server = &controller_->localServer();
+  const kvchat::app::LocalServer* local_server = &local_server_->server();
   connect(local_server, &kvchat::app::LocalServer::servingChanged, this, [this](bool serving, const QString& url) {
     serving_label_->setText(serving ? tr("Serving on %1").arg(url) : QString());
     serving_label_->setToolTip(serving ? tr("The OpenAI API on the loaded model: base URL %1/v1").arg(url) : QString());

@@ -238,12 +238,12 @@ SettingsDialog* MainWindow::openSettingsDialog() {
   auto* dialog = new SettingsDialog(controller_->settings(), this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   if (controller_->isModelLoaded()) dialog->setModelContextLength(controller_->modelInfo().context_length);
-  auto* local_server = new LocalServerGroup(controller_->localServerSettings(), dialog);
+  auto* local_server = new LocalServerGroup(local_server_->settings(), dialog);
   dialog->addSection(local_server);
   connect(dialog, &QDialog::accepted, this, [this, dialog, local_server] {
     const auto settings = dialog->settings();
     controller_->applySettings(settings);
-    controller_->applyLocalServerSettings(local_server->settings());
+    local_server_->applySettings(local_server->settings());
     show_notice(tr("Settings saved; they apply from the next reply."), 5000);
   });
   dialog->open();

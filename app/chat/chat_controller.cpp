@@ -22,8 +22,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
       settings_storage_(settings_storage),
       settings_(ChatSettings::load(*settings_storage)),
       user_presets_(load_user_presets(*settings_storage)),
-      local_server_settings_(LocalServerSettings::load(*settings_storage)),
-      local_server_(new LocalServer(this)) {
+      local_server_(new LocalServerHost(settings_storage, this)) {
   EngineWorker::register_meta_types();
   worker_ = new EngineWorker;
   worker_->moveToThread(&engine_thread_);
@@ -118,16 +117,10 @@ void ChatController::applySettings(const ChatSettings& settings) {
   if (resolve_model_path(settings_.model_path) != old_model || !model_loaded_) loadModel(QString());
 }
 
-void ChatController::applyLocalServerSettings(const LocalServerSettings& settings) {
-  local_server_settings_ = settings;
-  local_server_settings_.save(*settings_storage_);
-  apply_local_server();
-}
-
 void ChatController::apply_local_server() {
   // No model while one loads: the server stops first, so it never runs on a model being replaced.
-  local_server_->apply(local_server_settings_, model_loading_ ? nullptr : model_info_.model,
-                       settings_.effective_cache_budget_bytes(), settings_.threads);
+  local_server_->serve(model_loading_ ? nullptr : model_info_.model, settings_.effective_cache_budget_bytes(),
+                       settings_.threads);
 }
 
 void ChatController::setFontPointSize(int points) {

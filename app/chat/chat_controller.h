@@ -31,7 +31,7 @@
 #include "app/chat/stop_text_filter.h"
 #include "app/chat/turn_recorder.h"
 #include "app/remote/remote_worker.h"
-#include "app/server/local_server.h"
+#include "app/server/local_server_host.h"
 #include "app/settings.h"
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
@@ -75,11 +75,10 @@ class ChatController : public QObject {
   const ChatSettings& settings() const { return settings_; }
   // Saves the settings; they apply from the next turn. A changed model path is loaded.
   void applySettings(const ChatSettings& settings);
-  // Settings -> "Serve the loaded model on localhost:PORT": saved, applied at once (the server starts,
-  // restarts or stops), and again on every model load, since the server runs on the loaded model.
-  const LocalServerSettings& localServerSettings() const { return local_server_settings_; }
-  void applyLocalServerSettings(const LocalServerSettings& settings);
-  LocalServer& localServer() const { return *local_server_; }
+  // The local server (Settings -> "Serve the loaded model on localhost:PORT"), a concern of its own: the
+  // window holds it apart from the chat. The controller tells it what to serve: the loaded model, the
+  // sessions' budget and the threads, again on every model load and settings change.
+  LocalServerHost& localServerHost() const { return *local_server_; }
   // Saves only the chat's text size (a display choice: no reload, nothing for the next turn).
   void setFontPointSize(int points);
   // Saves only the folder of the last export (where the next export dialog starts, also after a restart).
@@ -356,9 +355,8 @@ class ChatController : public QObject {
   QSettings* settings_storage_;
   ChatSettings settings_;
   QList<GenerationPreset> user_presets_;
-  QHash<qint64, QString> titles_awaited_;  // chats waiting for the model's title, with the title they had then
-  LocalServerSettings local_server_settings_;
-  LocalServer* local_server_ = nullptr;  // a child: stopped before the engine thread ends
+  QHash<qint64, QString> titles_awaited_;    // chats waiting for the model's title, with the title they had then
+  LocalServerHost* local_server_ = nullptr;  // a child: stopped before the engine thread ends
   void apply_local_server();
 
   QThread engine_thread_;

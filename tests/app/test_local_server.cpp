@@ -70,10 +70,10 @@ class TestLocalServer : public QObject {
     kvchat::test::ChatFixture fixture;
     QVERIFY(fixture.open(kvchat::test::greedy_chat_settings(kMaxTokens)));
     kvchat::app::ChatController* controller = fixture.controller();
-    LocalServer& server = controller->localServer();
+    LocalServer& server = controller->localServerHost().server();
     QVERIFY(!server.isServing());  // off by default
     QSignalSpy serving(&server, &LocalServer::servingChanged);
-    controller->applyLocalServerSettings(serve_on(0));
+    controller->localServerHost().applySettings(serve_on(0));
     QVERIFY(server.isServing());
     QCOMPARE(serving.count(), 1);
     QCOMPARE(serving[0][1].toString(), QString("http://127.0.0.1:%1").arg(server.port()));
@@ -96,7 +96,7 @@ class TestLocalServer : public QObject {
     const int port = server.port();
     LocalServerSettings off = serve_on(port);
     off.enabled = false;
-    controller->applyLocalServerSettings(off);
+    controller->localServerHost().applySettings(off);
     QVERIFY(!server.isServing());
     QCOMPARE(serving.count(), 2);
     QCOMPARE(serving[1][0].toBool(), false);
@@ -116,9 +116,9 @@ class TestLocalServer : public QObject {
 
     kvchat::test::ChatFixture fixture;
     QVERIFY(fixture.open(kvchat::test::greedy_chat_settings(kMaxTokens)));
-    LocalServer& server = fixture.controller()->localServer();
+    LocalServer& server = fixture.controller()->localServerHost().server();
     QSignalSpy failed(&server, &LocalServer::failed);
-    fixture.controller()->applyLocalServerSettings(serve_on(port));
+    fixture.controller()->localServerHost().applySettings(serve_on(port));
     ::close(taken);
     QVERIFY(!server.isServing());
     QCOMPARE(failed.count(), 1);
@@ -131,8 +131,8 @@ class TestLocalServer : public QObject {
     kvchat::test::ChatFixture fixture;
     QVERIFY(fixture.open(kvchat::test::greedy_chat_settings(kMaxTokens)));
     kvchat::app::ChatController* controller = fixture.controller();
-    controller->applyLocalServerSettings(serve_on(0, "key-1"));
-    LocalServer& server = controller->localServer();
+    controller->localServerHost().applySettings(serve_on(0, "key-1"));
+    LocalServer& server = controller->localServerHost().server();
     QVERIFY(server.isServing());
     QSignalSpy serving(&server, &LocalServer::servingChanged);
     QSignalSpy loaded(controller, &kvchat::app::ChatController::modelLoaded);
@@ -155,12 +155,12 @@ class TestLocalServer : public QObject {
   void threads_that_cannot_start_are_a_clear_error() {
     kvchat::test::ChatFixture fixture;
     QVERIFY(fixture.open(kvchat::test::greedy_chat_settings(kMaxTokens)));
-    LocalServer& server = fixture.controller()->localServer();
+    LocalServer& server = fixture.controller()->localServerHost().server();
     QSignalSpy failed(&server, &LocalServer::failed);
     {
       kvchat::test::AddressSpaceHeadroom headroom(std::size_t(64) << 20);
       if (!headroom.active()) QSKIP("the address space cannot be capped here (sanitized build)");
-      fixture.controller()->applyLocalServerSettings(serve_on(0));
+      fixture.controller()->localServerHost().applySettings(serve_on(0));
     }
     QVERIFY(!server.isServing());
     QCOMPARE(failed.count(), 1);
@@ -169,7 +169,7 @@ class TestLocalServer : public QObject {
                  message.contains(" threads ("),
              qPrintable(message));
     // With room again, the same settings serve.
-    fixture.controller()->applyLocalServerSettings(serve_on(0));
+    fixture.controller()->localServerHost().applySettings(serve_on(0));
     QVERIFY(server.isServing());
     QVERIFY(port_answers(server.port()));
   }

@@ -70,12 +70,12 @@ class LocalServerUiTest : public QObject {
     LocalServerSettings serve;
     serve.enabled = true;
     serve.port = 0;
-    fixture.controller()->applyLocalServerSettings(serve);
-    const int port = fixture.controller()->localServer().port();
+    fixture.controller()->localServerHost().applySettings(serve);
+    const int port = fixture.controller()->localServerHost().server().port();
     QCOMPARE(label->text(), QString("Serving on http://127.0.0.1:%1").arg(port));
     QVERIFY(label->isVisible());
     serve.enabled = false;
-    fixture.controller()->applyLocalServerSettings(serve);
+    fixture.controller()->localServerHost().applySettings(serve);
     QVERIFY(label->isHidden());
 
     // A port already taken: the reason is shown. The port is one this test holds (the kernel picks a
@@ -92,11 +92,11 @@ class LocalServerUiTest : public QObject {
     const int taken_port = ntohs(address.sin_port);
     serve.enabled = true;
     serve.port = taken_port;
-    fixture.controller()->applyLocalServerSettings(serve);
+    fixture.controller()->localServerHost().applySettings(serve);
     ::close(taken);
     QCOMPARE(label->text(), QString("Not serving"));
     QVERIFY2(label->toolTip().contains(QString("localhost:%1").arg(taken_port)), qPrintable(label->toolTip()));
-    QVERIFY(!fixture.controller()->localServer().isServing());
+    QVERIFY(!fixture.controller()->localServerHost().server().isServing());
   }
 
   // Little address space left (a memory limit, the compute threads at their maximum): the server's
@@ -112,14 +112,14 @@ class LocalServerUiTest : public QObject {
     {
       kvchat::test::AddressSpaceHeadroom headroom(std::size_t(64) << 20);
       if (!headroom.active()) QSKIP("the address space cannot be capped here (sanitized build)");
-      fixture.controller()->applyLocalServerSettings(serve);
+      fixture.controller()->localServerHost().applySettings(serve);
     }
     QLabel* label = window.servingLabel();
     QCOMPARE(label->text(), QString("Not serving"));
     QVERIFY(label->isVisible());
     QVERIFY2(label->toolTip().contains("cannot start the server's ") && label->toolTip().contains(" threads ("),
              qPrintable(label->toolTip()));
-    QVERIFY(!fixture.controller()->localServer().isServing());
+    QVERIFY(!fixture.controller()->localServerHost().server().isServing());
   }
 };
 
