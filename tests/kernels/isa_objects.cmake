@@ -30,6 +30,11 @@ foreach(object IN LISTS objects)
     string(REGEX MATCHALL "[0-9a-f]+ [WVu] [^\n]*" shared "${symbols}")
     foreach(line IN LISTS shared)
       string(REGEX REPLACE "^[0-9a-f]+ [WVu] " "" symbol "${line}")
+      # DW.ref.<personality>: a pointer the compiler emits for exception tables (some builds, e.g. with the
+      # sanitizers), data, not code compiled for the instruction set.
+      if(symbol MATCHES "^DW\\.ref\\.")
+        continue()
+      endif()
       if(NOT symbol MATCHES "^_Z(Z|GVZ)?N6kvchat7kernels${isa_length}${isa}")
         find_program(CXXFILT c++filt)
         if(CXXFILT)
