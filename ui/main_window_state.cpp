@@ -187,10 +187,8 @@ void MainWindow::refresh_conversations() {
 }
 
 void MainWindow::refresh_conversation_states() {
-  {
-    const QScopedValueRollback<bool> updating(updating_conversation_list_, true);
-    conversation_model_->refresh_states();
-  }
+  const QScopedValueRollback<bool> updating(updating_conversation_list_, true);
+  conversation_model_->refresh_states();
 }
 
 // The list's current row follows the controller's current chat; no selection signal goes back to it.
