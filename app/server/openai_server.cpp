@@ -169,8 +169,7 @@ std::string route_methods(const std::string& path) {
 class OpenAiServer::Impl {
  public:
   Impl(const LoadedModel& model, std::shared_ptr<SnapshotStore> snapshots, ServerOptions options)
-      : model_(model),
-        options_(validated(std::move(options))),
+      : options_(validated(std::move(options))),
         sessions_(model, std::move(snapshots), options_.parallel, options_.max_queue, options_.memory_budget_bytes),
         // A connection for every running and queued request, and spare ones that answer /health, errors and
         // 429s while all of those are busy.
@@ -246,7 +245,6 @@ class OpenAiServer::Impl {
   void respond(std::shared_ptr<Job> job, const httplib::Request& request, httplib::Response& response);
   bool stream(Job& job, httplib::DataSink& sink);
 
-  const LoadedModel& model_;
   ServerOptions options_;
   ServerSessions sessions_;
   BoundedHttpServer server_;
