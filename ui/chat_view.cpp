@@ -71,7 +71,7 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
     delete item;
   }
   // What is kept must be in reading order (a branch or an alternative switched can reorder): else rebuild.
-  QList<MessageWidget*> kept = messageWidgets();
+  const QList<MessageWidget*> kept = messageWidgets();
   for (int i = 1; i < kept.size(); ++i)
     if (wanted.value(kept[i - 1]->messageId()) >= wanted.value(kept[i]->messageId())) {
       for (MessageWidget* widget : kept) {
@@ -79,7 +79,6 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
         widget->hide();
         widget->deleteLater();
       }
-      kept.clear();
       break;
     }
   int layout_position = 0;

@@ -16,6 +16,16 @@ class SessionPool::Restorer final : public PrefixRestorer {
     SnapshotStore* store = pool_.snapshots_.get();
     if (!store) return {};
     const auto started = std::chrono::steady_clock::now();
+    // Either source ends here: the cache holds the snapshot's first `common` positions, and the log says so.
+    auto restore_from = [&](const KvCacheShape& shape, const std::vector<TokenId>& tokens, const HugePageBuffer& data,
+                            std::int64_t common, const std::string& key, const char* where) {
+      restore_snapshot(shape, tokens, data, common, cache);
+      const double milliseconds =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+      spdlog::info("restored {} of {} prompt tokens from KV snapshot {} ({}) in {:.1f} ms ({} bytes)", common,
+                   prompt.size(), key, where, milliseconds, data.size());
+      return RestoredPrefix{common, milliseconds, key};
+    };
     std::int64_t wanted = cached_tokens + std::max<std::int64_t>(pool_.minimum_restore_tokens_, 1);
     // A snapshot saved but not yet on disk: as good as its file will be, and read from memory.
     const std::optional<SnapshotStore::PendingMatch> pending = store->best_pending_match(prompt, wanted);
@@ -34,22 +44,13 @@ class SessionPool::Restorer final : public PrefixRestorer {
         ++common;
       common = std::min(common, cache.shape().max_tokens);
       if (common < wanted) continue;
-      restore_snapshot(loaded->header.shape, tokens, loaded->data, common, cache);
-      const double milliseconds =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-      spdlog::info("restored {} of {} prompt tokens from KV snapshot {} in {:.1f} ms ({} bytes)", common, prompt.size(),
-                   match->key, milliseconds, loaded->data.size());
-      return RestoredPrefix{common, milliseconds, match->key};
+      return restore_from(loaded->header.shape, tokens, loaded->data, common, match->key, "read from its file");
     }
     if (!pending) return {};
     const KvSnapshot& snapshot = *pending->snapshot;
-    const std::int64_t common = std::min(pending->tokens, cache.shape().max_tokens);
-    restore_snapshot(snapshot.shape, snapshot.tokens, snapshot.data, common, cache);
-    const double milliseconds =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    spdlog::info("restored {} of {} prompt tokens from KV snapshot {} (not yet written, from memory) in {:.1f} ms",
-                 common, prompt.size(), pending->key, milliseconds);
-    return RestoredPrefix{common, milliseconds, pending->key};
+    return restore_from(snapshot.shape, snapshot.tokens, snapshot.data,
+                        std::min(pending->tokens, cache.shape().max_tokens), pending->key,
+                        "not yet written, from memory");
   }
 
  private:
