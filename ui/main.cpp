@@ -47,7 +47,8 @@ void script_session(kvchat::app::ChatController* controller, kvchat::ui::MainWin
     });
   };
   QObject::connect(
-      controller, &kvchat::app::ChatController::modelLoaded, window, [=] { (*next)(); }, Qt::SingleShotConnection);
+      &controller->backendHost(), &kvchat::app::BackendHost::modelLoaded, window, [=] { (*next)(); },
+      Qt::SingleShotConnection);
   QObject::connect(controller, &kvchat::app::ChatController::generatingChanged, window, [=](bool generating) {
     if (!generating) QTimer::singleShot(100, window, [=] { (*next)(); });
   });

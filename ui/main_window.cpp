@@ -99,7 +99,10 @@ class ListWidthItemDelegate : public QStyledItemDelegate {
 }  // namespace
 
 MainWindow::MainWindow(ChatController* controller, QWidget* parent)
-    : QMainWindow(parent), controller_(controller), local_server_(&controller->localServerHost()) {
+    : QMainWindow(parent),
+      controller_(controller),
+      local_server_(&controller->localServerHost()),
+      backend_(&controller->backendHost()) {
   setObjectName("mainWindow");
   setWindowTitle("kvchat");
   // Before any widget is built: the colours no palette role names are picked from the palette then.
@@ -131,9 +134,9 @@ MainWindow::MainWindow(ChatController* controller, QWidget* parent)
   refresh_chat_header();
   refresh_cache_gauge();
   refresh_reply_stats();
-  if (controller_->isModelLoaded())
-    show_model_loaded(controller_->modelInfo());
-  else if (controller_->isModelLoading())
+  if (backend_->isModelLoaded())
+    show_model_loaded(backend_->modelInfo());
+  else if (backend_->isModelLoading())
     load_busy_->show();
   refresh_model_label();
   refresh_window_title();
@@ -414,7 +417,7 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::replyTextAppended, this, [this](qint64 conversation_id) {
     if (conversation_id == controller_->currentConversationId()) ++draft_revision_;
   });
-  connect(controller_, &ChatController::modelLoaded, this, [this] { ++draft_revision_; });
+  connect(backend_, &kvchat::app::BackendHost::modelLoaded, this, [this] { ++draft_revision_; });
   connect(controller_, &ChatController::systemPromptChanged, this, [this] { ++draft_revision_; });
   connect(controller_, &ChatController::chatGenerationSettingsChanged, this, [this] { ++draft_revision_; });
   connect(controller_, &ChatController::conversationsChanged, this, &MainWindow::refresh_conversations);
@@ -474,10 +477,10 @@ void MainWindow::connect_controller() {
     refresh_buttons();  // a server set (or cleared) changes whether a message can be sent
   });
   connect(controller_, &ChatController::cacheEvicted, this, &MainWindow::show_cache_evicted);
-  connect(controller_, &ChatController::modelLoading, this, &MainWindow::show_model_loading);
-  connect(controller_, &ChatController::modelLoaded, this, &MainWindow::show_model_loaded);
-  connect(controller_, &ChatController::modelLoaded, this, &MainWindow::refresh_chat_header);
-  connect(controller_, &ChatController::modelLoadFailed, this, &MainWindow::show_model_load_failed);
+  connect(backend_, &kvchat::app::BackendHost::modelLoading, this, &MainWindow::show_model_loading);
+  connect(backend_, &kvchat::app::BackendHost::modelLoaded, this, &MainWindow::show_model_loaded);
+  connect(backend_, &kvchat::app::BackendHost::modelLoaded, this, &MainWindow::refresh_chat_header);
+  connect(backend_, &kvchat::app::BackendHost::modelLoadFailed, this, &MainWindow::show_model_load_failed);
   const kvchat::app::LocalServer* local_server = &local_server_->server();
   connect(local_server, &kvchat::app::LocalServer::servingChanged, this, [this](bool serving, const QString& url) {
     serving_label_->setText(serving ? tr("Serving on %1").arg(url) : QString());

@@ -201,6 +201,7 @@ class MainWindow : public QMainWindow {
 
   kvchat::app::ChatController* controller_;
   kvchat::app::LocalServerHost* local_server_;  // the local server: a concern of its own, beside the chat
+  kvchat::app::BackendHost* backend_;  // the model and the threads that answer turns: observed, not driven, here
   ConfirmHandler confirm_;
   qint64 editing_message_id_ = 0;  // the user message the message box edits (0: none)
   qint64 input_conversation_ = 0;  // the chat the input box's text belongs to

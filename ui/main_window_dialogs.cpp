@@ -74,7 +74,7 @@ void MainWindow::openModel(const QString& path) {
 }
 
 QFileDialog* MainWindow::openModelFileDialog() {
-  auto* dialog = new QFileDialog(this, tr("Open model file"), picker_start(controller_->modelInfo()));
+  auto* dialog = new QFileDialog(this, tr("Open model file"), picker_start(backend_->modelInfo()));
   dialog->setObjectName("openModelFileDialog");
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   dialog->setFileMode(QFileDialog::ExistingFile);
@@ -96,7 +96,7 @@ ModelsDialog* MainWindow::openModelsDialog() {
 }
 
 QFileDialog* MainWindow::openModelDirectoryDialog() {
-  auto* dialog = new QFileDialog(this, tr("Open model directory"), picker_start(controller_->modelInfo()));
+  auto* dialog = new QFileDialog(this, tr("Open model directory"), picker_start(backend_->modelInfo()));
   dialog->setObjectName("openModelDirectoryDialog");
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   dialog->setFileMode(QFileDialog::Directory);
@@ -237,7 +237,7 @@ QFileDialog* MainWindow::openExportDialog() {
 SettingsDialog* MainWindow::openSettingsDialog() {
   auto* dialog = new SettingsDialog(controller_->settings(), this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
-  if (controller_->isModelLoaded()) dialog->setModelContextLength(controller_->modelInfo().context_length);
+  if (backend_->isModelLoaded()) dialog->setModelContextLength(backend_->modelInfo().context_length);
   auto* local_server = new LocalServerGroup(local_server_->settings(), dialog);
   dialog->addSection(local_server);
   connect(dialog, &QDialog::accepted, this, [this, dialog, local_server] {
@@ -252,8 +252,8 @@ SettingsDialog* MainWindow::openSettingsDialog() {
 
 QMessageBox* MainWindow::openAboutDialog() {
   QString model = tr("No model is loaded.");
-  if (controller_->isModelLoaded()) {
-    const kvchat::app::ModelInfo& info = controller_->modelInfo();
+  if (backend_->isModelLoaded()) {
+    const kvchat::app::ModelInfo& info = backend_->modelInfo();
     model = tr("Model: %1<br>%2").arg(format_model_summary(info).toHtmlEscaped(), info.path.toHtmlEscaped());
   }
   const QString text = tr("<h3>kvchat %1</h3>"

@@ -130,19 +130,18 @@ void MainWindow::refresh_model_label() {
     const QString model = settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model;
     model_label_->setFullText(tr("%1 on %2").arg(model, shown_base_url(settings)));
     model_label_->setToolTip(tr("Replies come from the OpenAI-compatible server at %1").arg(shown_base_url(settings)));
-  } else if (controller_->isModelLoaded()) {
-    model_label_->setFullText(format_model_summary(controller_->modelInfo()));
-    model_label_->setToolTip(format_model_details(controller_->modelInfo()));
+  } else if (backend_->isModelLoaded()) {
+    model_label_->setFullText(format_model_summary(backend_->modelInfo()));
+    model_label_->setToolTip(format_model_details(backend_->modelInfo()));
   }
 }
 
 void MainWindow::show_model_load_failed(const QString& path, const QString& message) {
   load_busy_->hide();
-  model_label_->setFullText(controller_->isModelLoaded() ? format_model_summary(controller_->modelInfo())
-                                                         : tr("No model"));
+  model_label_->setFullText(backend_->isModelLoaded() ? format_model_summary(backend_->modelInfo()) : tr("No model"));
   refresh_buttons();
   QString text = tr("Could not load the model\n%1\n\n%2").arg(path, message);
-  if (controller_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(controller_->modelInfo().path);
+  if (backend_->isModelLoaded()) text += tr("\n\nStill using %1.").arg(backend_->modelInfo().path);
   show_error_dialog(tr("Model not loaded"), text, "modelLoadErrorDialog");
 }
 
@@ -233,8 +232,8 @@ void MainWindow::refresh_chat_header() {
       ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id) : std::nullopt));
   // The chat's last local model, when another one is loaded: offered, never loaded without a click.
   const auto last = id > 0 && !controller_->usesRemoteBackend() ? controller_->lastModelOf(id) : std::nullopt;
-  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().path : QString();
-  const bool offer = last && !controller_->isModelLoading() && QDir::cleanPath(last->path) != QDir::cleanPath(loaded);
+  const QString loaded = backend_->isModelLoaded() ? backend_->modelInfo().path : QString();
+  const bool offer = last && !backend_->isModelLoading() && QDir::cleanPath(last->path) != QDir::cleanPath(loaded);
   last_model_path_ = offer ? last->path : QString();
   if (offer) {
     const QString name = last->name.isEmpty() ? QFileInfo(last->path).fileName() : last->name;
@@ -254,8 +253,8 @@ void MainWindow::refresh_window_title() {
     what = tr("%1 on %2")
                .arg(settings.remote_model.isEmpty() ? tr("the server's first model") : settings.remote_model,
                     shown_base_url(settings));
-  else if (controller_->isModelLoaded())
-    what = controller_->modelInfo().name;
+  else if (backend_->isModelLoaded())
+    what = backend_->modelInfo().name;
   setWindowTitle(what.isEmpty() ? QStringLiteral("kvchat") : QStringLiteral("kvchat \u2014 %1").arg(what));
 }
 
@@ -268,8 +267,8 @@ void MainWindow::refresh_placeholder() {
                .arg(model.toHtmlEscaped(), shown_base_url(settings).toHtmlEscaped());
     text += tr("<p>Type a message below and press Enter.</p>");
     text += tr("<p>Settings \u2192 Backend switches back to a model on this computer.</p>");
-  } else if (controller_->isModelLoaded()) {
-    const kvchat::app::ModelInfo& info = controller_->modelInfo();
+  } else if (backend_->isModelLoaded()) {
+    const kvchat::app::ModelInfo& info = backend_->modelInfo();
     text = tr("<p><b>%1</b> is loaded (%2).</p>")
                .arg(info.name.toHtmlEscaped(), format_model_summary(info).toHtmlEscaped());
     text += tr("<p>Architecture: %1 \u00b7 chat template: %2</p>")

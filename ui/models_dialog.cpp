@@ -108,7 +108,7 @@ ModelsDialog::ModelsDialog(kvchat::app::ChatController* controller, QWidget* par
   connect(remove_folder, &QPushButton::clicked, this, &ModelsDialog::remove_selected_folder);
 
   refresh_recent();
-  folders_->addItems(controller_->modelFolders());
+  folders_->addItems(controller_->backendHost().modelFolders());
   startScan();
   resize(820, 560);
 }
@@ -123,9 +123,10 @@ ModelsDialog::~ModelsDialog() {
 
 void ModelsDialog::refresh_recent() {
   recent_->clear();
-  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().path : QString();
+  const QString loaded =
+      controller_->backendHost().isModelLoaded() ? controller_->backendHost().modelInfo().path : QString();
   // Read from metadata alone, a few files at most: quick enough to do here.
-  for (const QString& path : controller_->recentModels()) {
+  for (const QString& path : controller_->backendHost().recentModels()) {
     auto* item = new QTreeWidgetItem(recent_);
     fill_model_row(item, kvchat::app::describe_model(path), loaded);
   }
@@ -165,7 +166,8 @@ void ModelsDialog::startScan() {
 
 void ModelsDialog::show_found(const QList<ModelDescription>& models) {
   found_->clear();
-  const QString loaded = controller_->isModelLoaded() ? controller_->modelInfo().path : QString();
+  const QString loaded =
+      controller_->backendHost().isModelLoaded() ? controller_->backendHost().modelInfo().path : QString();
   for (const ModelDescription& model : models) fill_model_row(new QTreeWidgetItem(found_), model, loaded);
   for (int column = 0; column < StatusColumn; ++column) found_->resizeColumnToContents(column);
   spdlog::info("models dialog: {} models found in {} folders", models.size(), folders_->count());
@@ -173,10 +175,10 @@ void ModelsDialog::show_found(const QList<ModelDescription>& models) {
 
 void ModelsDialog::addFolder(const QString& path) {
   const QString folder = QDir::cleanPath(path);
-  QStringList folders = controller_->modelFolders();
+  QStringList folders = controller_->backendHost().modelFolders();
   if (folder.isEmpty() || folders.contains(folder)) return;
   folders << folder;
-  controller_->setModelFolders(folders);
+  controller_->backendHost().setModelFolders(folders);
   folders_->addItem(folder);
   startScan();
 }
@@ -184,9 +186,9 @@ void ModelsDialog::addFolder(const QString& path) {
 void ModelsDialog::remove_selected_folder() {
   const QListWidgetItem* item = folders_->currentItem();
   if (!item) return;
-  QStringList folders = controller_->modelFolders();
+  QStringList folders = controller_->backendHost().modelFolders();
   folders.removeAll(item->text());
-  controller_->setModelFolders(folders);
+  controller_->backendHost().setModelFolders(folders);
   delete folders_->takeItem(folders_->row(item));
   startScan();
 }
@@ -194,7 +196,7 @@ void ModelsDialog::remove_selected_folder() {
 void ModelsDialog::remove_selected_recent() {
   const QTreeWidgetItem* item = recent_->currentItem();
   if (!item) return;
-  controller_->removeRecentModel(item->data(NameColumn, kPathRole).toString());
+  controller_->backendHost().removeRecentModel(item->data(NameColumn, kPathRole).toString());
   refresh_recent();
 }
 

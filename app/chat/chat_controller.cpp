@@ -22,16 +22,11 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
       settings_storage_(settings_storage),
       settings_(ChatSettings::load(*settings_storage)),
       user_presets_(load_user_presets(*settings_storage)),
-      local_server_(new LocalServerHost(settings_storage, this)) {
-  EngineWorker::register_meta_types();
-  worker_ = new EngineWorker;
-  worker_->moveToThread(&engine_thread_);
-  engine_thread_.setObjectName("engine");
-
-  connect(worker_, &EngineWorker::loaded, this, [this](const ModelInfo& info) {
-    model_info_ = info;
-    model_loaded_ = true;
-    model_loading_ = false;
+      local_server_(new LocalServerHost(settings_storage, this)),
+      backend_(new BackendHost(settings_storage, this)) {
+  // Connected before anyone else can connect: the controller's own state follows a model change first.
+  connect(backend_, &BackendHost::modelLoading, this, [this] { apply_local_server(); });  // stopped meanwhile
+  connect(backend_, &BackendHost::modelLoaded, this, [this](const ModelInfo& info) {
     cache_figures_.clear();
     total_cache_bytes_ = 0;
     snapshots_described_.clear();
@@ -43,35 +38,20 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
       spdlog::info("model {} saved in the settings", info.path.toStdString());
     }
     remember_model_path_.clear();
-    save_recent_models(*settings_storage_, with_recent_model(load_recent_models(*settings_storage_), info.path));
     apply_local_server();  // on the new model
-    Q_EMIT modelLoaded(info);
     Q_EMIT lastReplyStatsChanged();
     Q_EMIT cacheGaugeChanged();
     describe_snapshot(current_conversation_);
   });
-  connect(worker_, &EngineWorker::loadFailed, this, [this](const QString& directory, const QString& message) {
-    model_loading_ = false;
+  connect(backend_, &BackendHost::modelLoadFailed, this, [this] {
     remember_model_path_.clear();  // the previous model stays, and so does the setting
     apply_local_server();          // back on the previous model, if there is one
-    Q_EMIT modelLoadFailed(directory, message);
   });
-  connect(worker_, &EngineWorker::cacheChanged, this, &ChatController::on_cache_changed);
-  connect(worker_, &EngineWorker::cacheEvicted, this, &ChatController::on_cache_evicted);
-  connect(worker_, &EngineWorker::snapshotWritten, this, &ChatController::on_snapshot_written);
-  remote_worker_ = new RemoteWorker;
-  remote_worker_->moveToThread(&remote_thread_);
-  remote_thread_.setObjectName("remote");
+  connect(engine(), &EngineWorker::cacheChanged, this, &ChatController::on_cache_changed);
+  connect(engine(), &EngineWorker::cacheEvicted, this, &ChatController::on_cache_evicted);
+  connect(engine(), &EngineWorker::snapshotWritten, this, &ChatController::on_snapshot_written);
   set_up_turns();
-  qRegisterMetaType<kvchat::app::DraftMeasure>("kvchat::app::DraftMeasure");
-  qRegisterMetaType<kvchat::app::DraftRequest>("kvchat::app::DraftRequest");
-  draft_counter_ = new DraftCounter;
-  draft_counter_->moveToThread(&draft_thread_);
-  draft_thread_.setObjectName("draft-counter");
-  connect(draft_counter_, &DraftCounter::counted, this, &ChatController::draftMeasured);
-  engine_thread_.start();
-  remote_thread_.start();
-  draft_thread_.start();
+  connect(backend_->draftCounter(), &DraftCounter::counted, this, &ChatController::draftMeasured);
   snapshot_key_prefix_ = snapshot_key_prefix(database_path);  // conversation ids are per database
   configure_snapshots();
 
@@ -82,15 +62,7 @@ ChatController::ChatController(const QString& database_path, QSettings* settings
 ChatController::~ChatController() {
   local_server_->stop();
   stopForQuit();  // generate() returns within a token
-  engine_thread_.quit();
-  remote_thread_.quit();
-  draft_thread_.quit();
-  engine_thread_.wait();
-  remote_thread_.wait();  // a remote turn sees its stop flag at the next chunk and closes the connection
-  draft_thread_.wait();
-  delete worker_;
-  delete remote_worker_;
-  delete draft_counter_;
+  backend_->shutdown();
   // The stopped turn's last chunks and its finished() are still queued here: deliver them, so the reply is
   // saved complete with its stats rather than left as an interrupted one.
   QCoreApplication::sendPostedEvents(this, QEvent::MetaCall);
@@ -114,13 +86,13 @@ void ChatController::applySettings(const ChatSettings& settings) {
   apply_local_server();  // the budget may have changed
   Q_EMIT settingsChanged();
   Q_EMIT cacheGaugeChanged();
-  if (resolve_model_path(settings_.model_path) != old_model || !model_loaded_) loadModel(QString());
+  if (resolve_model_path(settings_.model_path) != old_model || !backend_->isModelLoaded()) loadModel(QString());
 }
 
 void ChatController::apply_local_server() {
   // No model while one loads: the server stops first, so it never runs on a model being replaced.
-  local_server_->serve(model_loading_ ? nullptr : model_info_.model, settings_.effective_cache_budget_bytes(),
-                       settings_.threads);
+  local_server_->serve(backend_->isModelLoading() ? nullptr : backend_->modelInfo().model,
+                       settings_.effective_cache_budget_bytes(), settings_.threads);
 }
 
 void ChatController::setFontPointSize(int points) {
@@ -147,25 +119,8 @@ void ChatController::setExportDirectory(const QString& directory) {
 void ChatController::loadModel(const QString& path, bool remember) {
   const QString resolved = path.isEmpty() ? resolve_model_path(settings_.model_path) : path;
   remember_model_path_ = remember ? resolved : QString();
-  model_loading_ = true;
-  apply_local_server();  // stopped until the new model is loaded
-  Q_EMIT modelLoading(resolved);
-  const int threads = settings_.threads;
-  QMetaObject::invokeMethod(
-      worker_, [worker = worker_, resolved, threads] { worker->loadModel(resolved, threads); }, Qt::QueuedConnection);
+  backend_->loadModel(resolved, settings_.threads);
 }
-
-QStringList ChatController::recentModels() const { return load_recent_models(*settings_storage_); }
-
-void ChatController::removeRecentModel(const QString& path) {
-  QStringList recent = load_recent_models(*settings_storage_);
-  recent.removeAll(path);
-  save_recent_models(*settings_storage_, recent);
-}
-
-QStringList ChatController::modelFolders() const { return load_model_folders(*settings_storage_); }
-
-void ChatController::setModelFolders(const QStringList& folders) { save_model_folders(*settings_storage_, folders); }
 
 std::optional<ChatController::ModelUse> ChatController::lastModelOf(qint64 conversation_id) const {
   const QList<MessageRecord> records = stored_messages(conversation_id);
@@ -179,14 +134,14 @@ std::optional<ChatController::ModelUse> ChatController::lastModelOf(qint64 conve
 }
 
 bool ChatController::isBackendReady() const {
-  return usesRemoteBackend() ? !settings_.remote_base_url.trimmed().isEmpty() : model_loaded_;
+  return usesRemoteBackend() ? !settings_.remote_base_url.trimmed().isEmpty() : backend_->isModelLoaded();
 }
 
 CacheGauge ChatController::cacheGauge() const {
   CacheGauge gauge;
   gauge.on_server = usesRemoteBackend();
   gauge.cache_enabled = settings_.kv_cache_enabled;
-  const int model_limit = model_info_.context_length;
+  const int model_limit = backend_->modelInfo().context_length;
   gauge.context_limit = (settings_.context_limit <= 0 || (model_limit > 0 && settings_.context_limit > model_limit))
                             ? model_limit
                             : settings_.context_limit;
@@ -223,34 +178,35 @@ std::optional<DraftMeasure> ChatController::measure_on_counter_thread(
   // Counted where every count is; this thread waits for it.
   std::optional<DraftMeasure> measure;
   QMetaObject::invokeMethod(
-      draft_counter_, [&measure, &request] { measure = measure_draft(*request); }, Qt::BlockingQueuedConnection);
+      backend_->draftCounter(), [&measure, &request] { measure = measure_draft(*request); },
+      Qt::BlockingQueuedConnection);
   return measure;
 }
 
 quint64 ChatController::requestDraftMeasure(const QString& draft, qint64 editing_message_id) {
   std::optional<DraftRequest> request = draft_request(draft, false, editing_message_id);
   const quint64 id = next_draft_request_++;
-  draft_counter_->supersede(id);
+  DraftCounter* counter = backend_->draftCounter();
+  counter->supersede(id);
   if (!request) {
     // Queued all the same, so that the answer comes after any earlier one.
     QMetaObject::invokeMethod(
-        draft_counter_, [counter = draft_counter_, id] { Q_EMIT counter->counted(id, false, DraftMeasure{}); },
-        Qt::QueuedConnection);
+        counter, [counter, id] { Q_EMIT counter->counted(id, false, DraftMeasure{}); }, Qt::QueuedConnection);
     return id;
   }
   request->id = id;
   QMetaObject::invokeMethod(
-      draft_counter_, [counter = draft_counter_, request = std::move(*request)] { counter->count(request); },
-      Qt::QueuedConnection);
+      counter, [counter, request = std::move(*request)] { counter->count(request); }, Qt::QueuedConnection);
   return id;
 }
 
 std::optional<DraftRequest> ChatController::draft_request(const QString& draft, bool replacing_last_message,
                                                           qint64 replacing_message_id) const {
   // A server counts with its own tokenizer: the local one's count would be a guess.
-  if (usesRemoteBackend() || !model_loaded_ || !model_info_.model || !model_info_.model->tokenizer) return std::nullopt;
+  const ModelInfo& model = backend_->modelInfo();
+  if (usesRemoteBackend() || !backend_->isModelLoaded() || !model.model || !model.model->tokenizer) return std::nullopt;
   DraftRequest request;
-  request.model = model_info_.model;
+  request.model = model.model;
   request.context_limit = cacheGauge().context_limit;
   request.overflow = settings_.context_overflow;
   std::vector<ChatMessage>& messages = request.messages;
@@ -290,7 +246,7 @@ bool ChatController::clearCache(qint64 conversation_id) {
   }
   spdlog::info("clearing the cached state of conversation {} (memory and disk)", conversation_id);
   QMetaObject::invokeMethod(
-      worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
+      engine(), [worker = engine(), conversation_id] { worker->forgetConversation(conversation_id); },
       Qt::QueuedConnection);
   return true;
 }
@@ -303,7 +259,7 @@ bool ChatController::clearAllCachedState() {
   spdlog::info("clearing every conversation's cached state (memory and disk)");
   for (auto& figures : cache_figures_) figures = ConversationCacheFigures{};
   QMetaObject::invokeMethod(
-      worker_, [worker = worker_] { worker->clearAllCachedState(); }, Qt::QueuedConnection);
+      engine(), [worker = engine()] { worker->clearAllCachedState(); }, Qt::QueuedConnection);
   Q_EMIT cacheGaugeChanged();
   return true;
 }
@@ -325,18 +281,19 @@ void ChatController::configure_snapshots() {
   options.disk_budget_bytes = settings_.snapshot_disk_budget_bytes;
   options.key_prefix = snapshot_key_prefix_;
   QMetaObject::invokeMethod(
-      worker_, [worker = worker_, options] { worker->configureSnapshots(options); }, Qt::QueuedConnection);
+      engine(), [worker = engine(), options] { worker->configureSnapshots(options); }, Qt::QueuedConnection);
   snapshots_described_.clear();  // another folder, or none: ask again
   describe_snapshot(current_conversation_);
 }
 
 void ChatController::describe_snapshot(qint64 conversation_id) {
-  if (conversation_id <= 0 || !model_loaded_ || usesRemoteBackend() || snapshots_described_.contains(conversation_id))
+  if (conversation_id <= 0 || !backend_->isModelLoaded() || usesRemoteBackend() ||
+      snapshots_described_.contains(conversation_id))
     return;
   if (!settings_.kv_snapshots_enabled || !settings_.kv_cache_enabled) return;
   snapshots_described_.insert(conversation_id);
   QMetaObject::invokeMethod(
-      worker_, [worker = worker_, conversation_id] { worker->describeSnapshot(conversation_id); },
+      engine(), [worker = engine(), conversation_id] { worker->describeSnapshot(conversation_id); },
       Qt::QueuedConnection);
 }
 

@@ -1,13 +1,14 @@
 #pragma once
-// The chat's brain on the GUI thread (Qt Core only): owns the conversation store and the engine's thread,
-// turns user actions (send, stop, regenerate, edit, conversation management, export) into store writes
-// and engine turns, and exposes what the window shows (live speed, last reply's stats, cache gauges).
-// Widgets only observe it, through its signals and queries (records by value, never the store itself);
-// tests drive it directly.
+// The chat's brain on the GUI thread (Qt Core only): owns the conversation store, turns user actions (send, stop,
+// regenerate, edit, conversation management, export) into store writes and turns, and exposes what the window
+// shows (live speed, last reply's stats, cache gauges). Two concerns beside the chat are objects of their own
+// that it holds and the window observes directly: BackendHost (the engine's, the remote backend's and the draft
+// counter's threads, the loaded model) and LocalServerHost (the local OpenAI server). Widgets only observe them,
+// through their signals and queries (records by value, never the store itself); tests drive them directly.
 //
-// One class, implemented in three files: chat_controller.cpp (engine thread, model, settings, cache
-// gauge), chat_controller_conversations.cpp (create, select, rename, delete, list, export) and
-// chat_controller_turns.cpp (send, stop, regenerate, edit, streaming, stats). Not two classes, because the
+// One class, implemented in three files: chat_controller.cpp (settings, model choice, cache gauge, draft counts),
+// chat_controller_conversations.cpp (create, select, rename, delete, list, export) and chat_controller_turns.cpp
+// (send, stop, regenerate, edit, streaming, stats). Conversations and turns are not two classes, because the
 // halves share state both ways: deleting a conversation ends its turn and drops its cache figures, a turn
 // creates and retitles conversations and reports only for the selected one. Two classes would need
 // back-references and forwarded signals, and the window would still want one object to observe.
@@ -17,7 +18,6 @@
 #include <QObject>
 #include <QSet>
 #include <QString>
-#include <QThread>
 #include <QTimer>
 
 #include <atomic>
@@ -25,12 +25,12 @@
 #include <optional>
 #include <vector>
 
+#include "app/chat/backend_host.h"
 #include "app/chat/draft_counter.h"
 #include "app/chat/engine_worker.h"
 #include "app/chat/generation_preset.h"
 #include "app/chat/stop_text_filter.h"
 #include "app/chat/turn_recorder.h"
-#include "app/remote/remote_worker.h"
 #include "app/server/local_server_host.h"
 #include "app/settings.h"
 #include "app/store/chat_history.h"
@@ -88,19 +88,14 @@ class ChatController : public QObject {
 
   // `path` is a model directory or a .gguf file; empty = the settings' model (or the embedded one). With
   // remember, a successful load becomes the settings' model path, so the next start opens it again
-  // (File > Open model file / Open model directory).
+  // (File > Open model file / Open model directory). Its progress: backendHost()'s signals.
   void loadModel(const QString& path, bool remember = false);
-  bool isModelLoaded() const { return model_loaded_; }
+  // The engine's, the remote backend's and the draft counter's threads, and the loaded model (modelInfo(),
+  // modelLoaded(), the recent models): held apart from the chat, like the local server.
+  BackendHost& backendHost() const { return *backend_; }
   // Whether a turn can be sent: the local model is loaded, or the remote backend has a server address.
   bool isBackendReady() const;
   bool usesRemoteBackend() const { return settings_.backend == BackendKind::Remote; }
-  bool isModelLoading() const { return model_loading_; }
-  // File > Models: the recently loaded models (most recent first; each successful load puts its path first)
-  // and the folders the dialog scans, both kept in the settings file.
-  QStringList recentModels() const;
-  void removeRecentModel(const QString& path);
-  QStringList modelFolders() const;
-  void setModelFolders(const QStringList& folders);
   // The local model the chat's last reply came from (its settings' kReplyModelPathKey), with its name; nullopt
   // when no reply of the chat records one (no reply yet, remote replies, replies older than the key).
   struct ModelUse {
@@ -108,7 +103,6 @@ class ChatController : public QObject {
     QString name;
   };
   std::optional<ModelUse> lastModelOf(qint64 conversation_id) const;
-  const ModelInfo& modelInfo() const { return model_info_; }
 
   qint64 currentConversationId() const { return current_conversation_; }
   QList<ConversationRecord> conversations() const;
@@ -262,9 +256,6 @@ class ChatController : public QObject {
   void cacheGaugeChanged();
   void decodeTimingsChanged();
   void cacheEvicted(qint64 conversation_id);
-  void modelLoading(const QString& path);
-  void modelLoaded(const kvchat::app::ModelInfo& info);
-  void modelLoadFailed(const QString& path, const QString& message);
   void errorOccurred(const QString& message);
   // A turn failed (see is_failed_reply): the reply was saved with the error, which replyFinished also carries.
   void replyFailed(qint64 conversation_id, qint64 message_id, const QString& message);
@@ -359,16 +350,9 @@ class ChatController : public QObject {
   LocalServerHost* local_server_ = nullptr;  // a child: stopped before the engine thread ends
   void apply_local_server();
 
-  QThread engine_thread_;
-  EngineWorker* worker_ = nullptr;  // lives on engine_thread_
-  QThread remote_thread_;
-  RemoteWorker* remote_worker_ = nullptr;  // lives on remote_thread_
-  QThread draft_thread_;
-  DraftCounter* draft_counter_ = nullptr;  // lives on draft_thread_
+  BackendHost* backend_ = nullptr;  // a child: its threads are ended by the destructor, before the last replies
+  EngineWorker* engine() const { return backend_->engine(); }
   quint64 next_draft_request_ = 1;
-  ModelInfo model_info_;
-  bool model_loaded_ = false;
-  bool model_loading_ = false;
   QString remember_model_path_;  // a user-chosen directory or file to save once it has loaded
 
   qint64 current_conversation_ = 0;

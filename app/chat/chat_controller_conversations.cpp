@@ -220,7 +220,7 @@ void ChatController::deleteConversation(qint64 conversation_id) {
     forget_records(conversation_id);
     store_->delete_conversation(conversation_id);
     QMetaObject::invokeMethod(
-        worker_, [worker = worker_, conversation_id] { worker->forgetConversation(conversation_id); },
+        engine(), [worker = engine(), conversation_id] { worker->forgetConversation(conversation_id); },
         Qt::QueuedConnection);
     if (cache_figures_.contains(conversation_id)) {
       total_cache_bytes_ -= cache_figures_.value(conversation_id).bytes;

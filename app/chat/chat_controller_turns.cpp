@@ -50,7 +50,7 @@ constexpr int kTitleSourceCharacters = 1000;  // of each message: a title needs 
 
 void ChatController::set_up_turns() {
   // Both backends report a turn with TurnBackend's signals: the rest of the turn is the same for either.
-  for (TurnBackend* backend : {static_cast<TurnBackend*>(worker_), static_cast<TurnBackend*>(remote_worker_)}) {
+  for (TurnBackend* backend : {backend_->turnBackend(BackendKind::Local), backend_->turnBackend(BackendKind::Remote)}) {
     connect(backend, &TurnBackend::textReady, this, &ChatController::on_text_ready);
     connect(backend, &TurnBackend::tokenStats, this, &ChatController::on_token_stats);
     connect(backend, &TurnBackend::contextTrimmed, this, &ChatController::on_context_trimmed);
@@ -82,8 +82,8 @@ void ChatController::set_up_turns() {
     connect(backend, &TurnBackend::interrupted, this, &ChatController::on_interrupted);
     connect(backend, &TurnBackend::failed, this, &ChatController::on_failed);
   }
-  connect(worker_, &EngineWorker::titleReady, this, &ChatController::on_title_ready);
-  connect(worker_, &EngineWorker::titleFailed, this,
+  connect(engine(), &EngineWorker::titleReady, this, &ChatController::on_title_ready);
+  connect(engine(), &EngineWorker::titleFailed, this,
           [this](qint64 conversation_id, const QString&) { on_title_ready(conversation_id, QString()); });
   speed_timer_.setInterval(kSpeedIntervalMs);
   connect(&speed_timer_, &QTimer::timeout, this,
@@ -107,9 +107,9 @@ bool ChatController::can_start_turn() {
     reason = QStringLiteral("No server is set: enter its base URL in Settings > Backend.");
   else if (usesRemoteBackend())
     return true;
-  else if (model_loading_ && !model_loaded_)
+  else if (backend_->isModelLoading() && !backend_->isModelLoaded())
     reason = QStringLiteral("The model is still loading.");
-  else if (!model_loaded_)
+  else if (!backend_->isModelLoaded())
     reason = QStringLiteral("No model is loaded: open a model directory first.");
   else
     return true;
@@ -349,12 +349,12 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   } else {
     MessageRecord reply;
     // A remote reply's model and server are recorded when the server names its model (replyDetails).
-    reply.model = usesRemoteBackend() ? settings_.remote_model : model_info_.name;
+    reply.model = usesRemoteBackend() ? settings_.remote_model : backend_->modelInfo().name;
     reply.backend = usesRemoteBackend()
                         ? QString::fromStdString(displayed_base_url(settings_.remote_base_url.trimmed().toStdString()))
                         : QStringLiteral("local");
     reply.settings = turn_settings.to_json();
-    if (!usesRemoteBackend()) reply.settings.insert(kReplyModelPathKey, model_info_.path);
+    if (!usesRemoteBackend()) reply.settings.insert(kReplyModelPathKey, backend_->modelInfo().path);
     if (own_settings) {
       reply.settings.insert(QStringLiteral("preset"), own_settings->name);
       reply.settings.insert(QStringLiteral("stop"), QJsonArray::fromStringList(own_settings->stop_texts));
@@ -389,7 +389,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
 }
 
 void ChatController::dispatch_turn(const TurnRequest& request) {
-  TurnBackend* backend = worker_;
+  TurnBackend* backend = backend_->turnBackend(settings_.backend);
   if (usesRemoteBackend()) {
     RemoteEndpoint endpoint;
     endpoint.base_url = settings_.remote_base_url.trimmed().toStdString();
@@ -399,8 +399,8 @@ void ChatController::dispatch_turn(const TurnRequest& request) {
     endpoint.total_timeout_s = settings_.remote_reply_timeout_s;
     // Queued before the turn on the same thread, so the turn runs on it.
     QMetaObject::invokeMethod(
-        remote_worker_, [worker = remote_worker_, endpoint] { worker->setEndpoint(endpoint); }, Qt::QueuedConnection);
-    backend = remote_worker_;
+        backend_->remote(), [worker = backend_->remote(), endpoint] { worker->setEndpoint(endpoint); },
+        Qt::QueuedConnection);
   }
   QMetaObject::invokeMethod(
       backend, [backend, request] { backend->runTurn(request); }, Qt::QueuedConnection);
@@ -630,8 +630,8 @@ void ChatController::request_model_title(qint64 conversation_id) {
     titles_awaited_.insert(conversation_id, conversation->title);
     spdlog::info("conversation {}: asking the model for a title", conversation_id);
     QMetaObject::invokeMethod(
-        worker_,
-        [worker = worker_, conversation_id, messages, generation, context_limit] {
+        engine(),
+        [worker = engine(), conversation_id, messages, generation, context_limit] {
           worker->generateTitle(conversation_id, messages, generation, context_limit);
         },
         Qt::QueuedConnection);

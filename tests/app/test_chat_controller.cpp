@@ -24,6 +24,7 @@ namespace app_test_chat_controller {
 
 using kvchat::KvCacheMode;
 using kvchat::StopReason;
+using kvchat::app::BackendHost;
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::app::MessageRecord;
@@ -83,7 +84,7 @@ void ChatControllerTest::make_controller(const ChatSettings& settings) {
   settings.save(*ini_);
   ini_->sync();
   controller_ = std::make_unique<ChatController>(dir_->filePath("chats.sqlite3"), ini_.get());
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   controller_->loadModel(QString());
   QVERIFY(loaded.wait(60000));
 }
@@ -326,13 +327,13 @@ void ChatControllerTest::opened_model_directory_is_remembered() {
                         copy + "/" + file));
 
   const QString configured = greedy_settings().model_path;
-  QSignalSpy failed(controller_.get(), &ChatController::modelLoadFailed);
+  QSignalSpy failed(&controller_->backendHost(), &BackendHost::modelLoadFailed);
   controller_->loadModel(dir_->filePath("no-such-model"), /*remember=*/true);
   QVERIFY(failed.wait(60000));
   ini_->sync();
   QCOMPARE(ChatSettings::load(*ini_).model_path, configured);
 
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   controller_->loadModel(copy, /*remember=*/true);
   QVERIFY(loaded.wait(60000));
   ini_->sync();

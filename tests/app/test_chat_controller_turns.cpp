@@ -187,7 +187,7 @@ void ChatControllerTurnsTest::the_draft_count_is_answered_by_a_queued_signal() {
   QCOMPARE(answered.prompt_tokens, measure->prompt_tokens);
   QCOMPARE(answered.context_limit, 128);
   QCOMPARE(answered.fits, true);
-  const auto& tokenizer = *controller->modelInfo().model->tokenizer;
+  const auto& tokenizer = *controller->backendHost().modelInfo().model->tokenizer;
   QCOMPARE(answered.draft_tokens, static_cast<int>(tokenizer.encode(draft.toStdString(), false).size()));
   // The prompt is the chat so far and the draft: more than the draft alone, and what the turn then sends.
   QVERIFY(answered.prompt_tokens > answered.draft_tokens);

@@ -29,6 +29,7 @@ using kvchat::GenerationResult;
 using kvchat::KvCacheMode;
 using kvchat::StopReason;
 using kvchat::TokenId;
+using kvchat::app::BackendHost;
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 
@@ -102,7 +103,7 @@ void GgufChatTest::make_controller(const ChatSettings& settings) {
   settings.save(*ini_);
   ini_->sync();
   controller_ = std::make_unique<ChatController>(dir_->filePath("chats.sqlite3"), ini_.get());
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   controller_->loadModel(QString());
   QVERIFY(loaded.wait(60000));
 }
@@ -127,7 +128,7 @@ void GgufChatTest::turn_runner_reply_ids_equal_the_engines_greedy_ids() {
 
 void GgufChatTest::controller_chats_on_the_gguf_file_from_the_settings() {
   make_controller(greedy_settings(gguf_path()));
-  const auto& info = controller_->modelInfo();
+  const auto& info = controller_->backendHost().modelInfo();
   QCOMPARE(info.path, gguf_path());
   QCOMPARE(info.name, QStringLiteral("stories260K-Q8_0.gguf"));
   QCOMPARE(info.architecture, QStringLiteral("llama"));
@@ -163,10 +164,10 @@ void GgufChatTest::controller_chats_on_the_gguf_file_from_the_settings() {
 // File > Open model file: a .gguf file that loads becomes the settings' model_path, as a directory does.
 void GgufChatTest::opened_gguf_file_is_remembered() {
   make_controller(greedy_settings(hf_directory()));
-  QCOMPARE(controller_->modelInfo().format, QStringLiteral("safetensors"));
-  QCOMPARE(controller_->modelInfo().weight_format, QStringLiteral("f32"));
+  QCOMPARE(controller_->backendHost().modelInfo().format, QStringLiteral("safetensors"));
+  QCOMPARE(controller_->backendHost().modelInfo().weight_format, QStringLiteral("f32"));
 
-  QSignalSpy failed(controller_.get(), &ChatController::modelLoadFailed);
+  QSignalSpy failed(&controller_->backendHost(), &BackendHost::modelLoadFailed);
   const QString not_gguf = dir_->filePath("broken.gguf");
   {
     QFile file(not_gguf);
@@ -178,12 +179,12 @@ void GgufChatTest::opened_gguf_file_is_remembered() {
   QVERIFY(failed.first().at(1).toString().contains("GGUF"));
   ini_->sync();
   QCOMPARE(ChatSettings::load(*ini_).model_path, hf_directory());
-  QCOMPARE(controller_->modelInfo().format, QStringLiteral("safetensors"));  // the old model stays
+  QCOMPARE(controller_->backendHost().modelInfo().format, QStringLiteral("safetensors"));  // the old model stays
 
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   controller_->loadModel(gguf_path(), /*remember=*/true);
   QVERIFY(loaded.wait(60000));
-  QCOMPARE(controller_->modelInfo().weight_format, QStringLiteral("Q8_0"));
+  QCOMPARE(controller_->backendHost().modelInfo().weight_format, QStringLiteral("Q8_0"));
   ini_->sync();
   QCOMPARE(ChatSettings::load(*ini_).model_path, gguf_path());
 }

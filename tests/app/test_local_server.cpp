@@ -135,7 +135,7 @@ class TestLocalServer : public QObject {
     LocalServer& server = controller->localServerHost().server();
     QVERIFY(server.isServing());
     QSignalSpy serving(&server, &LocalServer::servingChanged);
-    QSignalSpy loaded(controller, &kvchat::app::ChatController::modelLoaded);
+    QSignalSpy loaded(&controller->backendHost(), &kvchat::app::BackendHost::modelLoaded);
     const QString gguf = QString::fromStdString(kvchat::test::shared_path("fixtures/gguf/stories260K-Q8_0.gguf"));
     controller->loadModel(gguf);
     QCOMPARE(serving.count(), 1);  // stopped while the model loads

@@ -38,7 +38,7 @@ class ChatFixture {
     settings.save(ini_);
     ini_.sync();
     controller_ = std::make_unique<kvchat::app::ChatController>(databasePath(), &ini_);
-    QSignalSpy loaded(controller_.get(), &kvchat::app::ChatController::modelLoaded);
+    QSignalSpy loaded(&controller_->backendHost(), &kvchat::app::BackendHost::modelLoaded);
     controller_->loadModel(QString());
     return loaded.wait(60000);
   }
@@ -48,7 +48,7 @@ class ChatFixture {
   bool restart() {
     controller_.reset();
     controller_ = std::make_unique<kvchat::app::ChatController>(databasePath(), &ini_);
-    QSignalSpy loaded(controller_.get(), &kvchat::app::ChatController::modelLoaded);
+    QSignalSpy loaded(&controller_->backendHost(), &kvchat::app::BackendHost::modelLoaded);
     controller_->loadModel(QString());
     return loaded.wait(60000);
   }

@@ -37,6 +37,7 @@
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace ui_test_main_window {
 
+using kvchat::app::BackendHost;
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -93,7 +94,7 @@ void MainWindowTest::open_window(const ChatSettings& settings) {
   window_ = std::make_unique<MainWindow>(controller_.get());
   window_->show();
   QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   controller_->loadModel(QString());
   QVERIFY(loaded.wait(60000));
   window_->messageInput()->setFocus();
@@ -226,7 +227,7 @@ void MainWindowTest::settings_cache_toggle_persists_and_applies_next_turn() {
 
 void MainWindowTest::corrupt_model_directory_shows_an_error_and_keeps_the_model() {
   open_window(greedy_settings());
-  const QString original = controller_->modelInfo().path;
+  const QString original = controller_->backendHost().modelInfo().path;
   QTemporaryDir broken;
   QFile config(broken.filePath("config.json"));
   QVERIFY(config.open(QIODevice::WriteOnly));
@@ -240,7 +241,7 @@ void MainWindowTest::corrupt_model_directory_shows_an_error_and_keeps_the_model(
   QVERIFY2(box->text().contains(broken.path()), qPrintable(box->text()));
   QVERIFY2(box->text().contains("config.json"), qPrintable(box->text()));
   QVERIFY2(box->text().contains("Still using " + original), qPrintable(box->text()));
-  QCOMPARE(controller_->modelInfo().path, original);
+  QCOMPARE(controller_->backendHost().modelInfo().path, original);
   box->accept();
 
   type_and_send("Once upon a time");

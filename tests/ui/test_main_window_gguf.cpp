@@ -29,6 +29,7 @@
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace ui_test_main_window_gguf {
 
+using kvchat::app::BackendHost;
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -93,7 +94,7 @@ void MainWindowGgufTest::open_window(const ChatSettings& settings) {
   window_ = std::make_unique<MainWindow>(controller_.get());
   window_->show();
   QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   controller_->loadModel(QString());
   QVERIFY(loaded.wait(60000));
 }
@@ -113,7 +114,7 @@ void MainWindowGgufTest::file_menu_opens_a_gguf_file_and_shows_its_type() {
   QCOMPARE(picker->fileMode(), QFileDialog::ExistingFile);
   QCOMPARE(picker->nameFilters().first(), QStringLiteral("GGUF models (*.gguf)"));
 
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   Q_EMIT picker->fileSelected(gguf_path());
   picker->close();
   QVERIFY(loaded.wait(60000));
@@ -176,7 +177,7 @@ void MainWindowGgufTest::next_start_opens_the_remembered_gguf_file() {
   QCOMPARE(controller_->settings().model_path, gguf_path());
   window_ = std::make_unique<MainWindow>(controller_.get());
   window_->show();
-  QSignalSpy loaded(controller_.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
   controller_->loadModel(QString());
   QVERIFY(loaded.wait(60000));
   QCOMPARE(window_->modelLabel()->text(),

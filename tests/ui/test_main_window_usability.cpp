@@ -55,6 +55,7 @@
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace ui_test_main_window_usability {
 
+using kvchat::app::BackendHost;
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::ElidedLabel;
@@ -259,7 +260,7 @@ void MainWindowUsabilityTest::figures_that_no_longer_apply_are_cleared() {
   QVERIFY(!window_->speedLabel()->text().isEmpty());
   QVERIFY(!window_->replyStatsLabel()->text().isEmpty());
   // Another model (the same files, loaded again): the previous one's figures say nothing about it.
-  QSignalSpy loaded(controller(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller()->backendHost(), &BackendHost::modelLoaded);
   window_->openModel(kvchat::test::stories_model_directory());
   QVERIFY(loaded.wait(60000));
   QCoreApplication::processEvents();
@@ -607,7 +608,7 @@ void MainWindowUsabilityTest::an_empty_file_is_called_empty() {
   const std::string folder =
       kvchat::test::copy_reference_model("stories260K", fixture_->path("empty-config").toStdString());
   kvchat::test::write_file_bytes(folder + "/config.json", "");
-  QSignalSpy failed(controller(), &ChatController::modelLoadFailed);
+  QSignalSpy failed(&controller()->backendHost(), &BackendHost::modelLoadFailed);
   window_->openModel(QString::fromStdString(folder));
   QVERIFY(failed.wait(60000));
   auto* box = window_->findChild<QMessageBox*>("modelLoadErrorDialog");

@@ -23,6 +23,7 @@
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace ui_test_models_dialog {
 
+using kvchat::app::BackendHost;
 using kvchat::app::ChatController;
 using kvchat::ui::MainWindow;
 using kvchat::ui::ModelsDialog;
@@ -46,9 +47,9 @@ class ModelsDialogTest : public QObject {
     QVERIFY(QTest::qWaitForWindowActive(window_.get()));
   }
   bool load(const QString& path) {
-    QSignalSpy loaded(controller(), &ChatController::modelLoaded);
+    QSignalSpy loaded(&controller()->backendHost(), &BackendHost::modelLoaded);
     controller()->loadModel(path, true);
-    return loaded.wait(60000) && controller()->modelInfo().path == path;
+    return loaded.wait(60000) && controller()->backendHost().modelInfo().path == path;
   }
   ChatController* controller() const { return fixture_->controller(); }
   QString shared(const char* path) const { return QString::fromStdString(kvchat::test::shared_path(path)); }
@@ -127,11 +128,11 @@ void ModelsDialogTest::recent_models_show_their_metadata() {
   const_cast<QTreeWidget*>(recent)->setCurrentItem(recent->topLevelItem(2));
   dialog->findChild<QPushButton*>("removeRecentModelButton")->click();
   QCOMPARE(recent->topLevelItemCount(), 4);
-  QCOMPARE(controller()->recentModels(),
+  QCOMPARE(controller()->backendHost().recentModels(),
            (QStringList{q8, folder, damaged, QDir::cleanPath(shared("models/stories260K"))}));
   // Enter on a damaged one loads nothing: its row says why.
   const_cast<QTreeWidget*>(recent)->setCurrentItem(recent->topLevelItem(2));
-  QSignalSpy loading(controller(), &ChatController::modelLoading);
+  QSignalSpy loading(&controller()->backendHost(), &BackendHost::modelLoading);
   QTest::keyClick(const_cast<QTreeWidget*>(recent), Qt::Key_Return);
   QCOMPARE(loading.count(), 0);
   QVERIFY(dialog->isVisible());
@@ -157,7 +158,7 @@ void ModelsDialogTest::a_scan_finds_models_in_the_folders_and_enter_loads_one() 
   QSignalSpy scanned(dialog, &ModelsDialog::scanFinished);
   dialog->addFolder(root);
   QVERIFY(scanned.wait(30000));
-  QCOMPARE(controller()->modelFolders(), QStringList{root});
+  QCOMPARE(controller()->backendHost().modelFolders(), QStringList{root});
   QCOMPARE(dialog->foldersList()->count(), 1);
   const QTreeWidget* found = dialog->foundList();
   QCOMPARE(found->topLevelItemCount(), 2);
@@ -170,11 +171,11 @@ void ModelsDialogTest::a_scan_finds_models_in_the_folders_and_enter_loads_one() 
   // Enter loads the chosen one and closes the dialog.
   const_cast<QTreeWidget*>(found)->setFocus();
   const_cast<QTreeWidget*>(found)->setCurrentItem(found->topLevelItem(0));
-  QSignalSpy loaded(controller(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller()->backendHost(), &BackendHost::modelLoaded);
   QTest::keyClick(const_cast<QTreeWidget*>(found), Qt::Key_Return);
   QVERIFY(loaded.wait(60000));
-  QCOMPARE(controller()->modelInfo().path, root + "/a/b/x.gguf");
-  QCOMPARE(controller()->recentModels().first(), root + "/a/b/x.gguf");
+  QCOMPARE(controller()->backendHost().modelInfo().path, root + "/a/b/x.gguf");
+  QCOMPARE(controller()->backendHost().recentModels().first(), root + "/a/b/x.gguf");
 
   // The folder is kept: a new dialog scans it again.
   ModelsDialog* again = window_->openModelsDialog();
@@ -202,19 +203,19 @@ void ModelsDialogTest::a_chat_offers_the_model_its_last_reply_came_from() {
   const qint64 gguf_chat = controller()->currentConversationId();
   QVERIFY(bar->isHidden());
 
-  QSignalSpy loading(controller(), &ChatController::modelLoading);
+  QSignalSpy loading(&controller()->backendHost(), &BackendHost::modelLoading);
   controller()->selectConversation(folder_chat);
   QVERIFY(bar->isVisible());
   QCOMPARE(bar->findChild<QLabel*>("lastModelLabel")->text(), QStringLiteral("This chat last used stories260K"));
   auto* button = bar->findChild<QPushButton*>("loadLastModelButton");
   QCOMPARE(button->text(), QStringLiteral("Load stories260K"));
   QCOMPARE(loading.count(), 0);  // offered, not loaded
-  QCOMPARE(controller()->modelInfo().path, q8);
+  QCOMPARE(controller()->backendHost().modelInfo().path, q8);
 
-  QSignalSpy loaded(controller(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&controller()->backendHost(), &BackendHost::modelLoaded);
   button->click();
   QVERIFY(loaded.wait(60000));
-  QCOMPARE(controller()->modelInfo().path, folder);
+  QCOMPARE(controller()->backendHost().modelInfo().path, folder);
   QVERIFY(bar->isHidden());
   controller()->selectConversation(gguf_chat);
   QVERIFY(bar->isVisible());

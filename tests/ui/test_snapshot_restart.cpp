@@ -26,6 +26,7 @@
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace ui_test_snapshot_restart {
 
+using kvchat::app::BackendHost;
 using kvchat::app::ChatController;
 using kvchat::app::ChatSettings;
 using kvchat::ui::MainWindow;
@@ -45,7 +46,7 @@ bool open_instance(Instance& instance, const QString& ini_path, const QString& d
   instance.controller->setSnapshotDirectoryOverride(snapshots);
   instance.window = std::make_unique<MainWindow>(instance.controller.get());
   instance.window->show();
-  QSignalSpy loaded(instance.controller.get(), &ChatController::modelLoaded);
+  QSignalSpy loaded(&instance.controller->backendHost(), &BackendHost::modelLoaded);
   instance.controller->loadModel(QString());
   return loaded.wait(60000);
 }
