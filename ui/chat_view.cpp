@@ -10,6 +10,7 @@
 #include <QVBoxLayout>
 
 #include "app/store/chat_history.h"
+#include "ui/message_list_model.h"
 #include "ui/message_widget.h"
 
 namespace kvchat::ui {
@@ -39,6 +40,7 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   placeholder_->hide();
   layout_->addStretch(1);
   setWidget(container_);
+  setModel(new MessageListModel(this));
   // Follow new text only while the reader is at the bottom.
   connect(verticalScrollBar(), &QScrollBar::valueChanged, this,
           [this](int value) { following_ = value >= verticalScrollBar()->maximum() - 24; });
@@ -47,59 +49,98 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   });
 }
 
-void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qint64 streaming_message_id,
-                           const QString& streaming_text) {
-  const QList<kvchat::app::MessageRecord> ordered = kvchat::app::messages_in_reading_order(messages);
+void ChatView::setModel(MessageListModel* model) {
+  if (model_) model_->disconnect(this);
+  model_ = model;
+  connect(model_, &QAbstractItemModel::rowsInserted, this,
+          [this](const QModelIndex&, int first, int last) { insert_rows(first, last); });
+  connect(model_, &QAbstractItemModel::rowsAboutToBeRemoved, this,
+          [this](const QModelIndex&, int first, int last) { remove_rows(first, last); });
+  connect(model_, &QAbstractItemModel::dataChanged, this,
+          [this](const QModelIndex& top, const QModelIndex& bottom, const QList<int>& roles) {
+            for (int row = top.row(); row <= bottom.row(); ++row) update_message_widget(row, roles);
+          });
+  connect(model_, &QAbstractItemModel::modelReset, this, &ChatView::rebuild);
+  connect(model_, &QAbstractItemModel::layoutChanged, this, &ChatView::rebuild);
+  connect(model_, &QAbstractItemModel::rowsMoved, this, &ChatView::rebuild);
+  connect(model_, &MessageListModel::messagesSet, this, &ChatView::messages_set);
+  rebuild();
+}
+
+void ChatView::rebuild() {
+  if (!widgets_.isEmpty()) remove_rows(0, static_cast<int>(widgets_.size()) - 1);
+  if (model_->rowCount() > 0) insert_rows(0, model_->rowCount() - 1);
+}
+
+void ChatView::insert_rows(int first, int last) {
   if (layout_->indexOf(placeholder_) >= 0) layout_->removeWidget(placeholder_);  // put back by refresh_placeholder()
-  // The widgets already shown stay (a long chat is not re-rendered when a message is appended, a context-cut
-  // marker inserted or a message deleted) when they show the same message, with the same text, in the same
-  // order; every other item goes (an error line too).
-  QHash<qint64, int> wanted;  // id -> position in `ordered`
-  for (int i = 0; i < ordered.size(); ++i) wanted.insert(ordered[i].id, i);
-  for (int i = layout_->count() - 2; i >= 0; --i) {  // the last item is the stretch
-    QWidget* item_widget = layout_->itemAt(i)->widget();
-    auto* widget = qobject_cast<MessageWidget*>(item_widget);
-    const int position = widget ? static_cast<int>(wanted.value(widget->messageId(), -1)) : -1;
-    const bool keep =
-        position >= 0 && widget->text() == ordered[position].text && ordered[position].id != streaming_message_id;
-    if (keep) continue;
-    QLayoutItem* item = layout_->takeAt(i);
-    if (item_widget) {
-      item_widget->hide();
-      item_widget->deleteLater();
-    }
-    delete item;
+  // After the widget of the row before (error lines stay at the end, after every message).
+  int layout_position = first == 0 ? 0 : layout_->indexOf(widgets_[first - 1]) + 1;
+  for (int row = first; row <= last; ++row) {
+    MessageWidget* widget = make_message_widget(row);
+    layout_->insertWidget(layout_position++, widget);
+    widgets_.insert(row, widget);
   }
-  // What is kept must be in reading order (a branch or an alternative switched can reorder): else rebuild.
-  const QList<MessageWidget*> kept = messageWidgets();
-  for (int i = 1; i < kept.size(); ++i)
-    if (wanted.value(kept[i - 1]->messageId()) >= wanted.value(kept[i]->messageId())) {
-      for (MessageWidget* widget : kept) {
-        layout_->removeWidget(widget);
-        widget->hide();
-        widget->deleteLater();
-      }
-      break;
-    }
-  int layout_position = 0;
-  for (const auto& message : ordered) {
-    auto* at = layout_position < layout_->count() - 1
-                   ? qobject_cast<MessageWidget*>(layout_->itemAt(layout_position)->widget())
-                   : nullptr;
-    if (at && at->messageId() == message.id) {
-      ++layout_position;
-      continue;
-    }
-    layout_->insertWidget(layout_position++, make_message_widget(message, streaming_message_id, streaming_text));
+  // The rows whose groups a new row changes (a new alternative counts in every reply of its turn) are reported
+  // changed by the model.
+  refresh_placeholder();
+  scroll_to_bottom_if_following();
+}
+
+void ChatView::remove_rows(int first, int last) {
+  for (int row = last; row >= first; --row) {
+    MessageWidget* widget = widgets_.takeAt(row);
+    layout_->removeWidget(widget);
+    widget->hide();
+    widget->deleteLater();
   }
-  for (MessageWidget* widget : messageWidgets()) {
-    if (widget->role() == MessageRole::User) {
-      const QList<qint64> branches = branches_.value(widget->messageId());
-      widget->setBranches(branches, static_cast<int>(branches.indexOf(widget->messageId())));
-    }
-    if (widget->role() != MessageRole::Assistant) continue;
-    const QList<qint64> alternatives = kvchat::app::reply_alternatives(messages, widget->messageId());
+  if (found_message_ != 0 && !messageWidget(found_message_)) {
+    found_message_ = 0;
+    found_view_ = -1;
+  }
+  refresh_placeholder();
+}
+
+void ChatView::update_message_widget(int row, const QList<int>& roles) {
+  MessageWidget* widget = widgets_.value(row);
+  if (!widget) return;
+  const kvchat::app::MessageRecord& record = model_->record(row);
+  const bool streaming = model_->isStreaming(row);
+  // Only the text grew: the widget appends it (its rendering is coalesced while it streams).
+  if (roles == QList<int>{Qt::DisplayRole} && record.text.startsWith(widget->text())) {
+    widget->appendText(record.text.mid(widget->text().size()));
+    return;
+  }
+  if (streaming) {
+    widget->setStreaming(true);
+    widget->setRecord(record);
+  } else {
+    widget->setStreaming(false);
+    widget->setRecord(record);
+  }
+  show_groups(widget, row);
+  scroll_to_bottom_if_following();
+}
+
+void ChatView::show_groups(MessageWidget* widget, int row) {
+  if (widget->role() == MessageRole::User) {
+    const QList<qint64>& branches = model_->branches(row);
+    widget->setBranches(branches, static_cast<int>(branches.indexOf(widget->messageId())));
+  }
+  if (widget->role() == MessageRole::Assistant) {
+    const QList<qint64>& alternatives = model_->alternatives(row);
     widget->setAlternatives(alternatives, static_cast<int>(alternatives.indexOf(widget->messageId())));
+  }
+}
+
+void ChatView::messages_set() {
+  // Error lines belong to the transcript as it was.
+  for (int i = layout_->count() - 1; i >= 0; --i) {
+    QWidget* item_widget = layout_->itemAt(i)->widget();
+    if (!item_widget || item_widget->objectName() != QLatin1String("chatError")) continue;
+    delete layout_->takeAt(i);
+    item_widget->hide();
+    item_widget->deleteLater();
   }
   refresh_placeholder();
   following_ = true;
@@ -108,21 +149,11 @@ void ChatView::setMessages(const QList<kvchat::app::MessageRecord>& messages, qi
   scroll_to_bottom_if_following();
 }
 
-MessageWidget* ChatView::make_message_widget(const kvchat::app::MessageRecord& message, qint64 streaming_message_id,
-                                             const QString& streaming_text) {
+MessageWidget* ChatView::make_message_widget(int row) {
+  const kvchat::app::MessageRecord& message = model_->record(row);
   auto* widget = new MessageWidget(message, container_);
   widget->setFont(font());  // see changeEvent
-  if (message.id == streaming_message_id) {
-    widget->setStreaming(true);
-    if (!streaming_text.isEmpty() && message.text != streaming_text) {
-      widget->setRecord([&] {
-        auto copy = message;
-        copy.text = streaming_text;
-        return copy;
-      }());
-      widget->setStreaming(true);
-    }
-  }
+  if (model_->isStreaming(row)) widget->setStreaming(true);
   connect(widget, &MessageWidget::continueRequested, this, &ChatView::continueRequested);
   connect(widget, &MessageWidget::deleteRequested, this, &ChatView::deleteMessageRequested);
   connect(widget, &MessageWidget::alternativeRequested, this, &ChatView::alternativeRequested);
@@ -132,6 +163,7 @@ MessageWidget* ChatView::make_message_widget(const kvchat::app::MessageRecord& m
   connect(widget, &MessageWidget::dropOldestTurnsRequested, this, &ChatView::dropOldestTurnsRequested);
   widget->setOffersDropOldestTurns(offers_drop_oldest_);
   widget->setContinuable(message.id == continuable_message_);
+  show_groups(widget, row);
   return widget;
 }
 
@@ -192,18 +224,6 @@ void ChatView::showMessage(qint64 message_id, const QString& text) {
   if (findText(text, message_id) == message_id) return;
   ensureWidgetVisible(widget);  // the match was a word's beginning or differed in accents: the message itself
   found_message_ = message_id;
-}
-
-void ChatView::appendToMessage(qint64 message_id, const QString& chunk) {
-  if (MessageWidget* widget = messageWidget(message_id)) widget->appendText(chunk);
-}
-
-void ChatView::updateMessage(const kvchat::app::MessageRecord& message) {
-  if (MessageWidget* widget = messageWidget(message.id)) {
-    widget->setStreaming(false);
-    widget->setRecord(message);
-  }
-  scroll_to_bottom_if_following();
 }
 
 void ChatView::showError(const QString& message) {
@@ -268,17 +288,9 @@ void ChatView::setOffersDropOldestTurns(bool offers) {
   for (MessageWidget* widget : messageWidgets()) widget->setOffersDropOldestTurns(offers);
 }
 
-QList<MessageWidget*> ChatView::messageWidgets() const {
-  QList<MessageWidget*> widgets;
-  for (int i = 0; i < layout_->count(); ++i)
-    if (auto* widget = qobject_cast<MessageWidget*>(layout_->itemAt(i)->widget())) widgets.push_back(widget);
-  return widgets;
-}
-
 MessageWidget* ChatView::messageWidget(qint64 message_id) const {
-  for (MessageWidget* widget : messageWidgets())
-    if (widget->messageId() == message_id) return widget;
-  return nullptr;
+  const int row = model_->rowOf(message_id);
+  return row >= 0 ? widgets_.value(row) : nullptr;
 }
 
 void ChatView::scroll_to_bottom_if_following() {

@@ -1,19 +1,18 @@
 #pragma once
-// The transcript of one conversation: one MessageWidget per message, in reading order (a context-cut marker
-// just above the first message the model still sees, a regenerated turn's hidden alternatives left out but
-// counted in the shown reply's ‹ n/m ›). Follows the bottom while a reply streams in,
-// unless the reader scrolled up.
-#include <QHash>
+// The transcript of one conversation: a view of a MessageListModel, one MessageWidget per row (reading order:
+// a context-cut marker just above the first message the model still sees, a regenerated turn's hidden
+// alternatives left out but counted in the shown reply's ‹ n/m ›). A widget is made for an inserted row, dropped
+// for a removed one and updated for a changed one (a streaming reply's new text appended): nothing is rebuilt.
+// Follows the bottom while a reply streams in, unless the reader scrolled up.
 #include <QList>
 #include <QScrollArea>
-
-#include "app/store/conversation_store.h"
 
 class QLabel;
 class QVBoxLayout;
 
 namespace kvchat::ui {
 
+class MessageListModel;
 class MessageWidget;
 
 class ChatView : public QScrollArea {
@@ -21,15 +20,11 @@ class ChatView : public QScrollArea {
  public:
   explicit ChatView(QWidget* parent = nullptr);
 
-  // Rebuilds the view. `streaming_message_id` (0 = none) is shown as in progress with `streaming_text`.
-  void setMessages(const QList<kvchat::app::MessageRecord>& messages, qint64 streaming_message_id = 0,
-                   const QString& streaming_text = QString());
-  // The branch groups of the user messages (ChatController::currentBranches), for their "‹ 2/3 ›"; applied by
-  // the next setMessages().
-  void setBranches(const QHash<qint64, QList<qint64>>& branches) { branches_ = branches; }
-  void appendToMessage(qint64 message_id, const QString& chunk);
-  void updateMessage(const kvchat::app::MessageRecord& message);
-  // A transient error line at the end of the transcript (cleared by the next setMessages()).
+  // What it shows: a model of its own until setModel() gives it another (not owned: it must outlive the view,
+  // or be replaced first).
+  MessageListModel* model() const { return model_; }
+  void setModel(MessageListModel* model);
+  // A transient error line at the end of the transcript (cleared when the model's messages are set again).
   void showError(const QString& message);
   // Shown instead of the transcript while the conversation has no messages (what the model is, what to try).
   void setPlaceholder(const QString& text);
@@ -47,7 +42,7 @@ class ChatView : public QScrollArea {
   void showMessage(qint64 message_id, const QString& text);
   qint64 foundMessageId() const { return found_message_; }
 
-  QList<MessageWidget*> messageWidgets() const;
+  QList<MessageWidget*> messageWidgets() const { return widgets_; }
   MessageWidget* messageWidget(qint64 message_id) const;
 
  Q_SIGNALS:
@@ -63,14 +58,20 @@ class ChatView : public QScrollArea {
   void changeEvent(QEvent* event) override;  // a new text size goes to every message
 
  private:
-  MessageWidget* make_message_widget(const kvchat::app::MessageRecord& message, qint64 streaming_message_id,
-                                     const QString& streaming_text);
+  MessageWidget* make_message_widget(int row);
+  void update_message_widget(int row, const QList<int>& roles);
+  void show_groups(MessageWidget* widget, int row);  // its branches or alternatives
+  void insert_rows(int first, int last);
+  void remove_rows(int first, int last);
+  void rebuild();       // every widget made again: a model set, or reset
+  void messages_set();  // the model's messages were set again
   void scroll_to_bottom_if_following();
   void refresh_placeholder();
   QWidget* container_ = nullptr;
   QLabel* placeholder_ = nullptr;
+  MessageListModel* model_ = nullptr;
+  QList<MessageWidget*> widgets_;  // one per row of model_, in its order
   qint64 continuable_message_ = 0;
-  QHash<qint64, QList<qint64>> branches_;
   bool offers_drop_oldest_ = true;
   QVBoxLayout* layout_ = nullptr;
   bool following_ = true;

@@ -31,6 +31,7 @@
 #include "ui/decode_chart_panel.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
+#include "ui/message_list_model.h"
 #include "ui/message_widget.h"
 #include "ui/stats_format.h"
 #include "ui/system_prompt_block.h"
@@ -270,6 +271,8 @@ QWidget* MainWindow::build_chat_panel() {
   });
   chat_layout->addWidget(last_model_bar_);
   chat_view_ = new ChatView(chat_panel);
+  message_model_ = new MessageListModel(this);
+  chat_view_->setModel(message_model_);
   chat_layout->addWidget(chat_view_, 1);
   // Chat > Find in the chat: Return goes to the next occurrence, Esc closes it.
   find_field_ = new QLineEdit(chat_panel);
@@ -433,11 +436,11 @@ void MainWindow::connect_controller() {
   connect(controller_, &ChatController::messagesReset, this, &MainWindow::reload_messages);
   connect(controller_, &ChatController::replyTextAppended, this,
           [this](qint64 conversation_id, qint64 message_id, const QString& chunk) {
-            if (conversation_id == controller_->currentConversationId()) chat_view_->appendToMessage(message_id, chunk);
+            if (conversation_id == controller_->currentConversationId()) message_model_->appendText(message_id, chunk);
           });
   connect(controller_, &ChatController::replyFinished, this, [this](const kvchat::app::MessageRecord& reply) {
     if (reply.conversation_id != controller_->currentConversationId()) return;
-    chat_view_->updateMessage(reply);
+    message_model_->updateMessage(reply);
     refresh_buttons();
   });
   connect(controller_, &ChatController::generatingChanged, this, [this](bool generating) {

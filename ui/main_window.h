@@ -36,6 +36,7 @@ class ChatView;
 class DecodeChartPanel;
 class ElidedLabel;
 class MessageInput;
+class MessageListModel;
 class MessageWidget;
 class ModelsDialog;
 class SettingsDialog;
@@ -220,8 +221,9 @@ class MainWindow : public QMainWindow {
   QWidget* last_model_bar_ = nullptr;
   QLabel* last_model_label_ = nullptr;
   QPushButton* last_model_button_ = nullptr;
-  QString last_model_path_;  // what the bar's button loads
-  ChatView* chat_view_ = nullptr;
+  QString last_model_path_;                    // what the bar's button loads
+  MessageListModel* message_model_ = nullptr;  // the shown chat's transcript, fed from the controller's signals
+  ChatView* chat_view_ = nullptr;              // shows message_model_
   MessageInput* input_ = nullptr;
   QPushButton* send_button_ = nullptr;
   QPushButton* regenerate_button_ = nullptr;

@@ -23,6 +23,7 @@
 #include "ui/conversation_titles.h"
 #include "ui/elided_label.h"
 #include "ui/message_input.h"
+#include "ui/message_list_model.h"
 #include "ui/priority_row_layout.h"
 #include "ui/stats_format.h"
 #include "ui/system_prompt_block.h"
@@ -216,9 +217,9 @@ void MainWindow::reload_messages() {
         return message.id == editing_message_id_;
       }))
     editing_message_id_ = 0;
-  chat_view_->setBranches(controller_->currentBranches());
-  chat_view_->setMessages(shown, streaming_here ? controller_->generatingMessageId() : 0,
-                          streaming_here ? controller_->generatingText() : QString());
+  message_model_->setMessages(shown, streaming_here ? controller_->generatingMessageId() : 0,
+                              streaming_here ? controller_->generatingText() : QString(),
+                              controller_->currentBranches());
   refresh_buttons();
   refresh_cache_gauge();
   refresh_placeholder();

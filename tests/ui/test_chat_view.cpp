@@ -1,5 +1,6 @@
 // ChatView and MessageWidget on their own: Markdown for replies and plain text for the user's words, a
 // context-cut marker placed above the first message still in context, streaming appends, errors shown.
+#include <QSignalSpy>
 #include <QtTest>
 #include "common/test_suite.h"
 
@@ -9,6 +10,7 @@
 #include "app/store/chat_history.h"
 #include "ui/chat_view.h"
 #include "ui/message_body.h"
+#include "ui/message_list_model.h"
 #include "ui/message_widget.h"
 #include "ui/stats_format.h"
 
@@ -17,6 +19,7 @@ namespace ui_test_chat_view {
 
 using kvchat::app::MessageRecord;
 using kvchat::ui::ChatView;
+using kvchat::ui::MessageListModel;
 using kvchat::ui::MessageWidget;
 
 namespace {
@@ -40,13 +43,14 @@ class ChatViewTest : public QObject {
   void marker_is_shown_above_the_first_message_in_context();
   void a_marker_or_a_deletion_keeps_the_other_widgets();
   void streaming_appends_and_the_final_record_replaces();
+  void the_transcript_model_applies_differences();
   void byte_sizes_are_readable();
 };
 
 void ChatViewTest::replies_are_markdown_user_text_is_plain() {
   ChatView view;
   const QString markdown = "Here:\n\n- one\n- two\n\n```cpp\nint x = 1;\n```\n";
-  view.setMessages({record(1, "user", "**not bold**"), record(2, "assistant", markdown)});
+  view.model()->setMessages({record(1, "user", "**not bold**"), record(2, "assistant", markdown)});
   const auto widgets = view.messageWidgets();
   QCOMPARE(widgets.size(), 2);
   QVERIFY(!body_of(widgets[0])->isMarkdown());
@@ -61,8 +65,8 @@ void ChatViewTest::marker_is_shown_above_the_first_message_in_context() {
   ChatView view;
   MessageRecord marker = kvchat::app::context_cut_marker(1, 3, 2, 96);
   marker.id = 6;  // written after the turn that needed the cut
-  view.setMessages({record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"),
-                    record(4, "assistant", "d"), record(5, "user", "e"), marker});
+  view.model()->setMessages({record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"),
+                             record(4, "assistant", "d"), record(5, "user", "e"), marker});
   QList<qint64> order;
   for (auto* widget : view.messageWidgets()) order << widget->messageId();
   QCOMPARE(order, (QList<qint64>{1, 2, 6, 3, 4, 5}));
@@ -75,28 +79,29 @@ void ChatViewTest::a_marker_or_a_deletion_keeps_the_other_widgets() {
   ChatView view;
   const QList<MessageRecord> chat{record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"),
                                   record(4, "assistant", "d"), record(5, "user", "e")};
-  view.setMessages(chat);
+  view.model()->setMessages(chat);
   QHash<qint64, QPointer<MessageWidget>> before;
   for (MessageWidget* widget : view.messageWidgets()) before.insert(widget->messageId(), widget);
   QCOMPARE(before.size(), 5);
   MessageRecord marker = kvchat::app::context_cut_marker(1, 3, 2, 96);
   marker.id = 6;
-  view.setMessages(chat + QList<MessageRecord>{marker});
+  view.model()->setMessages(chat + QList<MessageRecord>{marker});
   QList<qint64> order;
   for (MessageWidget* widget : view.messageWidgets()) order << widget->messageId();
   QCOMPARE(order, (QList<qint64>{1, 2, 6, 3, 4, 5}));
   for (qint64 id : {1, 2, 3, 4, 5}) QCOMPARE(view.messageWidget(id), before.value(id).data());
 
-  view.setMessages({record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"), marker});
+  view.model()->setMessages({record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"), marker});
   order.clear();
   for (MessageWidget* widget : view.messageWidgets()) order << widget->messageId();
   QCOMPARE(order, (QList<qint64>{1, 2, 6, 3}));
   for (qint64 id : {1, 2, 3}) QCOMPARE(view.messageWidget(id), before.value(id).data());
   QVERIFY(before.value(4)->isHidden());  // deleted later, out of sight at once
-  // A message whose text changed gets a new widget showing the new text.
-  view.setMessages({record(1, "user", "a"), record(2, "assistant", "b2"), record(3, "user", "c"), marker});
-  QVERIFY(view.messageWidget(2) != before.value(2).data());
+  // A message whose text changed keeps its widget, which shows the new text.
+  view.model()->setMessages({record(1, "user", "a"), record(2, "assistant", "b2"), record(3, "user", "c"), marker});
+  QCOMPARE(view.messageWidget(2), before.value(2).data());
   QCOMPARE(view.messageWidget(2)->text(), QStringLiteral("b2"));
+  QCOMPARE(body_of(view.messageWidget(2))->source(), QStringLiteral("b2"));
   QCOMPARE(view.messageWidget(1), before.value(1).data());
 }
 
@@ -104,11 +109,11 @@ void ChatViewTest::streaming_appends_and_the_final_record_replaces() {
   ChatView view;
   MessageRecord reply = record(2, "assistant", "");
   reply.complete = false;
-  view.setMessages({record(1, "user", "hi"), reply}, /*streaming_message_id=*/2);
+  view.model()->setMessages({record(1, "user", "hi"), reply}, /*streaming_message_id=*/2);
   MessageWidget* streaming = view.messageWidget(2);
   QVERIFY(streaming);
-  view.appendToMessage(2, "Once ");
-  view.appendToMessage(2, "upon");
+  view.model()->appendText(2, "Once ");
+  view.model()->appendText(2, "upon");
   QCOMPARE(streaming->text(), QStringLiteral("Once upon"));
   QTRY_COMPARE(body_of(streaming)->source(), QStringLiteral("Once upon"));  // rendered within the coalescing interval
 
@@ -119,17 +124,95 @@ void ChatViewTest::streaming_appends_and_the_final_record_replaces() {
                                {"prefilled_tokens", 2},
                                {"cache_mode", "on"},
                                {"stop_reason", "eos"}};
-  view.updateMessage(finished);
+  view.model()->updateMessage(finished);
   QCOMPARE(body_of(streaming)->source(), QStringLiteral("Once upon a time"));
   QVERIFY(streaming->statsText().contains("4 tokens"));
   QVERIFY(streaming->statsText().contains("0 reused / 2 prefilled"));
-  view.setMessages({record(1, "user", "hi"), finished, record(3, "user", "more")});
+  view.model()->setMessages({record(1, "user", "hi"), finished, record(3, "user", "more")});
   QCOMPARE(view.messageWidget(2), streaming);
   QCOMPARE(view.messageWidgets().size(), 3);
 
   view.showError("the model refused");
   QVERIFY(view.findChild<QLabel*>("chatError"));
   QCOMPARE(view.findChild<QLabel*>("chatError")->text(), QStringLiteral("the model refused"));
+}
+
+// Every change to the transcript reaches the view as rows inserted, removed or changed, never as a reset: what
+// stays keeps its widget.
+void ChatViewTest::the_transcript_model_applies_differences() {
+  ChatView view;
+  MessageListModel& model = *view.model();
+  QSignalSpy inserted(&model, &QAbstractItemModel::rowsInserted);
+  QSignalSpy removed(&model, &QAbstractItemModel::rowsRemoved);
+  QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
+  QSignalSpy reset(&model, &QAbstractItemModel::modelReset);
+  const auto rows = [&model] {
+    QList<qint64> ids;
+    for (int row = 0; row < model.rowCount(); ++row)
+      ids << model.data(model.index(row), MessageListModel::MessageIdRole).toLongLong();
+    return ids;
+  };
+  const auto range = [](const QSignalSpy& spy, int i) {
+    return qMakePair(spy.at(i).at(1).toInt(), spy.at(i).at(2).toInt());
+  };
+  QList<MessageRecord> chat{record(1, "user", "a"), record(2, "assistant", "b"), record(3, "user", "c"),
+                            record(4, "assistant", "d")};
+  model.setMessages(chat);
+  QCOMPARE(inserted.size(), 1);
+  QCOMPARE(range(inserted, 0), qMakePair(0, 3));
+  const QList<MessageWidget*> first_widgets = view.messageWidgets();
+
+  // A turn sent: its two messages inserted at the end, the reply streaming; its text grows one row at a time.
+  MessageRecord reply = record(6, "assistant", "");
+  reply.complete = false;
+  chat << record(5, "user", "e") << reply;
+  model.setMessages(chat, 6);
+  QCOMPARE(inserted.size(), 2);
+  QCOMPARE(range(inserted, 1), qMakePair(4, 5));
+  QCOMPARE(changed.size(), 0);
+  QVERIFY(model.isStreaming(5));
+  QCOMPARE(model.data(model.index(5), MessageListModel::StreamingRole).toBool(), true);
+  model.appendText(6, "Once");
+  model.appendText(6, " upon");
+  QCOMPARE(changed.size(), 2);
+  QCOMPARE(changed.at(1).at(0).value<QModelIndex>().row(), 5);
+  QCOMPARE(changed.at(1).at(2).value<QList<int>>(), QList<int>{Qt::DisplayRole});
+  QCOMPARE(model.data(model.index(5)).toString(), QStringLiteral("Once upon"));
+  QCOMPARE(view.messageWidget(6)->text(), QStringLiteral("Once upon"));
+  reply.text = "Once upon a time";
+  reply.complete = true;
+  model.updateMessage(reply);
+  QCOMPARE(changed.size(), 3);
+  QVERIFY(!model.isStreaming(5));
+
+  // Set again with the same messages (as saved): nothing to report.
+  chat.last() = reply;
+  model.setMessages(chat);
+  QCOMPARE(changed.size(), 3);
+  QCOMPARE(inserted.size(), 2);
+
+  // A context-cut marker above message 3, then moved above message 5: one row inserted, then one moved (removed
+  // and inserted), every message keeping its widget.
+  MessageRecord marker = kvchat::app::context_cut_marker(1, 3, 2, 96);
+  marker.id = 7;
+  model.setMessages(chat + QList<MessageRecord>{marker});
+  QCOMPARE(rows(), (QList<qint64>{1, 2, 7, 3, 4, 5, 6}));
+  QCOMPARE(range(inserted, 2), qMakePair(2, 2));
+  marker = kvchat::app::context_cut_marker(1, 5, 4, 120);
+  marker.id = 7;
+  model.setMessages(chat + QList<MessageRecord>{marker});
+  QCOMPARE(rows(), (QList<qint64>{1, 2, 3, 4, 7, 5, 6}));
+  QCOMPARE(removed.size(), 1);
+  QCOMPARE(range(removed, 0), qMakePair(2, 2));
+  QCOMPARE(range(inserted, 3), qMakePair(4, 4));
+  for (int i = 0; i < 4; ++i) QCOMPARE(view.messageWidget(first_widgets[i]->messageId()), first_widgets[i]);
+
+  // Two messages deleted: one removal of both rows.
+  model.setMessages(QList<MessageRecord>{chat[0], chat[1], chat[2], chat[3]} + QList<MessageRecord>{marker});
+  QCOMPARE(removed.size(), 2);
+  QCOMPARE(range(removed, 1), qMakePair(5, 6));
+  QCOMPARE(view.messageWidgets().size(), 5);
+  QCOMPARE(reset.size(), 0);
 }
 
 void ChatViewTest::byte_sizes_are_readable() {

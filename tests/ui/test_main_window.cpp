@@ -31,6 +31,7 @@
 #include "ui/chat_view.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"
+#include "ui/message_list_model.h"
 #include "ui/message_widget.h"
 #include "ui/settings_dialog.h"
 
@@ -406,6 +407,17 @@ void MainWindowTest::a_turn_updates_the_chat_list_in_place() {
   QSignalSpy inserted(model, &QAbstractItemModel::rowsInserted);
   QSignalSpy moved(model, &QAbstractItemModel::rowsMoved);
   QSignalSpy changed(model, &QAbstractItemModel::dataChanged);
+  // The transcript too: the turn's two messages are inserted, the reply's text grows in its row, and the
+  // messages shown before keep their widgets.
+  auto* chat_view = window_->findChild<kvchat::ui::ChatView*>("chatView");
+  QVERIFY(chat_view);
+  kvchat::ui::MessageListModel* transcript = chat_view->model();
+  QCOMPARE(transcript->rowCount(), 2);
+  const QList<kvchat::ui::MessageWidget*> shown_before = chat_view->messageWidgets();
+  QSignalSpy transcript_resets(transcript, &QAbstractItemModel::modelReset);
+  QSignalSpy transcript_removed(transcript, &QAbstractItemModel::rowsRemoved);
+  QSignalSpy transcript_inserted(transcript, &QAbstractItemModel::rowsInserted);
+  QSignalSpy transcript_changed(transcript, &QAbstractItemModel::dataChanged);
   type_and_send(QStringLiteral("Tom saw a big dog"));
   QVERIFY(controller_->isGenerating());
   QCOMPARE(kvchat::test::list_text(list, kvchat::test::current_list_row(list)),
@@ -425,6 +437,23 @@ void MainWindowTest::a_turn_updates_the_chat_list_in_place() {
   QCOMPARE(kvchat::test::list_text(list, 0), QStringLiteral("Once upon a time"));
   QCOMPARE(controller_->currentConversationId(), older);
   QVERIFY(kvchat::test::list_row(list, 0).data(Qt::ToolTipRole).toString().contains(QStringLiteral("4 messages")));
+
+  QCOMPARE(transcript_resets.size(), 0);
+  QCOMPARE(transcript_removed.size(), 0);
+  int inserted_rows = 0;
+  for (const QList<QVariant>& insertion : transcript_inserted)
+    inserted_rows += insertion.at(2).toInt() - insertion.at(1).toInt() + 1;
+  QCOMPARE(inserted_rows, 2);
+  QVERIFY(transcript_changed.size() >= 2);  // the reply's text as it streamed, then as saved
+  QCOMPARE(transcript->rowCount(), 4);
+  const QList<kvchat::app::MessageRecord> saved = controller_->currentMessages();
+  QCOMPARE(saved.size(), 4);
+  QCOMPARE(transcript->record(3).id, saved.last().id);
+  QCOMPARE(transcript->data(transcript->index(3)).toString(), saved.last().text);
+  QVERIFY(!saved.last().text.isEmpty());
+  const QList<kvchat::ui::MessageWidget*> shown_after = chat_view->messageWidgets();
+  QCOMPARE(shown_after.mid(0, 2), shown_before);
+  QCOMPARE(shown_after.last()->text(), saved.last().text);
 }
 
 KVCHAT_TEST_MAIN(MainWindowTest)

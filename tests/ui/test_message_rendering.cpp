@@ -23,6 +23,7 @@
 #include "ui/code_block_widget.h"
 #include "ui/markdown_blocks.h"
 #include "ui/message_body.h"
+#include "ui/message_list_model.h"
 #include "ui/message_text_view.h"
 #include "ui/message_widget.h"
 
@@ -82,9 +83,9 @@ void MessageRenderingTest::long_words_and_code_lines_never_widen_the_transcript(
   const QString word(500, QLatin1Char('w'));
   const QString url = QStringLiteral("https://example.com/") + QString(240, QLatin1Char('a'));
   const QString code_line = QStringLiteral("int x = ") + QString(300, QLatin1Char('1')) + QStringLiteral(";");
-  view.setMessages({record(1, "user", word),
-                    record(2, "assistant", url + "\n\n```cpp\n" + code_line + "\n```\n\nDone."),
-                    record(3, "user", "short")});
+  view.model()->setMessages({record(1, "user", word),
+                             record(2, "assistant", url + "\n\n```cpp\n" + code_line + "\n```\n\nDone."),
+                             record(3, "user", "short")});
   show_view(view, 600, 400);
   const int viewport = view.viewport()->width();
   QCOMPARE(view.widget()->width(), viewport);
@@ -127,7 +128,7 @@ void MessageRenderingTest::the_end_of_a_long_reply_can_be_scrolled_into_view() {
   QString reply;
   for (int i = 0; i < 40; ++i) reply += QStringLiteral("Paragraph %1 with a few words.\n\n").arg(i);
   reply += "```\n" + QString(300, QLatin1Char('x')) + "\n```\n\nTHE END";
-  view.setMessages({record(1, "user", "tell me"), record(2, "assistant", reply)});
+  view.model()->setMessages({record(1, "user", "tell me"), record(2, "assistant", reply)});
   show_view(view, 500, 300);
   view.verticalScrollBar()->setValue(view.verticalScrollBar()->maximum());
   QCoreApplication::processEvents();
@@ -144,7 +145,7 @@ void MessageRenderingTest::the_end_of_a_long_reply_can_be_scrolled_into_view() {
 
 void MessageRenderingTest::single_line_breaks_are_kept() {
   ChatView view;
-  view.setMessages({record(1, "assistant", "Roses are red,\nviolets are blue.\n\nNew paragraph\n- a\n- b")});
+  view.model()->setMessages({record(1, "assistant", "Roses are red,\nviolets are blue.\n\nNew paragraph\n- a\n- b")});
   const QString text = rendered(view.messageWidget(1));
   QVERIFY2(text.startsWith("Roses are red,\nviolets are blue.\nNew paragraph"), qPrintable(text));
   QVERIFY(view.messageWidget(1)->body()->isMarkdown());
@@ -156,7 +157,7 @@ void MessageRenderingTest::single_line_breaks_are_kept() {
 void MessageRenderingTest::raw_html_is_shown_as_text() {
   ChatView view;
   const QString html = "Say <b>bold</b> and <font size=7>big</font>\n\n<div>block</div>";
-  view.setMessages({record(1, "assistant", html), record(2, "user", "<i>mine</i> **not bold**")});
+  view.model()->setMessages({record(1, "assistant", html), record(2, "user", "<i>mine</i> **not bold**")});
   const QString reply = rendered(view.messageWidget(1));
   QVERIFY2(reply.contains("<b>bold</b>"), qPrintable(reply));
   QVERIFY(reply.contains("<font size=7>big</font>"));
@@ -176,9 +177,9 @@ void MessageRenderingTest::no_image_named_by_a_message_is_loaded() {
   image.fill(Qt::red);
   QVERIFY(image.save(image_path));
   ChatView view;
-  view.setMessages({record(1, "assistant", QStringLiteral("![x](file://%1)").arg(image_path)),
-                    record(2, "assistant", QStringLiteral("![y](%1)").arg(image_path)),
-                    record(3, "assistant", QStringLiteral("<img src=\"%1\">").arg(image_path))});
+  view.model()->setMessages({record(1, "assistant", QStringLiteral("![x](file://%1)").arg(image_path)),
+                             record(2, "assistant", QStringLiteral("![y](%1)").arg(image_path)),
+                             record(3, "assistant", QStringLiteral("<img src=\"%1\">").arg(image_path))});
   show_view(view, 600, 400);
   // A loaded 400x400 image would make the reply at least 400 px tall.
   for (qint64 id : {1, 2, 3}) {
@@ -191,7 +192,7 @@ void MessageRenderingTest::no_image_named_by_a_message_is_loaded() {
 
 void MessageRenderingTest::code_blocks_have_their_own_copy_button_and_monospace() {
   ChatView view;
-  view.setMessages({record(1, "assistant", "Here:\n\n```python\nprint('hi')\nx = 1\n```\nand after.")});
+  view.model()->setMessages({record(1, "assistant", "Here:\n\n```python\nprint('hi')\nx = 1\n```\nand after.")});
   show_view(view, 600, 400);
   MessageWidget* widget = view.messageWidget(1);
   const auto blocks = widget->body()->codeBlocks();
@@ -223,7 +224,7 @@ void MessageRenderingTest::a_failed_reply_shows_its_error_once() {
   ChatView view;
   MessageRecord failed = record(2, "assistant", "");
   failed.stats = QJsonObject{{kvchat::app::kReplyErrorKey, "the last message alone is 900 tokens long"}};
-  view.setMessages({record(1, "user", "long"), failed});
+  view.model()->setMessages({record(1, "user", "long"), failed});
   show_view(view, 600, 400);
   MessageWidget* widget = view.messageWidget(2);
   QVERIFY(widget->isFailed());
@@ -240,7 +241,7 @@ void MessageRenderingTest::a_reply_cut_short_says_so_and_offers_continue() {
   crashed.complete = false;
   MessageRecord finished = record(4, "assistant", "The end.");
   finished.stats = QJsonObject{{"stop_reason", "eos"}, {"generated_tokens", 3}};
-  view.setMessages({record(1, "user", "Tell"), crashed, record(3, "user", "More"), finished});
+  view.model()->setMessages({record(1, "user", "Tell"), crashed, record(3, "user", "More"), finished});
   show_view(view, 600, 400);
   QCOMPARE(view.messageWidget(2)->cutShortText(),
            QStringLiteral("Cut short: the app closed before this reply finished."));
@@ -264,7 +265,7 @@ void MessageRenderingTest::a_reply_cut_short_says_so_and_offers_continue() {
 void MessageRenderingTest::a_huge_message_is_shown_cut_but_copied_whole() {
   ChatView view;
   const QString huge(kvchat::ui::MessageBody::kMaxShownCharacters * 3, QLatin1Char('z'));
-  view.setMessages({record(1, "user", huge)});
+  view.model()->setMessages({record(1, "user", huge)});
   MessageWidget* widget = view.messageWidget(1);
   QVERIFY(rendered(widget).size() < huge.size());
   QVERIFY(rendered(widget).contains(QStringLiteral("more characters not shown")));
@@ -280,8 +281,8 @@ void MessageRenderingTest::regenerated_replies_are_switchable_alternatives() {
   first.settings.insert(kvchat::app::kHiddenAlternativeKey, true);
   MessageRecord third = record(4, "assistant", "third try");
   third.settings.insert(kvchat::app::kHiddenAlternativeKey, true);
-  view.setMessages({record(1, "user", "go"), first, record(3, "assistant", "second try"), third,
-                    record(5, "user", "next"), record(6, "assistant", "only one")});
+  view.model()->setMessages({record(1, "user", "go"), first, record(3, "assistant", "second try"), third,
+                             record(5, "user", "next"), record(6, "assistant", "only one")});
   QList<qint64> shown;
   for (MessageWidget* widget : view.messageWidgets()) shown << widget->messageId();
   QCOMPARE(shown, (QList<qint64>{1, 3, 5, 6}));
@@ -299,7 +300,7 @@ void MessageRenderingTest::the_time_a_message_was_written_shows_on_hover() {
   ChatView view;
   MessageRecord message = record(1, "user", "hello");
   message.created_at = QDateTime(QDate(2024, 3, 1), QTime(9, 30, 5), Qt::UTC);
-  view.setMessages({message});
+  view.model()->setMessages({message});
   auto* header = view.messageWidget(1)->findChild<QLabel*>("messageHeader");
   QVERIFY(header);
   QCOMPARE(header->toolTip(), QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
@@ -323,7 +324,7 @@ QPoint point_of(kvchat::ui::MessageTextView* view, const QString& text) {
 
 void MessageRenderingTest::a_link_shows_its_address_and_opens_only_when_confirmed() {
   ChatView view;
-  view.setMessages({record(1, "assistant", "See [the docs](https://example.org/a?b=1) now")});
+  view.model()->setMessages({record(1, "assistant", "See [the docs](https://example.org/a?b=1) now")});
   show_view(view, 600, 400);
   kvchat::ui::MessageTextView* prose = view.messageWidget(1)->body()->proseViews().first();
   const QPoint link = point_of(prose, "the docs");
