@@ -9,8 +9,7 @@
 
 #include "app/cli/model_options.h"
 #include "engine/bench/snapshot_benchmark.h"
-#include "engine/compute/compute_options.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/compute/compute_context.h"
 #include "engine/model/llama_model.h"
 
 namespace kvchat::cli {
@@ -226,9 +225,11 @@ void print_text(const SnapshotBenchOptions& options, const std::string& dtype, c
 
 int run_snapshot_bench(const ArgParser& parser) {
   const SnapshotBenchOptions options = parse_options(parser);
-  set_fast_kernels_enabled(options.kernels == "on");
-  set_compute_threads(threads_from_option(parser));
-  const int threads = kernels::default_threads();
+  // The bench computes with a context of its own (its threads, its kernels switch, its kernels' pool), as the
+  // app's engine and server do: nothing process-wide is switched for it.
+  const ComputeContext compute(ComputeContext::Options{threads_from_option(parser), options.kernels == "on"});
+  const ComputeScope compute_scope(&compute);
+  const int threads = compute.threads();
   const BenchDirectory directory(options.cache_dir);
   bool header_printed = false;
   for (const WeightStorage& storage : options.dtypes) {

@@ -8,10 +8,9 @@
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
 #include "engine/bench/benchmark.h"
-#include "engine/compute/compute_options.h"
+#include "engine/compute/compute_context.h"
 #include "engine/compute/process_setup.h"
 #include "engine/kernels/memory_probe.h"
-#include "engine/kernels/thread_pool.h"
 #include "engine/model/llama_model.h"
 
 namespace kvchat::cli {
@@ -200,9 +199,11 @@ int run_bench(const std::vector<std::string>& args) {
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
   const BenchOptions options = parse_bench_options(parser);
-  set_fast_kernels_enabled(options.kernels == "on");
-  set_compute_threads(threads_from_option(parser));
-  const int threads = kernels::default_threads();
+  // The bench computes with a context of its own (its threads, its kernels switch, its kernels' pool), as the
+  // app's engine and server do: nothing process-wide is switched for it.
+  const ComputeContext compute(ComputeContext::Options{threads_from_option(parser), options.kernels == "on"});
+  const ComputeScope compute_scope(&compute);
+  const int threads = compute.threads();
 
   // Ceilings first, before any model is in memory (the probe's buffer must not add to peak RSS).
   const HardwareCeilings ceilings = measure_hardware_ceilings(threads);
