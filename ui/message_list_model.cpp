@@ -17,7 +17,7 @@ namespace {
 // increase. Patience sorting, O(n log n).
 template <typename Row>
 std::vector<bool> rows_in_order(const QList<Row>& rows, const QHash<qint64, int>& position) {
-  std::vector<int> tails;        // tails[k]: the row ending the best run of length k + 1 found so far
+  std::vector<int> tails;  // tails[k]: the row ending the best run of length k + 1 found so far
   std::vector<int> previous(rows.size(), -1);
   const auto at = [&](int row) { return position.value(rows[row].record.id, -1); };
   for (int row = 0; row < rows.size(); ++row) {
@@ -48,18 +48,12 @@ QVariant MessageListModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() < 0 || index.row() >= rows_.size()) return {};
   const Row& row = rows_[index.row()];
   switch (role) {
-    case Qt::DisplayRole:
-      return row.record.text;
-    case MessageIdRole:
-      return row.record.id;
-    case MessageRoleRole:
-      return kvchat::app::role_name(row.record.role);
-    case StreamingRole:
-      return row.streaming;
-    case CompleteRole:
-      return row.record.complete;
-    default:
-      return {};
+    case Qt::DisplayRole: return row.record.text;
+    case MessageIdRole: return row.record.id;
+    case MessageRoleRole: return kvchat::app::role_name(row.record.role);
+    case StreamingRole: return row.streaming;
+    case CompleteRole: return row.record.complete;
+    default: return {};
   }
 }
 
@@ -88,7 +82,8 @@ void MessageListModel::setMessages(const QList<MessageRecord>& messages, qint64 
     Row row{message, message.id == streaming_message_id, {}, {}};
     if (row.streaming && !streaming_text.isEmpty()) row.record.text = streaming_text;
     if (message.role == MessageRole::User) row.branches = branches.value(message.id);
-    if (message.role == MessageRole::Assistant) row.alternatives = kvchat::app::reply_alternatives(messages, message.id);
+    if (message.role == MessageRole::Assistant)
+      row.alternatives = kvchat::app::reply_alternatives(messages, message.id);
     position.insert(message.id, static_cast<int>(wanted.size()));
     wanted.push_back(std::move(row));
   }

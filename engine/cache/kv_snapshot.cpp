@@ -304,6 +304,7 @@ ModelFingerprint fingerprint_model(const LlamaModel& model) {
       std::to_string(config.rope_scaling.original_max_position_embeddings) + " bias " +
       std::to_string(config.qkv_bias) + std::to_string(config.output_bias) + std::to_string(config.mlp_bias) + " tie " +
       std::to_string(config.tie_word_embeddings) + " act " + config.hidden_act;
+  if (config.qk_norm) details += " qk_norm";  // only where set: the fingerprints of earlier snapshots stay
   for (double factor : config.rope_frequency_factors) details += " " + std::to_string(factor);
   for (const FileIdentity& file : weights.mapped_files)
     details += "\nfile " + file.path + " " + std::to_string(file.size) + " " + std::to_string(file.modified.tv_sec) +

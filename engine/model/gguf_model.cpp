@@ -130,7 +130,7 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
   const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
   const std::int64_t q_out = config.num_attention_heads * config.head_dim;
   const std::int64_t kv_out = config.num_key_value_heads * config.head_dim;
-  // llama files carry Q/K permuted for interleaved RoPE; qwen2 files are in HF order (NEOX RoPE).
+  // llama files carry Q/K permuted for interleaved RoPE; qwen2 and qwen3 files are in HF order (NEOX RoPE).
   const std::int64_t permuted_head = config.model_type == "llama" ? config.head_dim : 0;
   auto with_bias = [&](Linear linear, const std::string& prefix, std::int64_t out, std::int64_t head_dim) {
     if (config.qkv_bias) linear.bias = reader.vector(prefix + ".bias", out, head_dim);
@@ -149,6 +149,10 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
                         permuted_head);
     layer.v = with_bias(reader.matrix(p + ".attn_v.weight", kv_out, hidden), p + ".attn_v", kv_out, 0);
     layer.o = reader.matrix(p + ".attn_output.weight", hidden, q_out);
+    if (config.qk_norm) {
+      layer.q_norm = reader.vector(p + ".attn_q_norm.weight", config.head_dim);
+      layer.k_norm = reader.vector(p + ".attn_k_norm.weight", config.head_dim);
+    }
     layer.mlp_norm = reader.vector(p + ".ffn_norm.weight", hidden);
     layer.gate = reader.matrix(p + ".ffn_gate.weight", inter, hidden);
     layer.up = reader.matrix(p + ".ffn_up.weight", inter, hidden);

@@ -56,8 +56,8 @@ void read_rope_scaling(const GgufFile& file, const std::string& arch, ModelConfi
 
 ModelConfig model_config_from_gguf(const GgufFile& file) {
   const std::string arch(file.get_string("general.architecture"));
-  if (arch != "llama" && arch != "qwen2")
-    fail(file, "unsupported architecture '" + arch + "' (general.architecture; supported: llama, qwen2)");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+    fail(file, "unsupported architecture '" + arch + "' (general.architecture; supported: llama, qwen2, qwen3)");
   ModelConfig config;
   config.model_type = arch;
   config.hidden_size = positive(file, arch + ".embedding_length");
@@ -76,6 +76,7 @@ ModelConfig model_config_from_gguf(const GgufFile& file) {
   config.rms_norm_eps = positive_float_or(file, eps_key, 0.0);
   config.rope_theta = positive_float_or(file, arch + ".rope.freq_base", 10000.0);
   config.qkv_bias = arch == "qwen2";
+  config.qk_norm = arch == "qwen3";
 
   if (config.hidden_size % config.num_attention_heads != 0 && !file.has_metadata(arch + ".attention.key_length"))
     fail(file, arch + ".embedding_length is not a multiple of " + arch + ".attention.head_count");

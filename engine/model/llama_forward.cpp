@@ -220,6 +220,14 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       rms_norm_into(s.x.data() + i * hidden, layer.attention_norm.data_ptr<float>(), s.h.data() + i * hidden, hidden,
                     c.rms_norm_eps);
     products_into(path, {{&layer.q, s.q.data()}, {&layer.k, s.k.data()}, {&layer.v, s.v.data()}}, s.h.data(), steps);
+    if (c.qk_norm) {  // each head of each row, in place (the norm reads its input before it writes)
+      for (std::int64_t head = 0; head < steps * heads; ++head)
+        rms_norm_into(s.q.data() + head * head_dim, layer.q_norm.data_ptr<float>(), s.q.data() + head * head_dim,
+                      head_dim, c.rms_norm_eps);
+      for (std::int64_t head = 0; head < steps * kv_heads; ++head)
+        rms_norm_into(s.k.data() + head * head_dim, layer.k_norm.data_ptr<float>(), s.k.data() + head * head_dim,
+                      head_dim, c.rms_norm_eps);
+    }
     for (std::int64_t i = 0; i < steps; ++i) {
       const float* cos = rope_.cos_row(start_pos + i);
       const float* sin = rope_.sin_row(start_pos + i);

@@ -93,13 +93,14 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
 
   ModelConfig config;
   config.model_type = read.string_or("model_type", "llama");
-  // Architectures that share the Llama computation exactly (Qwen2 adds q/k/v biases); anything else
-  // would run silently wrong.
+  // Architectures that share the Llama computation exactly (Qwen2 adds q/k/v biases, Qwen3 per-head q/k
+  // norms); anything else would run silently wrong.
   if (config.model_type == "mistral") config.model_type = "llama";
   const bool qwen2 = config.model_type == "qwen2";
-  if (config.model_type != "llama" && !qwen2)
+  const bool qwen3 = config.model_type == "qwen3";
+  if (config.model_type != "llama" && !qwen2 && !qwen3)
     throw ModelError(source + ": unsupported model_type '" + config.model_type +
-                     "' (supported: llama, mistral, qwen2)");
+                     "' (supported: llama, mistral, qwen2, qwen3)");
 
   config.hidden_size = read.positive_int("hidden_size");
   config.intermediate_size = read.positive_int("intermediate_size");
@@ -117,9 +118,10 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   const bool attention_bias = read.bool_or("attention_bias", false);
   config.qkv_bias = qwen2 || attention_bias;
   config.output_bias = !qwen2 && attention_bias;
-  // Qwen2's sliding window is off in the released models; a checkpoint that turns it on attends
+  config.qk_norm = qwen3;
+  // Qwen2's and Qwen3's sliding window is off in the released models; a checkpoint that turns it on attends
   // differently from what this engine computes.
-  if (qwen2 && read.bool_or("use_sliding_window", false))
+  if ((qwen2 || qwen3) && read.bool_or("use_sliding_window", false))
     throw ModelError(source + ": use_sliding_window is true: sliding-window attention is not supported");
   config.mlp_bias = read.bool_or("mlp_bias", false);
   config.torch_dtype = read.string_or("torch_dtype", "float32");

@@ -28,7 +28,7 @@ struct RopeScaling {
 constexpr std::int64_t kMaxContextPositions = std::int64_t(1) << 24;
 
 struct ModelConfig {
-  std::string model_type = "llama";  // "llama" (also Mistral, TinyLlama, SmolLM) or "qwen2"
+  std::string model_type = "llama";  // "llama" (also Mistral, TinyLlama, SmolLM), "qwen2" or "qwen3"
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
@@ -47,6 +47,9 @@ struct ModelConfig {
   bool qkv_bias = false;     // q/k/v projections have biases (Llama's attention_bias; always for Qwen2)
   bool output_bias = false;  // the attention output projection has one (Llama's attention_bias; never Qwen2)
   bool mlp_bias = false;
+  // Each head of q and k goes through an RMSNorm of its own (weights [head_dim], shared by the heads) before
+  // RoPE: Qwen3's q_norm and k_norm.
+  bool qk_norm = false;
   std::string hidden_act = "silu";
   std::string torch_dtype = "float32";
   std::int64_t bos_token_id = -1;

@@ -115,6 +115,10 @@ ModelWeights weights_of_shapes(const ModelConfig& config, const MakeLinear& make
     layer.k = make_linear(s.kv_out, s.hidden);
     layer.v = make_linear(s.kv_out, s.hidden);
     layer.o = make_linear(s.hidden, s.q_out);
+    if (config.qk_norm) {
+      layer.q_norm = at::ones({config.head_dim}, at::kFloat);
+      layer.k_norm = at::ones({config.head_dim}, at::kFloat);
+    }
     layer.mlp_norm = norm();
     layer.gate = make_linear(s.inter, s.hidden);
     layer.up = make_linear(s.inter, s.hidden);
@@ -189,6 +193,10 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
     layer.k = linear(p + ".self_attn.k_proj", s.kv_out, s.hidden, config.qkv_bias);
     layer.v = linear(p + ".self_attn.v_proj", s.kv_out, s.hidden, config.qkv_bias);
     layer.o = linear(p + ".self_attn.o_proj", s.hidden, s.q_out, config.output_bias);
+    if (config.qk_norm) {
+      layer.q_norm = reader.vector(p + ".self_attn.q_norm.weight", config.head_dim);
+      layer.k_norm = reader.vector(p + ".self_attn.k_norm.weight", config.head_dim);
+    }
     layer.mlp_norm = reader.vector(p + ".post_attention_layernorm.weight", s.hidden);
     layer.gate = linear(p + ".mlp.gate_proj", s.inter, s.hidden, config.mlp_bias);
     layer.up = linear(p + ".mlp.up_proj", s.inter, s.hidden, config.mlp_bias);
@@ -235,6 +243,8 @@ std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head) {
   auto add = [&](const Linear& l) { bytes += l.bytes(); };
   for (const LayerWeights& layer : weights.layers) {
     bytes += layer.attention_norm.nbytes() + layer.mlp_norm.nbytes();
+    for (const at::Tensor* norm : {&layer.q_norm, &layer.k_norm})
+      if (norm->defined()) bytes += norm->nbytes();
     for (const Linear* l : layer.matrices()) add(*l);
   }
   if (!tied_lm_head) add(weights.lm_head);

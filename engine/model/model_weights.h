@@ -20,7 +20,8 @@ namespace kvchat {
 struct LayerWeights {
   at::Tensor attention_norm;  // [hidden] f32
   Linear q, k, v, o;
-  at::Tensor mlp_norm;  // [hidden] f32
+  at::Tensor q_norm, k_norm;  // [head_dim] f32 with ModelConfig::qk_norm; undefined without
+  at::Tensor mlp_norm;        // [hidden] f32
   Linear gate, up, down;
   // The layer's seven matrices, in that order.
   std::array<const Linear*, 7> matrices() const { return {&q, &k, &v, &o, &gate, &up, &down}; }

@@ -71,6 +71,10 @@ inline at::Tensor reference_forward(const LlamaModel& model, const std::vector<T
     at::Tensor q = reference_product(layer.q, h).view({steps, heads, head_dim}).transpose(0, 1);
     at::Tensor k = reference_product(layer.k, h).view({steps, kv_heads, head_dim}).transpose(0, 1);
     at::Tensor v = reference_product(layer.v, h).view({steps, kv_heads, head_dim}).transpose(0, 1);
+    if (config.qk_norm) {  // per head, over head_dim
+      q = reference_rms_norm(q, layer.q_norm, config.rms_norm_eps);
+      k = reference_rms_norm(k, layer.k_norm, config.rms_norm_eps);
+    }
     q = reference_rope(q, cos, sin);
     k = reference_rope(k, cos, sin);
     at::Tensor keys = k, values = v;  // [KVH, total, d]

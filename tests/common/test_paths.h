@@ -1,5 +1,6 @@
 #pragma once
-// Where tests find ../shared (reference models, fixtures) and the build folder (kvchat-cli).
+// Where tests find ../shared (reference models, fixtures), the build folder (kvchat-cli) and the source tree (the
+// fixtures the repository keeps, tests/fixtures).
 // The environment wins over the compiled-in default so that a relocated checkout still works.
 #include <cstdlib>
 #include <string>
@@ -21,6 +22,15 @@ inline std::string build_dir() {
   return KVCHAT_BUILD_DIR_DEFAULT;
 #else
   return "build";
+#endif
+}
+
+inline std::string source_dir() {
+  if (const char* env = std::getenv("KVCHAT_SOURCE_DIR"); env && *env) return env;
+#ifdef KVCHAT_SOURCE_DIR_DEFAULT
+  return KVCHAT_SOURCE_DIR_DEFAULT;
+#else
+  return ".";
 #endif
 }
 

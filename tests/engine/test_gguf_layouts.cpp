@@ -26,11 +26,12 @@ using kvchat::test::gguf_string;
 namespace {
 
 struct Shape {
-  std::string arch;  // "qwen2" or "llama"
+  std::string arch;  // "qwen2", "qwen3" or "llama"
   bool tied;
   std::int64_t hidden = 64, inter = 96, layers = 2, heads = 4, kv_heads = 2, vocab = 80;
   double rms_norm_eps = 1e-6;
-  std::int64_t head_dim() const { return hidden / heads; }
+  // Qwen3 gives its head size explicitly, and it is not hidden / heads there: q is wider than the residual.
+  std::int64_t head_dim() const { return arch == "qwen3" ? 32 : hidden / heads; }
 };
 
 // Named f32 tensors in HF layout (numpy shapes).
@@ -53,6 +54,10 @@ Tensors random_hf_tensors(const Shape& s, std::uint64_t seed) {
       t.emplace_back(p + ".self_attn.q_proj.bias", normal({q}));
       t.emplace_back(p + ".self_attn.k_proj.bias", normal({kv}));
       t.emplace_back(p + ".self_attn.v_proj.bias", normal({kv}));
+    }
+    if (s.arch == "qwen3") {
+      t.emplace_back(p + ".self_attn.q_norm.weight", norm(s.head_dim()));
+      t.emplace_back(p + ".self_attn.k_norm.weight", norm(s.head_dim()));
     }
     t.emplace_back(p + ".self_attn.o_proj.weight", normal({s.hidden, q}));
     t.emplace_back(p + ".post_attention_layernorm.weight", norm(s.hidden));
@@ -81,9 +86,10 @@ void write_hf_directory(const std::string& directory, const Shape& s, const Tens
                            {"intermediate_size", s.inter},   {"num_hidden_layers", s.layers},
                            {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads},
                            {"vocab_size", s.vocab},          {"max_position_embeddings", 128},
-                           {"rms_norm_eps", s.rms_norm_eps}, {"rope_theta", s.arch == "qwen2" ? 1000000.0 : 10000.0},
+                           {"rms_norm_eps", s.rms_norm_eps}, {"rope_theta", s.arch != "llama" ? 1000000.0 : 10000.0},
                            {"tie_word_embeddings", s.tied},  {"hidden_act", "silu"},
                            {"use_sliding_window", false},    {"sliding_window", 4096}};
+  if (s.arch == "qwen3") config["head_dim"] = s.head_dim();
   write_file(directory + "/config.json", config.dump());
   nlohmann::json header = nlohmann::json::object();
   std::string data;
@@ -116,6 +122,8 @@ std::string gguf_name(const std::string& hf) {
                                                                          {".self_attn.k_proj.", ".attn_k."},
                                                                          {".self_attn.v_proj.", ".attn_v."},
                                                                          {".self_attn.o_proj.", ".attn_output."},
+                                                                         {".self_attn.q_norm.", ".attn_q_norm."},
+                                                                         {".self_attn.k_norm.", ".attn_k_norm."},
                                                                          {".post_attention_layernorm.", ".ffn_norm."},
                                                                          {".mlp.gate_proj.", ".ffn_gate."},
                                                                          {".mlp.up_proj.", ".ffn_up."},
@@ -153,8 +161,10 @@ test::GgufPieces gguf_pieces(const Shape& s, const Tensors& tensors) {
                      kv_u32(a + ".attention.head_count", s.heads),
                      kv_u32(a + ".attention.head_count_kv", s.kv_heads),
                      kv_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_norm_eps)),
-                     kv_f32(a + ".rope.freq_base", a == "qwen2" ? 1000000.f : 10000.f),
-                     kv_u32(a + ".rope.dimension_count", s.head_dim())};
+                     kv_f32(a + ".rope.freq_base", a != "llama" ? 1000000.f : 10000.f),
+                     kv_u32(a + ".rope.dimension_count", s.head_dim()),
+                     kv_u32(a + ".attention.key_length", s.head_dim()),
+                     kv_u32(a + ".attention.value_length", s.head_dim())};
   for (const auto& [name, hf_tensor] : tensors) {
     at::Tensor tensor = hf_tensor;
     const bool q = name.find("q_proj") != std::string::npos, k = name.find("k_proj") != std::string::npos;
@@ -199,13 +209,14 @@ class GgufLayoutsTest : public QObject {
   void rms_norm_epsilon_is_read_data();
   void rms_norm_epsilon_is_read();
   void qwen2_biases_are_used();
+  void qwen3_qk_norms_are_used();
   void model_level_errors();
 };
 
 void GgufLayoutsTest::same_logits_in_both_layouts_data() {
   QTest::addColumn<QString>("arch");
   QTest::addColumn<bool>("tied");
-  for (const char* arch : {"qwen2", "llama"})
+  for (const char* arch : {"qwen2", "qwen3", "llama"})
     for (bool tied : {false, true})
       QTest::newRow(qPrintable(QString("%1 %2").arg(arch, tied ? "tied" : "untied"))) << QString(arch) << tied;
 }
@@ -228,6 +239,10 @@ void GgufLayoutsTest::same_logits_in_both_layouts() {
   QCOMPARE(gguf.config.qkv_bias, arch == "qwen2");
   QCOMPARE(hf.config.qkv_bias, arch == "qwen2");
   QVERIFY(!hf.config.output_bias && !gguf.config.output_bias);
+  QCOMPARE(gguf.config.qk_norm, arch == "qwen3");
+  QCOMPARE(hf.config.qk_norm, arch == "qwen3");
+  QCOMPARE(gguf.config.head_dim, shape.head_dim());
+  QCOMPARE(hf.config.head_dim, shape.head_dim());
 
   const std::vector<TokenId> ids = {1, 17, 42, 5, 79, 33, 8, 60, 21, 2, 64, 11};
   const at::Tensor expected = all_logits(*hf.model, ids), got = all_logits(*gguf.model, ids);
@@ -294,6 +309,39 @@ void GgufLayoutsTest::qwen2_biases_are_used() {
           .max()
           .item<double>();
   QVERIFY2(difference > 1e-3, qPrintable(QString("biases changed the logits by only %1").arg(difference)));
+}
+
+// Qwen3's per-head q/k norms take part: other norm weights give other logits, and a file without them is refused
+// with the tensor's name.
+void GgufLayoutsTest::qwen3_qk_norms_are_used() {
+  const Shape shape{"qwen3", false};
+  Tensors tensors = random_hf_tensors(shape, 15);
+  QTemporaryDir directory;
+  const std::string path = directory.path().toStdString() + "/model.gguf";
+  write_file(path, gguf_pieces(shape, tensors).bytes());
+  Tensors unit_norms = tensors;
+  for (auto& [name, tensor] : unit_norms)
+    if (name.find("_norm.") != std::string::npos && name.find("self_attn") != std::string::npos)
+      tensor = at::ones_like(tensor);
+  const std::string unit_path = directory.path().toStdString() + "/unit-norms.gguf";
+  write_file(unit_path, gguf_pieces(shape, unit_norms).bytes());
+  const std::vector<TokenId> ids = {1, 5, 9, 13};
+  const double difference = (all_logits(*load_model(path).model, ids) - all_logits(*load_model(unit_path).model, ids))
+                                .abs()
+                                .max()
+                                .item<double>();
+  QVERIFY2(difference > 1e-3, qPrintable(QString("q/k norms changed the logits by only %1").arg(difference)));
+
+  Tensors without = tensors;
+  without.erase(
+      std::remove_if(without.begin(), without.end(),
+                     [](const auto& named) { return named.first == "model.layers.1.self_attn.k_norm.weight"; }),
+      without.end());
+  const std::string missing_path = directory.path().toStdString() + "/missing.gguf";
+  write_file(missing_path, gguf_pieces(shape, without).bytes());
+  expect_load_error(missing_path, "blk.1.attn_k_norm.weight");
+  write_hf_directory(directory.path().toStdString(), shape, without);
+  expect_load_error(directory.path().toStdString(), "model.layers.1.self_attn.k_norm.weight");
 }
 
 void GgufLayoutsTest::model_level_errors() {

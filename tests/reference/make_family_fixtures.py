@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/families/<family>/: a tiny seeded random model of the family as a Hugging Face folder
+(config.json, model.safetensors in bf16) and as GGUF (Q8_0, and Q4_K with Q8_0 where a row is not a whole
+number of 256-weight blocks, as llama.cpp's quantizer falls back), a 64-token prompt, and the logits of
+transformer_reference.py over it for each file (the GGUF ones over the files' own dequantized weights).
+
+Run from the repository root with Debian's python3-numpy: python3 tests/reference/make_family_fixtures.py
+Deterministic: the same files every run.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ggml_blocks as gg  # noqa: E402
+import transformer_reference as reference  # noqa: E402
+
+FAMILIES = {
+    # Qwen3: per-head q/k norms, no biases, head_dim given (q is narrower than the residual here), untied.
+    "qwen3": dict(
+        config={
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
+            "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
+            "use_sliding_window": False, "sliding_window": None, "torch_dtype": "bfloat16",
+            "bos_token_id": None, "eos_token_id": 255,
+        },
+        seed=3,
+    ),
+}
+
+GGUF_NAMES = [
+    ("model.embed_tokens.", "token_embd."), ("model.layers.", "blk."), (".input_layernorm.", ".attn_norm."),
+    (".self_attn.q_proj.", ".attn_q."), (".self_attn.k_proj.", ".attn_k."), (".self_attn.v_proj.", ".attn_v."),
+    (".self_attn.o_proj.", ".attn_output."), (".self_attn.q_norm.", ".attn_q_norm."),
+    (".self_attn.k_norm.", ".attn_k_norm."), (".post_attention_layernorm.", ".ffn_norm."),
+    (".mlp.gate_proj.", ".ffn_gate."), (".mlp.up_proj.", ".ffn_up."), (".mlp.down_proj.", ".ffn_down."),
+    ("model.norm.", "output_norm."), ("lm_head.", "output."),
+]
+
+
+def gguf_name(name):
+    for hf, gguf in GGUF_NAMES:
+        name = name.replace(hf, gguf)
+    return name
+
+
+def random_weights(config, seed):
+    rng = np.random.default_rng(seed)
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    heads, kv_heads, head_dim = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    shapes = {"model.embed_tokens.weight": (config["vocab_size"], hidden)}
+    norms = ["model.norm.weight"]
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}"
+        shapes.update({
+            p + ".self_attn.q_proj.weight": (heads * head_dim, hidden),
+            p + ".self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+            p + ".self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+            p + ".self_attn.o_proj.weight": (hidden, heads * head_dim),
+            p + ".mlp.gate_proj.weight": (inter, hidden),
+            p + ".mlp.up_proj.weight": (inter, hidden),
+            p + ".mlp.down_proj.weight": (hidden, inter),
+        })
+        norms += [p + ".input_layernorm.weight", p + ".post_attention_layernorm.weight"]
+        if config["model_type"] == "qwen3":
+            norms += [p + ".self_attn.q_norm.weight", p + ".self_attn.k_norm.weight"]
+    if not config["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (config["vocab_size"], hidden)
+    weights = {name: rng.normal(0.0, 0.08, shape) for name, shape in shapes.items()}
+    for name in norms:
+        size = head_dim if name.endswith(("q_norm.weight", "k_norm.weight")) else hidden
+        weights[name] = 1.0 + rng.normal(0.0, 0.1, size)
+    # The checkpoint is bf16: what every reader sees is the rounded values.
+    return {name: np.frombuffer(gg.bf16_bytes(w), dtype=np.uint16).astype(np.uint32).__lshift__(16)
+            .view(np.float32).astype(np.float64).reshape(np.shape(w)) for name, w in weights.items()}
+
+
+def gguf_metadata(config, file_type):
+    arch = config["model_type"]
+    return {
+        "general.architecture": arch, "general.name": f"tiny random {arch}", "general.file_type": file_type,
+        f"{arch}.context_length": config["max_position_embeddings"], f"{arch}.embedding_length": config["hidden_size"],
+        f"{arch}.block_count": config["num_hidden_layers"], f"{arch}.feed_forward_length": config["intermediate_size"],
+        f"{arch}.attention.head_count": config["num_attention_heads"],
+        f"{arch}.attention.head_count_kv": config["num_key_value_heads"],
+        f"{arch}.attention.key_length": config["head_dim"], f"{arch}.attention.value_length": config["head_dim"],
+        f"{arch}.rope.dimension_count": config["head_dim"],
+        f"{arch}.attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
+        f"{arch}.rope.freq_base": float(config["rope_theta"]),
+    }
+
+
+def write_gguf(path, config, weights, matrix_type, file_type):
+    tensors = []
+    for name, w in weights.items():
+        if w.ndim == 1:
+            tensors.append((gguf_name(name), w.shape, gg.GGUF_F32, w.astype(np.float32).tobytes()))
+            continue
+        type_id = matrix_type if w.shape[1] % gg.BLOCK_SIZE[matrix_type] == 0 else gg.GGUF_Q8_0
+        tensors.append((gguf_name(name), w.shape, type_id, gg.quantize(type_id, w)))
+    gg.write_gguf(path, gguf_metadata(config, file_type), tensors)
+    # The reference reads the file back: the weights as stored, dequantized its own way, and for each block-type
+    # matrix the group its products round their input in (32 for Q8_0, 256 for the K-quants).
+    hf_of = {gguf_name(name): name for name in weights}
+    stored, groups = {}, {}
+    for name, (shape, type_id, payload) in gg.read_gguf_tensors(path).items():
+        stored[hf_of[name]] = gg.dequantize(type_id, payload, int(np.prod(shape))).reshape(shape)
+        if type_id != gg.GGUF_F32:
+            groups[hf_of[name]] = 256 if type_id == gg.GGUF_Q4_K else 32
+    return stored, groups
+
+
+def main():
+    root = os.path.join("tests", "fixtures", "families")
+    for family, spec in FAMILIES.items():
+        config = spec["config"]
+        folder = os.path.join(root, family)
+        os.makedirs(folder, exist_ok=True)
+        weights = random_weights(config, spec["seed"])
+        with open(os.path.join(folder, "config.json"), "w") as out:
+            json.dump(config, out, indent=2)
+            out.write("\n")
+        gg.write_safetensors(os.path.join(folder, "model.safetensors"),
+                             {name: ("BF16", w.shape, gg.bf16_bytes(w)) for name, w in weights.items()})
+        prompt = [int(i) for i in np.random.default_rng(spec["seed"] + 100).integers(0, config["vocab_size"], 64)]
+        files = {"model.safetensors": (gg.read_safetensors(os.path.join(folder, "model.safetensors")), {})}
+        for file_name, matrix_type, file_type in (("model-Q8_0.gguf", gg.GGUF_Q8_0, 7),
+                                                  ("model-Q4_K.gguf", gg.GGUF_Q4_K, 15)):
+            files[file_name] = write_gguf(os.path.join(folder, file_name), config, weights, matrix_type, file_type)
+        logits, rounded_logits = {}, {}
+        for file_name, (file_weights, groups) in files.items():
+            stem = "logits-" + file_name.split(".")[0].replace("model-", "").replace("model", "hf")
+            reference.forward(config, file_weights, prompt).astype(np.float32).tofile(os.path.join(folder, stem + ".f32"))
+            logits[file_name] = stem + ".f32"
+            if groups:  # what the integer-dot kernels compute: the same weights, rounded inputs
+                values = reference.forward(config, file_weights, prompt, groups).astype(np.float32)
+                values.tofile(os.path.join(folder, stem + "-rounded.f32"))
+                rounded_logits[file_name] = stem + "-rounded.f32"
+        with open(os.path.join(folder, "reference.json"), "w") as out:
+            json.dump({"family": family, "prompt": prompt, "positions": len(prompt),
+                       "vocab_size": config["vocab_size"], "logits": logits,
+                       "logits_with_rounded_activations": rounded_logits,
+                       "made_by": "tests/reference/make_family_fixtures.py (transformer_reference.py)"}, out, indent=2)
+            out.write("\n")
+        print(family, "written to", folder)
+
+
+if __name__ == "__main__":
+    main()
