@@ -12,11 +12,11 @@
 //   block (llama.cpp's Q8_0/Q8_1 activations).
 // - Super-blocks of 256 (SuperBlockBytes) serve the K-quants (Q4_K, Q5_K, Q6_K): their weights'
 //   sub-block scales are small integers, so with one activation scale per super-block the whole
-//   super-block's sum stays an exact integer and is converted to f32 once, not once per block of 32 (one
-//   core's Q4_K products: 36 -> 62 G weights/s in cache); llama.cpp's Q8_K.
+//   super-block's sum stays an exact integer and is converted to f32 once, not once per block of 32 (far
+//   fewer conversions on the K-quants' hot loop); llama.cpp's Q8_K.
 // One byte per activation halves the bytes re-read from L1 per weight against the two (254 * high + low)
-// this rounding once took: the 1B shape's Q8_0 products on two cores read 0.88-0.91 of a paired read
-// probe instead of 0.84-0.85. It is coarse enough that f32 noise (the last bits of a prompt's GEMM
+// this rounding once took, which the Q8_0 products' share of the bandwidth showed (DESIGN's tuning table).
+// It is coarse enough that f32 noise (the last bits of a prompt's GEMM
 // against a decode step) would move logits by the rounding's own size, so a model with these weights
 // computes every forward row-exact (LlamaModel::forward_rows): a prompt, its tokens decoded one by one
 // and the uncached path round the same inputs and agree to the bit.

@@ -2,7 +2,7 @@
 // Memory for large, read-mostly buffers (model weights) backed by transparent huge pages.
 // Streaming a matrix through 4 KiB pages costs a TLB miss every 4 KiB and stops the hardware
 // prefetcher at every page boundary; with 2 MiB pages the matvec kernels read measurably faster
-// (about 37 -> 42 GB/s single-threaded on the 2-core Zen test machine). Debian's default THP mode is
+// (DESIGN's tuning table). Debian's default THP mode is
 // "madvise", so buffers must ask for huge pages explicitly.
 #include <cstddef>
 

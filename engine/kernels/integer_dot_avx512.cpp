@@ -22,10 +22,8 @@ namespace {
 
 // As in the AVX2 kernels: each thread reads its rows as one linear stream, and a software prefetch
 // keeps enough misses in flight. These kernels go through a block about twice as fast, so they look
-// further ahead, and into L2: 16 KiB ahead. One core streaming Q8_0 rows did 27.0 G weights/s at 1 KiB
-// ahead into L1, 32.2 at 4 KiB; two cores decoding the 1B shape's Q8_0 matrices, paired with a read
-// probe between passes, read 0.89-0.98 of the probe's rate at 16 KiB into L2 against 0.78-0.83 at
-// 4 KiB into L1 (8 KiB into L2: 0.87-0.89, 32 KiB: 0.86-0.87). The K-quant kernels below found the same.
+// further ahead, and into L2: 16 KiB ahead, the best of the distances and targets tried (DESIGN's tuning
+// table). The K-quant kernels below found the same.
 constexpr std::int64_t kPrefetchBytes = 16384;
 
 inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<const __m256i*>(at)); }

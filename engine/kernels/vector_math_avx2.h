@@ -133,10 +133,8 @@ inline __m256 hsum8x8(const __m256 a[8]) {
 }
 
 // Rows read ahead of the current one: each head's keys and values are short streams (a few KiB to a
-// few hundred) that the hardware prefetcher is slow to pick up. The 1B shape's 16 layers at 2,048
-// positions, from memory, one thread: the AVX-512 version 10-15 % faster with 16 rows than with none in
-// three interleaved runs (4, 8, 32 and 64 rows, one run each: no better); the AVX2 one 11.3-11.7 ms
-// -> 8.4-9.3 ms.
+// few hundred) that the hardware prefetcher is slow to pick up. 16 rows was the best of 0, 4, 8, 16, 32 and
+// 64 for both instruction sets (DESIGN's tuning table).
 constexpr std::int64_t kAttentionPrefetchRows = 16;
 
 // The row's softmax up to its normalisation: row[t] = exp(row[t] - max); returns 1 / sum(row).
@@ -162,8 +160,7 @@ inline float softmax_weights(float* row, std::int64_t n) {
 // The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min in engine/gguf) as
 // bytes: scales in the low 8 bytes, mins in the high 8. Unpacked in vector registers: dwords
 // (u0, u2, u1, u2) and (u0, u0, u1, u1) of the 12 packed bytes, shifted and masked (unpacking them in
-// general-purpose registers and moving the four words across held the VNNI Q4_K kernel to 41 G weights/s,
-// against 53 this way). Reads 16 bytes, uses 12: a super-block's quants follow its scales.
+// general-purpose registers and moving the four words across was measurably slower: DESIGN's tuning table). Reads 16 bytes, uses 12: a super-block's quants follow its scales.
 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
   const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
   const __m128i first = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)),
