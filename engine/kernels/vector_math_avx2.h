@@ -160,7 +160,8 @@ inline float softmax_weights(float* row, std::int64_t n) {
 // The 8 scales and 8 mins of a Q4_K/Q5_K super-block (see k_quant_scale_and_min in engine/gguf) as
 // bytes: scales in the low 8 bytes, mins in the high 8. Unpacked in vector registers: dwords
 // (u0, u2, u1, u2) and (u0, u0, u1, u1) of the 12 packed bytes, shifted and masked (unpacking them in
-// general-purpose registers and moving the four words across was measurably slower: DESIGN's tuning table). Reads 16 bytes, uses 12: a super-block's quants follow its scales.
+// general-purpose registers and moving the four words across was measurably slower: DESIGN's tuning table). Reads 16
+// bytes, uses 12: a super-block's quants follow its scales.
 inline __m128i k_quant_scales_and_mins(const std::uint8_t* packed) {
   const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
   const __m128i first = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)),

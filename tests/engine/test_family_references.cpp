@@ -42,7 +42,8 @@ std::string family_dir(const QString& family) {
 at::Tensor reference_logits(const std::string& directory, const nlohmann::json& reference, const std::string& file,
                             const char* which = "logits") {
   const std::string path = directory + "/" + reference[which][file].get<std::string>();
-  const auto positions = reference["positions"].get<std::int64_t>(), vocab = reference["vocab_size"].get<std::int64_t>();
+  const auto positions = reference["positions"].get<std::int64_t>(),
+             vocab = reference["vocab_size"].get<std::int64_t>();
   std::vector<float> values(static_cast<std::size_t>(positions * vocab));
   std::ifstream in(path, std::ios::binary);
   in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
@@ -95,10 +96,10 @@ void FamilyReferencesTest::logits_match_the_reference() {
   QVERIFY2(exact <= 1e-4, qPrintable(QString("exact path: logits differ by %1 of the largest").arg(exact)));
 
   // The safetensors file's products are f32: the kernels compute them exactly too.
-  const at::Tensor expected_fast = reference["logits_with_rounded_activations"].contains(file.toStdString())
-                                       ? reference_logits(directory, reference, file.toStdString(),
-                                                          "logits_with_rounded_activations")
-                                       : expected;
+  const at::Tensor expected_fast =
+      reference["logits_with_rounded_activations"].contains(file.toStdString())
+          ? reference_logits(directory, reference, file.toStdString(), "logits_with_rounded_activations")
+          : expected;
   const at::Tensor fast = logits_with(true);
   const double fast_bar = expected_fast.equal(expected) ? 1e-4 : 5e-2;
   const double rounded = (fast - expected_fast).abs().max().item<double>() / largest;
