@@ -50,7 +50,10 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
 }
 
 void ChatView::setModel(MessageListModel* model) {
-  if (model_) model_->disconnect(this);
+  if (model_) {
+    model_->disconnect(this);
+    if (model_->parent() == this) model_->deleteLater();  // the view's own, replaced
+  }
   model_ = model;
   connect(model_, &QAbstractItemModel::rowsInserted, this,
           [this](const QModelIndex&, int first, int last) { insert_rows(first, last); });
@@ -90,13 +93,14 @@ void ChatView::insert_rows(int first, int last) {
 void ChatView::remove_rows(int first, int last) {
   for (int row = last; row >= first; --row) {
     MessageWidget* widget = widgets_.takeAt(row);
+    // Asked of the widget itself: while rows go, the model's rows and widgets_ do not line up.
+    if (widget->messageId() == found_message_) {
+      found_message_ = 0;
+      found_view_ = -1;
+    }
     layout_->removeWidget(widget);
     widget->hide();
     widget->deleteLater();
-  }
-  if (found_message_ != 0 && !messageWidget(found_message_)) {
-    found_message_ = 0;
-    found_view_ = -1;
   }
   refresh_placeholder();
 }
@@ -105,19 +109,13 @@ void ChatView::update_message_widget(int row, const QList<int>& roles) {
   MessageWidget* widget = widgets_.value(row);
   if (!widget) return;
   const kvchat::app::MessageRecord& record = model_->record(row);
-  const bool streaming = model_->isStreaming(row);
   // Only the text grew: the widget appends it (its rendering is coalesced while it streams).
   if (roles == QList<int>{Qt::DisplayRole} && record.text.startsWith(widget->text())) {
     widget->appendText(record.text.mid(widget->text().size()));
     return;
   }
-  if (streaming) {
-    widget->setStreaming(true);
-    widget->setRecord(record);
-  } else {
-    widget->setStreaming(false);
-    widget->setRecord(record);
-  }
+  widget->setStreaming(model_->isStreaming(row));
+  widget->setRecord(record);
   show_groups(widget, row);
   scroll_to_bottom_if_following();
 }
