@@ -56,6 +56,13 @@ void rms_norm_into(const float* x, const float* weight, float* out, std::int64_t
   for (std::int64_t i = 0; i < n; ++i) out[i] = (x[i] * inverse) * weight[i];
 }
 
+// Each of `heads` consecutive vectors of head_dim through one RMSNorm, in place (the norm reads its input before it
+// writes): Qwen3's q_norm and k_norm.
+void rms_norm_heads(float* vectors, std::int64_t heads, const at::Tensor& weight, std::int64_t head_dim, double eps) {
+  for (std::int64_t head = 0; head < heads; ++head)
+    rms_norm_into(vectors + head * head_dim, weight.data_ptr<float>(), vectors + head * head_dim, head_dim, eps);
+}
+
 // Up to three products that share their input (q/k/v, gate/up): each matrix and where its output goes.
 // A plain value on the stack: a decode step allocates nothing here.
 struct SharedInputLinears {
@@ -220,13 +227,9 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       rms_norm_into(s.x.data() + i * hidden, layer.attention_norm.data_ptr<float>(), s.h.data() + i * hidden, hidden,
                     c.rms_norm_eps);
     products_into(path, {{&layer.q, s.q.data()}, {&layer.k, s.k.data()}, {&layer.v, s.v.data()}}, s.h.data(), steps);
-    if (c.qk_norm) {  // each head of each row, in place (the norm reads its input before it writes)
-      for (std::int64_t head = 0; head < steps * heads; ++head)
-        rms_norm_into(s.q.data() + head * head_dim, layer.q_norm.data_ptr<float>(), s.q.data() + head * head_dim,
-                      head_dim, c.rms_norm_eps);
-      for (std::int64_t head = 0; head < steps * kv_heads; ++head)
-        rms_norm_into(s.k.data() + head * head_dim, layer.k_norm.data_ptr<float>(), s.k.data() + head * head_dim,
-                      head_dim, c.rms_norm_eps);
+    if (c.qk_norm) {
+      rms_norm_heads(s.q.data(), steps * heads, layer.q_norm, head_dim, c.rms_norm_eps);
+      rms_norm_heads(s.k.data(), steps * kv_heads, layer.k_norm, head_dim, c.rms_norm_eps);
     }
     for (std::int64_t i = 0; i < steps; ++i) {
       const float* cos = rope_.cos_row(start_pos + i);
