@@ -7,32 +7,25 @@
 
 namespace kvchat::test {
 
-inline std::string shared_dir() {
-  if (const char* env = std::getenv("KVCHAT_SHARED_DIR"); env && *env) return env;
-#ifdef KVCHAT_SHARED_DIR_DEFAULT
-  return KVCHAT_SHARED_DIR_DEFAULT;
-#else
-  return "../shared";
+#ifndef KVCHAT_SHARED_DIR_DEFAULT
+#define KVCHAT_SHARED_DIR_DEFAULT "../shared"
 #endif
+#ifndef KVCHAT_BUILD_DIR_DEFAULT
+#define KVCHAT_BUILD_DIR_DEFAULT "build"
+#endif
+#ifndef KVCHAT_SOURCE_DIR_DEFAULT
+#define KVCHAT_SOURCE_DIR_DEFAULT "."
+#endif
+
+// The environment variable when it is set and not empty, else the compiled-in default.
+inline std::string environment_or(const char* variable, const char* fallback) {
+  const char* value = std::getenv(variable);
+  return value && *value ? value : fallback;
 }
 
-inline std::string build_dir() {
-  if (const char* env = std::getenv("KVCHAT_BUILD_DIR"); env && *env) return env;
-#ifdef KVCHAT_BUILD_DIR_DEFAULT
-  return KVCHAT_BUILD_DIR_DEFAULT;
-#else
-  return "build";
-#endif
-}
-
-inline std::string source_dir() {
-  if (const char* env = std::getenv("KVCHAT_SOURCE_DIR"); env && *env) return env;
-#ifdef KVCHAT_SOURCE_DIR_DEFAULT
-  return KVCHAT_SOURCE_DIR_DEFAULT;
-#else
-  return ".";
-#endif
-}
+inline std::string shared_dir() { return environment_or("KVCHAT_SHARED_DIR", KVCHAT_SHARED_DIR_DEFAULT); }
+inline std::string build_dir() { return environment_or("KVCHAT_BUILD_DIR", KVCHAT_BUILD_DIR_DEFAULT); }
+inline std::string source_dir() { return environment_or("KVCHAT_SOURCE_DIR", KVCHAT_SOURCE_DIR_DEFAULT); }
 
 inline std::string shared_path(const std::string& relative) { return shared_dir() + "/" + relative; }
 

@@ -201,13 +201,18 @@ def read_safetensors(path):
         begin, end = entry["data_offsets"]
         raw = blob[base + begin:base + end]
         if entry["dtype"] == "BF16":
-            values = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+            values = bf16_from_bytes(raw)
         elif entry["dtype"] == "F32":
             values = np.frombuffer(raw, dtype=np.float32)
         else:
             raise ValueError(f"{name}: dtype {entry['dtype']} is not read here")
         tensors[name] = values.astype(np.float64).reshape(entry["shape"])
     return tensors
+
+
+def bf16_from_bytes(raw):
+    """bf16 values as float32 (exact: a bf16 is a float32's top half)."""
+    return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def bf16_bytes(values):

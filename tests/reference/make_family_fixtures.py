@@ -75,8 +75,8 @@ def random_weights(config, seed):
         size = head_dim if name.endswith(("q_norm.weight", "k_norm.weight")) else hidden
         weights[name] = 1.0 + rng.normal(0.0, 0.1, size)
     # The checkpoint is bf16: what every reader sees is the rounded values.
-    return {name: np.frombuffer(gg.bf16_bytes(w), dtype=np.uint16).astype(np.uint32).__lshift__(16)
-            .view(np.float32).astype(np.float64).reshape(np.shape(w)) for name, w in weights.items()}
+    return {name: gg.bf16_from_bytes(gg.bf16_bytes(w)).astype(np.float64).reshape(np.shape(w))
+            for name, w in weights.items()}
 
 
 def gguf_metadata(config, file_type):
