@@ -404,6 +404,7 @@ void OpenAiServer::Impl::install_routes() {
                 {"object", "model"},
                 {"created", 0},
                 {"owned_by", "kvchat"},
+                {"architecture", sessions_.architecture()},
                 {"context_length", sessions_.context_limit()}};
   };
   const auto models = [model_object](const httplib::Request&, httplib::Response& response) {

@@ -80,6 +80,8 @@ ServerSessions::Entry* ServerSessions::add_entry() {
 
 ServerSessions::~ServerSessions() = default;
 
+std::string ServerSessions::architecture() const { return model_.config.model_type; }
+
 int ServerSessions::context_limit() const { return runner_.effective_context_limit(0); }
 
 void ServerSessions::set_prefill_chunk_tokens(int tokens) { prefill_chunk_tokens_ = std::max(1, tokens); }

@@ -94,6 +94,8 @@ class ServerSessions {
                        const TextSink& sink, bool* stopped_by_client, const LogprobSink& logprob_sink = {});
 
   int context_limit() const;
+  // The served model's architecture ("llama", "qwen3", "gemma2", ...).
+  std::string architecture() const;
   // Prompt tokens a prefill runs at once (GenerationConfig's default unless set). Between chunks the
   // client is asked whether it is still there, and other requests get the prefix prefilled so far:
   // smaller chunks notice both sooner, at some cost in prefill speed. Set before serving.

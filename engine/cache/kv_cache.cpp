@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -18,6 +19,26 @@ void check_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor&
     throw std::invalid_argument("kv cache: step K/V must be [kv_heads, T, head_dim]");
 }
 }  // namespace
+
+std::int64_t KvCache::held_positions(std::int64_t layer) const {
+  const std::int64_t window = shape_.window(layer);
+  return window > 0 ? std::min(size_, window) : size_;
+}
+
+std::int64_t KvCache::bytes_for(std::int64_t tokens) const {
+  std::int64_t positions = 0;
+  for (std::int64_t layer = 0; layer < shape_.layers; ++layer) {
+    const std::int64_t window = shape_.window(layer);
+    positions += window > 0 ? std::min(tokens, window) : tokens;
+  }
+  return 2 * shape_.kv_heads * shape_.head_dim * positions * static_cast<std::int64_t>(c10::elementSize(shape_.dtype));
+}
+
+bool KvCache::holds_every_position() const {
+  for (std::int64_t layer = 0; layer < shape_.layers; ++layer)
+    if (first_position(layer) > 0) return false;
+  return true;
+}
 
 void KvCache::write_rows(std::int64_t, std::int64_t, const float*, const float*) {
   throw std::logic_error("kv cache: write_rows on a cache without direct rows");
@@ -41,80 +62,142 @@ std::pair<at::Tensor, at::Tensor> NaiveKvCache::view(std::int64_t layer, std::in
   return {keys_.at(layer).narrow(1, 0, n), values_.at(layer).narrow(1, 0, n)};
 }
 
-void NaiveKvCache::truncate(std::int64_t n) {
+std::int64_t NaiveKvCache::truncate(std::int64_t n) {
   n = std::clamp<std::int64_t>(n, 0, size_);
   for (std::int64_t layer = 0; layer < shape_.layers; ++layer) {
     keys_[layer] = keys_[layer].narrow(1, 0, n).clone();
     values_[layer] = values_[layer].narrow(1, 0, n).clone();
   }
   size_ = n;
+  return n;
 }
 
 ContiguousKvCache::ContiguousKvCache(const KvCacheShape& shape, std::int64_t initial_capacity) : KvCache(shape) {
-  keys_.resize(shape.layers);
-  values_.resize(shape.layers);
+  layers_.resize(static_cast<std::size_t>(shape.layers));
+  for (std::int64_t layer = 0; layer < shape.layers; ++layer) layers_[layer].window = shape.window(layer);
   reserve(std::min(initial_capacity, shape.max_tokens));
 }
 
+void ContiguousKvCache::reallocate(LayerBuffer& layer, std::int64_t capacity, std::int64_t keep_from) {
+  at::Tensor keys = empty_on_huge_pages({shape_.kv_heads, capacity, shape_.head_dim}, shape_.dtype);
+  at::Tensor values = empty_on_huge_pages({shape_.kv_heads, capacity, shape_.head_dim}, shape_.dtype);
+  const std::int64_t kept = size_ - keep_from;
+  if (kept > 0) {
+    keys.narrow(1, 0, kept).copy_(layer.keys.narrow(1, keep_from - layer.first, kept));
+    values.narrow(1, 0, kept).copy_(layer.values.narrow(1, keep_from - layer.first, kept));
+  }
+  layer.keys = keys;
+  layer.values = values;
+  layer.capacity = capacity;
+  layer.first = keep_from;
+}
+
 void ContiguousKvCache::reserve(std::int64_t tokens) {
-  if (tokens <= capacity_) return;
+  if (tokens <= full_capacity_) return;
   if (tokens > shape_.max_tokens)
     throw std::length_error("kv cache: " + std::to_string(tokens) + " tokens exceed the context limit of " +
                             std::to_string(shape_.max_tokens));
   // Geometric growth: amortised O(1) copies per token; capped at the context limit.
-  std::int64_t new_capacity = std::max<std::int64_t>(tokens, std::max<std::int64_t>(capacity_ * 2, 16));
+  std::int64_t new_capacity = std::max<std::int64_t>(tokens, std::max<std::int64_t>(full_capacity_ * 2, 16));
   new_capacity = std::min(new_capacity, shape_.max_tokens);
-  for (std::int64_t layer = 0; layer < shape_.layers; ++layer) {
-    at::Tensor keys = empty_on_huge_pages({shape_.kv_heads, new_capacity, shape_.head_dim}, shape_.dtype);
-    at::Tensor values = empty_on_huge_pages({shape_.kv_heads, new_capacity, shape_.head_dim}, shape_.dtype);
-    if (size_ > 0) {
-      keys.narrow(1, 0, size_).copy_(keys_[layer].narrow(1, 0, size_));
-      values.narrow(1, 0, size_).copy_(values_[layer].narrow(1, 0, size_));
-    }
-    keys_[layer] = keys;
-    values_[layer] = values;
-  }
-  if (capacity_ > 0) spdlog::debug("kv cache grown from {} to {} tokens", capacity_, new_capacity);
-  capacity_ = new_capacity;
+  for (LayerBuffer& layer : layers_)
+    if (layer.window == 0) reallocate(layer, new_capacity, 0);
+  if (full_capacity_ > 0) spdlog::debug("kv cache grown from {} to {} tokens", full_capacity_, new_capacity);
+  full_capacity_ = new_capacity;
 }
 
-std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer, const at::Tensor& k,
+void ContiguousKvCache::make_window_room(LayerBuffer& layer, std::int64_t tokens) {
+  // Position size() + tokens - 1, the last to be written, sees back to size() + tokens - window; the first new
+  // one to size() - window + 1, which bounds what must be kept.
+  const std::int64_t keep_from = std::max<std::int64_t>(layer.first, size_ - layer.window + 1);
+  const std::int64_t needed = size_ + tokens - keep_from;
+  const std::int64_t target = std::max(needed, layer.window + std::min(layer.window, kWindowRoomRows));
+  const bool room = size_ + tokens - layer.first <= layer.capacity;
+  if (room && layer.capacity <= 2 * target) return;
+  if (!room && layer.capacity >= needed && layer.capacity <= 2 * target) {
+    // Move the rows still needed to the front, in place: no allocation in a steady decode.
+    const std::int64_t kept = size_ - keep_from, shift = keep_from - layer.first;
+    const std::size_t row_bytes = static_cast<std::size_t>(shape_.head_dim) * c10::elementSize(shape_.dtype);
+    for (at::Tensor* tensor : {&layer.keys, &layer.values}) {
+      auto* base = static_cast<std::uint8_t*>(tensor->data_ptr());
+      for (std::int64_t head = 0; head < shape_.kv_heads; ++head) {
+        std::uint8_t* head_rows = base + static_cast<std::size_t>(head * layer.capacity) * row_bytes;
+        std::memmove(head_rows, head_rows + static_cast<std::size_t>(shift) * row_bytes,
+                     static_cast<std::size_t>(kept) * row_bytes);
+      }
+    }
+    layer.first = keep_from;
+    return;
+  }
+  reallocate(layer, target, keep_from);  // a first use, a long prompt's chunk, or a shrink after one
+}
+
+std::int64_t ContiguousKvCache::capacity() const {
+  std::int64_t largest = 0;
+  for (const LayerBuffer& layer : layers_)
+    if (layer.window > 0) largest = std::max(largest, layer.first + layer.capacity);
+  return full_capacity_ > 0 ? full_capacity_ : largest;
+}
+
+std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer_index, const at::Tensor& k,
                                                             const at::Tensor& v) {
-  check_step(shape_, layer, k, v);
+  check_step(shape_, layer_index, k, v);
   const std::int64_t steps = k.size(1);
-  reserve(size_ + steps);
-  keys_[layer].narrow(1, size_, steps).copy_(k);
-  values_[layer].narrow(1, size_, steps).copy_(v);
-  return {keys_[layer].narrow(1, 0, size_ + steps), values_[layer].narrow(1, 0, size_ + steps)};
+  LayerBuffer& layer = layers_[layer_index];
+  if (layer.window > 0)
+    make_window_room(layer, steps);
+  else
+    reserve(size_ + steps);
+  const std::int64_t start = size_ - layer.first;
+  layer.keys.narrow(1, start, steps).copy_(k);
+  layer.values.narrow(1, start, steps).copy_(v);
+  return {layer.keys.narrow(1, 0, start + steps), layer.values.narrow(1, 0, start + steps)};
 }
 
 bool ContiguousKvCache::prepare_rows(std::int64_t tokens) {
   if (shape_.dtype != at::kFloat) return false;
   reserve(size_ + tokens);
+  for (LayerBuffer& layer : layers_)
+    if (layer.window > 0) make_window_room(layer, tokens);
   return true;
 }
 
-KvLayerRows ContiguousKvCache::layer_rows(std::int64_t layer) const {
+KvLayerRows ContiguousKvCache::layer_rows(std::int64_t layer_index) const {
   // [kv_heads, capacity, head_dim], contiguous: heads are capacity rows apart.
-  return {keys_[layer].data_ptr<float>(), values_[layer].data_ptr<float>(), capacity_ * shape_.head_dim};
+  const LayerBuffer& layer = layers_[layer_index];
+  return {layer.keys.data_ptr<float>(), layer.values.data_ptr<float>(), layer.capacity * shape_.head_dim, layer.first};
 }
 
-void ContiguousKvCache::write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v) {
-  const std::int64_t head_dim = shape_.head_dim, head_stride = capacity_ * head_dim;
-  float* keys = keys_[layer].data_ptr<float>();
-  float* values = values_[layer].data_ptr<float>();
+void ContiguousKvCache::write_rows(std::int64_t layer_index, std::int64_t position, const float* k, const float* v) {
+  const LayerBuffer& layer = layers_[layer_index];
+  const std::int64_t head_dim = shape_.head_dim, head_stride = layer.capacity * head_dim;
+  float* keys = layer.keys.data_ptr<float>();
+  float* values = layer.values.data_ptr<float>();
   for (std::int64_t head = 0; head < shape_.kv_heads; ++head) {
-    const std::int64_t slot = head * head_stride + position * head_dim;
+    const std::int64_t slot = head * head_stride + (position - layer.first) * head_dim;
     std::copy_n(k + head * head_dim, head_dim, keys + slot);
     std::copy_n(v + head * head_dim, head_dim, values + slot);
   }
 }
 
-std::pair<at::Tensor, at::Tensor> ContiguousKvCache::view(std::int64_t layer, std::int64_t n) const {
-  return {keys_.at(layer).narrow(1, 0, n), values_.at(layer).narrow(1, 0, n)};
+std::pair<at::Tensor, at::Tensor> ContiguousKvCache::view(std::int64_t layer_index, std::int64_t n) const {
+  const LayerBuffer& layer = layers_.at(layer_index);
+  return {layer.keys.narrow(1, 0, n - layer.first), layer.values.narrow(1, 0, n - layer.first)};
 }
 
-void ContiguousKvCache::truncate(std::int64_t n) { size_ = std::clamp<std::int64_t>(n, 0, size_); }
+std::int64_t ContiguousKvCache::truncate(std::int64_t n) {
+  n = std::clamp<std::int64_t>(n, 0, size_);
+  for (const LayerBuffer& layer : layers_)
+    if (layer.window > 0 && layer.first > std::max<std::int64_t>(0, n - layer.window + 1)) {
+      // Position n's window reaches back past what this layer kept: start again from nothing.
+      n = 0;
+      break;
+    }
+  if (n == 0)
+    for (LayerBuffer& layer : layers_) layer.first = 0;
+  size_ = n;
+  return n;
+}
 
 std::unique_ptr<KvCache> make_kv_cache(KvCacheMode mode, const KvCacheShape& shape) {
   switch (mode) {

@@ -2,6 +2,11 @@
 // The KV cache: per layer, the keys and values of every processed position, in the compact GQA form
 // ([num_key_value_heads, tokens, head_dim]: never the heads repeated for the score matmul).
 //
+// A layer with a sliding window (KvCacheShape::layer_windows) needs only its last `window` positions: the
+// contiguous cache keeps those (and a little room to write into) and drops older ones, so a long chat on such a
+// model holds bounded memory. first_position(layer) says where a layer's rows begin; truncating to a length
+// whose window was already dropped empties the cache instead (the caller prefills again from the start).
+//
 // Protocol of one forward over T new tokens: for each layer, append(layer, k, v) writes the new K/V at
 // positions size()..size()+T-1 and returns that layer's keys/values for positions 0..size()+T-1; after
 // the last layer, commit(T) makes the new positions count. A forward that throws half way leaves size()
@@ -24,6 +29,7 @@ struct KvLayerRows {
   const float* keys = nullptr;
   const float* values = nullptr;
   std::int64_t head_stride = 0;
+  std::int64_t first_position = 0;  // the position of row 0 (a sliding layer's cache drops older positions)
   const float* head_keys(std::int64_t head) const { return keys + head * head_stride; }
   const float* head_values(std::int64_t head) const { return values + head * head_stride; }
 };
@@ -34,6 +40,11 @@ struct KvCacheShape {
   std::int64_t head_dim = 0;
   std::int64_t max_tokens = 0;  // the model's context limit: capacity never grows past it
   at::ScalarType dtype = at::kFloat;
+  // Per layer, the sliding window of its attention (0: every position); empty for none.
+  std::vector<std::int64_t> layer_windows;
+  std::int64_t window(std::int64_t layer) const {
+    return static_cast<std::size_t>(layer) < layer_windows.size() ? layer_windows[static_cast<std::size_t>(layer)] : 0;
+  }
 };
 
 class KvCache {
@@ -41,13 +52,21 @@ class KvCache {
   explicit KvCache(const KvCacheShape& shape) : shape_(shape) {}
   virtual ~KvCache() = default;
 
-  // k, v: [kv_heads, T, head_dim]. Returns (keys, values) of [kv_heads, size() + T, head_dim].
+  // k, v: [kv_heads, T, head_dim]. Returns (keys, values) of [kv_heads, size() + T - first_position(layer), head_dim].
   virtual std::pair<at::Tensor, at::Tensor> append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) = 0;
   void commit(std::int64_t tokens) { size_ += tokens; }
-  // Keys and values of the first n committed positions of a layer.
+  // Keys and values of a layer's committed positions first_position(layer) .. n - 1.
   virtual std::pair<at::Tensor, at::Tensor> view(std::int64_t layer, std::int64_t n) const = 0;
-  // Keeps the first n positions (n <= size()).
-  virtual void truncate(std::int64_t n) = 0;
+  // Keeps the first n positions (n <= size()) and returns how many it kept: n, or 0 where a sliding layer has
+  // already dropped positions that the window of position n would need.
+  virtual std::int64_t truncate(std::int64_t n) = 0;
+  // The first position a layer still holds: 0, unless a sliding layer dropped older ones.
+  virtual std::int64_t first_position(std::int64_t layer) const {
+    (void)layer;
+    return 0;
+  }
+  // Whether every layer still holds every position from 0 (what a snapshot or a prefix copy needs).
+  bool holds_every_position() const;
   // Capacity in tokens before the next growth.
   virtual std::int64_t capacity() const = 0;
 
@@ -69,12 +88,12 @@ class KvCache {
   virtual void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v);
 
   std::int64_t size() const { return size_; }
-  // 2 (K and V) x layers x kv_heads x head_dim x tokens x element size.
+  // 2 (K and V) x kv_heads x head_dim x element size x the positions each layer needs for `tokens`: all of them,
+  // or a sliding layer's window at most (what the contiguous cache holds; the naive reference keeps every one).
   std::int64_t bytes() const { return bytes_for(size_); }
-  std::int64_t bytes_for(std::int64_t tokens) const {
-    return 2 * shape_.layers * shape_.kv_heads * shape_.head_dim * tokens *
-           static_cast<std::int64_t>(c10::elementSize(shape_.dtype));
-  }
+  std::int64_t bytes_for(std::int64_t tokens) const;
+  // The positions a layer needs for the cache's tokens: size(), or at most its window.
+  std::int64_t held_positions(std::int64_t layer) const;
   const KvCacheShape& shape() const { return shape_; }
 
  protected:
@@ -88,30 +107,48 @@ class NaiveKvCache final : public KvCache {
   explicit NaiveKvCache(const KvCacheShape& shape);
   std::pair<at::Tensor, at::Tensor> append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) override;
   std::pair<at::Tensor, at::Tensor> view(std::int64_t layer, std::int64_t n) const override;
-  void truncate(std::int64_t n) override;
+  std::int64_t truncate(std::int64_t n) override;
   std::int64_t capacity() const override { return size_; }
 
  private:
   std::vector<at::Tensor> keys_, values_;  // per layer [kv_heads, tokens, head_dim]
 };
 
-// The fast one: one preallocated buffer per layer, capacity grown geometrically (x2, capped at the
-// context limit), new positions written in place, so a decode step allocates nothing.
+// The fast one: one preallocated buffer per layer, new positions written in place, so a decode step allocates
+// nothing. A full layer's capacity grows geometrically (x2, capped at the context limit); a sliding layer's buffer
+// holds its window plus room for the rows being written, and moves the window's rows to its front when that room
+// is used up (once per kWindowRoomRows steps of decode).
 class ContiguousKvCache final : public KvCache {
  public:
   explicit ContiguousKvCache(const KvCacheShape& shape, std::int64_t initial_capacity = 256);
   std::pair<at::Tensor, at::Tensor> append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) override;
   std::pair<at::Tensor, at::Tensor> view(std::int64_t layer, std::int64_t n) const override;
-  void truncate(std::int64_t n) override;
-  std::int64_t capacity() const override { return capacity_; }
+  std::int64_t truncate(std::int64_t n) override;
+  std::int64_t first_position(std::int64_t layer) const override { return layers_.at(layer).first; }
+  // Positions the full layers hold before their next growth (a model of sliding layers only: the largest buffer).
+  std::int64_t capacity() const override;
+  // Rows one layer's buffer has room for.
+  std::int64_t layer_capacity(std::int64_t layer) const { return layers_.at(layer).capacity; }
   bool prepare_rows(std::int64_t tokens) override;
   KvLayerRows layer_rows(std::int64_t layer) const override;
   void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v) override;
   void reserve(std::int64_t tokens);
 
+  // A sliding layer's room beyond its window (at most the window itself).
+  static constexpr std::int64_t kWindowRoomRows = 256;
+
  private:
-  std::int64_t capacity_ = 0;
-  std::vector<at::Tensor> keys_, values_;  // per layer [kv_heads, capacity, head_dim]
+  struct LayerBuffer {
+    at::Tensor keys, values;  // [kv_heads, capacity, head_dim]; row r holds position first + r
+    std::int64_t capacity = 0, first = 0, window = 0;
+  };
+  // Makes room in a sliding layer for `tokens` positions after size(), dropping the positions its window no
+  // longer needs (and shrinking a buffer that a long prompt grew).
+  void make_window_room(LayerBuffer& layer, std::int64_t tokens);
+  void reallocate(LayerBuffer& layer, std::int64_t capacity, std::int64_t keep_from);
+
+  std::int64_t full_capacity_ = 0;  // of the layers without a window
+  std::vector<LayerBuffer> layers_;
 };
 
 std::unique_ptr<KvCache> make_kv_cache(KvCacheMode mode, const KvCacheShape& shape);

@@ -220,9 +220,12 @@ SnapshotHeader read_header_from(int fd, const std::string& path, const SnapshotK
 
   SnapshotHeader result;
   result.fingerprint = get<std::uint64_t>(header, kFingerprintAt);
-  result.shape =
-      KvCacheShape{static_cast<std::int64_t>(layers), static_cast<std::int64_t>(kv_heads),
-                   static_cast<std::int64_t>(head_dim), 0, dtype_of_code(get<std::uint32_t>(header, kDtypeAt), path)};
+  result.shape = KvCacheShape{static_cast<std::int64_t>(layers),
+                              static_cast<std::int64_t>(kv_heads),
+                              static_cast<std::int64_t>(head_dim),
+                              0,
+                              dtype_of_code(get<std::uint32_t>(header, kDtypeAt), path),
+                              {}};
   const auto tokens = static_cast<std::int64_t>(count);
   result.data_offset = get<std::int64_t>(header, kDataOffsetAt);
   result.file_bytes = get<std::int64_t>(header, kFileBytesAt);

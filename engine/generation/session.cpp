@@ -69,6 +69,7 @@ std::int64_t Session::copy_prefix_from(const Session& source, std::int64_t token
   if (&source == this) return 0;
   tokens = std::clamp<std::int64_t>(tokens, 0, static_cast<std::int64_t>(source.history_.size()));
   if (!cache_ || !source.cache_ || tokens == 0) return 0;
+  if (!source.cache_->holds_every_position()) return 0;  // a sliding layer dropped rows: prefill instead
   const KvCacheShape &from = source.cache_->shape(), &to = cache_->shape();
   if (from.layers != to.layers || from.kv_heads != to.kv_heads || from.head_dim != to.head_dim ||
       from.dtype != to.dtype)
@@ -88,7 +89,7 @@ std::int64_t Session::copy_prefix_from(const Session& source, std::int64_t token
 
 void Session::truncate(std::int64_t tokens) {
   tokens = std::clamp<std::int64_t>(tokens, 0, static_cast<std::int64_t>(history_.size()));
-  if (cache_) cache_->truncate(tokens);
+  if (cache_) tokens = cache_->truncate(tokens);  // 0 where a sliding layer no longer holds that window
   history_.resize(static_cast<std::size_t>(tokens));
 }
 
@@ -107,11 +108,16 @@ int Session::keep_common_prefix(const std::vector<TokenId>& prompt) {
   while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) ++common;
   if (common == prompt.size()) --common;  // a fully cached prompt re-runs its last token for its logits
   truncate(static_cast<std::int64_t>(common));
-  return static_cast<int>(common);
+  return static_cast<int>(history_.size());
 }
 
 std::unique_ptr<KvSnapshot> Session::capture() const {
   if (!cache_ || history_.empty()) return nullptr;
+  // A sliding layer that dropped its older rows cannot give back the whole prefix a snapshot stands for.
+  if (!cache_->holds_every_position()) {
+    spdlog::debug("no snapshot: the sliding-window layers hold only the last {} positions", cache_->shape().window(0));
+    return nullptr;
+  }
   return std::make_unique<KvSnapshot>(capture_snapshot(*cache_, history_));
 }
 

@@ -12,8 +12,10 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Portable version.
 
+// softcap > 0: scores become softcap * tanh(score / softcap).
 void attention_portable(const float* q, const float* keys, const float* values, std::int64_t n, std::int64_t row_stride,
-                        std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out) {
+                        std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out,
+                        float softcap = 0.f) {
   for (std::int64_t j = 0; j < group; ++j) {
     const float* query = q + j * head_dim;
     float* row = scores + j * n;
@@ -22,7 +24,7 @@ void attention_portable(const float* q, const float* keys, const float* values, 
       const float* key = keys + t * row_stride;
       float dot = 0.f;
       for (std::int64_t d = 0; d < head_dim; ++d) dot += query[d] * key[d];
-      row[t] = dot * scale;
+      row[t] = softcap > 0.f ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
       top = std::max(top, row[t]);
     }
     float sum = 0.f;
@@ -54,6 +56,12 @@ void attention_decode_head(const float* q, const float* keys, const float* value
   }
 #endif
   attention_portable(q, keys, values, n, row_stride, group, head_dim, scale, scores, out);
+}
+
+void attention_decode_head_softcapped(const float* q, const float* keys, const float* values, std::int64_t n,
+                                      std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                                      float softcap, float* scores, float* out) {
+  attention_portable(q, keys, values, n, row_stride, group, head_dim, scale, scores, out, softcap);
 }
 
 }  // namespace kvchat::kernels

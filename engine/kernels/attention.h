@@ -13,4 +13,10 @@ void attention_decode_head(const float* q, const float* keys, const float* value
                            std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
                            float* scores, float* out);
 
+// As attention_decode_head, with Gemma 2's soft-capped scores: scale * q . k becomes cap * tanh(scale * q . k / cap)
+// before the softmax. Portable code: only that family's attention takes it.
+void attention_decode_head_softcapped(const float* q, const float* keys, const float* values, std::int64_t n,
+                                      std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
+                                      float softcap, float* scores, float* out);
+
 }  // namespace kvchat::kernels

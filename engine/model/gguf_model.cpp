@@ -130,7 +130,7 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
   const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
   const std::int64_t q_out = config.num_attention_heads * config.head_dim;
   const std::int64_t kv_out = config.num_key_value_heads * config.head_dim;
-  // llama files carry Q/K permuted for interleaved RoPE; qwen2 and qwen3 files are in HF order (NEOX RoPE).
+  // llama files carry Q/K permuted for interleaved RoPE; qwen2, qwen3 and gemma files are in HF order (NEOX RoPE).
   const std::int64_t permuted_head = config.model_type == "llama" ? config.head_dim : 0;
   auto with_bias = [&](Linear linear, const std::string& prefix, std::int64_t out, std::int64_t head_dim) {
     if (config.qkv_bias) linear.bias = reader.vector(prefix + ".bias", out, head_dim);
@@ -154,6 +154,10 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
       layer.k_norm = reader.vector(p + ".attn_k_norm.weight", config.head_dim);
     }
     layer.mlp_norm = reader.vector(p + ".ffn_norm.weight", hidden);
+    if (config.post_norms) {  // Gemma's, stored as 1 + weight like every norm of its GGUF files
+      layer.post_attention_norm = reader.vector(p + ".post_attention_norm.weight", hidden);
+      layer.post_mlp_norm = reader.vector(p + ".post_ffw_norm.weight", hidden);
+    }
     layer.gate = reader.matrix(p + ".ffn_gate.weight", inter, hidden);
     layer.up = reader.matrix(p + ".ffn_up.weight", inter, hidden);
     layer.down = reader.matrix(p + ".ffn_down.weight", hidden, inter);

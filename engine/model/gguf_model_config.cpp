@@ -1,6 +1,7 @@
 #include "engine/model/gguf_model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -52,12 +53,41 @@ void read_rope_scaling(const GgufFile& file, const std::string& arch, ModelConfi
   }
 }
 
+// Gemma 2/3 as llama.cpp runs them: norms stored as 1 + weight (no offset here), embeddings times sqrt(hidden),
+// GeGLU, post-norms, a sliding window on every other layer (Gemma 2) or on five of each six (Gemma 3, whose
+// sliding layers use RoPE base 10000 and its global ones the file's base and scaling). llama.cpp keeps no
+// query_pre_attn_scalar: it scales by 1/sqrt(head_dim), except for the 27B models (46 layers for Gemma 2, 62 for
+// Gemma 3), whose scalar is hidden / heads.
+void read_gemma_fields(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+  const bool gemma2 = arch == "gemma2";
+  config.hidden_act = "gelu_pytorch_tanh";
+  config.embedding_scale = std::sqrt(static_cast<double>(config.hidden_size));
+  config.post_norms = true;
+  const bool large = config.num_hidden_layers == (gemma2 ? 46 : 62);
+  config.query_pre_attention_scalar =
+      static_cast<double>(large ? config.hidden_size / config.num_attention_heads : config.head_dim);
+  if (gemma2) {
+    config.attention_logit_softcap = positive_float_or(file, arch + ".attn_logit_softcapping", 50.0);
+    config.final_logit_softcap = positive_float_or(file, arch + ".final_logit_softcapping", 30.0);
+  } else {
+    config.rope_local_theta = 10000.0;
+  }
+  const std::string window_key = arch + ".attention.sliding_window";
+  if (!file.has_metadata(window_key)) fail(file, "metadata " + window_key + " (the sliding window) is missing");
+  config.sliding_window = positive(file, window_key);
+  const std::int64_t pattern = gemma2 ? 2 : 6;
+  for (std::int64_t layer = 0; layer < config.num_hidden_layers; ++layer)
+    config.sliding_layers.push_back((layer + 1) % pattern != 0);
+}
+
 }  // namespace
 
 ModelConfig model_config_from_gguf(const GgufFile& file) {
   const std::string arch(file.get_string("general.architecture"));
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
-    fail(file, "unsupported architecture '" + arch + "' (general.architecture; supported: llama, qwen2, qwen3)");
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && !gemma)
+    fail(file, "unsupported architecture '" + arch +
+                   "' (general.architecture; supported: llama, qwen2, qwen3, gemma2, gemma3)");
   ModelConfig config;
   config.model_type = arch;
   config.hidden_size = positive(file, arch + ".embedding_length");
@@ -76,7 +106,7 @@ ModelConfig model_config_from_gguf(const GgufFile& file) {
   config.rms_norm_eps = positive_float_or(file, eps_key, 0.0);
   config.rope_theta = positive_float_or(file, arch + ".rope.freq_base", 10000.0);
   config.qkv_bias = arch == "qwen2";
-  config.qk_norm = arch == "qwen3";
+  config.qk_norm = arch == "qwen3" || arch == "gemma3";
 
   if (config.hidden_size % config.num_attention_heads != 0 && !file.has_metadata(arch + ".attention.key_length"))
     fail(file, arch + ".embedding_length is not a multiple of " + arch + ".attention.head_count");
@@ -89,6 +119,7 @@ ModelConfig model_config_from_gguf(const GgufFile& file) {
   if (config.num_attention_heads % config.num_key_value_heads != 0)
     fail(file, arch + ".attention.head_count is not a multiple of " + arch + ".attention.head_count_kv");
   read_rope_scaling(file, arch, config);
+  if (gemma) read_gemma_fields(file, arch, config);
 
   const GgufTensor* embedding = file.find_tensor("token_embd.weight");
   if (embedding == nullptr) fail(file, "tensor token_embd.weight is missing");

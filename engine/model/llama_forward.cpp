@@ -135,24 +135,34 @@ void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, cons
 }
 
 // Attention of `steps` query rows over the rows of a layer's cache: row i sits at absolute position
-// start_pos + i and sees positions 0 .. start_pos + i (the rectangular causal mask, as a count of keys).
-// Work items run KV head by KV head, so that a thread's consecutive rows read the same head's keys and
-// values while they are in cache. Passed to the pool by pointer so that the job fits std::function's
-// small buffer (no allocation per layer).
+// start_pos + i and sees positions 0 .. start_pos + i (the rectangular causal mask, as a count of keys), or with a
+// sliding window only the last `window` of them. Work items run KV head by KV head, so that a thread's consecutive
+// rows read the same head's keys and values while they are in cache. Passed to the pool by pointer so that the job
+// fits std::function's small buffer (no allocation per layer).
 struct RowsAttention {
   const float* q;  // [steps, heads * head_dim]
   const KvLayerRows* rows;
   std::int64_t steps, start_pos, q_size, head_dim, group;
-  float scale;
+  std::int64_t window;  // 0: every earlier position
+  float scale, softcap;
   float* single_row_scores;  // a decode step's [heads, positions] (no allocation); null: per-thread scratch
   float* out;                // [steps, heads * head_dim]
   void items(std::int64_t first, std::int64_t last) const {
     for (std::int64_t item = first; item < last; ++item) {
-      const std::int64_t g = item / steps, i = item % steps, positions = start_pos + i + 1;
+      const std::int64_t g = item / steps, i = item % steps, position = start_pos + i;
+      const std::int64_t first_key = window > 0 ? std::max<std::int64_t>(0, position - window + 1) : 0;
+      const std::int64_t positions = position - first_key + 1;
+      // The cache holds positions from rows->first_position on (a sliding layer's cache drops older ones).
+      const std::int64_t offset = (first_key - rows->first_position) * head_dim;
       float* scores = single_row_scores ? single_row_scores + g * group * positions : scratch(group * positions);
-      kernels::attention_decode_head(q + i * q_size + g * group * head_dim, rows->head_keys(g), rows->head_values(g),
-                                     positions, head_dim, group, head_dim, scale, scores,
-                                     out + i * q_size + g * group * head_dim);
+      const float* query = q + i * q_size + g * group * head_dim;
+      float* result = out + i * q_size + g * group * head_dim;
+      if (softcap > 0.f)
+        kernels::attention_decode_head_softcapped(query, rows->head_keys(g) + offset, rows->head_values(g) + offset,
+                                                  positions, head_dim, group, head_dim, scale, softcap, scores, result);
+      else
+        kernels::attention_decode_head(query, rows->head_keys(g) + offset, rows->head_values(g) + offset, positions,
+                                       head_dim, group, head_dim, scale, scores, result);
     }
   }
   static float* scratch(std::int64_t floats) {
@@ -212,14 +222,25 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
   const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
   const std::int64_t q_size = heads * head_dim, kv_size = kv_heads * head_dim;
   const ProductPath path = product_path(steps);
+  const bool gelu = c.hidden_act == "gelu_pytorch_tanh";
+  // Gemma's norms of a sublayer's output, rows [steps, hidden] in place.
+  const auto norm_rows_in_place = [&](float* rows, std::int64_t count, const at::Tensor& weight) {
+    for (std::int64_t i = 0; i < count; ++i)
+      rms_norm_into(rows + i * hidden, weight.data_ptr<float>(), rows + i * hidden, hidden, c.rms_norm_eps);
+  };
   const bool streaming = path != ProductPath::Linear || (fast_kernels_enabled() && steps <= streaming_rows_);
   enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
   rope_.ensure(start_pos + steps);
+  if (local_rope_) local_rope_->ensure(start_pos + steps);
   // A cache with direct rows takes the new keys and values in place; prepare_rows grows it, if it must,
   // before any layer runs. Other caches (and none) go through tensors.
   const bool direct_rows = cache && cache->prepare_rows(steps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = c.attention_scale();
   for (std::int64_t i = 0; i < steps; ++i) weights_.embedding.row_into(ids[i], s.x.data() + i * hidden);
+  if (c.embedding_scale != 1.0) {  // Gemma: rows times sqrt(hidden), in f32 as llama.cpp computes it
+    const auto embedding_scale = static_cast<float>(c.embedding_scale);
+    for (std::int64_t j = 0; j < steps * hidden; ++j) s.x[j] *= embedding_scale;
+  }
 
   for (std::int64_t layer_index = 0; layer_index < c.num_hidden_layers; ++layer_index) {
     const LayerWeights& layer = weights_.layers[layer_index];
@@ -231,9 +252,10 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       rms_norm_heads(s.q.data(), steps * heads, layer.q_norm, head_dim, c.rms_norm_eps);
       rms_norm_heads(s.k.data(), steps * kv_heads, layer.k_norm, head_dim, c.rms_norm_eps);
     }
+    const RopeTable& rope = c.layer_uses_local_rope(layer_index) ? *local_rope_ : rope_;
     for (std::int64_t i = 0; i < steps; ++i) {
-      const float* cos = rope_.cos_row(start_pos + i);
-      const float* sin = rope_.sin_row(start_pos + i);
+      const float* cos = rope.cos_row(start_pos + i);
+      const float* sin = rope.sin_row(start_pos + i);
       rotate_into(s.q.data() + i * q_size, heads, head_dim, cos, sin);
       rotate_into(s.k.data() + i * kv_size, kv_heads, head_dim, cos, sin);
     }
@@ -251,7 +273,8 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       if (cache) std::tie(keys, values) = cache->append(layer_index, keys, values);
       keys = attention_rows(keys);
       values = attention_rows(values);
-      rows = KvLayerRows{keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0)};
+      rows = KvLayerRows{keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0),
+                         cache ? cache->first_position(layer_index) : 0};
       // The cache's rows (and their copies) keep keys and values in one layout.
       if (values.stride(0) != rows.head_stride) throw std::logic_error("forward: keys and values differ in layout");
     }
@@ -262,7 +285,9 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
                                   q_size,
                                   head_dim,
                                   group,
+                                  c.layer_window(layer_index),
                                   scale,
+                                  static_cast<float>(c.attention_logit_softcap),
                                   steps == 1 ? s.scores.data() : nullptr,
                                   s.attended.data()};
     // A single row's attention over a short context costs about what a dispatch to the pool does.
@@ -273,6 +298,7 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
           steps * kv_heads, [job = &attention](std::int64_t first, std::int64_t last) { job->items(first, last); });
 
     products_into(path, {{&layer.o, s.h.data()}}, s.attended.data(), steps);
+    if (layer.post_attention_norm.defined()) norm_rows_in_place(s.h.data(), steps, layer.post_attention_norm);
     for (std::int64_t j = 0; j < steps * hidden; ++j) s.x[j] += s.h[j];
 
     for (std::int64_t i = 0; i < steps; ++i)
@@ -280,8 +306,9 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
                     c.rms_norm_eps);
     products_into(path, {{&layer.gate, s.gate.data()}, {&layer.up, s.up.data()}}, s.h.data(), steps);
     for (std::int64_t i = 0; i < steps; ++i)
-      kernels::silu_mul(s.gate.data() + i * inter, s.up.data() + i * inter, inter);
+      (gelu ? kernels::gelu_tanh_mul : kernels::silu_mul)(s.gate.data() + i * inter, s.up.data() + i * inter, inter);
     products_into(path, {{&layer.down, s.h.data()}}, s.gate.data(), steps);
+    if (layer.post_mlp_norm.defined()) norm_rows_in_place(s.h.data(), steps, layer.post_mlp_norm);
     for (std::int64_t j = 0; j < steps * hidden; ++j) s.x[j] += s.h[j];
   }
   if (cache) cache->commit(steps);
@@ -292,6 +319,10 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
     rms_norm_into(s.x.data() + (first + i) * hidden, weights_.final_norm.data_ptr<float>(), s.h.data() + i * hidden,
                   hidden, c.rms_norm_eps);
   products_into(product_path(out_rows), {{&weights_.lm_head, logits}}, s.h.data(), out_rows);
+  if (c.final_logit_softcap > 0) {  // Gemma 2
+    const auto cap = static_cast<float>(c.final_logit_softcap);
+    for (std::int64_t j = 0; j < out_rows * c.vocab_size; ++j) logits[j] = cap * std::tanh(logits[j] / cap);
+  }
 }
 
 }  // namespace kvchat

@@ -18,6 +18,13 @@ void copy_logits(const at::Tensor& row, std::vector<float>& logits) {
 
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {
+  if (config_.rope_local_theta > 0) {
+    ModelConfig local = config_;
+    local.rope_theta = config_.rope_local_theta;
+    local.rope_scaling = RopeScaling{};
+    local.rope_frequency_factors.clear();
+    local_rope_ = std::make_unique<RopeTable>(local);
+  }
   fused_decode_ = fused_decode_applies();
   auto rounds_input = [](const Linear& l) {
     return l.is_quantized() && kernels::activation_rounding(l.quantized.view.type) != kernels::ActivationRounding::None;
@@ -46,8 +53,16 @@ std::shared_ptr<LlamaModel> LlamaModel::random(const ModelConfig& config, std::u
 }
 
 KvCacheShape LlamaModel::cache_shape() const {
-  return KvCacheShape{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim,
-                      config_.max_position_embeddings, at::kFloat};
+  KvCacheShape shape{config_.num_hidden_layers,
+                     config_.num_key_value_heads,
+                     config_.head_dim,
+                     config_.max_position_embeddings,
+                     at::kFloat,
+                     {}};
+  if (config_.sliding_window > 0)
+    for (std::int64_t layer = 0; layer < config_.num_hidden_layers; ++layer)
+      shape.layer_windows.push_back(config_.layer_window(layer));
+  return shape;
 }
 
 void LlamaModel::check_files_unchanged() const {

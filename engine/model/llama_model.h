@@ -95,6 +95,8 @@ class LlamaModel {
   // then the kernels' pool computes and LibTorch's threads are parked.
   std::int64_t streaming_rows_ = kStreamingRows;
   RopeTable rope_;  // cos/sin rows, grown as positions are first used
+  // The sliding layers' own table where their RoPE base differs (Gemma 3's local layers); null otherwise.
+  std::unique_ptr<RopeTable> local_rope_;
 };
 
 // Copies a logits row [vocab] (forward()'s result) into `logits`, which keeps its storage when sized.

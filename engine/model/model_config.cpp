@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -77,6 +79,52 @@ std::vector<TokenId> read_token_ids(const json& value, const std::string& source
   return ids;
 }
 
+// Gemma 2/3's fields, and the sliding window of any family that has one (Gemma's alternate layers, Mistral's every
+// layer). Layers are marked by `layer_types` where the config has it, else by the family's pattern as transformers
+// derives it: Gemma 2 slides on every other layer from the first, Gemma 3 on five of each six.
+void read_gemma_and_window_fields(const FieldReader& read, const json& root, bool gemma2, bool gemma3,
+                                  ModelConfig& config) {
+  const std::size_t layers = static_cast<std::size_t>(config.num_hidden_layers);
+  if (gemma2 || gemma3) {
+    config.embedding_scale = std::sqrt(static_cast<double>(config.hidden_size));
+    config.norm_weight_offset = 1.0;
+    config.post_norms = true;
+    config.query_pre_attention_scalar = read.positive_number_or("query_pre_attn_scalar", 256.0);
+    const auto cap = [&](const char* field, double gemma2_default) {
+      if (!root.contains(field)) return gemma2 ? gemma2_default : 0.0;
+      return root.at(field).is_null() ? 0.0 : read.positive_number_or(field, 0.0);
+    };
+    config.attention_logit_softcap = cap("attn_logit_softcapping", 50.0);
+    config.final_logit_softcap = cap("final_logit_softcapping", 30.0);
+    config.sliding_window = read.positive_int_or("sliding_window", 4096);
+    if (gemma3) config.rope_local_theta = read.positive_number_or("rope_local_base_freq", 10000.0);
+    const std::int64_t pattern = gemma2 ? 2 : read.positive_int_or("sliding_window_pattern", 6);
+    for (std::size_t layer = 0; layer < layers; ++layer)
+      config.sliding_layers.push_back((static_cast<std::int64_t>(layer) + 1) % pattern != 0);
+  } else if (config.model_type == "llama" && read.present("sliding_window")) {
+    // Mistral's: every layer. (Qwen's use_sliding_window, layers past max_window_layers, is refused above.)
+    config.sliding_window = read.positive_int("sliding_window");
+    config.sliding_layers.assign(layers, true);
+  }
+  if (read.present("layer_types")) {
+    const json& types = root.at("layer_types");
+    if (!types.is_array() || types.size() != layers)
+      read.fail("layer_types", "must list one type per layer (" + std::to_string(layers) + ")");
+    config.sliding_layers.clear();
+    for (const json& type : types) {
+      if (type == "sliding_attention")
+        config.sliding_layers.push_back(true);
+      else if (type == "full_attention")
+        config.sliding_layers.push_back(false);
+      else
+        read.fail("layer_types", "holds '" + type.dump() + "' (supported: sliding_attention, full_attention)");
+    }
+    if (config.sliding_window == 0 &&
+        std::find(config.sliding_layers.begin(), config.sliding_layers.end(), true) != config.sliding_layers.end())
+      read.fail("sliding_window", "is missing, but layer_types has sliding layers");
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source) {
@@ -93,14 +141,26 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
 
   ModelConfig config;
   config.model_type = read.string_or("model_type", "llama");
-  // Architectures that share the Llama computation exactly (Qwen2 adds q/k/v biases, Qwen3 per-head q/k
-  // norms); anything else would run silently wrong.
+  // Architectures that share the Llama computation (Qwen2 adds q/k/v biases, Qwen3 per-head q/k norms, Gemma its
+  // norms, GeGLU, soft-capping and sliding windows); anything else would run silently wrong.
   if (config.model_type == "mistral") config.model_type = "llama";
+  if (config.model_type == "gemma3" && (read.present("vision_config") || read.present("text_config")))
+    throw ModelError(source +
+                     ": a Gemma 3 checkpoint with a vision tower (field 'vision_config') is not supported; "
+                     "open its GGUF file (the text model) or a text-only Gemma 3 (model_type gemma3_text)");
+  if (config.model_type == "gemma3_text") config.model_type = "gemma3";
   const bool qwen2 = config.model_type == "qwen2";
   const bool qwen3 = config.model_type == "qwen3";
-  if (config.model_type != "llama" && !qwen2 && !qwen3)
+  const bool gemma2 = config.model_type == "gemma2", gemma3 = config.model_type == "gemma3";
+  const bool gemma = gemma2 || gemma3;
+  if (config.model_type != "llama" && !qwen2 && !qwen3 && !gemma)
     throw ModelError(source + ": unsupported model_type '" + config.model_type +
-                     "' (supported: llama, mistral, qwen2, qwen3)");
+                     "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text)");
+  // Mixtures of experts route each token through some of many feed-forward blocks: not this engine's layer.
+  for (const char* experts : {"num_local_experts", "num_experts"})
+    if (read.present(experts) && root.at(experts).is_number_integer() && root.at(experts).get<std::int64_t>() > 1)
+      read.fail(experts, "is " + std::to_string(root.at(experts).get<std::int64_t>()) +
+                             ": mixture-of-experts models are not supported");
 
   config.hidden_size = read.positive_int("hidden_size");
   config.intermediate_size = read.positive_int("intermediate_size");
@@ -114,20 +174,22 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                                              std::to_string(kMaxContextPositions) + " positions kvchat accepts");
   config.rms_norm_eps = read.positive_number_or("rms_norm_eps", 1e-6);
   config.rope_theta = read.positive_number_or("rope_theta", 10000.0);
-  config.tie_word_embeddings = read.bool_or("tie_word_embeddings", false);
+  config.tie_word_embeddings = read.bool_or("tie_word_embeddings", gemma);  // Gemma's default: tied
   const bool attention_bias = read.bool_or("attention_bias", false);
   config.qkv_bias = qwen2 || attention_bias;
   config.output_bias = !qwen2 && attention_bias;
-  config.qk_norm = qwen3;
+  config.qk_norm = qwen3 || gemma3;
   // Qwen2's and Qwen3's sliding window is off in the released models; a checkpoint that turns it on attends
   // differently from what this engine computes.
   if ((qwen2 || qwen3) && read.bool_or("use_sliding_window", false))
     throw ModelError(source + ": use_sliding_window is true: sliding-window attention is not supported");
   config.mlp_bias = read.bool_or("mlp_bias", false);
   config.torch_dtype = read.string_or("torch_dtype", "float32");
-  config.hidden_act = read.string_or("hidden_act", "silu");
-  if (config.hidden_act != "silu")
-    throw ModelError(source + ": unsupported hidden_act '" + config.hidden_act + "' (supported: silu)");
+  config.hidden_act = gemma ? read.string_or("hidden_activation", read.string_or("hidden_act", "gelu_pytorch_tanh"))
+                            : read.string_or("hidden_act", "silu");
+  if (config.hidden_act != "silu" && config.hidden_act != "gelu_pytorch_tanh")
+    throw ModelError(source + ": unsupported hidden_act '" + config.hidden_act +
+                     "' (supported: silu, gelu_pytorch_tanh)");
 
   if (read.present("head_dim")) {
     config.head_dim = read.positive_int("head_dim");
@@ -163,6 +225,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
       throw ModelError(source + ": unsupported rope_scaling type '" + type + "' (supported: default, linear, llama3)");
     }
   }
+
+  read_gemma_and_window_fields(read, root, gemma2, gemma3, config);
 
   if (read.present("bos_token_id")) {
     auto ids = read_token_ids(root.at("bos_token_id"), source, "bos_token_id");
@@ -201,6 +265,11 @@ std::int64_t ModelConfig::parameter_count() const {
   std::int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
   if (!tie_word_embeddings) total += vocab_size * hidden_size;
   return total;
+}
+
+float ModelConfig::attention_scale() const {
+  return 1.0f / std::sqrt(query_pre_attention_scalar > 0 ? static_cast<float>(query_pre_attention_scalar)
+                                                         : static_cast<float>(head_dim));
 }
 
 std::int64_t ModelConfig::kv_bytes_per_token(std::int64_t element_size) const {

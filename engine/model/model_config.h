@@ -28,7 +28,7 @@ struct RopeScaling {
 constexpr std::int64_t kMaxContextPositions = std::int64_t(1) << 24;
 
 struct ModelConfig {
-  std::string model_type = "llama";  // "llama" (also Mistral, TinyLlama, SmolLM), "qwen2" or "qwen3"
+  std::string model_type = "llama";  // "llama" (also Mistral, TinyLlama, SmolLM), "qwen2", "qwen3", "gemma2", "gemma3"
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
@@ -50,7 +50,38 @@ struct ModelConfig {
   // Each head of q and k goes through an RMSNorm of its own (weights [head_dim], shared by the heads) before
   // RoPE: Qwen3's q_norm and k_norm.
   bool qk_norm = false;
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // the gate's activation: "silu" (SwiGLU) or "gelu_pytorch_tanh" (Gemma's GeGLU)
+
+  // Gemma 2 and 3. Embedding rows are multiplied by embedding_scale (sqrt(hidden_size)). Their norms compute
+  // x * (1 + weight): a Hugging Face checkpoint stores `weight`, a GGUF file 1 + weight (llama.cpp's converter adds
+  // it), so the safetensors loader adds norm_weight_offset to every norm weight it reads. post_norms: a norm of
+  // the attention's and of the feed-forward's output before each residual add.
+  double embedding_scale = 1.0;
+  double norm_weight_offset = 0.0;
+  bool post_norms = false;
+  // Attention scores are scaled by 1/sqrt(query_pre_attention_scalar): head_dim unless the config says
+  // (Gemma's query_pre_attn_scalar).
+  double query_pre_attention_scalar = 0.0;
+  // Soft-capping (Gemma 2): scores, and the final logits, become cap * tanh(value / cap); 0 for none.
+  double attention_logit_softcap = 0.0;
+  double final_logit_softcap = 0.0;
+  // Sliding-window attention: a layer marked in sliding_layers attends only to the last sliding_window positions
+  // (its own included: query p sees keys p - window + 1 .. p). 0: every layer attends to every position.
+  std::int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;  // one per layer
+  // The RoPE base of the sliding layers (Gemma 3's rope_local_base_freq, without rope_scaling); 0: rope_theta.
+  double rope_local_theta = 0.0;
+
+  // The window of one layer's attention: sliding_window for a sliding layer, else 0 (all positions).
+  std::int64_t layer_window(std::int64_t layer) const {
+    return sliding_window > 0 && static_cast<std::size_t>(layer) < sliding_layers.size() &&
+                   sliding_layers[static_cast<std::size_t>(layer)]
+               ? sliding_window
+               : 0;
+  }
+  bool layer_uses_local_rope(std::int64_t layer) const { return rope_local_theta > 0 && layer_window(layer) > 0; }
+  // 1/sqrt(query_pre_attention_scalar or head_dim), in f32.
+  float attention_scale() const;
   std::string torch_dtype = "float32";
   std::int64_t bos_token_id = -1;
   std::vector<TokenId> eos_token_ids;  // generation_config.json's list wins over config.json's

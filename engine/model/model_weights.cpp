@@ -120,6 +120,10 @@ ModelWeights weights_of_shapes(const ModelConfig& config, const MakeLinear& make
       layer.k_norm = at::ones({config.head_dim}, at::kFloat);
     }
     layer.mlp_norm = norm();
+    if (config.post_norms) {
+      layer.post_attention_norm = norm();
+      layer.post_mlp_norm = norm();
+    }
     layer.gate = make_linear(s.inter, s.hidden);
     layer.up = make_linear(s.inter, s.hidden);
     layer.down = make_linear(s.hidden, s.inter);
@@ -183,27 +187,42 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
     return l;
   };
 
+  // Gemma's norms multiply by 1 + weight (ModelConfig::norm_weight_offset), added here once in f32 as its
+  // RMSNorm adds it on every call.
+  auto norm = [&](const std::string& name, std::int64_t size) {
+    at::Tensor weight = reader.vector(name, size);
+    return config.norm_weight_offset != 0 ? weight + config.norm_weight_offset : weight;
+  };
+  // Llama's post_attention_layernorm is the norm before its feed-forward; Gemma's is the norm of the attention's
+  // output, and its pre_feedforward_layernorm the one before the feed-forward.
+  const char* const mlp_norm_name =
+      config.post_norms ? ".pre_feedforward_layernorm.weight" : ".post_attention_layernorm.weight";
+
   ModelWeights weights;
   weights.embedding.weight = reader.matrix("model.embed_tokens.weight", {config.vocab_size, s.hidden});
   for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     LayerWeights layer;
-    layer.attention_norm = reader.vector(p + ".input_layernorm.weight", s.hidden);
+    layer.attention_norm = norm(p + ".input_layernorm.weight", s.hidden);
     layer.q = linear(p + ".self_attn.q_proj", s.q_out, s.hidden, config.qkv_bias);
     layer.k = linear(p + ".self_attn.k_proj", s.kv_out, s.hidden, config.qkv_bias);
     layer.v = linear(p + ".self_attn.v_proj", s.kv_out, s.hidden, config.qkv_bias);
     layer.o = linear(p + ".self_attn.o_proj", s.hidden, s.q_out, config.output_bias);
     if (config.qk_norm) {
-      layer.q_norm = reader.vector(p + ".self_attn.q_norm.weight", config.head_dim);
-      layer.k_norm = reader.vector(p + ".self_attn.k_norm.weight", config.head_dim);
+      layer.q_norm = norm(p + ".self_attn.q_norm.weight", config.head_dim);
+      layer.k_norm = norm(p + ".self_attn.k_norm.weight", config.head_dim);
     }
-    layer.mlp_norm = reader.vector(p + ".post_attention_layernorm.weight", s.hidden);
+    layer.mlp_norm = norm(p + mlp_norm_name, s.hidden);
+    if (config.post_norms) {
+      layer.post_attention_norm = norm(p + ".post_attention_layernorm.weight", s.hidden);
+      layer.post_mlp_norm = norm(p + ".post_feedforward_layernorm.weight", s.hidden);
+    }
     layer.gate = linear(p + ".mlp.gate_proj", s.inter, s.hidden, config.mlp_bias);
     layer.up = linear(p + ".mlp.up_proj", s.inter, s.hidden, config.mlp_bias);
     layer.down = linear(p + ".mlp.down_proj", s.hidden, s.inter, config.mlp_bias);
     weights.layers.push_back(std::move(layer));
   }
-  weights.final_norm = reader.vector("model.norm.weight", s.hidden);
+  weights.final_norm = norm("model.norm.weight", s.hidden);
   if (config.tie_word_embeddings)
     weights.lm_head = weights.embedding;
   else
@@ -243,7 +262,7 @@ std::int64_t weight_bytes(const ModelWeights& weights, bool tied_lm_head) {
   auto add = [&](const Linear& l) { bytes += l.bytes(); };
   for (const LayerWeights& layer : weights.layers) {
     bytes += layer.attention_norm.nbytes() + layer.mlp_norm.nbytes();
-    for (const at::Tensor* norm : {&layer.q_norm, &layer.k_norm})
+    for (const at::Tensor* norm : {&layer.q_norm, &layer.k_norm, &layer.post_attention_norm, &layer.post_mlp_norm})
       if (norm->defined()) bytes += norm->nbytes();
     for (const Linear* l : layer.matrices()) add(*l);
   }

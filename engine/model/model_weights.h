@@ -21,7 +21,9 @@ struct LayerWeights {
   at::Tensor attention_norm;  // [hidden] f32
   Linear q, k, v, o;
   at::Tensor q_norm, k_norm;  // [head_dim] f32 with ModelConfig::qk_norm; undefined without
-  at::Tensor mlp_norm;        // [hidden] f32
+  at::Tensor mlp_norm;        // [hidden] f32 (Gemma's pre_feedforward_layernorm)
+  // Gemma 2/3 (ModelConfig::post_norms): norms of the attention's and of the feed-forward's output; undefined without.
+  at::Tensor post_attention_norm, post_mlp_norm;
   Linear gate, up, down;
   // The layer's seven matrices, in that order.
   std::array<const Linear*, 7> matrices() const { return {&q, &k, &v, &o, &gate, &up, &down}; }

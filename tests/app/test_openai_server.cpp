@@ -127,6 +127,7 @@ class TestOpenAiServer : public QObject {
     QCOMPARE(list["data"].size(), std::size_t(1));
     QCOMPARE(list["data"][0]["id"].get<std::string>(), std::string("stories260K"));
     QCOMPARE(list["data"][0]["context_length"].get<int>(), 512);
+    QCOMPARE(list["data"][0]["architecture"].get<std::string>(), std::string("llama"));
   }
 
   // The SDKs' models.retrieve(id).

@@ -262,6 +262,24 @@ void CheckpointErrorsTest::unsupported_architecture_fields() {
   config["hidden_act"] = "gelu";
   write_bytes(copy.config(), config.dump());
   expect_model_error(copy.directory, {"unsupported hidden_act 'gelu'"});
+  // A mixture of experts (Mixtral's field, Qwen-MoE's) is named, never run as a dense model.
+  for (const char* experts : {"num_local_experts", "num_experts"}) {
+    config = original;
+    config[experts] = 8;
+    write_bytes(copy.config(), config.dump());
+    expect_model_error(copy.directory, {copy.config(), std::string("'") + experts + "'", "mixture-of-experts"});
+  }
+  // Gemma 3's multimodal checkpoint (its text model sits under text_config, beside a vision tower).
+  config = original;
+  config["model_type"] = "gemma3";
+  config["vision_config"] = {{"model_type", "siglip_vision_model"}};
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {"'vision_config'", "not supported"});
+  // layer_types that this engine does not know.
+  config = original;
+  config["layer_types"] = std::vector<std::string>(5, "linear_attention");
+  write_bytes(copy.config(), config.dump());
+  expect_model_error(copy.directory, {"'layer_types'", "linear_attention"});
 }
 
 // A config that claims a huge context costs nothing until positions are used (RoPE rows grow on

@@ -10,7 +10,10 @@
 //   That reference does not yet reproduce the kernels' roundings as closely as the exact path is reproduced
 //   (see the closing figures in DESIGN), so the bar there is 5e-2 of the largest logit, and the reference's
 //   argmax wherever its top-two margin is clear of twice that.
-// - Cached (contiguous and naive) == uncached greedy ids for 200 tokens, token for token.
+// - Cached (contiguous and naive) == uncached greedy ids for 200 tokens, token for token; the fixtures' sliding
+//   windows (32 positions) are shorter than the 64-token prompt.
+// - A sliding layer's cache holds its window only, the gauge counts what is held, and an edit behind what the
+//   window kept prefills again and gives what an uncached run gives.
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
@@ -20,6 +23,7 @@
 
 #include "common/json_fixture.h"
 #include "common/test_paths.h"
+#include "engine/cache/kv_cache.h"
 #include "engine/compute/compute_context.h"
 #include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
@@ -32,7 +36,7 @@ using namespace kvchat;
 
 namespace {
 
-const char* const kFamilies[] = {"qwen3"};
+const char* const kFamilies[] = {"qwen3", "gemma2", "gemma3", "mistral"};
 
 std::string family_dir(const QString& family) {
   return kvchat::test::source_dir() + "/tests/fixtures/families/" + family.toStdString();
@@ -64,14 +68,22 @@ class FamilyReferencesTest : public QObject {
   void logits_match_the_reference();
   void cached_and_uncached_ids_agree_data();
   void cached_and_uncached_ids_agree();
+  void a_sliding_layer_holds_only_its_window();
+  void edits_across_the_window_edge_match_an_uncached_run_data();
+  void edits_across_the_window_edge_match_an_uncached_run();
 };
 
 void FamilyReferencesTest::logits_match_the_reference_data() {
   QTest::addColumn<QString>("family");
   QTest::addColumn<QString>("file");
-  for (const char* family : kFamilies)
-    for (const char* file : {"model.safetensors", "model-Q8_0.gguf", "model-Q4_K.gguf"})
-      QTest::newRow(qPrintable(QString("%1 %2").arg(family, file))) << QString(family) << QString(file);
+  for (const char* family : kFamilies) {
+    // The family's files: a Hugging Face folder, and GGUF files where the family has that form.
+    const nlohmann::json reference = kvchat::test::load_json(family_dir(family) + "/reference.json");
+    for (const auto& [file, logits] : reference["logits"].items()) {
+      const QString name = QString::fromStdString(file);
+      QTest::newRow(qPrintable(QString("%1 %2").arg(family, name))) << QString(family) << name;
+    }
+  }
 }
 
 void FamilyReferencesTest::logits_match_the_reference() {
@@ -80,7 +92,8 @@ void FamilyReferencesTest::logits_match_the_reference() {
   const std::string directory = family_dir(family);
   const nlohmann::json reference = kvchat::test::load_json(directory + "/reference.json");
   const LoadedModel loaded = load_model(load_path(directory, file.toStdString()));
-  QCOMPARE(QString::fromStdString(loaded.config.model_type), family);
+  // Mistral runs as the Llama layout (with its window); Gemma 3's text model as gemma3.
+  QCOMPARE(QString::fromStdString(loaded.config.model_type), family == "mistral" ? QString("llama") : family);
   const at::Tensor expected = reference_logits(directory, reference, file.toStdString());
   const auto prompt = reference["prompt"].get<std::vector<TokenId>>();
   const double largest = expected.abs().max().item<double>();
@@ -137,6 +150,102 @@ void FamilyReferencesTest::cached_and_uncached_ids_agree() {
   // Not a model stuck on one token: the test would pass whatever the positions did.
   std::set<TokenId> distinct(runs[0].begin(), runs[0].end());
   QVERIFY2(distinct.size() >= 10, qPrintable(QString("only %1 distinct tokens").arg(distinct.size())));
+}
+
+void FamilyReferencesTest::a_sliding_layer_holds_only_its_window() {
+  const std::string directory = family_dir("gemma3");
+  const nlohmann::json reference = kvchat::test::load_json(directory + "/reference.json");
+  const LoadedModel loaded = load_model(directory);
+  const ModelConfig& config = loaded.config;
+  const std::int64_t window = config.sliding_window;
+  QCOMPARE(window, std::int64_t(32));
+  const auto prompt = reference["prompt"].get<std::vector<TokenId>>();
+  c10::InferenceMode guard;
+  ContiguousKvCache cache(loaded.model->cache_shape());
+  DecodeContext context;
+  TokenId next = static_cast<TokenId>(loaded.model->forward(prompt, 0, &cache).argmax().item<std::int64_t>());
+  for (std::int64_t position = cache.size(); position < 500; ++position) {
+    loaded.model->decode(next, position, cache, context);
+    next =
+        static_cast<TokenId>(std::max_element(context.logits.begin(), context.logits.end()) - context.logits.begin());
+  }
+  QCOMPARE(cache.size(), std::int64_t(500));
+  std::int64_t sliding = 0, held_rows = 0;
+  for (std::int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    held_rows += cache.held_positions(layer);
+    if (config.layer_window(layer) == 0) {
+      QCOMPARE(cache.held_positions(layer), std::int64_t(500));
+      QCOMPARE(cache.first_position(layer), std::int64_t(0));
+      continue;
+    }
+    ++sliding;
+    QVERIFY(cache.held_positions(layer) <= window);
+    // Its buffer: the window and the room it writes into before moving the window's rows to the front.
+    QVERIFY2(cache.layer_capacity(layer) <= 2 * window,
+             qPrintable(QString("layer %1 keeps %2 rows").arg(layer).arg(cache.layer_capacity(layer))));
+    QVERIFY(cache.first_position(layer) >= 500 - 2 * window);
+  }
+  QCOMPARE(sliding, std::int64_t(5));
+  const std::int64_t row_bytes = 2 * config.num_key_value_heads * config.head_dim * std::int64_t(sizeof(float));
+  QCOMPARE(held_rows, 5 * window + 500);
+  QCOMPARE(cache.bytes(), held_rows * row_bytes);
+
+  // The gauge a chat shows is the session's cache bytes: the same count.
+  Session session(loaded.model, KvCacheMode::Contiguous);
+  GenerationConfig generation;
+  generation.max_new_tokens = 437;
+  generation.stop_token_ids = {-1};
+  session.generate(prompt, generation);
+  QCOMPARE(session.cache_tokens(), std::int64_t(500));
+  QCOMPARE(session.cache_bytes(), (5 * window + 500) * row_bytes);
+}
+
+void FamilyReferencesTest::edits_across_the_window_edge_match_an_uncached_run_data() {
+  QTest::addColumn<QString>("family");
+  QTest::addColumn<QString>("file");
+  for (const char* family : {"gemma2", "gemma3", "mistral"})
+    QTest::newRow(family) << QString(family) << QString("model.safetensors");
+  QTest::newRow("gemma3 Q4_K") << QString("gemma3") << QString("model-Q4_K.gguf");
+}
+
+void FamilyReferencesTest::edits_across_the_window_edge_match_an_uncached_run() {
+  QFETCH(QString, family);
+  QFETCH(QString, file);
+  const std::string directory = family_dir(family);
+  const nlohmann::json reference = kvchat::test::load_json(directory + "/reference.json");
+  const LoadedModel loaded = load_model(load_path(directory, file.toStdString()));
+  const auto prompt = reference["prompt"].get<std::vector<TokenId>>();
+  GenerationConfig config;
+  config.max_new_tokens = 120;
+  config.stop_token_ids = {-1};
+  Session cached(loaded.model, KvCacheMode::Contiguous);
+  cached.generate(prompt, config);
+  const std::vector<TokenId> history = cached.history();
+  QCOMPARE(history.size(), std::size_t(64 + 119));
+
+  const auto uncached_ids = [&](const std::vector<TokenId>& edited) {
+    Session uncached(loaded.model, KvCacheMode::Off);
+    return uncached.generate(edited, config).generated;
+  };
+  // An edit 100 positions back, behind what the sliding layers kept: the whole prompt is prefilled again.
+  std::vector<TokenId> edited(history.begin(), history.begin() + 83);
+  edited.insert(edited.end(), {7, 8, 9});
+  GenerationResult after_edit = cached.generate(edited, config);
+  QCOMPARE(after_edit.stats.reused_tokens, 0);
+  QCOMPARE(after_edit.generated, uncached_ids(edited));
+  // The next turn: every cached position is reused.
+  std::vector<TokenId> next_turn = cached.history();
+  next_turn.push_back(after_edit.generated.back());
+  const GenerationResult continued = cached.generate(next_turn, config);
+  QCOMPARE(continued.stats.reused_tokens, static_cast<int>(next_turn.size()) - 1);
+  QCOMPARE(continued.generated, uncached_ids(next_turn));
+  // An edit a few positions back, inside the windows: reused if every sliding layer still holds its window.
+  std::vector<TokenId> near_edit(cached.history().begin(), cached.history().end() - 5);
+  near_edit.push_back(11);
+  const GenerationResult after_near_edit = cached.generate(near_edit, config);
+  QVERIFY(after_near_edit.stats.reused_tokens == 0 ||
+          after_near_edit.stats.reused_tokens == static_cast<int>(near_edit.size()) - 1);
+  QCOMPARE(after_near_edit.generated, uncached_ids(near_edit));
 }
 
 KVCHAT_TEST_MAIN(FamilyReferencesTest)

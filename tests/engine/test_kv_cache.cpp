@@ -42,8 +42,12 @@ void KvCacheTest::compact_shapes_and_bytes() {
   QFETCH(qint64, head_dim);
   ModelConfig model_config = ModelConfig::from_file(shared_path(config.toStdString()));
   QVERIFY(model_config.num_key_value_heads < model_config.num_attention_heads);  // GQA: the point of the check
-  KvCacheShape shape{model_config.num_hidden_layers, model_config.num_key_value_heads, model_config.head_dim,
-                     model_config.max_position_embeddings, at::kFloat};
+  KvCacheShape shape{model_config.num_hidden_layers,
+                     model_config.num_key_value_heads,
+                     model_config.head_dim,
+                     model_config.max_position_embeddings,
+                     at::kFloat,
+                     {}};
   c10::InferenceMode guard;
   for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
     auto cache = make_kv_cache(mode, shape);
@@ -78,7 +82,7 @@ void KvCacheTest::model_writes_compact_kv() {
 }
 
 void KvCacheTest::contiguous_grows_geometrically_and_truncates() {
-  KvCacheShape shape{2, 2, 4, 1000, at::kFloat};
+  KvCacheShape shape{2, 2, 4, 1000, at::kFloat, {}};
   ContiguousKvCache cache(shape, 16);
   c10::InferenceMode guard;
   QCOMPARE(cache.capacity(), int64_t(16));
@@ -97,7 +101,7 @@ void KvCacheTest::contiguous_grows_geometrically_and_truncates() {
   QCOMPARE(cache.size(), int64_t(40));
   QCOMPARE(cache.bytes(), int64_t(2 * 2 * 2 * 4 * 40 * 4));
   // Capacity is capped at the context limit.
-  KvCacheShape small{1, 1, 2, 20, at::kFloat};
+  KvCacheShape small{1, 1, 2, 20, at::kFloat, {}};
   ContiguousKvCache capped(small, 16);
   capped.append(0, at::zeros({1, 18, 2}), at::zeros({1, 18, 2}));
   capped.commit(18);
@@ -106,7 +110,7 @@ void KvCacheTest::contiguous_grows_geometrically_and_truncates() {
 }
 
 void KvCacheTest::naive_and_contiguous_hold_the_same_values() {
-  KvCacheShape shape{3, 2, 4, 64, at::kFloat};
+  KvCacheShape shape{3, 2, 4, 64, at::kFloat, {}};
   NaiveKvCache naive(shape);
   ContiguousKvCache contiguous(shape, 2);
   c10::InferenceMode guard;

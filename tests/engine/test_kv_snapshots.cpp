@@ -268,7 +268,7 @@ class KvSnapshotsTest : public QObject {
     const std::string directory = folder.path().toStdString() + "/" + fingerprint_.hex();
     std::filesystem::create_directories(directory);
     const std::string path = directory + "/c-1.kvsnap";
-    kvchat::KvCacheShape shape{8, 8, 64, 4096, at::kFloat};
+    kvchat::KvCacheShape shape{8, 8, 64, 4096, at::kFloat, {}};
     KvSnapshot snapshots[2];
     for (int which = 0; which < 2; ++which) {
       snapshots[which].shape = shape;

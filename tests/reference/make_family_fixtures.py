@@ -30,8 +30,58 @@ FAMILIES = {
         },
         seed=3,
     ),
+    # Gemma 2: four layers, alternating sliding (window 32, shorter than the 64-token prompt) and global layers, soft-capped
+    # scores and logits (caps small enough to bite on random weights), tied embeddings. query_pre_attn_scalar is
+    # head_dim, as llama.cpp scales every Gemma 2 but the 27B.
+    "gemma2": dict(
+        config={
+            "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 128,
+            "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0, "tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh",
+            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 32, "sliding_window": 32,
+            "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0, "attention_bias": False,
+            "torch_dtype": "bfloat16", "bos_token_id": 2, "eos_token_id": 1,
+        },
+        seed=5,
+    ),
+    # Gemma 3 (text): six layers, five sliding (window 32, RoPE base 10000) and the sixth global (base 1e6 with
+    # linear scaling, as the 4B and larger), per-head q/k norms, no soft-capping.
+    "gemma3": dict(
+        config={
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 128,
+            "intermediate_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1,
+            "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 32, "sliding_window": 32,
+            "sliding_window_pattern": 6, "attn_logit_softcapping": None, "final_logit_softcapping": None,
+            "attention_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 2, "eos_token_id": 1,
+        },
+        seed=7,
+    ),
+    # Mistral: the Llama layout with a sliding window on every layer. Hugging Face folder only: llama.cpp's GGUF
+    # files of the llama architecture carry no window.
+    "mistral": dict(
+        config={
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
+            "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 64, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "sliding_window": 32, "tie_word_embeddings": False, "hidden_act": "silu",
+            "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2,
+        },
+        seed=9,
+        gguf=False,
+    ),
 }
 
+GEMMA = ("gemma2", "gemma3_text")
+
+# Gemma's post-attention norm is its own; its feed-forward's input norm is llama.cpp's ffn_norm.
+GEMMA_GGUF_NAMES = [
+    (".post_attention_layernorm.", ".post_attention_norm."), (".pre_feedforward_layernorm.", ".ffn_norm."),
+    (".post_feedforward_layernorm.", ".post_ffw_norm."),
+]
 GGUF_NAMES = [
     ("model.embed_tokens.", "token_embd."), ("model.layers.", "blk."), (".input_layernorm.", ".attn_norm."),
     (".self_attn.q_proj.", ".attn_q."), (".self_attn.k_proj.", ".attn_k."), (".self_attn.v_proj.", ".attn_v."),
@@ -42,8 +92,8 @@ GGUF_NAMES = [
 ]
 
 
-def gguf_name(name):
-    for hf, gguf in GGUF_NAMES:
+def gguf_name(name, model_type):
+    for hf, gguf in (GEMMA_GGUF_NAMES if model_type in GEMMA else []) + GGUF_NAMES:
         name = name.replace(hf, gguf)
     return name
 
@@ -66,22 +116,39 @@ def random_weights(config, seed):
             p + ".mlp.down_proj.weight": (hidden, inter),
         })
         norms += [p + ".input_layernorm.weight", p + ".post_attention_layernorm.weight"]
-        if config["model_type"] == "qwen3":
+        if config["model_type"] in GEMMA:
+            norms += [p + ".pre_feedforward_layernorm.weight", p + ".post_feedforward_layernorm.weight"]
+        if config["model_type"] in ("qwen3", "gemma3_text"):
             norms += [p + ".self_attn.q_norm.weight", p + ".self_attn.k_norm.weight"]
     if not config["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (config["vocab_size"], hidden)
     weights = {name: rng.normal(0.0, 0.08, shape) for name, shape in shapes.items()}
+    if config["model_type"] in GEMMA:
+        # Gemma scales its (tied) embeddings by sqrt(hidden): at the other matrices' spread, a token's own embedding
+        # would dominate the residual and a random model would only repeat its last token.
+        weights["model.embed_tokens.weight"] /= 4.0
     for name in norms:
         size = head_dim if name.endswith(("q_norm.weight", "k_norm.weight")) else hidden
-        weights[name] = 1.0 + rng.normal(0.0, 0.1, size)
+        # Gemma's norms multiply by 1 + weight: its checkpoints store weights around 0.
+        weights[name] = (0.0 if config["model_type"] in GEMMA else 1.0) + rng.normal(0.0, 0.1, size)
     # The checkpoint is bf16: what every reader sees is the rounded values.
     return {name: gg.bf16_from_bytes(gg.bf16_bytes(w)).astype(np.float64).reshape(np.shape(w))
             for name, w in weights.items()}
 
 
 def gguf_metadata(config, file_type):
-    arch = config["model_type"]
-    return {
+    arch = {"gemma3_text": "gemma3"}.get(config["model_type"], config["model_type"])
+    extra = {}
+    if arch in ("gemma2", "gemma3"):
+        extra[f"{arch}.attention.sliding_window"] = config["sliding_window"]
+    if arch == "gemma2":
+        extra["gemma2.attn_logit_softcapping"] = float(config["attn_logit_softcapping"])
+        extra["gemma2.final_logit_softcapping"] = float(config["final_logit_softcapping"])
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type") == "linear":
+        extra[f"{arch}.rope.scaling.type"] = "linear"
+        extra[f"{arch}.rope.scaling.factor"] = float(scaling["factor"])
+    return extra | {
         "general.architecture": arch, "general.name": f"tiny random {arch}", "general.file_type": file_type,
         f"{arch}.context_length": config["max_position_embeddings"], f"{arch}.embedding_length": config["hidden_size"],
         f"{arch}.block_count": config["num_hidden_layers"], f"{arch}.feed_forward_length": config["intermediate_size"],
@@ -95,20 +162,26 @@ def gguf_metadata(config, file_type):
 
 
 def write_gguf(path, config, weights, matrix_type, file_type):
+    model_type = config["model_type"]
+    gemma = model_type in GEMMA
     tensors = []
     for name, w in weights.items():
         if w.ndim == 1:
-            tensors.append((gguf_name(name), w.shape, gg.GGUF_F32, w.astype(np.float32).tobytes()))
+            # llama.cpp's converter stores Gemma's norms as 1 + weight.
+            stored = w + 1.0 if gemma and name.endswith("norm.weight") else w
+            tensors.append((gguf_name(name, model_type), w.shape, gg.GGUF_F32, stored.astype(np.float32).tobytes()))
             continue
         type_id = matrix_type if w.shape[1] % gg.BLOCK_SIZE[matrix_type] == 0 else gg.GGUF_Q8_0
-        tensors.append((gguf_name(name), w.shape, type_id, gg.quantize(type_id, w)))
+        tensors.append((gguf_name(name, model_type), w.shape, type_id, gg.quantize(type_id, w)))
     gg.write_gguf(path, gguf_metadata(config, file_type), tensors)
     # The reference reads the file back: the weights as stored, dequantized its own way, and for each block-type
     # matrix the group its products round their input in (32 for Q8_0, 256 for the K-quants).
-    hf_of = {gguf_name(name): name for name in weights}
+    hf_of = {gguf_name(name, model_type): name for name in weights}
     stored, groups = {}, {}
     for name, (shape, type_id, payload) in gg.read_gguf_tensors(path).items():
         stored[hf_of[name]] = gg.dequantize(type_id, payload, int(np.prod(shape))).reshape(shape)
+        if gemma and name.endswith("norm.weight"):  # back to the checkpoint's meaning for the reference
+            stored[hf_of[name]] = stored[hf_of[name]] - 1.0
         if type_id != gg.GGUF_F32:
             groups[hf_of[name]] = 256 if type_id == gg.GGUF_Q4_K else 32
     return stored, groups
@@ -128,8 +201,8 @@ def main():
                              {name: ("BF16", w.shape, gg.bf16_bytes(w)) for name, w in weights.items()})
         prompt = [int(i) for i in np.random.default_rng(spec["seed"] + 100).integers(0, config["vocab_size"], 64)]
         files = {"model.safetensors": (gg.read_safetensors(os.path.join(folder, "model.safetensors")), {})}
-        for file_name, matrix_type, file_type in (("model-Q8_0.gguf", gg.GGUF_Q8_0, 7),
-                                                  ("model-Q4_K.gguf", gg.GGUF_Q4_K, 15)):
+        gguf_files = (("model-Q8_0.gguf", gg.GGUF_Q8_0, 7), ("model-Q4_K.gguf", gg.GGUF_Q4_K, 15))
+        for file_name, matrix_type, file_type in gguf_files if spec.get("gguf", True) else ():
             files[file_name] = write_gguf(os.path.join(folder, file_name), config, weights, matrix_type, file_type)
         logits, rounded_logits = {}, {}
         for file_name, (file_weights, groups) in files.items():

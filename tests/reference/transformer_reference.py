@@ -1,9 +1,18 @@
 """An independent reference forward for the decoder-only families kvchat runs, in NumPy (float64), written from
-the reference modeling code (transformers' modeling_llama / modeling_qwen2 / modeling_qwen3), not from kvchat.
+the reference modeling code (transformers' modeling_llama / modeling_qwen2 / modeling_qwen3 / modeling_mistral /
+modeling_gemma2 / modeling_gemma3), not from kvchat.
 
-Llama layout: RMSNorm -> q/k/v (+ biases for Qwen2) -> [Qwen3: RMSNorm of each q and k head] -> RoPE
+Llama layout: RMSNorm -> q/k/v (+ biases for Qwen2) -> [Qwen3, Gemma 3: RMSNorm of each q and k head] -> RoPE
 (rotate_half) -> causal softmax attention with GQA -> o -> residual; RMSNorm -> down(silu(gate) * up) ->
 residual; final RMSNorm -> lm_head. Every position's logits, the whole prompt at once (no cache).
+
+Gemma 2/3 on top: embeddings times sqrt(hidden); RMSNorm times (1 + weight); scores scaled by
+query_pre_attn_scalar^-1/2 and (Gemma 2) soft-capped, cap * tanh(s / cap); the attention's and the feed-forward's
+outputs normed before each residual add (post_attention_layernorm, post_feedforward_layernorm; the feed-forward's
+input norm is pre_feedforward_layernorm); GeGLU with the tanh GELU; final logits soft-capped (Gemma 2). Sliding
+layers (Gemma's pattern, Mistral's every layer, or layer_types) let query p see keys p - window + 1 .. p only;
+Gemma 3's sliding layers rotate with rope_local_base_freq and no scaling, its global layers with rope_theta and
+rope_scaling.
 """
 import numpy as np
 
@@ -17,10 +26,10 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def rope(x, positions, theta):
-    """x [T, heads, head_dim]: HF's default RoPE."""
+def rope(x, positions, theta, linear_factor=1.0):
+    """x [T, heads, head_dim]: HF's default RoPE (or "linear": frequencies / factor)."""
     head_dim = x.shape[-1]
-    inverse_frequency = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    inverse_frequency = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)) / linear_factor
     angles = np.outer(positions, inverse_frequency)
     angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
     return x * np.cos(angles) + rotate_half(x) * np.sin(angles)
@@ -28,6 +37,24 @@ def rope(x, positions, theta):
 
 def silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def sliding_layers(config):
+    """One bool per layer: does it attend through a sliding window?"""
+    layers = config["num_hidden_layers"]
+    if config.get("layer_types"):
+        return [kind == "sliding_attention" for kind in config["layer_types"]]
+    model_type = config.get("model_type", "llama")
+    if model_type == "gemma2":
+        return [(i + 1) % 2 != 0 for i in range(layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = config.get("sliding_window_pattern", 6)
+        return [(i + 1) % pattern != 0 for i in range(layers)]
+    return [bool(config.get("sliding_window")) and model_type == "mistral"] * layers
 
 
 def round_activations(x, group):
@@ -46,15 +73,28 @@ def forward(config, weights, ids, activation_groups=None):
     by default (the exact forward)."""
     activation_groups = activation_groups or {}
     model_type = config.get("model_type", "llama")
+    gemma = model_type in ("gemma2", "gemma3", "gemma3_text")
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads", heads)
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     eps = config.get("rms_norm_eps", 1e-6)
     theta = config.get("rope_theta", 10000.0)
+    scaling = config.get("rope_scaling") or {}
+    linear_factor = scaling.get("factor", 1.0) if scaling.get("rope_type", scaling.get("type")) == "linear" else 1.0
     steps = len(ids)
     positions = np.arange(steps, dtype=np.float64)
     x = weights["model.embed_tokens.weight"][np.asarray(ids)]
+    if gemma:
+        x = x * np.sqrt(config["hidden_size"])
     causal = np.triu(np.full((steps, steps), -np.inf), k=1)
+    window = config.get("sliding_window") or 0
+    windowed = causal + np.tril(np.full((steps, steps), -np.inf), k=-window) if window else causal
+    scale = (config["query_pre_attn_scalar"] if gemma else head_dim) ** -0.5
+    attention_cap = config.get("attn_logit_softcapping") if gemma else None
+
+    def norm(h, name):
+        weight = weights[name]
+        return rms_norm(h, 1.0 + weight if gemma else weight, eps)
 
     def linear(name, h):
         if name + ".weight" in activation_groups:
@@ -62,27 +102,43 @@ def forward(config, weights, ids, activation_groups=None):
         y = h @ weights[name + ".weight"].T
         return y + weights[name + ".bias"] if name + ".bias" in weights else y
 
-    for layer in range(config["num_hidden_layers"]):
+    for layer, sliding in enumerate(sliding_layers(config)):
         p = f"model.layers.{layer}"
-        h = rms_norm(x, weights[p + ".input_layernorm.weight"], eps)
+        h = norm(x, p + ".input_layernorm.weight")
         q = linear(p + ".self_attn.q_proj", h).reshape(steps, heads, head_dim)
         k = linear(p + ".self_attn.k_proj", h).reshape(steps, kv_heads, head_dim)
         v = linear(p + ".self_attn.v_proj", h).reshape(steps, kv_heads, head_dim)
-        if model_type == "qwen3":
-            q = rms_norm(q, weights[p + ".self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, weights[p + ".self_attn.k_norm.weight"], eps)
-        q, k = rope(q, positions, theta), rope(k, positions, theta)
+        if p + ".self_attn.q_norm.weight" in weights:  # Qwen3, Gemma 3
+            q = norm(q, p + ".self_attn.q_norm.weight")
+            k = norm(k, p + ".self_attn.k_norm.weight")
+        if sliding and model_type in ("gemma3", "gemma3_text"):
+            q, k = rope(q, positions, config["rope_local_base_freq"]), rope(k, positions, config["rope_local_base_freq"])
+        else:
+            q, k = rope(q, positions, theta, linear_factor), rope(k, positions, theta, linear_factor)
         group = heads // kv_heads
+        mask = windowed if sliding else causal
         attended = np.empty((steps, heads, head_dim))
         for head in range(heads):
-            scores = q[:, head, :] @ k[:, head // group, :].T / np.sqrt(head_dim) + causal
+            scores = q[:, head, :] @ k[:, head // group, :].T * scale
+            if attention_cap:
+                scores = np.tanh(scores / attention_cap) * attention_cap
+            scores = scores + mask
             scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
             attended[:, head, :] = (scores / scores.sum(axis=-1, keepdims=True)) @ v[:, head // group, :]
-        x = x + linear(p + ".self_attn.o_proj", attended.reshape(steps, heads * head_dim))
-        h = rms_norm(x, weights[p + ".post_attention_layernorm.weight"], eps)
-        x = x + linear(p + ".mlp.down_proj", silu(linear(p + ".mlp.gate_proj", h)) * linear(p + ".mlp.up_proj", h))
-    x = rms_norm(x, weights["model.norm.weight"], eps)
+        out = linear(p + ".self_attn.o_proj", attended.reshape(steps, heads * head_dim))
+        if gemma:
+            x = x + norm(out, p + ".post_attention_layernorm.weight")
+            h = norm(x, p + ".pre_feedforward_layernorm.weight")
+            out = linear(p + ".mlp.down_proj", gelu_tanh(linear(p + ".mlp.gate_proj", h)) * linear(p + ".mlp.up_proj", h))
+            x = x + norm(out, p + ".post_feedforward_layernorm.weight")
+        else:
+            x = x + out
+            h = norm(x, p + ".post_attention_layernorm.weight")
+            x = x + linear(p + ".mlp.down_proj", silu(linear(p + ".mlp.gate_proj", h)) * linear(p + ".mlp.up_proj", h))
+    x = norm(x, "model.norm.weight")
     head_name = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
     if head_name in activation_groups:
         x = round_activations(x, activation_groups[head_name])
-    return x @ weights[head_name].T
+    logits = x @ weights[head_name].T
+    final_cap = config.get("final_logit_softcapping") if gemma else None
+    return np.tanh(logits / final_cap) * final_cap if final_cap else logits
