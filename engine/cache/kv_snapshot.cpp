@@ -308,6 +308,24 @@ ModelFingerprint fingerprint_model(const LlamaModel& model) {
       std::to_string(config.qkv_bias) + std::to_string(config.output_bias) + std::to_string(config.mlp_bias) + " tie " +
       std::to_string(config.tie_word_embeddings) + " act " + config.hidden_act;
   if (config.qk_norm) details += " qk_norm";  // only where set: the fingerprints of earlier snapshots stay
+  // The families' other fields, likewise only where set.
+  if (config.rotated_dims() != config.head_dim) details += " rotary " + std::to_string(config.rotary_dim);
+  for (double factor : config.rope_scaling.longrope_factors) details += " longrope " + std::to_string(factor);
+  if (config.rope_scaling.rope_type == "longrope")
+    details += " attention_factor " + std::to_string(config.rope_scaling.attention_factor);
+  if (config.embedding_scale != 1.0 || config.post_norms || config.norm_weight_offset != 0)
+    details += " gemma " + std::to_string(config.embedding_scale) + " " + std::to_string(config.norm_weight_offset) +
+               " " + std::to_string(config.query_pre_attention_scalar) + " " +
+               std::to_string(config.attention_logit_softcap) + " " + std::to_string(config.final_logit_softcap) + " " +
+               std::to_string(config.rope_local_theta);
+  if (config.sliding_window > 0) {
+    details += " window " + std::to_string(config.sliding_window) + " ";
+    for (bool sliding : config.sliding_layers) details += sliding ? "s" : "g";
+  }
+  if (!config.layers_without_rope.empty()) {
+    details += " nope ";
+    for (bool without : config.layers_without_rope) details += without ? "0" : "1";
+  }
   for (double factor : config.rope_frequency_factors) details += " " + std::to_string(factor);
   for (const FileIdentity& file : weights.mapped_files)
     details += "\nfile " + file.path + " " + std::to_string(file.size) + " " + std::to_string(file.modified.tv_sec) +

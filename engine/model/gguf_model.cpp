@@ -130,8 +130,10 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
   const std::int64_t hidden = config.hidden_size, inter = config.intermediate_size;
   const std::int64_t q_out = config.num_attention_heads * config.head_dim;
   const std::int64_t kv_out = config.num_key_value_heads * config.head_dim;
-  // llama files carry Q/K permuted for interleaved RoPE; qwen2, qwen3 and gemma files are in HF order (NEOX RoPE).
-  const std::int64_t permuted_head = config.model_type == "llama" ? config.head_dim : 0;
+  // llama and smollm3 files carry Q/K permuted for interleaved RoPE; qwen2, qwen3 and gemma files are in HF order
+  // (NEOX RoPE).
+  const bool permuted = config.model_type == "llama" || config.model_type == "smollm3";
+  const std::int64_t permuted_head = permuted ? config.head_dim : 0;
   auto with_bias = [&](Linear linear, const std::string& prefix, std::int64_t out, std::int64_t head_dim) {
     if (config.qkv_bias) linear.bias = reader.vector(prefix + ".bias", out, head_dim);
     return linear;
@@ -143,11 +145,18 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
     const std::string p = "blk." + std::to_string(i);
     LayerWeights layer;
     layer.attention_norm = reader.vector(p + ".attn_norm.weight", hidden);
-    layer.q = with_bias(reader.matrix(p + ".attn_q.weight", q_out, hidden, permuted_head), p + ".attn_q", q_out,
-                        permuted_head);
-    layer.k = with_bias(reader.matrix(p + ".attn_k.weight", kv_out, hidden, permuted_head), p + ".attn_k", kv_out,
-                        permuted_head);
-    layer.v = with_bias(reader.matrix(p + ".attn_v.weight", kv_out, hidden), p + ".attn_v", kv_out, 0);
+    if (reader.has(p + ".attn_qkv.weight")) {  // Phi-3's fused q, k, v rows (in Hugging Face's order)
+      const Linear qkv = reader.matrix(p + ".attn_qkv.weight", q_out + 2 * kv_out, hidden);
+      layer.q = qkv.rows(0, q_out);
+      layer.k = qkv.rows(q_out, kv_out);
+      layer.v = qkv.rows(q_out + kv_out, kv_out);
+    } else {
+      layer.q = with_bias(reader.matrix(p + ".attn_q.weight", q_out, hidden, permuted_head), p + ".attn_q", q_out,
+                          permuted_head);
+      layer.k = with_bias(reader.matrix(p + ".attn_k.weight", kv_out, hidden, permuted_head), p + ".attn_k", kv_out,
+                          permuted_head);
+      layer.v = with_bias(reader.matrix(p + ".attn_v.weight", kv_out, hidden), p + ".attn_v", kv_out, 0);
+    }
     layer.o = reader.matrix(p + ".attn_output.weight", hidden, q_out);
     if (config.qk_norm) {
       layer.q_norm = reader.vector(p + ".attn_q_norm.weight", config.head_dim);
@@ -158,8 +167,14 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
       layer.post_attention_norm = reader.vector(p + ".post_attention_norm.weight", hidden);
       layer.post_mlp_norm = reader.vector(p + ".post_ffw_norm.weight", hidden);
     }
-    layer.gate = reader.matrix(p + ".ffn_gate.weight", inter, hidden);
-    layer.up = reader.matrix(p + ".ffn_up.weight", inter, hidden);
+    if (config.model_type == "phi3") {  // ffn_up holds the gate's rows, then the up rows (llama.cpp's fused SwiGLU)
+      const Linear gate_up = reader.matrix(p + ".ffn_up.weight", 2 * inter, hidden);
+      layer.gate = gate_up.rows(0, inter);
+      layer.up = gate_up.rows(inter, inter);
+    } else {
+      layer.gate = reader.matrix(p + ".ffn_gate.weight", inter, hidden);
+      layer.up = reader.matrix(p + ".ffn_up.weight", inter, hidden);
+    }
     layer.down = reader.matrix(p + ".ffn_down.weight", hidden, inter);
     weights.layers.push_back(std::move(layer));
   }

@@ -80,14 +80,45 @@ void read_gemma_fields(const GgufFile& file, const std::string& arch, ModelConfi
     config.sliding_layers.push_back((layer + 1) % pattern != 0);
 }
 
+// Phi-3 as llama.cpp's converter writes it: LongRoPE as two tensors of per-pair divisors (rope_factors_short,
+// rope_factors_long) with the attention factor and the original context in the metadata, and the sliding window
+// of every layer. As from a Hugging Face folder (model_config.cpp says why): the short divisors, and the context
+// limited to the original one.
+void read_phi3_fields(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+  if (file.has_metadata(arch + ".attention.sliding_window")) {
+    config.sliding_window = positive(file, arch + ".attention.sliding_window");
+    config.sliding_layers.assign(static_cast<std::size_t>(config.num_hidden_layers), true);
+  }
+  const GgufTensor* short_factors = file.find_tensor("rope_factors_short.weight");
+  const GgufTensor* long_factors = file.find_tensor("rope_factors_long.weight");
+  if (short_factors == nullptr && long_factors == nullptr) return;  // Phi-3 mini 4k: plain RoPE
+  if (short_factors == nullptr || long_factors == nullptr)
+    fail(file, "tensors rope_factors_short.weight and rope_factors_long.weight must come together");
+  RopeScaling& rope = config.rope_scaling;
+  rope.rope_type = "longrope";
+  const std::string original_key = arch + ".rope.scaling.original_context_length";
+  if (!file.has_metadata(original_key)) fail(file, "metadata " + original_key + " (LongRoPE) is missing");
+  rope.original_max_position_embeddings = positive(file, original_key);
+  rope.attention_factor = positive_float_or(file, arch + ".rope.scaling.attn_factor", 1.0);
+  const GgufTensor& factors = *short_factors;
+  config.max_position_embeddings = std::min(config.max_position_embeddings, rope.original_max_position_embeddings);
+  if (factors.n_elements != config.rotary_dim / 2)
+    fail(file, "tensor " + factors.name + " has " + std::to_string(factors.n_elements) +
+                   " values, expected one per rotated pair (" + std::to_string(config.rotary_dim / 2) + ")");
+  for (float value : dequantize_tensor(factors)) {
+    if (!(value > 0) || value > 1e30f) fail(file, "tensor " + factors.name + " holds a factor that is not positive");
+    rope.longrope_factors.push_back(value);
+  }
+}
+
 }  // namespace
 
 ModelConfig model_config_from_gguf(const GgufFile& file) {
   const std::string arch(file.get_string("general.architecture"));
   const bool gemma = arch == "gemma2" || arch == "gemma3";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && !gemma)
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && !gemma && arch != "smollm3" && arch != "phi3")
     fail(file, "unsupported architecture '" + arch +
-                   "' (general.architecture; supported: llama, qwen2, qwen3, gemma2, gemma3)");
+                   "' (general.architecture; supported: llama, qwen2, qwen3, gemma2, gemma3, smollm3, phi3)");
   ModelConfig config;
   config.model_type = arch;
   config.hidden_size = positive(file, arch + ".embedding_length");
@@ -114,12 +145,19 @@ ModelConfig model_config_from_gguf(const GgufFile& file) {
   if (positive_or(file, arch + ".attention.value_length", config.head_dim) != config.head_dim)
     fail(file, arch + ".attention.value_length differs from the key length: not supported");
   if (config.head_dim % 2 != 0) fail(file, "the head dimension must be even for RoPE");
-  if (positive_or(file, arch + ".rope.dimension_count", config.head_dim) != config.head_dim)
-    fail(file, arch + ".rope.dimension_count differs from the head dimension: partial RoPE is not supported");
+  config.rotary_dim = positive_or(file, arch + ".rope.dimension_count", config.head_dim);
+  if (config.rotary_dim > config.head_dim || config.rotary_dim % 2 != 0)
+    fail(file, arch + ".rope.dimension_count is " + std::to_string(config.rotary_dim) +
+                   ": it must be even and at most the head dimension");
   if (config.num_attention_heads % config.num_key_value_heads != 0)
     fail(file, arch + ".attention.head_count is not a multiple of " + arch + ".attention.head_count_kv");
   read_rope_scaling(file, arch, config);
   if (gemma) read_gemma_fields(file, arch, config);
+  // SmolLM3 as llama.cpp runs it: every fourth layer without RoPE.
+  if (arch == "phi3") read_phi3_fields(file, arch, config);
+  if (arch == "smollm3")
+    for (std::int64_t layer = 0; layer < config.num_hidden_layers; ++layer)
+      config.layers_without_rope.push_back((layer + 1) % 4 == 0);
 
   const GgufTensor* embedding = file.find_tensor("token_embd.weight");
   if (embedding == nullptr) fail(file, "tensor token_embd.weight is missing");

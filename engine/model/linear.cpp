@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "engine/compute/compute_options.h"
 #include "engine/gguf/dequantize.h"
@@ -140,6 +141,21 @@ void Linear::row_into(std::int64_t row, float* out) const {
     const float* values = weight.data_ptr<float>() + row * weight.size(1);
     std::copy(values, values + weight.size(1), out);
   }
+}
+
+Linear Linear::rows(std::int64_t first, std::int64_t count) const {
+  if (first < 0 || count <= 0 || first + count > out_features())
+    throw std::out_of_range("Linear::rows: rows " + std::to_string(first) + " + " + std::to_string(count) +
+                            " outside a matrix of " + std::to_string(out_features()));
+  Linear part;
+  if (!is_quantized()) {
+    part.weight = weight.narrow(0, first, count);  // rows of a row-major matrix: still contiguous
+    return part;
+  }
+  part.quantized = quantized;
+  part.quantized.view.data = quantized.view.data + first * quantized.view.row_bytes;
+  part.quantized.view.rows = count;
+  return part;
 }
 
 }  // namespace kvchat

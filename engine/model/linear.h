@@ -40,6 +40,9 @@ struct Linear {
   std::int64_t streaming_rows() const;
   // Row `row` as f32 into out[in].
   void row_into(std::int64_t row, float* out) const;
+  // Rows first .. first + count - 1 as a matrix of their own over the same storage (no copy): the parts of a
+  // fused matrix (Phi-3's qkv_proj, gate_up_proj). Without a bias.
+  Linear rows(std::int64_t first, std::int64_t count) const;
 };
 
 // Up to this many rows of x the weight-streaming kernels beat LibTorch's GEMM on f32 weights, which

@@ -121,9 +121,11 @@ void shared_input_linears_into(const SharedInputLinears& products, const float* 
   kernels::matvec_quantized_shared_input(jobs, count, x);
 }
 
-// HF rotate_half RoPE of `heads` vectors of head_dim at one position, in place.
-void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, const float* cos, const float* sin) {
-  const std::int64_t half = head_dim / 2;
+// HF rotate_half RoPE of `heads` vectors of head_dim at one position, in place: the first `rotated` dimensions of
+// each (all of them but for a partial rotary factor), cos/sin rows of that length.
+void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, std::int64_t rotated, const float* cos,
+                 const float* sin) {
+  const std::int64_t half = rotated / 2;
   for (std::int64_t head = 0; head < heads; ++head) {
     float* v = vectors + head * head_dim;
     for (std::int64_t i = 0; i < half; ++i) {
@@ -253,11 +255,11 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       rms_norm_heads(s.k.data(), steps * kv_heads, layer.k_norm, head_dim, c.rms_norm_eps);
     }
     const RopeTable& rope = c.layer_uses_local_rope(layer_index) ? *local_rope_ : rope_;
-    for (std::int64_t i = 0; i < steps; ++i) {
+    for (std::int64_t i = 0; i < steps && c.layer_uses_rope(layer_index); ++i) {
       const float* cos = rope.cos_row(start_pos + i);
       const float* sin = rope.sin_row(start_pos + i);
-      rotate_into(s.q.data() + i * q_size, heads, head_dim, cos, sin);
-      rotate_into(s.k.data() + i * kv_size, kv_heads, head_dim, cos, sin);
+      rotate_into(s.q.data() + i * q_size, heads, head_dim, c.rotated_dims(), cos, sin);
+      rotate_into(s.k.data() + i * kv_size, kv_heads, head_dim, c.rotated_dims(), cos, sin);
     }
 
     KvLayerRows rows;

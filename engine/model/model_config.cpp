@@ -101,8 +101,9 @@ void read_gemma_and_window_fields(const FieldReader& read, const json& root, boo
     const std::int64_t pattern = gemma2 ? 2 : read.positive_int_or("sliding_window_pattern", 6);
     for (std::size_t layer = 0; layer < layers; ++layer)
       config.sliding_layers.push_back((static_cast<std::int64_t>(layer) + 1) % pattern != 0);
-  } else if (config.model_type == "llama" && read.present("sliding_window")) {
-    // Mistral's: every layer. (Qwen's use_sliding_window, layers past max_window_layers, is refused above.)
+  } else if ((config.model_type == "llama" || config.model_type == "phi3") && read.present("sliding_window")) {
+    // Mistral's and Phi-3's: every layer. (Qwen's use_sliding_window, layers past max_window_layers, is refused
+    // above.)
     config.sliding_window = read.positive_int("sliding_window");
     config.sliding_layers.assign(layers, true);
   }
@@ -123,6 +124,56 @@ void read_gemma_and_window_fields(const FieldReader& read, const json& root, boo
         std::find(config.sliding_layers.begin(), config.sliding_layers.end(), true) != config.sliding_layers.end())
       read.fail("sliding_window", "is missing, but layer_types has sliding layers");
   }
+}
+
+// SmolLM3's layers without RoPE: no_rope_layers holds 1 for a layer that rotates and 0 for one that does not;
+// without it, every no_rope_layer_interval-th layer (4) goes without, as transformers derives the list.
+void read_no_rope_layers(const FieldReader& read, const json& root, ModelConfig& config) {
+  const std::size_t layers = static_cast<std::size_t>(config.num_hidden_layers);
+  if (read.present("no_rope_layers")) {
+    const json& flags = root.at("no_rope_layers");
+    if (!flags.is_array() || flags.size() != layers)
+      read.fail("no_rope_layers", "must hold one 0 or 1 per layer (" + std::to_string(layers) + ")");
+    for (const json& flag : flags) {
+      if (flag != 0 && flag != 1) read.fail("no_rope_layers", "must hold only 0 and 1");
+      config.layers_without_rope.push_back(flag == 0);
+    }
+    return;
+  }
+  const std::int64_t interval = read.positive_int_or("no_rope_layer_interval", 4);
+  for (std::size_t layer = 0; layer < layers; ++layer)
+    config.layers_without_rope.push_back((static_cast<std::int64_t>(layer) + 1) % interval == 0);
+}
+
+// Phi-3's LongRoPE (rope_scaling type "longrope", formerly "su"): short and long per-pair frequency divisors for
+// contexts up to and past original_max_position_embeddings, and cos/sin scaled by the attention factor
+// (sqrt(1 + ln(s) / ln(original)) for s = max_position_embeddings / original unless the config gives it).
+// transformers switches to the long divisors once a sequence passes the original length, which changes the
+// rotation of every earlier position: no cache can follow that switch. kvchat takes the short divisors and limits
+// the context to the original length, where its results are transformers' exactly; the long-context mode is not
+// built, and positions past it are refused as past any context limit.
+void read_longrope(const FieldReader& read, const json& scaling, ModelConfig& config) {
+  const FieldReader scaling_read{scaling, read.source};
+  RopeScaling& rope = config.rope_scaling;
+  rope.rope_type = "longrope";
+  rope.original_max_position_embeddings = read.positive_int_or(
+      "original_max_position_embeddings", scaling_read.positive_int_or("original_max_position_embeddings", 0));
+  if (rope.original_max_position_embeddings == 0)
+    read.fail("original_max_position_embeddings", "is missing (LongRoPE needs it)");
+  const std::size_t pairs = static_cast<std::size_t>(config.rotated_dims() / 2);
+  for (const char* field : {"short_factor", "long_factor"})
+    if (!scaling.contains(field) || !scaling.at(field).is_array() || scaling.at(field).size() != pairs)
+      scaling_read.fail(field, "must list " + std::to_string(pairs) + " factors (one per rotated pair)");
+  for (const json& value : scaling.at("short_factor")) {
+    if (!value.is_number() || !(value.get<double>() > 0))
+      scaling_read.fail("short_factor", "must hold positive numbers");
+    rope.longrope_factors.push_back(value.get<double>());
+  }
+  const double original = static_cast<double>(rope.original_max_position_embeddings);
+  const double scale = static_cast<double>(config.max_position_embeddings) / original;
+  const double computed = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(original));
+  rope.attention_factor = scaling_read.positive_number_or("attention_factor", computed);
+  config.max_position_embeddings = std::min(config.max_position_embeddings, rope.original_max_position_embeddings);
 }
 
 }  // namespace
@@ -153,9 +204,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   const bool qwen3 = config.model_type == "qwen3";
   const bool gemma2 = config.model_type == "gemma2", gemma3 = config.model_type == "gemma3";
   const bool gemma = gemma2 || gemma3;
-  if (config.model_type != "llama" && !qwen2 && !qwen3 && !gemma)
+  const bool smollm3 = config.model_type == "smollm3";
+  const bool phi3 = config.model_type == "phi3";
+  if (config.model_type != "llama" && !qwen2 && !qwen3 && !gemma && !smollm3 && !phi3)
     throw ModelError(source + ": unsupported model_type '" + config.model_type +
-                     "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text)");
+                     "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, smollm3, phi3)");
   // Mixtures of experts route each token through some of many feed-forward blocks: not this engine's layer.
   for (const char* experts : {"num_local_experts", "num_experts"})
     if (read.present(experts) && root.at(experts).is_number_integer() && root.at(experts).get<std::int64_t>() > 1)
@@ -181,7 +234,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   config.qk_norm = qwen3 || gemma3;
   // Qwen2's and Qwen3's sliding window is off in the released models; a checkpoint that turns it on attends
   // differently from what this engine computes.
-  if ((qwen2 || qwen3) && read.bool_or("use_sliding_window", false))
+  if ((qwen2 || qwen3 || smollm3) && read.bool_or("use_sliding_window", false))
     throw ModelError(source + ": use_sliding_window is true: sliding-window attention is not supported");
   config.mlp_bias = read.bool_or("mlp_bias", false);
   config.torch_dtype = read.string_or("torch_dtype", "float32");
@@ -200,6 +253,12 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     config.head_dim = config.hidden_size / config.num_attention_heads;
   }
   if (config.head_dim % 2 != 0) throw ModelError(source + ": head_dim must be even for RoPE");
+  // Phi-4-mini rotates the first 3/4 of each head.
+  const double partial_rotary = read.positive_number_or("partial_rotary_factor", 1.0);
+  if (partial_rotary > 1.0) read.fail("partial_rotary_factor", "must not exceed 1");
+  config.rotary_dim = static_cast<std::int64_t>(static_cast<double>(config.head_dim) * partial_rotary);
+  if (config.rotary_dim <= 0 || config.rotary_dim % 2 != 0)
+    read.fail("partial_rotary_factor", "gives " + std::to_string(config.rotary_dim) + " rotated dimensions, not even");
   if (config.num_attention_heads % config.num_key_value_heads != 0)
     throw ModelError(source + ": num_attention_heads " + std::to_string(config.num_attention_heads) +
                      " is not a multiple of num_key_value_heads " + std::to_string(config.num_key_value_heads));
@@ -221,12 +280,16 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     } else if (type == "linear") {
       config.rope_scaling.rope_type = "linear";
       config.rope_scaling.factor = scaling_read.positive_number_or("factor", 1.0);
+    } else if (type == "longrope" || type == "su") {
+      read_longrope(read, scaling, config);
     } else if (type != "default") {
-      throw ModelError(source + ": unsupported rope_scaling type '" + type + "' (supported: default, linear, llama3)");
+      throw ModelError(source + ": unsupported rope_scaling type '" + type +
+                       "' (supported: default, linear, llama3, longrope)");
     }
   }
 
   read_gemma_and_window_fields(read, root, gemma2, gemma3, config);
+  if (smollm3) read_no_rope_layers(read, root, config);
 
   if (read.present("bos_token_id")) {
     auto ids = read_token_ids(root.at("bos_token_id"), source, "bos_token_id");

@@ -16,11 +16,16 @@ struct ModelError : std::runtime_error {
 };
 
 struct RopeScaling {
-  std::string rope_type = "default";  // "default", "linear" (frequencies / factor) or "llama3"
+  // "default", "linear" (frequencies / factor), "llama3" or "longrope" (Phi-3's, also called "su")
+  std::string rope_type = "default";
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   std::int64_t original_max_position_embeddings = 8192;
+  // LongRoPE: per rotated pair, the divisor of its frequency (the short factors, rotary_dim / 2 of them), and the
+  // factor cos and sin are multiplied by (model_config.cpp says why the long factors are not used).
+  std::vector<double> longrope_factors;
+  double attention_factor = 1.0;
 };
 
 // The longest context a config may claim (2^24 positions): beyond it a value is a corrupt or hostile
@@ -28,13 +33,17 @@ struct RopeScaling {
 constexpr std::int64_t kMaxContextPositions = std::int64_t(1) << 24;
 
 struct ModelConfig {
-  std::string model_type = "llama";  // "llama" (also Mistral, TinyLlama, SmolLM), "qwen2", "qwen3", "gemma2", "gemma3"
+  std::string model_type =
+      "llama";  // "llama" (also Mistral, TinyLlama, SmolLM), "qwen2", "qwen3", "gemma2", "gemma3", "smollm3", "phi3"
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
   std::int64_t num_attention_heads = 0;
   std::int64_t num_key_value_heads = 0;
   std::int64_t head_dim = 0;  // hidden_size / num_attention_heads when the file has none
+  // The leading dimensions of each head that RoPE rotates (Phi-4-mini's partial_rotary_factor); the rest pass
+  // through. Equal to head_dim for every other family.
+  std::int64_t rotary_dim = 0;
   std::int64_t vocab_size = 0;
   std::int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;
@@ -69,6 +78,8 @@ struct ModelConfig {
   // (its own included: query p sees keys p - window + 1 .. p). 0: every layer attends to every position.
   std::int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;  // one per layer
+  // SmolLM3: layers whose attention has no position rotation at all (NoPE); one per layer, empty for none.
+  std::vector<bool> layers_without_rope;
   // The RoPE base of the sliding layers (Gemma 3's rope_local_base_freq, without rope_scaling); 0: rope_theta.
   double rope_local_theta = 0.0;
 
@@ -78,6 +89,11 @@ struct ModelConfig {
                    sliding_layers[static_cast<std::size_t>(layer)]
                ? sliding_window
                : 0;
+  }
+  std::int64_t rotated_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  bool layer_uses_rope(std::int64_t layer) const {
+    return static_cast<std::size_t>(layer) >= layers_without_rope.size() ||
+           !layers_without_rope[static_cast<std::size_t>(layer)];
   }
   bool layer_uses_local_rope(std::int64_t layer) const { return rope_local_theta > 0 && layer_window(layer) > 0; }
   // 1/sqrt(query_pre_attention_scalar or head_dim), in f32.

@@ -198,15 +198,24 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
   const char* const mlp_norm_name =
       config.post_norms ? ".pre_feedforward_layernorm.weight" : ".post_attention_layernorm.weight";
 
+  const bool fused = config.model_type == "phi3";
+
   ModelWeights weights;
   weights.embedding.weight = reader.matrix("model.embed_tokens.weight", {config.vocab_size, s.hidden});
   for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     LayerWeights layer;
     layer.attention_norm = norm(p + ".input_layernorm.weight", s.hidden);
-    layer.q = linear(p + ".self_attn.q_proj", s.q_out, s.hidden, config.qkv_bias);
-    layer.k = linear(p + ".self_attn.k_proj", s.kv_out, s.hidden, config.qkv_bias);
-    layer.v = linear(p + ".self_attn.v_proj", s.kv_out, s.hidden, config.qkv_bias);
+    if (fused) {  // Phi-3: one qkv_proj, its q, k and v rows in that order
+      const Linear qkv = linear(p + ".self_attn.qkv_proj", s.q_out + 2 * s.kv_out, s.hidden, false);
+      layer.q = qkv.rows(0, s.q_out);
+      layer.k = qkv.rows(s.q_out, s.kv_out);
+      layer.v = qkv.rows(s.q_out + s.kv_out, s.kv_out);
+    } else {
+      layer.q = linear(p + ".self_attn.q_proj", s.q_out, s.hidden, config.qkv_bias);
+      layer.k = linear(p + ".self_attn.k_proj", s.kv_out, s.hidden, config.qkv_bias);
+      layer.v = linear(p + ".self_attn.v_proj", s.kv_out, s.hidden, config.qkv_bias);
+    }
     layer.o = linear(p + ".self_attn.o_proj", s.hidden, s.q_out, config.output_bias);
     if (config.qk_norm) {
       layer.q_norm = norm(p + ".self_attn.q_norm.weight", config.head_dim);
@@ -217,8 +226,14 @@ ModelWeights load_model_weights(const std::string& directory, const ModelConfig&
       layer.post_attention_norm = norm(p + ".post_attention_layernorm.weight", s.hidden);
       layer.post_mlp_norm = norm(p + ".post_feedforward_layernorm.weight", s.hidden);
     }
-    layer.gate = linear(p + ".mlp.gate_proj", s.inter, s.hidden, config.mlp_bias);
-    layer.up = linear(p + ".mlp.up_proj", s.inter, s.hidden, config.mlp_bias);
+    if (fused) {  // Phi-3: one gate_up_proj, the gate's rows first
+      const Linear gate_up = linear(p + ".mlp.gate_up_proj", 2 * s.inter, s.hidden, false);
+      layer.gate = gate_up.rows(0, s.inter);
+      layer.up = gate_up.rows(s.inter, s.inter);
+    } else {
+      layer.gate = linear(p + ".mlp.gate_proj", s.inter, s.hidden, config.mlp_bias);
+      layer.up = linear(p + ".mlp.up_proj", s.inter, s.hidden, config.mlp_bias);
+    }
     layer.down = linear(p + ".mlp.down_proj", s.hidden, s.inter, config.mlp_bias);
     weights.layers.push_back(std::move(layer));
   }

@@ -7,8 +7,11 @@
 namespace kvchat {
 
 at::Tensor rope_inverse_frequencies(const ModelConfig& config) {
-  const std::int64_t dim = config.head_dim;
+  const std::int64_t dim = config.rotated_dims();
   at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  if (config.rope_scaling.rope_type == "longrope")  // 1 / (factor * base^(2i/dim)), float32 as transformers
+    return 1.0 / (at::tensor(config.rope_scaling.longrope_factors, at::kDouble).to(at::kFloat) *
+                  at::pow(config.rope_theta, exponents));
   at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, exponents);  // float32, as transformers
   if (!config.rope_frequency_factors.empty())
     inv_freq = inv_freq / at::tensor(config.rope_frequency_factors, at::kDouble).to(at::kFloat);
@@ -32,12 +35,16 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const ModelConfig& config, const 
   at::Tensor inv_freq = rope_inverse_frequencies(config);
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [P, dim/2]
   at::Tensor emb = at::cat({freqs, freqs}, 1);
+  if (config.rope_scaling.rope_type == "longrope") {
+    const auto factor = static_cast<float>(config.rope_scaling.attention_factor);
+    return {emb.cos() * factor, emb.sin() * factor};
+  }
   return {emb.cos(), emb.sin()};
 }
 
 RopeTable::RopeTable(const ModelConfig& config)
     : config_(config),
-      head_dim_(config.head_dim),
+      head_dim_(config.rotated_dims()),
       cos_chunks_(static_cast<std::size_t>((config.max_position_embeddings + kChunkPositions - 1) / kChunkPositions)),
       sin_chunks_(cos_chunks_.size()) {}
 

@@ -1,6 +1,7 @@
 #pragma once
 // Rotary position embeddings in Hugging Face's rotate_half layout: cos/sin rows are cat([freqs, freqs])
-// over head_dim, computed in float32 exactly as transformers does (default and llama3 frequency scaling).
+// over the rotated dimensions (head_dim, or Phi-4-mini's leading part of it), computed in float32 exactly as
+// transformers does (default, linear, llama3 and LongRoPE frequency scaling).
 #include <ATen/ATen.h>
 
 #include <atomic>
@@ -13,9 +14,9 @@
 
 namespace kvchat {
 
-// inv_freq [head_dim / 2], with rope_scaling applied.
+// inv_freq [rotated dims / 2], with rope_scaling applied.
 at::Tensor rope_inverse_frequencies(const ModelConfig& config);
-// cos and sin rows [positions.size(0), head_dim] for the given absolute positions (int64 tensor).
+// cos and sin rows [positions.size(0), rotated dims] for the given absolute positions (int64 tensor).
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const ModelConfig& config, const at::Tensor& positions);
 
 // The cos/sin rows of every position up to the model's context limit, computed on demand a chunk of
@@ -28,7 +29,7 @@ class RopeTable {
 
   // Makes the rows of positions [0, end) available; end must not exceed the context limit.
   void ensure(std::int64_t end) const;
-  // Rows of one position [head_dim] (ensure(position + 1) first).
+  // Rows of one position [rotated dims] (ensure(position + 1) first).
   const float* cos_row(std::int64_t position) const { return row(cos_chunks_, position); }
   const float* sin_row(std::int64_t position) const { return row(sin_chunks_, position); }
   std::int64_t ready_positions() const;

@@ -372,9 +372,10 @@ void GgufLayoutsTest::model_level_errors() {
                                         t.dims = {32, 64};  // same bytes, wrong shape
                                   }),
                     "tensor blk.0.attn_k.weight has dimensions [32, 64] but the metadata needs [64, 32]");
+  // Partial rotary is a real layout (Phi-3, rope.dimension_count < head size); an odd count is not.
   expect_load_error(
-      write_variant("rope.gguf", [](test::GgufPieces& p) { p.metadata[9] = kv_u32("llama.rope.dimension_count", 8); }),
-      "rope.dimension_count");
+      write_variant("rope.gguf", [](test::GgufPieces& p) { p.metadata[9] = kv_u32("llama.rope.dimension_count", 7); }),
+      "llama.rope.dimension_count is 7: it must be even and at most the head dimension");
   // No epsilon: a guessed default would change every logit silently.
   expect_load_error(write_variant("eps.gguf",
                                   [](test::GgufPieces& p) {

@@ -73,9 +73,57 @@ FAMILIES = {
         seed=9,
         gguf=False,
     ),
+    # SmolLM3: the Llama layout with every fourth layer without RoPE (the fourth here), tied embeddings. Its GGUF
+    # files carry Q and K permuted for interleaved RoPE, as llama.cpp's converter writes llama files.
+    "smollm3": dict(
+        config={
+            "architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 256,
+            "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 64, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "rope_theta": 5000000.0, "no_rope_layer_interval": 4, "no_rope_layers": [1, 1, 1, 0],
+            "use_sliding_window": False, "sliding_window": None, "tie_word_embeddings": True, "hidden_act": "silu",
+            "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": None,
+            "eos_token_id": 255,
+        },
+        seed=11,
+    ),
+    # Phi-3.5 / Phi-4-mini: fused qkv_proj and gate_up_proj, LongRoPE (short factors within the original context,
+    # the attention factor of a context twice as long), 3/4 of each head rotated (Phi-4-mini's
+    # partial_rotary_factor), a sliding window on every layer.
+    "phi3": dict(
+        config={
+            "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 256,
+            "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 256, "max_position_embeddings": 1024, "original_max_position_embeddings": 512,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "rope_scaling": {"type": "longrope", "short_factor": [round(1.0 + 0.02 * i, 4) for i in range(24)],
+                             "long_factor": [round(1.0 + 0.5 * i, 4) for i in range(24)]},
+            "sliding_window": 32, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
+            "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 255,
+        },
+        seed=13,
+    ),
 }
 
 GEMMA = ("gemma2", "gemma3_text")
+PERMUTED_QK = ("llama", "mistral", "smollm3")  # llama.cpp writes their Q and K rows for interleaved RoPE
+
+
+def permute_rows(w, heads):
+    """llama.cpp's converter: row (head, half i, j) of Hugging Face's order goes to head * head_dim + 2 j + i."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_rows(w, heads):
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def qk_heads(config, name):
+    if name.endswith("q_proj.weight"):
+        return config["num_attention_heads"]
+    if name.endswith("k_proj.weight"):
+        return config["num_key_value_heads"]
+    return 0
 
 # Gemma's post-attention norm is its own; its feed-forward's input norm is llama.cpp's ffn_norm.
 GEMMA_GGUF_NAMES = [
@@ -88,6 +136,7 @@ GGUF_NAMES = [
     (".self_attn.o_proj.", ".attn_output."), (".self_attn.q_norm.", ".attn_q_norm."),
     (".self_attn.k_norm.", ".attn_k_norm."), (".post_attention_layernorm.", ".ffn_norm."),
     (".mlp.gate_proj.", ".ffn_gate."), (".mlp.up_proj.", ".ffn_up."), (".mlp.down_proj.", ".ffn_down."),
+    (".self_attn.qkv_proj.", ".attn_qkv."), (".mlp.gate_up_proj.", ".ffn_up."),
     ("model.norm.", "output_norm."), ("lm_head.", "output."),
 ]
 
@@ -101,7 +150,8 @@ def gguf_name(name, model_type):
 def random_weights(config, seed):
     rng = np.random.default_rng(seed)
     hidden, inter = config["hidden_size"], config["intermediate_size"]
-    heads, kv_heads, head_dim = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
     shapes = {"model.embed_tokens.weight": (config["vocab_size"], hidden)}
     norms = ["model.norm.weight"]
     for layer in range(config["num_hidden_layers"]):
@@ -122,6 +172,13 @@ def random_weights(config, seed):
             norms += [p + ".self_attn.q_norm.weight", p + ".self_attn.k_norm.weight"]
     if not config["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (config["vocab_size"], hidden)
+    if config["model_type"] == "phi3":  # one qkv_proj (q, k, v rows) and one gate_up_proj (gate rows first)
+        for layer in range(config["num_hidden_layers"]):
+            p = f"model.layers.{layer}"
+            parts = [shapes.pop(p + f".self_attn.{n}_proj.weight") for n in "qkv"]
+            shapes[p + ".self_attn.qkv_proj.weight"] = (sum(part[0] for part in parts), hidden)
+            parts = [shapes.pop(p + f".mlp.{n}_proj.weight") for n in ("gate", "up")]
+            shapes[p + ".mlp.gate_up_proj.weight"] = (2 * inter, hidden)
     weights = {name: rng.normal(0.0, 0.08, shape) for name, shape in shapes.items()}
     if config["model_type"] in GEMMA:
         # Gemma scales its (tied) embeddings by sqrt(hidden): at the other matrices' spread, a token's own embedding
@@ -148,14 +205,21 @@ def gguf_metadata(config, file_type):
     if scaling.get("rope_type") == "linear":
         extra[f"{arch}.rope.scaling.type"] = "linear"
         extra[f"{arch}.rope.scaling.factor"] = float(scaling["factor"])
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if arch == "phi3":  # as llama.cpp's converter writes LongRoPE and the window
+        original = config["original_max_position_embeddings"]
+        ratio = config["max_position_embeddings"] / original
+        extra["phi3.rope.scaling.attn_factor"] = float(np.sqrt(1.0 + np.log(ratio) / np.log(original)))
+        extra["phi3.rope.scaling.original_context_length"] = original
+        extra["phi3.attention.sliding_window"] = config["sliding_window"]
     return extra | {
         "general.architecture": arch, "general.name": f"tiny random {arch}", "general.file_type": file_type,
         f"{arch}.context_length": config["max_position_embeddings"], f"{arch}.embedding_length": config["hidden_size"],
         f"{arch}.block_count": config["num_hidden_layers"], f"{arch}.feed_forward_length": config["intermediate_size"],
         f"{arch}.attention.head_count": config["num_attention_heads"],
         f"{arch}.attention.head_count_kv": config["num_key_value_heads"],
-        f"{arch}.attention.key_length": config["head_dim"], f"{arch}.attention.value_length": config["head_dim"],
-        f"{arch}.rope.dimension_count": config["head_dim"],
+        f"{arch}.attention.key_length": head_dim, f"{arch}.attention.value_length": head_dim,
+        f"{arch}.rope.dimension_count": int(head_dim * config.get("partial_rotary_factor", 1.0)),
         f"{arch}.attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
         f"{arch}.rope.freq_base": float(config["rope_theta"]),
     }
@@ -172,16 +236,26 @@ def write_gguf(path, config, weights, matrix_type, file_type):
             tensors.append((gguf_name(name, model_type), w.shape, gg.GGUF_F32, stored.astype(np.float32).tobytes()))
             continue
         type_id = matrix_type if w.shape[1] % gg.BLOCK_SIZE[matrix_type] == 0 else gg.GGUF_Q8_0
+        if model_type in PERMUTED_QK and qk_heads(config, name):
+            w = permute_rows(w, qk_heads(config, name))
         tensors.append((gguf_name(name, model_type), w.shape, type_id, gg.quantize(type_id, w)))
+    scaling = config.get("rope_scaling") or {}
+    for kind in ("short", "long") if scaling.get("type") == "longrope" else ():
+        factors = np.asarray(scaling[kind + "_factor"], dtype=np.float32)
+        tensors.append((f"rope_factors_{kind}.weight", factors.shape, gg.GGUF_F32, factors.tobytes()))
     gg.write_gguf(path, gguf_metadata(config, file_type), tensors)
     # The reference reads the file back: the weights as stored, dequantized its own way, and for each block-type
     # matrix the group its products round their input in (32 for Q8_0, 256 for the K-quants).
     hf_of = {gguf_name(name, model_type): name for name in weights}
     stored, groups = {}, {}
     for name, (shape, type_id, payload) in gg.read_gguf_tensors(path).items():
+        if name.startswith("rope_factors_"):
+            continue
         stored[hf_of[name]] = gg.dequantize(type_id, payload, int(np.prod(shape))).reshape(shape)
         if gemma and name.endswith("norm.weight"):  # back to the checkpoint's meaning for the reference
             stored[hf_of[name]] = stored[hf_of[name]] - 1.0
+        if model_type in PERMUTED_QK and qk_heads(config, hf_of[name]):
+            stored[hf_of[name]] = unpermute_rows(stored[hf_of[name]], qk_heads(config, hf_of[name]))
         if type_id != gg.GGUF_F32:
             groups[hf_of[name]] = 256 if type_id == gg.GGUF_Q4_K else 32
     return stored, groups

@@ -12,7 +12,12 @@ outputs normed before each residual add (post_attention_layernorm, post_feedforw
 input norm is pre_feedforward_layernorm); GeGLU with the tanh GELU; final logits soft-capped (Gemma 2). Sliding
 layers (Gemma's pattern, Mistral's every layer, or layer_types) let query p see keys p - window + 1 .. p only;
 Gemma 3's sliding layers rotate with rope_local_base_freq and no scaling, its global layers with rope_theta and
-rope_scaling.
+rope_scaling. SmolLM3's layers marked 0 in no_rope_layers (every fourth by default) do not rotate q and k at all.
+
+Phi-3 (modeling_phi3): fused qkv_proj (q, k, v rows in order) and gate_up_proj (gate rows first); RoPE over the first
+head_dim * partial_rotary_factor dimensions only; LongRoPE frequencies 1 / (short_factor * base^(2i/dim)) with cos
+and sin times the attention factor (sequences within original_max_position_embeddings, where transformers uses the
+short factors); a sliding window on every layer where the config has one.
 """
 import numpy as np
 
@@ -26,13 +31,18 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def rope(x, positions, theta, linear_factor=1.0):
-    """x [T, heads, head_dim]: HF's default RoPE (or "linear": frequencies / factor)."""
-    head_dim = x.shape[-1]
-    inverse_frequency = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)) / linear_factor
+def rope(x, positions, theta, linear_factor=1.0, rotated=None, pair_factors=None, attention_factor=1.0):
+    """x [T, heads, head_dim]: HF's default RoPE (or "linear": frequencies / factor) of the first `rotated`
+    dimensions (all by default); LongRoPE: frequencies / pair_factors, cos and sin times attention_factor."""
+    dim = rotated or x.shape[-1]
+    inverse_frequency = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)) / linear_factor
+    if pair_factors is not None:
+        inverse_frequency = inverse_frequency / np.asarray(pair_factors, dtype=np.float64)
     angles = np.outer(positions, inverse_frequency)
     angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
-    return x * np.cos(angles) + rotate_half(x) * np.sin(angles)
+    part = x[..., :dim]
+    cos, sin = np.cos(angles) * attention_factor, np.sin(angles) * attention_factor
+    return np.concatenate([part * cos + rotate_half(part) * sin, x[..., dim:]], axis=-1)
 
 
 def silu(x):
@@ -41,6 +51,17 @@ def silu(x):
 
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rotating_layers(config):
+    """One bool per layer: does it apply RoPE? (SmolLM3's no_rope_layers: 1 rotates, 0 does not.)"""
+    layers = config["num_hidden_layers"]
+    if config.get("model_type") != "smollm3":
+        return [True] * layers
+    if config.get("no_rope_layers") is not None:
+        return [bool(flag) for flag in config["no_rope_layers"]]
+    interval = config.get("no_rope_layer_interval", 4)
+    return [(i + 1) % interval != 0 for i in range(layers)]
 
 
 def sliding_layers(config):
@@ -54,7 +75,7 @@ def sliding_layers(config):
     if model_type in ("gemma3", "gemma3_text"):
         pattern = config.get("sliding_window_pattern", 6)
         return [(i + 1) % pattern != 0 for i in range(layers)]
-    return [bool(config.get("sliding_window")) and model_type == "mistral"] * layers
+    return [bool(config.get("sliding_window")) and model_type in ("mistral", "phi3")] * layers
 
 
 def round_activations(x, group):
@@ -80,7 +101,17 @@ def forward(config, weights, ids, activation_groups=None):
     eps = config.get("rms_norm_eps", 1e-6)
     theta = config.get("rope_theta", 10000.0)
     scaling = config.get("rope_scaling") or {}
-    linear_factor = scaling.get("factor", 1.0) if scaling.get("rope_type", scaling.get("type")) == "linear" else 1.0
+    scaling_type = scaling.get("rope_type", scaling.get("type"))
+    linear_factor = scaling.get("factor", 1.0) if scaling_type == "linear" else 1.0
+    rotated = int(head_dim * config.get("partial_rotary_factor", 1.0))
+    pair_factors, attention_factor = None, 1.0
+    if scaling_type in ("longrope", "su"):
+        original = config["original_max_position_embeddings"]
+        pair_factors = scaling["short_factor"]
+        ratio = config["max_position_embeddings"] / original
+        attention_factor = scaling.get("attention_factor") or (
+            1.0 if ratio <= 1.0 else np.sqrt(1.0 + np.log(ratio) / np.log(original)))
+    fused = model_type == "phi3"
     steps = len(ids)
     positions = np.arange(steps, dtype=np.float64)
     x = weights["model.embed_tokens.weight"][np.asarray(ids)]
@@ -102,19 +133,29 @@ def forward(config, weights, ids, activation_groups=None):
         y = h @ weights[name + ".weight"].T
         return y + weights[name + ".bias"] if name + ".bias" in weights else y
 
-    for layer, sliding in enumerate(sliding_layers(config)):
+    for layer, (sliding, rotates) in enumerate(zip(sliding_layers(config), rotating_layers(config))):
         p = f"model.layers.{layer}"
         h = norm(x, p + ".input_layernorm.weight")
-        q = linear(p + ".self_attn.q_proj", h).reshape(steps, heads, head_dim)
-        k = linear(p + ".self_attn.k_proj", h).reshape(steps, kv_heads, head_dim)
-        v = linear(p + ".self_attn.v_proj", h).reshape(steps, kv_heads, head_dim)
+        if fused:
+            qkv = linear(p + ".self_attn.qkv_proj", h)
+            q_out, kv_out = heads * head_dim, kv_heads * head_dim
+            q = qkv[:, :q_out].reshape(steps, heads, head_dim)
+            k = qkv[:, q_out:q_out + kv_out].reshape(steps, kv_heads, head_dim)
+            v = qkv[:, q_out + kv_out:].reshape(steps, kv_heads, head_dim)
+        else:
+            q = linear(p + ".self_attn.q_proj", h).reshape(steps, heads, head_dim)
+            k = linear(p + ".self_attn.k_proj", h).reshape(steps, kv_heads, head_dim)
+            v = linear(p + ".self_attn.v_proj", h).reshape(steps, kv_heads, head_dim)
         if p + ".self_attn.q_norm.weight" in weights:  # Qwen3, Gemma 3
             q = norm(q, p + ".self_attn.q_norm.weight")
             k = norm(k, p + ".self_attn.k_norm.weight")
-        if sliding and model_type in ("gemma3", "gemma3_text"):
+        if not rotates:
+            pass
+        elif sliding and model_type in ("gemma3", "gemma3_text"):
             q, k = rope(q, positions, config["rope_local_base_freq"]), rope(k, positions, config["rope_local_base_freq"])
         else:
-            q, k = rope(q, positions, theta, linear_factor), rope(k, positions, theta, linear_factor)
+            q = rope(q, positions, theta, linear_factor, rotated, pair_factors, attention_factor)
+            k = rope(k, positions, theta, linear_factor, rotated, pair_factors, attention_factor)
         group = heads // kv_heads
         mask = windowed if sliding else causal
         attended = np.empty((steps, heads, head_dim))
@@ -131,6 +172,11 @@ def forward(config, weights, ids, activation_groups=None):
             h = norm(x, p + ".pre_feedforward_layernorm.weight")
             out = linear(p + ".mlp.down_proj", gelu_tanh(linear(p + ".mlp.gate_proj", h)) * linear(p + ".mlp.up_proj", h))
             x = x + norm(out, p + ".post_feedforward_layernorm.weight")
+        elif fused:
+            x = x + out
+            h = norm(x, p + ".post_attention_layernorm.weight")
+            gate, up = np.split(linear(p + ".mlp.gate_up_proj", h), 2, axis=-1)
+            x = x + linear(p + ".mlp.down_proj", up * silu(gate))
         else:
             x = x + out
             h = norm(x, p + ".post_attention_layernorm.weight")
