@@ -1,8 +1,10 @@
 #include "ui/message_body.h"
 
 #include <QLocale>
+#include <QRegularExpression>
 #include <QStringList>
 #include <QTextDocument>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include "ui/code_block_widget.h"
@@ -30,14 +32,19 @@ void MessageBody::setContent(const QString& text, bool markdown) {
                                               .arg(QLocale().toString(text.size() - kMaxShownCharacters));
   }
   QList<MessageSegment> segments;
+  const kvchat::app::ThinkingSplit thinking =
+      markdown ? kvchat::app::split_thinking(shown) : kvchat::app::ThinkingSplit{};
+  show_thinking(thinking.has_thinking, thinking.closed, thinking.thinking);
+  if (thinking.has_thinking) shown = thinking.answer;
   if (markdown)
     segments = split_message_segments(shown);
   else
     segments.push_back({MessageSegment::Kind::Prose, shown, QString()});
-  if (segments.isEmpty()) segments.push_back({MessageSegment::Kind::Prose, QString(), QString()});
+  if (segments.isEmpty() && !thinking.has_thinking)
+    segments.push_back({MessageSegment::Kind::Prose, QString(), QString()});
 
   // Same shape (a streaming reply grew): update in place; otherwise rebuild.
-  bool same_shape = segments.size() == segments_.size() && !segment_widgets_.isEmpty();
+  bool same_shape = segments.size() == segments_.size() && (!segment_widgets_.isEmpty() || segments.isEmpty());
   for (int i = 0; same_shape && i < segments.size(); ++i) same_shape = segments[i].kind == segments_[i].kind;
   if (!same_shape) {
     for (QWidget* widget : segment_widgets_) delete widget;
@@ -52,6 +59,39 @@ void MessageBody::setContent(const QString& text, bool markdown) {
       if (!(segments[i] == segments_[i])) update_segment_widget(segment_widgets_[i], segments[i]);
   }
   segments_ = segments;
+}
+
+void MessageBody::show_thinking(bool present, bool closed, const QString& thinking) {
+  if (!present) {
+    delete thinking_toggle_;
+    delete thinking_view_;
+    thinking_toggle_ = nullptr;
+    thinking_view_ = nullptr;
+    return;
+  }
+  if (thinking_toggle_ == nullptr) {
+    thinking_toggle_ = new QToolButton(this);
+    thinking_toggle_->setObjectName("thinkingToggle");
+    thinking_toggle_->setCheckable(true);
+    thinking_toggle_->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    thinking_toggle_->setArrowType(Qt::RightArrow);
+    thinking_toggle_->setAutoRaise(true);
+    thinking_view_ = new MessageTextView(MessageTextView::Mode::Prose, this);
+    thinking_view_->setObjectName("thinkingText");
+    thinking_view_->setVisible(false);  // folded until asked for
+    layout_->insertWidget(0, thinking_toggle_);
+    layout_->insertWidget(1, thinking_view_);
+    connect(thinking_toggle_, &QToolButton::toggled, this, [this](bool open) {
+      thinking_view_->setVisible(open);
+      thinking_toggle_->setArrowType(open ? Qt::DownArrow : Qt::RightArrow);
+    });
+  }
+  const int words = thinking.split(QRegularExpression(QStringLiteral("\\s+")), Qt::SkipEmptyParts).size();
+  thinking_toggle_->setText(!closed      ? tr("Thinking\u2026")
+                            : words == 1 ? tr("Thought for 1 word")
+                                         : tr("Thought for %1 words").arg(words));
+  thinking_toggle_->setToolTip(tr("The model's reasoning before its answer; click to show or hide it"));
+  thinking_view_->setPlainSource(thinking);
 }
 
 QWidget* MessageBody::make_segment_widget(const MessageSegment& segment) {
@@ -77,6 +117,10 @@ void MessageBody::update_segment_widget(QWidget* widget, const MessageSegment& s
 
 QString MessageBody::renderedText() const {
   QStringList parts;
+  if (thinking_toggle_ != nullptr) {  // folded, a reader sees the button; open, the thinking too
+    parts << thinking_toggle_->text();
+    if (thinking_toggle_->isChecked()) parts << thinking_view_->document()->toPlainText();
+  }
   for (QWidget* widget : segment_widgets_) {
     if (auto* code = qobject_cast<CodeBlockWidget*>(widget))
       parts << code->code();

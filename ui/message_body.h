@@ -1,12 +1,14 @@
 #pragma once
 // The text of one message: prose (Markdown for replies, plain text for the user's words) interleaved with
 // code blocks that have their own Copy button. Updating it while a reply streams keeps the widgets of the
-// segments that did not change. Very long messages are shown cut (Copy and export still have all of it).
+// segments that did not change. Very long messages are shown cut (Copy and export still have all of it). A reply
+// that opens with <think>…</think> shows that part folded under a "Thinking…" button, expandable.
 #include <QList>
 #include <QWidget>
 
 #include "ui/markdown_blocks.h"
 
+class QToolButton;
 class QVBoxLayout;
 
 namespace kvchat::ui {
@@ -29,6 +31,9 @@ class MessageBody : public QWidget {
   QString renderedText() const;
   QList<MessageTextView*> proseViews() const;
   QList<CodeBlockWidget*> codeBlocks() const;
+  // The fold of a reply's thinking (null when it has none) and the view it opens.
+  QToolButton* thinkingToggle() const { return thinking_toggle_; }
+  MessageTextView* thinkingView() const { return thinking_view_; }
 
  private:
   QWidget* make_segment_widget(const MessageSegment& segment);
@@ -37,7 +42,10 @@ class MessageBody : public QWidget {
   bool markdown_ = false;
   QList<MessageSegment> segments_;
   QList<QWidget*> segment_widgets_;
+  void show_thinking(bool present, bool closed, const QString& thinking);
   QVBoxLayout* layout_ = nullptr;
+  QToolButton* thinking_toggle_ = nullptr;
+  MessageTextView* thinking_view_ = nullptr;
 };
 
 }  // namespace kvchat::ui

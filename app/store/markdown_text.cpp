@@ -44,6 +44,28 @@ bool is_closing_fence(const QString& line, const Fence& fence) {
 
 }  // namespace
 
+ThinkingSplit split_thinking(const QString& reply) {
+  static const QString open = QStringLiteral("<think>"), close = QStringLiteral("</think>");
+  ThinkingSplit split;
+  qsizetype start = 0;
+  while (start < reply.size() && reply.at(start).isSpace()) ++start;
+  if (reply.mid(start, open.size()) != open) {
+    split.answer = reply;
+    return split;
+  }
+  split.has_thinking = true;
+  const qsizetype body = start + open.size();
+  const qsizetype end = reply.indexOf(close, body);
+  split.closed = end >= 0;
+  split.thinking = reply.mid(body, split.closed ? end - body : -1).trimmed();
+  if (split.closed) {
+    qsizetype after = end + close.size();
+    while (after < reply.size() && reply.at(after).isSpace()) ++after;
+    split.answer = reply.mid(after);
+  }
+  return split;
+}
+
 QList<MessageSegment> split_message_segments(const QString& markdown) {
   QList<MessageSegment> segments;
   QStringList prose;

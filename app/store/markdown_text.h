@@ -17,6 +17,16 @@ struct MessageSegment {
   }
 };
 
+// A reasoning model's reply (Qwen3, DeepSeek-R1 and the like) opens with its thinking between <think> and
+// </think>. The window shows that part folded; the chat template decides what of it later prompts keep.
+struct ThinkingSplit {
+  bool has_thinking = false;  // the reply opens with <think> (after any whitespace)
+  bool closed = false;        // and </think> has come (a reply still streaming may not have it yet)
+  QString thinking;           // between the tags, trimmed
+  QString answer;             // after </think>, leading whitespace dropped; the whole text without thinking
+};
+ThinkingSplit split_thinking(const QString& reply);
+
 // Fenced blocks (``` or ~~~, up to three spaces of indent; closed by a fence of the same character at least
 // as long). A block not closed yet (a reply still streaming) runs to the end. Empty prose is left out.
 QList<MessageSegment> split_message_segments(const QString& markdown);

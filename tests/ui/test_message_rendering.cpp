@@ -19,6 +19,7 @@
 #include <QToolButton>
 
 #include "app/store/chat_history.h"
+#include "app/store/markdown_text.h"
 #include "ui/chat_view.h"
 #include "ui/code_block_widget.h"
 #include "ui/markdown_blocks.h"
@@ -70,6 +71,7 @@ class MessageRenderingTest : public QObject {
   void no_image_named_by_a_message_is_loaded();
   void code_blocks_have_their_own_copy_button_and_monospace();
   void message_segments_split_at_fences();
+  void a_replys_thinking_is_folded_and_expandable();
   void a_failed_reply_shows_its_error_once();
   void a_reply_cut_short_says_so_and_offers_continue();
   void a_huge_message_is_shown_cut_but_copied_whole();
@@ -218,6 +220,39 @@ void MessageRenderingTest::message_segments_split_at_fences() {
   QCOMPARE(segments[2], (MessageSegment{Kind::Prose, "b", ""}));
   QCOMPARE(segments[3], (MessageSegment{Kind::Code, "open", "js"}));  // still streaming: runs to the end
   QCOMPARE(kvchat::ui::split_message_segments("    ```\nnot a fence").size(), 1);
+}
+
+// A reasoning model's <think>…</think> opening: folded under its button while it streams and once done, opened
+// and closed by the button; the answer shows as any reply. The user's own words are never folded.
+void MessageRenderingTest::a_replys_thinking_is_folded_and_expandable() {
+  const auto split = kvchat::app::split_thinking(" <think>\nadd them\n</think>\n\n**4**");
+  QVERIFY(split.has_thinking && split.closed);
+  QCOMPARE(split.thinking, QStringLiteral("add them"));
+  QCOMPARE(split.answer, QStringLiteral("**4**"));
+  QVERIFY(!kvchat::app::split_thinking("no <think> here").has_thinking);
+
+  ChatView view;
+  view.model()->setMessages({record(1, "user", "<think>typed</think> 2+2?"), record(2, "assistant", "<think>\nadd")});
+  show_view(view, 600, 400);
+  QCOMPARE(view.messageWidget(1)->body()->thinkingToggle(), nullptr);
+  kvchat::ui::MessageBody* body = view.messageWidget(2)->body();
+  QVERIFY(body->thinkingToggle() != nullptr);
+  QCOMPARE(body->thinkingToggle()->text(), QStringLiteral("Thinking\u2026"));  // streaming: no </think> yet
+  QVERIFY(!body->thinkingView()->isVisible());
+  QCOMPARE(body->renderedText(), QStringLiteral("Thinking\u2026"));
+
+  view.model()->setMessages({record(1, "user", "<think>typed</think> 2+2?"),
+                             record(2, "assistant", "<think>\nadd two and two\n</think>\n\nIt is **4**.")});
+  body = view.messageWidget(2)->body();
+  QCOMPARE(body->thinkingToggle()->text(), QStringLiteral("Thought for 4 words"));
+  QVERIFY(!body->thinkingView()->isVisible());
+  QCOMPARE(body->renderedText(), QStringLiteral("Thought for 4 words\n\nIt is 4."));
+  body->thinkingToggle()->click();
+  QVERIFY(body->thinkingView()->isVisible());
+  QCOMPARE(body->renderedText(), QStringLiteral("Thought for 4 words\n\nadd two and two\n\nIt is 4."));
+  body->thinkingToggle()->click();
+  QVERIFY(!body->thinkingView()->isVisible());
+  QVERIFY(view.messageWidget(1)->body()->renderedText().contains(QStringLiteral("<think>typed</think>")));
 }
 
 void MessageRenderingTest::a_failed_reply_shows_its_error_once() {
