@@ -162,6 +162,18 @@ class ChatTemplateSemanticsTest : public QObject {
     }
   }
 
+  // transformers' chat-template environment adds {% generation %}: the body renders unchanged.
+  void the_generation_tag_renders_its_body() {
+    COMPARE_STR(render("a{% generation %}{% if true %}b{% endif %}{{ 'c' }}{% endgeneration %}d"), "abcd");
+    COMPARE_STR(render("{% for x in [1, 2] %}{% generation %}{{ loop.index }}{% endgeneration %}{% endfor %}"), "12");
+    try {
+      ChatTemplate("{% generation %}open");
+      QFAIL("an unclosed generation tag must not parse");
+    } catch (const TemplateError& error) {
+      QVERIFY2(std::string(error.what()).find("endgeneration") != std::string::npos, error.what());
+    }
+  }
+
   // transformers' environment has autoescape off, yet `safe` makes a markupsafe.Markup, and Markup's
   // + escapes the plain str on either side (functionary v3.1 renders its tool list that way).
   void safe_makes_markup_that_escapes_what_is_added_to_it() {

@@ -86,7 +86,14 @@ class Parser : public ExpressionParser {
       } else if (token.type == TokenType::BlockBegin) {
         next();
         if (end_tags.size() && at_end_tag(end_tags)) return body;
-        body.push_back(parse_statement());
+        if (is_name("generation")) {
+          // transformers' AssistantTracker tag (SmolLM3's template): it marks the assistant's text for a
+          // training mask and renders its body unchanged, so the body joins the enclosing one.
+          const Token& opening = next();
+          for (StmtPtr& stmt : parse_statements({"endgeneration"}, true, opening)) body.push_back(std::move(stmt));
+        } else {
+          body.push_back(parse_statement());
+        }
         expect(TokenType::BlockEnd);
       } else if (token.type == TokenType::Eof) {
         return body;
