@@ -39,6 +39,11 @@ void matmul_rows(const float* weight, const float* x, float* y, std::int64_t n, 
                  const float* bias, std::int64_t row_begin, std::int64_t row_end);
 void matmul_rows(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
                  std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end);
+// The same with every row of Y equal to the matvec of its vector alone (the row-exact products).
+void matmul_rows_exact(const float* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end);
+void matmul_rows_exact(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end);
 
 // attention.h
 void attention_decode_head(const float* q, const float* keys, const float* values, std::int64_t n,

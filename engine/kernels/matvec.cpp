@@ -111,6 +111,22 @@ void matmul_rows(const Weight* weight, const float* x, float* y, std::int64_t n,
   matmul_rows_portable(weight, x, y, n, rows, cols, bias, row_begin, row_end);
 }
 
+// As matmul_rows, every row of Y equal to the matvec of its vector alone (the portable loop already is).
+template <typename Weight>
+void matmul_rows_exact(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx2_kernels()) {
+    if (n == 1)
+      avx2::matmul_rows(weight, x, y, n, rows, cols, bias, row_begin, row_end);
+    else
+      avx2::matmul_rows_exact(weight, x, y, n, rows, cols, bias, row_begin, row_end);
+    return;
+  }
+#endif
+  matmul_rows_portable(weight, x, y, n, rows, cols, bias, row_begin, row_end);
+}
+
 template <typename Weight>
 void matmul_dispatch(const char* function, const Weight* weight, const float* x, float* y, std::int64_t n,
                      std::int64_t rows, std::int64_t cols, const float* bias) {
@@ -189,27 +205,29 @@ void matmul_bf16_small(const std::uint16_t* weight, const float* x, float* y, st
 
 namespace {
 
-// Several products that read the same input vector, as one parallel job: the threads stream every
-// matrix's rows in one pass (one dispatch and one barrier instead of one per matrix).
+// Several products that read the same n input vectors, as one parallel job: the threads stream every
+// matrix's rows in one pass (one dispatch and one barrier instead of one per matrix). Each output row is
+// the matvec of its vector alone, whatever n is.
 template <typename Weight>
 void shared_input_dispatch(const char* function, const SharedInputProduct<Weight>* products, int count, const float* x,
-                           std::int64_t cols) {
+                           std::int64_t n, std::int64_t cols) {
   std::int64_t total_rows = 0;
   for (int i = 0; i < count; ++i) {
-    check_args(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols);
+    check_args(function, products[i].weight, x, products[i].y, n, products[i].rows, cols);
     total_rows += products[i].rows;
   }
+  if (n == 0) return;
   if (cols == 0) {
     for (int i = 0; i < count; ++i)
-      matmul_dispatch(function, products[i].weight, x, products[i].y, 1, products[i].rows, cols, products[i].bias);
+      matmul_dispatch(function, products[i].weight, x, products[i].y, n, products[i].rows, cols, products[i].bias);
     return;
   }
   struct Problem {
     const SharedInputProduct<Weight>* products;
     int count;
     const float* x;
-    std::int64_t cols;
-  } const problem{products, count, x, cols};
+    std::int64_t n, cols;
+  } const problem{products, count, x, n, cols};
   for_row_blocks(total_rows, cols * static_cast<std::int64_t>(sizeof(Weight)),
                  [p = &problem](std::int64_t begin, std::int64_t end) {
                    // Map the block of the concatenated rows onto each product it overlaps.
@@ -218,8 +236,8 @@ void shared_input_dispatch(const char* function, const SharedInputProduct<Weight
                      const SharedInputProduct<Weight>& product = p->products[i];
                      const std::int64_t first = std::max(begin, offset), last = std::min(end, offset + product.rows);
                      if (first < last)
-                       matmul_rows(product.weight, p->x, product.y, 1, product.rows, p->cols, product.bias,
-                                   first - offset, last - offset);
+                       matmul_rows_exact(product.weight, p->x, product.y, p->n, product.rows, p->cols, product.bias,
+                                         first - offset, last - offset);
                      offset += product.rows;
                    }
                  });
@@ -228,12 +246,22 @@ void shared_input_dispatch(const char* function, const SharedInputProduct<Weight
 }  // namespace
 
 void matvec_f32_shared_input(const SharedInputProduct<float>* products, int count, const float* x, std::int64_t cols) {
-  shared_input_dispatch("matvec_f32_shared_input", products, count, x, cols);
+  shared_input_dispatch("matvec_f32_shared_input", products, count, x, 1, cols);
 }
 
 void matvec_bf16_shared_input(const SharedInputProduct<std::uint16_t>* products, int count, const float* x,
                               std::int64_t cols) {
-  shared_input_dispatch("matvec_bf16_shared_input", products, count, x, cols);
+  shared_input_dispatch("matvec_bf16_shared_input", products, count, x, 1, cols);
+}
+
+void matmul_f32_shared_input_exact(const SharedInputProduct<float>* products, int count, const float* x, std::int64_t n,
+                                   std::int64_t cols) {
+  shared_input_dispatch("matmul_f32_shared_input_exact", products, count, x, n, cols);
+}
+
+void matmul_bf16_shared_input_exact(const SharedInputProduct<std::uint16_t>* products, int count, const float* x,
+                                    std::int64_t n, std::int64_t cols) {
+  shared_input_dispatch("matmul_bf16_shared_input_exact", products, count, x, n, cols);
 }
 
 }  // namespace kvchat::kernels

@@ -53,5 +53,12 @@ struct SharedInputProduct {
 void matvec_f32_shared_input(const SharedInputProduct<float>* products, int count, const float* x, std::int64_t cols);
 void matvec_bf16_shared_input(const SharedInputProduct<std::uint16_t>* products, int count, const float* x,
                               std::int64_t cols);
+// The same for n input vectors X [n, cols] (each y_i then [n, rows_i]), the matrices read once, and every output
+// row equal to the bits the one-vector products above give for its vector: a forward over several rows
+// (verified draft tokens, a batch of sequences) then computes each row as a decode step does.
+void matmul_f32_shared_input_exact(const SharedInputProduct<float>* products, int count, const float* x, std::int64_t n,
+                                   std::int64_t cols);
+void matmul_bf16_shared_input_exact(const SharedInputProduct<std::uint16_t>* products, int count, const float* x,
+                                    std::int64_t n, std::int64_t cols);
 
 }  // namespace kvchat::kernels

@@ -180,6 +180,67 @@ inline void dot_row_x4_avx2(const Weight* w, std::int64_t cols, const float* x, 
   }
 }
 
+// dot(W row, x_k) for Count (at most four) vectors at stride `ldx`, each summed exactly as dot_row_avx2 sums one:
+// the same eight accumulators (accumulator j takes columns 8j .. 8j + 7 of every 64, then j = 0 the 8-column
+// tail), the same tree and scalar tail, so products over several rows equal their one-row products to the bit
+// (verified drafts, a batch of sequences). Eight accumulators per vector do not fit the registers for several
+// vectors, so they are summed PerPass at a time, each group a pass over the row (from L1/L2 after the first):
+// a pass loads each weight once for all the vectors, and keeps Count x PerPass independent sums in registers
+// (eight or so, enough to cover the FMA latency).
+template <int Count, int PerPass, typename Weight>
+inline void dot_row_exact_avx2(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx, float* out) {
+  static_assert(8 % PerPass == 0, "the eight accumulators split into whole passes");
+  const std::int64_t chunked = cols / 64 * 64;
+  __m256 lanes[Count][8];
+  for (int first = 0; first < 8; first += PerPass) {
+    __m256 acc[Count][PerPass];
+    for (int k = 0; k < Count; ++k)
+      for (int a = 0; a < PerPass; ++a) acc[k][a] = _mm256_setzero_ps();
+    for (std::int64_t c = 0; c < chunked; c += 64) {
+      if (first == 0) prefetch_ahead(w + c);
+      for (int a = 0; a < PerPass; ++a) {
+        const std::int64_t column = c + 8 * (first + a);
+        const __m256 weight = load8(w + column);
+        for (int k = 0; k < Count; ++k)
+          acc[k][a] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(x + k * ldx + column), acc[k][a]);
+      }
+    }
+    if (first == 0)
+      for (std::int64_t c = chunked; c + 8 <= cols; c += 8) {
+        const __m256 weight = load8(w + c);
+        for (int k = 0; k < Count; ++k)
+          acc[k][0] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(x + k * ldx + c), acc[k][0]);
+      }
+    for (int k = 0; k < Count; ++k)
+      for (int a = 0; a < PerPass; ++a) lanes[k][first + a] = acc[k][a];
+  }
+  const std::int64_t tail = cols / 8 * 8;
+  for (int k = 0; k < Count; ++k) {
+    const __m256* a = lanes[k];
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[1], a[5])),
+                                     _mm256_add_ps(_mm256_add_ps(a[2], a[6]), _mm256_add_ps(a[3], a[7])));
+    float result = hsum(sum);
+    const float* xk = x + k * ldx;
+    for (std::int64_t t = tail; t < cols; ++t) result += load1(w + t) * xk[t];
+    out[k] = result;
+  }
+}
+
+// dot_row_exact_avx2 for `count` vectors, 1 to kExactGroup.
+// Groups of four: eight vectors in one pass would need eight loads of x per weight (the load ports bind), and
+// measured slower than two passes of four.
+constexpr int kExactGroup = 4;
+template <typename Weight>
+inline void dot_row_exact_group_avx2(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx, int count,
+                                     float* out) {
+  switch (count) {
+    case 1: return dot_row_exact_avx2<1, 8>(w, cols, x, ldx, out);
+    case 2: return dot_row_exact_avx2<2, 4>(w, cols, x, ldx, out);
+    case 3: return dot_row_exact_avx2<3, 2>(w, cols, x, ldx, out);
+    default: return dot_row_exact_avx2<4, 2>(w, cols, x, ldx, out);
+  }
+}
+
 // Rows [row_begin, row_end) of Y = X W^T for n vectors; n == 1 is the matvec. With several vectors
 // the row is read from memory once and re-read from L1/L2 for each group of four.
 template <typename Weight>
@@ -206,6 +267,35 @@ void matmul_rows_avx2_chunk(const Weight* weight, const float* x, float* y, std:
       for (int k = 0; k < 4; ++k) y[(i + k) * rows + r] = sums[k] + b;
     }
     for (; i < n; ++i) y[i * rows + r] = dot_row_avx2(w, cols, x + i * cols) + b;
+  }
+}
+
+// Rows [row_begin, row_end) of Y = X W^T for n vectors, every Y[i] equal to the matvec of X[i] alone (n == 1 of
+// matmul_rows_avx2_chunk): short rows four at a time with dot4_avx2 as the matvec does, longer ones through
+// dot_row_exact_group_avx2.
+template <typename Weight>
+void matmul_rows_exact_avx2(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                            std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+  std::int64_t r = row_begin;
+  if (cols <= kShortRowColumns) {
+    for (; r + 4 <= row_end; r += 4) {
+      const Weight* w = weight + r * cols;
+      for (std::int64_t i = 0; i < n; ++i) {
+        __m128 sums = dot4_avx2(w, cols, x + i * cols);
+        if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias + r));
+        _mm_storeu_ps(y + i * rows + r, sums);
+      }
+    }
+  }
+  for (; r < row_end; ++r) {
+    const Weight* w = weight + r * cols;
+    const float b = bias ? bias[r] : 0.f;
+    for (std::int64_t i = 0; i < n; i += kExactGroup) {
+      const int count = static_cast<int>(std::min<std::int64_t>(kExactGroup, n - i));
+      float sums[kExactGroup];
+      dot_row_exact_group_avx2(w, cols, x + i * cols, cols, count, sums);
+      for (int k = 0; k < count; ++k) y[(i + k) * rows + r] = sums[k] + b;
+    }
   }
 }
 
@@ -237,6 +327,16 @@ void matmul_rows(const float* weight, const float* x, float* y, std::int64_t n, 
 void matmul_rows(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
                  std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
   matmul_rows_avx2(weight, x, y, n, rows, cols, bias, row_begin, row_end);
+}
+
+void matmul_rows_exact(const float* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+  matmul_rows_exact_avx2(weight, x, y, n, rows, cols, bias, row_begin, row_end);
+}
+
+void matmul_rows_exact(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+  matmul_rows_exact_avx2(weight, x, y, n, rows, cols, bias, row_begin, row_end);
 }
 
 }  // namespace kvchat::kernels::avx2

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -146,6 +147,43 @@ class MatvecTest : public QObject {
         for (int i = 0; i < 3; ++i)
           QVERIFY2(got[i] == expected[i],
                    qPrintable(QString("bf16 product %1, cols %2, %3").arg(i).arg(cols).arg(config)));
+      }
+    });
+  }
+
+  // The row-exact products over n vectors give, bit for bit, what the one-vector product gives each vector: a
+  // forward over several tokens then equals its decode steps (speculative checks, batches). Every shape,
+  // including short rows (the four-row path), column tails and vector counts that are not multiples of four.
+  void row_exact_products_equal_one_vector_products() {
+    std::mt19937 rng(77);
+    for_each_configuration([&](const QString& config) {
+      for (const Shape& shape : kShapes) {
+        for (std::int64_t n : {2, 3, 5, 8}) {
+          const std::vector<float> weight = random_floats(static_cast<std::size_t>(shape.rows * shape.cols), rng);
+          std::vector<std::uint16_t> weight_bf16(weight.size());
+          f32_to_bf16(weight.data(), weight_bf16.data(), static_cast<std::int64_t>(weight.size()));
+          const std::vector<float> bias = random_floats(static_cast<std::size_t>(shape.rows), rng);
+          const std::vector<float> x = random_floats(static_cast<std::size_t>(n * shape.cols), rng);
+          std::vector<float> got(static_cast<std::size_t>(n * shape.rows), NAN), expected(got.size(), NAN);
+          const QString where = QString("%1x%2 n=%3 %4").arg(shape.rows).arg(shape.cols).arg(n).arg(config);
+          SharedInputProduct<float> job{weight.data(), got.data(), shape.rows, bias.data()};
+          matmul_f32_shared_input_exact(&job, 1, x.data(), n, shape.cols);
+          for (std::int64_t i = 0; i < n; ++i) {
+            SharedInputProduct<float> one{weight.data(), expected.data() + i * shape.rows, shape.rows, bias.data()};
+            matvec_f32_shared_input(&one, 1, x.data() + i * shape.cols, shape.cols);
+          }
+          QVERIFY2(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0,
+                   qPrintable("f32 " + where));
+          SharedInputProduct<std::uint16_t> job_bf16{weight_bf16.data(), got.data(), shape.rows, nullptr};
+          matmul_bf16_shared_input_exact(&job_bf16, 1, x.data(), n, shape.cols);
+          for (std::int64_t i = 0; i < n; ++i) {
+            SharedInputProduct<std::uint16_t> one{weight_bf16.data(), expected.data() + i * shape.rows, shape.rows,
+                                                  nullptr};
+            matvec_bf16_shared_input(&one, 1, x.data() + i * shape.cols, shape.cols);
+          }
+          QVERIFY2(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0,
+                   qPrintable("bf16 " + where));
+        }
       }
     });
   }
