@@ -162,6 +162,15 @@ ChatSettings ChatSettings::load(QSettings& settings) {
           .toString();
   loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, max_threads());
   loaded.context_limit = read_clamped(settings, "context_limit", defaults.context_limit, 0, 1 << 24);
+  const QVariant speculative = settings.value(QStringLiteral("speculative_decoding"));
+  if (speculative.isValid()) {
+    try {
+      loaded.speculative = kvchat::speculative_mode_from_string(speculative.toString().toStdString());
+    } catch (const std::invalid_argument& error) {
+      spdlog::warn("settings {}: {}/speculative_decoding: {}; using the default", file_of(settings),
+                   kGroup.toStdString(), error.what());
+    }
+  }
   const QVariant overflow = settings.value(QStringLiteral("context_overflow"));
   if (overflow.isValid()) {
     try {
@@ -209,6 +218,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
 void ChatSettings::save(QSettings& settings) const {
   settings.beginGroup(kGroup);
   settings.setValue(QStringLiteral("kv_cache_enabled"), kv_cache_enabled);
+  settings.setValue(QStringLiteral("speculative_decoding"), QString::fromLatin1(kvchat::to_string(speculative)));
   settings.setValue(QStringLiteral("temperature"), temperature);
   settings.setValue(QStringLiteral("top_k"), top_k);
   settings.setValue(QStringLiteral("top_p"), top_p);
@@ -248,6 +258,7 @@ kvchat::GenerationConfig ChatSettings::to_generation_config() const {
   kvchat::GenerationConfig config;
   config.max_new_tokens = max_new_tokens;
   config.cache_mode = kv_cache_enabled ? kvchat::KvCacheMode::Contiguous : kvchat::KvCacheMode::Off;
+  config.speculative.mode = speculative;
   config.sampling.temperature = static_cast<float>(temperature);
   config.sampling.top_k = top_k;
   config.sampling.top_p = static_cast<float>(top_p);
@@ -318,6 +329,7 @@ QJsonObject ChatSettings::to_json() const {
   json.insert(QStringLiteral("cache_mode"),
               QString::fromLatin1(
                   kvchat::to_string(kv_cache_enabled ? kvchat::KvCacheMode::Contiguous : kvchat::KvCacheMode::Off)));
+  json.insert(QStringLiteral("speculative_decoding"), QString::fromLatin1(kvchat::to_string(speculative)));
   json.insert(QStringLiteral("temperature"), temperature);
   json.insert(QStringLiteral("top_k"), top_k);
   json.insert(QStringLiteral("top_p"), top_p);

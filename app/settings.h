@@ -21,6 +21,8 @@ const char* to_string(BackendKind kind);  // "local" / "remote"
 
 struct ChatSettings {
   bool kv_cache_enabled = true;
+  // Speculative decoding (with the cache on): the same reply, sooner when it repeats earlier text.
+  kvchat::SpeculativeMode speculative = kvchat::SpeculativeMode::None;
   double temperature = 0.7;
   int top_k = 40;
   double top_p = 0.95;

@@ -30,4 +30,18 @@ const char* to_string(StopReason reason) {
   return "?";
 }
 
+const char* to_string(SpeculativeMode mode) {
+  switch (mode) {
+    case SpeculativeMode::None: return "none";
+    case SpeculativeMode::Lookup: return "lookup";
+  }
+  return "?";
+}
+
+SpeculativeMode speculative_mode_from_string(const std::string& text) {
+  if (text == "none" || text == "off") return SpeculativeMode::None;
+  if (text == "lookup") return SpeculativeMode::Lookup;
+  throw std::invalid_argument("unknown speculative decoding mode '" + text + "' (expected none or lookup)");
+}
+
 }  // namespace kvchat

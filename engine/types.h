@@ -40,6 +40,26 @@ const char* to_string(KvCacheMode mode);
 // Accepts "on"/"contiguous", "naive", "off". Throws std::invalid_argument otherwise.
 KvCacheMode kv_cache_mode_from_string(const std::string& text);
 
+// Speculative decoding: tokens proposed ahead of the model and checked in one pass over several rows. The
+// output is the same token for token (greedy) or draw for draw (sampling with a seed) as without it: every
+// token is still sampled from the model's own logits, which are computed for each row exactly as a decode
+// step computes them; the proposals only decide which rows were computed ahead.
+enum class SpeculativeMode {
+  None,
+  Lookup,  // prompt lookup: the continuation of the latest earlier occurrence of the last few tokens
+};
+const char* to_string(SpeculativeMode mode);
+// Accepts "none"/"off" and "lookup". Throws std::invalid_argument otherwise.
+SpeculativeMode speculative_mode_from_string(const std::string& text);
+
+struct SpeculativeConfig {
+  SpeculativeMode mode = SpeculativeMode::None;
+  int draft_tokens = 8;  // at most this many proposed tokens per check
+  // Prompt lookup matches the last max_ngram .. min_ngram tokens, longest first.
+  int max_ngram = 3;
+  int min_ngram = 2;
+};
+
 struct GenerationConfig {
   int max_new_tokens = 256;
   SamplingParams sampling;
@@ -53,6 +73,7 @@ struct GenerationConfig {
   // Log-probabilities of each sampled token (TokenLogprobs): -1 none, 0 the chosen token's, N also the N
   // most likely tokens'.
   int top_logprobs = -1;
+  SpeculativeConfig speculative;  // applies while the cache is on and the model's rows match its decode steps
 };
 
 // A token's log-probability under the distribution it was drawn from, before the sampler's filters: the
@@ -95,6 +116,9 @@ struct GenerationStats {
   std::int64_t cache_capacity_tokens = 0;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
   StopReason stop_reason = StopReason::MaxTokens;
+  int drafted_tokens = 0;   // speculative decoding: tokens proposed and checked
+  int accepted_tokens = 0;  // of those, the ones the model sampled too (each saved a decode step)
+  int draft_checks = 0;     // passes that checked proposals
 };
 
 }  // namespace kvchat

@@ -62,6 +62,16 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   kv_cache_->setObjectName("kvCacheCheck");
   kv_cache_->setChecked(settings.kv_cache_enabled);
   form->addRow(tr("KV cache"), kv_cache_);
+  speculative_ = new QComboBox(this);
+  speculative_->setObjectName("speculativeCombo");
+  speculative_->addItem(tr("Off"), QString::fromLatin1(kvchat::to_string(kvchat::SpeculativeMode::None)));
+  speculative_->addItem(tr("Prompt lookup"), QString::fromLatin1(kvchat::to_string(kvchat::SpeculativeMode::Lookup)));
+  speculative_->setToolTip(
+      tr("Proposes the words that followed the same few words earlier in the chat and checks them in one pass: "
+         "faster when a reply repeats or edits earlier text, and the reply is the same word for word (needs the "
+         "KV cache)"));
+  speculative_->setCurrentIndex(settings.speculative == kvchat::SpeculativeMode::Lookup ? 1 : 0);
+  form->addRow(tr("Speculative decoding"), speculative_);
   model_titles_ = new QCheckBox(tr("Title new chats with the model"), this);
   model_titles_->setObjectName("modelTitlesCheck");
   model_titles_->setToolTip(
@@ -173,11 +183,11 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
 
   // What only this computer's engine uses: greyed out (with the hint under the backend) for a server.
   for (QWidget* field : std::initializer_list<QWidget*>{
-           kv_cache_, threads_, context_limit_, context_limit_note_, overflow_, cache_budget_mib_, snapshots_,
-           snapshot_budget_mib_, snapshot_directory_, model_path_, browse_file, browse_directory})
+           kv_cache_, speculative_, threads_, context_limit_, context_limit_note_, overflow_, cache_budget_mib_,
+           snapshots_, snapshot_budget_mib_, snapshot_directory_, model_path_, browse_file, browse_directory})
     local_only_ << field;
-  for (QObject* field : std::initializer_list<QObject*>{kv_cache_, threads_, overflow_, cache_budget_mib_, snapshots_,
-                                                        snapshot_budget_mib_, snapshot_directory_})
+  for (QObject* field : std::initializer_list<QObject*>{kv_cache_, speculative_, threads_, overflow_, cache_budget_mib_,
+                                                        snapshots_, snapshot_budget_mib_, snapshot_directory_})
     if (QWidget* label = form->labelForField(static_cast<QWidget*>(field))) local_only_ << label;
   for (QLayout* row : {static_cast<QLayout*>(context_row), static_cast<QLayout*>(model_row)})
     if (QWidget* label = form->labelForField(row)) local_only_ << label;
@@ -364,6 +374,7 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.remote_idle_timeout_s = remote_idle_timeout_->value();
   settings.remote_reply_timeout_s = remote_reply_timeout_->value();
   settings.kv_cache_enabled = kv_cache_->isChecked();
+  settings.speculative = kvchat::speculative_mode_from_string(speculative_->currentData().toString().toStdString());
   settings.model_titles = model_titles_->isChecked();
   settings.temperature = temperature_->value();
   settings.top_k = top_k_->value();

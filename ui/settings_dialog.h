@@ -58,6 +58,7 @@ class SettingsDialog : public QDialog {
   QComboBox* remote_model_ = nullptr;
   QLabel* remote_status_ = nullptr;
   QCheckBox* kv_cache_ = nullptr;
+  QComboBox* speculative_ = nullptr;
   QCheckBox* model_titles_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
   QSpinBox* top_k_ = nullptr;

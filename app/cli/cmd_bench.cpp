@@ -1,4 +1,5 @@
 // kvchat-cli bench: the engine's speed against the machine's ceilings, measured in the same run.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -22,7 +23,8 @@ const std::string kUsage =
         "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
         "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
         "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
-        "                        [--bandwidth-probe auto|step|row] [--json]\n"
+        "                        [--bandwidth-probe auto|step|row] [--speculative lookup [--draft-tokens K]\n"
+        "                        [--pairs N]] [--prompt-kind random|repeating] [--json]\n"
         "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens "
         "32]\n"
         "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
@@ -38,7 +40,12 @@ const std::string kUsage =
         "               row:  one probe of a 256 MiB buffer just before the row (the default below 1 GiB)\n"
         "               GB/s column: the bandwidth used (step: the steps' time-weighted mean)\n"
         "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
-        "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.\n") +
+        "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.\n"
+        "--speculative lookup: after the rows, plain and prompt-lookup decoding with the cache on, in N interleaved\n"
+        "             pairs (default 3) per prompt length: decode tok/s of each (median), the speed-up, the\n"
+        "             proposed tokens accepted, and whether the tokens are identical (they must be).\n"
+        "--prompt-kind repeating: the prompt repeats one passage of 64 random ids (text that repeats its\n"
+        "             context, what prompt lookup catches); random (the default): no repetition.\n") +
     kSnapshotBenchUsage;
 
 double mib(double bytes) { return bytes / 1048576.0; }
@@ -51,6 +58,9 @@ struct BenchOptions {
   std::vector<WeightStorage> dtypes;
   std::string kernels = "on";
   std::string bandwidth_probe = "auto";
+  SpeculativeConfig speculative;  // mode None: no comparison
+  int pairs = 3;
+  bool repeating_prompt = false;
 };
 
 // Every option checked before anything is measured or loaded.
@@ -69,6 +79,13 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   const std::string& probe = options.bandwidth_probe;
   if (probe != "auto" && probe != "step" && probe != "row")
     throw UsageError("--bandwidth-probe must be auto, step or row");
+  options.speculative = speculative_from_options(parser);
+  options.pairs = parser.int_or("pairs", 3);
+  if (options.pairs < 1) throw UsageError("--pairs must be at least 1");
+  const std::string prompt_kind = parser.value_or("prompt-kind", "random");
+  if (prompt_kind != "random" && prompt_kind != "repeating")
+    throw UsageError("--prompt-kind must be random or repeating");
+  options.repeating_prompt = prompt_kind == "repeating";
   return options;
 }
 
@@ -166,6 +183,83 @@ void print_speedup(const BenchOptions& options, const BenchRow& uncached, const 
   }
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Plain and speculative decoding with the cache on, in interleaved pairs (A B A B ...: drift in the machine's
+// speed falls on both alike): each one's decode tok/s (median), the speed-up, and how many proposals held.
+void measure_speculative(const BenchOptions& options, const ModelSource& source, const std::string& dtype_name,
+                         long long prompt_tokens) {
+  BenchGeneration plain, speculative;
+  plain.repeating_prompt = speculative.repeating_prompt = options.repeating_prompt;
+  speculative.speculative = options.speculative;
+  std::vector<double> plain_rates, speculative_rates, ratios;
+  int drafted = 0, accepted = 0, checks = 0;
+  bool identical = true;
+  for (int pair = 0; pair < options.pairs; ++pair) {
+    const BenchRun a = run_generation_benchmark(source.model, KvCacheMode::Contiguous, static_cast<int>(prompt_tokens),
+                                                options.new_tokens, plain);
+    const BenchRun b = run_generation_benchmark(source.model, KvCacheMode::Contiguous, static_cast<int>(prompt_tokens),
+                                                options.new_tokens, speculative);
+    plain_rates.push_back(a.decode_tok_s);
+    speculative_rates.push_back(b.decode_tok_s);
+    ratios.push_back(a.decode_tok_s > 0 ? b.decode_tok_s / a.decode_tok_s : 0.0);
+    identical = identical && a.generated == b.generated;
+    drafted += b.stats.drafted_tokens;
+    accepted += b.stats.accepted_tokens;
+    checks += b.stats.draft_checks;
+  }
+  const double acceptance = drafted > 0 ? double(accepted) / drafted : 0.0;
+  // A check's cost: one pass over k rows against a one-row step, at this context.
+  const std::vector<int> row_counts = {1, 2, 4, 8};
+  const std::vector<double> pass_ms =
+      rows_pass_milliseconds(source.model, static_cast<int>(prompt_tokens), row_counts, 5);
+  // Tokens a step produced: the one sampled plus those accepted, over every step of the run.
+  const double tokens_per_step = double(options.pairs) * (options.new_tokens - 1) /
+                                 std::max(1.0, double(options.pairs) * (options.new_tokens - 1) - accepted);
+  if (options.json_output) {
+    std::cout << nlohmann::ordered_json(
+                     {{"speculative",
+                       {{"mode", to_string(options.speculative.mode)},
+                        {"dtype", dtype_name},
+                        {"prompt_tokens", prompt_tokens},
+                        {"prompt_kind", options.repeating_prompt ? "repeating" : "random"},
+                        {"new_tokens", options.new_tokens},
+                        {"draft_tokens", options.speculative.draft_tokens},
+                        {"pairs", options.pairs},
+                        {"plain_decode_tok_s", median(plain_rates)},
+                        {"speculative_decode_tok_s", median(speculative_rates)},
+                        {"speedup", median(ratios)},
+                        {"speedup_min", *std::min_element(ratios.begin(), ratios.end())},
+                        {"speedup_max", *std::max_element(ratios.begin(), ratios.end())},
+                        {"drafted_tokens", drafted},
+                        {"accepted_tokens", accepted},
+                        {"draft_checks", checks},
+                        {"acceptance", acceptance},
+                        {"tokens_per_step", tokens_per_step},
+                        {"identical_tokens", identical},
+                        {"pass_ms_by_rows",
+                         {{"1", pass_ms[0]}, {"2", pass_ms[1]}, {"4", pass_ms[2]}, {"8", pass_ms[3]}}}}}})
+                     .dump()
+              << std::endl;
+    return;
+  }
+  std::printf(
+      "      %s vs plain, %lld + %d tokens (%s prompt), %d pairs: decode %.2f vs %.2f tok/s = %.2fx (%.2f-%.2f), "
+      "%d of %d proposed accepted (%.0f%%, %.2f tokens per step), tokens %s\n",
+      to_string(options.speculative.mode), prompt_tokens, options.new_tokens,
+      options.repeating_prompt ? "repeating" : "random", options.pairs, median(speculative_rates), median(plain_rates),
+      median(ratios), *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()),
+      accepted, drafted, 100 * acceptance, tokens_per_step, identical ? "identical" : "DIFFERENT");
+  std::printf("      a pass over 1, 2, 4, 8 rows: %.2f, %.2f, %.2f, %.2f ms (%.2fx, %.2fx, %.2fx a one-row step)\n",
+              pass_ms[0], pass_ms[1], pass_ms[2], pass_ms[3], pass_ms[1] / pass_ms[0], pass_ms[2] / pass_ms[0],
+              pass_ms[3] / pass_ms[0]);
+  std::fflush(stdout);
+}
+
 // One generation of a configuration, with the bandwidth it is read against. This machine's bandwidth
 // drifts by tens of percent within seconds (other tenants), so each decode figure is read against
 // bandwidth probed at its own moment: before every step for a model bound by memory, else just before
@@ -181,8 +275,10 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
       options.bandwidth_probe == "step" || (options.bandwidth_probe == "auto" && pairs_bandwidth_probes(model));
   const double row_bandwidth =
       row.per_step ? 0.0 : kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 5).gigabytes_per_second;
-  row.run =
-      run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), options.new_tokens, row.per_step);
+  BenchGeneration how;
+  how.probe_between_steps = row.per_step;
+  how.repeating_prompt = options.repeating_prompt;
+  row.run = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), options.new_tokens, how);
   row.bandwidth = row.per_step ? row.run.paired_bandwidth_gb_s : row_bandwidth;
   row.decode_fraction = row.per_step
                             ? row.run.decode_fraction_of_paired_bandwidth
@@ -193,9 +289,9 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
 }
 
 int run_bench(const std::vector<std::string>& args) {
-  ArgParser parser(
-      with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe", kCacheDirOption}),
-      {"json", kSnapshotFlag});
+  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe",
+                                       "speculative", "draft-tokens", "pairs", "prompt-kind", kCacheDirOption}),
+                   {"json", kSnapshotFlag});
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
   const BenchOptions options = parse_bench_options(parser);
@@ -230,6 +326,8 @@ int run_bench(const std::vector<std::string>& args) {
         const auto cached = cached_runs.find(prompt_tokens);
         if (mode == KvCacheMode::Off && cached != cached_runs.end()) print_speedup(options, row, cached->second);
       }
+      if (options.speculative.mode != SpeculativeMode::None)
+        measure_speculative(options, source, dtype_name, prompt_tokens);
     }
   }
   // The machine's bandwidth drifts with what else runs on it: measure again at the end (with every

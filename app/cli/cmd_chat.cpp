@@ -37,6 +37,7 @@ namespace chat_command {
 const char* kUsage =
     "usage: kvchat-cli chat --model DIR|FILE.gguf [--db PATH] [--conversation ID|new] [--message TEXT]\n"
     "                       [--kv-cache on|off] [--max-new-tokens N] [--temperature T] [--seed S]\n"
+    "                       [--speculative none|lookup] [--draft-tokens K]\n"
     "                       [--context-limit N] [--overflow stop|drop_oldest_turns] [--threads N]\n"
     "                       [--system TEXT]\n"
     "Chats in the conversation store the desktop app uses (default: its database). --conversation picks\n"
@@ -164,7 +165,7 @@ int chat_turns(const ArgParser& parser, const std::function<bool(const std::stri
 
 int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
   for (const char* local_only : {"model", "kv-cache", "context-limit", "overflow", "threads", "cache-dir",
-                                 "kv-snapshots", "snapshot-budget-mib"})
+                                 "kv-snapshots", "snapshot-budget-mib", "speculative", "draft-tokens"})
     if (parser.value(local_only))
       throw UsageError(std::string("--") + local_only + " is the local engine's: it cannot be used with --backend");
   GenerationConfig generation;
@@ -206,7 +207,8 @@ int run_chat(const std::vector<std::string>& args) {
   ArgParser parser({"model",          "db",          "conversation", "message",       "kv-cache",
                     "max-new-tokens", "temperature", "seed",         "context-limit", "overflow",
                     "threads",        "system",      "cache-dir",    "kv-snapshots",  "snapshot-budget-mib",
-                    "backend",        "api-key",     "remote-model", "idle-timeout",  "reply-timeout"},
+                    "backend",        "api-key",     "remote-model", "idle-timeout",  "reply-timeout",
+                    "speculative",    "draft-tokens"},
                    {});
   parser.parse(args);
   // Checked before anything is created: an empty message must not leave an empty conversation behind.
@@ -230,6 +232,7 @@ int run_chat(const std::vector<std::string>& args) {
   options.generation.sampling.temperature = static_cast<float>(parser.double_or("temperature", 0.0));
   if (options.generation.sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
   options.generation.sampling.seed = static_cast<std::uint64_t>(parser.int64_or("seed", 0));
+  options.generation.speculative = speculative_from_options(parser);
   options.context_limit = parser.int_or("context-limit", 0);
   if (options.context_limit < 0) throw UsageError("--context-limit must be 0 (the model's) or more");
   const int threads = threads_from_option(parser);

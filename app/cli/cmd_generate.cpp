@@ -41,24 +41,26 @@ std::vector<TokenId> encode_messages(const ModelSource& source, const std::vecto
   return encode_chat_prompt(source.formatter, *source.tokenizer, messages, PromptEnd::GenerationPrompt).ids;
 }
 
-const char* kUsage =
+const std::string kUsage =
     "usage: kvchat-cli generate (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
     "                           (--prompt-ids 1,2,3 | --prompt TEXT | --messages FILE.json)\n"
     "                           [--max-new-tokens N]\n"
     "                           [--kv-cache on|naive|off] [--temperature T] [--top-k K] [--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"
-    "                           [--dtype f32|bf16] [--json]\n"
+    "                           [--speculative none|lookup] [--draft-tokens K] [--dtype f32|bf16] [--json]\n"
     "Greedy by default (temperature 0). --prompt needs the model's tokenizer (a directory's tokenizer.json\n"
     "or a GGUF file's tokenizer metadata); it is encoded as plain text with BOS as the tokenizer says.\n"
     "--messages: a JSON file holding a list of {\"role\", \"content\"} messages (or {\"messages\": [...]}),\n"
     "rendered with the model's chat template and the generation prompt, and encoded as the chat and the\n"
     "server encode a conversation's first request: the template's control tokens become their ids, the\n"
-    "messages' text never does. Without a template the contents are joined as plain text.";
+    "messages' text never does. Without a template the contents are joined as plain text.\n" +
+    std::string(kSpeculativeUsage);
 
 int run_generate(const std::vector<std::string>& args) {
-  ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "temperature",
-                                       "top-k", "top-p", "min-p", "repeat-penalty", "seed"}),
-                   {"json"});
+  ArgParser parser(
+      with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "temperature", "top-k",
+                          "top-p", "min-p", "repeat-penalty", "seed", "speculative", "draft-tokens"}),
+      {"json"});
   parser.parse(args);
   // Every option is checked before the (possibly large) model is loaded.
   GenerationConfig config;
@@ -66,6 +68,7 @@ int run_generate(const std::vector<std::string>& args) {
   if (config.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   config.cache_mode = cache_mode_from_option(parser.value_or("kv-cache", "on"));
   config.sampling = sampling_from_options(parser);
+  config.speculative = speculative_from_options(parser);
   const int prompt_options =
       int(bool(parser.value("prompt-ids"))) + int(bool(parser.value("prompt"))) + int(bool(parser.value("messages")));
   if (prompt_options == 0) throw UsageError("missing --prompt-ids, --prompt or --messages");

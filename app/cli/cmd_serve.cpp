@@ -26,11 +26,12 @@ namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).
 namespace serve_command {
 
-const char* kUsage =
+const std::string kUsage =
     "usage: kvchat-cli serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
     "                        [--parallel N] [--max-queue N] [--cache-dir DIR] [--model-id NAME]\n"
     "                        [--max-body-mib N] [--memory-budget-mib N] [--threads N] [--cors-origin ORIGIN|*]\n"
-    "                        [--header-timeout-s N] [--body-timeout-s N]\n"
+    "                        [--header-timeout-s N] [--body-timeout-s N] [--speculative none|lookup]\n"
+    "                        [--draft-tokens K]\n"
     "Serves the OpenAI API: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream true: server-sent events), each also without /v1 (a client given the bare base URL). Requests\n"
     "may name the model by its id: --model-id, default the model's folder or file name. --parallel requests\n"
@@ -49,7 +50,8 @@ const char* kUsage =
     "separated by commas) or * for any; default this machine's (http(s)://localhost, 127.0.0.1, [::1]).\n"
     "A request's headers must arrive within --header-timeout-s (default 10) and its body within\n"
     "--body-timeout-s (default 60) of them; --max-body-mib (default 8, at most 256) holds for chunked bodies too.\n"
-    "Binds 127.0.0.1 unless --host says otherwise. Prints `listening on http://HOST:PORT` on stderr.";
+    "Binds 127.0.0.1 unless --host says otherwise. Prints `listening on http://HOST:PORT` on stderr.\n" +
+    std::string(kSpeculativeUsage);
 
 // SIGINT and SIGTERM stop the server from a thread of their own, not from the handler: stopping takes
 // locks that the interrupted thread may hold. The handler only writes the signal's number to a pipe
@@ -107,10 +109,10 @@ int bounded_option(const ArgParser& parser, const std::string& name, int fallbac
 }
 
 int run_serve(const std::vector<std::string>& args) {
-  ArgParser parser(
-      {"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id", "max-body-mib",
-       "memory-budget-mib", "threads", "cors-origin", "header-timeout-s", "body-timeout-s"},
-      {});
+  ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
+                    "max-body-mib", "memory-budget-mib", "threads", "cors-origin", "header-timeout-s", "body-timeout-s",
+                    "speculative", "draft-tokens"},
+                   {});
   parser.parse(args);
   const std::string model_path = parser.required("model");
   app::openai::ServerOptions options;
@@ -146,6 +148,7 @@ int run_serve(const std::vector<std::string>& args) {
                                     ? std::int64_t(positive_option(parser, "memory-budget-mib", 0, 1)) * kMiB
                                     : app::ChatSettings{}.effective_cache_budget_bytes();
   const int threads = threads_from_option(parser);
+  options.speculative = speculative_from_options(parser);
 
   spdlog::set_level(spdlog::level::info);
   const LoadedModel model = load_model(model_path, LoadOptions{WeightDtype::Float32, threads});

@@ -8,6 +8,7 @@
 
 #include "engine/compute/compute_options.h"
 #include "engine/compute/process_setup.h"
+#include "engine/generation/draft.h"
 #include "engine/model/llama_model.h"
 
 namespace kvchat::cli {
@@ -134,6 +135,19 @@ SamplingParams sampling_from_options(const ArgParser& parser) {
   if (!(sampling.min_p >= 0 && sampling.min_p <= 1)) throw UsageError("--min-p must be in [0, 1]");
   if (!(sampling.repetition_penalty > 0)) throw UsageError("--repeat-penalty must be > 0");
   return sampling;
+}
+
+SpeculativeConfig speculative_from_options(const ArgParser& parser) {
+  SpeculativeConfig speculative;
+  try {
+    speculative.mode = speculative_mode_from_string(parser.value_or("speculative", "none"));
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string("--speculative: ") + error.what());
+  }
+  speculative.draft_tokens = parser.int_or("draft-tokens", speculative.draft_tokens);
+  if (speculative.draft_tokens < 1 || speculative.draft_tokens > kMaxDraftTokens)
+    throw UsageError("--draft-tokens must be between 1 and " + std::to_string(kMaxDraftTokens));
+  return speculative;
 }
 
 }  // namespace kvchat::cli

@@ -177,6 +177,7 @@ class OpenAiServer::Impl {
                 [](const HttpRefusal& refusal) { return error_body(refusal_error(refusal)).dump(); }) {
     ignore_broken_pipe_signals();  // a client gone mid-stream is a failed write, not the end of the server
     sessions_.set_compute_context(options_.compute);
+    sessions_.set_speculative(options_.speculative);
     server_.set_write_timeout(60);
     install_hooks();
     install_routes();

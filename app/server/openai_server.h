@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "engine/types.h"
+
 namespace kvchat {
 struct LoadedModel;
 class SnapshotStore;
@@ -40,6 +42,7 @@ struct ServerOptions {
   // What the requests compute with (threads, kernels, the kernels' pool): the server's own, so that it and
   // the desktop app hosting it keep their own settings. Null: the process-wide settings.
   std::shared_ptr<const ComputeContext> compute;
+  SpeculativeConfig speculative;  // every request's (kvchat-cli serve --speculative)
 
   static constexpr int kMaxParallel = 64;
   static constexpr int kMaxQueue = 256;

@@ -383,6 +383,7 @@ GenerationConfig ServerSessions::generation_config(const SamplingRequest& reques
   config.sampling.repetition_penalty = request.repetition_penalty;
   config.sampling.repetition_window = request.repetition_window;
   config.top_logprobs = request.top_logprobs;
+  config.speculative = speculative_;
   // Without a seed every request samples differently, as OpenAI's API does.
   config.sampling.seed = request.seed ? *request.seed : std::random_device{}();
   return config;

@@ -71,6 +71,9 @@ class ServerSessions {
   void set_compute_context(std::shared_ptr<const ComputeContext> context) {
     pool_.set_compute_context(std::move(context));
   }
+  // Speculative decoding for every request (the same replies, sooner where they repeat the prompt); before
+  // the first request.
+  void set_speculative(const SpeculativeConfig& speculative) { speculative_ = speculative; }
 
   // A request's prompt ids: the messages rendered by the model's template (the generation prompt added)
   // and encoded whole, or the raw prompt encoded. ApiError 400 when the template refuses the messages,
@@ -139,6 +142,7 @@ class ServerSessions {
   const std::size_t max_sessions_;
   const std::int64_t budget_bytes_;
   int prefill_chunk_tokens_;
+  SpeculativeConfig speculative_;
   std::atomic<bool> shutting_down_{false};
   std::mutex mutex_;  // guards everything below and every call into pool_
   std::condition_variable slot_freed_;

@@ -62,6 +62,9 @@ kvchat::GenerationStats stats_from_json(const QJsonObject& json) {
         kvchat::kv_cache_mode_from_string(json.value(QStringLiteral("cache_mode")).toString().toStdString());
   if (json.contains(QStringLiteral("stop_reason")))
     stats.stop_reason = stop_reason_from_string(json.value(QStringLiteral("stop_reason")).toString().toStdString());
+  stats.drafted_tokens = static_cast<int>(number_or(json, "drafted_tokens", 0));
+  stats.accepted_tokens = static_cast<int>(number_or(json, "accepted_tokens", 0));
+  stats.draft_checks = static_cast<int>(number_or(json, "draft_checks", 0));
   return stats;
 }
 
@@ -105,6 +108,11 @@ QString stats_summary(const QJsonObject& json) {
                  .arg(QString::fromLatin1(kvchat::to_string(stats.cache_mode)))
                  .arg(stats.cache_tokens)
                  .arg(byte_size(stats.cache_bytes));
+  if (stats.draft_checks > 0)
+    parts << QStringLiteral("lookup: %1 of %2 proposed tokens accepted (%3%)")
+                 .arg(stats.accepted_tokens)
+                 .arg(stats.drafted_tokens)
+                 .arg(stats.drafted_tokens > 0 ? 100.0 * stats.accepted_tokens / stats.drafted_tokens : 0.0, 0, 'f', 0);
   parts << (json.value(QStringLiteral("stop_text")).toBool()
                 ? QStringLiteral("stop: stop text")
                 : QStringLiteral("stop: %1").arg(QString::fromLatin1(kvchat::to_string(stats.stop_reason))));

@@ -12,10 +12,12 @@
 #include <random>
 #include <stdexcept>
 
+#include "engine/cache/kv_cache.h"
 #include "engine/compute/compute_options.h"
 #include "engine/generation/session.h"
 #include "engine/kernels/memory_probe.h"
 #include "engine/kernels/thread_pool.h"
+#include "engine/model/decode_context.h"
 #include "engine/model/llama_model.h"
 
 namespace kvchat {
@@ -84,7 +86,8 @@ bool pairs_bandwidth_probes(const LlamaModel& model) {
 }
 
 BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode, int prompt_tokens,
-                                  int new_tokens, bool probe_between_steps) {
+                                  int new_tokens, const BenchGeneration& how) {
+  const bool probe_between_steps = how.probe_between_steps;
   const std::size_t probe_bytes = paired_probe_bytes(*model);
   if (probe_between_steps && probe_bytes < 4096)
     throw std::invalid_argument("bandwidth probes between steps need a contiguous lm_head of at least 4 KiB");
@@ -92,12 +95,15 @@ BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model
   std::uniform_int_distribution<TokenId> token(3, static_cast<TokenId>(model->config().vocab_size - 1));
   std::vector<TokenId> prompt(static_cast<std::size_t>(std::max(1, prompt_tokens)));
   prompt[0] = model->config().bos_token_id >= 0 ? static_cast<TokenId>(model->config().bos_token_id) : 1;
-  for (std::size_t i = 1; i < prompt.size(); ++i) prompt[i] = token(generator);
+  for (std::size_t i = 1; i < prompt.size(); ++i)
+    prompt[i] =
+        how.repeating_prompt && i > kRepeatedPassageTokens ? prompt[i - kRepeatedPassageTokens] : token(generator);
 
   GenerationConfig config;
   config.cache_mode = mode;
   config.max_new_tokens = new_tokens;
   config.stop_token_ids = {-1};  // never stop early: every run makes the same number of tokens
+  config.speculative = how.speculative;
   // For token i: when it arrived, and when the next step started (after the probe, if any).
   std::vector<Clock::time_point> arrived, resumed;
   std::vector<double> probed_gb_s;
@@ -153,6 +159,31 @@ BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model
   run.peak_rss_bytes = peak_rss_bytes();
   run.rss_bytes = current_rss_bytes();
   return run;
+}
+
+std::vector<double> rows_pass_milliseconds(const std::shared_ptr<const LlamaModel>& model, int context_tokens,
+                                           const std::vector<int>& rows, int repeats) {
+  c10::InferenceMode inference_guard;
+  if (!model->rows_match_decode_steps()) return std::vector<double>(rows.size(), 0.0);
+  const std::vector<TokenId> context(static_cast<std::size_t>(std::max(1, context_tokens)), 3);
+  auto cache = make_kv_cache(KvCacheMode::Contiguous, model->cache_shape());
+  DecodeContext buffers;
+  const auto cached = static_cast<std::int64_t>(context.size());
+  model->decode_rows(context.data(), cached, 0, *cache, buffers);
+  std::vector<double> result;
+  for (int count : rows) {
+    const std::vector<TokenId> ids(static_cast<std::size_t>(count), 5);
+    std::vector<double> times;
+    for (int repeat = 0; repeat <= repeats; ++repeat) {  // the first pass warms up
+      const auto start = Clock::now();
+      model->decode_rows(ids.data(), count, cached, *cache, buffers);
+      if (repeat > 0) times.push_back(seconds_since(start) * 1000.0);
+      cache->truncate(cached);
+    }
+    std::sort(times.begin(), times.end());
+    result.push_back(times.empty() ? 0.0 : times[times.size() / 2]);
+  }
+  return result;
 }
 
 }  // namespace kvchat

@@ -44,8 +44,28 @@ struct BenchRun {
 // step gains nothing from it being in cache). For a machine whose bandwidth drifts while it runs,
 // each step is then compared with the bandwidth of its own moment. Meant for models whose weights
 // are far beyond the last-level cache (see pairs_bandwidth_probes).
+// repeating_prompt: the prompt is one passage of kRepeatedPassageTokens random ids over and over (text that
+// repeats its context, what prompt lookup catches); `speculative` applies to the decode.
+struct BenchGeneration {
+  bool probe_between_steps = false;
+  bool repeating_prompt = false;
+  SpeculativeConfig speculative;
+};
+constexpr int kRepeatedPassageTokens = 64;
 BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode, int prompt_tokens,
-                                  int new_tokens, bool probe_between_steps = false);
+                                  int new_tokens, const BenchGeneration& how);
+inline BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode,
+                                         int prompt_tokens, int new_tokens, bool probe_between_steps = false) {
+  BenchGeneration how;
+  how.probe_between_steps = probe_between_steps;
+  return run_generation_benchmark(model, mode, prompt_tokens, new_tokens, how);
+}
+// What checking speculative proposals costs: the milliseconds of one pass over `rows` rows (LlamaModel::decode_rows
+// after `context_tokens` cached positions), median of `repeats`, for each entry of `rows`; a speed-up needs
+// a pass of k + 1 rows to cost less than the steps its accepted tokens save.
+std::vector<double> rows_pass_milliseconds(const std::shared_ptr<const LlamaModel>& model, int context_tokens,
+                                           const std::vector<int>& rows, int repeats);
+
 // A 256 MiB region reads measurably faster than the GiB-sized ones decode streams (DESIGN.md's table
 // of tuning constants), so the probe before each step reads up to 1 GiB, once.
 constexpr std::size_t kPairedProbeBytes = std::size_t(1) << 30;

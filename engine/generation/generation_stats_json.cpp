@@ -21,6 +21,11 @@ nlohmann::ordered_json generation_stats_to_json(const GenerationStats& stats) {
   json["cache_capacity_tokens"] = stats.cache_capacity_tokens;
   json["cache_mode"] = to_string(stats.cache_mode);
   json["stop_reason"] = to_string(stats.stop_reason);
+  if (stats.draft_checks > 0) {  // speculative decoding ran
+    json["drafted_tokens"] = stats.drafted_tokens;
+    json["accepted_tokens"] = stats.accepted_tokens;
+    json["draft_checks"] = stats.draft_checks;
+  }
   return json;
 }
 

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "engine/cache/kv_cache.h"
 #include "engine/cache/kv_snapshot.h"
 #include "engine/compute/compute_context.h"
+#include "engine/generation/draft.h"
 #include "engine/generation/prefill.h"
 #include "engine/model/llama_model.h"
 
@@ -37,6 +40,9 @@ GenerationStats assemble_stats(std::size_t prompt_tokens, int reused_tokens, con
   stats.decode_ms = decode.decode_ms;
   stats.decode_tokens_per_second = decode.decode_tokens_per_second;
   stats.stop_reason = decode.stop_reason;
+  stats.drafted_tokens = decode.drafted_tokens;
+  stats.accepted_tokens = decode.accepted_tokens;
+  stats.draft_checks = decode.draft_checks;
   stats.cache_tokens = session.cache_tokens();
   stats.cache_bytes = session.cache_bytes();
   stats.cache_capacity_tokens = session.cache_capacity_tokens();
@@ -204,9 +210,29 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
         return logits.data();
       };
     }
+    // Speculative decoding needs a cache to roll back and rows computed as decode steps compute them; without
+    // either, plain decoding gives the same tokens.
+    std::unique_ptr<Drafter> drafter = make_drafter(config.speculative);
+    DraftChecking checking;
+    if (drafter && cache_ && model_->rows_match_decode_steps()) {
+      checking.drafter = drafter.get();
+      checking.max_draft_tokens = config.speculative.draft_tokens;
+      checking.feed_rows = [this](const TokenId* tokens, int count, std::int64_t position) {
+        model_->decode_rows(tokens, count, position, *cache_, decode_context_);
+        history_.insert(history_.end(), tokens, tokens + count);
+        return static_cast<const float*>(decode_context_.row_logits.data());
+      };
+      checking.keep = [this](std::int64_t positions) {
+        if (cache_->truncate(positions) != positions)
+          throw std::logic_error("speculative decoding: the cache could not keep its first " +
+                                 std::to_string(positions) + " positions");
+        history_.resize(static_cast<std::size_t>(positions));
+      };
+    }
     const auto& stop_ids = config.stop_token_ids.empty() ? model_config.eos_token_ids : config.stop_token_ids;
     const TokenGenerator generator(config, stop_ids, limit);
-    decode = generator.run(prompt, logits.data(), vocab_size, feed, stop, on_token, started);
+    decode = generator.run(prompt, logits.data(), vocab_size, feed, stop, on_token, started,
+                           checking.drafter ? &checking : nullptr);
   }
 
   GenerationResult result;
@@ -215,9 +241,10 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   const GenerationStats& stats = result.stats;
   spdlog::debug(
       "generate: {} prompt tokens ({} reused, {} of them restored from disk in {:.1f} ms; {} prefilled in {:.1f} ms), "
-      "{} generated at {:.1f} tok/s, stop: {}",
+      "{} generated at {:.1f} tok/s ({} of {} proposed tokens accepted), stop: {}",
       stats.prompt_tokens, stats.reused_tokens, stats.restored_tokens, stats.restore_ms, stats.prefilled_tokens,
-      stats.prefill_ms, stats.generated_tokens, stats.decode_tokens_per_second, to_string(stats.stop_reason));
+      stats.prefill_ms, stats.generated_tokens, stats.decode_tokens_per_second, stats.accepted_tokens,
+      stats.drafted_tokens, to_string(stats.stop_reason));
   return result;
 }
 

@@ -42,7 +42,7 @@ TokenGenerator::TokenGenerator(const GenerationConfig& config, std::vector<Token
 
 DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float* logits, std::int64_t vocab_size,
                                  const FeedToken& feed, const std::atomic<bool>* stop, const TokenCallback& on_token,
-                                 std::chrono::steady_clock::time_point started) const {
+                                 std::chrono::steady_clock::time_point started, const DraftChecking* drafts) const {
   // Steady state allocates nothing: every buffer below is sized before the first step.
   Sampler sampler(config_.sampling);
   // Room for the tokens this run can make: the context limit bounds them whatever max_new_tokens says.
@@ -61,6 +61,29 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
   TokenLogprobs logprobs;
   if (config_.top_logprobs > 0) logprobs.top.reserve(static_cast<std::size_t>(config_.top_logprobs));
   auto position = static_cast<std::int64_t>(prompt.size());  // where the next fed token goes
+  // Speculative decoding: the proposals fed ahead of `position` (rows whose logits are in `rows`), how many of
+  // them the samples have confirmed, and how many positions the caller holds (position + unconfirmed rows).
+  const bool speculative = drafts && drafts->drafter && drafts->max_draft_tokens > 0;
+  std::vector<TokenId> proposed, fed_rows;
+  if (speculative) {
+    proposed.reserve(static_cast<std::size_t>(drafts->max_draft_tokens));
+    fed_rows.reserve(static_cast<std::size_t>(drafts->max_draft_tokens) + 1);
+  }
+  std::size_t confirmed = 0;
+  const float* rows = nullptr;
+  std::int64_t fed_end = position;
+  int draft_length = speculative ? drafts->max_draft_tokens : 0;  // shrinks while proposals miss
+  const auto drop_unconfirmed_rows = [&] {
+    if (fed_end > position) drafts->keep(position);
+    fed_end = position;
+    // Adapt: a check that confirmed nothing halves the next proposal, one that confirmed all doubles it.
+    if (!proposed.empty()) {
+      if (confirmed == 0) draft_length = std::max(1, draft_length / 2);
+      if (confirmed == proposed.size()) draft_length = std::min(drafts->max_draft_tokens, draft_length * 2);
+    }
+    proposed.clear();
+    confirmed = 0;
+  };
   while (true) {
     if (!all_finite(logits, vocab_size))
       throw std::runtime_error("the model produced NaN or infinite logits at position " + std::to_string(position - 1) +
@@ -99,9 +122,40 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
       result.stop_reason = StopReason::Stopped;
       break;
     }
+    if (confirmed < proposed.size() && proposed[confirmed] == token) {
+      // Sampled what was proposed: its row was fed ahead, and its logits are the next row's.
+      ++confirmed;
+      ++result.accepted_tokens;
+      logits = rows + static_cast<std::int64_t>(confirmed) * vocab_size;
+      ++position;
+      if (confirmed == proposed.size()) drop_unconfirmed_rows();
+      continue;
+    }
+    if (speculative) {
+      drop_unconfirmed_rows();
+      // Proposals beyond the samples this run may still make, or past the context, would never be used.
+      const std::int64_t samples_left = static_cast<std::int64_t>(token_budget) - generated - 1;
+      const std::int64_t positions_left = context_limit_ - position - 2;
+      const int most = static_cast<int>(std::min<std::int64_t>({draft_length, samples_left, positions_left}));
+      if (most > 0) drafts->drafter->propose(recent, most, proposed);
+      if (!proposed.empty()) {
+        fed_rows.assign(1, token);
+        fed_rows.insert(fed_rows.end(), proposed.begin(), proposed.end());
+        rows = drafts->feed_rows(fed_rows.data(), static_cast<int>(fed_rows.size()), position);
+        logits = rows;
+        fed_end = position + static_cast<std::int64_t>(fed_rows.size());
+        ++position;
+        result.drafted_tokens += static_cast<int>(proposed.size());
+        ++result.draft_checks;
+        continue;
+      }
+    }
     logits = feed(token, position);
     ++position;
+    fed_end = position;
   }
+  // The last sample is never fed: rows fed ahead of it (its own included) go.
+  if (speculative && fed_end > position) drafts->keep(position);
   const auto end = DecodeRate::Clock::now();
   if (result.generated.size() > 1) {
     result.decode_ms = rate.elapsed_ms(end);

@@ -45,6 +45,24 @@ struct DecodeResult {
   double ttft_ms = 0.0;    // from the generation's start to the first sample
   double decode_ms = 0.0;  // from the first token to the last
   double decode_tokens_per_second = 0.0;
+  int drafted_tokens = 0, accepted_tokens = 0, draft_checks = 0;  // speculative decoding (GenerationStats)
+};
+
+class Drafter;
+
+// The caller's side of speculative decoding. After each sampled token the generator asks `drafter` for the
+// tokens likely to follow and feeds the sampled token and the proposals as rows in one pass; the rows'
+// logits then serve the next samples for as long as each sample equals the proposal it was fed with. At
+// the first sample that differs, `keep` drops the rows fed ahead. Every sample is still drawn from logits
+// computed as a decode step would compute them, so the output is what plain decoding gives.
+struct DraftChecking {
+  Drafter* drafter = nullptr;
+  int max_draft_tokens = 0;
+  // Feeds tokens[0, count) at positions position .. position + count - 1 and returns every row's logits
+  // [count, vocab] (each row's to the bit as FeedToken would give it), valid until the next call.
+  std::function<const float*(const TokenId* tokens, int count, std::int64_t position)> feed_rows;
+  // Keeps the first `positions` positions fed, dropping the rest.
+  std::function<void(std::int64_t positions)> keep;
 };
 
 class TokenGenerator {
@@ -58,9 +76,11 @@ class TokenGenerator {
 
   // Starts from `logits`, the prompt's last position's. `started` is when the generation began (TTFT).
   // Throws std::runtime_error if any logits are NaN or infinite (corrupt weights): never garbage tokens.
+  // `drafts` (may be null: none) turns on speculative decoding; when the run ends, the positions fed are
+  // the prompt's and every sampled token's but the last, as without it.
   DecodeResult run(const std::vector<TokenId>& prompt, const float* logits, std::int64_t vocab_size,
                    const FeedToken& feed, const std::atomic<bool>* stop, const TokenCallback& on_token,
-                   std::chrono::steady_clock::time_point started) const;
+                   std::chrono::steady_clock::time_point started, const DraftChecking* drafts = nullptr) const;
 
  private:
   GenerationConfig config_;

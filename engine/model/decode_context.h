@@ -13,7 +13,8 @@ namespace kvchat {
 struct ModelConfig;
 
 struct DecodeContext {
-  std::vector<float> logits;  // [vocab]: the last step's logits
+  std::vector<float> logits;      // [vocab]: the last step's logits
+  std::vector<float> row_logits;  // [rows, vocab]: every row's logits of the last decode_rows
   // [rows, width] each: the residual stream, a normed copy or a product's output, the projections.
   std::vector<float> x, h, q, k, v, attended, gate, up;
   std::vector<float> scores;  // [heads, positions]: a single row's, grows with the cache's capacity, never shrinks

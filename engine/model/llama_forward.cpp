@@ -75,9 +75,10 @@ struct SharedInputLinears {
   const std::pair<const Linear*, float*>* end() const { return items + count; }
 };
 
-// y_i = W_i x for projections that share their input, streamed as one parallel job.
+// y_i = W_i x for projections that share their input (n rows of it), streamed as one parallel job; each row
+// as the one-row product computes it.
 template <typename Weight>
-void shared_input_into(const SharedInputLinears& products, const float* x) {
+void shared_input_into(const SharedInputLinears& products, const float* x, std::int64_t n = 1) {
   kernels::SharedInputProduct<Weight> jobs[3];  // on the stack: a decode step allocates nothing here
   int count = 0;
   for (auto [linear, y] : products) {
@@ -85,10 +86,16 @@ void shared_input_into(const SharedInputLinears& products, const float* x) {
     jobs[count++] = {static_cast<const Weight*>(data), y, linear->weight.size(0), linear->bias_data()};
   }
   const std::int64_t in = products.begin()->first->weight.size(1);
-  if constexpr (std::is_same_v<Weight, float>)
+  if (n != 1) {
+    if constexpr (std::is_same_v<Weight, float>)
+      kernels::matmul_f32_shared_input_exact(jobs, count, x, n, in);
+    else
+      kernels::matmul_bf16_shared_input_exact(jobs, count, x, n, in);
+  } else if constexpr (std::is_same_v<Weight, float>) {
     kernels::matvec_f32_shared_input(jobs, count, x, in);
-  else
+  } else {
     kernels::matvec_bf16_shared_input(jobs, count, x, in);
+  }
 }
 
 // The view of a matrix for the quantized kernels; f32 and bf16 tensors are GGUF F32 and BF16 rows.
@@ -175,19 +182,12 @@ struct RowsAttention {
 };
 
 // y[i] = W x[i] (+ b) for n input rows and products that share their input, each row computed as
-// shared_input_linears_into computes a single one: rows of the f32 and bf16 kernels one at a time (their
-// matrix kernels add in another order), the quantized kernels over all rows at once (their result for a
-// row does not depend on the others).
+// shared_input_linears_into computes a single one: the f32 and bf16 kernels' row-exact products, the quantized
+// kernels over all rows at once (their result for a row does not depend on the others).
 void shared_input_linears_rows(const SharedInputLinears& products, const float* x, std::int64_t n) {
-  if (common_dense_type(products) != at::ScalarType::Undefined) {
-    const std::int64_t in = products.begin()->first->in_features();
-    for (std::int64_t i = 0; i < n; ++i) {
-      SharedInputLinears row = products;
-      for (auto& [linear, y] : row.items) y += linear ? i * linear->out_features() : 0;
-      shared_input_linears_into(row, x + i * in);
-    }
-    return;
-  }
+  const at::ScalarType dense = common_dense_type(products);
+  if (dense == at::kFloat) return shared_input_into<float>(products, x, n);
+  if (dense == at::kBFloat16) return shared_input_into<std::uint16_t>(products, x, n);
   for (auto [linear, y] : products) kernels::matmul_quantized(quantized_view(*linear), x, y, n, linear->bias_data());
 }
 
@@ -199,10 +199,10 @@ at::Tensor attention_rows(const at::Tensor& t) {
 
 }  // namespace
 
-LlamaModel::ProductPath LlamaModel::product_path(std::int64_t rows) const {
+LlamaModel::ProductPath LlamaModel::product_path(std::int64_t rows, bool rows_as_decode) const {
   if (!fast_kernels_enabled() || !fused_decode_) return ProductPath::Linear;
   if (rows == 1) return ProductPath::SharedInput;
-  return row_exact_ ? ProductPath::RowExact : ProductPath::Linear;
+  return row_exact_ || rows_as_decode ? ProductPath::RowExact : ProductPath::Linear;
 }
 
 // The products of `products`, which share their input x [rows, in], for `rows` rows.
@@ -218,12 +218,12 @@ void LlamaModel::products_into(ProductPath path, std::initializer_list<std::pair
 }
 
 void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
-                              DecodeContext& s, float* logits, bool all_positions) const {
+                              DecodeContext& s, float* logits, bool all_positions, bool rows_as_decode) const {
   const ModelConfig& c = config_;
   const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
   const std::int64_t q_size = heads * head_dim, kv_size = kv_heads * head_dim;
-  const ProductPath path = product_path(steps);
+  const ProductPath path = product_path(steps, rows_as_decode);
   const bool gelu = c.hidden_act == "gelu_pytorch_tanh";
   // Gemma's norms of a sublayer's output, rows [steps, hidden] in place.
   const auto norm_rows_in_place = [&](float* rows, std::int64_t count, const at::Tensor& weight) {
@@ -320,7 +320,7 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
   for (std::int64_t i = 0; i < out_rows; ++i)
     rms_norm_into(s.x.data() + (first + i) * hidden, weights_.final_norm.data_ptr<float>(), s.h.data() + i * hidden,
                   hidden, c.rms_norm_eps);
-  products_into(product_path(out_rows), {{&weights_.lm_head, logits}}, s.h.data(), out_rows);
+  products_into(product_path(out_rows, rows_as_decode), {{&weights_.lm_head, logits}}, s.h.data(), out_rows);
   if (c.final_logit_softcap > 0) {  // Gemma 2
     const auto cap = static_cast<float>(c.final_logit_softcap);
     for (std::int64_t j = 0; j < out_rows * c.vocab_size; ++j) logits[j] = cap * std::tanh(logits[j] / cap);

@@ -127,6 +127,19 @@ void LlamaModel::decode(TokenId token, std::int64_t position, KvCache& cache, De
   forward_rows(&token, 1, position, &cache, context, context.logits.data(), /*all_positions=*/false);
 }
 
+bool LlamaModel::rows_match_decode_steps() const { return fast_kernels_enabled() && fused_decode_; }
+
+void LlamaModel::decode_rows(const TokenId* ids, std::int64_t steps, std::int64_t position, KvCache& cache,
+                             DecodeContext& context) const {
+  if (!rows_match_decode_steps())
+    throw std::logic_error("decode_rows: this model's products do not compute rows as decode steps do");
+  check_request(ids, steps, position, &cache);
+  context.reserve(config_, std::max(position + steps, cache.capacity()), steps);
+  context.row_logits.resize(static_cast<std::size_t>(steps * config_.vocab_size));
+  forward_rows(ids, steps, position, &cache, context, context.row_logits.data(), /*all_positions=*/true,
+               /*rows_as_decode=*/true);
+}
+
 bool LlamaModel::parallel_attention(std::int64_t positions) const {
   const std::int64_t kv_bytes =
       2 * config_.num_key_value_heads * positions * config_.head_dim * static_cast<std::int64_t>(sizeof(float));

@@ -60,6 +60,15 @@ class LlamaModel {
   // and with the kernels on, a steady-state step makes no LibTorch call and allocates nothing.
   void decode(TokenId token, std::int64_t position, KvCache& cache, DecodeContext& context) const;
 
+  // Whether decode_rows computes each of its rows to the bit as decode() would (the engine kernels are on and
+  // the weights suit them): then several tokens can be checked in one pass without changing any result.
+  bool rows_match_decode_steps() const;
+  // `steps` tokens at positions position .. position + steps - 1 (position == cache.size()) in one pass, each
+  // row computed as decode() computes a single token, committed to the cache; the logits of every row go to
+  // context.row_logits [steps, vocab]. Requires rows_match_decode_steps().
+  void decode_rows(const TokenId* ids, std::int64_t steps, std::int64_t position, KvCache& cache,
+                   DecodeContext& context) const;
+
  private:
   // A single row's attention (a decode step) is split by KV head over the kernels' pool once a layer's
   // cached keys and values reach this many bytes; below, the dispatch costs about what the second core
@@ -73,13 +82,14 @@ class LlamaModel {
     RowExact,     // every row as SharedInput computes it (models whose products round their input)
     Linear,       // each matrix's own choice (Linear::forward_into): streaming kernels or GEMM
   };
-  ProductPath product_path(std::int64_t rows) const;
+  // rows_as_decode: every row as a one-row step computes it, also for dense weights (decode_rows).
+  ProductPath product_path(std::int64_t rows, bool rows_as_decode = false) const;
   void products_into(ProductPath path, std::initializer_list<std::pair<const Linear*, float*>> products, const float* x,
                      std::int64_t rows) const;
   // The forward of every path: `steps` tokens as rows of `buffers` (sized for them), logits of the last
   // row (or of every row if all_positions) into `logits`. The request must have been checked.
   void forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
-                    DecodeContext& buffers, float* logits, bool all_positions) const;
+                    DecodeContext& buffers, float* logits, bool all_positions, bool rows_as_decode = false) const;
   // Throws for no tokens, a start that does not follow the cache, the context limit, an id outside the vocabulary.
   void check_request(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const;
   bool fused_decode_applies() const;

@@ -27,6 +27,7 @@ class CliBenchTest : public QObject {
   void bandwidth_probed_before_every_step();
   void gguf_dtypes_make_random_weights_in_that_type();
   void gguf_dtype_errors();
+  void speculative_pairs_report_acceptance_and_identity();
 
  private:
   QString write_tiny_config();
@@ -182,6 +183,37 @@ void CliBenchTest::gguf_dtype_errors() {
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliBenchTest)
+
+// --speculative lookup: per prompt length, interleaved plain/lookup pairs with the acceptance, the speed-up and
+// identical tokens, and the cost of a pass over 1, 2, 4 and 8 rows.
+void CliBenchTest::speculative_pairs_report_acceptance_and_identity() {
+  auto result = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")),
+                         "--prompt-tokens", "70", "--new-tokens", "60", "--kv-cache", "on", "--speculative", "lookup",
+                         "--pairs", "2", "--prompt-kind", "repeating", "--threads", "1", "--json"});
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  std::istringstream lines(result.out);
+  std::string line;
+  int comparisons = 0;
+  while (std::getline(lines, line)) {
+    auto json = nlohmann::json::parse(line);
+    if (!json.contains("speculative")) continue;
+    const auto& row = json["speculative"];
+    QCOMPARE(row["mode"].get<std::string>(), std::string("lookup"));
+    QCOMPARE(row["prompt_kind"].get<std::string>(), std::string("repeating"));
+    QCOMPARE(row["pairs"].get<int>(), 2);
+    QVERIFY2(row["identical_tokens"].get<bool>(), line.c_str());
+    QVERIFY2(row["drafted_tokens"].get<int>() > 0, line.c_str());
+    QVERIFY(row["accepted_tokens"].get<int>() <= row["drafted_tokens"].get<int>());
+    QVERIFY(row["plain_decode_tok_s"].get<double>() > 0 && row["speculative_decode_tok_s"].get<double>() > 0);
+    for (const char* rows : {"1", "2", "4", "8"}) QVERIFY(row["pass_ms_by_rows"][rows].get<double>() > 0);
+    ++comparisons;
+  }
+  QCOMPARE(comparisons, 1);
+  auto bad = run_cli(
+      {"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--prompt-kind", "looping"});
+  QCOMPARE(bad.exit_code, 2);
+  QVERIFY2(bad.err.find("--prompt-kind must be random or repeating") != std::string::npos, bad.err.c_str());
+}
 
 }  // namespace app_test_cli_bench
 

@@ -38,6 +38,7 @@ class CliGenerateTest : public QObject {
   void text_prompt_reproduces_run_c();
   void prompt_ids_with_every_cache_mode_agree();
   void random_weights_of_a_real_config();
+  void speculative_lookup_gives_the_same_ids();
   void bad_input_gives_one_clear_line();
 };
 
@@ -102,7 +103,29 @@ void CliGenerateTest::random_weights_of_a_real_config() {
   QVERIFY(nlohmann::json::parse(again.out)["generated_ids"] == output["generated_ids"]);  // seeded weights
 }
 
+// --speculative lookup: the same ids as plain decoding, and the stats say how many proposals held.
+void CliGenerateTest::speculative_lookup_gives_the_same_ids() {
+  std::vector<nlohmann::json> outputs;
+  for (const char* mode : {"none", "lookup"}) {
+    auto result = run_cli({"generate", "--model", shared("models/stories260K"), "--prompt", "Once upon a time",
+                           "--max-new-tokens", "120", "--speculative", mode, "--draft-tokens", "5", "--json"});
+    QVERIFY2(result.exit_code == 0, result.err.c_str());
+    outputs.push_back(nlohmann::json::parse(result.out));
+  }
+  QCOMPARE(outputs[0]["generated_ids"].size(), size_t(120));
+  QVERIFY(outputs[0]["generated_ids"] == outputs[1]["generated_ids"]);
+  QVERIFY(!outputs[0]["stats"].contains("drafted_tokens"));
+  const nlohmann::json& stats = outputs[1]["stats"];
+  QVERIFY2(stats["drafted_tokens"].get<int>() > 0, stats.dump().c_str());
+  QVERIFY(stats["accepted_tokens"].get<int>() <= stats["drafted_tokens"].get<int>());
+  QVERIFY(stats["draft_checks"].get<int>() > 0);
+}
+
 void CliGenerateTest::bad_input_gives_one_clear_line() {
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--speculative", "draft"}, 2,
+               "--speculative: unknown speculative decoding mode 'draft' (expected none or lookup)");
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--draft-tokens", "0"}, 2,
+               "--draft-tokens must be between 1 and 32");
   expect_error({"generate", "--model", "/nonexistent/model", "--prompt-ids", "1"}, 1, "/nonexistent/model");
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1,600"}, 2,
                "outside the vocabulary");

@@ -56,6 +56,7 @@ void SettingsTest::save_load_round_trip() {
   const QString path = dir.filePath(QStringLiteral("kvchat.ini"));
   ChatSettings saved;
   saved.kv_cache_enabled = false;
+  saved.speculative = kvchat::SpeculativeMode::Lookup;
   saved.temperature = 1.25;
   saved.top_k = 7;
   saved.top_p = 0.5;
@@ -78,6 +79,7 @@ void SettingsTest::save_load_round_trip() {
   QSettings ini(path, QSettings::IniFormat);
   const ChatSettings loaded = ChatSettings::load(ini);
   QCOMPARE(loaded.kv_cache_enabled, saved.kv_cache_enabled);
+  QCOMPARE(loaded.speculative, saved.speculative);
   QCOMPARE(loaded.temperature, saved.temperature);
   QCOMPARE(loaded.top_k, saved.top_k);
   QCOMPARE(loaded.top_p, saved.top_p);
@@ -224,6 +226,10 @@ void SettingsTest::settings_json_for_messages() {
   QCOMPARE(json.value(QStringLiteral("context_overflow")).toString(), QStringLiteral("drop_oldest_turns"));
   QCOMPARE(json.value(QStringLiteral("max_new_tokens")).toInt(), settings.max_new_tokens);
   QCOMPARE(json.value(QStringLiteral("model_path")).toString(), QString());
+  QCOMPARE(json.value(QStringLiteral("speculative_decoding")).toString(), QStringLiteral("none"));
+  settings.speculative = kvchat::SpeculativeMode::Lookup;
+  QCOMPARE(settings.to_json().value(QStringLiteral("speculative_decoding")).toString(), QStringLiteral("lookup"));
+  QCOMPARE(settings.to_generation_config().speculative.mode, kvchat::SpeculativeMode::Lookup);
   QCOMPARE(kvchat::app::context_overflow_policy_from_string(QStringLiteral("drop_oldest_turns")),
            ContextOverflowPolicy::DropOldestTurns);
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
@@ -282,6 +288,20 @@ void SettingsTest::stats_json_round_trip() {
   QCOMPARE(back.cache_capacity_tokens, stats.cache_capacity_tokens);
   QCOMPARE(back.cache_mode, stats.cache_mode);
   QCOMPARE(back.stop_reason, stats.stop_reason);
+
+  // A speculative run's counts join the record, and come back.
+  stats.drafted_tokens = 40;
+  stats.accepted_tokens = 31;
+  stats.draft_checks = 9;
+  const QJsonObject speculative_json = kvchat::app::stats_to_json(stats);
+  QCOMPARE(speculative_json.value(QStringLiteral("accepted_tokens")).toInt(), 31);
+  const kvchat::GenerationStats speculative_back = kvchat::app::stats_from_json(speculative_json);
+  QCOMPARE(speculative_back.drafted_tokens, 40);
+  QCOMPARE(speculative_back.accepted_tokens, 31);
+  QCOMPARE(speculative_back.draft_checks, 9);
+  QVERIFY(kvchat::app::stats_summary(speculative_json)
+              .contains(QStringLiteral("lookup: 31 of 40 proposed tokens accepted (78%)")));
+  stats.drafted_tokens = stats.accepted_tokens = stats.draft_checks = 0;
 
   // Every stop reason and cache mode survives.
   for (auto reason : {kvchat::StopReason::Eos, kvchat::StopReason::MaxTokens, kvchat::StopReason::ContextFull,
