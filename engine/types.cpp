@@ -34,6 +34,7 @@ const char* to_string(SpeculativeMode mode) {
   switch (mode) {
     case SpeculativeMode::None: return "none";
     case SpeculativeMode::Lookup: return "lookup";
+    case SpeculativeMode::DraftModel: return "draft";
   }
   return "?";
 }
@@ -41,7 +42,8 @@ const char* to_string(SpeculativeMode mode) {
 SpeculativeMode speculative_mode_from_string(const std::string& text) {
   if (text == "none" || text == "off") return SpeculativeMode::None;
   if (text == "lookup") return SpeculativeMode::Lookup;
-  throw std::invalid_argument("unknown speculative decoding mode '" + text + "' (expected none or lookup)");
+  if (text == "draft") return SpeculativeMode::DraftModel;
+  throw std::invalid_argument("unknown speculative decoding mode '" + text + "' (expected none, lookup or draft)");
 }
 
 }  // namespace kvchat

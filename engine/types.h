@@ -2,6 +2,7 @@
 // Plain value types shared by the engine, the app and the UI.
 // Includes neither LibTorch nor Qt: this is the only engine header that app/ and ui/ headers need.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,15 +47,19 @@ KvCacheMode kv_cache_mode_from_string(const std::string& text);
 // step computes them; the proposals only decide which rows were computed ahead.
 enum class SpeculativeMode {
   None,
-  Lookup,  // prompt lookup: the continuation of the latest earlier occurrence of the last few tokens
+  Lookup,      // prompt lookup: the continuation of the latest earlier occurrence of the last few tokens
+  DraftModel,  // a smaller model of the same vocabulary proposes its greedy continuation
 };
-const char* to_string(SpeculativeMode mode);
-// Accepts "none"/"off" and "lookup". Throws std::invalid_argument otherwise.
+const char* to_string(SpeculativeMode mode);  // "none", "lookup", "draft"
+// Accepts "none"/"off", "lookup" and "draft". Throws std::invalid_argument otherwise.
 SpeculativeMode speculative_mode_from_string(const std::string& text);
+
+class LlamaModel;
 
 struct SpeculativeConfig {
   SpeculativeMode mode = SpeculativeMode::None;
-  int draft_tokens = 8;  // at most this many proposed tokens per check
+  std::shared_ptr<const LlamaModel> draft_model;  // DraftModel's proposer (shared: it is immutable)
+  int draft_tokens = 8;                           // at most this many proposed tokens per check
   // Prompt lookup matches the last max_ngram .. min_ngram tokens, longest first.
   int max_ngram = 3;
   int min_ngram = 2;

@@ -23,8 +23,8 @@ const std::string kUsage =
         "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
         "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
         "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
-        "                        [--bandwidth-probe auto|step|row] [--speculative lookup [--draft-tokens K]\n"
-        "                        [--pairs N]] [--prompt-kind random|repeating] [--json]\n"
+        "                        [--bandwidth-probe auto|step|row] [--speculative lookup|draft [--draft-tokens K]\n"
+        "                        [--draft-model PATH] [--pairs N]] [--prompt-kind random|repeating] [--json]\n"
         "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens "
         "32]\n"
         "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
@@ -41,7 +41,8 @@ const std::string kUsage =
         "               GB/s column: the bandwidth used (step: the steps' time-weighted mean)\n"
         "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
         "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.\n"
-        "--speculative lookup: after the rows, plain and prompt-lookup decoding with the cache on, in N interleaved\n"
+        "--speculative lookup|draft: after the rows, plain and speculative decoding with the cache on, in N "
+        "interleaved\n"
         "             pairs (default 3) per prompt length: decode tok/s of each (median), the speed-up, the\n"
         "             proposed tokens accepted, and whether the tokens are identical (they must be).\n"
         "--prompt-kind repeating: the prompt repeats one passage of 64 random ids (text that repeats its\n"
@@ -191,11 +192,11 @@ double median(std::vector<double> values) {
 
 // Plain and speculative decoding with the cache on, in interleaved pairs (A B A B ...: drift in the machine's
 // speed falls on both alike): each one's decode tok/s (median), the speed-up, and how many proposals held.
-void measure_speculative(const BenchOptions& options, const ModelSource& source, const std::string& dtype_name,
-                         long long prompt_tokens) {
+void measure_speculative(const BenchOptions& options, const SpeculativeConfig& config, const ModelSource& source,
+                         const std::string& dtype_name, long long prompt_tokens) {
   BenchGeneration plain, speculative;
   plain.repeating_prompt = speculative.repeating_prompt = options.repeating_prompt;
-  speculative.speculative = options.speculative;
+  speculative.speculative = config;
   std::vector<double> plain_rates, speculative_rates, ratios;
   int drafted = 0, accepted = 0, checks = 0;
   bool identical = true;
@@ -289,9 +290,10 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
 }
 
 int run_bench(const std::vector<std::string>& args) {
-  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe",
-                                       "speculative", "draft-tokens", "pairs", "prompt-kind", kCacheDirOption}),
-                   {"json", kSnapshotFlag});
+  ArgParser parser(
+      with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe", "speculative",
+                          "draft-tokens", "draft-model", "pairs", "prompt-kind", kCacheDirOption}),
+      {"json", kSnapshotFlag});
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
   const BenchOptions options = parse_bench_options(parser);
@@ -311,6 +313,8 @@ int run_bench(const std::vector<std::string>& args) {
     release_freed_memory();
     const std::int64_t resident_before_load = current_rss_bytes();
     const ModelSource source = open_model_source(parser, storage);
+    SpeculativeConfig speculative = options.speculative;
+    load_draft_model(parser, speculative, *source.model);
     // A GGUF file's rows name its own types (Q4_K_M, ...), not the --dtype it ignores.
     const std::string dtype_name = source.weight_format.empty() ? storage.name : source.weight_format;
     std::map<long long, BenchRun> cached_runs;  // prompt tokens -> cache-on run
@@ -326,8 +330,8 @@ int run_bench(const std::vector<std::string>& args) {
         const auto cached = cached_runs.find(prompt_tokens);
         if (mode == KvCacheMode::Off && cached != cached_runs.end()) print_speedup(options, row, cached->second);
       }
-      if (options.speculative.mode != SpeculativeMode::None)
-        measure_speculative(options, source, dtype_name, prompt_tokens);
+      if (speculative.mode != SpeculativeMode::None)
+        measure_speculative(options, speculative, source, dtype_name, prompt_tokens);
     }
   }
   // The machine's bandwidth drifts with what else runs on it: measure again at the end (with every

@@ -37,7 +37,7 @@ namespace chat_command {
 const char* kUsage =
     "usage: kvchat-cli chat --model DIR|FILE.gguf [--db PATH] [--conversation ID|new] [--message TEXT]\n"
     "                       [--kv-cache on|off] [--max-new-tokens N] [--temperature T] [--seed S]\n"
-    "                       [--speculative none|lookup] [--draft-tokens K]\n"
+    "                       [--speculative none|lookup|draft] [--draft-tokens K] [--draft-model PATH]\n"
     "                       [--context-limit N] [--overflow stop|drop_oldest_turns] [--threads N]\n"
     "                       [--system TEXT]\n"
     "Chats in the conversation store the desktop app uses (default: its database). --conversation picks\n"
@@ -165,7 +165,7 @@ int chat_turns(const ArgParser& parser, const std::function<bool(const std::stri
 
 int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
   for (const char* local_only : {"model", "kv-cache", "context-limit", "overflow", "threads", "cache-dir",
-                                 "kv-snapshots", "snapshot-budget-mib", "speculative", "draft-tokens"})
+                                 "kv-snapshots", "snapshot-budget-mib", "speculative", "draft-tokens", "draft-model"})
     if (parser.value(local_only))
       throw UsageError(std::string("--") + local_only + " is the local engine's: it cannot be used with --backend");
   GenerationConfig generation;
@@ -204,11 +204,11 @@ int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
 }
 
 int run_chat(const std::vector<std::string>& args) {
-  ArgParser parser({"model",          "db",          "conversation", "message",       "kv-cache",
-                    "max-new-tokens", "temperature", "seed",         "context-limit", "overflow",
-                    "threads",        "system",      "cache-dir",    "kv-snapshots",  "snapshot-budget-mib",
-                    "backend",        "api-key",     "remote-model", "idle-timeout",  "reply-timeout",
-                    "speculative",    "draft-tokens"},
+  ArgParser parser({"model",          "db",           "conversation", "message",       "kv-cache",
+                    "max-new-tokens", "temperature",  "seed",         "context-limit", "overflow",
+                    "threads",        "system",       "cache-dir",    "kv-snapshots",  "snapshot-budget-mib",
+                    "backend",        "api-key",      "remote-model", "idle-timeout",  "reply-timeout",
+                    "speculative",    "draft-tokens", "draft-model"},
                    {});
   parser.parse(args);
   // Checked before anything is created: an empty message must not leave an empty conversation behind.
@@ -258,6 +258,7 @@ int run_chat(const std::vector<std::string>& args) {
                                                    : app::ConversationStore::default_database_path();
 
   const LoadedModel model = load_model(model_directory, LoadOptions{WeightDtype::Float32, threads});
+  load_draft_model(parser, options.generation.speculative, *model.model);
   if (!model.tokenizer)
     throw UsageError("model " + model_directory + " has no tokenizer (tokenizer.json or GGUF tokenizer metadata)");
 

@@ -47,7 +47,8 @@ const std::string kUsage =
     "                           [--max-new-tokens N]\n"
     "                           [--kv-cache on|naive|off] [--temperature T] [--top-k K] [--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"
-    "                           [--speculative none|lookup] [--draft-tokens K] [--dtype f32|bf16] [--json]\n"
+    "                           [--speculative none|lookup|draft] [--draft-tokens K] [--draft-model PATH] [--dtype "
+    "f32|bf16] [--json]\n"
     "Greedy by default (temperature 0). --prompt needs the model's tokenizer (a directory's tokenizer.json\n"
     "or a GGUF file's tokenizer metadata); it is encoded as plain text with BOS as the tokenizer says.\n"
     "--messages: a JSON file holding a list of {\"role\", \"content\"} messages (or {\"messages\": [...]}),\n"
@@ -59,7 +60,7 @@ const std::string kUsage =
 int run_generate(const std::vector<std::string>& args) {
   ArgParser parser(
       with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "temperature", "top-k",
-                          "top-p", "min-p", "repeat-penalty", "seed", "speculative", "draft-tokens"}),
+                          "top-p", "min-p", "repeat-penalty", "seed", "speculative", "draft-tokens", "draft-model"}),
       {"json"});
   parser.parse(args);
   // Every option is checked before the (possibly large) model is loaded.
@@ -76,6 +77,7 @@ int run_generate(const std::vector<std::string>& args) {
   std::vector<ChatMessage> messages;
   if (auto path = parser.value("messages")) messages = read_messages(*path);
   ModelSource source = open_model_source(parser);
+  load_draft_model(parser, config.speculative, *source.model);
 
   std::vector<TokenId> prompt;
   if (auto ids = parser.value("prompt-ids")) {

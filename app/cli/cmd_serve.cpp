@@ -30,8 +30,8 @@ const std::string kUsage =
     "usage: kvchat-cli serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
     "                        [--parallel N] [--max-queue N] [--cache-dir DIR] [--model-id NAME]\n"
     "                        [--max-body-mib N] [--memory-budget-mib N] [--threads N] [--cors-origin ORIGIN|*]\n"
-    "                        [--header-timeout-s N] [--body-timeout-s N] [--speculative none|lookup]\n"
-    "                        [--draft-tokens K]\n"
+    "                        [--header-timeout-s N] [--body-timeout-s N] [--speculative none|lookup|draft]\n"
+    "                        [--draft-tokens K] [--draft-model PATH]\n"
     "Serves the OpenAI API: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream true: server-sent events), each also without /v1 (a client given the bare base URL). Requests\n"
     "may name the model by its id: --model-id, default the model's folder or file name. --parallel requests\n"
@@ -111,7 +111,7 @@ int bounded_option(const ArgParser& parser, const std::string& name, int fallbac
 int run_serve(const std::vector<std::string>& args) {
   ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
                     "max-body-mib", "memory-budget-mib", "threads", "cors-origin", "header-timeout-s", "body-timeout-s",
-                    "speculative", "draft-tokens"},
+                    "speculative", "draft-tokens", "draft-model"},
                    {});
   parser.parse(args);
   const std::string model_path = parser.required("model");
@@ -153,6 +153,7 @@ int run_serve(const std::vector<std::string>& args) {
   spdlog::set_level(spdlog::level::info);
   const LoadedModel model = load_model(model_path, LoadOptions{WeightDtype::Float32, threads});
   if (!model.tokenizer) throw UsageError("model " + model_path + " has no tokenizer, so it cannot serve text");
+  load_draft_model(parser, options.speculative, *model.model);
   std::shared_ptr<SnapshotStore> snapshots;
   if (auto directory = parser.value("cache-dir")) {
     try {

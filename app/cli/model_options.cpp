@@ -147,7 +147,25 @@ SpeculativeConfig speculative_from_options(const ArgParser& parser) {
   speculative.draft_tokens = parser.int_or("draft-tokens", speculative.draft_tokens);
   if (speculative.draft_tokens < 1 || speculative.draft_tokens > kMaxDraftTokens)
     throw UsageError("--draft-tokens must be between 1 and " + std::to_string(kMaxDraftTokens));
+  const bool draft = speculative.mode == SpeculativeMode::DraftModel;
+  if (draft != bool(parser.value("draft-model")))
+    throw UsageError(draft ? "--speculative draft needs --draft-model DIR|FILE.gguf"
+                           : "--draft-model is for --speculative draft");
   return speculative;
+}
+
+void load_draft_model(const ArgParser& parser, SpeculativeConfig& speculative, const LlamaModel& target) {
+  if (speculative.mode != SpeculativeMode::DraftModel) return;
+  const std::string path = *parser.value("draft-model");
+  speculative.draft_model = load_model(path).model;
+  const std::int64_t draft_vocabulary = speculative.draft_model->config().vocab_size;
+  if (draft_vocabulary != target.config().vocab_size)
+    throw UsageError("--draft-model " + path + " has a vocabulary of " + std::to_string(draft_vocabulary) +
+                     " ids, the model " + std::to_string(target.config().vocab_size) +
+                     ": a draft model must share the model's tokenizer");
+  spdlog::info("draft model {}: {} layers, hidden {}, {:.1f} MiB of weights ({})", path,
+               speculative.draft_model->config().num_hidden_layers, speculative.draft_model->config().hidden_size,
+               speculative.draft_model->weight_bytes() / 1048576.0, speculative.draft_model->weight_types());
 }
 
 }  // namespace kvchat::cli

@@ -48,11 +48,14 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStora
 int threads_from_option(const ArgParser& parser);
 // --temperature --top-k --top-p --min-p --repeat-penalty --seed (validated ranges).
 SamplingParams sampling_from_options(const ArgParser& parser);
-// --speculative none|lookup and --draft-tokens K (speculative decoding: the same tokens, sooner).
+// --speculative none|lookup|draft, --draft-tokens K and --draft-model PATH (speculative decoding: the same
+// tokens, sooner). The draft model itself is loaded by load_draft_model, after the model.
 SpeculativeConfig speculative_from_options(const ArgParser& parser);
+void load_draft_model(const ArgParser& parser, SpeculativeConfig& speculative, const LlamaModel& target);
 constexpr const char* kSpeculativeUsage =
     "--speculative lookup: propose up to --draft-tokens K (default 8) tokens from earlier text that matches the\n"
-    "last few and check them in one pass; the reply is token for token what it would be without.\n";
+    "last few and check them in one pass; the reply is token for token what it would be without.\n"
+    "--speculative draft --draft-model DIR|FILE.gguf: a smaller model of the same tokenizer proposes them.\n";
 // "on", "naive" or "off"; anything else is a UsageError.
 KvCacheMode cache_mode_from_option(const std::string& text);
 

@@ -1,8 +1,12 @@
 #include "engine/generation/draft.h"
 
+#include "engine/generation/session.h"
+#include "engine/model/llama_model.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kvchat {
 
@@ -35,12 +39,42 @@ void PromptLookupDrafter::propose(const std::vector<TokenId>& context, int max_t
   }
 }
 
-std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
+DraftModelDrafter::DraftModelDrafter(std::shared_ptr<const LlamaModel> draft,
+                                     std::shared_ptr<const ComputeContext> compute)
+    : session_(std::make_unique<Session>(std::move(draft), KvCacheMode::Contiguous)) {
+  session_->set_compute_context(std::move(compute));
+}
+
+DraftModelDrafter::~DraftModelDrafter() = default;
+
+const LlamaModel& DraftModelDrafter::model() const { return session_->model(); }
+
+void DraftModelDrafter::propose(const std::vector<TokenId>& context, int max_tokens, std::vector<TokenId>& out) {
+  out.clear();
+  if (max_tokens <= 0 || context.empty()) return;
+  // Room for the context and the proposals within the draft model's own positions.
+  const std::int64_t room = model().config().max_position_embeddings - static_cast<std::int64_t>(context.size());
+  if (room < 2) return;
+  GenerationConfig config;  // greedy, its own end-of-sequence ids (a proposed end is checked like any token)
+  config.max_new_tokens = static_cast<int>(std::min<std::int64_t>(max_tokens, room - 1));
+  out = session_->generate(context, config).generated;
+}
+
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config, const LlamaModel& target,
+                                      std::shared_ptr<const ComputeContext> compute) {
   if (config.mode == SpeculativeMode::None) return nullptr;
   if (config.draft_tokens < 1 || config.draft_tokens > kMaxDraftTokens)
     throw std::invalid_argument("draft tokens must be between 1 and " + std::to_string(kMaxDraftTokens) + " (got " +
                                 std::to_string(config.draft_tokens) + ")");
-  return std::make_unique<PromptLookupDrafter>(config.max_ngram, config.min_ngram);
+  if (config.mode == SpeculativeMode::Lookup)
+    return std::make_unique<PromptLookupDrafter>(config.max_ngram, config.min_ngram);
+  if (!config.draft_model) throw std::invalid_argument("speculative decoding with a draft model needs a draft model");
+  const std::int64_t draft_vocabulary = config.draft_model->config().vocab_size;
+  if (draft_vocabulary != target.config().vocab_size)
+    throw std::invalid_argument("the draft model's vocabulary has " + std::to_string(draft_vocabulary) +
+                                " ids, the model's " + std::to_string(target.config().vocab_size) +
+                                ": a draft model must share the model's tokenizer");
+  return std::make_unique<DraftModelDrafter>(config.draft_model, std::move(compute));
 }
 
 }  // namespace kvchat

@@ -9,6 +9,10 @@
 
 namespace kvchat {
 
+class ComputeContext;
+class LlamaModel;
+class Session;
+
 // Proposals per check are bounded: past a few dozen rows a check costs more than the steps it can save.
 constexpr int kMaxDraftTokens = 32;
 
@@ -33,8 +37,25 @@ class PromptLookupDrafter : public Drafter {
   int max_ngram_, min_ngram_;
 };
 
-// The drafter a configuration asks for (null for SpeculativeMode::None). Throws std::invalid_argument for
-// settings out of range.
-std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
+// A smaller model of the same vocabulary proposes its own greedy continuation (a 0.5B Qwen for a larger one, a
+// Q4 file for its F16 original). Its session keeps a KV cache that follows the conversation: a proposal keeps
+// the cached prefix it shares with the context (the rejected tokens fall away there) and prefills the rest.
+// Where the context passes the draft model's own limit, it proposes nothing.
+class DraftModelDrafter : public Drafter {
+ public:
+  DraftModelDrafter(std::shared_ptr<const LlamaModel> draft, std::shared_ptr<const ComputeContext> compute);
+  ~DraftModelDrafter() override;
+  void propose(const std::vector<TokenId>& context, int max_tokens, std::vector<TokenId>& out) override;
+  const LlamaModel& model() const;
+
+ private:
+  std::unique_ptr<Session> session_;
+};
+
+// The drafter a configuration asks for, proposing for `target` (null for SpeculativeMode::None); the draft
+// model's proposals compute with `compute`. Throws std::invalid_argument for settings out of range, a draft
+// mode without a draft model, or a draft model whose vocabulary differs from the target's.
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config, const LlamaModel& target,
+                                      std::shared_ptr<const ComputeContext> compute = nullptr);
 
 }  // namespace kvchat

@@ -144,6 +144,17 @@ RestoredPrefix Session::restore_prefix(const std::vector<TokenId>& prompt) {
   }
 }
 
+Drafter* Session::drafter_for(const SpeculativeConfig& config) {
+  const SpeculativeConfig& made_for = drafter_config_;
+  const bool same = drafter_ && made_for.mode == config.mode && made_for.draft_model == config.draft_model &&
+                    made_for.max_ngram == config.max_ngram && made_for.min_ngram == config.min_ngram;
+  if (!same || made_for.draft_tokens != config.draft_tokens) {
+    drafter_ = make_drafter(config, *model_, compute_);  // checks every setting
+    drafter_config_ = config;
+  }
+  return drafter_.get();
+}
+
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
                                    const std::atomic<bool>* stop, const TokenCallback& on_token,
                                    const BeforePrefillChunk& before_prefill_chunk) {
@@ -212,10 +223,10 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     }
     // Speculative decoding needs a cache to roll back and rows computed as decode steps compute them; without
     // either, plain decoding gives the same tokens.
-    std::unique_ptr<Drafter> drafter = make_drafter(config.speculative);
+    Drafter* drafter = drafter_for(config.speculative);
     DraftChecking checking;
     if (drafter && cache_ && model_->rows_match_decode_steps()) {
-      checking.drafter = drafter.get();
+      checking.drafter = drafter;
       checking.max_draft_tokens = config.speculative.draft_tokens;
       checking.feed_rows = [this](const TokenId* tokens, int count, std::int64_t position) {
         model_->decode_rows(tokens, count, position, *cache_, decode_context_);

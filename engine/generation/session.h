@@ -21,6 +21,7 @@ namespace kvchat {
 
 class LlamaModel;
 class KvCache;
+class Drafter;
 class ComputeContext;
 struct KvSnapshot;
 
@@ -101,6 +102,10 @@ class Session {
   // Asks the restorer for a longer prefix of `prompt` than the cache holds; never throws.
   RestoredPrefix restore_prefix(const std::vector<TokenId>& prompt);
 
+  // The proposer of speculative decoding for `config` (null for none): kept from one generate() to the next,
+  // so that a draft model's cache follows the conversation instead of prefilling it again every turn.
+  Drafter* drafter_for(const SpeculativeConfig& config);
+
   std::shared_ptr<const LlamaModel> model_;
   KvCacheMode cache_mode_;
   std::unique_ptr<KvCache> cache_;  // null when the cache is off
@@ -108,6 +113,8 @@ class Session {
   DecodeContext decode_context_;  // decode steps' buffers and the current logits, reused by every step
   PrefixRestorer* restorer_ = nullptr;
   std::shared_ptr<const ComputeContext> compute_;
+  std::unique_ptr<Drafter> drafter_;
+  SpeculativeConfig drafter_config_;  // what drafter_ was made for
 };
 
 }  // namespace kvchat

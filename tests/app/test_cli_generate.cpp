@@ -112,6 +112,14 @@ void CliGenerateTest::speculative_lookup_gives_the_same_ids() {
     QVERIFY2(result.exit_code == 0, result.err.c_str());
     outputs.push_back(nlohmann::json::parse(result.out));
   }
+  // A draft model: the stories model's Q8_0 file proposes for its f32 original.
+  auto draft = run_cli({"generate", "--model", shared("models/stories260K"), "--prompt", "Once upon a time",
+                        "--max-new-tokens", "120", "--speculative", "draft", "--draft-model",
+                        shared("fixtures/gguf/stories260K-Q8_0.gguf"), "--json"});
+  QVERIFY2(draft.exit_code == 0, draft.err.c_str());
+  outputs.push_back(nlohmann::json::parse(draft.out));
+  QVERIFY2(outputs[2]["stats"]["accepted_tokens"].get<int>() > 0, outputs[2]["stats"].dump().c_str());
+  QVERIFY(outputs[0]["generated_ids"] == outputs[2]["generated_ids"]);
   QCOMPARE(outputs[0]["generated_ids"].size(), size_t(120));
   QVERIFY(outputs[0]["generated_ids"] == outputs[1]["generated_ids"]);
   QVERIFY(!outputs[0]["stats"].contains("drafted_tokens"));
@@ -122,8 +130,13 @@ void CliGenerateTest::speculative_lookup_gives_the_same_ids() {
 }
 
 void CliGenerateTest::bad_input_gives_one_clear_line() {
+  expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--speculative", "drafts"}, 2,
+               "--speculative: unknown speculative decoding mode 'drafts' (expected none, lookup or draft)");
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--speculative", "draft"}, 2,
-               "--speculative: unknown speculative decoding mode 'draft' (expected none or lookup)");
+               "--speculative draft needs --draft-model DIR|FILE.gguf");
+  expect_error({"generate", "--model", shared("models/tiny-llama3-random"), "--prompt-ids", "1", "--speculative",
+                "draft", "--draft-model", shared("models/stories260K")},
+               2, "has a vocabulary of 512 ids, the model 1000: a draft model must share the model's tokenizer");
   expect_error({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1", "--draft-tokens", "0"}, 2,
                "--draft-tokens must be between 1 and 32");
   expect_error({"generate", "--model", "/nonexistent/model", "--prompt-ids", "1"}, 1, "/nonexistent/model");

@@ -7,7 +7,9 @@
 #include "common/test_suite.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -61,12 +63,11 @@ std::shared_ptr<const LlamaModel> load(const QString& name) {
 
 void add_model_rows() {
   QTest::addColumn<QString>("model");
-  for (const char* name :
-       {"models/stories260K", "models/tiny-llama3-random", "models/tiny-llama3-random-bf16",
-        "fixtures/gguf/stories260K-F32.gguf", "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf",
-        "fixtures/gguf/tiny-llama-k-Q8_0.gguf", "qwen2-random-f32", "qwen2-random-bf16",
-        // Sliding windows of 32 positions: rolling back a proposal must keep each window's rows.
-        "family:gemma3", "family:gemma3/model-Q4_K.gguf", "family:phi3"})
+  for (const char* name : {"models/stories260K", "models/tiny-llama3-random", "models/tiny-llama3-random-bf16",
+                           "fixtures/gguf/stories260K-F32.gguf", "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf",
+                           "fixtures/gguf/tiny-llama-k-Q8_0.gguf", "qwen2-random-f32", "qwen2-random-bf16",
+                           // Sliding windows of 32 positions: rolling back a proposal must keep each window's rows.
+                           "family:gemma3", "family:gemma3/model-Q4_K.gguf", "family:phi3"})
     QTest::newRow(name) << name;
 }
 
@@ -194,6 +195,62 @@ class SpeculativeDecodingTest : public QObject {
     }
   }
 
+  // Sampled with temperature 1, the tokens that came from checked proposals follow the model's distribution: over
+  // 2,000 replies with lookup and 2,000 without (disjoint seeds, so the samples are independent), the third
+  // token's frequencies pass a chi-square test of homogeneity at p > 0.01. (One seed gives one reply either way:
+  // a_seeded_sample_is_the_same_with_lookup.)
+  void sampled_tokens_follow_the_plain_distribution() {
+    const auto llama = load("models/stories260K");
+    if (!llama->rows_match_decode_steps()) QSKIP(kNoRowsPath);
+    // A prompt that repeats itself, so that lookup proposes at every step.
+    std::vector<TokenId> prompt = {1, 403, 407, 261, 378, 403, 407, 261, 378, 403, 407, 261};
+    constexpr int kSamples = 2000;
+    constexpr std::size_t kPosition = 2;
+    std::map<TokenId, int> plain_counts, lookup_counts;
+    int drafted = 0;
+    for (int i = 0; i < kSamples; ++i) {
+      for (bool lookup : {false, true}) {
+        GenerationConfig config = config_for(lookup ? SpeculativeMode::Lookup : SpeculativeMode::None, 3, 1);
+        config.sampling.temperature = 1.0f;
+        config.sampling.seed = static_cast<std::uint64_t>(lookup ? kSamples + i + 1 : i + 1);
+        Session session(llama, KvCacheMode::Contiguous);
+        const GenerationResult result = session.generate(prompt, config);
+        QCOMPARE(result.generated.size(), std::size_t(3));
+        ++(lookup ? lookup_counts : plain_counts)[result.generated[kPosition]];
+        drafted += result.stats.drafted_tokens;
+      }
+    }
+    QVERIFY(drafted > 0);
+    // Categories with few samples pooled into one, so every expected count is at least 5.
+    std::map<TokenId, std::pair<int, int>> table;
+    for (const auto& [token, count] : plain_counts) table[token].first = count;
+    for (const auto& [token, count] : lookup_counts) table[token].second = count;
+    std::vector<std::pair<double, double>> cells;
+    std::pair<double, double> pooled{0, 0};
+    for (const auto& [token, counts] : table) {
+      if (counts.first + counts.second < 10) {
+        pooled.first += counts.first;
+        pooled.second += counts.second;
+      } else {
+        cells.emplace_back(counts.first, counts.second);
+      }
+    }
+    if (pooled.first + pooled.second > 0) cells.push_back(pooled);
+    QVERIFY2(cells.size() >= 3, "the third token should vary over the samples");
+    double statistic = 0;
+    for (const auto& [a, b] : cells) {
+      const double expected = (a + b) / 2;  // equal sample sizes
+      statistic += (a - expected) * (a - expected) / expected + (b - expected) * (b - expected) / expected;
+    }
+    // The chi-square quantile at 0.99 for the degrees of freedom (Wilson-Hilferty).
+    const double degrees = static_cast<double>(cells.size() - 1);
+    const double z = 2.3263478740408408;  // the standard normal's 0.99 quantile
+    const double cube = 1 - 2 / (9 * degrees) + z * std::sqrt(2 / (9 * degrees));
+    const double critical = degrees * cube * cube * cube;
+    qInfo("chi-square %.2f over %d categories (critical %.2f at p = 0.01)", statistic, int(cells.size()), critical);
+    QVERIFY2(statistic < critical, qPrintable(QString("chi-square %1 >= %2").arg(statistic).arg(critical)));
+  }
+
   // Whatever ends the reply inside a checked proposal leaves what plain decoding leaves: the same ids, the
   // cache holding the prompt and every token but the last.
   void a_reply_ending_inside_a_proposal_ends_as_without_it() {
@@ -234,12 +291,11 @@ class SpeculativeDecodingTest : public QObject {
       std::atomic<bool> stop{false};
       std::vector<TokenId> shown;
       Session session(llama, KvCacheMode::Contiguous);
-      const GenerationResult result =
-          session.generate(prompt, config_for(SpeculativeMode::Lookup, 120, 1), &stop,
-                           [&](TokenId token, const DecodeProgress& progress) {
-                             shown.push_back(token);
-                             if (progress.generated_tokens == n) stop = true;
-                           });
+      const GenerationResult result = session.generate(prompt, config_for(SpeculativeMode::Lookup, 120, 1), &stop,
+                                                       [&](TokenId token, const DecodeProgress& progress) {
+                                                         shown.push_back(token);
+                                                         if (progress.generated_tokens == n) stop = true;
+                                                       });
       QCOMPARE(result.stats.stop_reason, StopReason::Stopped);
       QVERIFY(result.generated == shown);
       QVERIFY(result.generated == std::vector<TokenId>(full.begin(), full.begin() + n));
@@ -251,8 +307,8 @@ class SpeculativeDecodingTest : public QObject {
   // byte), and the next turn's 50 greedy tokens are the same.
   void the_cache_after_rejections_equals_one_that_never_saw_them_data() {
     QTest::addColumn<QString>("model");
-    for (const char* name : {"models/stories260K", "models/tiny-llama3-random", "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf",
-                             "qwen2-random-bf16"})
+    for (const char* name : {"models/stories260K", "models/tiny-llama3-random",
+                             "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "qwen2-random-bf16"})
       QTest::newRow(name) << name;
   }
   void the_cache_after_rejections_equals_one_that_never_saw_them() {
@@ -304,12 +360,77 @@ class SpeculativeDecodingTest : public QObject {
     pairs_only.propose({1, 2, 3, 4, 3}, 4, out);
     QVERIFY(out.empty());
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, PromptLookupDrafter(1, 2));
+    const auto stories = load("models/stories260K");
     SpeculativeConfig config;
     config.mode = SpeculativeMode::Lookup;
     config.draft_tokens = 0;
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_drafter(config));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_drafter(config, *stories));
     QCOMPARE(speculative_mode_from_string("lookup"), SpeculativeMode::Lookup);
+    QCOMPARE(speculative_mode_from_string("draft"), SpeculativeMode::DraftModel);
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, speculative_mode_from_string("draft-model"));
+  }
+
+  // A draft model: a smaller or more coarsely quantized model of the same vocabulary proposes; the reply is
+  // plain decoding's, and its own cache follows the conversation from turn to turn.
+  void a_draft_model_gives_plain_greedy_tokens_data() {
+    QTest::addColumn<QString>("target");
+    QTest::addColumn<QString>("draft");
+    QTest::newRow("Q4_K drafts for Q8_0") << "fixtures/gguf/tiny-llama-k-Q8_0.gguf"
+                                          << "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf";
+    QTest::newRow("stories260K drafts for the tiny llama") << "fixtures/gguf/tiny-llama-k-Q8_0.gguf"
+                                                           << "models/stories260K";
+    QTest::newRow("Q8_0 drafts for f32") << "models/stories260K"
+                                         << "fixtures/gguf/stories260K-Q8_0.gguf";
+  }
+  void a_draft_model_gives_plain_greedy_tokens() {
+    QFETCH(QString, target);
+    QFETCH(QString, draft);
+    const auto model = load(target);
+    if (!model->rows_match_decode_steps()) QSKIP(kNoRowsPath);
+    GenerationConfig speculative = config_for(SpeculativeMode::DraftModel, 150);
+    speculative.speculative.draft_model = load(draft);
+    speculative.speculative.draft_tokens = 4;
+    int accepted = 0, drafted = 0;
+    Session plain_session(model, KvCacheMode::Contiguous), session(model, KvCacheMode::Contiguous);
+    std::vector<TokenId> conversation = prompts_for(*model)[1];
+    for (int turn = 0; turn < 2; ++turn) {  // the second turn continues the first: the draft's cache follows
+      const GenerationResult plain = plain_session.generate(conversation, config_for(SpeculativeMode::None, 150));
+      const GenerationResult result = session.generate(conversation, speculative);
+      QVERIFY2(result.generated == plain.generated,
+               qPrintable(QString::fromStdString("draft: " + ids_text(result.generated) +
+                                                 "\nplain: " + ids_text(plain.generated))));
+      QVERIFY(session.history() == plain_session.history());
+      accepted += result.stats.accepted_tokens;
+      drafted += result.stats.drafted_tokens;
+      conversation.insert(conversation.end(), plain.generated.begin(), plain.generated.end());
+      conversation.insert(conversation.end(), {5, 9, 13});
+    }
+    QVERIFY(drafted > 0);
+    qInfo("%s: %d of %d proposed tokens accepted", QTest::currentDataTag(), accepted, drafted);
+  }
+
+  void a_draft_model_of_another_vocabulary_is_refused() {
+    const auto target = load("models/tiny-llama3-random");  // 1000 ids
+    SpeculativeConfig config;
+    config.mode = SpeculativeMode::DraftModel;
+    try {
+      make_drafter(config, *target);
+      QFAIL("a draft mode without a draft model must be refused");
+    } catch (const std::invalid_argument& error) {
+      QCOMPARE(QString(error.what()), QString("speculative decoding with a draft model needs a draft model"));
+    }
+    config.draft_model = load("models/stories260K");  // 512 ids
+    try {
+      make_drafter(config, *target);
+      QFAIL("a draft model of another vocabulary must be refused");
+    } catch (const std::invalid_argument& error) {
+      QCOMPARE(QString(error.what()), QString("the draft model's vocabulary has 512 ids, the model's 1000: a draft "
+                                              "model must share the model's tokenizer"));
+    }
+    GenerationConfig generation = config_for(SpeculativeMode::DraftModel, 10);
+    generation.speculative.draft_model = config.draft_model;
+    Session session(target, KvCacheMode::Contiguous);
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, session.generate({1, 2, 3}, generation));
   }
 };
 
