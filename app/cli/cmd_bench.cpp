@@ -24,7 +24,8 @@ const std::string kUsage =
         "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
         "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
         "                        [--bandwidth-probe auto|step|row] [--speculative lookup|draft [--draft-tokens K]\n"
-        "                        [--draft-model PATH] [--pairs N]] [--prompt-kind random|repeating] [--json]\n"
+        "                        [--draft-model PATH] [--pairs N]] [--prompt-kind random|repeating]\n"
+        "                        [--batch 1,2,4,8] [--json]\n"
         "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens "
         "32]\n"
         "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
@@ -45,6 +46,9 @@ const std::string kUsage =
         "interleaved\n"
         "             pairs (default 3) per prompt length: decode tok/s of each (median), the speed-up, the\n"
         "             proposed tokens accepted, and whether the tokens are identical (they must be).\n"
+        "--batch 1,2,4,8: after the rows, that many sequences decoding together (one pass over the weights per\n"
+        "             step for all of them), in --pairs interleaved rounds: aggregate and per-sequence tok/s\n"
+        "             (medians), against batch 1, and whether the first sequence's tokens are its tokens alone.\n"
         "--prompt-kind repeating: the prompt repeats one passage of 64 random ids (text that repeats its\n"
         "             context, what prompt lookup catches); random (the default): no repetition.\n") +
     kSnapshotBenchUsage;
@@ -59,7 +63,8 @@ struct BenchOptions {
   std::vector<WeightStorage> dtypes;
   std::string kernels = "on";
   std::string bandwidth_probe = "auto";
-  SpeculativeConfig speculative;  // mode None: no comparison
+  SpeculativeConfig speculative;       // mode None: no comparison
+  std::vector<long long> batch_sizes;  // --batch: batched decode at these widths (empty: none)
   int pairs = 3;
   bool repeating_prompt = false;
 };
@@ -81,6 +86,11 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   if (probe != "auto" && probe != "step" && probe != "row")
     throw UsageError("--bandwidth-probe must be auto, step or row");
   options.speculative = speculative_from_options(parser);
+  if (parser.value("batch")) {
+    options.batch_sizes = parse_int_list("batch", *parser.value("batch"));
+    for (long long size : options.batch_sizes)
+      if (size < 1 || size > 256) throw UsageError("--batch sizes must be from 1 to 256");
+  }
   options.pairs = parser.int_or("pairs", 3);
   if (options.pairs < 1) throw UsageError("--pairs must be at least 1");
   const std::string prompt_kind = parser.value_or("prompt-kind", "random");
@@ -261,6 +271,51 @@ void measure_speculative(const BenchOptions& options, const SpeculativeConfig& c
   std::fflush(stdout);
 }
 
+// Batched decode at each --batch width, in --pairs interleaved rounds (1, 2, 4, 8, 1, 2, 4, 8, ...): aggregate
+// and per-sequence tok/s (medians), against batch 1, and whether the first sequence's tokens are its tokens alone.
+void measure_batches(const BenchOptions& options, const ModelSource& source, const std::string& dtype_name,
+                     long long prompt_tokens) {
+  std::map<long long, std::vector<double>> aggregate, per_sequence;
+  std::map<long long, bool> identical;
+  std::vector<TokenId> alone;
+  for (int round = 0; round < options.pairs; ++round)
+    for (long long size : options.batch_sizes) {
+      const BatchRun run = run_batch_benchmark(source.model, static_cast<int>(size), static_cast<int>(prompt_tokens),
+                                               options.new_tokens);
+      aggregate[size].push_back(run.aggregate_tok_s);
+      per_sequence[size].push_back(run.per_sequence_tok_s);
+      if (alone.empty())
+        alone =
+            run_batch_benchmark(source.model, 1, static_cast<int>(prompt_tokens), options.new_tokens).first_sequence;
+      identical[size] = (identical.count(size) == 0 || identical[size]) && run.first_sequence == alone;
+    }
+  const double base = aggregate.count(1) ? median(aggregate[1]) : 0.0;
+  for (long long size : options.batch_sizes) {
+    const double total = median(aggregate[size]), each = median(per_sequence[size]);
+    if (options.json_output) {
+      std::cout << nlohmann::ordered_json({{"batch",
+                                            {{"dtype", dtype_name},
+                                             {"batch", size},
+                                             {"prompt_tokens", prompt_tokens},
+                                             {"new_tokens", options.new_tokens},
+                                             {"rounds", options.pairs},
+                                             {"aggregate_decode_tok_s", total},
+                                             {"per_sequence_decode_tok_s", each},
+                                             {"aggregate_over_batch_1", base > 0 ? total / base : 0.0},
+                                             {"identical_tokens", identical[size]}}}})
+                       .dump()
+                << std::endl;
+    } else {
+      std::printf(
+          "      batch %3lld, %lld + %d tokens each: aggregate %.2f tok/s (%.2fx batch 1), per sequence %.2f "
+          "tok/s, tokens %s\n",
+          size, prompt_tokens, options.new_tokens, total, base > 0 ? total / base : 0.0, each,
+          identical[size] ? "identical" : "DIFFERENT");
+    }
+  }
+  std::fflush(stdout);
+}
+
 // One generation of a configuration, with the bandwidth it is read against. This machine's bandwidth
 // drifts by tens of percent within seconds (other tenants), so each decode figure is read against
 // bandwidth probed at its own moment: before every step for a model bound by memory, else just before
@@ -292,7 +347,7 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
 int run_bench(const std::vector<std::string>& args) {
   ArgParser parser(
       with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe", "speculative",
-                          "draft-tokens", "draft-model", "pairs", "prompt-kind", kCacheDirOption}),
+                          "draft-tokens", "draft-model", "pairs", "prompt-kind", "batch", kCacheDirOption}),
       {"json", kSnapshotFlag});
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
@@ -332,6 +387,7 @@ int run_bench(const std::vector<std::string>& args) {
       }
       if (speculative.mode != SpeculativeMode::None)
         measure_speculative(options, speculative, source, dtype_name, prompt_tokens);
+      if (!options.batch_sizes.empty()) measure_batches(options, source, dtype_name, prompt_tokens);
     }
   }
   // The machine's bandwidth drifts with what else runs on it: measure again at the end (with every

@@ -161,6 +161,47 @@ BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model
   return run;
 }
 
+BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int batch, int prompt_tokens,
+                             int new_tokens) {
+  c10::InferenceMode inference_guard;
+  if (!model->rows_match_decode_steps())
+    throw std::invalid_argument("a batched decode needs the engine kernels (--kernels on) and weights they take");
+  const std::int64_t vocab = model->config().vocab_size;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<KvCache*> rows;
+  std::vector<TokenId> next(static_cast<std::size_t>(batch));
+  DecodeContext buffers;
+  for (int i = 0; i < batch; ++i) {
+    std::mt19937 generator(1234 + static_cast<unsigned>(i));
+    std::uniform_int_distribution<TokenId> token(3, static_cast<TokenId>(vocab - 1));
+    std::vector<TokenId> prompt(static_cast<std::size_t>(std::max(1, prompt_tokens)));
+    for (TokenId& id : prompt) id = token(generator);
+    caches.push_back(make_kv_cache(KvCacheMode::Contiguous, model->cache_shape()));
+    rows.push_back(caches.back().get());
+    model->decode_rows(prompt.data(), static_cast<std::int64_t>(prompt.size()), 0, *caches.back(), buffers);
+    const float* logits = buffers.row_logits.data() + (prompt.size() - 1) * vocab;
+    next[i] = static_cast<TokenId>(std::max_element(logits, logits + vocab) - logits);
+  }
+  BatchRun run;
+  run.batch = batch;
+  run.first_sequence.push_back(next[0]);
+  const auto start = Clock::now();
+  for (int step = 1; step < new_tokens; ++step) {
+    model->decode_batch(next.data(), rows.data(), batch, buffers);
+    for (int i = 0; i < batch; ++i) {
+      const float* logits = buffers.row_logits.data() + static_cast<std::int64_t>(i) * vocab;
+      next[i] = static_cast<TokenId>(std::max_element(logits, logits + vocab) - logits);
+    }
+    run.first_sequence.push_back(next[0]);
+  }
+  const double seconds = seconds_since(start);
+  const int steps = std::max(1, new_tokens - 1);
+  run.step_ms = seconds * 1000.0 / steps;
+  run.per_sequence_tok_s = seconds > 0 ? steps / seconds : 0.0;
+  run.aggregate_tok_s = run.per_sequence_tok_s * batch;
+  return run;
+}
+
 std::vector<double> rows_pass_milliseconds(const std::shared_ptr<const LlamaModel>& model, int context_tokens,
                                            const std::vector<int>& rows, int repeats) {
   c10::InferenceMode inference_guard;

@@ -66,6 +66,20 @@ inline BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>
 std::vector<double> rows_pass_milliseconds(const std::shared_ptr<const LlamaModel>& model, int context_tokens,
                                            const std::vector<int>& rows, int repeats);
 
+// `batch` sequences of `prompt_tokens` seeded random ids each (sequence i's ids the same whatever the batch),
+// prefilled one by one, then `new_tokens` greedy tokens each, all sequences' steps together through
+// LlamaModel::decode_batch. Decode tok/s over every sequence's tokens (aggregate) and per sequence; the first
+// sequence's tokens, to compare across batch sizes (batch 1 is that sequence alone).
+struct BatchRun {
+  int batch = 0;
+  double aggregate_tok_s = 0.0;
+  double per_sequence_tok_s = 0.0;
+  double step_ms = 0.0;  // mean wall time of one batched step
+  std::vector<TokenId> first_sequence;
+};
+BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int batch, int prompt_tokens,
+                             int new_tokens);
+
 // A 256 MiB region reads measurably faster than the GiB-sized ones decode streams (DESIGN.md's table
 // of tuning constants), so the probe before each step reads up to 1 GiB, once.
 constexpr std::size_t kPairedProbeBytes = std::size_t(1) << 30;

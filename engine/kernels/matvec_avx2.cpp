@@ -180,67 +180,6 @@ inline void dot_row_x4_avx2(const Weight* w, std::int64_t cols, const float* x, 
   }
 }
 
-// dot(W row, x_k) for Count (at most four) vectors at stride `ldx`, each summed exactly as dot_row_avx2 sums one:
-// the same eight accumulators (accumulator j takes columns 8j .. 8j + 7 of every 64, then j = 0 the 8-column
-// tail), the same tree and scalar tail, so products over several rows equal their one-row products to the bit
-// (verified drafts, a batch of sequences). Eight accumulators per vector do not fit the registers for several
-// vectors, so they are summed PerPass at a time, each group a pass over the row (from L1/L2 after the first):
-// a pass loads each weight once for all the vectors, and keeps Count x PerPass independent sums in registers
-// (eight or so, enough to cover the FMA latency).
-template <int Count, int PerPass, typename Weight>
-inline void dot_row_exact_avx2(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx, float* out) {
-  static_assert(8 % PerPass == 0, "the eight accumulators split into whole passes");
-  const std::int64_t chunked = cols / 64 * 64;
-  __m256 lanes[Count][8];
-  for (int first = 0; first < 8; first += PerPass) {
-    __m256 acc[Count][PerPass];
-    for (int k = 0; k < Count; ++k)
-      for (int a = 0; a < PerPass; ++a) acc[k][a] = _mm256_setzero_ps();
-    for (std::int64_t c = 0; c < chunked; c += 64) {
-      if (first == 0) prefetch_ahead(w + c);
-      for (int a = 0; a < PerPass; ++a) {
-        const std::int64_t column = c + 8 * (first + a);
-        const __m256 weight = load8(w + column);
-        for (int k = 0; k < Count; ++k)
-          acc[k][a] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(x + k * ldx + column), acc[k][a]);
-      }
-    }
-    if (first == 0)
-      for (std::int64_t c = chunked; c + 8 <= cols; c += 8) {
-        const __m256 weight = load8(w + c);
-        for (int k = 0; k < Count; ++k)
-          acc[k][0] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(x + k * ldx + c), acc[k][0]);
-      }
-    for (int k = 0; k < Count; ++k)
-      for (int a = 0; a < PerPass; ++a) lanes[k][first + a] = acc[k][a];
-  }
-  const std::int64_t tail = cols / 8 * 8;
-  for (int k = 0; k < Count; ++k) {
-    const __m256* a = lanes[k];
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[1], a[5])),
-                                     _mm256_add_ps(_mm256_add_ps(a[2], a[6]), _mm256_add_ps(a[3], a[7])));
-    float result = hsum(sum);
-    const float* xk = x + k * ldx;
-    for (std::int64_t t = tail; t < cols; ++t) result += load1(w + t) * xk[t];
-    out[k] = result;
-  }
-}
-
-// dot_row_exact_avx2 for `count` vectors, 1 to kExactGroup.
-// Groups of four: eight vectors in one pass would need eight loads of x per weight (the load ports bind), and
-// measured slower than two passes of four.
-constexpr int kExactGroup = 4;
-template <typename Weight>
-inline void dot_row_exact_group_avx2(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx, int count,
-                                     float* out) {
-  switch (count) {
-    case 1: return dot_row_exact_avx2<1, 8>(w, cols, x, ldx, out);
-    case 2: return dot_row_exact_avx2<2, 4>(w, cols, x, ldx, out);
-    case 3: return dot_row_exact_avx2<3, 2>(w, cols, x, ldx, out);
-    default: return dot_row_exact_avx2<4, 2>(w, cols, x, ldx, out);
-  }
-}
-
 // Rows [row_begin, row_end) of Y = X W^T for n vectors; n == 1 is the matvec. With several vectors
 // the row is read from memory once and re-read from L1/L2 for each group of four.
 template <typename Weight>
@@ -270,9 +209,109 @@ void matmul_rows_avx2_chunk(const Weight* weight, const float* x, float* y, std:
   }
 }
 
+// dot(W row, x_k) for Count (at most four) vectors at stride `ldx`, each summed exactly as dot_row_avx2 sums one:
+// the same eight accumulators (accumulator j takes columns 8j .. 8j + 7 of every 64, then j = 0 the 8-column
+// tail), the same tree and scalar tail, so products over several rows equal their one-row products to the bit
+// (verified drafts, a batch of sequences). The eight accumulators of several vectors do not fit the registers:
+// they live in `state` [Count][8] between calls, and each call adds the 64-column chunks [begin, end) to them,
+// PerPass accumulators at a time (a pass over the row's columns there, from L1 after the first), so that each
+// weight load serves every vector and Count x PerPass independent sums stay in registers.
+template <int Count, int PerPass, typename Weight>
+inline void accumulate_exact_avx2(const Weight* w, const float* x, std::int64_t ldx, std::int64_t begin,
+                                  std::int64_t end, __m256 (*state)[8]) {
+  static_assert(8 % PerPass == 0, "the eight accumulators split into whole passes");
+  for (int first = 0; first < 8; first += PerPass) {
+    __m256 acc[Count][PerPass];
+    for (int k = 0; k < Count; ++k)
+      for (int a = 0; a < PerPass; ++a) acc[k][a] = state[k][first + a];
+    for (std::int64_t c = begin; c < end; c += 64) {
+      if (first == 0) prefetch_ahead(w + c);
+      for (int a = 0; a < PerPass; ++a) {
+        const std::int64_t column = c + 8 * (first + a);
+        const __m256 weight = load8(w + column);
+        for (int k = 0; k < Count; ++k)
+          acc[k][a] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(x + k * ldx + column), acc[k][a]);
+      }
+    }
+    for (int k = 0; k < Count; ++k)
+      for (int a = 0; a < PerPass; ++a) state[k][first + a] = acc[k][a];
+  }
+}
+
+// The end of dot_row_avx2 for each vector's accumulators in `state` (every 64-column chunk added): the 8-column
+// tail into accumulator 0, the tree, the horizontal sum and the scalar tail.
+template <int Count, typename Weight>
+inline void finish_exact_avx2(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx, __m256 (*state)[8],
+                              float* out) {
+  for (std::int64_t c = cols / 64 * 64; c + 8 <= cols; c += 8) {
+    const __m256 weight = load8(w + c);
+    for (int k = 0; k < Count; ++k)
+      state[k][0] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(x + k * ldx + c), state[k][0]);
+  }
+  const std::int64_t tail = cols / 8 * 8;
+  for (int k = 0; k < Count; ++k) {
+    const __m256* a = state[k];
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[1], a[5])),
+                                     _mm256_add_ps(_mm256_add_ps(a[2], a[6]), _mm256_add_ps(a[3], a[7])));
+    float result = hsum(sum);
+    const float* xk = x + k * ldx;
+    for (std::int64_t t = tail; t < cols; ++t) result += load1(w + t) * xk[t];
+    out[k] = result;
+  }
+}
+
+// Vectors per group (eight in one pass would need eight loads of x per weight: the load ports bind), rows per
+// block and columns per segment: when a group's activations pass kExactL1Bytes, a block's rows take a segment of
+// columns each before the next segment, so the activations there (at most 4 x 1,024 floats, 16 KiB) stay in L1
+// for all of the block's rows instead of coming from L2 for every row (what bound long rows, such as the down
+// projection's 8,192 columns). Smaller ones go row by row, the rows one stream, as the matvec reads them.
+constexpr int kExactGroup = 4;
+constexpr std::int64_t kExactBlockRows = 16;
+constexpr std::int64_t kExactSegmentColumns = 1024;
+constexpr std::int64_t kExactL1Bytes = 16 * 1024;
+
+// Rows [row_begin, row_end) of Y = X W^T for Count vectors at X (stride cols), Y rows at stride `rows`.
+template <int Count, int PerPass, typename Weight>
+void exact_rows_group_avx2(const Weight* weight, const float* x, float* y, std::int64_t rows, std::int64_t cols,
+                           const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+  const std::int64_t chunked = cols / 64 * 64;
+  const bool segmented = Count * cols * static_cast<std::int64_t>(sizeof(float)) > kExactL1Bytes;
+  const std::int64_t segment = segmented ? kExactSegmentColumns : std::max<std::int64_t>(chunked, 64);
+  const std::int64_t block_rows = segmented ? kExactBlockRows : 1;
+  __m256 state[kExactBlockRows][Count][8];
+  for (std::int64_t block = row_begin; block < row_end; block += block_rows) {
+    const std::int64_t count = std::min(block_rows, row_end - block);
+    for (std::int64_t r = 0; r < count; ++r)
+      for (int k = 0; k < Count; ++k)
+        for (__m256& a : state[r][k]) a = _mm256_setzero_ps();
+    for (std::int64_t begin = 0; begin < chunked; begin += segment) {
+      const std::int64_t end = std::min(chunked, begin + segment);
+      for (std::int64_t r = 0; r < count; ++r)
+        accumulate_exact_avx2<Count, PerPass>(weight + (block + r) * cols, x, cols, begin, end, state[r]);
+    }
+    for (std::int64_t r = 0; r < count; ++r) {
+      float sums[Count];
+      finish_exact_avx2<Count>(weight + (block + r) * cols, cols, x, cols, state[r], sums);
+      const float b = bias ? bias[block + r] : 0.f;
+      for (int k = 0; k < Count; ++k) y[k * rows + block + r] = sums[k] + b;
+    }
+  }
+}
+
+template <typename Weight>
+void exact_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t count, std::int64_t rows,
+                     std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+  switch (count) {
+    case 1: return exact_rows_group_avx2<1, 8>(weight, x, y, rows, cols, bias, row_begin, row_end);
+    case 2: return exact_rows_group_avx2<2, 4>(weight, x, y, rows, cols, bias, row_begin, row_end);
+    case 3: return exact_rows_group_avx2<3, 2>(weight, x, y, rows, cols, bias, row_begin, row_end);
+    default: return exact_rows_group_avx2<4, 2>(weight, x, y, rows, cols, bias, row_begin, row_end);
+  }
+}
+
 // Rows [row_begin, row_end) of Y = X W^T for n vectors, every Y[i] equal to the matvec of X[i] alone (n == 1 of
-// matmul_rows_avx2_chunk): short rows four at a time with dot4_avx2 as the matvec does, longer ones through
-// dot_row_exact_group_avx2.
+// matmul_rows_avx2_chunk): short rows four at a time with dot4_avx2 as the matvec does, longer ones in groups of
+// kExactGroup vectors through exact_rows_avx2.
 template <typename Weight>
 void matmul_rows_exact_avx2(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
                             std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
@@ -287,16 +326,10 @@ void matmul_rows_exact_avx2(const Weight* weight, const float* x, float* y, std:
       }
     }
   }
-  for (; r < row_end; ++r) {
-    const Weight* w = weight + r * cols;
-    const float b = bias ? bias[r] : 0.f;
-    for (std::int64_t i = 0; i < n; i += kExactGroup) {
-      const int count = static_cast<int>(std::min<std::int64_t>(kExactGroup, n - i));
-      float sums[kExactGroup];
-      dot_row_exact_group_avx2(w, cols, x + i * cols, cols, count, sums);
-      for (int k = 0; k < count; ++k) y[(i + k) * rows + r] = sums[k] + b;
-    }
-  }
+  if (r == row_end) return;
+  for (std::int64_t i = 0; i < n; i += kExactGroup)
+    exact_rows_avx2(weight, x + i * cols, y + i * rows, std::min<std::int64_t>(kExactGroup, n - i), rows, cols, bias, r,
+                    row_end);
 }
 
 // As above for any n: the vectors a chunk at a time (a multiple of four, about kVectorChunkBytes of x),

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "engine/compute/compute_options.h"
 #include "engine/kernels/activation.h"
@@ -149,29 +150,35 @@ void rotate_into(float* vectors, std::int64_t heads, std::int64_t head_dim, std:
 // rows read the same head's keys and values while they are in cache. Passed to the pool by pointer so that the job
 // fits std::function's small buffer (no allocation per layer).
 struct RowsAttention {
-  const float* q;  // [steps, heads * head_dim]
-  const KvLayerRows* rows;
+  const float* q;           // [steps, heads * head_dim]
+  const KvLayerRows* rows;  // every row's cache rows; or, with per_row, one entry per row
   std::int64_t steps, start_pos, q_size, head_dim, group;
   std::int64_t window;  // 0: every earlier position
   float scale, softcap;
   float* single_row_scores;  // a decode step's [heads, positions] (no allocation); null: per-thread scratch
   float* out;                // [steps, heads * head_dim]
+  // A batched step: row i's own cache rows and absolute position (null: `rows` and start_pos + i for every row).
+  const KvLayerRows* per_row = nullptr;
+  const std::int64_t* row_positions = nullptr;
   void items(std::int64_t first, std::int64_t last) const {
     for (std::int64_t item = first; item < last; ++item) {
-      const std::int64_t g = item / steps, i = item % steps, position = start_pos + i;
+      const std::int64_t g = item / steps, i = item % steps,
+                         position = row_positions ? row_positions[i] : start_pos + i;
+      const KvLayerRows* row_cache = per_row ? per_row + i : rows;
       const std::int64_t first_key = window > 0 ? std::max<std::int64_t>(0, position - window + 1) : 0;
       const std::int64_t positions = position - first_key + 1;
-      // The cache holds positions from rows->first_position on (a sliding layer's cache drops older ones).
-      const std::int64_t offset = (first_key - rows->first_position) * head_dim;
+      // The cache holds positions from first_position on (a sliding layer's cache drops older ones).
+      const std::int64_t offset = (first_key - row_cache->first_position) * head_dim;
       float* scores = single_row_scores ? single_row_scores + g * group * positions : scratch(group * positions);
       const float* query = q + i * q_size + g * group * head_dim;
       float* result = out + i * q_size + g * group * head_dim;
       if (softcap > 0.f)
-        kernels::attention_decode_head_softcapped(query, rows->head_keys(g) + offset, rows->head_values(g) + offset,
-                                                  positions, head_dim, group, head_dim, scale, softcap, scores, result);
+        kernels::attention_decode_head_softcapped(query, row_cache->head_keys(g) + offset,
+                                                  row_cache->head_values(g) + offset, positions, head_dim, group,
+                                                  head_dim, scale, softcap, scores, result);
       else
-        kernels::attention_decode_head(query, rows->head_keys(g) + offset, rows->head_values(g) + offset, positions,
-                                       head_dim, group, head_dim, scale, scores, result);
+        kernels::attention_decode_head(query, row_cache->head_keys(g) + offset, row_cache->head_values(g) + offset,
+                                       positions, head_dim, group, head_dim, scale, scores, result);
     }
   }
   static float* scratch(std::int64_t floats) {
@@ -218,7 +225,8 @@ void LlamaModel::products_into(ProductPath path, std::initializer_list<std::pair
 }
 
 void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
-                              DecodeContext& s, float* logits, bool all_positions, bool rows_as_decode) const {
+                              DecodeContext& s, float* logits, bool all_positions, bool rows_as_decode,
+                              KvCache* const* row_caches) const {
   const ModelConfig& c = config_;
   const std::int64_t hidden = c.hidden_size, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   const std::int64_t head_dim = c.head_dim, group = heads / kv_heads, inter = c.intermediate_size;
@@ -232,11 +240,27 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
   };
   const bool streaming = path != ProductPath::Linear || (fast_kernels_enabled() && steps <= streaming_rows_);
   enter_compute_phase(streaming ? ComputePhase::Streaming : ComputePhase::Parallel);
-  rope_.ensure(start_pos + steps);
-  if (local_rope_) local_rope_->ensure(start_pos + steps);
+  // A batched step's rows each sit at the end of their own sequence (positions fixed until the commit below).
+  std::vector<std::int64_t> batch_positions;
+  std::vector<KvLayerRows> batch_rows;
+  std::int64_t end_position = start_pos + steps;
+  if (row_caches) {
+    batch_positions.resize(static_cast<std::size_t>(steps));
+    batch_rows.resize(static_cast<std::size_t>(steps));
+    for (std::int64_t i = 0; i < steps; ++i) {
+      batch_positions[i] = row_caches[i]->size();
+      end_position = std::max(end_position, batch_positions[i] + 1);
+      if (!row_caches[i]->prepare_rows(1))
+        throw std::logic_error("forward: a batched step needs caches that take rows in place");
+    }
+  }
+  const auto position_of = [&](std::int64_t i) { return row_caches ? batch_positions[i] : start_pos + i; };
+  const auto cache_of = [&](std::int64_t i) { return row_caches ? row_caches[i] : cache; };
+  rope_.ensure(end_position);
+  if (local_rope_) local_rope_->ensure(end_position);
   // A cache with direct rows takes the new keys and values in place; prepare_rows grows it, if it must,
   // before any layer runs. Other caches (and none) go through tensors.
-  const bool direct_rows = cache && cache->prepare_rows(steps);
+  const bool direct_rows = row_caches || (cache && cache->prepare_rows(steps));
   const float scale = c.attention_scale();
   for (std::int64_t i = 0; i < steps; ++i) weights_.embedding.row_into(ids[i], s.x.data() + i * hidden);
   if (c.embedding_scale != 1.0) {  // Gemma: rows times sqrt(hidden), in f32 as llama.cpp computes it
@@ -256,8 +280,8 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
     }
     const RopeTable& rope = c.layer_uses_local_rope(layer_index) ? *local_rope_ : rope_;
     for (std::int64_t i = 0; i < steps && c.layer_uses_rope(layer_index); ++i) {
-      const float* cos = rope.cos_row(start_pos + i);
-      const float* sin = rope.sin_row(start_pos + i);
+      const float* cos = rope.cos_row(position_of(i));
+      const float* sin = rope.sin_row(position_of(i));
       rotate_into(s.q.data() + i * q_size, heads, head_dim, c.rotated_dims(), cos, sin);
       rotate_into(s.k.data() + i * kv_size, kv_heads, head_dim, c.rotated_dims(), cos, sin);
     }
@@ -266,8 +290,11 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
     at::Tensor keys, values;  // hold the rows of a cache without direct rows (or of no cache)
     if (direct_rows) {
       for (std::int64_t i = 0; i < steps; ++i)
-        cache->write_rows(layer_index, start_pos + i, s.k.data() + i * kv_size, s.v.data() + i * kv_size);
-      rows = cache->layer_rows(layer_index);
+        cache_of(i)->write_rows(layer_index, position_of(i), s.k.data() + i * kv_size, s.v.data() + i * kv_size);
+      if (row_caches)
+        for (std::int64_t i = 0; i < steps; ++i) batch_rows[i] = row_caches[i]->layer_rows(layer_index);
+      else
+        rows = cache->layer_rows(layer_index);
     } else {
       // [kv_heads, steps, head_dim] views of the new rows; with a cache, its keys and values of every position.
       keys = at::from_blob(s.k.data(), {steps, kv_heads, head_dim}, at::kFloat).transpose(0, 1);
@@ -291,9 +318,11 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
                                   scale,
                                   static_cast<float>(c.attention_logit_softcap),
                                   steps == 1 ? s.scores.data() : nullptr,
-                                  s.attended.data()};
+                                  s.attended.data(),
+                                  row_caches ? batch_rows.data() : nullptr,
+                                  row_caches ? batch_positions.data() : nullptr};
     // A single row's attention over a short context costs about what a dispatch to the pool does.
-    if (steps == 1 && !parallel_attention(start_pos + 1))
+    if (steps == 1 && !parallel_attention(position_of(0) + 1))
       attention.items(0, kv_heads);
     else
       kernels::current_thread_pool().parallel_for(
@@ -313,7 +342,10 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
     if (layer.post_mlp_norm.defined()) norm_rows_in_place(s.h.data(), steps, layer.post_mlp_norm);
     for (std::int64_t j = 0; j < steps * hidden; ++j) s.x[j] += s.h[j];
   }
-  if (cache) cache->commit(steps);
+  if (row_caches)
+    for (std::int64_t i = 0; i < steps; ++i) row_caches[i]->commit(1);
+  else if (cache)
+    cache->commit(steps);
 
   // Only the positions asked for go through the final norm and the (large) lm_head.
   const std::int64_t first = all_positions ? 0 : steps - 1, out_rows = steps - first;

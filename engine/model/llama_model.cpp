@@ -140,6 +140,27 @@ void LlamaModel::decode_rows(const TokenId* ids, std::int64_t steps, std::int64_
                /*rows_as_decode=*/true);
 }
 
+void LlamaModel::decode_batch(const TokenId* ids, KvCache* const* caches, std::int64_t rows,
+                              DecodeContext& context) const {
+  if (!rows_match_decode_steps())
+    throw std::logic_error("decode_batch: this model's products do not compute rows as decode steps do");
+  if (rows <= 0) throw std::invalid_argument("decode_batch: no rows");
+  std::int64_t longest = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    if (caches[i] == nullptr) throw std::invalid_argument("decode_batch: row " + std::to_string(i) + " has no cache");
+    for (std::int64_t j = 0; j < i; ++j)
+      if (caches[j] == caches[i])
+        throw std::invalid_argument("decode_batch: rows " + std::to_string(j) + " and " + std::to_string(i) +
+                                    " share a cache (one row per sequence)");
+    check_request(ids + i, 1, caches[i]->size(), caches[i]);
+    longest = std::max({longest, caches[i]->size() + 1, caches[i]->capacity()});
+  }
+  context.reserve(config_, longest, rows);
+  context.row_logits.resize(static_cast<std::size_t>(rows * config_.vocab_size));
+  forward_rows(ids, rows, 0, nullptr, context, context.row_logits.data(), /*all_positions=*/true,
+               /*rows_as_decode=*/true, caches);
+}
+
 bool LlamaModel::parallel_attention(std::int64_t positions) const {
   const std::int64_t kv_bytes =
       2 * config_.num_key_value_heads * positions * config_.head_dim * static_cast<std::int64_t>(sizeof(float));

@@ -68,6 +68,12 @@ class LlamaModel {
   // context.row_logits [steps, vocab]. Requires rows_match_decode_steps().
   void decode_rows(const TokenId* ids, std::int64_t steps, std::int64_t position, KvCache& cache,
                    DecodeContext& context) const;
+  // One decode step of several sequences at once: row i is token ids[i] of the sequence whose cache is caches[i]
+  // (all different), at position caches[i]->size(), committed there. Each row is computed as decode() computes it
+  // alone, to the bit, while the products read every weight once for all the rows; attention reads each row's
+  // own cache. The logits of row i go to context.row_logits [rows, vocab]. Requires rows_match_decode_steps() and
+  // caches that take rows in place (contiguous, f32).
+  void decode_batch(const TokenId* ids, KvCache* const* caches, std::int64_t rows, DecodeContext& context) const;
 
  private:
   // A single row's attention (a decode step) is split by KV head over the kernels' pool once a layer's
@@ -88,8 +94,11 @@ class LlamaModel {
                      std::int64_t rows) const;
   // The forward of every path: `steps` tokens as rows of `buffers` (sized for them), logits of the last
   // row (or of every row if all_positions) into `logits`. The request must have been checked.
+  // row_caches (a batched step): row i belongs to the sequence of row_caches[i], at its size(); start_pos and
+  // cache are then unused.
   void forward_rows(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, KvCache* cache,
-                    DecodeContext& buffers, float* logits, bool all_positions, bool rows_as_decode = false) const;
+                    DecodeContext& buffers, float* logits, bool all_positions, bool rows_as_decode = false,
+                    KvCache* const* row_caches = nullptr) const;
   // Throws for no tokens, a start that does not follow the cache, the context limit, an id outside the vocabulary.
   void check_request(const TokenId* ids, std::int64_t steps, std::int64_t start_pos, const KvCache* cache) const;
   bool fused_decode_applies() const;

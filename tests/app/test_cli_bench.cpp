@@ -28,6 +28,7 @@ class CliBenchTest : public QObject {
   void gguf_dtypes_make_random_weights_in_that_type();
   void gguf_dtype_errors();
   void speculative_pairs_report_acceptance_and_identity();
+  void batched_decode_reports_each_width();
 
  private:
   QString write_tiny_config();
@@ -213,6 +214,32 @@ void CliBenchTest::speculative_pairs_report_acceptance_and_identity() {
       {"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--prompt-kind", "looping"});
   QCOMPARE(bad.exit_code, 2);
   QVERIFY2(bad.err.find("--prompt-kind must be random or repeating") != std::string::npos, bad.err.c_str());
+}
+
+// --batch 1,3: per width the aggregate and per-sequence decode rates, and the first sequence's tokens equal to
+// its tokens alone.
+void CliBenchTest::batched_decode_reports_each_width() {
+  auto result =
+      run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--prompt-tokens", "20",
+               "--new-tokens", "30", "--kv-cache", "on", "--batch", "1,3", "--pairs", "1", "--threads", "1", "--json"});
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  std::istringstream lines(result.out);
+  std::string line;
+  std::vector<long long> widths;
+  while (std::getline(lines, line)) {
+    auto json = nlohmann::json::parse(line);
+    if (!json.contains("batch")) continue;
+    const auto& row = json["batch"];
+    QVERIFY2(row["identical_tokens"].get<bool>(), line.c_str());
+    QVERIFY(row["aggregate_decode_tok_s"].get<double>() > 0);
+    QCOMPARE(row["aggregate_decode_tok_s"].get<double>(),
+             row["per_sequence_decode_tok_s"].get<double>() * row["batch"].get<double>());
+    widths.push_back(row["batch"].get<long long>());
+  }
+  QVERIFY(widths == std::vector<long long>({1, 3}));
+  auto bad = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--batch", "0"});
+  QCOMPARE(bad.exit_code, 2);
+  QVERIFY2(bad.err.find("--batch sizes must be from 1 to 256") != std::string::npos, bad.err.c_str());
 }
 
 }  // namespace app_test_cli_bench
