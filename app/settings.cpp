@@ -162,6 +162,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
           .toString();
   loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, max_threads());
   loaded.context_limit = read_clamped(settings, "context_limit", defaults.context_limit, 0, 1 << 24);
+  loaded.draft_model_path = settings.value(QStringLiteral("draft_model_path"), defaults.draft_model_path).toString();
   const QVariant speculative = settings.value(QStringLiteral("speculative_decoding"));
   if (speculative.isValid()) {
     try {
@@ -219,6 +220,7 @@ void ChatSettings::save(QSettings& settings) const {
   settings.beginGroup(kGroup);
   settings.setValue(QStringLiteral("kv_cache_enabled"), kv_cache_enabled);
   settings.setValue(QStringLiteral("speculative_decoding"), QString::fromLatin1(kvchat::to_string(speculative)));
+  settings.setValue(QStringLiteral("draft_model_path"), draft_model_path);
   settings.setValue(QStringLiteral("temperature"), temperature);
   settings.setValue(QStringLiteral("top_k"), top_k);
   settings.setValue(QStringLiteral("top_p"), top_p);
@@ -330,6 +332,8 @@ QJsonObject ChatSettings::to_json() const {
               QString::fromLatin1(
                   kvchat::to_string(kv_cache_enabled ? kvchat::KvCacheMode::Contiguous : kvchat::KvCacheMode::Off)));
   json.insert(QStringLiteral("speculative_decoding"), QString::fromLatin1(kvchat::to_string(speculative)));
+  if (speculative == kvchat::SpeculativeMode::DraftModel)
+    json.insert(QStringLiteral("draft_model_path"), draft_model_path);
   json.insert(QStringLiteral("temperature"), temperature);
   json.insert(QStringLiteral("top_k"), top_k);
   json.insert(QStringLiteral("top_p"), top_p);

@@ -23,6 +23,7 @@ struct ChatSettings {
   bool kv_cache_enabled = true;
   // Speculative decoding (with the cache on): the same reply, sooner when it repeats earlier text.
   kvchat::SpeculativeMode speculative = kvchat::SpeculativeMode::None;
+  QString draft_model_path;  // SpeculativeMode::DraftModel's model: a directory or .gguf of the same tokenizer
   double temperature = 0.7;
   int top_k = 40;
   double top_p = 0.95;

@@ -70,8 +70,25 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
       tr("Proposes the words that followed the same few words earlier in the chat and checks them in one pass: "
          "faster when a reply repeats or edits earlier text, and the reply is the same word for word (needs the "
          "KV cache)"));
-  speculative_->setCurrentIndex(settings.speculative == kvchat::SpeculativeMode::Lookup ? 1 : 0);
+  speculative_->addItem(tr("Draft model"), QString::fromLatin1(kvchat::to_string(kvchat::SpeculativeMode::DraftModel)));
+  speculative_->setItemData(
+      2, tr("A smaller model of the same tokenizer proposes the next words; the reply is the same word for word"),
+      Qt::ToolTipRole);
+  speculative_->setCurrentIndex(settings.speculative == kvchat::SpeculativeMode::Lookup       ? 1
+                                : settings.speculative == kvchat::SpeculativeMode::DraftModel ? 2
+                                                                                              : 0);
   form->addRow(tr("Speculative decoding"), speculative_);
+  draft_model_path_ = new QLineEdit(settings.draft_model_path, this);
+  draft_model_path_->setObjectName("draftModelPathEdit");
+  draft_model_path_->setPlaceholderText(tr("the draft model: a .gguf file or a directory, same tokenizer"));
+  browse_draft_model_ = new QPushButton(tr("File\u2026"), this);
+  browse_draft_model_->setObjectName("browseDraftModelButton");
+  connect(browse_draft_model_, &QPushButton::clicked, this, &SettingsDialog::browseDraftModelFile);
+  auto* draft_row = new QHBoxLayout;
+  draft_row->addWidget(draft_model_path_);
+  draft_row->addWidget(browse_draft_model_);
+  form->addRow(tr("Draft model"), draft_row);
+  connect(speculative_, &QComboBox::currentIndexChanged, this, &SettingsDialog::refresh_local_only_rows);
   model_titles_ = new QCheckBox(tr("Title new chats with the model"), this);
   model_titles_->setObjectName("modelTitlesCheck");
   model_titles_->setToolTip(
@@ -301,6 +318,11 @@ void SettingsDialog::refresh_local_only_rows() {
   const bool local = backend_->currentData().toString() != QLatin1String("remote");
   for (QWidget* widget : local_only_) widget->setEnabled(local);
   local_only_hint_->setVisible(!local);
+  // The draft model's file matters only with that mode.
+  const bool draft = local && speculative_->currentData().toString() ==
+                                  QLatin1String(kvchat::to_string(kvchat::SpeculativeMode::DraftModel));
+  draft_model_path_->setEnabled(draft);
+  browse_draft_model_->setEnabled(draft);
 }
 
 void SettingsDialog::fetchRemoteModels() {
@@ -375,6 +397,7 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.remote_reply_timeout_s = remote_reply_timeout_->value();
   settings.kv_cache_enabled = kv_cache_->isChecked();
   settings.speculative = kvchat::speculative_mode_from_string(speculative_->currentData().toString().toStdString());
+  settings.draft_model_path = draft_model_path_->text().trimmed();
   settings.model_titles = model_titles_->isChecked();
   settings.temperature = temperature_->value();
   settings.top_k = top_k_->value();
@@ -431,6 +454,12 @@ QFileDialog* SettingsDialog::browseModelFile() {
 QFileDialog* SettingsDialog::browseModelDirectory() {
   QFileDialog* dialog = open_model_picker(this, model_path_, tr("Model directory"), false);
   dialog->setObjectName("modelDirectoryDialog");
+  return dialog;
+}
+
+QFileDialog* SettingsDialog::browseDraftModelFile() {
+  QFileDialog* dialog = open_model_picker(this, draft_model_path_, tr("Draft model file"), true);
+  dialog->setObjectName("draftModelFileDialog");
   return dialog;
 }
 

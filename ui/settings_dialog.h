@@ -15,6 +15,7 @@ class QFileDialog;
 class QFormLayout;
 class QLabel;
 class QLineEdit;
+class QPushButton;
 class QPlainTextEdit;
 class QScrollArea;
 class QSpinBox;
@@ -36,6 +37,7 @@ class SettingsDialog : public QDialog {
   // chosen path fills the field. Also behind the "File…" and "Folder…" buttons.
   QFileDialog* browseModelFile();
   QFileDialog* browseModelDirectory();
+  QFileDialog* browseDraftModelFile();  // speculative decoding's draft model
 
   // Asks the server for its /v1/models on a thread of its own (the "Fetch models" button), so a slow or
   // unreachable server never freezes the window; then fills the model list, and the status line says how
@@ -59,6 +61,8 @@ class SettingsDialog : public QDialog {
   QLabel* remote_status_ = nullptr;
   QCheckBox* kv_cache_ = nullptr;
   QComboBox* speculative_ = nullptr;
+  QLineEdit* draft_model_path_ = nullptr;
+  QPushButton* browse_draft_model_ = nullptr;
   QCheckBox* model_titles_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
   QSpinBox* top_k_ = nullptr;

@@ -374,6 +374,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   request.threads = settings_.threads;
   request.stop = turn.stop;
   request.continue_reply = continued != nullptr;
+  request.draft_model_path = settings_.draft_model_path;
 
   turn.remote = usesRemoteBackend();
   active_ = std::move(turn);

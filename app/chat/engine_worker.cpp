@@ -35,6 +35,23 @@ struct EngineWorker::State {
   // app hosts has another), so a new thread count needs no process-wide change.
   std::shared_ptr<const ComputeContext> compute;
   int compute_threads_setting = -1;  // what `compute` was made for (0: the machine's cores)
+  // Speculative decoding's draft model, loaded on first use and kept while the setting names the same file.
+  std::shared_ptr<const LlamaModel> draft_model;
+  QString draft_model_path;
+
+  const std::shared_ptr<const LlamaModel>& draft_for(const QString& path) {
+    if (path.isEmpty())
+      throw std::invalid_argument("speculative decoding with a draft model: choose the draft model's file in Settings");
+    if (!draft_model || path != draft_model_path) {
+      draft_model.reset();
+      draft_model = load_model(path.toStdString()).model;
+      draft_model_path = path;
+      spdlog::info("draft model {} loaded: {} layers, {:.1f} MiB of weights ({})", path.toStdString(),
+                   draft_model->config().num_hidden_layers, draft_model->weight_bytes() / 1048576.0,
+                   draft_model->weight_types());
+    }
+    return draft_model;
+  }
 
   // The context for the `threads` setting, made anew when the setting changed.
   const std::shared_ptr<const ComputeContext>& compute_for(int threads) {
@@ -177,6 +194,8 @@ void EngineWorker::runTurn(const TurnRequest& request) {
 
     TurnOptions options;
     options.generation = request.generation;
+    if (options.generation.speculative.mode == SpeculativeMode::DraftModel)
+      options.generation.speculative.draft_model = state_->draft_for(request.draft_model_path);
     options.context_limit = request.context_limit;
     options.overflow = request.overflow;
     options.continue_reply = request.continue_reply;

@@ -29,6 +29,7 @@ struct TurnRequest {
   int threads = 0;                          // 0 = the machine's cores
   std::shared_ptr<std::atomic<bool>> stop;  // set by the GUI thread to stop this turn
   bool continue_reply = false;              // messages end with a cut-short reply to go on with (TurnOptions)
+  QString draft_model_path;                 // speculative decoding's draft model (SpeculativeMode::DraftModel)
 };
 
 // How long each decode step of one reply took, measured on the engine thread (ChatTurnRunner): the points

@@ -24,6 +24,7 @@ namespace app_test_engine_worker {
 using kvchat::ChatMessage;
 using kvchat::GenerationStats;
 using kvchat::KvCacheMode;
+using kvchat::SpeculativeMode;
 using kvchat::StopReason;
 using kvchat::TokenId;
 using kvchat::app::EngineWorker;
@@ -166,6 +167,7 @@ class EngineWorkerTest : public QObject {
   void switching_conversations_keeps_each_cache();
   void small_budget_evicts_and_rebuilds_with_identical_output();
   void cache_off_gives_identical_greedy_output();
+  void speculative_decoding_gives_identical_greedy_output();
   void stop_after_the_first_chunk_then_continue_consistently();
   void errors_become_signals_and_a_bad_model_keeps_the_old_one();
 
@@ -290,6 +292,41 @@ void EngineWorkerTest::cache_off_gives_identical_greedy_output() {
     }
   }
   QCOMPARE(texts[1], texts[0]);
+}
+
+// The app's speculative settings reach the engine: prompt lookup and a draft model (loaded by the worker from
+// the settings' path) give plain decoding's replies, over two turns, and say what they proposed; a draft
+// model that cannot load fails the turn with its path named.
+void EngineWorkerTest::speculative_decoding_gives_identical_greedy_output() {
+  QString texts[3];
+  for (int m = 0; m < 3; ++m) {
+    WorkerHarness harness;
+    QVERIFY(harness.load(kvchat::test::stories_model_directory()));
+    const std::vector<ChatMessage> first_messages = {{"user", "The cat sat on the mat. The cat sat"}};
+    TurnRequest request = harness.request(4, first_messages, 60);
+    request.generation.speculative.mode = m == 0   ? SpeculativeMode::None
+                                          : m == 1 ? SpeculativeMode::Lookup
+                                                   : SpeculativeMode::DraftModel;
+    request.draft_model_path = QString::fromStdString(kvchat::test::shared_path("fixtures/gguf/stories260K-Q8_0.gguf"));
+    const TurnResult first = harness.run(request);
+    TurnRequest next = harness.request(4, continued(first_messages, first, "A bird sang"), 60);
+    next.generation.speculative = request.generation.speculative;
+    next.draft_model_path = request.draft_model_path;
+    const TurnResult second = harness.run(next);
+    QVERIFY2(first.stats && second.stats, qPrintable(first.error + second.error));
+    if (m > 0) QVERIFY(first.stats->drafted_tokens + second.stats->drafted_tokens > 0);
+    texts[m] = first.text + "|" + second.text;
+  }
+  QCOMPARE(texts[1], texts[0]);
+  QCOMPARE(texts[2], texts[0]);
+
+  WorkerHarness harness;
+  QVERIFY(harness.load(kvchat::test::stories_model_directory()));
+  TurnRequest request = harness.request(6, {{"user", "Hello"}}, 10);
+  request.generation.speculative.mode = SpeculativeMode::DraftModel;
+  request.draft_model_path = QStringLiteral("/nonexistent/draft.gguf");
+  const TurnResult failed = harness.run(request);
+  QVERIFY2(failed.error.contains(QStringLiteral("/nonexistent/draft.gguf")), qPrintable(failed.error));
 }
 
 void EngineWorkerTest::stop_after_the_first_chunk_then_continue_consistently() {

@@ -56,7 +56,8 @@ void SettingsTest::save_load_round_trip() {
   const QString path = dir.filePath(QStringLiteral("kvchat.ini"));
   ChatSettings saved;
   saved.kv_cache_enabled = false;
-  saved.speculative = kvchat::SpeculativeMode::Lookup;
+  saved.speculative = kvchat::SpeculativeMode::DraftModel;
+  saved.draft_model_path = QStringLiteral("/models/small, q4.gguf");
   saved.temperature = 1.25;
   saved.top_k = 7;
   saved.top_p = 0.5;
@@ -80,6 +81,7 @@ void SettingsTest::save_load_round_trip() {
   const ChatSettings loaded = ChatSettings::load(ini);
   QCOMPARE(loaded.kv_cache_enabled, saved.kv_cache_enabled);
   QCOMPARE(loaded.speculative, saved.speculative);
+  QCOMPARE(loaded.draft_model_path, saved.draft_model_path);
   QCOMPARE(loaded.temperature, saved.temperature);
   QCOMPARE(loaded.top_k, saved.top_k);
   QCOMPARE(loaded.top_p, saved.top_p);

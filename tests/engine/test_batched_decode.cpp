@@ -40,8 +40,8 @@ std::shared_ptr<const LlamaModel> load(const std::string& name) {
     return LlamaModel::random(ModelConfig::from_json_text(kQwen2Config, "qwen2 test config"), 11,
                               WeightDtype::BFloat16);
   LoadOptions options;
-  std::string path = name.rfind("family:", 0) == 0 ? source_dir() + "/tests/fixtures/families/" + name.substr(7)
-                                                   : shared_path(name);
+  std::string path =
+      name.rfind("family:", 0) == 0 ? source_dir() + "/tests/fixtures/families/" + name.substr(7) : shared_path(name);
   if (name.size() > 5 && name.compare(name.size() - 5, 5, "-bf16") == 0) {
     path = path.substr(0, path.size() - 5);
     options.dtype = WeightDtype::BFloat16;
@@ -118,8 +118,8 @@ class BatchedDecodeTest : public QObject {
     for (const Sequence& sequence : sequences) {
       caches.push_back(make_kv_cache(KvCacheMode::Contiguous, llama->cache_shape()));
       DecodeContext context;
-      llama->decode_rows(sequence.prompt.data(), static_cast<std::int64_t>(sequence.prompt.size()), 0,
-                         *caches.back(), context);
+      llama->decode_rows(sequence.prompt.data(), static_cast<std::int64_t>(sequence.prompt.size()), 0, *caches.back(),
+                         context);
       next_logits[caches.size() - 1].assign(context.row_logits.end() - vocab, context.row_logits.end());
     }
     DecodeContext batch_context;

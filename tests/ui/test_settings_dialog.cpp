@@ -36,6 +36,7 @@ class SettingsDialogTest : public QObject {
   void local_only_settings_are_greyed_out_for_a_server();
   void fetched_models_replace_one_the_server_lacks();
   void seeds_are_kept_within_the_signed_64_bit_range();
+  void speculative_decoding_and_its_draft_model();
 };
 
 namespace {
@@ -55,6 +56,8 @@ ChatSettings unusual_settings() {
   settings.context_limit = 1000;
   settings.context_overflow = ContextOverflowPolicy::DropOldestTurns;
   settings.cache_budget_bytes = 123456789;  // not a whole number of MiB: kept exactly when untouched
+  settings.speculative = kvchat::SpeculativeMode::DraftModel;
+  settings.draft_model_path = "/models/llama-small.gguf";
   return settings;
 }
 }  // namespace
@@ -77,6 +80,8 @@ void SettingsDialogTest::unchanged_dialog_returns_the_same_settings() {
   QCOMPARE(shown.context_limit, original.context_limit);
   QCOMPARE(shown.context_overflow, original.context_overflow);
   QCOMPARE(shown.cache_budget_bytes, original.cache_budget_bytes);
+  QCOMPARE(shown.speculative, original.speculative);
+  QCOMPARE(shown.draft_model_path, original.draft_model_path);
 }
 
 void SettingsDialogTest::edits_map_onto_the_settings() {
@@ -150,9 +155,9 @@ void SettingsDialogTest::local_only_settings_are_greyed_out_for_a_server() {
   auto* backend = dialog.findChild<QComboBox*>("backendCombo");
   auto* hint = dialog.findChild<QLabel*>("localOnlyHint");
   QVERIFY(hint);
-  const QStringList local_only{"kvCacheCheck",       "threadsSpin",           "contextLimitSpin",
-                               "overflowCombo",      "cacheBudgetSpin",       "snapshotsCheck",
-                               "snapshotBudgetSpin", "snapshotDirectoryEdit", "modelPathEdit"};
+  const QStringList local_only{"kvCacheCheck",    "threadsSpin",      "contextLimitSpin",   "overflowCombo",
+                               "cacheBudgetSpin", "snapshotsCheck",   "snapshotBudgetSpin", "snapshotDirectoryEdit",
+                               "modelPathEdit",   "speculativeCombo", "draftModelPathEdit"};
   const QStringList sent{"temperatureSpin",       "topKSpin", "topPSpin",         "minPSpin",
                          "repetitionPenaltySpin", "seedEdit", "maxNewTokensSpin", "systemPromptEdit"};
   auto enabled = [&](const QString& name) {
@@ -218,6 +223,28 @@ void SettingsDialogTest::seeds_are_kept_within_the_signed_64_bit_range() {
   QCOMPARE(dialog.settings().seed, ChatSettings::kMaxSeed);
   dialog.findChild<QLineEdit*>("seedEdit")->setText("9223372036854775807");
   QCOMPARE(dialog.settings().seed, quint64(9223372036854775807ull));
+}
+
+// Off, prompt lookup or a draft model; the draft model's file is asked for only with that mode.
+void SettingsDialogTest::speculative_decoding_and_its_draft_model() {
+  ChatSettings original = unusual_settings();
+  original.speculative = kvchat::SpeculativeMode::None;
+  SettingsDialog dialog(original);
+  auto* mode = dialog.findChild<QComboBox*>("speculativeCombo");
+  auto* path = dialog.findChild<QLineEdit*>("draftModelPathEdit");
+  QVERIFY(mode && path);
+  QCOMPARE(mode->count(), 3);
+  QCOMPARE(mode->currentIndex(), 0);
+  QVERIFY(!path->isEnabled());
+  mode->setCurrentIndex(1);
+  QVERIFY(!path->isEnabled());
+  QCOMPARE(dialog.settings().speculative, kvchat::SpeculativeMode::Lookup);
+  mode->setCurrentIndex(2);
+  QVERIFY(path->isEnabled());
+  path->setText("  /models/draft.gguf ");
+  const ChatSettings edited = dialog.settings();
+  QCOMPARE(edited.speculative, kvchat::SpeculativeMode::DraftModel);
+  QCOMPARE(edited.draft_model_path, QStringLiteral("/models/draft.gguf"));
 }
 
 KVCHAT_TEST_MAIN(SettingsDialogTest)
