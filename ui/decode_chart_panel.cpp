@@ -12,10 +12,12 @@
 #include <QLineSeries>
 #include <QPen>
 #include <QPushButton>
+#include <QScatterSeries>
 #include <QVBoxLayout>
 #include <QValueAxis>
 
 #include <algorithm>
+#include <initializer_list>
 #include <numeric>
 
 namespace kvchat::ui {
@@ -47,8 +49,12 @@ DecodeChartPanel::DecodeChartPanel(QWidget* parent) : QWidget(parent) {
   last_ = new QLineSeries(chart_);
   previous_ = new QLineSeries(chart_);
   previous_->setOpacity(0.6);
+  proposals_ = new QScatterSeries(chart_);
+  proposals_->setName(tr("accepted proposals (last reply)"));
+  proposals_->setMarkerSize(6.0);
   chart_->addSeries(previous_);
   chart_->addSeries(last_);
+  chart_->addSeries(proposals_);
   x_axis_ = new QValueAxis(chart_);
   // Short enough to be drawn whole in a chart beside the chat.
   x_axis_->setTitleText(tr("tokens attended over"));
@@ -57,7 +63,7 @@ DecodeChartPanel::DecodeChartPanel(QWidget* parent) : QWidget(parent) {
   y_axis_->setTitleText(tr("ms per token"));
   chart_->addAxis(x_axis_, Qt::AlignBottom);
   chart_->addAxis(y_axis_, Qt::AlignLeft);
-  for (QLineSeries* series : {last_, previous_}) {
+  for (QXYSeries* series : std::initializer_list<QXYSeries*>{last_, previous_, proposals_}) {
     series->attachAxis(x_axis_);
     series->attachAxis(y_axis_);
   }
@@ -128,6 +134,13 @@ void DecodeChartPanel::setTimings(const std::optional<kvchat::app::DecodeTimings
                                   const std::optional<kvchat::app::DecodeTimings>& previous) {
   fill(last_, last, tr("last reply"));
   fill(previous_, previous, tr("reply before"));
+  // Speculative decoding: the last reply's tokens sampled from rows an earlier pass fed ahead, marked.
+  QList<QPointF> accepted;
+  if (last)
+    for (int i = 0; i < last->step_ms.size() && i < last->from_proposal.size(); ++i)
+      if (last->from_proposal[i]) accepted.append(QPointF(last->first_position + i, last->step_ms[i]));
+  proposals_->replace(accepted);
+  proposals_->setVisible(!accepted.isEmpty());
   double max_x = 1, max_y = 0.001, min_x = -1;
   for (QLineSeries* series : {last_, previous_})
     for (const QPointF& point : series->points()) {
@@ -143,6 +156,9 @@ void DecodeChartPanel::setTimings(const std::optional<kvchat::app::DecodeTimings
                  .arg(last->step_ms.size())
                  .arg(mean(last->step_ms), 0, 'f', 3)
                  .arg(cache_words(last->cache_mode));
+  if (!accepted.isEmpty())
+    lines << tr("%1 of its tokens came with an earlier pass (speculative decoding: accepted proposals).")
+                 .arg(accepted.size());
   if (previous)
     lines << tr("Reply before: %1 steps, %2 ms on average (%3).")
                  .arg(previous->step_ms.size())

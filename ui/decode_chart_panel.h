@@ -13,6 +13,7 @@ class QChart;
 class QChartView;
 class QLabel;
 class QLineSeries;
+class QScatterSeries;
 class QValueAxis;
 
 namespace kvchat::ui {
@@ -25,6 +26,7 @@ class DecodeChartPanel : public QWidget {
                   const std::optional<kvchat::app::DecodeTimings>& previous);
   QLineSeries* lastSeries() const { return last_; }
   QLineSeries* previousSeries() const { return previous_; }
+  QScatterSeries* proposalSeries() const { return proposals_; }
   QChart* chart() const { return chart_; }
   bool savePng(const QString& path);  // the chart as it is drawn; false (and logged) when it cannot be written
 
@@ -39,6 +41,7 @@ class DecodeChartPanel : public QWidget {
   QChartView* view_ = nullptr;
   QLineSeries* last_ = nullptr;
   QLineSeries* previous_ = nullptr;
+  QScatterSeries* proposals_ = nullptr;  // the last reply's tokens that came with a speculative pass
   QValueAxis* x_axis_ = nullptr;
   QValueAxis* y_axis_ = nullptr;
   QLabel* summary_ = nullptr;

@@ -139,8 +139,10 @@ TurnOutcome ChatTurnRunner::run(Session& session, const std::vector<ChatMessage>
   Clock::time_point previous_token;
   auto on_token = [&](TokenId token, const DecodeProgress& progress) {
     const Clock::time_point now = Clock::now();
-    if (progress.generated_tokens > 1)
+    if (progress.generated_tokens > 1) {
       outcome.decode_step_ms.push_back(std::chrono::duration<double, std::milli>(now - previous_token).count());
+      outcome.decode_step_from_proposal.push_back(progress.from_checked_row);
+    }
     previous_token = now;
     const std::string chunk = decoder.push(token);
     outcome.reply += chunk;

@@ -60,6 +60,8 @@ struct TurnOutcome {
   // callbacks: decode_step_ms[i] is the step that produced generated_ids[i + 1], which attended over
   // prompt_ids.size() + i + 1 positions (all of them recomputed when the cache is off).
   std::vector<double> decode_step_ms;
+  // decode_step_from_proposal[i]: that token came from a speculative pass's row fed ahead (no pass of its own).
+  std::vector<bool> decode_step_from_proposal;
 };
 
 class ChatTurnRunner {

@@ -230,6 +230,8 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     DecodeTimings timings;
     timings.first_position = static_cast<int>(outcome.prompt_ids.size()) + 1;
     timings.step_ms = QList<double>(outcome.decode_step_ms.begin(), outcome.decode_step_ms.end());
+    timings.from_proposal =
+        QList<bool>(outcome.decode_step_from_proposal.begin(), outcome.decode_step_from_proposal.end());
     timings.cache_mode = outcome.stats.cache_mode;
     Q_EMIT decodeTimings(turn_id, timings);
     Q_EMIT replyTokens(turn_id, ReplyTokens{std::move(outcome.reply_ids), outcome.reply_vocabulary});

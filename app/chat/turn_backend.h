@@ -38,6 +38,8 @@ struct TurnRequest {
 struct DecodeTimings {
   int first_position = 0;  // positions attended over by the first step timed
   QList<double> step_ms;   // step i attended over first_position + i positions
+  // Steps whose token came with an earlier speculative pass (a proposal that held): their time is only sampling.
+  QList<bool> from_proposal;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
 };
 

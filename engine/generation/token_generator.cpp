@@ -73,6 +73,7 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
   const float* rows = nullptr;
   std::int64_t fed_end = position;
   int draft_length = speculative ? drafts->max_draft_tokens : 0;  // shrinks while proposals miss
+  bool logits_from_checked_row = false;  // `logits` is a row after the first of a pass fed ahead
   const auto drop_unconfirmed_rows = [&] {
     if (fed_end > position) drafts->keep(position);
     fed_end = position;
@@ -102,7 +103,7 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
     const int generated = static_cast<int>(result.generated.size());
     if (on_token)
       on_token(token, DecodeProgress{generated, rate.tokens_per_second(generated, now),
-                                     config_.top_logprobs >= 0 ? &logprobs : nullptr});
+                                     config_.top_logprobs >= 0 ? &logprobs : nullptr, logits_from_checked_row});
 
     // The last sampled token is never fed: it would only matter to a next turn, whose prompt carries it
     // (or, after an end-of-sequence id, the template's own turn end).
@@ -127,6 +128,7 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
       ++confirmed;
       ++result.accepted_tokens;
       logits = rows + static_cast<std::int64_t>(confirmed) * vocab_size;
+      logits_from_checked_row = true;
       ++position;
       if (confirmed == proposed.size()) drop_unconfirmed_rows();
       continue;
@@ -143,6 +145,7 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
         fed_rows.insert(fed_rows.end(), proposed.begin(), proposed.end());
         rows = drafts->feed_rows(fed_rows.data(), static_cast<int>(fed_rows.size()), position);
         logits = rows;
+        logits_from_checked_row = false;
         fed_end = position + static_cast<std::int64_t>(fed_rows.size());
         ++position;
         result.drafted_tokens += static_cast<int>(proposed.size());
@@ -151,6 +154,7 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
       }
     }
     logits = feed(token, position);
+    logits_from_checked_row = false;
     ++position;
     fed_end = position;
   }

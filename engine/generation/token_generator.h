@@ -34,6 +34,9 @@ struct DecodeProgress {
   // This token's log-probabilities when GenerationConfig::top_logprobs asks for them, else null. Valid
   // during the callback.
   const TokenLogprobs* logprobs = nullptr;
+  // Speculative decoding: this token was sampled from a row fed ahead with an earlier pass (a proposal that
+  // held), so no model pass ran for it.
+  bool from_checked_row = false;
 };
 
 // Called with each new token as soon as it is sampled. Runs on the generating thread.

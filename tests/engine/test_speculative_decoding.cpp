@@ -318,8 +318,12 @@ class SpeculativeDecodingTest : public QObject {
     const std::vector<TokenId> prompt = prompts_for(*llama)[0];
     Session plain(llama, KvCacheMode::Contiguous), lookup(llama, KvCacheMode::Contiguous);
     const GenerationResult plain_first = plain.generate(prompt, config_for(SpeculativeMode::None, 80));
-    const GenerationResult lookup_first = lookup.generate(prompt, config_for(SpeculativeMode::Lookup, 80, 1));
+    int from_checked_rows = 0;  // tokens the callback was told came from a row fed ahead
+    const GenerationResult lookup_first = lookup.generate(
+        prompt, config_for(SpeculativeMode::Lookup, 80, 1), nullptr,
+        [&](TokenId, const DecodeProgress& progress) { from_checked_rows += progress.from_checked_row; });
     QVERIFY(lookup_first.generated == plain_first.generated);
+    QCOMPARE(from_checked_rows, lookup_first.stats.accepted_tokens);
     QVERIFY2(lookup_first.stats.accepted_tokens < lookup_first.stats.drafted_tokens, "no proposal was rejected");
     const auto plain_rows = plain.capture();
     const auto lookup_rows = lookup.capture();

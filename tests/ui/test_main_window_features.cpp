@@ -2,7 +2,9 @@
 // plots the engine's own per-step times (cache on flat, cache off climbing) with the previous reply as a
 // second line and saves as PNG; alternatives of a regenerated reply switch with ‹ ›; the caches dialog lists
 // which chats hold a cache and clears one; the text size is a saved setting; bubbles follow a dark palette.
+#include <QScatterSeries>
 #include <QtTest>
+#include <algorithm>
 #include "common/test_suite.h"
 
 #include <QDockWidget>
@@ -100,6 +102,28 @@ void MainWindowFeaturesTest::the_chart_plots_the_engines_decode_times() {
   QCOMPARE(chart->previousSeries()->count(), cached->step_ms.size());
   QCOMPARE(chart->lastSeries()->count(), uncached->step_ms.size());
   QCOMPARE(chart->lastSeries()->at(0).y(), uncached->step_ms[0]);
+
+  QVERIFY(!chart->proposalSeries()->isVisible());  // no speculative decoding: nothing marked
+
+  // Prompt lookup: the tokens that came with an earlier pass are marked where the reply's line has them.
+  ChatSettings lookup = controller()->settings();
+  lookup.kv_cache_enabled = true;
+  lookup.speculative = kvchat::SpeculativeMode::Lookup;
+  controller()->applySettings(lookup);
+  type_and_send("The cat sat on the mat. The cat sat on the mat. The cat sat");
+  const auto speculative = controller()->lastDecodeTimings();
+  QVERIFY(speculative);
+  QCOMPARE(speculative->from_proposal.size(), speculative->step_ms.size());
+  const int marked =
+      static_cast<int>(std::count(speculative->from_proposal.begin(), speculative->from_proposal.end(), true));
+  QVERIFY2(marked > 0, "no proposal held in the reply");
+  QVERIFY(chart->proposalSeries()->isVisible());
+  QCOMPARE(chart->proposalSeries()->count(), marked);
+  for (int i = 0, point = 0; i < speculative->step_ms.size(); ++i)
+    if (speculative->from_proposal[i]) {
+      QCOMPARE(chart->proposalSeries()->at(point).x(), double(speculative->first_position + i));
+      QCOMPARE(chart->proposalSeries()->at(point++).y(), speculative->step_ms[i]);
+    }
 
   const QString png = fixture_->path("chart.png");
   QVERIFY(chart->savePng(png));
