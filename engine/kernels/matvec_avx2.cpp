@@ -180,22 +180,31 @@ inline void dot_row_x4_avx2(const Weight* w, std::int64_t cols, const float* x, 
   }
 }
 
+// Short rows (up to kShortRowColumns) four at a time with dot4_avx2, for each of n vectors, from row_begin while
+// four remain; returns the first row left (row_begin when the rows are not short). Both the matvec and the
+// row-exact products start so, which keeps their bits equal.
+template <typename Weight>
+std::int64_t short_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                             std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
+  std::int64_t r = row_begin;
+  if (cols > kShortRowColumns) return r;
+  for (; r + 4 <= row_end; r += 4) {
+    const Weight* w = weight + r * cols;
+    for (std::int64_t i = 0; i < n; ++i) {
+      __m128 sums = dot4_avx2(w, cols, x + i * cols);
+      if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias + r));
+      _mm_storeu_ps(y + i * rows + r, sums);
+    }
+  }
+  return r;
+}
+
 // Rows [row_begin, row_end) of Y = X W^T for n vectors; n == 1 is the matvec. With several vectors
 // the row is read from memory once and re-read from L1/L2 for each group of four.
 template <typename Weight>
 void matmul_rows_avx2_chunk(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
                             std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
-  std::int64_t r = row_begin;
-  if (cols <= kShortRowColumns) {
-    for (; r + 4 <= row_end; r += 4) {
-      const Weight* w = weight + r * cols;
-      for (std::int64_t i = 0; i < n; ++i) {
-        __m128 sums = dot4_avx2(w, cols, x + i * cols);
-        if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias + r));
-        _mm_storeu_ps(y + i * rows + r, sums);
-      }
-    }
-  }
+  std::int64_t r = short_rows_avx2(weight, x, y, n, rows, cols, bias, row_begin, row_end);
   for (; r < row_end; ++r) {
     const Weight* w = weight + r * cols;
     const float b = bias ? bias[r] : 0.f;
@@ -315,17 +324,7 @@ void exact_rows_avx2(const Weight* weight, const float* x, float* y, std::int64_
 template <typename Weight>
 void matmul_rows_exact_avx2(const Weight* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
                             std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end) {
-  std::int64_t r = row_begin;
-  if (cols <= kShortRowColumns) {
-    for (; r + 4 <= row_end; r += 4) {
-      const Weight* w = weight + r * cols;
-      for (std::int64_t i = 0; i < n; ++i) {
-        __m128 sums = dot4_avx2(w, cols, x + i * cols);
-        if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias + r));
-        _mm_storeu_ps(y + i * rows + r, sums);
-      }
-    }
-  }
+  std::int64_t r = short_rows_avx2(weight, x, y, n, rows, cols, bias, row_begin, row_end);
   if (r == row_end) return;
   for (std::int64_t i = 0; i < n; i += kExactGroup)
     exact_rows_avx2(weight, x + i * cols, y + i * rows, std::min<std::int64_t>(kExactGroup, n - i), rows, cols, bias, r,

@@ -12,42 +12,19 @@
 #include <string>
 #include <vector>
 
-#include "common/test_paths.h"
+#include "common/test_models.h"
 #include "engine/cache/kv_cache.h"
 #include "engine/model/decode_context.h"
 #include "engine/model/llama_model.h"
-#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_batched_decode {
 
 using namespace kvchat;
-using kvchat::test::shared_path;
-using kvchat::test::source_dir;
 
 namespace {
 
-const char* kQwen2Config = R"({
-  "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
-  "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
-  "num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 1024,
-  "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": false,
-  "bos_token_id": 1, "eos_token_id": 2
-})";
-
-std::shared_ptr<const LlamaModel> load(const std::string& name) {
-  if (name == "qwen2-random-bf16")
-    return LlamaModel::random(ModelConfig::from_json_text(kQwen2Config, "qwen2 test config"), 11,
-                              WeightDtype::BFloat16);
-  LoadOptions options;
-  std::string path =
-      name.rfind("family:", 0) == 0 ? source_dir() + "/tests/fixtures/families/" + name.substr(7) : shared_path(name);
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, "-bf16") == 0) {
-    path = path.substr(0, path.size() - 5);
-    options.dtype = WeightDtype::BFloat16;
-  }
-  return load_model(path, options).model;
-}
+std::shared_ptr<const LlamaModel> load(const std::string& name) { return kvchat::test::load_test_model(name); }
 
 TokenId argmax(const float* logits, std::int64_t vocab) {
   return static_cast<TokenId>(std::max_element(logits, logits + vocab) - logits);

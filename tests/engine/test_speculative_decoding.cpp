@@ -15,50 +15,24 @@
 #include <string>
 #include <vector>
 
-#include "common/test_paths.h"
+#include "common/test_models.h"
 #include "engine/cache/kv_cache.h"
 #include "engine/cache/kv_snapshot.h"
 #include "engine/generation/draft.h"
 #include "engine/generation/session.h"
 #include "engine/model/decode_context.h"
 #include "engine/model/llama_model.h"
-#include "engine/model/model_loader.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_speculative_decoding {
 
 using namespace kvchat;
-using kvchat::test::shared_path;
-using kvchat::test::source_dir;
 
 namespace {
 
-// A Qwen2-layout model (q/k/v biases, GQA) of random weights.
-const char* kQwen2Config = R"({
-  "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
-  "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
-  "num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 1024,
-  "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": false,
-  "bos_token_id": 1, "eos_token_id": 2
-})";
-
-// "name" -> a model: a shared model folder or GGUF file, a family fixture, or a random Qwen2.
+// "name" -> a model (tests/common/test_models.h).
 std::shared_ptr<const LlamaModel> load(const QString& name) {
-  const std::string text = name.toStdString();
-  if (text == "qwen2-random-f32" || text == "qwen2-random-bf16")
-    return LlamaModel::random(ModelConfig::from_json_text(kQwen2Config, "qwen2 test config"), 11,
-                              text == "qwen2-random-bf16" ? WeightDtype::BFloat16 : WeightDtype::Float32);
-  LoadOptions options;
-  std::string path = text;
-  if (text.rfind("family:", 0) == 0)
-    path = source_dir() + "/tests/fixtures/families/" + text.substr(7);
-  else
-    path = shared_path(text);
-  if (text.size() > 5 && text.compare(text.size() - 5, 5, "-bf16") == 0) {
-    path = path.substr(0, path.size() - 5);
-    options.dtype = WeightDtype::BFloat16;
-  }
-  return load_model(path, options).model;
+  return kvchat::test::load_test_model(name.toStdString());
 }
 
 void add_model_rows() {

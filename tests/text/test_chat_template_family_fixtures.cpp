@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/template_rendering.h"
 #include "common/test_paths.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/chat_template_config.h"
@@ -100,33 +101,14 @@ const Fixture& fixture(const std::string& path) {
   return *cache.emplace(path, std::move(loaded)).first->second;
 }
 
-// Control characters spelled out, so that a difference in white space can be read.
-std::string visible(const std::string& text) {
-  static const char* const kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : text) {
-    if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c == '\r')
-      out += "\\r";
-    else if (c < 0x20 || c == 0x7f)
-      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
-    else
-      out += static_cast<char>(c);
-  }
-  return out;
-}
-
 std::string difference(const std::string& expected, const std::string& actual) {
   std::size_t at = 0;
   while (at < expected.size() && at < actual.size() && expected[at] == actual[at]) ++at;
   const std::size_t from = at > 60 ? at - 60 : 0;
   std::ostringstream out;
   out << "first difference at byte " << at << " (expected " << expected.size() << " bytes, got " << actual.size()
-      << ")\n   expected: ..." << visible(expected.substr(from, 160)) << "\n   actual:   ..."
-      << visible(actual.substr(from, 160));
+      << ")\n   expected: ..." << kvchat::test::visible(expected.substr(from, 160)) << "\n   actual:   ..."
+      << kvchat::test::visible(actual.substr(from, 160));
   return out.str();
 }
 
@@ -150,7 +132,7 @@ std::string check_case(const Fixture& fixture, const json& c) {
   }
   if (expect_error)
     return "Jinja2 failed (" + c.value("error_message", std::string()) +
-           ") but this rendered: " + visible(actual.substr(0, 300));
+           ") but this rendered: " + kvchat::test::visible(actual.substr(0, 300));
   const std::string expected = c["rendered"].get<std::string>();
   return actual == expected ? "" : difference(expected, actual);
 }

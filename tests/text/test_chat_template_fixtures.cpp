@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/template_rendering.h"
 #include "common/test_paths.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/chat_template_config.h"
@@ -33,32 +34,14 @@ json read_json(const std::string& path) {
   return json::parse(buffer.str());
 }
 
-// Shows a string with control characters and non-ASCII spelled out, so that diffs are readable.
-std::string visible(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c == '\r')
-      out += "\\r";
-    else if (c < 0x20 || c == 0x7f)
-      out += "\\x" + QByteArray(1, static_cast<char>(c)).toHex().toStdString();
-    else
-      out += static_cast<char>(c);
-  }
-  return out;
-}
-
 std::string diff(const std::string& expected, const std::string& actual) {
   std::size_t at = 0;
   while (at < expected.size() && at < actual.size() && expected[at] == actual[at]) ++at;
   std::size_t from = at > 40 ? at - 40 : 0;
   std::ostringstream out;
   out << "first difference at byte " << at << " (expected " << expected.size() << " bytes, got " << actual.size()
-      << ")\n      expected: ..." << visible(expected.substr(from, 120)) << "\n      actual:   ..."
-      << visible(actual.substr(from, 120));
+      << ")\n      expected: ..." << kvchat::test::visible(expected.substr(from, 120)) << "\n      actual:   ..."
+      << kvchat::test::visible(actual.substr(from, 120));
   return out.str();
 }
 
@@ -120,7 +103,7 @@ class ChatTemplateFixtureTest : public QObject {
           std::string actual = chat_template->render(context, today);
           if (expect_error) {
             failures.push_back(label + ": expected an error (" + c.value("error_message", std::string()) +
-                               ") but rendered: " + visible(actual.substr(0, 200)));
+                               ") but rendered: " + kvchat::test::visible(actual.substr(0, 200)));
           } else if (actual != c["rendered"].get<std::string>()) {
             failures.push_back(label + ": " + diff(c["rendered"].get<std::string>(), actual));
           } else {
