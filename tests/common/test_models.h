@@ -26,8 +26,8 @@ inline std::shared_ptr<const LlamaModel> load_test_model(const std::string& name
     return LlamaModel::random(ModelConfig::from_json_text(kRandomQwen2Config, "qwen2 test config"), 11,
                               name == "qwen2-random-bf16" ? WeightDtype::BFloat16 : WeightDtype::Float32);
   LoadOptions options;
-  std::string path = name.rfind("family:", 0) == 0 ? source_dir() + "/tests/fixtures/families/" + name.substr(7)
-                                                   : shared_path(name);
+  std::string path =
+      name.rfind("family:", 0) == 0 ? source_dir() + "/tests/fixtures/families/" + name.substr(7) : shared_path(name);
   if (name.size() > 5 && name.compare(name.size() - 5, 5, "-bf16") == 0) {
     path = path.substr(0, path.size() - 5);
     options.dtype = WeightDtype::BFloat16;
