@@ -163,6 +163,15 @@ ChatSettings ChatSettings::load(QSettings& settings) {
   loaded.threads = read_clamped(settings, "threads", defaults.threads, 0, max_threads());
   loaded.context_limit = read_clamped(settings, "context_limit", defaults.context_limit, 0, 1 << 24);
   loaded.draft_model_path = settings.value(QStringLiteral("draft_model_path"), defaults.draft_model_path).toString();
+  const QVariant kv_dtype = settings.value(QStringLiteral("kv_cache_dtype"));
+  if (kv_dtype.isValid()) {
+    try {
+      loaded.kv_dtype = kvchat::kv_dtype_from_string(kv_dtype.toString().toStdString());
+    } catch (const std::invalid_argument& error) {
+      spdlog::warn("settings {}: {}/kv_cache_dtype: {}; using the default", file_of(settings), kGroup.toStdString(),
+                   error.what());
+    }
+  }
   const QVariant speculative = settings.value(QStringLiteral("speculative_decoding"));
   if (speculative.isValid()) {
     try {
@@ -219,6 +228,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
 void ChatSettings::save(QSettings& settings) const {
   settings.beginGroup(kGroup);
   settings.setValue(QStringLiteral("kv_cache_enabled"), kv_cache_enabled);
+  settings.setValue(QStringLiteral("kv_cache_dtype"), QString::fromLatin1(kvchat::to_string(kv_dtype)));
   settings.setValue(QStringLiteral("speculative_decoding"), QString::fromLatin1(kvchat::to_string(speculative)));
   settings.setValue(QStringLiteral("draft_model_path"), draft_model_path);
   settings.setValue(QStringLiteral("temperature"), temperature);
@@ -260,6 +270,7 @@ kvchat::GenerationConfig ChatSettings::to_generation_config() const {
   kvchat::GenerationConfig config;
   config.max_new_tokens = max_new_tokens;
   config.cache_mode = kv_cache_enabled ? kvchat::KvCacheMode::Contiguous : kvchat::KvCacheMode::Off;
+  config.kv_dtype = kv_dtype;
   config.speculative.mode = speculative;
   config.sampling.temperature = static_cast<float>(temperature);
   config.sampling.top_k = top_k;
@@ -331,6 +342,8 @@ QJsonObject ChatSettings::to_json() const {
   json.insert(QStringLiteral("cache_mode"),
               QString::fromLatin1(
                   kvchat::to_string(kv_cache_enabled ? kvchat::KvCacheMode::Contiguous : kvchat::KvCacheMode::Off)));
+  if (kv_dtype != kvchat::KvDtype::F32)
+    json.insert(QStringLiteral("kv_cache_dtype"), QString::fromLatin1(kvchat::to_string(kv_dtype)));
   json.insert(QStringLiteral("speculative_decoding"), QString::fromLatin1(kvchat::to_string(speculative)));
   if (speculative == kvchat::SpeculativeMode::DraftModel)
     json.insert(QStringLiteral("draft_model_path"), draft_model_path);

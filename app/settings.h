@@ -21,6 +21,9 @@ const char* to_string(BackendKind kind);  // "local" / "remote"
 
 struct ChatSettings {
   bool kv_cache_enabled = true;
+  // How the cache stores keys and values: f32 is exact; bf16/f16/q8_0 round them once (every path alike, so the
+  // cache still changes no token) and hold half or about a quarter of the bytes.
+  kvchat::KvDtype kv_dtype = kvchat::KvDtype::F32;
   // Speculative decoding (with the cache on): the same reply, sooner when it repeats earlier text.
   kvchat::SpeculativeMode speculative = kvchat::SpeculativeMode::None;
   QString draft_model_path;  // SpeculativeMode::DraftModel's model: a directory or .gguf of the same tokenizer

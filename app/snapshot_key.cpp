@@ -144,10 +144,10 @@ SnapshotKey installation_snapshot_key() {
 }
 
 std::shared_ptr<SnapshotStore> open_snapshot_store(const std::string& directory, std::int64_t disk_budget_bytes,
-                                                   const LlamaModel& model) {
+                                                   const LlamaModel& model, KvDtype kv_dtype) {
   SnapshotKey key = installation_snapshot_key();
-  return std::make_shared<SnapshotStore>(directory, disk_budget_bytes, fingerprint_model(model), model.cache_shape(),
-                                         std::move(key));
+  return std::make_shared<SnapshotStore>(directory, disk_budget_bytes, fingerprint_model(model),
+                                         model.cache_shape(kv_dtype), std::move(key));
 }
 
 }  // namespace kvchat::app

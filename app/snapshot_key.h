@@ -28,7 +28,8 @@ SnapshotKey installation_snapshot_key();
 
 // A store for `model` under `directory`, keyed with installation_snapshot_key(). Throws SnapshotError
 // (the folder) or std::runtime_error (the key).
+// Its snapshots hold caches of `kv_dtype` (a session of another dtype neither restores nor saves there).
 std::shared_ptr<SnapshotStore> open_snapshot_store(const std::string& directory, std::int64_t disk_budget_bytes,
-                                                   const LlamaModel& model);
+                                                   const LlamaModel& model, KvDtype kv_dtype = KvDtype::F32);
 
 }  // namespace kvchat::app

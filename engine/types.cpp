@@ -20,6 +20,24 @@ KvCacheMode kv_cache_mode_from_string(const std::string& text) {
   throw std::invalid_argument("unknown kv cache mode '" + text + "' (expected on, naive or off)");
 }
 
+const char* to_string(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::F32: return "f32";
+    case KvDtype::BF16: return "bf16";
+    case KvDtype::F16: return "f16";
+    case KvDtype::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+KvDtype kv_dtype_from_string(const std::string& text) {
+  if (text == "f32" || text == "float32") return KvDtype::F32;
+  if (text == "bf16" || text == "bfloat16") return KvDtype::BF16;
+  if (text == "f16" || text == "float16") return KvDtype::F16;
+  if (text == "q8_0" || text == "q8") return KvDtype::Q8_0;
+  throw std::invalid_argument("unknown kv cache dtype '" + text + "' (expected f32, bf16, f16 or q8_0)");
+}
+
 const char* to_string(StopReason reason) {
   switch (reason) {
     case StopReason::Eos: return "eos";

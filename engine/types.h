@@ -41,6 +41,20 @@ const char* to_string(KvCacheMode mode);
 // Accepts "on"/"contiguous", "naive", "off". Throws std::invalid_argument otherwise.
 KvCacheMode kv_cache_mode_from_string(const std::string& text);
 
+// How the cache stores keys and values. F32 is exact; the others round each K/V row once, when it is
+// made, and every path (cache on, naive, off) computes with the rounded values, so the cache still
+// changes no token of the model defined with that rounding (engine/kernels/kv_rows.h).
+enum class KvDtype {
+  F32,   // 4 bytes a value
+  BF16,  // 2 bytes: bfloat16, round to nearest even
+  F16,   // 2 bytes: IEEE half, round to nearest even
+  Q8_0,  // about 1 byte: blocks of 32 values (a head's row when head_dim is not a multiple of 32), a byte each and
+         // an f16 scale (llama.cpp's q8_0)
+};
+const char* to_string(KvDtype dtype);
+// Accepts "f32", "bf16", "f16", "q8_0" (and "float32", "bfloat16", "float16", "q8"). Throws std::invalid_argument.
+KvDtype kv_dtype_from_string(const std::string& text);
+
 // Speculative decoding: tokens proposed ahead of the model and checked in one pass over several rows. The
 // output is the same token for token (greedy) or draw for draw (sampling with a seed) as without it: every
 // token is still sampled from the model's own logits, which are computed for each row exactly as a decode
@@ -69,6 +83,7 @@ struct GenerationConfig {
   int max_new_tokens = 256;
   SamplingParams sampling;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
+  KvDtype kv_dtype = KvDtype::F32;      // switching it, like the cache mode, drops the cache
   int prefill_chunk_tokens = 512;       // prefill runs in chunks of at most this many tokens
   int context_limit = 0;                // prompt + generated tokens never exceed it (0 or more = the model's)
   std::vector<TokenId> stop_token_ids;  // empty = the model's end-of-sequence ids
@@ -120,6 +135,7 @@ struct GenerationStats {
   std::int64_t cache_bytes = 0;   // bytes held by those tokens' K/V
   std::int64_t cache_capacity_tokens = 0;
   KvCacheMode cache_mode = KvCacheMode::Contiguous;
+  KvDtype kv_dtype = KvDtype::F32;
   StopReason stop_reason = StopReason::MaxTokens;
   int drafted_tokens = 0;   // speculative decoding: tokens proposed and checked
   int accepted_tokens = 0;  // of those, the ones the model sampled too (each saved a decode step)

@@ -62,6 +62,18 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   kv_cache_->setObjectName("kvCacheCheck");
   kv_cache_->setChecked(settings.kv_cache_enabled);
   form->addRow(tr("KV cache"), kv_cache_);
+  kv_dtype_ = new QComboBox(this);
+  kv_dtype_->setObjectName("kvDtypeCombo");
+  kv_dtype_->addItem(tr("32-bit float (exact)"), QString::fromLatin1(kvchat::to_string(kvchat::KvDtype::F32)));
+  kv_dtype_->addItem(tr("bfloat16 (half the memory)"), QString::fromLatin1(kvchat::to_string(kvchat::KvDtype::BF16)));
+  kv_dtype_->addItem(tr("float16 (half the memory)"), QString::fromLatin1(kvchat::to_string(kvchat::KvDtype::F16)));
+  kv_dtype_->addItem(tr("8-bit q8_0 (about a quarter)"), QString::fromLatin1(kvchat::to_string(kvchat::KvDtype::Q8_0)));
+  kv_dtype_->setCurrentIndex(kv_dtype_->findData(QString::fromLatin1(kvchat::to_string(settings.kv_dtype))));
+  kv_dtype_->setToolTip(
+      tr("How the cache stores each key and value. Below 32 bits they are rounded once, when made, on every path, so "
+         "the cache still changes no word; a long chat holds less memory and reads fewer bytes per word. Changing it "
+         "rebuilds the conversations' caches."));
+  form->addRow(tr("KV cache storage"), kv_dtype_);
   speculative_ = new QComboBox(this);
   speculative_->setObjectName("speculativeCombo");
   speculative_->addItem(tr("Off"), QString::fromLatin1(kvchat::to_string(kvchat::SpeculativeMode::None)));
@@ -199,12 +211,14 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   form->addRow(tr("Snapshot folder"), snapshot_directory_);
 
   // What only this computer's engine uses: greyed out (with the hint under the backend) for a server.
-  for (QWidget* field : std::initializer_list<QWidget*>{
-           kv_cache_, speculative_, threads_, context_limit_, context_limit_note_, overflow_, cache_budget_mib_,
-           snapshots_, snapshot_budget_mib_, snapshot_directory_, model_path_, browse_file, browse_directory})
+  for (QWidget* field : std::initializer_list<QWidget*>{kv_cache_, kv_dtype_, speculative_, threads_, context_limit_,
+                                                        context_limit_note_, overflow_, cache_budget_mib_, snapshots_,
+                                                        snapshot_budget_mib_, snapshot_directory_, model_path_,
+                                                        browse_file, browse_directory})
     local_only_ << field;
-  for (QObject* field : std::initializer_list<QObject*>{kv_cache_, speculative_, threads_, overflow_, cache_budget_mib_,
-                                                        snapshots_, snapshot_budget_mib_, snapshot_directory_})
+  for (QObject* field :
+       std::initializer_list<QObject*>{kv_cache_, kv_dtype_, speculative_, threads_, overflow_, cache_budget_mib_,
+                                       snapshots_, snapshot_budget_mib_, snapshot_directory_})
     if (QWidget* label = form->labelForField(static_cast<QWidget*>(field))) local_only_ << label;
   for (QLayout* row : {static_cast<QLayout*>(context_row), static_cast<QLayout*>(model_row)})
     if (QWidget* label = form->labelForField(row)) local_only_ << label;
@@ -396,6 +410,7 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.remote_idle_timeout_s = remote_idle_timeout_->value();
   settings.remote_reply_timeout_s = remote_reply_timeout_->value();
   settings.kv_cache_enabled = kv_cache_->isChecked();
+  settings.kv_dtype = kvchat::kv_dtype_from_string(kv_dtype_->currentData().toString().toStdString());
   settings.speculative = kvchat::speculative_mode_from_string(speculative_->currentData().toString().toStdString());
   settings.draft_model_path = draft_model_path_->text().trimmed();
   settings.model_titles = model_titles_->isChecked();

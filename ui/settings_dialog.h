@@ -60,6 +60,7 @@ class SettingsDialog : public QDialog {
   QComboBox* remote_model_ = nullptr;
   QLabel* remote_status_ = nullptr;
   QCheckBox* kv_cache_ = nullptr;
+  QComboBox* kv_dtype_ = nullptr;
   QComboBox* speculative_ = nullptr;
   QLineEdit* draft_model_path_ = nullptr;
   QPushButton* browse_draft_model_ = nullptr;

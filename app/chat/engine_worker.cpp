@@ -31,6 +31,8 @@ struct EngineWorker::State {
   std::shared_ptr<const LoadedModel> model;
   std::unique_ptr<SessionPool> pool;  // the loaded model's sessions (and snapshots)
   SnapshotOptions snapshot_options;
+  // The KV dtype of the pool's snapshot store: the last turn's (a turn of another dtype opens the pool again).
+  KvDtype kv_dtype = KvDtype::F32;
   // What this worker's turns compute with: the app's thread setting, in a context of its own (the server the
   // app hosts has another), so a new thread count needs no process-wide change.
   std::shared_ptr<const ComputeContext> compute;
@@ -78,7 +80,8 @@ void EngineWorker::open_snapshots() {
   std::shared_ptr<SnapshotStore> store;
   if (options.enabled && !options.directory.isEmpty()) {
     try {
-      store = open_snapshot_store(options.directory.toStdString(), options.disk_budget_bytes, *state_->model->model);
+      store = open_snapshot_store(options.directory.toStdString(), options.disk_budget_bytes, *state_->model->model,
+                                  state_->kv_dtype);
       const std::string prefix = options.key_prefix.toStdString() + "-";
       const qint64 budget = options.disk_budget_bytes;
       store->set_written_callback([this, prefix, budget](const std::string& key, std::int64_t tokens,
@@ -188,6 +191,13 @@ void EngineWorker::runTurn(const TurnRequest& request) {
   try {
     if (!state_->model) throw std::runtime_error("no model is loaded");
     const std::shared_ptr<const LoadedModel> model = state_->model;
+    if (request.generation.kv_dtype != state_->kv_dtype) {
+      // Every cache is rebuilt in the new dtype anyway; the store then keeps (and restores) that dtype's snapshots.
+      spdlog::info("KV cache dtype {} -> {}: the conversations' caches are dropped", to_string(state_->kv_dtype),
+                   to_string(request.generation.kv_dtype));
+      state_->kv_dtype = request.generation.kv_dtype;
+      open_snapshots();
+    }
     SessionPool& pool = *state_->pool;
     pool.set_compute_context(state_->compute_for(request.threads));
     Session& session = pool.acquire(request.conversation_id, request.generation.cache_mode);

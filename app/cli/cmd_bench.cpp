@@ -22,6 +22,7 @@ const std::string kUsage =
     std::string(
         "usage: kvchat-cli bench (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
         "                        [--prompt-tokens 5,128,512,2048] [--new-tokens N] [--kv-cache on,naive,off]\n"
+        "                        [--kv-dtype f32,bf16,f16,q8_0]\n"
         "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
         "                        [--bandwidth-probe auto|step|row] [--speculative lookup|draft [--draft-tokens K]\n"
         "                        [--draft-model PATH] [--pairs N]] [--prompt-kind random|repeating]\n"
@@ -42,6 +43,7 @@ const std::string kUsage =
         "               GB/s column: the bandwidth used (step: the steps' time-weighted mean)\n"
         "prefill %mm  = prefill tok/s x FLOP per token / sgemm FLOP/s\n"
         "Every cache-off run is compared with the cache-on run of the same size: speedup and identical tokens.\n"
+        "--kv-dtype   how the cache stores K/V, one row each (default f32); kv B/tok: the cache's bytes per token.\n"
         "--speculative lookup|draft: after the rows, plain and speculative decoding with the cache on, in N "
         "interleaved\n"
         "             pairs (default 3) per prompt length: decode tok/s of each (median), the speed-up, the\n"
@@ -60,6 +62,7 @@ struct BenchOptions {
   std::vector<long long> prompt_lengths;
   int new_tokens = 32;
   std::vector<KvCacheMode> modes;
+  std::vector<KvDtype> kv_dtypes;
   std::vector<WeightStorage> dtypes;
   std::string kernels = "on";
   std::string bandwidth_probe = "auto";
@@ -79,6 +82,8 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   if (options.new_tokens < 1) throw UsageError("--new-tokens must be at least 1");
   for (const std::string& mode : split_list(parser.value_or("kv-cache", "on,off")))
     options.modes.push_back(cache_mode_from_option(mode));
+  for (const std::string& dtype : split_list(parser.value_or("kv-dtype", "f32")))
+    options.kv_dtypes.push_back(kv_dtype_from_option(dtype));
   options.dtypes = weight_storages_from_option(parser);
   options.kernels = kernels_from_option(parser);
   options.bandwidth_probe = parser.value_or("bandwidth-probe", "auto");
@@ -113,15 +118,16 @@ void print_machine(const BenchOptions& options, int threads, const HardwareCeili
   }
   std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s, kernels %s\n\n", threads,
               ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, options.kernels.c_str());
-  std::printf("%-6s %-6s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %9s %9s %9s\n", "dtype", "cache",
-              "prompt", "new", "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw", "%mm",
-              "weights MiB", "cache MiB", "model MiB", "RSS MiB", "total s");
+  std::printf("%-6s %-6s %-5s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %8s %9s %9s %9s\n", "dtype",
+              "cache", "kv", "prompt", "new", "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw",
+              "%mm", "weights MiB", "cache MiB", "kv B/tok", "model MiB", "RSS MiB", "total s");
 }
 
 // One configuration's run, and where its figures are read against.
 struct BenchRow {
   std::string dtype_name;
   KvCacheMode mode = KvCacheMode::Contiguous;
+  KvDtype kv_dtype = KvDtype::F32;
   long long prompt_tokens = 0;
   BenchRun run;
   double bandwidth = 0.0;  // GB/s the decode is read against
@@ -132,17 +138,23 @@ struct BenchRow {
   std::int64_t model_resident_bytes = 0;
 };
 
+// The cache's bytes per token (0 with the cache off).
+std::int64_t kv_bytes_per_token(const GenerationStats& s) {
+  return s.cache_tokens > 0 ? s.cache_bytes / s.cache_tokens : 0;
+}
+
 void print_row(const BenchOptions& options, const ModelSource& source, int threads, const BenchRow& row) {
   const GenerationStats& s = row.run.stats;
   const BenchRun& run = row.run;
   if (!options.json_output) {
     std::printf(
-        "%-6s %-6s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %11.2f %10.2f %9.0f %9.0f %9.2f\n",
-        row.dtype_name.c_str(), to_string(row.mode), row.prompt_tokens, options.new_tokens, s.prefill_tokens_per_second,
-        s.ttft_ms, run.decode_tok_s, run.decode_tok_s_start, run.decode_tok_s_end, row.bandwidth,
-        100 * row.decode_fraction, 100 * row.prefill_fraction, mib(double(source.model->weight_bytes())),
-        mib(double(s.cache_bytes)), mib(double(row.model_resident_bytes)), mib(double(run.peak_rss_bytes)),
-        run.total_ms / 1000.0);
+        "%-6s %-6s %-5s %7lld %5d %10.1f %9.1f %10.2f %10.2f %10.2f %6.1f %6.1f%% %7.1f%% %11.2f %10.2f %8lld %9.0f "
+        "%9.0f %9.2f\n",
+        row.dtype_name.c_str(), to_string(row.mode), to_string(row.kv_dtype), row.prompt_tokens, options.new_tokens,
+        s.prefill_tokens_per_second, s.ttft_ms, run.decode_tok_s, run.decode_tok_s_start, run.decode_tok_s_end,
+        row.bandwidth, 100 * row.decode_fraction, 100 * row.prefill_fraction, mib(double(source.model->weight_bytes())),
+        mib(double(s.cache_bytes)), static_cast<long long>(kv_bytes_per_token(s)),
+        mib(double(row.model_resident_bytes)), mib(double(run.peak_rss_bytes)), run.total_ms / 1000.0);
     std::fflush(stdout);
     return;
   }
@@ -150,6 +162,8 @@ void print_row(const BenchOptions& options, const ModelSource& source, int threa
                                  {"dtype", row.dtype_name},
                                  {"weight_types", source.model->weight_types()},
                                  {"kv_cache", to_string(row.mode)},
+                                 {"kv_dtype", to_string(row.kv_dtype)},
+                                 {"kv_bytes_per_token", kv_bytes_per_token(s)},
                                  {"threads", threads},
                                  {"prompt_tokens", row.prompt_tokens},
                                  {"new_tokens", options.new_tokens},
@@ -321,11 +335,13 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
 // bandwidth probed at its own moment: before every step for a model bound by memory, else just before
 // the row.
 BenchRow measure_row(const BenchOptions& options, const ModelSource& source, const HardwareCeilings& ceilings,
-                     int threads, const std::string& dtype_name, KvCacheMode mode, long long prompt_tokens) {
+                     int threads, const std::string& dtype_name, KvCacheMode mode, KvDtype kv_dtype,
+                     long long prompt_tokens) {
   const LlamaModel& model = *source.model;
   BenchRow row;
   row.dtype_name = dtype_name;
   row.mode = mode;
+  row.kv_dtype = kv_dtype;
   row.prompt_tokens = prompt_tokens;
   row.per_step =
       options.bandwidth_probe == "step" || (options.bandwidth_probe == "auto" && pairs_bandwidth_probes(model));
@@ -334,6 +350,7 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
   BenchGeneration how;
   how.probe_between_steps = row.per_step;
   how.repeating_prompt = options.repeating_prompt;
+  how.kv_dtype = kv_dtype;
   row.run = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), options.new_tokens, how);
   row.bandwidth = row.per_step ? row.run.paired_bandwidth_gb_s : row_bandwidth;
   row.decode_fraction = row.per_step
@@ -345,10 +362,10 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
 }
 
 int run_bench(const std::vector<std::string>& args) {
-  ArgParser parser(
-      with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kernels", "bandwidth-probe", "speculative",
-                          "draft-tokens", "draft-model", "pairs", "prompt-kind", "batch", kCacheDirOption}),
-      {"json", kSnapshotFlag});
+  ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kv-dtype", "kernels",
+                                       "bandwidth-probe", "speculative", "draft-tokens", "draft-model", "pairs",
+                                       "prompt-kind", "batch", kCacheDirOption}),
+                   {"json", kSnapshotFlag});
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
   const BenchOptions options = parse_bench_options(parser);
@@ -377,13 +394,16 @@ int run_bench(const std::vector<std::string>& args) {
       if (prompt_tokens < 1 || prompt_tokens + options.new_tokens > source.model->config().max_position_embeddings)
         throw UsageError("--prompt-tokens " + std::to_string(prompt_tokens) +
                          " plus --new-tokens does not fit the context");
-      for (KvCacheMode mode : options.modes) {
-        BenchRow row = measure_row(options, source, ceilings, threads, dtype_name, mode, prompt_tokens);
-        row.model_resident_bytes = row.run.rss_bytes - resident_before_load;
-        if (mode == KvCacheMode::Contiguous) cached_runs[prompt_tokens] = row.run;
-        print_row(options, source, threads, row);
-        const auto cached = cached_runs.find(prompt_tokens);
-        if (mode == KvCacheMode::Off && cached != cached_runs.end()) print_speedup(options, row, cached->second);
+      for (KvDtype kv_dtype : options.kv_dtypes) {
+        cached_runs.erase(prompt_tokens);
+        for (KvCacheMode mode : options.modes) {
+          BenchRow row = measure_row(options, source, ceilings, threads, dtype_name, mode, kv_dtype, prompt_tokens);
+          row.model_resident_bytes = row.run.rss_bytes - resident_before_load;
+          if (mode == KvCacheMode::Contiguous) cached_runs[prompt_tokens] = row.run;
+          print_row(options, source, threads, row);
+          const auto cached = cached_runs.find(prompt_tokens);
+          if (mode == KvCacheMode::Off && cached != cached_runs.end()) print_speedup(options, row, cached->second);
+        }
       }
       if (speculative.mode != SpeculativeMode::None)
         measure_speculative(options, speculative, source, dtype_name, prompt_tokens);

@@ -36,7 +36,8 @@ namespace chat_command {
 
 const char* kUsage =
     "usage: kvchat-cli chat --model DIR|FILE.gguf [--db PATH] [--conversation ID|new] [--message TEXT]\n"
-    "                       [--kv-cache on|off] [--max-new-tokens N] [--temperature T] [--seed S]\n"
+    "                       [--kv-cache on|off] [--kv-dtype f32|bf16|f16|q8_0] [--max-new-tokens N] [--temperature T] "
+    "[--seed S]\n"
     "                       [--speculative none|lookup|draft] [--draft-tokens K] [--draft-model PATH]\n"
     "                       [--context-limit N] [--overflow stop|drop_oldest_turns] [--threads N]\n"
     "                       [--system TEXT]\n"
@@ -164,7 +165,7 @@ int chat_turns(const ArgParser& parser, const std::function<bool(const std::stri
 }
 
 int run_remote_chat(const ArgParser& parser, const std::string& base_url) {
-  for (const char* local_only : {"model", "kv-cache", "context-limit", "overflow", "threads", "cache-dir",
+  for (const char* local_only : {"model", "kv-cache", "kv-dtype", "context-limit", "overflow", "threads", "cache-dir",
                                  "kv-snapshots", "snapshot-budget-mib", "speculative", "draft-tokens", "draft-model"})
     if (parser.value(local_only))
       throw UsageError(std::string("--") + local_only + " is the local engine's: it cannot be used with --backend");
@@ -208,7 +209,7 @@ int run_chat(const std::vector<std::string>& args) {
                     "max-new-tokens", "temperature",  "seed",         "context-limit", "overflow",
                     "threads",        "system",       "cache-dir",    "kv-snapshots",  "snapshot-budget-mib",
                     "backend",        "api-key",      "remote-model", "idle-timeout",  "reply-timeout",
-                    "speculative",    "draft-tokens", "draft-model"},
+                    "speculative",    "draft-tokens", "draft-model",  "kv-dtype"},
                    {});
   parser.parse(args);
   // Checked before anything is created: an empty message must not leave an empty conversation behind.
@@ -233,6 +234,7 @@ int run_chat(const std::vector<std::string>& args) {
   if (options.generation.sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
   options.generation.sampling.seed = static_cast<std::uint64_t>(parser.int64_or("seed", 0));
   options.generation.speculative = speculative_from_options(parser);
+  options.generation.kv_dtype = kv_dtype_from_option(parser.value_or("kv-dtype", "f32"));
   options.context_limit = parser.int_or("context-limit", 0);
   if (options.context_limit < 0) throw UsageError("--context-limit must be 0 (the model's) or more");
   const int threads = threads_from_option(parser);
@@ -267,7 +269,8 @@ int run_chat(const std::vector<std::string>& args) {
     const QString directory =
         cache_dir ? QString::fromStdString(*cache_dir) : app::ChatSettings{}.effective_snapshot_directory();
     try {
-      snapshots = app::open_snapshot_store(directory.toStdString(), snapshot_budget_mib << 20, *model.model);
+      snapshots = app::open_snapshot_store(directory.toStdString(), snapshot_budget_mib << 20, *model.model,
+                                           options.generation.kv_dtype);
     } catch (const SnapshotError& error) {
       if (cache_dir) throw UsageError(std::string("--cache-dir: ") + error.what());
       throw;

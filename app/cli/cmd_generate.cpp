@@ -45,7 +45,8 @@ const std::string kUsage =
     "usage: kvchat-cli generate (--model DIR|FILE.gguf | --random-weights CONFIG.json [--weights-seed N])\n"
     "                           (--prompt-ids 1,2,3 | --prompt TEXT | --messages FILE.json)\n"
     "                           [--max-new-tokens N]\n"
-    "                           [--kv-cache on|naive|off] [--temperature T] [--top-k K] [--top-p P]\n"
+    "                           [--kv-cache on|naive|off] [--kv-dtype f32|bf16|f16|q8_0] [--temperature T] [--top-k K] "
+    "[--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"
     "                           [--speculative none|lookup|draft] [--draft-tokens K] [--draft-model PATH] [--dtype "
     "f32|bf16] [--json]\n"
@@ -55,19 +56,20 @@ const std::string kUsage =
     "rendered with the model's chat template and the generation prompt, and encoded as the chat and the\n"
     "server encode a conversation's first request: the template's control tokens become their ids, the\n"
     "messages' text never does. Without a template the contents are joined as plain text.\n" +
-    std::string(kSpeculativeUsage);
+    std::string(kSpeculativeUsage) + kKvDtypeUsage;
 
 int run_generate(const std::vector<std::string>& args) {
-  ArgParser parser(
-      with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "temperature", "top-k",
-                          "top-p", "min-p", "repeat-penalty", "seed", "speculative", "draft-tokens", "draft-model"}),
-      {"json"});
+  ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "kv-dtype",
+                                       "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed",
+                                       "speculative", "draft-tokens", "draft-model"}),
+                   {"json"});
   parser.parse(args);
   // Every option is checked before the (possibly large) model is loaded.
   GenerationConfig config;
   config.max_new_tokens = parser.int_or("max-new-tokens", 64);
   if (config.max_new_tokens < 1) throw UsageError("--max-new-tokens must be at least 1");
   config.cache_mode = cache_mode_from_option(parser.value_or("kv-cache", "on"));
+  config.kv_dtype = kv_dtype_from_option(parser.value_or("kv-dtype", "f32"));
   config.sampling = sampling_from_options(parser);
   config.speculative = speculative_from_options(parser);
   const int prompt_options =
@@ -130,8 +132,8 @@ int run_generate(const std::vector<std::string>& args) {
     std::cerr << "prompt " << s.prompt_tokens << " tok, prefill " << s.prefill_ms << " ms ("
               << s.prefill_tokens_per_second << " tok/s), ttft " << s.ttft_ms << " ms, generated " << s.generated_tokens
               << " tok at " << s.decode_tokens_per_second << " tok/s, cache " << s.cache_tokens << " tok / "
-              << s.cache_bytes << " bytes (" << to_string(s.cache_mode) << "), stop: " << to_string(s.stop_reason)
-              << "\n";
+              << s.cache_bytes << " bytes (" << to_string(s.cache_mode) << ", " << to_string(s.kv_dtype)
+              << "), stop: " << to_string(s.stop_reason) << "\n";
   }
   return 0;
 }

@@ -31,7 +31,7 @@ const std::string kUsage =
     "                        [--parallel N] [--max-queue N] [--cache-dir DIR] [--model-id NAME]\n"
     "                        [--max-body-mib N] [--memory-budget-mib N] [--threads N] [--cors-origin ORIGIN|*]\n"
     "                        [--header-timeout-s N] [--body-timeout-s N] [--speculative none|lookup|draft]\n"
-    "                        [--draft-tokens K] [--draft-model PATH]\n"
+    "                        [--draft-tokens K] [--draft-model PATH] [--kv-dtype f32|bf16|f16|q8_0]\n"
     "Serves the OpenAI API: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream true: server-sent events), each also without /v1 (a client given the bare base URL). Requests\n"
     "may name the model by its id: --model-id, default the model's folder or file name. --parallel requests\n"
@@ -51,7 +51,7 @@ const std::string kUsage =
     "A request's headers must arrive within --header-timeout-s (default 10) and its body within\n"
     "--body-timeout-s (default 60) of them; --max-body-mib (default 8, at most 256) holds for chunked bodies too.\n"
     "Binds 127.0.0.1 unless --host says otherwise. Prints `listening on http://HOST:PORT` on stderr.\n" +
-    std::string(kSpeculativeUsage);
+    std::string(kSpeculativeUsage) + kKvDtypeUsage;
 
 // SIGINT and SIGTERM stop the server from a thread of their own, not from the handler: stopping takes
 // locks that the interrupted thread may hold. The handler only writes the signal's number to a pipe
@@ -111,7 +111,7 @@ int bounded_option(const ArgParser& parser, const std::string& name, int fallbac
 int run_serve(const std::vector<std::string>& args) {
   ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
                     "max-body-mib", "memory-budget-mib", "threads", "cors-origin", "header-timeout-s", "body-timeout-s",
-                    "speculative", "draft-tokens", "draft-model"},
+                    "speculative", "draft-tokens", "draft-model", "kv-dtype"},
                    {});
   parser.parse(args);
   const std::string model_path = parser.required("model");
@@ -149,6 +149,7 @@ int run_serve(const std::vector<std::string>& args) {
                                     : app::ChatSettings{}.effective_cache_budget_bytes();
   const int threads = threads_from_option(parser);
   options.speculative = speculative_from_options(parser);
+  options.kv_dtype = kv_dtype_from_option(parser.value_or("kv-dtype", "f32"));
 
   spdlog::set_level(spdlog::level::info);
   const LoadedModel model = load_model(model_path, LoadOptions{WeightDtype::Float32, threads});
@@ -157,7 +158,7 @@ int run_serve(const std::vector<std::string>& args) {
   std::shared_ptr<SnapshotStore> snapshots;
   if (auto directory = parser.value("cache-dir")) {
     try {
-      snapshots = app::open_snapshot_store(*directory, std::int64_t(2048) << 20, *model.model);
+      snapshots = app::open_snapshot_store(*directory, std::int64_t(2048) << 20, *model.model, options.kv_dtype);
     } catch (const SnapshotError& error) {
       throw UsageError(std::string("--cache-dir: ") + error.what());
     }

@@ -113,6 +113,14 @@ KvCacheMode cache_mode_from_option(const std::string& text) {
   }
 }
 
+KvDtype kv_dtype_from_option(const std::string& text) {
+  try {
+    return kv_dtype_from_string(text);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+}
+
 int threads_from_option(const ArgParser& parser) {
   const int threads = parser.int_or("threads", 0);
   if (threads < 0 || threads > max_compute_threads())

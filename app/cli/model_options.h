@@ -58,5 +58,11 @@ constexpr const char* kSpeculativeUsage =
     "--speculative draft --draft-model DIR|FILE.gguf: a smaller model of the same tokenizer proposes them.\n";
 // "on", "naive" or "off"; anything else is a UsageError.
 KvCacheMode cache_mode_from_option(const std::string& text);
+// --kv-dtype: "f32", "bf16", "f16" or "q8_0"; anything else is a UsageError.
+KvDtype kv_dtype_from_option(const std::string& text);
+constexpr const char* kKvDtypeUsage =
+    "--kv-dtype f32|bf16|f16|q8_0: how the KV cache stores keys and values (f32, the default, is exact; the others\n"
+    "round each key and value once, on every path, so the cache still changes no token; q8_0 holds about a quarter\n"
+    "of f32's bytes per token).\n";
 
 }  // namespace kvchat::cli

@@ -178,6 +178,7 @@ class OpenAiServer::Impl {
     ignore_broken_pipe_signals();  // a client gone mid-stream is a failed write, not the end of the server
     sessions_.set_compute_context(options_.compute);
     sessions_.set_speculative(options_.speculative);
+    sessions_.set_kv_dtype(options_.kv_dtype);
     server_.set_write_timeout(60);
     install_hooks();
     install_routes();

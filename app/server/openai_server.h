@@ -42,7 +42,8 @@ struct ServerOptions {
   // What the requests compute with (threads, kernels, the kernels' pool): the server's own, so that it and
   // the desktop app hosting it keep their own settings. Null: the process-wide settings.
   std::shared_ptr<const ComputeContext> compute;
-  SpeculativeConfig speculative;  // every request's (kvchat-cli serve --speculative)
+  SpeculativeConfig speculative;    // every request's (kvchat-cli serve --speculative)
+  KvDtype kv_dtype = KvDtype::F32;  // how the sessions' caches store K/V (kvchat-cli serve --kv-dtype)
 
   static constexpr int kMaxParallel = 64;
   static constexpr int kMaxQueue = 256;

@@ -373,6 +373,7 @@ GenerationConfig ServerSessions::generation_config(const SamplingRequest& reques
   GenerationConfig config;
   config.max_new_tokens = request.max_tokens > 0 ? request.max_tokens : context_limit();
   config.cache_mode = KvCacheMode::Contiguous;
+  config.kv_dtype = kv_dtype_;
   config.context_limit = context_limit();  // the engine stops the reply there (ContextFull)
   config.prefill_chunk_tokens = prefill_chunk_tokens_;
   config.sampled_vocabulary = model_.tokenizer->vocab_size();  // the reply is decoded: every id needs text

@@ -74,6 +74,7 @@ class ServerSessions {
   // Speculative decoding for every request (the same replies, sooner where they repeat the prompt); before
   // the first request.
   void set_speculative(const SpeculativeConfig& speculative) { speculative_ = speculative; }
+  void set_kv_dtype(KvDtype dtype) { kv_dtype_ = dtype; }
 
   // A request's prompt ids: the messages rendered by the model's template (the generation prompt added)
   // and encoded whole, or the raw prompt encoded. ApiError 400 when the template refuses the messages,
@@ -143,6 +144,7 @@ class ServerSessions {
   const std::int64_t budget_bytes_;
   int prefill_chunk_tokens_;
   SpeculativeConfig speculative_;
+  KvDtype kv_dtype_ = KvDtype::F32;
   std::atomic<bool> shutting_down_{false};
   std::mutex mutex_;  // guards everything below and every call into pool_
   std::condition_variable slot_freed_;

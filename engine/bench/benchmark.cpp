@@ -101,6 +101,7 @@ BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model
 
   GenerationConfig config;
   config.cache_mode = mode;
+  config.kv_dtype = how.kv_dtype;
   config.max_new_tokens = new_tokens;
   config.stop_token_ids = {-1};  // never stop early: every run makes the same number of tokens
   config.speculative = how.speculative;

@@ -50,6 +50,7 @@ struct BenchGeneration {
   bool probe_between_steps = false;
   bool repeating_prompt = false;
   SpeculativeConfig speculative;
+  KvDtype kv_dtype = KvDtype::F32;  // how the cache stores K/V (the uncached path rounds through it too)
 };
 constexpr int kRepeatedPassageTokens = 64;
 BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>& model, KvCacheMode mode, int prompt_tokens,

@@ -1,6 +1,7 @@
 #include "engine/cache/kv_cache.h"
 
 #include "engine/cache/huge_page_buffer.h"
+#include "engine/kernels/kv_rows.h"
 
 #include <spdlog/spdlog.h>
 
@@ -15,10 +16,50 @@ namespace {
 void check_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   if (layer < 0 || layer >= shape.layers)
     throw std::out_of_range("kv cache: layer " + std::to_string(layer) + " out of range");
-  if (k.dim() != 3 || k.size(0) != shape.kv_heads || k.size(2) != shape.head_dim || !k.sizes().equals(v.sizes()))
+  if (k.dim() != 3 || k.size(0) != shape.kv_heads || !k.sizes().equals(v.sizes()) || k.scalar_type() != v.scalar_type())
     throw std::invalid_argument("kv cache: step K/V must be [kv_heads, T, head_dim]");
+  const bool values = k.scalar_type() == at::kFloat && k.size(2) == shape.head_dim;
+  const bool stored = k.scalar_type() == shape.storage_type() && k.size(2) == shape.row_elements();
+  if (!values && !stored)
+    throw std::invalid_argument("kv cache: step K/V must be [kv_heads, T, head_dim] f32 or rows of the cache's dtype");
+}
+
+// k as the cache stores it: f32 values encoded in the cache's dtype; rows already stored as they are.
+at::Tensor to_stored(const at::Tensor& k, const KvCacheShape& shape) {
+  if (k.scalar_type() == shape.storage_type() && k.size(2) == shape.row_elements()) return k;
+  const at::Tensor values = k.contiguous();
+  at::Tensor stored =
+      at::empty({k.size(0), k.size(1), shape.row_elements()}, at::TensorOptions().dtype(shape.storage_type()));
+  kernels::encode_kv_rows(shape.dtype, values.data_ptr<float>(), k.size(0) * k.size(1), shape.head_dim,
+                          stored.data_ptr());
+  return stored;
 }
 }  // namespace
+
+at::ScalarType KvCacheShape::storage_type() const {
+  switch (dtype) {
+    case KvDtype::F32: return at::kFloat;
+    case KvDtype::BF16: return at::kBFloat16;
+    case KvDtype::F16: return at::kHalf;
+    case KvDtype::Q8_0: return at::kByte;
+  }
+  throw std::invalid_argument("kv cache: unknown dtype");
+}
+
+std::int64_t KvCacheShape::row_bytes() const { return kernels::kv_row_bytes(dtype, head_dim); }
+
+std::int64_t KvCacheShape::row_elements() const {
+  return row_bytes() / static_cast<std::int64_t>(c10::elementSize(storage_type()));
+}
+
+at::Tensor stored_kv_to_float(const at::Tensor& stored, const KvCacheShape& shape) {
+  if (shape.dtype == KvDtype::F32) return stored;
+  const at::Tensor rows = stored.contiguous();
+  at::Tensor values = at::empty({stored.size(0), stored.size(1), shape.head_dim}, at::kFloat);
+  kernels::decode_kv_rows(shape.dtype, rows.data_ptr(), stored.size(0) * stored.size(1), shape.row_bytes(),
+                          shape.head_dim, values.data_ptr<float>());
+  return values;
+}
 
 std::int64_t KvCache::held_positions(std::int64_t layer) const {
   const std::int64_t window = shape_.window(layer);
@@ -31,7 +72,7 @@ std::int64_t KvCache::bytes_for(std::int64_t tokens) const {
     const std::int64_t window = shape_.window(layer);
     positions += window > 0 ? std::min(tokens, window) : tokens;
   }
-  return 2 * shape_.kv_heads * shape_.head_dim * positions * static_cast<std::int64_t>(c10::elementSize(shape_.dtype));
+  return 2 * shape_.kv_heads * shape_.row_bytes() * positions;
 }
 
 bool KvCache::holds_every_position() const {
@@ -45,7 +86,7 @@ void KvCache::write_rows(std::int64_t, std::int64_t, const float*, const float*)
 }
 
 NaiveKvCache::NaiveKvCache(const KvCacheShape& shape) : KvCache(shape) {
-  auto empty = at::empty({shape.kv_heads, 0, shape.head_dim}, at::TensorOptions().dtype(shape.dtype));
+  auto empty = at::empty({shape.kv_heads, 0, shape.row_elements()}, at::TensorOptions().dtype(shape.storage_type()));
   keys_.assign(shape.layers, empty);
   values_.assign(shape.layers, empty);
 }
@@ -53,8 +94,8 @@ NaiveKvCache::NaiveKvCache(const KvCacheShape& shape) : KvCache(shape) {
 std::pair<at::Tensor, at::Tensor> NaiveKvCache::append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   check_step(shape_, layer, k, v);
   // Only committed positions are kept: a forward interrupted half way leaves no trace.
-  keys_[layer] = at::cat({keys_[layer].narrow(1, 0, size_), k.to(shape_.dtype)}, 1);
-  values_[layer] = at::cat({values_[layer].narrow(1, 0, size_), v.to(shape_.dtype)}, 1);
+  keys_[layer] = at::cat({keys_[layer].narrow(1, 0, size_), to_stored(k, shape_)}, 1);
+  values_[layer] = at::cat({values_[layer].narrow(1, 0, size_), to_stored(v, shape_)}, 1);
   return {keys_[layer], values_[layer]};
 }
 
@@ -79,8 +120,8 @@ ContiguousKvCache::ContiguousKvCache(const KvCacheShape& shape, std::int64_t ini
 }
 
 void ContiguousKvCache::reallocate(LayerBuffer& layer, std::int64_t capacity, std::int64_t keep_from) {
-  at::Tensor keys = empty_on_huge_pages({shape_.kv_heads, capacity, shape_.head_dim}, shape_.dtype);
-  at::Tensor values = empty_on_huge_pages({shape_.kv_heads, capacity, shape_.head_dim}, shape_.dtype);
+  at::Tensor keys = empty_on_huge_pages({shape_.kv_heads, capacity, shape_.row_elements()}, shape_.storage_type());
+  at::Tensor values = empty_on_huge_pages({shape_.kv_heads, capacity, shape_.row_elements()}, shape_.storage_type());
   const std::int64_t kept = size_ - keep_from;
   if (kept > 0) {
     keys.narrow(1, 0, kept).copy_(layer.keys.narrow(1, keep_from - layer.first, kept));
@@ -117,7 +158,7 @@ void ContiguousKvCache::make_window_room(LayerBuffer& layer, std::int64_t tokens
   if (!room && layer.capacity >= needed && layer.capacity <= 2 * target) {
     // Move the rows still needed to the front, in place: no allocation in a steady decode.
     const std::int64_t kept = size_ - keep_from, shift = keep_from - layer.first;
-    const std::size_t row_bytes = static_cast<std::size_t>(shape_.head_dim) * c10::elementSize(shape_.dtype);
+    const auto row_bytes = static_cast<std::size_t>(shape_.row_bytes());
     for (at::Tensor* tensor : {&layer.keys, &layer.values}) {
       auto* base = static_cast<std::uint8_t*>(tensor->data_ptr());
       for (std::int64_t head = 0; head < shape_.kv_heads; ++head) {
@@ -149,13 +190,12 @@ std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer_i
   else
     reserve(size_ + steps);
   const std::int64_t start = size_ - layer.first;
-  layer.keys.narrow(1, start, steps).copy_(k);
-  layer.values.narrow(1, start, steps).copy_(v);
+  layer.keys.narrow(1, start, steps).copy_(to_stored(k, shape_));
+  layer.values.narrow(1, start, steps).copy_(to_stored(v, shape_));
   return {layer.keys.narrow(1, 0, start + steps), layer.values.narrow(1, 0, start + steps)};
 }
 
 bool ContiguousKvCache::prepare_rows(std::int64_t tokens) {
-  if (shape_.dtype != at::kFloat) return false;
   reserve(size_ + tokens);
   for (LayerBuffer& layer : layers_)
     if (layer.window > 0) make_window_room(layer, tokens);
@@ -163,20 +203,27 @@ bool ContiguousKvCache::prepare_rows(std::int64_t tokens) {
 }
 
 KvLayerRows ContiguousKvCache::layer_rows(std::int64_t layer_index) const {
-  // [kv_heads, capacity, head_dim], contiguous: heads are capacity rows apart.
+  // [kv_heads, capacity, row], contiguous: heads are capacity rows apart.
   const LayerBuffer& layer = layers_[layer_index];
-  return {layer.keys.data_ptr<float>(), layer.values.data_ptr<float>(), layer.capacity * shape_.head_dim, layer.first};
+  const std::int64_t row_bytes = shape_.row_bytes();
+  return {static_cast<const std::uint8_t*>(layer.keys.data_ptr()),
+          static_cast<const std::uint8_t*>(layer.values.data_ptr()),
+          layer.capacity * row_bytes,
+          row_bytes,
+          layer.first,
+          shape_.dtype};
 }
 
 void ContiguousKvCache::write_rows(std::int64_t layer_index, std::int64_t position, const float* k, const float* v) {
   const LayerBuffer& layer = layers_[layer_index];
-  const std::int64_t head_dim = shape_.head_dim, head_stride = layer.capacity * head_dim;
-  float* keys = layer.keys.data_ptr<float>();
-  float* values = layer.values.data_ptr<float>();
+  const std::int64_t head_dim = shape_.head_dim, row_bytes = shape_.row_bytes(),
+                     head_stride = layer.capacity * row_bytes;
+  auto* keys = static_cast<std::uint8_t*>(layer.keys.data_ptr());
+  auto* values = static_cast<std::uint8_t*>(layer.values.data_ptr());
   for (std::int64_t head = 0; head < shape_.kv_heads; ++head) {
-    const std::int64_t slot = head * head_stride + (position - layer.first) * head_dim;
-    std::copy_n(k + head * head_dim, head_dim, keys + slot);
-    std::copy_n(v + head * head_dim, head_dim, values + slot);
+    const std::int64_t slot = head * head_stride + (position - layer.first) * row_bytes;
+    kernels::encode_kv_rows(shape_.dtype, k + head * head_dim, 1, head_dim, keys + slot);
+    kernels::encode_kv_rows(shape_.dtype, v + head * head_dim, 1, head_dim, values + slot);
   }
 }
 

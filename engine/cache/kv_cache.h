@@ -22,26 +22,32 @@
 
 namespace kvchat {
 
-// Raw f32 storage of one layer, for the fused decode step's attention: KV head h's keys (values
-// likewise) are head_keys(h)[p * head_dim + i] for position p, head_dim floats a position. Writing goes
-// through KvCache::write_rows, so the cache alone knows its layout.
+// The stored rows of one layer, for the decode step's attention: KV head h's keys (values likewise) at
+// position first_position + p are the row_bytes bytes at head_keys(h) + p * row_bytes, in the cache's KvDtype
+// (engine/kernels/kv_rows.h; F32 rows are head_dim floats). Writing goes through KvCache::write_rows, so the
+// cache alone knows its layout.
 struct KvLayerRows {
-  const float* keys = nullptr;
-  const float* values = nullptr;
-  std::int64_t head_stride = 0;
+  const std::uint8_t* keys = nullptr;
+  const std::uint8_t* values = nullptr;
+  std::int64_t head_stride = 0;     // bytes from one KV head's rows to the next's
+  std::int64_t row_bytes = 0;       // bytes of one position's row
   std::int64_t first_position = 0;  // the position of row 0 (a sliding layer's cache drops older positions)
-  const float* head_keys(std::int64_t head) const { return keys + head * head_stride; }
-  const float* head_values(std::int64_t head) const { return values + head * head_stride; }
+  KvDtype dtype = KvDtype::F32;
+  const std::uint8_t* head_keys(std::int64_t head) const { return keys + head * head_stride; }
+  const std::uint8_t* head_values(std::int64_t head) const { return values + head * head_stride; }
 };
 
 struct KvCacheShape {
   std::int64_t layers = 0;
   std::int64_t kv_heads = 0;
   std::int64_t head_dim = 0;
-  std::int64_t max_tokens = 0;  // the model's context limit: capacity never grows past it
-  at::ScalarType dtype = at::kFloat;
+  std::int64_t max_tokens = 0;   // the model's context limit: capacity never grows past it
+  KvDtype dtype = KvDtype::F32;  // how rows are stored: a row is row_elements() elements of storage_type()
   // Per layer, the sliding window of its attention (0: every position); empty for none.
   std::vector<std::int64_t> layer_windows;
+  at::ScalarType storage_type() const;  // f32, bf16, f16, or bytes (q8_0)
+  std::int64_t row_elements() const;    // head_dim, or a q8_0 row's bytes
+  std::int64_t row_bytes() const;       // of one KV head at one position
   std::int64_t window(std::int64_t layer) const {
     return static_cast<std::size_t>(layer) < layer_windows.size() ? layer_windows[static_cast<std::size_t>(layer)] : 0;
   }
@@ -52,10 +58,12 @@ class KvCache {
   explicit KvCache(const KvCacheShape& shape) : shape_(shape) {}
   virtual ~KvCache() = default;
 
-  // k, v: [kv_heads, T, head_dim]. Returns (keys, values) of [kv_heads, size() + T - first_position(layer), head_dim].
+  // k, v: [kv_heads, T, head_dim] f32 values (stored in the cache's dtype), or rows already stored
+  // ([kv_heads, T, row_elements()] of storage_type(): another cache's view, a snapshot). Returns the layer's stored
+  // (keys, values) of [kv_heads, size() + T - first_position(layer), row_elements()].
   virtual std::pair<at::Tensor, at::Tensor> append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) = 0;
   void commit(std::int64_t tokens) { size_ += tokens; }
-  // Keys and values of a layer's committed positions first_position(layer) .. n - 1.
+  // The stored keys and values of a layer's committed positions first_position(layer) .. n - 1.
   virtual std::pair<at::Tensor, at::Tensor> view(std::int64_t layer, std::int64_t n) const = 0;
   // Keeps the first n positions (n <= size()) and returns how many it kept: n, or 0 where a sliding layer has
   // already dropped positions that the window of position n would need.
@@ -83,12 +91,12 @@ class KvCache {
     (void)layer;
     return {};
   }
-  // Writes one position's K and V of a layer ([kv_heads, head_dim] floats each, heads in order) into
-  // the rows made ready by prepare_rows. Counts only after commit(), as with append.
+  // Writes one position's K and V of a layer ([kv_heads, head_dim] floats each, heads in order, stored in the
+  // cache's dtype) into the rows made ready by prepare_rows. Counts only after commit(), as with append.
   virtual void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v);
 
   std::int64_t size() const { return size_; }
-  // 2 (K and V) x kv_heads x head_dim x element size x the positions each layer needs for `tokens`: all of them,
+  // 2 (K and V) x kv_heads x row bytes x the positions each layer needs for `tokens`: all of them,
   // or a sliding layer's window at most (what the contiguous cache holds; the naive reference keeps every one).
   std::int64_t bytes() const { return bytes_for(size_); }
   std::int64_t bytes_for(std::int64_t tokens) const;
@@ -152,5 +160,8 @@ class ContiguousKvCache final : public KvCache {
 };
 
 std::unique_ptr<KvCache> make_kv_cache(KvCacheMode mode, const KvCacheShape& shape);
+
+// Stored rows as f32 values: [kv_heads, T, row_elements()] of the shape's storage type -> [kv_heads, T, head_dim].
+at::Tensor stored_kv_to_float(const at::Tensor& stored, const KvCacheShape& shape);
 
 }  // namespace kvchat

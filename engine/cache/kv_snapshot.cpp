@@ -66,20 +66,23 @@ void check_key(const SnapshotKey& key) {
                                 std::to_string(kSnapshotSecretBytes) + "-byte secret");
 }
 
-std::uint32_t dtype_code(at::ScalarType dtype) {
+// Codes 1-3 are those of the f32, bf16 and f16 caches that version 2 files already held.
+std::uint32_t dtype_code(KvDtype dtype) {
   switch (dtype) {
-    case at::kFloat: return 1;
-    case at::kBFloat16: return 2;
-    case at::kHalf: return 3;
-    default: throw SnapshotError(std::string("a KV cache of dtype ") + c10::toString(dtype) + " cannot be saved");
+    case KvDtype::F32: return 1;
+    case KvDtype::BF16: return 2;
+    case KvDtype::F16: return 3;
+    case KvDtype::Q8_0: return 4;
   }
+  throw SnapshotError("a KV cache of an unknown dtype cannot be saved");
 }
 
-at::ScalarType dtype_of_code(std::uint32_t code, const std::string& path) {
+KvDtype dtype_of_code(std::uint32_t code, const std::string& path) {
   switch (code) {
-    case 1: return at::kFloat;
-    case 2: return at::kBFloat16;
-    case 3: return at::kHalf;
+    case 1: return KvDtype::F32;
+    case 2: return KvDtype::BF16;
+    case 3: return KvDtype::F16;
+    case 4: return KvDtype::Q8_0;
     default: throw SnapshotError("snapshot " + path + ": unknown cache dtype code " + std::to_string(code));
   }
 }
@@ -100,8 +103,7 @@ bool is_older_version(std::uint32_t version) {
 // above allow shapes whose bytes wrap around, which would let a short file pass the size check).
 bool checked_data_bytes(const KvCacheShape& shape, std::int64_t tokens, std::int64_t* bytes) {
   std::int64_t product = 2;
-  for (const std::int64_t factor :
-       {shape.layers, shape.kv_heads, shape.head_dim, tokens, static_cast<std::int64_t>(c10::elementSize(shape.dtype))})
+  for (const std::int64_t factor : {shape.layers, shape.kv_heads, shape.row_bytes(), tokens})
     if (__builtin_mul_overflow(product, factor, &product)) return false;
   *bytes = product;
   return true;
@@ -278,8 +280,7 @@ void hash_linear_rows(XXH3_state_t* state, const Linear& linear, std::initialize
 }  // namespace
 
 std::int64_t snapshot_data_bytes(const KvCacheShape& shape, std::int64_t tokens) {
-  return 2 * shape.layers * shape.kv_heads * shape.head_dim * tokens *
-         static_cast<std::int64_t>(c10::elementSize(shape.dtype));
+  return 2 * shape.layers * shape.kv_heads * shape.row_bytes() * tokens;
 }
 
 std::string ModelFingerprint::hex() const {
@@ -356,14 +357,14 @@ KvSnapshot capture_snapshot(const KvCache& cache, const std::vector<TokenId>& hi
   snapshot.data = HugePageBuffer(static_cast<std::size_t>(snapshot_data_bytes(snapshot.shape, tokens)));
   const KvCacheShape& shape = snapshot.shape;
   const std::int64_t tensor_bytes = snapshot_data_bytes(shape, tokens) / (2 * shape.layers);
-  const auto options = at::TensorOptions().dtype(shape.dtype);
+  const auto options = at::TensorOptions().dtype(shape.storage_type());
   // Each head's positions are one run of bytes in the cache's buffers: copied with memcpy (LibTorch's
   // strided copy_ was measured ~3x slower here, and this runs on the engine thread).
   const std::size_t head_bytes = static_cast<std::size_t>(tensor_bytes / shape.kv_heads);
   auto copy_heads = [&](const at::Tensor& source, std::uint8_t* target) {
-    const bool rows_contiguous = source.stride(2) == 1 && source.stride(1) == shape.head_dim;
-    if (!rows_contiguous || source.scalar_type() != shape.dtype) {
-      at::from_blob(target, {shape.kv_heads, tokens, shape.head_dim}, options).copy_(source);
+    const bool rows_contiguous = source.stride(2) == 1 && source.stride(1) == shape.row_elements();
+    if (!rows_contiguous || source.scalar_type() != shape.storage_type()) {
+      at::from_blob(target, {shape.kv_heads, tokens, shape.row_elements()}, options).copy_(source);
       return;
     }
     const auto* bytes = static_cast<const std::uint8_t*>(source.data_ptr());
@@ -503,9 +504,11 @@ LoadedSnapshot read_snapshot_file(int fd, const std::string& path, std::uint64_t
     throw SnapshotError("snapshot " + path + " was made by another model (fingerprint " +
                         ModelFingerprint{header.fingerprint, {}}.hex() + ", this model's is " +
                         ModelFingerprint{fingerprint, {}}.hex() + ")");
+  // Another KV dtype's snapshot is whole and may serve when the setting changes back: left alone.
   if (header.shape.dtype != shape.dtype)
-    throw SnapshotError(std::string("snapshot ") + path + " holds a " + c10::toString(header.shape.dtype) +
-                        " cache; this cache is " + c10::toString(shape.dtype));
+    throw SnapshotError(std::string("snapshot ") + path + " holds a " + to_string(header.shape.dtype) +
+                            " KV cache; this cache is " + to_string(shape.dtype),
+                        SnapshotError::Kind::NotOurs);
   if (header.shape.layers != shape.layers || header.shape.kv_heads != shape.kv_heads ||
       header.shape.head_dim != shape.head_dim)
     throw SnapshotError("snapshot " + path + " has another cache shape than this model's");
@@ -529,10 +532,15 @@ void restore_snapshot(const KvCacheShape& shape, const std::vector<TokenId>& sna
   if (tokens <= 0 || tokens > count || static_cast<std::int64_t>(data.size()) != snapshot_data_bytes(shape, count))
     throw SnapshotError("restore_snapshot: " + std::to_string(tokens) + " of " + std::to_string(count) + " tokens");
   const std::int64_t tensor_bytes = snapshot_data_bytes(shape, count) / (2 * shape.layers);
-  const auto options = at::TensorOptions().dtype(shape.dtype);
+  const auto options = at::TensorOptions().dtype(shape.storage_type());
+  if (shape.dtype != cache.shape().dtype)
+    throw SnapshotError(std::string("restore_snapshot: a ") + to_string(shape.dtype) + " snapshot into a " +
+                            to_string(cache.shape().dtype) + " KV cache",
+                        SnapshotError::Kind::NotOurs);
   // The first `tokens` positions of each head: a strided view of the data, copied into the cache.
-  const std::vector<std::int64_t> sizes{shape.kv_heads, tokens, shape.head_dim};
-  const std::vector<std::int64_t> strides{count * shape.head_dim, shape.head_dim, 1};
+  const std::int64_t row = shape.row_elements();
+  const std::vector<std::int64_t> sizes{shape.kv_heads, tokens, row};
+  const std::vector<std::int64_t> strides{count * row, row, 1};
   cache.truncate(0);
   auto* base = const_cast<std::uint8_t*>(data.data());  // read only: the views are copied from
   for (std::int64_t layer = 0; layer < shape.layers; ++layer) {

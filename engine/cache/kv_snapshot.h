@@ -8,7 +8,8 @@
 //                   first 120 bytes)
 //   [128, ...)      tokens: token_count int32 ids
 //   [data_offset,)  K/V data (data_offset: the end of the tokens, 64-byte aligned): per layer, keys
-//                   [kv_heads, tokens, head_dim] then values in the same layout, elements of the cache dtype
+//                   [kv_heads, tokens, row] then values in the same layout, rows of the cache's KvDtype
+//                   (engine/kernels/kv_rows.h; dtype codes 1 f32, 2 bf16, 3 f16, 4 q8_0)
 //
 // Version 1 had a section of the caller's bytes between the tokens and the K/V data, its size and
 // checksum where version 2 has the reserved bytes. The header's first 120 bytes are laid out alike in

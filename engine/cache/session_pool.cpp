@@ -15,6 +15,11 @@ class SessionPool::Restorer final : public PrefixRestorer {
   RestoredPrefix restore(const std::vector<TokenId>& prompt, std::int64_t cached_tokens, KvCache& cache) override {
     SnapshotStore* store = pool_.snapshots_.get();
     if (!store) return {};
+    if (store->shape().dtype != cache.shape().dtype) {
+      spdlog::warn("KV snapshots here hold {} caches; this conversation's cache is {}: none restored",
+                   to_string(store->shape().dtype), to_string(cache.shape().dtype));
+      return {};
+    }
     const auto started = std::chrono::steady_clock::now();
     // Either source ends here: the cache holds the snapshot's first `common` positions, and the log says so.
     auto restore_from = [&](const KvCacheShape& shape, const std::vector<TokenId>& tokens, const HugePageBuffer& data,
@@ -78,6 +83,11 @@ bool SessionPool::save_snapshot(ConversationId conversation) {
   if (session.history().empty() || session.history() == entry.saved_tokens) return false;
   std::unique_ptr<KvSnapshot> snapshot = session.capture();
   if (!snapshot) return false;
+  if (snapshot->shape.dtype != snapshots_->shape().dtype) {
+    spdlog::info("conversation {}: its {} KV cache is not saved where snapshots hold {} caches", conversation,
+                 to_string(snapshot->shape.dtype), to_string(snapshots_->shape().dtype));
+    return false;
+  }
   snapshots_->save(snapshot_key(conversation), std::move(*snapshot));
   entry.saved_tokens = session.history();
   return true;

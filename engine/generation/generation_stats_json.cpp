@@ -20,6 +20,7 @@ nlohmann::ordered_json generation_stats_to_json(const GenerationStats& stats) {
   json["cache_bytes"] = stats.cache_bytes;
   json["cache_capacity_tokens"] = stats.cache_capacity_tokens;
   json["cache_mode"] = to_string(stats.cache_mode);
+  if (stats.kv_dtype != KvDtype::F32) json["kv_dtype"] = to_string(stats.kv_dtype);
   json["stop_reason"] = to_string(stats.stop_reason);
   if (stats.draft_checks > 0) {  // speculative decoding ran
     json["drafted_tokens"] = stats.drafted_tokens;

@@ -39,11 +39,11 @@ PrefillResult Prefiller::run(const std::vector<TokenId>& prompt, KvCache& cache,
 }
 
 PrefillResult Prefiller::run_uncached(const std::vector<TokenId>& sequence, std::vector<float>& logits,
-                                      const std::atomic<bool>* stop) const {
+                                      const std::atomic<bool>* stop, KvDtype kv_dtype) const {
   const auto started = Clock::now();
   PrefillResult result;
   if (!stop_requested(stop)) {
-    copy_logits(model_.forward(sequence, 0, nullptr), logits);
+    copy_logits(model_.forward(sequence, 0, nullptr, false, kv_dtype), logits);
     result.prefilled_tokens = static_cast<int>(sequence.size());
     result.complete = true;
   }

@@ -34,8 +34,9 @@ class Prefiller {
   PrefillResult run(const std::vector<TokenId>& prompt, KvCache& cache, std::vector<float>& logits,
                     const std::atomic<bool>* stop, const BeforePrefillChunk& before_chunk = {}) const;
   // Uncached: the whole sequence in one forward (the O(n^2) path's first step).
+  // kv_dtype: what the keys and values are rounded through, as a cache of that dtype would store them.
   PrefillResult run_uncached(const std::vector<TokenId>& sequence, std::vector<float>& logits,
-                             const std::atomic<bool>* stop) const;
+                             const std::atomic<bool>* stop, KvDtype kv_dtype = KvDtype::F32) const;
 
  private:
   const LlamaModel& model_;

@@ -25,6 +25,7 @@ GenerationStats assemble_stats(std::size_t prompt_tokens, int reused_tokens, con
                                const PrefillResult& prefill, const DecodeResult& decode, const Session& session) {
   GenerationStats stats;
   stats.cache_mode = session.cache_mode();
+  stats.kv_dtype = session.kv_dtype();
   stats.prompt_tokens = static_cast<int>(prompt_tokens);
   stats.reused_tokens = reused_tokens;
   // A fully restored prompt still re-runs its last token (for its logits): that one is not reused.
@@ -65,9 +66,10 @@ std::int64_t Session::cache_tokens() const { return cache_ ? cache_->size() : 0;
 std::int64_t Session::cache_bytes() const { return cache_ ? cache_->bytes() : 0; }
 std::int64_t Session::cache_capacity_tokens() const { return cache_ ? cache_->capacity() : 0; }
 
-void Session::set_cache_mode(KvCacheMode mode) {
-  if (mode == cache_mode_) return;
+void Session::set_cache_mode(KvCacheMode mode, KvDtype dtype) {
+  if (mode == cache_mode_ && dtype == kv_dtype_) return;
   cache_mode_ = mode;
+  kv_dtype_ = dtype;
   clear();
 }
 
@@ -100,7 +102,7 @@ void Session::truncate(std::int64_t tokens) {
 }
 
 void Session::clear() {
-  cache_ = make_kv_cache(cache_mode_, model_->cache_shape());  // releases the old buffers
+  cache_ = make_kv_cache(cache_mode_, model_->cache_shape(kv_dtype_));  // releases the old buffers
   history_.clear();
 }
 
@@ -170,7 +172,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
         (limit == model_config.max_position_embeddings ? "the model's context" : "the context limit") + " of " +
         std::to_string(limit));
   model_->check_files_unchanged();
-  set_cache_mode(config.cache_mode);
+  set_cache_mode(config.cache_mode, config.kv_dtype);
   const auto started = std::chrono::steady_clock::now();
   const std::int64_t vocab_size = model_config.vocab_size;
   std::vector<float>& logits = decode_context_.logits;
@@ -196,7 +198,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   } else {
     sequence = prompt;
     if (before_prefill_chunk) before_prefill_chunk(0);
-    prefill = prefiller.run_uncached(sequence, logits, stop);
+    prefill = prefiller.run_uncached(sequence, logits, stop, kv_dtype_);
   }
 
   // Decode: one token per step, through the cache, or by recomputing the whole sequence (O(n^2)).
@@ -217,7 +219,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
       sequence.reserve(total);
       feed = [&](TokenId token, std::int64_t) {
         sequence.push_back(token);
-        copy_logits(model_->forward(sequence, 0, nullptr), logits);
+        copy_logits(model_->forward(sequence, 0, nullptr, false, kv_dtype_), logits);
         return logits.data();
       };
     }

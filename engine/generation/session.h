@@ -58,8 +58,8 @@ class Session {
   // config.max_new_tokens tokens are sampled. The last sampled token is never fed, so after a stop on
   // an end-of-sequence id the cache ends with the reply's last real token: the next turn's prompt
   // continues from there. The cache mode of `config` applies from this call on (switching drops the
-  // cache). `stop` may be null. Throws std::invalid_argument for an empty prompt or one longer than the
-  // context limit. `before_prefill_chunk` runs on this thread before each prefill chunk (history() then
+  // cache), and so does its KV dtype. `stop` may be null. Throws std::invalid_argument for an empty prompt or one
+  // longer than the context limit. `before_prefill_chunk` runs on this thread before each prefill chunk (history() then
   // holds the prompt's ids the cache holds so far): a long prompt's prefill can be stopped part way
   // through by setting `stop` there, and another session may copy the prefix prefilled so far.
   GenerationResult generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
@@ -77,6 +77,7 @@ class Session {
   std::int64_t cache_bytes() const;
   std::int64_t cache_capacity_tokens() const;
   KvCacheMode cache_mode() const { return cache_mode_; }
+  KvDtype kv_dtype() const { return kv_dtype_; }
   const LlamaModel& model() const { return *model_; }
 
   // Not owned; null for none. Consulted by generate() whenever the cache is on.
@@ -94,7 +95,7 @@ class Session {
   void clear();                        // drop the cache and its memory (e.g. evicted under a budget)
 
  private:
-  void set_cache_mode(KvCacheMode mode);
+  void set_cache_mode(KvCacheMode mode, KvDtype dtype);
   std::int64_t context_limit(const GenerationConfig& config) const;
   // Keeps the prompt's longest common prefix with history() (at least one token left to run, since
   // logits come from running one); returns how many tokens were reused.
@@ -108,6 +109,7 @@ class Session {
 
   std::shared_ptr<const LlamaModel> model_;
   KvCacheMode cache_mode_;
+  KvDtype kv_dtype_ = KvDtype::F32;
   std::unique_ptr<KvCache> cache_;  // null when the cache is off
   std::vector<TokenId> history_;
   DecodeContext decode_context_;  // decode steps' buffers and the current logits, reused by every step

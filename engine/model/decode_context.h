@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/types.h"
+
 namespace kvchat {
 
 struct ModelConfig;
@@ -18,6 +20,9 @@ struct DecodeContext {
   // [rows, width] each: the residual stream, a normed copy or a product's output, the projections.
   std::vector<float> x, h, q, k, v, attended, gate, up;
   std::vector<float> scores;  // [heads, positions]: a single row's, grows with the cache's capacity, never shrinks
+  // What the forward rounds new keys and values through: set from the cache (or, without one, the caller's
+  // setting) before each forward.
+  KvDtype kv_dtype = KvDtype::F32;
 
   // Sizes every buffer for `rows` rows of the model (no-op once sized) and the scores for `positions`
   // attended positions.

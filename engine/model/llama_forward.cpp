@@ -20,6 +20,7 @@
 #include "engine/compute/compute_options.h"
 #include "engine/kernels/activation.h"
 #include "engine/kernels/attention.h"
+#include "engine/kernels/kv_rows.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/quantized_matvec.h"
 #include "engine/kernels/thread_pool.h"
@@ -168,23 +169,39 @@ struct RowsAttention {
       const std::int64_t first_key = window > 0 ? std::max<std::int64_t>(0, position - window + 1) : 0;
       const std::int64_t positions = position - first_key + 1;
       // The cache holds positions from first_position on (a sliding layer's cache drops older ones).
-      const std::int64_t offset = (first_key - row_cache->first_position) * head_dim;
-      float* scores = single_row_scores ? single_row_scores + g * group * positions : scratch(group * positions);
+      const std::int64_t offset = (first_key - row_cache->first_position) * row_cache->row_bytes;
+      float* scores = single_row_scores ? single_row_scores + g * group * positions : scratch<0>(group * positions);
       const float* query = q + i * q_size + g * group * head_dim;
       float* result = out + i * q_size + g * group * head_dim;
+      const std::uint8_t* stored_keys = row_cache->head_keys(g) + offset;
+      const std::uint8_t* stored_values = row_cache->head_values(g) + offset;
+      const float* keys = reinterpret_cast<const float*>(stored_keys);
+      const float* values = reinterpret_cast<const float*>(stored_values);
+      if (row_cache->dtype != KvDtype::F32) {
+        // 16- and 8-bit rows are read back as the f32 values they stand for (exactly), and attended as f32 rows
+        // are: the same arithmetic as the uncached path over its rounded keys and values.
+        float* decoded_keys = scratch<1>(positions * head_dim);
+        float* decoded_values = scratch<2>(positions * head_dim);
+        kernels::decode_kv_rows(row_cache->dtype, stored_keys, positions, row_cache->row_bytes, head_dim, decoded_keys);
+        kernels::decode_kv_rows(row_cache->dtype, stored_values, positions, row_cache->row_bytes, head_dim,
+                                decoded_values);
+        keys = decoded_keys;
+        values = decoded_values;
+      }
       if (softcap > 0.f)
-        kernels::attention_decode_head_softcapped(query, row_cache->head_keys(g) + offset,
-                                                  row_cache->head_values(g) + offset, positions, head_dim, group,
-                                                  head_dim, scale, softcap, scores, result);
+        kernels::attention_decode_head_softcapped(query, keys, values, positions, head_dim, group, head_dim, scale,
+                                                  softcap, scores, result);
       else
-        kernels::attention_decode_head(query, row_cache->head_keys(g) + offset, row_cache->head_values(g) + offset,
-                                       positions, head_dim, group, head_dim, scale, scores, result);
+        kernels::attention_decode_head(query, keys, values, positions, head_dim, group, head_dim, scale, scores,
+                                       result);
     }
   }
+  // Per-thread scratch, one buffer per `kBuffer`: grows to the largest use, then is reused.
+  template <int kBuffer>
   static float* scratch(std::int64_t floats) {
-    thread_local std::vector<float> scores;
-    if (scores.size() < static_cast<std::size_t>(floats)) scores.resize(static_cast<std::size_t>(floats));
-    return scores.data();
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < static_cast<std::size_t>(floats)) buffer.resize(static_cast<std::size_t>(floats));
+    return buffer.data();
   }
 };
 
@@ -198,10 +215,10 @@ void shared_input_linears_rows(const SharedInputLinears& products, const float* 
   for (auto [linear, y] : products) kernels::matmul_quantized(quantized_view(*linear), x, y, n, linear->bias_data());
 }
 
-// A float tensor [kv_heads, positions, head_dim] whose rows are contiguous, as the attention kernel reads them.
+// Stored rows [kv_heads, positions, row] laid out one after another, as RowsAttention reads them.
 at::Tensor attention_rows(const at::Tensor& t) {
-  if (t.scalar_type() == at::kFloat && t.stride(2) == 1 && t.stride(1) == t.size(2)) return t;
-  return t.to(at::kFloat).contiguous();
+  if (t.stride(2) == 1 && t.stride(1) == t.size(2)) return t;
+  return t.contiguous();
 }
 
 }  // namespace
@@ -255,6 +272,13 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
     }
   }
   const auto position_of = [&](std::int64_t i) { return row_caches ? batch_positions[i] : start_pos + i; };
+  // What keys and values are stored as: a cache rounds them as it writes them; without one, they are rounded here
+  // as a cache of the context's dtype would store them (a cache changes no result).
+  const KvDtype kv_dtype = row_caches ? row_caches[0]->shape().dtype : cache ? cache->shape().dtype : s.kv_dtype;
+  if (row_caches)
+    for (std::int64_t i = 1; i < steps; ++i)
+      if (row_caches[i]->shape().dtype != kv_dtype)
+        throw std::invalid_argument("forward: a batched step over caches of different KV dtypes");
   const auto cache_of = [&](std::int64_t i) { return row_caches ? row_caches[i] : cache; };
   rope_.ensure(end_position);
   if (local_rope_) local_rope_->ensure(end_position);
@@ -286,6 +310,10 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       rotate_into(s.k.data() + i * kv_size, kv_heads, head_dim, c.rotated_dims(), cos, sin);
     }
 
+    if (!cache && !row_caches && kv_dtype != KvDtype::F32) {
+      kernels::round_kv_rows(kv_dtype, s.k.data(), steps * kv_heads, head_dim);
+      kernels::round_kv_rows(kv_dtype, s.v.data(), steps * kv_heads, head_dim);
+    }
     KvLayerRows rows;
     at::Tensor keys, values;  // hold the rows of a cache without direct rows (or of no cache)
     if (direct_rows) {
@@ -302,10 +330,15 @@ void LlamaModel::forward_rows(const TokenId* ids, std::int64_t steps, std::int64
       if (cache) std::tie(keys, values) = cache->append(layer_index, keys, values);
       keys = attention_rows(keys);
       values = attention_rows(values);
-      rows = KvLayerRows{keys.data_ptr<float>(), values.data_ptr<float>(), keys.stride(0),
-                         cache ? cache->first_position(layer_index) : 0};
+      const KvDtype stored = cache ? kv_dtype : KvDtype::F32;  // without a cache, the f32 rows rounded above
+      rows = KvLayerRows{static_cast<const std::uint8_t*>(keys.data_ptr()),
+                         static_cast<const std::uint8_t*>(values.data_ptr()),
+                         keys.stride(0) * static_cast<std::int64_t>(keys.element_size()),
+                         kernels::kv_row_bytes(stored, head_dim),
+                         cache ? cache->first_position(layer_index) : 0,
+                         stored};
       // The cache's rows (and their copies) keep keys and values in one layout.
-      if (values.stride(0) != rows.head_stride) throw std::logic_error("forward: keys and values differ in layout");
+      if (values.stride(0) != keys.stride(0)) throw std::logic_error("forward: keys and values differ in layout");
     }
     const RowsAttention attention{s.q.data(),
                                   &rows,

@@ -52,12 +52,12 @@ std::shared_ptr<LlamaModel> LlamaModel::random(const ModelConfig& config, std::u
   return std::make_shared<LlamaModel>(config, random_model_weights(config, seed, dtype));
 }
 
-KvCacheShape LlamaModel::cache_shape() const {
+KvCacheShape LlamaModel::cache_shape(KvDtype dtype) const {
   KvCacheShape shape{config_.num_hidden_layers,
                      config_.num_key_value_heads,
                      config_.head_dim,
                      config_.max_position_embeddings,
-                     at::kFloat,
+                     dtype,
                      {}};
   if (config_.sliding_window > 0)
     for (std::int64_t layer = 0; layer < config_.num_hidden_layers; ++layer)
@@ -168,12 +168,16 @@ bool LlamaModel::parallel_attention(std::int64_t positions) const {
 }
 
 at::Tensor LlamaModel::forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
-                               bool all_positions) const {
+                               bool all_positions, KvDtype kv_dtype) const {
   const auto steps = static_cast<std::int64_t>(ids.size());
   check_request(ids.data(), steps, start_pos, cache);
+  if (cache && cache->shape().dtype != kv_dtype && kv_dtype != KvDtype::F32)
+    throw std::invalid_argument(std::string("forward: a ") + to_string(kv_dtype) + " rounding over a " +
+                                to_string(cache->shape().dtype) + " cache");
   DecodeContext buffers;  // a prompt's rows: sized per call, unlike a session's decode context
   buffers.reserve(config_, start_pos + steps, steps);
   at::Tensor logits = at::empty({all_positions ? steps : 1, config_.vocab_size}, at::kFloat);
+  buffers.kv_dtype = cache ? cache->shape().dtype : kv_dtype;
   forward_rows(ids.data(), steps, start_pos, cache, buffers, logits.data_ptr<float>(), all_positions);
   return all_positions ? logits : logits.squeeze(0);
 }

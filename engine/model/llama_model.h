@@ -38,7 +38,8 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
-  KvCacheShape cache_shape() const;
+  // The shape of this model's caches, rows stored in `dtype`.
+  KvCacheShape cache_shape(KvDtype dtype = KvDtype::F32) const;
   const RopeTable& rope() const { return rope_; }
   std::int64_t weight_bytes() const;
   // The matrices' storage types, largest share of bytes first: "f32", "bf16", "Q4_K+Q6_K", ...
@@ -51,9 +52,10 @@ class LlamaModel {
   // With a cache: start_pos must equal cache->size(); attends to the cached positions plus
   // these, and commits them to the cache. Without (null): start_pos must be 0 and ids the whole
   // sequence. Returns f32 logits of the last position [vocab], or of every position [T, vocab] if
-  // all_positions.
+  // all_positions. Keys and values are rounded through the cache's dtype (without a cache: `kv_dtype`, so that
+  // the uncached path computes what a cache of that dtype would; with one, kv_dtype is F32 or the cache's).
   at::Tensor forward(const std::vector<TokenId>& ids, std::int64_t start_pos, KvCache* cache,
-                     bool all_positions = false) const;
+                     bool all_positions = false, KvDtype kv_dtype = KvDtype::F32) const;
 
   // One decode step: `token` at `position` (== cache.size()), committed to the cache, its logits
   // written to context.logits: forward({token}) in the context's buffers. Over a cache with direct rows
@@ -72,7 +74,7 @@ class LlamaModel {
   // (all different), at position caches[i]->size(), committed there. Each row is computed as decode() computes it
   // alone, to the bit, while the products read every weight once for all the rows; attention reads each row's
   // own cache. The logits of row i go to context.row_logits [rows, vocab]. Requires rows_match_decode_steps() and
-  // caches that take rows in place (contiguous, f32).
+  // caches that take rows in place (contiguous) of one dtype.
   void decode_batch(const TokenId* ids, KvCache* const* caches, std::int64_t rows, DecodeContext& context) const;
 
  private:

@@ -24,6 +24,7 @@ class CliBenchTest : public QObject {
  private Q_SLOTS:
   void json_lines_cover_every_configuration();
   void bad_options_are_refused_before_measuring();
+  void kv_dtype_rows_count_their_bytes();
   void bandwidth_probed_before_every_step();
   void gguf_dtypes_make_random_weights_in_that_type();
   void gguf_dtype_errors();
@@ -83,6 +84,38 @@ void CliBenchTest::json_lines_cover_every_configuration() {
   QCOMPARE(machines, 2);
   QCOMPARE(rows, 2 * 2 * 3);
   QCOMPARE(speedups, 2 * 2);
+}
+
+// One row per KV dtype; each counts its own bytes per token (4 layers x K and V x 2 KV heads x a row of 32
+// values: 4, 2 and 34 bytes), and cache on and off give the same tokens in every dtype.
+void CliBenchTest::kv_dtype_rows_count_their_bytes() {
+  auto result = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")),
+                         "--prompt-tokens", "20", "--new-tokens", "8", "--kv-cache", "on,off", "--kv-dtype",
+                         "f32,bf16,q8_0", "--threads", "1", "--json"});
+  QVERIFY2(result.exit_code == 0, result.err.c_str());
+  std::istringstream lines(result.out);
+  std::string line;
+  std::map<std::string, long long> bytes_per_token;
+  int speedups = 0;
+  while (std::getline(lines, line)) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("speedup")) {
+      QVERIFY2(json["speedup"]["identical_tokens"].get<bool>(), line.c_str());
+      ++speedups;
+    } else if (json.contains("kv_cache") && json["kv_cache"] == "on") {
+      bytes_per_token[json["kv_dtype"].get<std::string>()] = json["kv_bytes_per_token"].get<long long>();
+      QCOMPARE(json["cache_bytes"].get<long long>(), json["kv_bytes_per_token"].get<long long>() * (20 + 8 - 1));
+    }
+  }
+  QCOMPARE(speedups, 3);
+  const std::map<std::string, long long> expected{
+      {"f32", 4 * 2 * 2 * 128}, {"bf16", 4 * 2 * 2 * 64}, {"q8_0", 4 * 2 * 2 * 34}};
+  QCOMPARE(bytes_per_token, expected);
+  auto bad = run_cli(
+      {"bench", "--model", QString::fromStdString(shared_path("models/tiny-llama3-random")), "--kv-dtype", "q4"});
+  QCOMPARE(bad.exit_code, 2);
+  QVERIFY2(bad.err.find("unknown kv cache dtype 'q4' (expected f32, bf16, f16 or q8_0)") != std::string::npos,
+           bad.err.c_str());
 }
 
 void CliBenchTest::bad_options_are_refused_before_measuring() {

@@ -168,6 +168,7 @@ class EngineWorkerTest : public QObject {
   void small_budget_evicts_and_rebuilds_with_identical_output();
   void cache_off_gives_identical_greedy_output();
   void speculative_decoding_gives_identical_greedy_output();
+  void kv_dtype_setting_reaches_the_cache();
   void stop_after_the_first_chunk_then_continue_consistently();
   void errors_become_signals_and_a_bad_model_keeps_the_old_one();
 
@@ -327,6 +328,42 @@ void EngineWorkerTest::speculative_decoding_gives_identical_greedy_output() {
   request.draft_model_path = QStringLiteral("/nonexistent/draft.gguf");
   const TurnResult failed = harness.run(request);
   QVERIFY2(failed.error.contains(QStringLiteral("/nonexistent/draft.gguf")), qPrintable(failed.error));
+}
+
+// The KV cache storage setting reaches the engine: a q8_0 chat gives the replies of the same rounding without a
+// cache, over two turns (the second reusing the first's cache), and its gauge counts q8_0 bytes; switching the
+// dtype rebuilds the cache.
+void EngineWorkerTest::kv_dtype_setting_reaches_the_cache() {
+  QString texts[2];
+  qint64 bytes = 0, tokens = 0;
+  for (int m = 0; m < 2; ++m) {
+    const KvCacheMode mode = m == 0 ? KvCacheMode::Contiguous : KvCacheMode::Off;
+    WorkerHarness harness;
+    QVERIFY(harness.load(kvchat::test::stories_model_directory()));
+    const std::vector<ChatMessage> first_messages = {{"user", "The cat sat"}};
+    TurnRequest request = harness.request(5, first_messages, 30, mode);
+    request.generation.kv_dtype = kvchat::KvDtype::Q8_0;
+    const TurnResult first = harness.run(request);
+    TurnRequest next = harness.request(5, continued(first_messages, first, "A bird sang"), 30, mode);
+    next.generation.kv_dtype = kvchat::KvDtype::Q8_0;
+    const TurnResult second = harness.run(next);
+    QVERIFY2(first.stats && second.stats, qPrintable(first.error + second.error));
+    QCOMPARE(second.stats->kv_dtype, kvchat::KvDtype::Q8_0);
+    texts[m] = first.text + "|" + second.text;
+    if (mode == KvCacheMode::Contiguous) {
+      QVERIFY(second.stats->reused_tokens > 0);
+      tokens = harness.last_tokens_of(5);
+      bytes = harness.last_bytes_of(5);
+      // stories260K: 5 layers, K and V, 4 KV heads, rows of 8 values as 8 bytes and one f16 scale.
+      QCOMPARE(bytes, tokens * 5 * 2 * 4 * (8 + 2));
+      TurnRequest f32 = harness.request(5, continued(first_messages, first, "A bird sang"), 30, mode);
+      const TurnResult again = harness.run(f32);
+      QVERIFY2(again.stats, qPrintable(again.error));
+      QCOMPARE(again.stats->reused_tokens, 0);  // the q8_0 cache was dropped
+      QCOMPARE(harness.last_bytes_of(5), harness.last_tokens_of(5) * 5 * 2 * 4 * 8 * 4);
+    }
+  }
+  QCOMPARE(texts[1], texts[0]);
 }
 
 void EngineWorkerTest::stop_after_the_first_chunk_then_continue_consistently() {

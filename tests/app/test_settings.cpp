@@ -56,6 +56,7 @@ void SettingsTest::save_load_round_trip() {
   const QString path = dir.filePath(QStringLiteral("kvchat.ini"));
   ChatSettings saved;
   saved.kv_cache_enabled = false;
+  saved.kv_dtype = kvchat::KvDtype::Q8_0;
   saved.speculative = kvchat::SpeculativeMode::DraftModel;
   saved.draft_model_path = QStringLiteral("/models/small, q4.gguf");
   saved.temperature = 1.25;
@@ -80,6 +81,9 @@ void SettingsTest::save_load_round_trip() {
   QSettings ini(path, QSettings::IniFormat);
   const ChatSettings loaded = ChatSettings::load(ini);
   QCOMPARE(loaded.kv_cache_enabled, saved.kv_cache_enabled);
+  QCOMPARE(loaded.kv_dtype, kvchat::KvDtype::Q8_0);
+  QCOMPARE(loaded.to_generation_config().kv_dtype, kvchat::KvDtype::Q8_0);
+  QCOMPARE(loaded.to_json().value(QStringLiteral("kv_cache_dtype")).toString(), QStringLiteral("q8_0"));
   QCOMPARE(loaded.speculative, saved.speculative);
   QCOMPARE(loaded.draft_model_path, saved.draft_model_path);
   QCOMPARE(loaded.temperature, saved.temperature);
@@ -114,6 +118,7 @@ void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
         "max_new_tokens=0\n"
         "threads=100000000000\n"
         "kv_cache_enabled=maybe\n"
+        "kv_cache_dtype=q3\n"
         "context_overflow=explode\n"
         "cache_budget_bytes=-5\n"
         "seed=not-a-seed\n"
@@ -127,6 +132,7 @@ void SettingsTest::out_of_range_and_garbage_are_clamped_or_ignored() {
   QCOMPARE(loaded.min_p, defaults.min_p);
   QCOMPARE(loaded.top_k, 0);
   QCOMPARE(loaded.max_new_tokens, 1);
+  QCOMPARE(loaded.kv_dtype, kvchat::KvDtype::F32);
   QCOMPARE(loaded.threads, ChatSettings::max_threads());
   QCOMPARE(loaded.kv_cache_enabled, defaults.kv_cache_enabled);
   QCOMPARE(loaded.context_overflow, ContextOverflowPolicy::Stop);

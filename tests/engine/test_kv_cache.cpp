@@ -46,7 +46,7 @@ void KvCacheTest::compact_shapes_and_bytes() {
                      model_config.num_key_value_heads,
                      model_config.head_dim,
                      model_config.max_position_embeddings,
-                     at::kFloat,
+                     KvDtype::F32,
                      {}};
   c10::InferenceMode guard;
   for (KvCacheMode mode : {KvCacheMode::Contiguous, KvCacheMode::Naive}) {
@@ -82,7 +82,7 @@ void KvCacheTest::model_writes_compact_kv() {
 }
 
 void KvCacheTest::contiguous_grows_geometrically_and_truncates() {
-  KvCacheShape shape{2, 2, 4, 1000, at::kFloat, {}};
+  KvCacheShape shape{2, 2, 4, 1000, KvDtype::F32, {}};
   ContiguousKvCache cache(shape, 16);
   c10::InferenceMode guard;
   QCOMPARE(cache.capacity(), int64_t(16));
@@ -101,7 +101,7 @@ void KvCacheTest::contiguous_grows_geometrically_and_truncates() {
   QCOMPARE(cache.size(), int64_t(40));
   QCOMPARE(cache.bytes(), int64_t(2 * 2 * 2 * 4 * 40 * 4));
   // Capacity is capped at the context limit.
-  KvCacheShape small{1, 1, 2, 20, at::kFloat, {}};
+  KvCacheShape small{1, 1, 2, 20, KvDtype::F32, {}};
   ContiguousKvCache capped(small, 16);
   capped.append(0, at::zeros({1, 18, 2}), at::zeros({1, 18, 2}));
   capped.commit(18);
@@ -110,7 +110,7 @@ void KvCacheTest::contiguous_grows_geometrically_and_truncates() {
 }
 
 void KvCacheTest::naive_and_contiguous_hold_the_same_values() {
-  KvCacheShape shape{3, 2, 4, 64, at::kFloat, {}};
+  KvCacheShape shape{3, 2, 4, 64, KvDtype::F32, {}};
   NaiveKvCache naive(shape);
   ContiguousKvCache contiguous(shape, 2);
   c10::InferenceMode guard;

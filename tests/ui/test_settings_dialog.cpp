@@ -37,6 +37,7 @@ class SettingsDialogTest : public QObject {
   void fetched_models_replace_one_the_server_lacks();
   void seeds_are_kept_within_the_signed_64_bit_range();
   void speculative_decoding_and_its_draft_model();
+  void kv_cache_storage_choice();
 };
 
 namespace {
@@ -157,7 +158,7 @@ void SettingsDialogTest::local_only_settings_are_greyed_out_for_a_server() {
   QVERIFY(hint);
   const QStringList local_only{"kvCacheCheck",    "threadsSpin",      "contextLimitSpin",   "overflowCombo",
                                "cacheBudgetSpin", "snapshotsCheck",   "snapshotBudgetSpin", "snapshotDirectoryEdit",
-                               "modelPathEdit",   "speculativeCombo", "draftModelPathEdit"};
+                               "modelPathEdit",   "speculativeCombo", "draftModelPathEdit", "kvDtypeCombo"};
   const QStringList sent{"temperatureSpin",       "topKSpin", "topPSpin",         "minPSpin",
                          "repetitionPenaltySpin", "seedEdit", "maxNewTokensSpin", "systemPromptEdit"};
   auto enabled = [&](const QString& name) {
@@ -245,6 +246,22 @@ void SettingsDialogTest::speculative_decoding_and_its_draft_model() {
   const ChatSettings edited = dialog.settings();
   QCOMPARE(edited.speculative, kvchat::SpeculativeMode::DraftModel);
   QCOMPARE(edited.draft_model_path, QStringLiteral("/models/draft.gguf"));
+}
+
+// The KV cache's storage: four choices, the saved one shown, the chosen one returned.
+void SettingsDialogTest::kv_cache_storage_choice() {
+  ChatSettings original = unusual_settings();
+  original.kv_dtype = kvchat::KvDtype::BF16;
+  SettingsDialog dialog(original);
+  auto* storage = dialog.findChild<QComboBox*>("kvDtypeCombo");
+  QVERIFY(storage);
+  QCOMPARE(storage->count(), 4);
+  QCOMPARE(storage->currentData().toString(), QStringLiteral("bf16"));
+  QCOMPARE(dialog.settings().kv_dtype, kvchat::KvDtype::BF16);
+  storage->setCurrentIndex(storage->findData(QStringLiteral("q8_0")));
+  QCOMPARE(dialog.settings().kv_dtype, kvchat::KvDtype::Q8_0);
+  storage->setCurrentIndex(0);
+  QCOMPARE(dialog.settings().kv_dtype, kvchat::KvDtype::F32);
 }
 
 KVCHAT_TEST_MAIN(SettingsDialogTest)
