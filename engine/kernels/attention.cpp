@@ -58,6 +58,17 @@ void attention_decode_head(const float* q, const float* keys, const float* value
   attention_portable(q, keys, values, n, row_stride, group, head_dim, scale, scores, out);
 }
 
+bool attention_decode_head_stored(const float* q, const StoredKvRows& keys, const StoredKvRows& values, std::int64_t n,
+                                  std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  // Only where attention_decode_head itself would take the AVX-512 kernel: the same arithmetic, other loads.
+  if (use_avx512_kernels() && head_dim % 16 == 0 && group <= avx512::kMaxAttentionGroup)
+    return avx512::attention_decode_head_stored(q, keys, values, n, group, head_dim, scale, scores, out);
+#endif
+  (void)q, (void)keys, (void)values, (void)n, (void)group, (void)head_dim, (void)scale, (void)scores, (void)out;
+  return false;
+}
+
 void attention_decode_head_softcapped(const float* q, const float* keys, const float* values, std::int64_t n,
                                       std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
                                       float softcap, float* scores, float* out) {

@@ -4,6 +4,8 @@
 // allocation for attention.
 #include <cstdint>
 
+#include "engine/types.h"
+
 namespace kvchat::kernels {
 
 // q: [group, head_dim]; keys, values: n rows of head_dim floats, `row_stride` floats apart;
@@ -18,5 +20,18 @@ void attention_decode_head(const float* q, const float* keys, const float* value
 void attention_decode_head_softcapped(const float* q, const float* keys, const float* values, std::int64_t n,
                                       std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
                                       float softcap, float* scores, float* out);
+
+// Keys or values as the KV cache stores them (kv_rows.h): row t is the row_bytes bytes at data + t * row_bytes.
+struct StoredKvRows {
+  const std::uint8_t* data = nullptr;
+  std::int64_t row_bytes = 0;
+  KvDtype dtype = KvDtype::F32;
+};
+
+// attention_decode_head over stored rows, reading each value as the f32 value it stands for: the result is, to the
+// bit, attention_decode_head's over the decoded rows. Returns false (and computes nothing) where no kernel reads
+// these rows directly: the caller decodes them (decode_kv_rows) and calls attention_decode_head.
+bool attention_decode_head_stored(const float* q, const StoredKvRows& keys, const StoredKvRows& values, std::int64_t n,
+                                  std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
 
 }  // namespace kvchat::kernels

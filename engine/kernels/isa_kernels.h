@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/kernels/attention.h"
 #include "engine/kernels/cpu_features.h"
 
 namespace kvchat::kernels {
@@ -73,6 +74,8 @@ constexpr std::int64_t kMaxAttentionGroup = 64;
 void attention_decode_head(const float* q, const float* keys, const float* values, std::int64_t n,
                            std::int64_t row_stride, std::int64_t group, std::int64_t head_dim, float scale,
                            float* scores, float* out);
+bool attention_decode_head_stored(const float* q, const StoredKvRows& keys, const StoredKvRows& values, std::int64_t n,
+                                  std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
 
 }  // namespace avx512
 #endif  // KVCHAT_HAVE_AVX2_KERNELS

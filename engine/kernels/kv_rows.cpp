@@ -15,7 +15,7 @@ std::uint16_t float_to_f16(float value) {
   std::memcpy(&bits, &value, sizeof bits);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504: infinity
   if (magnitude < 0x38800000u) {
     // Below the smallest normal half: a multiple of 2^-24, rounded to nearest even by the float addition.
@@ -158,7 +158,8 @@ void round_kv_rows(KvDtype dtype, float* values, std::int64_t rows, std::int64_t
   if (dtype == KvDtype::F32) return;
   const std::int64_t row_bytes = kv_row_bytes(dtype, head_dim);
   thread_local std::vector<std::uint8_t> stored;  // grows to the largest chunk once, then reused
-  if (stored.size() < static_cast<std::size_t>(row_bytes * rows)) stored.resize(static_cast<std::size_t>(row_bytes * rows));
+  if (stored.size() < static_cast<std::size_t>(row_bytes * rows))
+    stored.resize(static_cast<std::size_t>(row_bytes * rows));
   encode_kv_rows(dtype, values, rows, head_dim, stored.data());
   decode_kv_rows(dtype, stored.data(), rows, row_bytes, head_dim, values);
 }

@@ -178,8 +178,14 @@ struct RowsAttention {
       const float* keys = reinterpret_cast<const float*>(stored_keys);
       const float* values = reinterpret_cast<const float*>(stored_values);
       if (row_cache->dtype != KvDtype::F32) {
-        // 16- and 8-bit rows are read back as the f32 values they stand for (exactly), and attended as f32 rows
-        // are: the same arithmetic as the uncached path over its rounded keys and values.
+        // 16- and 8-bit rows are read as the f32 values they stand for (exactly), and attended as f32 rows are: the
+        // same arithmetic as the uncached path over its rounded keys and values. A kernel that reads the stored
+        // rows directly reads fewer bytes; elsewhere they are decoded first.
+        if (softcap <= 0.f &&
+            kernels::attention_decode_head_stored(query, {stored_keys, row_cache->row_bytes, row_cache->dtype},
+                                                  {stored_values, row_cache->row_bytes, row_cache->dtype}, positions,
+                                                  group, head_dim, scale, scores, result))
+          continue;
         float* decoded_keys = scratch<1>(positions * head_dim);
         float* decoded_values = scratch<2>(positions * head_dim);
         kernels::decode_kv_rows(row_cache->dtype, stored_keys, positions, row_cache->row_bytes, head_dim, decoded_keys);

@@ -34,9 +34,25 @@ namespace {
 
 // Values that reach every branch of the 16-bit roundings: normal, subnormal, ties, overflow, zeros, NaN.
 std::vector<float> awkward_values() {
-  std::vector<float> values = {0.f, -0.f, 1.f, -1.f, 65504.f, 65519.f, 65520.f, 1e6f, -1e6f, 6.1e-5f, 5.9604645e-8f,
-                               2.9802322e-8f, 8.9406967e-8f, 1e-10f, std::numeric_limits<float>::infinity(),
-                               -std::numeric_limits<float>::infinity(), 1.00048828125f, 1.00146484375f, 3.0e38f};
+  std::vector<float> values = {0.f,
+                               -0.f,
+                               1.f,
+                               -1.f,
+                               65504.f,
+                               65519.f,
+                               65520.f,
+                               1e6f,
+                               -1e6f,
+                               6.1e-5f,
+                               5.9604645e-8f,
+                               2.9802322e-8f,
+                               8.9406967e-8f,
+                               1e-10f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               1.00048828125f,
+                               1.00146484375f,
+                               3.0e38f};
   std::mt19937 random(7);
   std::normal_distribution<float> normal(0.f, 3.f);
   std::uniform_int_distribution<std::uint32_t> bits;
@@ -195,7 +211,8 @@ class KvDtypesTest : public QObject {
     QCOMPARE(branch.copy_prefix_from(source, 40), std::int64_t(40));
     Session fresh(llama, KvCacheMode::Off);
     const auto continued = branch.generate(source.history(), q8);
-    QCOMPARE(continued.generated, fresh.generate(source.history(), greedy(20, KvCacheMode::Off, KvDtype::Q8_0)).generated);
+    QCOMPARE(continued.generated,
+             fresh.generate(source.history(), greedy(20, KvCacheMode::Off, KvDtype::Q8_0)).generated);
     Session f32(llama, KvCacheMode::Contiguous);
     f32.generate({1, 5}, test::greedy(2));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, f32.copy_prefix_from(source, 40));
@@ -232,8 +249,8 @@ class KvDtypesTest : public QObject {
     }
     {
       QTemporaryDir f32_folder;
-      auto store = std::make_shared<SnapshotStore>(f32_folder.path().toStdString(), 0, fingerprint,
-                                                   llama->cache_shape());
+      auto store =
+          std::make_shared<SnapshotStore>(f32_folder.path().toStdString(), 0, fingerprint, llama->cache_shape());
       SessionPool pool(llama, store);
       test::LogCapture log;
       const auto result = pool.acquire(1, KvCacheMode::Contiguous).generate(second, q8);
@@ -243,8 +260,8 @@ class KvDtypesTest : public QObject {
       QVERIFY(!pool.save_snapshot(1));
     }
     // The q8_0 file read as an f32 cache's: refused, and left alone.
-    SessionPool pool(llama, std::make_shared<SnapshotStore>(folder.path().toStdString(), 0, fingerprint,
-                                                            llama->cache_shape()));
+    SessionPool pool(
+        llama, std::make_shared<SnapshotStore>(folder.path().toStdString(), 0, fingerprint, llama->cache_shape()));
     test::LogCapture log;
     const auto result = pool.acquire(1, KvCacheMode::Contiguous).generate(second, test::greedy(20));
     QCOMPARE(result.stats.restored_tokens, 0);

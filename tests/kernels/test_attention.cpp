@@ -2,17 +2,21 @@
 // portable versions, with strided cache rows and GQA groups.
 #include <QtTest>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 #include "common/test_suite.h"
 
 #include "engine/kernels/attention.h"
 #include "engine/kernels/cpu_features.h"
+#include "engine/kernels/kv_rows.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace kernels_test_attention {
 
 using namespace kvchat::kernels;
+using kvchat::KvDtype;
 
 class AttentionTest : public QObject {
   Q_OBJECT
@@ -20,6 +24,7 @@ class AttentionTest : public QObject {
   void matches_reference_data();
   void matches_reference();
   void a_dominant_key_selects_its_value();
+  void stored_rows_equal_their_decoded_rows();
 };
 
 void AttentionTest::matches_reference_data() {
@@ -90,6 +95,53 @@ void AttentionTest::a_dominant_key_selects_its_value() {
   std::vector<float> scores(n), out(head_dim);
   attention_decode_head(q.data(), keys.data(), values.data(), n, head_dim, 1, head_dim, 1.f, scores.data(), out.data());
   for (float v : out) QCOMPARE(v, 13.f);
+}
+
+// The KV cache's 16- and 8-bit rows attended directly give, to the bit, what the f32 kernel gives over the values
+// they decode to (the cache changes no token); where no kernel reads them directly, the caller is told so.
+void AttentionTest::stored_rows_equal_their_decoded_rows() {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  int direct = 0;
+  for (const bool avx512 : {true, false})
+    for (const KvDtype dtype : {KvDtype::F32, KvDtype::BF16, KvDtype::F16, KvDtype::Q8_0})
+      for (const auto& [n, group, head_dim] : std::vector<std::tuple<int, int, int>>{
+               {1, 1, 64}, {37, 4, 64}, {300, 3, 128}, {129, 2, 32}, {70, 8, 96}, {9, 2, 16}, {20, 1, 8}}) {
+        set_avx2_kernels_enabled(cpu_has_avx2_fma());
+        set_avx512_kernels_enabled(avx512 && cpu_has_avx512());
+        std::vector<float> q(group * head_dim), keys(n * head_dim), values(n * head_dim);
+        for (float& v : q) v = normal(rng);
+        for (float& v : keys) v = normal(rng) * 3.f;
+        for (float& v : values) v = normal(rng);
+        const std::int64_t row_bytes = kv_row_bytes(dtype, head_dim);
+        std::vector<std::uint8_t> stored_keys(n * row_bytes), stored_values(n * row_bytes);
+        encode_kv_rows(dtype, keys.data(), n, head_dim, stored_keys.data());
+        encode_kv_rows(dtype, values.data(), n, head_dim, stored_values.data());
+        decode_kv_rows(dtype, stored_keys.data(), n, row_bytes, head_dim, keys.data());
+        decode_kv_rows(dtype, stored_values.data(), n, row_bytes, head_dim, values.data());
+        const float scale = 1.0f / std::sqrt(float(head_dim));
+        std::vector<float> scores(group * n), expected(group * head_dim), out(group * head_dim, NAN);
+        attention_decode_head(q.data(), keys.data(), values.data(), n, head_dim, group, head_dim, scale, scores.data(),
+                              expected.data());
+        const bool read = attention_decode_head_stored(q.data(), {stored_keys.data(), row_bytes, dtype},
+                                                       {stored_values.data(), row_bytes, dtype}, n, group, head_dim,
+                                                       scale, scores.data(), out.data());
+        const bool expect_direct =
+            avx512 && cpu_has_avx512() && head_dim % 16 == 0 && (dtype != KvDtype::Q8_0 || head_dim % 32 == 0);
+        QCOMPARE(read, expect_direct);
+        if (!read) continue;
+        ++direct;
+        QVERIFY2(std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)) == 0,
+                 qPrintable(QString("dtype %1, n %2, group %3, head_dim %4: differs from the decoded rows' result")
+                                .arg(static_cast<int>(dtype))
+                                .arg(n)
+                                .arg(group)
+                                .arg(head_dim)));
+      }
+  set_avx2_kernels_enabled(cpu_has_avx2_fma());
+  set_avx512_kernels_enabled(cpu_has_avx512());
+  if (!cpu_has_avx512()) QSKIP("no AVX-512 on this processor: no kernel reads stored rows directly");
+  QVERIFY(direct > 0);
 }
 
 KVCHAT_TEST_APPLESS_MAIN(AttentionTest)
