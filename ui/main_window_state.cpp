@@ -423,6 +423,11 @@ void MainWindow::refresh_cache_gauge() {
   cache_bar_->setToolTip(
       tr("This chat's KV cache: %1 of the %2-token context").arg(gauge.conversation_tokens).arg(gauge.context_limit));
   QString text = tr("KV %1").arg(format_bytes(gauge.conversation_bytes));
+  // What a token costs in this cache's storage type (half or about a quarter of f32's in bf16/f16/q8_0).
+  if (gauge.conversation_tokens > 0)
+    text += tr(" (%1 B/token, %2)")
+                .arg(gauge.conversation_bytes / gauge.conversation_tokens)
+                .arg(QString::fromLatin1(kvchat::to_string(gauge.kv_dtype)));
   // Nothing in memory yet, but a snapshot on disk (an earlier run's, or an evicted cache's): the next turn
   // restores from it rather than prefilling.
   if (gauge.conversation_tokens == 0 && gauge.snapshots_enabled && gauge.snapshot_tokens > 0)

@@ -148,6 +148,7 @@ CacheGauge ChatController::cacheGauge() const {
   const auto figures = cache_figures_.value(current_conversation_);
   gauge.conversation_tokens = figures.tokens;
   gauge.conversation_bytes = figures.bytes;
+  gauge.kv_dtype = settings_.kv_dtype;
   gauge.reused_tokens = figures.reused_tokens;
   gauge.prefilled_tokens = figures.prefilled_tokens;
   // A turn's figures describe the backend that ran it: a server's cached_tokens are no local reuse.

@@ -48,8 +48,9 @@ struct CacheGauge {
   bool on_server = false;  // the remote backend: the cache lives on the server (reused_tokens = its cached_tokens)
   qint64 conversation_tokens = 0;
   qint64 conversation_bytes = 0;
-  int context_limit = 0;  // effective: the settings' limit, or the model's
-  int reused_tokens = 0;  // the current conversation's last turn
+  kvchat::KvDtype kv_dtype = kvchat::KvDtype::F32;  // how the cache stores K/V (the settings')
+  int context_limit = 0;                            // effective: the settings' limit, or the model's
+  int reused_tokens = 0;                            // the current conversation's last turn
   int prefilled_tokens = 0;
   int restored_tokens = 0;  // of reused_tokens, restored from a snapshot on disk
   double restore_ms = 0.0;

@@ -6,6 +6,7 @@
 #include "common/test_suite.h"
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QElapsedTimer>
 #include <QLabel>
 #include <QListView>
@@ -29,6 +30,7 @@
 #include "common/sanitized_build.h"
 #include "common/test_paths.h"
 #include "ui/chat_view.h"
+#include "ui/elided_label.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"
 #include "ui/message_list_model.h"
@@ -54,6 +56,7 @@ class MainWindowTest : public QObject {
   void typing_and_enter_sends_and_streams_the_reply();
   void escape_stops_the_reply();
   void settings_cache_toggle_persists_and_applies_next_turn();
+  void settings_kv_storage_shows_in_the_gauge();
   void corrupt_model_directory_shows_an_error_and_keeps_the_model();
   void deleting_a_chat_asks_first();
   void event_loop_stall_while_generating();
@@ -224,6 +227,33 @@ void MainWindowTest::settings_cache_toggle_persists_and_applies_next_turn() {
   QCOMPARE(second.cache_tokens, std::int64_t(0));
   QCOMPARE(second.prefilled_tokens, second.prompt_tokens);
   QVERIFY(window_->chatView()->messageWidgets()[3]->statsText().contains("cache off"));
+}
+
+// The KV cache storage setting: saved, applied from the next turn, and the gauge gives its bytes per token
+// (stories260K: 5 layers x K and V x 4 KV heads x 8 values, 4 bytes each in f32, 8 bytes and an f16 scale in q8_0).
+void MainWindowTest::settings_kv_storage_shows_in_the_gauge() {
+  open_window(greedy_settings());
+  type_and_send("Once upon a time");
+  QVERIFY(wait_idle());
+  QVERIFY2(qobject_cast<kvchat::ui::ElidedLabel*>(window_->cacheLabel())->fullText().contains("(1280 B/token, f32)"),
+           qPrintable(qobject_cast<kvchat::ui::ElidedLabel*>(window_->cacheLabel())->fullText()));
+
+  kvchat::ui::SettingsDialog* dialog = window_->openSettingsDialog();
+  auto* storage = dialog->findChild<QComboBox*>("kvDtypeCombo");
+  QVERIFY(storage);
+  storage->setCurrentIndex(storage->findData(QStringLiteral("q8_0")));
+  dialog->accept();
+  QSettings reread(dir_->filePath("kvchat.ini"), QSettings::IniFormat);
+  QCOMPARE(ChatSettings::load(reread).kv_dtype, kvchat::KvDtype::Q8_0);
+
+  type_and_send("Lily went to the park");
+  QVERIFY(wait_idle());
+  const auto records = controller_->currentMessages();
+  QCOMPARE(records.size(), 4);
+  QVERIFY2(qobject_cast<kvchat::ui::ElidedLabel*>(window_->cacheLabel())->fullText().contains("(400 B/token, q8_0)"),
+           qPrintable(qobject_cast<kvchat::ui::ElidedLabel*>(window_->cacheLabel())->fullText()));
+  const kvchat::app::CacheGauge gauge = controller_->cacheGauge();
+  QCOMPARE(gauge.conversation_bytes, gauge.conversation_tokens * 400);
 }
 
 void MainWindowTest::corrupt_model_directory_shows_an_error_and_keeps_the_model() {
