@@ -2,13 +2,14 @@
 """Writes a GGUF file of random weights in a Llama model's shape, with a real vocabulary: a model-sized file
 for `kvchat-cli bench --model FILE.gguf` (load, resident memory, speed) without downloading one.
 
-usage: random-gguf.py CONFIG.json VOCAB.gguf OUT.gguf [q4_k|q8_0]
+usage: random-gguf.py CONFIG.json VOCAB.gguf OUT.gguf [q4_k|q8_0|f32]
 CONFIG.json: a Hugging Face config (hidden_size, intermediate_size, ...); VOCAB.gguf: a vocab-only GGUF
 whose tokenizer.ggml.* entries are copied (e.g. fixtures/gguf/llama3-vocab-only.gguf in the reference
 data). Norm weights are f32 ones; every matrix, the embedding included, is of the given type (default
 q4_k). The blocks are one MiB of random bytes with small scales, repeated: good for memory and speed,
-meaningless as text."""
-import json, os, struct, sys
+meaningless as text. f32 matrices (one MiB of small random values, repeated) are what llama.cpp's llama-quantize
+takes to make its own Q4_K_M, Q8_0, F16 and BF16 files (bench/peers/llama_cpp.sh)."""
+import json, os, random, struct, sys
 
 T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = range(13)
 SCALAR = {T_U8: "B", T_I8: "b", T_U16: "H", T_I16: "h", T_U32: "I", T_I32: "i", T_F32: "f", T_BOOL: "?",
@@ -30,7 +31,7 @@ def write_value(out, t, v):
     else:
         out.write(struct.pack("<" + SCALAR[t], v))
 
-BLOCK_TYPES = ("q4_k", "q8_0")
+BLOCK_TYPES = ("q4_k", "q8_0", "f32")
 
 def main():
     if len(sys.argv) not in (4, 5) or (len(sys.argv) == 5 and sys.argv[4] not in BLOCK_TYPES):
@@ -54,7 +55,8 @@ def main():
     # GGUF type id, general.file_type, elements and bytes per block, and the f16 scales each block starts with.
     matrix_type, file_type, block_size, block_bytes, scales = {
         "q4_k": (12, 15, 256, 144, struct.pack("<HH", 0x1c00, 0x1800)),
-        "q8_0": (8, 7, 32, 34, struct.pack("<H", 0x1c00))}[block_type]
+        "q8_0": (8, 7, 32, 34, struct.pack("<H", 0x1c00)),
+        "f32": (F32, 0, 1, 4, b"")}[block_type]
     meta = [(b"general.architecture", T_STR, b"llama"), (b"general.file_type", T_U32, file_type),
             (b"llama.context_length", T_U32, min(config["max_position_embeddings"], 8192)),
             (b"llama.embedding_length", T_U32, hidden), (b"llama.block_count", T_U32, config["num_hidden_layers"]),
@@ -78,9 +80,13 @@ def main():
         return count * 4 if t == F32 else count // block_size * block_bytes
     # About one MiB of blocks (random quants, small scales), repeated.
     blocks = (1 << 20) // block_bytes
-    block = bytearray(os.urandom(block_bytes * blocks))
-    for b in range(blocks):
-        block[block_bytes * b:block_bytes * b + len(scales)] = scales
+    if block_type == "f32":
+        generator = random.Random(7)
+        block = struct.pack("<%df" % blocks, *(generator.gauss(0.0, 0.02) for _ in range(blocks)))
+    else:
+        block = bytearray(os.urandom(block_bytes * blocks))
+        for b in range(blocks):
+            block[block_bytes * b:block_bytes * b + len(scales)] = scales
     ones = struct.pack("<f", 1.0) * 65536
     with open(sys.argv[3], "wb") as out:
         out.write(b"GGUF"); out.write(struct.pack("<IQQ", 3, len(tensors), len(meta) + len(kvs)))
@@ -93,7 +99,7 @@ def main():
             out.write(struct.pack("<IQ", t, offset)); offset += (nbytes(dims, t) + 31) // 32 * 32
         out.write(b"\0" * ((32 - out.tell() % 32) % 32))
         for name, dims, t in tensors:
-            n = nbytes(dims, t); source = ones if t == F32 else block
+            n = nbytes(dims, t); source = ones if name.endswith(b"norm.weight") else block
             while n > 0:
                 piece = min(n, len(source)); out.write(source[:piece]); n -= piece
             out.write(b"\0" * ((32 - out.tell() % 32) % 32))

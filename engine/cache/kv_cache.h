@@ -77,6 +77,9 @@ class KvCache {
   bool holds_every_position() const;
   // Capacity in tokens before the next growth.
   virtual std::int64_t capacity() const = 0;
+  // Room for `tokens` positions in all (at most the context limit), so that reaching them copies nothing; a cache
+  // that does not preallocate ignores it.
+  virtual void reserve(std::int64_t tokens) { (void)tokens; }
 
   // Direct row access, for writing `tokens` new positions in place (a decode step: no LibTorch call,
   // no allocation): makes room for size() + tokens positions and returns true if this cache keeps its
@@ -140,7 +143,7 @@ class ContiguousKvCache final : public KvCache {
   bool prepare_rows(std::int64_t tokens) override;
   KvLayerRows layer_rows(std::int64_t layer) const override;
   void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v) override;
-  void reserve(std::int64_t tokens);
+  void reserve(std::int64_t tokens) override;
 
   // A sliding layer's room beyond its window (at most the window itself).
   static constexpr std::int64_t kWindowRoomRows = 256;

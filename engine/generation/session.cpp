@@ -185,6 +185,11 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   PrefillResult prefill;
   std::vector<TokenId> sequence;  // the uncached path's whole sequence
   if (cache_) {
+    // Room for the prompt and the reply ahead of time (a bounded share of a long one): otherwise the first decode
+    // step after a prompt that filled the buffer copies the whole cache into one twice its size. Unused room is
+    // address space only; the pages are touched as positions are written.
+    cache_->reserve(std::min<std::int64_t>(
+        limit, static_cast<std::int64_t>(prompt.size()) + std::min(config.max_new_tokens, kReservedReplyTokens)));
     restored = restore_prefix(prompt);
     reused_tokens = keep_common_prefix(prompt);
     BeforePrefillChunk before_chunk;

@@ -97,6 +97,8 @@ class Session {
  private:
   void set_cache_mode(KvCacheMode mode, KvDtype dtype);
   std::int64_t context_limit(const GenerationConfig& config) const;
+  // At most this many positions of a reply are reserved in the cache before its prompt runs.
+  static constexpr int kReservedReplyTokens = 1024;
   // Keeps the prompt's longest common prefix with history() (at least one token left to run, since
   // logits come from running one); returns how many tokens were reused.
   int keep_common_prefix(const std::vector<TokenId>& prompt);
