@@ -111,13 +111,19 @@ void print_machine(const BenchOptions& options, int threads, const HardwareCeili
                                           {{"threads", threads},
                                            {"read_bandwidth_gb_s", ceilings.read_bandwidth_gb_s},
                                            {"sgemm_gflop_s", ceilings.sgemm_gflop_s},
+                                           {"blas_kernels", ceilings.blas_kernels},
+                                           {"blas_kernels_forced", ceilings.blas_kernels_forced},
                                            {"kernels", options.kernels}}}})
                      .dump()
               << std::endl;
     return;
   }
-  std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s, kernels %s\n\n", threads,
-              ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, options.kernels.c_str());
+  std::string blas;
+  if (!ceilings.blas_kernels.empty())
+    blas = " (OpenBLAS " + ceilings.blas_kernels + " kernels" +
+           (ceilings.blas_kernels_forced ? ", chosen by OPENBLAS_CORETYPE)" : ")");
+  std::printf("machine: %d threads, read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s%s, kernels %s\n\n", threads,
+              ceilings.read_bandwidth_gb_s, ceilings.sgemm_gflop_s, blas.c_str(), options.kernels.c_str());
   std::printf("%-6s %-6s %-5s %7s %5s %10s %9s %10s %10s %10s %6s %7s %8s %11s %10s %8s %9s %9s %9s\n", "dtype",
               "cache", "kv", "prompt", "new", "prefill/s", "ttft ms", "decode/s", "start/s", "end/s", "GB/s", "%bw",
               "%mm", "weights MiB", "cache MiB", "kv B/tok", "model MiB", "RSS MiB", "total s");

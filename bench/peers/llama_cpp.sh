@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kvchat against llama.cpp on the same GGUF file, measured side by side on this machine.
 #
-#   LLAMA_CPP_DIR=~/llama.cpp/build bench/peers/llama_cpp.sh [--pairs N] [--threads N] [--tests LIST] FILE.gguf...
+#   LLAMA_CPP_DIR=~/llama.cpp/build bench/peers/llama_cpp.sh [--pairs N] [--threads N] [--tests LIST] [--kv-dtype T] FILE.gguf...
 #   LLAMA_CPP_DIR=~/llama.cpp/build bench/peers/llama_cpp.sh --make-files DIR [--config CONFIG.json]
 #
 # For each file and test, N pairs (default 5) of runs: kvchat-cli bench, then llama.cpp's llama-bench (the order
@@ -11,6 +11,10 @@
 #   decode64     decode of 32 tokens after a 64-token prompt (llama-bench -p 0 -n 32 -d 64)
 #   decode4096   the same after 4,096 tokens (-d 4096)
 #   prefill512   a 512-token prompt (-p 512 -n 0; kvchat's prefill tok/s of a 512-token prompt)
+# Both keep K/V in the same type: --kv-dtype f16 (the default, llama-bench's own default cache type), bf16, q8_0
+# (llama.cpp keeps a q8_0 V cache only with flash attention, which is then switched on) or f32.
+# OPENBLAS_CORETYPE is unset for the runs: it forces OpenBLAS's kernel set (an AVX2 one on an AVX-512 processor
+# slows kvchat's dense prefill), and a machine without it lets OpenBLAS choose for its processor.
 # --make-files DIR writes an F32 GGUF of the Llama-3.2-1B shape with random weights (scripts/random-gguf.py) and has
 # llama.cpp's own llama-quantize make Q4_K_M, Q8_0, F16 and BF16 files from it in DIR.
 #
@@ -25,6 +29,7 @@ cd "$(dirname "$0")/../.."
 pairs=5
 threads=2
 tests="decode64 decode4096 prefill512"
+kv_dtype=f16
 make_files=""
 shared_dir=${KVCHAT_SHARED_DIR:-$(cd .. && pwd)/shared}
 config=$shared_dir/fixtures/configs/llama-3.2-1b.json
@@ -37,7 +42,8 @@ while [ $# -gt 0 ]; do
     --tests) tests=$2; shift 2 ;;
     --make-files) make_files=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --kv-dtype) kv_dtype=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) files+=("$1"); shift ;;
   esac
 done
@@ -55,6 +61,15 @@ if [ -n "$make_files" ]; then
     echo "$out"
   done
   exit 0
+fi
+case "$kv_dtype" in
+  f32|f16|bf16) llama_cache="-ctk $kv_dtype -ctv $kv_dtype" ;;
+  q8_0) llama_cache="-ctk q8_0 -ctv q8_0 -fa 1" ;;
+  *) echo "--kv-dtype must be f32, f16, bf16 or q8_0" >&2; exit 2 ;;
+esac
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  echo "(OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is unset for the runs: OpenBLAS chooses its kernels for this processor)"
+  unset OPENBLAS_CORETYPE
 fi
 [ ${#files[@]} -gt 0 ] || { echo "usage: LLAMA_CPP_DIR=... $0 [--pairs N] [--threads N] [--tests LIST] FILE.gguf..." >&2; exit 2; }
 [ -x "$kvchat" ] || { echo "no $kvchat: run make first" >&2; exit 2; }
@@ -86,7 +101,8 @@ run_kvchat() {  # file test
     decode4096) prompt=4096; new=32; field=decode_tok_s ;;
     prefill512) prompt=512; new=1; field=prefill_tok_s ;;
   esac
-  "$kvchat" bench --model "$1" --threads "$threads" --kv-cache on --prompt-tokens $prompt --new-tokens $new --json \
+  "$kvchat" bench --model "$1" --threads "$threads" --kv-cache on --kv-dtype "$kv_dtype" --prompt-tokens $prompt \
+    --new-tokens $new --json \
     2>/dev/null | python3 -c "
 import json, sys
 speed = bandwidth = 0.0
@@ -104,13 +120,15 @@ run_llama() {  # file test
     prefill512) args="-p 512 -n 0" ;;
   esac
   # shellcheck disable=SC2086
-  "$llama_bench" -m "$1" -t "$threads" -r 1 -o jsonl $args 2>/dev/null | python3 -c "
+  "$llama_bench" -m "$1" -t "$threads" -r 1 -o jsonl $llama_cache $args 2>/dev/null | python3 -c "
 import json, sys
 print([json.loads(line) for line in sys.stdin if line.strip()][-1]['avg_ts'])"
 }
 
-commit=$(git -C "$llama_dir/.." rev-parse --short HEAD 2>/dev/null || echo "unknown")
-echo "kvchat $(git rev-parse --short HEAD) vs llama.cpp $commit, $threads threads, $pairs pairs, $(date -u +%Y-%m-%d)"
+# LLAMA_CPP_COMMIT names the build where its folder is not a git checkout (a source archive).
+commit=${LLAMA_CPP_COMMIT:-$(git -C "$llama_dir/.." rev-parse --short HEAD 2>/dev/null || echo "unknown")}
+echo "kvchat $(git rev-parse --short HEAD) vs llama.cpp $commit, $threads threads, KV cache $kv_dtype, $pairs pairs," \
+  "$(date -u +%Y-%m-%d)"
 summary=$(mktemp)
 for file in "${files[@]}"; do
   for test in $tests; do

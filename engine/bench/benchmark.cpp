@@ -3,11 +3,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -49,6 +51,11 @@ HardwareCeilings measure_hardware_ceilings(int threads) {
   ceilings.read_bandwidth_gb_s =
       kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 10).gigabytes_per_second;
   ceilings.sgemm_gflop_s = measure_sgemm_gflop_s();
+  using CoreName = char* (*)();
+  if (const auto core_name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) {
+    ceilings.blas_kernels = core_name();
+    ceilings.blas_kernels_forced = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+  }
   return ceilings;
 }
 

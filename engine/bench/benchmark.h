@@ -3,6 +3,7 @@
 // and one generation run timed token by token. Used by `kvchat-cli bench`.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/types.h"
@@ -14,6 +15,11 @@ class LlamaModel;
 struct HardwareCeilings {
   double read_bandwidth_gb_s = 0;  // sustained read bandwidth with the bench's threads (best of runs)
   double sgemm_gflop_s = 0;        // LibTorch (OpenBLAS) f32 matrix product rate with the same threads
+  // The kernel set OpenBLAS runs ("Cooperlake", "Haswell", ...; empty when the BLAS is not an OpenBLAS that
+  // chooses at run time), and whether OPENBLAS_CORETYPE chose it: forcing an AVX2 set on an AVX-512
+  // processor halves the sgemm rate and every prefill product that goes through it.
+  std::string blas_kernels;
+  bool blas_kernels_forced = false;
 };
 
 // Measures both ceilings (a 256 MiB read buffer, far beyond any cache); takes a few seconds.

@@ -25,7 +25,8 @@ float f16_row_dot(const std::uint8_t* row, const float* x, std::int64_t cols) {
 // A type with blocks of 32 (SmallBlockLayout): the same kernel templates on every instruction set, d at the
 // start of a block and m after it where the layout has one.
 template <GgufType kType>
-constexpr BlockType small_block_type(double largest_quant, RowDecoder avx2_decode = nullptr) {
+constexpr BlockType small_block_type(double largest_quant, RowDecoder avx2_decode = nullptr,
+                                     IntegerRowDot4 avx512_dot4 = nullptr) {
   return {kType,
           nullptr,
           ActivationRounding::BlockBytes,
@@ -35,7 +36,7 @@ constexpr BlockType small_block_type(double largest_quant, RowDecoder avx2_decod
           largest_quant,
           {{portable::dot_small_block<kType>, nullptr, nullptr},
            {KVCHAT_X86_KERNEL(avx2::dot_small_block<kType>), nullptr, avx2_decode},
-           {KVCHAT_X86_KERNEL(avx512::dot_small_block<kType>), nullptr, nullptr}}};
+           {KVCHAT_X86_KERNEL(avx512::dot_small_block<kType>), avx512_dot4, nullptr}}};
 }
 
 // The table. The format comes from engine/gguf's catalog when the table is first used; the exact decoder
@@ -53,7 +54,8 @@ constexpr BlockType kBlockTypes[] = {
      {{}, {nullptr, nullptr, KVCHAT_X86_KERNEL(avx2::decode_f16)}, {}}},
     {GgufType::BF16, nullptr, ActivationRounding::None, nullptr, -1, -1, 1, {}},
     // Blocks of 32 against one byte per input value with a scale per block.
-    small_block_type<GgufType::Q8_0>(127, KVCHAT_X86_KERNEL(avx2::decode_q8_0)),
+    small_block_type<GgufType::Q8_0>(127, KVCHAT_X86_KERNEL(avx2::decode_q8_0),
+                                     KVCHAT_X86_KERNEL(avx512::dot4_small_block_q8_0)),
     small_block_type<GgufType::Q4_0>(8, KVCHAT_X86_KERNEL(avx2::decode_q4_0)),
     small_block_type<GgufType::Q4_1>(15),
     small_block_type<GgufType::Q5_0>(16),

@@ -78,6 +78,7 @@ float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, st
 float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
+void dot4_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
 void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
 void dot4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
 void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
