@@ -1,4 +1,5 @@
 #include "engine/cache/kv_cache.h"
+#include "engine/cache/kv_step.h"
 
 #include "engine/cache/huge_page_buffer.h"
 #include "engine/kernels/kv_rows.h"
@@ -35,6 +36,11 @@ at::Tensor to_stored(const at::Tensor& k, const KvCacheShape& shape) {
   return stored;
 }
 }  // namespace
+
+void check_kv_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  check_step(shape, layer, k, v);
+}
+at::Tensor kv_step_as_stored(const at::Tensor& k, const KvCacheShape& shape) { return to_stored(k, shape); }
 
 at::ScalarType KvCacheShape::storage_type() const {
   switch (dtype) {

@@ -1,0 +1,44 @@
+#pragma once
+// A KvCache over a KvBlockPool: a sequence's keys and values live in the pool's blocks through its own block
+// table, so that sequences forked from it share their common prefix block for block (copy-on-write when one
+// writes into a shared block). This first form serves the model's append path: append() writes the step's rows
+// into the blocks and returns the layer's rows gathered into one tensor, which the attention reads; the decode
+// kernels do not read blocks yet (prepare_rows() is false). Every layer keeps every position: a model with
+// sliding-window layers is refused.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "engine/cache/kv_block_pool.h"
+#include "engine/cache/kv_cache.h"
+
+namespace kvchat {
+
+class PagedKvCache final : public KvCache {
+ public:
+  // The pool must outlive the cache. Throws std::invalid_argument for a shape that is not the pool's, or one
+  // with sliding-window layers.
+  explicit PagedKvCache(KvBlockPool& pool);
+
+  // Throws std::length_error when the pool has no block left for the step (nothing is written then).
+  std::pair<at::Tensor, at::Tensor> append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) override;
+  std::pair<at::Tensor, at::Tensor> view(std::int64_t layer, std::int64_t n) const override;
+  std::int64_t truncate(std::int64_t n) override;
+  std::int64_t capacity() const override;
+
+  // A cache holding this one's committed positions in the same blocks.
+  std::unique_ptr<PagedKvCache> fork() const;
+  const KvBlockTable& table() const { return table_; }
+
+ private:
+  // The table counts what commit() counted (KvCache::commit is not virtual).
+  void catch_up() const;
+  at::Tensor gather(std::int64_t layer, KvBlockPool::Part part, std::int64_t positions) const;
+
+  KvBlockPool* pool_;
+  mutable KvBlockTable table_;
+};
+
+}  // namespace kvchat
