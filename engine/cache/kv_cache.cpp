@@ -13,8 +13,7 @@
 
 namespace kvchat {
 
-namespace {
-void check_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+void check_kv_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   if (layer < 0 || layer >= shape.layers)
     throw std::out_of_range("kv cache: layer " + std::to_string(layer) + " out of range");
   if (k.dim() != 3 || k.size(0) != shape.kv_heads || !k.sizes().equals(v.sizes()) || k.scalar_type() != v.scalar_type())
@@ -25,8 +24,7 @@ void check_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor&
     throw std::invalid_argument("kv cache: step K/V must be [kv_heads, T, head_dim] f32 or rows of the cache's dtype");
 }
 
-// k as the cache stores it: f32 values encoded in the cache's dtype; rows already stored as they are.
-at::Tensor to_stored(const at::Tensor& k, const KvCacheShape& shape) {
+at::Tensor kv_step_as_stored(const at::Tensor& k, const KvCacheShape& shape) {
   if (k.scalar_type() == shape.storage_type() && k.size(2) == shape.row_elements()) return k;
   const at::Tensor values = k.contiguous();
   at::Tensor stored =
@@ -35,12 +33,6 @@ at::Tensor to_stored(const at::Tensor& k, const KvCacheShape& shape) {
                           stored.data_ptr());
   return stored;
 }
-}  // namespace
-
-void check_kv_step(const KvCacheShape& shape, std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
-  check_step(shape, layer, k, v);
-}
-at::Tensor kv_step_as_stored(const at::Tensor& k, const KvCacheShape& shape) { return to_stored(k, shape); }
 
 at::ScalarType KvCacheShape::storage_type() const {
   switch (dtype) {
@@ -98,10 +90,10 @@ NaiveKvCache::NaiveKvCache(const KvCacheShape& shape) : KvCache(shape) {
 }
 
 std::pair<at::Tensor, at::Tensor> NaiveKvCache::append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) {
-  check_step(shape_, layer, k, v);
+  check_kv_step(shape_, layer, k, v);
   // Only committed positions are kept: a forward interrupted half way leaves no trace.
-  keys_[layer] = at::cat({keys_[layer].narrow(1, 0, size_), to_stored(k, shape_)}, 1);
-  values_[layer] = at::cat({values_[layer].narrow(1, 0, size_), to_stored(v, shape_)}, 1);
+  keys_[layer] = at::cat({keys_[layer].narrow(1, 0, size_), kv_step_as_stored(k, shape_)}, 1);
+  values_[layer] = at::cat({values_[layer].narrow(1, 0, size_), kv_step_as_stored(v, shape_)}, 1);
   return {keys_[layer], values_[layer]};
 }
 
@@ -188,7 +180,7 @@ std::int64_t ContiguousKvCache::capacity() const {
 
 std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer_index, const at::Tensor& k,
                                                             const at::Tensor& v) {
-  check_step(shape_, layer_index, k, v);
+  check_kv_step(shape_, layer_index, k, v);
   const std::int64_t steps = k.size(1);
   LayerBuffer& layer = layers_[layer_index];
   if (layer.window > 0)
@@ -196,8 +188,8 @@ std::pair<at::Tensor, at::Tensor> ContiguousKvCache::append(std::int64_t layer_i
   else
     reserve(size_ + steps);
   const std::int64_t start = size_ - layer.first;
-  layer.keys.narrow(1, start, steps).copy_(to_stored(k, shape_));
-  layer.values.narrow(1, start, steps).copy_(to_stored(v, shape_));
+  layer.keys.narrow(1, start, steps).copy_(kv_step_as_stored(k, shape_));
+  layer.values.narrow(1, start, steps).copy_(kv_step_as_stored(v, shape_));
   return {layer.keys.narrow(1, 0, start + steps), layer.values.narrow(1, 0, start + steps)};
 }
 

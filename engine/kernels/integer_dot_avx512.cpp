@@ -51,35 +51,12 @@ inline float avx2_tail(const std::uint8_t* rest, const QuantizedActivations& x, 
 // overflow; a quant of -128 gives |w| = 128 as an unsigned byte), so one conversion and one FMA serve
 // two blocks. The eight blocks' f16 scales are gathered and converted together and multiplied by the
 // activations' scales. A row's last blocks (fewer than eight) go through the AVX2 kernel.
-float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  const ActivationBytes& in = x.blocks;
-  __m512i pair_factor_index[4];
-  for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  std::int64_t b = 0;
-  for (; b + 8 <= blocks; b += 8, row += 8 * 34) {
-    const __m512 factors = _mm512_castps256_ps512(
-        _mm256_mul_ps(eight_block_halves<GgufType::Q8_0>(row, 0), _mm256_loadu_ps(in.scales + b)));
-    for (int pair = 0; pair < 4; ++pair) {
-      const std::uint8_t* first = row + 68 * pair;
-      _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
-      const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load256(first + 2)), load256(first + 36), 1);
-      const __m512i bytes = _mm512_loadu_si512(in.bytes + 32 * (b + 2 * pair));
-      const __m512i signed_bytes = _mm512_mask_sub_epi8(bytes, _mm512_movepi8_mask(quants), zero, bytes);
-      const __m512i sums = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(quants), signed_bytes);
-      __m512& acc = pair % 2 == 0 ? acc0 : acc1;
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pair_factor_index[pair], factors), acc);
-    }
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + avx2_tail<GgufType::Q8_0>(row, x, b, blocks);
-}
-
-// dot_q8_0 for four activation vectors at once (a prompt's rows): the quants, |w| and w's sign mask made once
-// per pair of blocks, the weights' eight scales converted once per eight blocks, and each vector's sums take
-// exactly the steps of dot_q8_0 in the same order, so each result is bit-identical to that kernel's.
-void dot4_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  constexpr int kVectors = 4;
+// One pass over a row serves kVectors activation vectors: 1 (decode: the row streams from memory, prefetched) or 4 (a
+// prompt's rows, the row in cache): the quants, |w|, w's sign mask and the weights' eight scales are made once for
+// all of them, and each vector's sums take the same steps in the same order, so a four-vector result is
+// bit-identical to the one-vector one.
+template <int kVectors>
+void q8_0_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   __m512i pair_factor_index[4];
   for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
   const __m512i zero = _mm512_setzero_si512();
@@ -94,6 +71,7 @@ void dot4_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int6
       factors[v] = _mm512_castps256_ps512(_mm256_mul_ps(weight_scales, _mm256_loadu_ps(x[v].blocks.scales + b)));
     for (int pair = 0; pair < 4; ++pair) {
       const std::uint8_t* first = row + 68 * pair;
+      if constexpr (kVectors == 1) _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
       const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load256(first + 2)), load256(first + 36), 1);
       const __mmask64 negative = _mm512_movepi8_mask(quants);
       const __m512i magnitudes = _mm512_abs_epi8(quants);
@@ -110,6 +88,12 @@ void dot4_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int6
   for (int v = 0; v < kVectors; ++v)
     out[v] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[v], acc1[v])) +
              avx2_tail<GgufType::Q8_0>(start + 34 * b, x[v], b, blocks);
+}
+
+float dot_q8_0(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  float out;
+  q8_0_dot_vectors<1>(row, &x, blocks, &out);
+  return out;
 }
 
 // Q4_0, Q4_1, Q5_0, Q5_1 read eight blocks (144 to 192 bytes) as three 64-byte registers and take every
@@ -475,7 +459,7 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
 }
 
 void dot4_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  dot4_q8_0(row, x, blocks, out);
+  q8_0_dot_vectors<4>(row, x, blocks, out);
 }
 void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   q4_q5_k_dot4<false>(row, x, blocks, out);
