@@ -16,6 +16,12 @@ KvBlockPool::KvBlockPool(const KvCacheShape& shape, std::int64_t block_tokens, s
   if (max_blocks < 1 || max_blocks > (std::int64_t{1} << 30))
     throw std::invalid_argument("KvBlockPool: max_blocks must be between 1 and 2^30, not " +
                                 std::to_string(max_blocks));
+  // Checked in double first: a huge block or count must be an error here, not a wrapped size for new[].
+  const double pool_bytes = double(block_tokens) * double(shape.row_bytes()) * double(shape.layers) * 2.0 *
+                            double(shape.kv_heads) * double(max_blocks);
+  if (pool_bytes > double(std::int64_t{1} << 50))
+    throw std::invalid_argument("KvBlockPool: " + std::to_string(max_blocks) + " blocks of " +
+                                std::to_string(block_tokens) + " positions are more memory than can be reserved");
   head_bytes_ = block_tokens * shape.row_bytes();
   block_bytes_ = shape.layers * 2 * shape.kv_heads * head_bytes_;
   // Reserved, not touched: a page costs memory only once a block on it is written.

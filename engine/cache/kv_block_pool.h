@@ -27,7 +27,8 @@ class KvBlockPool {
   using BlockId = std::int32_t;
   enum class Part { Keys = 0, Values = 1 };
 
-  // Throws std::invalid_argument for an empty shape, block_tokens < 1 or max_blocks < 1.
+  // Throws std::invalid_argument for an empty shape, block_tokens < 1, max_blocks < 1 or a pool past 2^50 bytes
+  // (std::bad_alloc where the system cannot reserve it).
   KvBlockPool(const KvCacheShape& shape, std::int64_t block_tokens, std::int64_t max_blocks);
   KvBlockPool(const KvBlockPool&) = delete;
   KvBlockPool& operator=(const KvBlockPool&) = delete;

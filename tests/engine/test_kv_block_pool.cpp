@@ -51,6 +51,15 @@ void write_positions(KvBlockTable& table, std::int64_t from, std::int64_t to, in
         }
 }
 
+// Prepares, writes (row_value of `sequence`) and commits the table's next `count` positions; false, with nothing
+// written, when the pool has no room for them.
+bool append_positions(KvBlockTable& table, std::int64_t count, int sequence = 0) {
+  if (!table.prepare(count)) return false;
+  write_positions(table, table.size(), table.size() + count, sequence);
+  table.commit(count);
+  return true;
+}
+
 // Whether positions [from, to) of a table hold row_value(..., sequence) everywhere.
 bool holds_positions(const KvBlockTable& table, std::int64_t from, std::int64_t to, int sequence = 0) {
   for (std::int64_t position = from; position < to; ++position)
@@ -75,6 +84,8 @@ void KvBlockPoolTest::blocks_have_the_shape_bytes() {
   QCOMPARE(KvBlockPool(q8, 16, 1).block_bytes(), std::int64_t{2 * 2 * 2 * 16 * 34});
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument, KvBlockPool(small_shape(), 0, 4));
   QVERIFY_THROWS_EXCEPTION(std::invalid_argument, KvBlockPool(small_shape(), 16, 0));
+  // 2^30 blocks of 2^20 positions: refused by count, not wrapped into a small allocation.
+  QVERIFY_THROWS_EXCEPTION(std::invalid_argument, KvBlockPool(small_shape(), std::int64_t{1} << 20, 1 << 30));
 }
 
 // Two sequences with a common 200-token prefix (12.5 blocks of 16): the prefix's 13 blocks are held once; the
@@ -82,9 +93,7 @@ void KvBlockPoolTest::blocks_have_the_shape_bytes() {
 void KvBlockPoolTest::a_shared_prefix_is_held_once() {
   KvBlockPool pool(small_shape(), 16, 64);
   KvBlockTable first(pool);
-  QVERIFY(first.prepare(200));
-  write_positions(first, 0, 200);
-  first.commit(200);
+  QVERIFY(append_positions(first, 200));
   QCOMPARE(pool.blocks_in_use(), std::int64_t{13});
 
   KvBlockTable second = first.fork();
@@ -123,13 +132,9 @@ void KvBlockPoolTest::a_shared_prefix_is_held_once() {
 void KvBlockPoolTest::a_prefix_ending_on_a_block_edge_copies_nothing() {
   KvBlockPool pool(small_shape(), 16, 64);
   KvBlockTable first(pool);
-  QVERIFY(first.prepare(192));
-  write_positions(first, 0, 192);
-  first.commit(192);
+  QVERIFY(append_positions(first, 192));
   KvBlockTable second = first.fork();
-  QVERIFY(second.prepare(5));
-  write_positions(second, 192, 197, 1);
-  second.commit(5);
+  QVERIFY(append_positions(second, 5, 1));
   QCOMPARE(pool.copies_made(), std::int64_t{0});
   QCOMPARE(pool.shared_blocks(), std::int64_t{12});
   QCOMPARE(pool.blocks_in_use(), std::int64_t{13});
@@ -149,9 +154,7 @@ void KvBlockPoolTest::a_prefix_ending_on_a_block_edge_copies_nothing() {
 void KvBlockPoolTest::the_budget_is_never_passed() {
   KvBlockPool pool(small_shape(), 16, 8);
   KvBlockTable first(pool);
-  QVERIFY(first.prepare(120));  // 8 blocks, the last one half full
-  write_positions(first, 0, 120);
-  first.commit(120);
+  QVERIFY(append_positions(first, 120));  // 8 blocks, the last one half full
   QCOMPARE(pool.blocks_free(), std::int64_t{0});
 
   KvBlockTable other(pool);
@@ -181,9 +184,7 @@ void KvBlockPoolTest::the_budget_is_never_passed() {
 void KvBlockPoolTest::shared_rows_cannot_be_written() {
   KvBlockPool pool(small_shape(), 16, 8);
   KvBlockTable first(pool);
-  QVERIFY(first.prepare(20));
-  write_positions(first, 0, 20);
-  first.commit(20);
+  QVERIFY(append_positions(first, 20));
   KvBlockTable second = first.fork();
   QVERIFY_THROWS_EXCEPTION(std::logic_error, second.row(0, Part::Keys, 0, 3));
   QVERIFY_THROWS_EXCEPTION(std::out_of_range, std::as_const(second).row(0, Part::Keys, 0, 20));
