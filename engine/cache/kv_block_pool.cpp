@@ -76,8 +76,13 @@ const std::uint8_t* KvBlockPool::row(BlockId block, std::int64_t layer, Part par
   check(block);
   if (layer < 0 || layer >= shape_.layers || head < 0 || head >= shape_.kv_heads || row < 0 || row >= block_tokens_)
     throw std::out_of_range("KvBlockPool::row: layer, head or row outside the block");
-  const std::int64_t head_index = (layer * 2 + static_cast<std::int64_t>(part)) * shape_.kv_heads + head;
-  return storage_.get() + block * block_bytes_ + head_index * head_bytes_ + row * shape_.row_bytes();
+  return storage_.get() + block * block_bytes_ + part_offset(layer, part) + head * head_bytes_ +
+         row * shape_.row_bytes();
+}
+
+const std::uint8_t* KvBlockPool::block_data(BlockId block) const {
+  check(block);
+  return storage_.get() + block * block_bytes_;
 }
 
 std::uint8_t* KvBlockPool::row(BlockId block, std::int64_t layer, Part part, std::int64_t head, std::int64_t row) {

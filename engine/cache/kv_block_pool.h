@@ -47,6 +47,14 @@ class KvBlockPool {
   std::uint8_t* row(BlockId block, std::int64_t layer, Part part, std::int64_t head, std::int64_t row);
   const std::uint8_t* row(BlockId block, std::int64_t layer, Part part, std::int64_t head, std::int64_t row) const;
 
+  // The layout the attention kernels read: a block starts at block_data(block); one layer's K (V) rows of KV head h
+  // start part_offset(layer, part) + h * head_bytes() bytes into it, a position's row row_bytes after the last.
+  const std::uint8_t* block_data(BlockId block) const;
+  std::int64_t part_offset(std::int64_t layer, Part part) const {
+    return (layer * 2 + static_cast<std::int64_t>(part)) * shape_.kv_heads * head_bytes_;
+  }
+  std::int64_t head_bytes() const { return head_bytes_; }
+
   const KvCacheShape& shape() const { return shape_; }
   std::int64_t block_tokens() const { return block_tokens_; }
   std::int64_t block_bytes() const { return block_bytes_; }

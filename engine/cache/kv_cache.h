@@ -26,6 +26,10 @@ namespace kvchat {
 // position first_position + p are the row_bytes bytes at head_keys(h) + p * row_bytes, in the cache's KvDtype
 // (engine/kernels/kv_rows.h; F32 rows are head_dim floats). Writing goes through KvCache::write_rows, so the
 // cache alone knows its layout.
+//
+// A paged cache's rows (paged()) are in blocks of block_tokens positions instead: position p of KV head h is at
+// blocks[p / block_tokens] + keys_offset (values_offset) + h * head_stride + (p % block_tokens) * row_bytes, and
+// keys and values are null.
 struct KvLayerRows {
   const std::uint8_t* keys = nullptr;
   const std::uint8_t* values = nullptr;
@@ -33,6 +37,9 @@ struct KvLayerRows {
   std::int64_t row_bytes = 0;       // bytes of one position's row
   std::int64_t first_position = 0;  // the position of row 0 (a sliding layer's cache drops older positions)
   KvDtype dtype = KvDtype::F32;
+  const std::uint8_t* const* blocks = nullptr;  // each block's start, in position order (paged rows only)
+  std::int64_t block_tokens = 0, keys_offset = 0, values_offset = 0;
+  bool paged() const { return blocks != nullptr; }
   const std::uint8_t* head_keys(std::int64_t head) const { return keys + head * head_stride; }
   const std::uint8_t* head_values(std::int64_t head) const { return values + head * head_stride; }
 };

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/cache/kv_step.h"
+#include "engine/kernels/kv_rows.h"
 
 namespace kvchat {
 
@@ -25,9 +26,7 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::append(std::int64_t layer, const
   catch_up();
   const std::int64_t steps = k.size(1);
   // The first layer of a forward makes room for all of them; the step's positions count once committed.
-  if (!table_.prepare(steps))
-    throw std::length_error("PagedKvCache: the block pool has no room for " + std::to_string(steps) +
-                            " more positions (" + std::to_string(pool_->blocks_free()) + " free blocks)");
+  prepare(steps);
   const std::int64_t row_bytes = shape_.row_bytes();
   const at::Tensor stored[2] = {kv_step_as_stored(k, shape_).contiguous(), kv_step_as_stored(v, shape_).contiguous()};
   for (int part = 0; part < 2; ++part) {
@@ -39,6 +38,43 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::append(std::int64_t layer, const
   }
   return {gather(layer, KvBlockPool::Part::Keys, size_ + steps),
           gather(layer, KvBlockPool::Part::Values, size_ + steps)};
+}
+
+void PagedKvCache::prepare(std::int64_t tokens) {
+  if (!table_.prepare(tokens))
+    throw std::length_error("PagedKvCache: the block pool has no room for " + std::to_string(tokens) +
+                            " more positions (" + std::to_string(pool_->blocks_free()) + " free blocks)");
+}
+
+bool PagedKvCache::prepare_rows(std::int64_t tokens) {
+  catch_up();
+  prepare(tokens);
+  block_starts_.clear();
+  for (const KvBlockPool::BlockId block : table_.blocks()) block_starts_.push_back(pool_->block_data(block));
+  return true;
+}
+
+KvLayerRows PagedKvCache::layer_rows(std::int64_t layer) const {
+  if (layer < 0 || layer >= shape_.layers) throw std::out_of_range("PagedKvCache::layer_rows: no such layer");
+  KvLayerRows rows;
+  rows.head_stride = pool_->head_bytes();
+  rows.row_bytes = shape_.row_bytes();
+  rows.dtype = shape_.dtype;
+  rows.blocks = block_starts_.data();
+  rows.block_tokens = pool_->block_tokens();
+  rows.keys_offset = pool_->part_offset(layer, KvBlockPool::Part::Keys);
+  rows.values_offset = pool_->part_offset(layer, KvBlockPool::Part::Values);
+  return rows;
+}
+
+void PagedKvCache::write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v) {
+  const std::int64_t head_dim = shape_.head_dim;
+  for (std::int64_t head = 0; head < shape_.kv_heads; ++head) {
+    kernels::encode_kv_rows(shape_.dtype, k + head * head_dim, 1, head_dim,
+                            table_.row(layer, KvBlockPool::Part::Keys, head, position));
+    kernels::encode_kv_rows(shape_.dtype, v + head * head_dim, 1, head_dim,
+                            table_.row(layer, KvBlockPool::Part::Values, head, position));
+  }
 }
 
 at::Tensor PagedKvCache::gather(std::int64_t layer, KvBlockPool::Part part, std::int64_t positions) const {

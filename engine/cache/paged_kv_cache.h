@@ -1,15 +1,16 @@
 #pragma once
 // A KvCache over a KvBlockPool: a sequence's keys and values live in the pool's blocks through its own block
 // table, so that sequences forked from it share their common prefix block for block (copy-on-write when one
-// writes into a shared block). This first form serves the model's append path: append() writes the step's rows
-// into the blocks and returns the layer's rows gathered into one tensor, which the attention reads; the decode
-// kernels do not read blocks yet (prepare_rows() is false). Every layer keeps every position: a model with
+// writes into a shared block). A decode step (and a batched one) writes its rows in place and the attention reads
+// them in their blocks (prepare_rows, layer_rows, write_rows: no allocation, no copy); append() serves the general
+// path and returns the layer's rows gathered into one tensor. Every layer keeps every position: a model with
 // sliding-window layers is refused.
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "engine/cache/kv_block_pool.h"
 #include "engine/cache/kv_cache.h"
@@ -27,6 +28,10 @@ class PagedKvCache final : public KvCache {
   std::pair<at::Tensor, at::Tensor> view(std::int64_t layer, std::int64_t n) const override;
   std::int64_t truncate(std::int64_t n) override;
   std::int64_t capacity() const override;
+  // Throws std::length_error when the pool has no block left for the step (nothing is taken then).
+  bool prepare_rows(std::int64_t tokens) override;
+  KvLayerRows layer_rows(std::int64_t layer) const override;
+  void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v) override;
 
   // A cache holding this one's committed positions in the same blocks.
   std::unique_ptr<PagedKvCache> fork() const;
@@ -37,8 +42,12 @@ class PagedKvCache final : public KvCache {
   void catch_up() const;
   at::Tensor gather(std::int64_t layer, KvBlockPool::Part part, std::int64_t positions) const;
 
+  // Makes positions size() .. size() + tokens - 1 writable, or throws std::length_error.
+  void prepare(std::int64_t tokens);
+
   KvBlockPool* pool_;
   mutable KvBlockTable table_;
+  std::vector<const std::uint8_t*> block_starts_;  // the table's blocks' data, as of the last prepare_rows
 };
 
 }  // namespace kvchat

@@ -5,6 +5,7 @@
 
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/isa_kernels.h"
+#include "engine/kernels/kv_rows.h"
 
 namespace kvchat::kernels {
 namespace {
@@ -67,6 +68,35 @@ bool attention_decode_head_stored(const float* q, const StoredKvRows& keys, cons
 #endif
   (void)q, (void)keys, (void)values, (void)n, (void)group, (void)head_dim, (void)scale, (void)scores, (void)out;
   return false;
+}
+
+std::int64_t paged_block_shift(std::int64_t block_tokens) {
+  if (block_tokens < 1 || (block_tokens & (block_tokens - 1)) != 0) return -1;
+  std::int64_t shift = 0;
+  while ((std::int64_t{1} << shift) < block_tokens) ++shift;
+  return shift;
+}
+
+bool attention_decode_head_paged(const float* q, const PagedKvRows& keys, const PagedKvRows& values, std::int64_t n,
+                                 std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out) {
+#if KVCHAT_HAVE_AVX2_KERNELS
+  if (use_avx512_kernels() && head_dim % 16 == 0 && group <= avx512::kMaxAttentionGroup &&
+      keys.block_tokens == values.block_tokens && keys.dtype == values.dtype)
+    return avx512::attention_decode_head_paged(q, keys, values, n, group, head_dim, scale, scores, out);
+#endif
+  (void)q, (void)keys, (void)values, (void)n, (void)group, (void)head_dim, (void)scale, (void)scores, (void)out;
+  return false;
+}
+
+void gather_paged_kv_rows(const PagedKvRows& rows, std::int64_t n, std::int64_t head_dim, float* values) {
+  // A block's rows are consecutive: decoded a run at a time.
+  for (std::int64_t t = 0; t < n;) {
+    const std::int64_t position = rows.first + t, within = position % rows.block_tokens;
+    const std::int64_t count = std::min(rows.block_tokens - within, n - t);
+    decode_kv_rows(rows.dtype, rows.blocks[position / rows.block_tokens] + rows.offset + within * rows.row_bytes, count,
+                   rows.row_bytes, head_dim, values + t * head_dim);
+    t += count;
+  }
 }
 
 void attention_decode_head_softcapped(const float* q, const float* keys, const float* values, std::int64_t n,

@@ -34,4 +34,25 @@ struct StoredKvRows {
 bool attention_decode_head_stored(const float* q, const StoredKvRows& keys, const StoredKvRows& values, std::int64_t n,
                                   std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
 
+// Rows in the blocks of a paged KV cache: row t (position first + t) is the row_bytes bytes at
+// blocks[(first + t) / block_tokens] + offset + ((first + t) % block_tokens) * row_bytes.
+struct PagedKvRows {
+  const std::uint8_t* const* blocks = nullptr;
+  std::int64_t block_tokens = 0;
+  std::int64_t offset = 0;  // bytes from a block's start to the row of its first position
+  std::int64_t first = 0;
+  std::int64_t row_bytes = 0;
+  KvDtype dtype = KvDtype::F32;
+};
+// log2(block_tokens) for a power of two; -1 otherwise (the paged kernel takes positions apart with a shift).
+std::int64_t paged_block_shift(std::int64_t block_tokens);
+
+// attention_decode_head_stored over paged rows: to the bit the result over the same rows stored one after another
+// (a row's address changes, not its arithmetic). False (nothing computed) where no kernel reads blocks: the caller
+// gathers them (gather_paged_kv_rows) and calls attention_decode_head.
+bool attention_decode_head_paged(const float* q, const PagedKvRows& keys, const PagedKvRows& values, std::int64_t n,
+                                 std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
+// n paged rows decoded into n x head_dim f32 values (contiguous).
+void gather_paged_kv_rows(const PagedKvRows& rows, std::int64_t n, std::int64_t head_dim, float* values);
+
 }  // namespace kvchat::kernels

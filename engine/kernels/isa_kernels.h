@@ -76,6 +76,8 @@ void attention_decode_head(const float* q, const float* keys, const float* value
                            float* scores, float* out);
 bool attention_decode_head_stored(const float* q, const StoredKvRows& keys, const StoredKvRows& values, std::int64_t n,
                                   std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
+bool attention_decode_head_paged(const float* q, const PagedKvRows& keys, const PagedKvRows& values, std::int64_t n,
+                                 std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
 
 }  // namespace avx512
 #endif  // KVCHAT_HAVE_AVX2_KERNELS

@@ -173,6 +173,10 @@ struct RowsAttention {
       float* scores = single_row_scores ? single_row_scores + g * group * positions : scratch<0>(group * positions);
       const float* query = q + i * q_size + g * group * head_dim;
       float* result = out + i * q_size + g * group * head_dim;
+      if (row_cache->paged()) {
+        paged_head(*row_cache, g, first_key, positions, query, scores, result);
+        continue;
+      }
       const std::uint8_t* stored_keys = row_cache->head_keys(g) + offset;
       const std::uint8_t* stored_values = row_cache->head_values(g) + offset;
       const float* keys = reinterpret_cast<const float*>(stored_keys);
@@ -201,6 +205,29 @@ struct RowsAttention {
         kernels::attention_decode_head(query, keys, values, positions, head_dim, group, head_dim, scale, scores,
                                        result);
     }
+  }
+  // One KV head's attention over a paged cache's rows: read in their blocks, or gathered into f32 rows where no
+  // kernel reads blocks (the same values and arithmetic either way).
+  void paged_head(const KvLayerRows& cache_rows, std::int64_t g, std::int64_t first_key, std::int64_t positions,
+                  const float* query, float* scores, float* result) const {
+    const std::int64_t head_offset = g * cache_rows.head_stride;
+    const kernels::PagedKvRows keys{cache_rows.blocks, cache_rows.block_tokens, cache_rows.keys_offset + head_offset,
+                                    first_key,         cache_rows.row_bytes,    cache_rows.dtype};
+    kernels::PagedKvRows values = keys;
+    values.offset = cache_rows.values_offset + head_offset;
+    if (softcap <= 0.f &&
+        kernels::attention_decode_head_paged(query, keys, values, positions, group, head_dim, scale, scores, result))
+      return;
+    float* gathered_keys = scratch<1>(positions * head_dim);
+    float* gathered_values = scratch<2>(positions * head_dim);
+    kernels::gather_paged_kv_rows(keys, positions, head_dim, gathered_keys);
+    kernels::gather_paged_kv_rows(values, positions, head_dim, gathered_values);
+    if (softcap > 0.f)
+      kernels::attention_decode_head_softcapped(query, gathered_keys, gathered_values, positions, head_dim, group,
+                                                head_dim, scale, softcap, scores, result);
+    else
+      kernels::attention_decode_head(query, gathered_keys, gathered_values, positions, head_dim, group, head_dim, scale,
+                                     scores, result);
   }
   // Per-thread scratch, one buffer per `kBuffer`: grows to the largest use, then is reused.
   template <int kBuffer>

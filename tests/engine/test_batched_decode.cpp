@@ -1,7 +1,7 @@
 // A batched decode step (LlamaModel::decode_batch): several sequences' next tokens in one pass, each row
 // bit-identical to the same sequence's decode step alone (logits compared with memcmp), with sequences of
 // different lengths joining and leaving the batch at different steps, over f32, bf16, Q8_0, Q4_K, Qwen2 and
-// sliding-window models.
+// sliding-window models, with contiguous caches and with paged ones (the attention reading the pool's blocks).
 #include <QtTest>
 #include "common/test_suite.h"
 
@@ -14,6 +14,7 @@
 
 #include "common/test_models.h"
 #include "engine/cache/kv_cache.h"
+#include "engine/cache/paged_kv_cache.h"
 #include "engine/model/decode_context.h"
 #include "engine/model/llama_model.h"
 
@@ -44,14 +45,21 @@ class BatchedDecodeTest : public QObject {
  private Q_SLOTS:
   void each_row_equals_its_sequence_alone_data() {
     QTest::addColumn<QString>("model");
+    QTest::addColumn<bool>("paged");
     for (const char* name : {"models/stories260K", "models/tiny-llama3-random", "models/tiny-llama3-random-bf16",
                              "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "fixtures/gguf/tiny-llama-k-Q8_0.gguf",
                              "qwen2-random-bf16", "family:gemma3", "family:gemma2"})
-      QTest::newRow(name) << name;
+      QTest::newRow(name) << name << false;
+    // The batch over a paged cache (one block pool, attention reading the blocks); sliding-window models are not
+    // paged yet.
+    for (const char* name : {"models/stories260K", "models/tiny-llama3-random",
+                             "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "qwen2-random-bf16"})
+      QTest::newRow(qPrintable(QString("%1 paged").arg(name))) << name << true;
   }
 
   void each_row_equals_its_sequence_alone() {
     QFETCH(QString, model);
+    QFETCH(bool, paged);
     const auto llama = load(model.toStdString());
     if (!llama->rows_match_decode_steps())
       QSKIP("the model's products do not run on the engine kernels: no batched step");
@@ -89,11 +97,15 @@ class BatchedDecodeTest : public QObject {
     }
 
     // Batched: the same prefills, then one decode_batch per step over the sequences running at that step.
+    KvBlockPool pool(llama->cache_shape(), /*block_tokens=*/16, /*max_blocks=*/64);
     std::vector<std::unique_ptr<KvCache>> caches;
     std::vector<std::vector<float>> next_logits(sequences.size());
     std::vector<std::vector<TokenId>> batched_tokens(sequences.size());
     for (const Sequence& sequence : sequences) {
-      caches.push_back(make_kv_cache(KvCacheMode::Contiguous, llama->cache_shape()));
+      if (paged)
+        caches.push_back(std::make_unique<PagedKvCache>(pool));
+      else
+        caches.push_back(make_kv_cache(KvCacheMode::Contiguous, llama->cache_shape()));
       DecodeContext context;
       llama->decode_rows(sequence.prompt.data(), static_cast<std::int64_t>(sequence.prompt.size()), 0, *caches.back(),
                          context);
@@ -137,6 +149,13 @@ class BatchedDecodeTest : public QObject {
       QCOMPARE(caches[j]->size(), static_cast<std::int64_t>(sequences[j].prompt.size()) + sequences[j].new_tokens);
     }
     QVERIFY(largest_batch >= 5);
+    if (paged) {
+      std::int64_t blocks = 0;
+      for (const auto& cache : caches) blocks += (cache->size() + 15) / 16;
+      QCOMPARE(pool.blocks_in_use(), blocks);
+      caches.clear();
+      QCOMPARE(pool.blocks_in_use(), std::int64_t(0));
+    }
   }
 
   void a_batch_refuses_a_shared_cache_and_a_full_context() {

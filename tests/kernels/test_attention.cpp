@@ -25,6 +25,7 @@ class AttentionTest : public QObject {
   void matches_reference();
   void a_dominant_key_selects_its_value();
   void stored_rows_equal_their_decoded_rows();
+  void paged_rows_equal_the_same_rows_in_one_piece();
 };
 
 void AttentionTest::matches_reference_data() {
@@ -142,6 +143,73 @@ void AttentionTest::stored_rows_equal_their_decoded_rows() {
   set_avx512_kernels_enabled(cpu_has_avx512());
   if (!cpu_has_avx512()) QSKIP("no AVX-512 on this processor: no kernel reads stored rows directly");
   QVERIFY(direct > 0);
+}
+
+// Rows in the blocks of a paged cache (blocks out of order in memory, a window starting inside a block) give, to the
+// bit, the result over the same rows decoded and laid one after another: read in their blocks by the AVX-512 kernel,
+// or gathered (every processor, and a block size that is not a power of two).
+void AttentionTest::paged_rows_equal_the_same_rows_in_one_piece() {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  int read_in_blocks = 0;
+  for (const bool avx512 : {true, false})
+    for (const KvDtype dtype : {KvDtype::F32, KvDtype::BF16, KvDtype::F16, KvDtype::Q8_0})
+      for (const auto& [positions, first, block_tokens, group, head_dim] :
+           std::vector<std::tuple<int, int, int, int, int>>{
+               {1, 0, 16, 1, 64}, {37, 0, 16, 4, 64}, {300, 45, 32, 3, 128}, {129, 1, 1, 2, 32}, {70, 17, 12, 8, 64}}) {
+        set_avx2_kernels_enabled(cpu_has_avx2_fma());
+        set_avx512_kernels_enabled(avx512 && cpu_has_avx512());
+        const int total = first + positions, blocks = (total + block_tokens - 1) / block_tokens;
+        const std::int64_t row_bytes = kv_row_bytes(dtype, head_dim);
+        // Each block holds keys then values of its block_tokens rows after 24 bytes of something else; the blocks
+        // sit in memory in reverse order.
+        const std::int64_t offset = 24, block_bytes = offset + 2 * block_tokens * row_bytes;
+        std::vector<std::uint8_t> memory(static_cast<std::size_t>(blocks * block_bytes));
+        std::vector<const std::uint8_t*> block_starts;
+        for (int b = 0; b < blocks; ++b) block_starts.push_back(memory.data() + (blocks - 1 - b) * block_bytes);
+        std::vector<float> q(group * head_dim), row(head_dim);
+        for (float& v : q) v = normal(rng);
+        std::vector<float> keys(positions * head_dim), values(positions * head_dim);
+        for (int p = 0; p < total; ++p)
+          for (int part = 0; part < 2; ++part) {
+            for (float& v : row) v = normal(rng) * (part == 0 ? 3.f : 1.f);
+            auto* stored = const_cast<std::uint8_t*>(block_starts[p / block_tokens]) + offset +
+                           (part * block_tokens + p % block_tokens) * row_bytes;
+            encode_kv_rows(dtype, row.data(), 1, head_dim, stored);
+            if (p >= first)
+              decode_kv_rows(dtype, stored, 1, row_bytes, head_dim,
+                             (part == 0 ? keys : values).data() + (p - first) * head_dim);
+          }
+        const PagedKvRows paged_keys{block_starts.data(), block_tokens, offset, first, row_bytes, dtype};
+        PagedKvRows paged_values = paged_keys;
+        paged_values.offset = offset + block_tokens * row_bytes;
+        std::vector<float> gathered(positions * head_dim);
+        gather_paged_kv_rows(paged_values, positions, head_dim, gathered.data());
+        QVERIFY(std::memcmp(gathered.data(), values.data(), gathered.size() * sizeof(float)) == 0);
+
+        const float scale = 1.0f / std::sqrt(float(head_dim));
+        std::vector<float> scores(group * positions), expected(group * head_dim), out(group * head_dim, NAN);
+        attention_decode_head(q.data(), keys.data(), values.data(), positions, head_dim, group, head_dim, scale,
+                              scores.data(), expected.data());
+        const bool read = attention_decode_head_paged(q.data(), paged_keys, paged_values, positions, group, head_dim,
+                                                      scale, scores.data(), out.data());
+        QCOMPARE(read, avx512 && cpu_has_avx512() && paged_block_shift(block_tokens) >= 0);
+        if (!read) continue;
+        ++read_in_blocks;
+        QVERIFY2(
+            std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)) == 0,
+            qPrintable(QString("dtype %1, %2 positions from %3 in blocks of %4: differs from the rows in one piece")
+                           .arg(static_cast<int>(dtype))
+                           .arg(positions)
+                           .arg(first)
+                           .arg(block_tokens)));
+      }
+  set_avx2_kernels_enabled(cpu_has_avx2_fma());
+  set_avx512_kernels_enabled(cpu_has_avx512());
+  QCOMPARE(paged_block_shift(16), std::int64_t(4));
+  QCOMPARE(paged_block_shift(12), std::int64_t(-1));
+  if (!cpu_has_avx512()) QSKIP("no AVX-512 on this processor: paged rows are gathered, checked above");
+  QVERIFY(read_in_blocks > 0);
 }
 
 KVCHAT_TEST_APPLESS_MAIN(AttentionTest)
