@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "engine/cache/kv_cache.h"
 #include "engine/model/llama_model.h"
@@ -15,8 +16,10 @@ using Clock = std::chrono::steady_clock;
 bool stop_requested(const std::atomic<bool>* stop) { return stop && stop->load(std::memory_order_relaxed); }
 }  // namespace
 
-Prefiller::Prefiller(const LlamaModel& model, int chunk_tokens)
-    : model_(model), chunk_tokens_(static_cast<std::size_t>(std::max(1, chunk_tokens))) {}
+Prefiller::Prefiller(const LlamaModel& model, int chunk_tokens, ChunkRunner run_chunk)
+    : model_(model),
+      chunk_tokens_(static_cast<std::size_t>(std::max(1, chunk_tokens))),
+      run_chunk_(std::move(run_chunk)) {}
 
 PrefillResult Prefiller::run(const std::vector<TokenId>& prompt, KvCache& cache, std::vector<float>& logits,
                              const std::atomic<bool>* stop, const BeforePrefillChunk& before_chunk) const {
@@ -29,7 +32,11 @@ PrefillResult Prefiller::run(const std::vector<TokenId>& prompt, KvCache& cache,
     const std::vector<TokenId> piece(
         prompt.begin() + static_cast<std::ptrdiff_t>(begin),
         prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), begin + chunk_tokens_)));
-    last = model_.forward(piece, cache.size(), &cache);
+    const auto chunk = [&] { last = model_.forward(piece, cache.size(), &cache); };
+    if (run_chunk_)
+      run_chunk_(chunk);
+    else
+      chunk();
     result.prefilled_tokens += static_cast<int>(piece.size());
   }
   result.complete = last.defined() && static_cast<std::size_t>(cache.size()) == prompt.size();

@@ -24,10 +24,13 @@ struct PrefillResult {
 // ends the prefill before that chunk.
 using BeforePrefillChunk = std::function<void(std::int64_t cached_tokens)>;
 
+// Runs one chunk's model work: at once, or when a DecodeBatcher gives it its turn between decode steps.
+using ChunkRunner = std::function<void(const std::function<void()>& work)>;
+
 class Prefiller {
  public:
-  // Keeps a reference: `model` must outlive the prefiller.
-  Prefiller(const LlamaModel& model, int chunk_tokens);
+  // Keeps a reference: `model` must outlive the prefiller. `run_chunk` (may be empty: at once) runs each chunk.
+  Prefiller(const LlamaModel& model, int chunk_tokens, ChunkRunner run_chunk = {});
 
   // Cached: runs prompt[cache.size() ..] into the cache (the caller has truncated the cache to the
   // prefix it shares with the prompt, and left at least one token to run).
@@ -41,6 +44,7 @@ class Prefiller {
  private:
   const LlamaModel& model_;
   std::size_t chunk_tokens_;
+  ChunkRunner run_chunk_;
 };
 
 }  // namespace kvchat

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "engine/cache/kv_cache.h"
 #include "engine/cache/kv_snapshot.h"
 #include "engine/compute/compute_context.h"
+#include "engine/generation/decode_batcher.h"
 #include "engine/generation/draft.h"
 #include "engine/generation/prefill.h"
 #include "engine/model/llama_model.h"
@@ -157,6 +159,12 @@ Drafter* Session::drafter_for(const SpeculativeConfig& config) {
   return drafter_.get();
 }
 
+void Session::set_decode_batcher(std::shared_ptr<DecodeBatcher> batcher) {
+  if (batcher && &batcher->model() != model_.get())
+    throw std::invalid_argument("Session: the decode batcher serves another model");
+  batcher_ = std::move(batcher);
+}
+
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& config,
                                    const std::atomic<bool>* stop, const TokenCallback& on_token,
                                    const BeforePrefillChunk& before_prefill_chunk) {
@@ -178,8 +186,13 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   std::vector<float>& logits = decode_context_.logits;
   logits.resize(static_cast<std::size_t>(vocab_size));
 
+  // With the cache on and a batcher, decode steps are rows of shared steps and other model work takes turns with them.
+  DecodeBatcher* batcher = cache_ ? batcher_.get() : nullptr;
+  ChunkRunner run_chunk;
+  if (batcher) run_chunk = [batcher](const std::function<void()>& work) { batcher->exclusive(work); };
+
   // Prefill: only what the cache does not hold yet.
-  const Prefiller prefiller(*model_, config.prefill_chunk_tokens);
+  const Prefiller prefiller(*model_, config.prefill_chunk_tokens, run_chunk);
   int reused_tokens = 0;
   RestoredPrefix restored;
   PrefillResult prefill;
@@ -213,7 +226,17 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     const std::size_t total = static_cast<std::size_t>(
         std::min<std::int64_t>(limit, static_cast<std::int64_t>(prompt.size()) + std::max(0, config.max_new_tokens)));
     TokenGenerator::FeedToken feed;
-    if (cache_) {
+    std::optional<DecodeBatcher::Member> member;  // in the batch from the first decode step to the last
+    if (batcher) member.emplace(*batcher);
+    if (member) {
+      history_.reserve(total);
+      feed = [this, &member](TokenId token, std::int64_t position) {
+        if (position != cache_->size()) throw std::logic_error("decode: a step out of place in a batched session");
+        member->decode(token, *cache_, decode_context_.logits);
+        history_.push_back(token);
+        return decode_context_.logits.data();
+      };
+    } else if (cache_) {
       history_.reserve(total);
       feed = [this](TokenId token, std::int64_t position) {
         model_->decode(token, position, *cache_, decode_context_);
@@ -235,8 +258,12 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     if (drafter && cache_ && model_->rows_match_decode_steps()) {
       checking.drafter = drafter;
       checking.max_draft_tokens = config.speculative.draft_tokens;
-      checking.feed_rows = [this](const TokenId* tokens, int count, std::int64_t position) {
-        model_->decode_rows(tokens, count, position, *cache_, decode_context_);
+      checking.feed_rows = [this, &member](const TokenId* tokens, int count, std::int64_t position) {
+        const auto rows = [&] { model_->decode_rows(tokens, count, position, *cache_, decode_context_); };
+        if (member)
+          member->exclusive(rows);
+        else
+          rows();
         history_.insert(history_.end(), tokens, tokens + count);
         return static_cast<const float*>(decode_context_.row_logits.data());
       };

@@ -22,6 +22,7 @@ namespace kvchat {
 class LlamaModel;
 class KvCache;
 class Drafter;
+class DecodeBatcher;
 class ComputeContext;
 struct KvSnapshot;
 
@@ -72,6 +73,12 @@ class Session {
   void set_compute_context(std::shared_ptr<const ComputeContext> context) { compute_ = std::move(context); }
   const std::shared_ptr<const ComputeContext>& compute_context() const { return compute_; }
 
+  // Continuous batching with the other sessions of `batcher` (null: none): while the cache is on, this session's
+  // decode steps run as rows of the batcher's steps and its prefill chunks and speculative checks between them,
+  // giving the same tokens. Throws std::invalid_argument for a batcher of another model. Not during generate().
+  void set_decode_batcher(std::shared_ptr<DecodeBatcher> batcher);
+  const std::shared_ptr<DecodeBatcher>& decode_batcher() const { return batcher_; }
+
   const std::vector<TokenId>& history() const { return history_; }  // tokens the cache holds
   std::int64_t cache_tokens() const;
   std::int64_t cache_bytes() const;
@@ -119,6 +126,7 @@ class Session {
   std::shared_ptr<const ComputeContext> compute_;
   std::unique_ptr<Drafter> drafter_;
   SpeculativeConfig drafter_config_;  // what drafter_ was made for
+  std::shared_ptr<DecodeBatcher> batcher_;
 };
 
 }  // namespace kvchat

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/generation/draft.h"
 #include "engine/generation/sampler.h"
 
 namespace kvchat {
