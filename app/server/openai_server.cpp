@@ -398,7 +398,10 @@ void OpenAiServer::Impl::install_routes() {
                        {"kv_cache_budget_bytes", status.budget_bytes},
                        {"kv_cache_evictions", status.evictions},
                        {"waiting_for_prefix", status.waiting_for_prefix},
-                       {"prefix_copies", status.prefix_copies}};
+                       {"prefix_copies", status.prefix_copies},
+                       {"batched_decode_steps", status.batched_steps},
+                       {"batched_decode_rows", status.batched_rows},
+                       {"largest_decode_batch", status.largest_batch}};
     response.set_content(body.dump(), "application/json");
   };
   const auto model_object = [this] {

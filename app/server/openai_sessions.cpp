@@ -8,7 +8,9 @@
 #include <random>
 
 #include "app/compute_lock.h"
+#include "engine/compute/compute_context.h"
 #include "engine/generation/session.h"
+#include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
 
 namespace kvchat::app::openai {
@@ -74,11 +76,26 @@ ServerSessions::Entry* ServerSessions::add_entry() {
   auto entry = std::make_unique<Entry>();
   entry->id = static_cast<SessionPool::ConversationId>(entries_.size() + 1);
   entry->session = &pool_.acquire(entry->id, KvCacheMode::Contiguous);
+  entry->session->set_decode_batcher(decode_batcher());
   entries_.push_back(std::move(entry));
   return entries_.back().get();
 }
 
 ServerSessions::~ServerSessions() = default;
+
+std::shared_ptr<DecodeBatcher> ServerSessions::decode_batcher() {
+  if (batcher_decided_) return batcher_;
+  batcher_decided_ = true;
+  const ComputeScope scope(compute_.get());
+  if (parallel_ > 1 && model_.model->rows_match_decode_steps()) {
+    batcher_ = std::make_shared<DecodeBatcher>(model_.model, parallel_);
+    spdlog::info("server: up to {} requests decode together, one pass over the weights per step", parallel_);
+  } else if (parallel_ > 1) {
+    spdlog::info("server: the model's products do not run on the engine kernels; {} requests decode side by side",
+                 parallel_);
+  }
+  return batcher_;
+}
 
 std::string ServerSessions::architecture() const { return model_.config.model_type; }
 
@@ -314,6 +331,12 @@ ServerSessions::Status ServerSessions::status() {
   status.evictions = evictions_;
   status.waiting_for_prefix = waiting_for_prefix_;
   status.prefix_copies = prefix_copies_;
+  if (batcher_) {
+    const DecodeBatcher::Stats batched = batcher_->stats();
+    status.batched_steps = batched.steps;
+    status.batched_rows = batched.rows;
+    status.largest_batch = batched.largest_batch;
+  }
   return status;
 }
 

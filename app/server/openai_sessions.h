@@ -11,9 +11,10 @@
 // prefill holds the shared prefix (worth the wait only for at least one prefill chunk of tokens).
 //
 // At most `parallel` requests generate at once, each on its own session (a session serves one request at
-// a time); up to `max_queue` more wait for a slot, and any beyond that are refused at once (429) rather
-// than left waiting. A client that leaves is noticed before every prefill chunk and after every token,
-// and its generation stops there. Once shut_down() is called, waiting and new requests are refused with
+// a time), their decode steps batched (DecodeBatcher: one pass over the weights computes the next token of
+// every running request, each as it would be alone); up to `max_queue` more wait for a slot, and any beyond that are
+// refused at once (429) rather than left waiting. A client that leaves is noticed before every prefill chunk and after
+// every token, and its generation stops there. Once shut_down() is called, waiting and new requests are refused with
 // 503 and running generations stop.
 //
 // Memory: the sessions' KV caches live in one SessionPool under a byte budget. After every request the
@@ -32,6 +33,7 @@
 #include "app/chat/chat_turn_runner.h"
 #include "app/server/openai_protocol.h"
 #include "engine/cache/session_pool.h"
+#include "engine/generation/decode_batcher.h"
 
 namespace kvchat {
 struct LoadedModel;
@@ -69,6 +71,7 @@ class ServerSessions {
   ~ServerSessions();
   // What every session computes with (SessionPool::set_compute_context); before the first request.
   void set_compute_context(std::shared_ptr<const ComputeContext> context) {
+    compute_ = context;
     pool_.set_compute_context(std::move(context));
   }
   // Speculative decoding for every request (the same replies, sooner where they repeat the prompt); before
@@ -118,6 +121,8 @@ class ServerSessions {
     std::int64_t evictions = 0;      // caches evicted under the budget so far
     int waiting_for_prefix = 0;      // requests waiting for a running one's prefill to copy its prefix
     std::int64_t prefix_copies = 0;  // prefixes copied from one session into another so far
+    // Continuous batching (all zero with --parallel 1 or where the model's rows are not batched).
+    std::int64_t batched_steps = 0, batched_rows = 0, largest_batch = 0;
   };
   Status status();
 
@@ -133,6 +138,9 @@ class ServerSessions {
   void finish_use(Entry& entry, std::unique_lock<std::mutex>& lock);
   void release(Entry* entry);
   void enforce_budget();  // with mutex_ held
+  // The batcher every session decodes through, made with the first session (the compute context decides whether
+  // the model's rows are batched); null for one request at a time.
+  std::shared_ptr<DecodeBatcher> decode_batcher();
   void check_not_shutting_down() const;
   GenerationConfig generation_config(const SamplingRequest& request) const;
 
@@ -153,6 +161,9 @@ class ServerSessions {
   int waiting_ = 0;
   int waiting_for_prefix_ = 0;
   SessionPool pool_;
+  std::shared_ptr<const ComputeContext> compute_;
+  bool batcher_decided_ = false;
+  std::shared_ptr<DecodeBatcher> batcher_;
   std::vector<std::unique_ptr<Entry>> entries_;
   std::uint64_t use_clock_ = 0;
   std::int64_t evictions_ = 0;

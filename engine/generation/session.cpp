@@ -187,7 +187,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
   logits.resize(static_cast<std::size_t>(vocab_size));
 
   // With the cache on and a batcher, decode steps are rows of shared steps and other model work takes turns with them.
-  DecodeBatcher* batcher = cache_ ? batcher_.get() : nullptr;
+  DecodeBatcher* batcher = cache_ && model_->rows_match_decode_steps() ? batcher_.get() : nullptr;
   ChunkRunner run_chunk;
   if (batcher) run_chunk = [batcher](const std::function<void()>& work) { batcher->exclusive(work); };
 

@@ -158,6 +158,57 @@ class TestOpenAiServerSessions : public QObject {
     QVERIFY2(cached_tokens(kept) > int(encode({messages[0]}).size()), kept.body.c_str());
   }
 
+  // Eight clients at once on a server with --parallel 8 (replies of different lengths, two conversations sharing a
+  // long system prompt, started a few milliseconds apart so that they join and leave the batch at different steps):
+  // their decode steps are batched, and every reply is the one a server running one request at a time gives.
+  void concurrent_requests_decode_together_as_alone() {
+    std::vector<std::vector<json>> conversations;
+    std::vector<int> lengths;
+    const char* openings[] = {"Tom had a red ball.",
+                              "Lily saw a big tree.",
+                              "The cat was sleepy.",
+                              "A bird sang a song.",
+                              "Ben and his dog went to the park.",
+                              "The sun was hot.",
+                              "Sue found a shiny stone.",
+                              "The boat was blue."};
+    for (int j = 0; j < 8; ++j) {
+      std::vector<json> messages;
+      if (j == 1 || j == 4) messages.push_back(system_message(long_system_prompt()));
+      messages.push_back(user(openings[j]));
+      conversations.push_back(messages);
+      lengths.push_back(16 + 8 * j);
+    }
+    std::vector<std::string> alone;
+    {
+      InProcessServer one_at_a_time(model_, options(1, 8));
+      for (int j = 0; j < 8; ++j) {
+        const HttpReply reply = post_chat(one_at_a_time, conversations[j], lengths[j]);
+        QCOMPARE(reply.status, 200);
+        alone.push_back(reply_text(reply));
+      }
+    }
+    InProcessServer server(model_, options(8, 8));
+    std::vector<HttpReply> replies(8);
+    std::vector<std::thread> clients;
+    for (int j = 0; j < 8; ++j) {
+      clients.emplace_back([&, j] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3 * j));
+        replies[j] = post_chat(server, conversations[j], lengths[j]);
+      });
+    }
+    for (std::thread& client : clients) client.join();
+    for (int j = 0; j < 8; ++j) {
+      QCOMPARE(replies[j].status, 200);
+      QCOMPARE(reply_text(replies[j]), alone[j]);
+    }
+    const json status = health(server);
+    QVERIFY2(status["batched_decode_rows"].get<int>() > 0, status.dump().c_str());
+    QVERIFY2(status["largest_decode_batch"].get<int>() >= 2, status.dump().c_str());
+    QVERIFY2(status["batched_decode_steps"].get<int>() < status["batched_decode_rows"].get<int>(),
+             status.dump().c_str());
+  }
+
   // Two conversations sharing a long system prompt: the second reuses exactly the prefix the two prompts'
   // ids share, copied into a session of its own, so the first keeps its whole cache and its next turn
   // continues it. An edited last message reuses everything before the edit. Every reply is a fresh
