@@ -76,6 +76,13 @@ void attention_decode_head(const float* q, const float* keys, const float* value
                            float* scores, float* out);
 bool attention_decode_head_stored(const float* q, const StoredKvRows& keys, const StoredKvRows& values, std::int64_t n,
                                   std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
+// matvec.h's row-exact products over n > 1 vectors, for rows longer than the short rows the AVX2 kernel takes four at
+// a time (each result the AVX2 matvec's of its vector alone, to the bit).
+constexpr std::int64_t kExactMinColumns = 257;
+void matmul_rows_exact(const float* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end);
+void matmul_rows_exact(const std::uint16_t* weight, const float* x, float* y, std::int64_t n, std::int64_t rows,
+                       std::int64_t cols, const float* bias, std::int64_t row_begin, std::int64_t row_end);
 bool attention_decode_head_paged(const float* q, const PagedKvRows& keys, const PagedKvRows& values, std::int64_t n,
                                  std::int64_t group, std::int64_t head_dim, float scale, float* scores, float* out);
 

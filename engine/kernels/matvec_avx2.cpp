@@ -103,7 +103,7 @@ inline float dot_row_avx2(const Weight* w, std::int64_t cols, const float* x) {
   const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[1], acc[5])),
                                    _mm256_add_ps(_mm256_add_ps(acc[2], acc[6]), _mm256_add_ps(acc[3], acc[7])));
   float result = hsum(sum);
-  for (; c < cols; ++c) result += load1(w + c) * x[c];
+  for (; c < cols; ++c) result = fused_multiply_add(load1(w + c), x[c], result);
   return result;
 }
 
@@ -264,7 +264,7 @@ inline void finish_exact_avx2(const Weight* w, std::int64_t cols, const float* x
                                      _mm256_add_ps(_mm256_add_ps(a[2], a[6]), _mm256_add_ps(a[3], a[7])));
     float result = hsum(sum);
     const float* xk = x + k * ldx;
-    for (std::int64_t t = tail; t < cols; ++t) result += load1(w + t) * xk[t];
+    for (std::int64_t t = tail; t < cols; ++t) result = fused_multiply_add(load1(w + t), xk[t], result);
     out[k] = result;
   }
 }

@@ -21,6 +21,13 @@
 namespace kvchat::kernels {
 namespace {
 
+// a * b + c rounded once. Written out where two kernels must sum a tail alike: left to the compiler, `c += a * b`
+// in a loop may become one multiply-add, or a vector of products rounded each and then added, depending on the
+// instruction set a file is compiled for.
+inline float fused_multiply_add(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
 // The sum of a vector's 4 floats.
 inline float horizontal_sum(__m128 v) {
   const __m128 pairs = _mm_add_ps(v, _mm_movehl_ps(v, v));

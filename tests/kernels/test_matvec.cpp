@@ -94,15 +94,19 @@ template <typename Body>
 void for_each_configuration(const Body& body) {
   for (int threads : {1, 2, 3}) {
     set_default_threads(threads);
-    for (bool avx2 : {true, false}) {
-      if (avx2 && !cpu_has_avx2_fma()) continue;
-      set_avx2_kernels_enabled(avx2);
-      body(QString("threads=%1 %2").arg(threads).arg(avx2 ? "avx2" : "portable"));
+    // AVX-512 where the processor has it (the kernels that use it), AVX2 alone, portable.
+    for (int level : {2, 1, 0}) {
+      if (level > 0 && !cpu_has_avx2_fma()) continue;
+      if (level == 2 && !cpu_has_avx512()) continue;
+      set_avx2_kernels_enabled(level > 0);
+      set_avx512_kernels_enabled(level == 2);
+      body(QString("threads=%1 %2").arg(threads).arg(level == 2 ? "avx512" : level == 1 ? "avx2" : "portable"));
       if (QTest::currentTestFailed()) break;
     }
     if (QTest::currentTestFailed()) break;
   }
   set_avx2_kernels_enabled(true);
+  set_avx512_kernels_enabled(true);
   set_default_threads(0);
 }
 
@@ -158,7 +162,7 @@ class MatvecTest : public QObject {
     std::mt19937 rng(77);
     for_each_configuration([&](const QString& config) {
       for (const Shape& shape : kShapes) {
-        for (std::int64_t n : {2, 3, 5, 8}) {
+        for (std::int64_t n : {2, 3, 5, 6, 8, 12}) {
           const std::vector<float> weight = random_floats(static_cast<std::size_t>(shape.rows * shape.cols), rng);
           std::vector<std::uint16_t> weight_bf16(weight.size());
           f32_to_bf16(weight.data(), weight_bf16.data(), static_cast<std::int64_t>(weight.size()));
