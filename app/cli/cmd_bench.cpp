@@ -50,7 +50,8 @@ const std::string kUsage =
         "             proposed tokens accepted, and whether the tokens are identical (they must be).\n"
         "--batch 1,2,4,8: after the rows, that many sequences decoding together (one pass over the weights per\n"
         "             step for all of them), in --pairs interleaved rounds: aggregate and per-sequence tok/s\n"
-        "             (medians), against batch 1, and whether the first sequence's tokens are its tokens alone.\n"
+        "             (medians), against batch 1, and whether the first sequence's tokens are its tokens alone. The\n"
+        "             prompts share their first half (held once in a paged KV cache: blocks used, shared, copied).\n"
         "--prompt-kind repeating: the prompt repeats one passage of 64 random ids (text that repeats its\n"
         "             context, what prompt lookup catches); random (the default): no repetition.\n") +
     kSnapshotBenchUsage;
@@ -297,6 +298,7 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
                      long long prompt_tokens) {
   std::map<long long, std::vector<double>> aggregate, per_sequence;
   std::map<long long, bool> identical;
+  std::map<long long, BatchRun> last;  // its KV block counts (the same every round)
   std::vector<TokenId> alone;
   for (int round = 0; round < options.pairs; ++round)
     for (long long size : options.batch_sizes) {
@@ -308,6 +310,7 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
         alone =
             run_batch_benchmark(source.model, 1, static_cast<int>(prompt_tokens), options.new_tokens).first_sequence;
       identical[size] = (identical.count(size) == 0 || identical[size]) && run.first_sequence == alone;
+      last[size] = run;
     }
   const double base = aggregate.count(1) ? median(aggregate[1]) : 0.0;
   for (long long size : options.batch_sizes) {
@@ -322,15 +325,27 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
                                              {"aggregate_decode_tok_s", total},
                                              {"per_sequence_decode_tok_s", each},
                                              {"aggregate_over_batch_1", base > 0 ? total / base : 0.0},
-                                             {"identical_tokens", identical[size]}}}})
+                                             {"identical_tokens", identical[size]},
+                                             {"paged_kv", last[size].paged},
+                                             {"kv_block_tokens", last[size].paged ? kBenchBlockTokens : 0},
+                                             {"kv_blocks_used", last[size].kv_blocks_used},
+                                             {"kv_blocks_shared", last[size].kv_blocks_shared},
+                                             {"kv_block_copies", last[size].kv_block_copies}}}})
                        .dump()
                 << std::endl;
     } else {
       std::printf(
           "      batch %3lld, %lld + %d tokens each: aggregate %.2f tok/s (%.2fx batch 1), per sequence %.2f "
-          "tok/s, tokens %s\n",
+          "tok/s, tokens %s",
           size, prompt_tokens, options.new_tokens, total, base > 0 ? total / base : 0.0, each,
           identical[size] ? "identical" : "DIFFERENT");
+      if (last[size].paged)
+        std::printf("; KV blocks of %lld positions: %lld used, %lld shared, %lld copied\n",
+                    static_cast<long long>(kBenchBlockTokens), static_cast<long long>(last[size].kv_blocks_used),
+                    static_cast<long long>(last[size].kv_blocks_shared),
+                    static_cast<long long>(last[size].kv_block_copies));
+      else
+        std::printf("; KV cache contiguous (sliding-window layers)\n");
     }
   }
   std::fflush(stdout);

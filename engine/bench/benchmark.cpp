@@ -14,7 +14,9 @@
 #include <random>
 #include <stdexcept>
 
+#include "engine/cache/kv_block_pool.h"
 #include "engine/cache/kv_cache.h"
+#include "engine/cache/paged_kv_cache.h"
 #include "engine/compute/compute_options.h"
 #include "engine/generation/session.h"
 #include "engine/kernels/memory_probe.h"
@@ -175,19 +177,46 @@ BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int
   if (!model->rows_match_decode_steps())
     throw std::invalid_argument("a batched decode needs the engine kernels (--kernels on) and weights they take");
   const std::int64_t vocab = model->config().vocab_size;
+  const KvCacheShape shape = model->cache_shape();
+  const bool paged = std::all_of(shape.layer_windows.begin(), shape.layer_windows.end(),
+                                 [](std::int64_t window) { return window == 0; });
+  const int length = std::max(1, prompt_tokens), common = length / 2;
+  const std::int64_t blocks_each = (length + new_tokens + kBenchBlockTokens - 1) / kBenchBlockTokens + 1;
+  std::unique_ptr<KvBlockPool> pool;
+  if (paged) pool = std::make_unique<KvBlockPool>(shape, kBenchBlockTokens, blocks_each * batch);
   std::vector<std::unique_ptr<KvCache>> caches;
   std::vector<KvCache*> rows;
   std::vector<TokenId> next(static_cast<std::size_t>(batch));
   DecodeContext buffers;
+  std::mt19937 common_generator(4321);
+  std::uniform_int_distribution<TokenId> token(3, static_cast<TokenId>(vocab - 1));
+  std::vector<TokenId> common_ids(static_cast<std::size_t>(common));
+  for (TokenId& id : common_ids) id = token(common_generator);
+  std::unique_ptr<PagedKvCache> common_cache;  // the common half, prefilled once: the first sequence's cache
+  if (paged && common > 0) {
+    common_cache = std::make_unique<PagedKvCache>(*pool);
+    model->decode_rows(common_ids.data(), common, 0, *common_cache, buffers);
+  }
+  // The others fork it before the first sequence writes past the common half into it.
+  std::vector<std::unique_ptr<PagedKvCache>> forks;
+  for (int i = 1; common_cache && i < batch; ++i) forks.push_back(common_cache->fork());
   for (int i = 0; i < batch; ++i) {
     std::mt19937 generator(1234 + static_cast<unsigned>(i));
-    std::uniform_int_distribution<TokenId> token(3, static_cast<TokenId>(vocab - 1));
-    std::vector<TokenId> prompt(static_cast<std::size_t>(std::max(1, prompt_tokens)));
-    for (TokenId& id : prompt) id = token(generator);
-    caches.push_back(make_kv_cache(KvCacheMode::Contiguous, model->cache_shape()));
+    std::vector<TokenId> prompt = common_ids;
+    while (static_cast<int>(prompt.size()) < length) prompt.push_back(token(generator));
+    std::int64_t cached = 0;
+    if (common > 0 && paged) {
+      caches.push_back(i == 0 ? std::move(common_cache) : std::move(forks[static_cast<std::size_t>(i - 1)]));
+      cached = common;
+    } else if (paged) {
+      caches.push_back(std::make_unique<PagedKvCache>(*pool));
+    } else {
+      caches.push_back(make_kv_cache(KvCacheMode::Contiguous, shape));
+    }
     rows.push_back(caches.back().get());
-    model->decode_rows(prompt.data(), static_cast<std::int64_t>(prompt.size()), 0, *caches.back(), buffers);
-    const float* logits = buffers.row_logits.data() + (prompt.size() - 1) * vocab;
+    model->decode_rows(prompt.data() + cached, static_cast<std::int64_t>(prompt.size()) - cached, cached,
+                       *caches.back(), buffers);
+    const float* logits = buffers.row_logits.data() + (prompt.size() - cached - 1) * vocab;
     next[i] = static_cast<TokenId>(std::max_element(logits, logits + vocab) - logits);
   }
   BatchRun run;
@@ -207,6 +236,12 @@ BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int
   run.step_ms = seconds * 1000.0 / steps;
   run.per_sequence_tok_s = seconds > 0 ? steps / seconds : 0.0;
   run.aggregate_tok_s = run.per_sequence_tok_s * batch;
+  if (pool) {
+    run.paged = true;
+    run.kv_blocks_used = pool->blocks_in_use();
+    run.kv_blocks_shared = pool->shared_blocks();
+    run.kv_block_copies = pool->copies_made();
+  }
   return run;
 }
 

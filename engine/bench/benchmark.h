@@ -73,16 +73,24 @@ inline BenchRun run_generation_benchmark(const std::shared_ptr<const LlamaModel>
 std::vector<double> rows_pass_milliseconds(const std::shared_ptr<const LlamaModel>& model, int context_tokens,
                                            const std::vector<int>& rows, int repeats);
 
-// `batch` sequences of `prompt_tokens` seeded random ids each (sequence i's ids the same whatever the batch),
-// prefilled one by one, then `new_tokens` greedy tokens each, all sequences' steps together through
-// LlamaModel::decode_batch. Decode tok/s over every sequence's tokens (aggregate) and per sequence; the first
-// sequence's tokens, to compare across batch sizes (batch 1 is that sequence alone).
+// `batch` sequences of `prompt_tokens` seeded random ids each (sequence i's ids the same whatever the batch), whose
+// first half is common to all of them (a shared system prompt), prefilled one by one, then `new_tokens` greedy
+// tokens each, all sequences' steps together through LlamaModel::decode_batch. The caches are paged (one block pool,
+// kBenchBlockTokens positions a block; the others fork the first sequence's cache after the common half, so they
+// hold its whole blocks once and copy the one they diverge in), or contiguous for a model with sliding-window layers.
+// Decode tok/s over every sequence's tokens (aggregate) and per sequence; the first sequence's tokens, to compare
+// across batch sizes (batch 1 is that sequence alone).
+constexpr std::int64_t kBenchBlockTokens = 16;
 struct BatchRun {
   int batch = 0;
   double aggregate_tok_s = 0.0;
   double per_sequence_tok_s = 0.0;
   double step_ms = 0.0;  // mean wall time of one batched step
   std::vector<TokenId> first_sequence;
+  bool paged = false;
+  std::int64_t kv_blocks_used = 0;    // at the end
+  std::int64_t kv_blocks_shared = 0;  // of those, held by more than one sequence
+  std::int64_t kv_block_copies = 0;   // copy-on-write: a sequence writing into a block another holds
 };
 BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int batch, int prompt_tokens,
                              int new_tokens);

@@ -253,7 +253,7 @@ void CliBenchTest::speculative_pairs_report_acceptance_and_identity() {
 // its tokens alone.
 void CliBenchTest::batched_decode_reports_each_width() {
   auto result =
-      run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--prompt-tokens", "20",
+      run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--prompt-tokens", "40",
                "--new-tokens", "30", "--kv-cache", "on", "--batch", "1,3", "--pairs", "1", "--threads", "1", "--json"});
   QVERIFY2(result.exit_code == 0, result.err.c_str());
   std::istringstream lines(result.out);
@@ -267,7 +267,16 @@ void CliBenchTest::batched_decode_reports_each_width() {
     QVERIFY(row["aggregate_decode_tok_s"].get<double>() > 0);
     QCOMPARE(row["aggregate_decode_tok_s"].get<double>(),
              row["per_sequence_decode_tok_s"].get<double>() * row["batch"].get<double>());
-    widths.push_back(row["batch"].get<long long>());
+    // 40-token prompts sharing their first 20, 30 tokens each (29 written): each sequence's 69 positions span five
+    // blocks of 16. The first (common) block is held once by all; the second (the common 16-19, then each sequence's
+    // own) is copied by every sequence writing into it while another still holds it, all but the last.
+    const long long batch = row["batch"].get<long long>();
+    QVERIFY2(row["paged_kv"].get<bool>(), line.c_str());
+    QCOMPARE(row["kv_block_tokens"].get<long long>(), 16LL);
+    QCOMPARE(row["kv_blocks_used"].get<long long>(), 1 + 4 * batch);
+    QCOMPARE(row["kv_blocks_shared"].get<long long>(), batch > 1 ? 1LL : 0LL);
+    QCOMPARE(row["kv_block_copies"].get<long long>(), batch - 1);
+    widths.push_back(batch);
   }
   QVERIFY(widths == std::vector<long long>({1, 3}));
   auto bad = run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--batch", "0"});
