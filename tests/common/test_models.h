@@ -2,7 +2,8 @@
 // The models the engine's multi-row suites (speculative decoding, batched decode) run on, by name: a shared
 // model folder or GGUF file ("models/stories260K", "fixtures/gguf/....gguf"), the same with "-bf16" (a folder's
 // weights kept in bf16), a family fixture of this repository ("family:gemma3", "family:gemma3/model-Q4_K.gguf"),
-// or a random Qwen2-layout model ("qwen2-random-f32", "qwen2-random-bf16": q/k/v biases, GQA).
+// or a random Qwen2-layout model ("qwen2-random-f32", "qwen2-random-bf16", "qwen2-random-q4_k": q/k/v biases, GQA;
+// the last with every matrix in Q4_K blocks).
 #include <memory>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/model_weights.h"
 
 namespace kvchat::test {
 
@@ -25,6 +27,10 @@ inline std::shared_ptr<const LlamaModel> load_test_model(const std::string& name
   if (name == "qwen2-random-f32" || name == "qwen2-random-bf16")
     return LlamaModel::random(ModelConfig::from_json_text(kRandomQwen2Config, "qwen2 test config"), 11,
                               name == "qwen2-random-bf16" ? WeightDtype::BFloat16 : WeightDtype::Float32);
+  if (name == "qwen2-random-q4_k") {
+    const ModelConfig config = ModelConfig::from_json_text(kRandomQwen2Config, "qwen2 test config");
+    return std::make_shared<LlamaModel>(config, random_quantized_model_weights(config, 11, GgufType::Q4_K));
+  }
   LoadOptions options;
   std::string path =
       name.rfind("family:", 0) == 0 ? source_dir() + "/tests/fixtures/families/" + name.substr(7) : shared_path(name);

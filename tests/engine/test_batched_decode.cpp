@@ -53,7 +53,7 @@ class BatchedDecodeTest : public QObject {
     // The batch over a paged cache (one block pool, attention reading the blocks); sliding-window models are not
     // paged yet.
     for (const char* name : {"models/stories260K", "models/tiny-llama3-random",
-                             "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "qwen2-random-bf16"})
+                             "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "qwen2-random-bf16", "qwen2-random-q4_k"})
       QTest::newRow(qPrintable(QString("%1 paged").arg(name))) << name << true;
   }
 

@@ -1,8 +1,8 @@
 // Continuous batching (DecodeBatcher): sequences generated on threads of their own, their decode steps computed
 // together, give exactly the tokens each gives alone: eight requests of different lengths joining and leaving at
 // different steps (two sharing a 200-token prefix, one sampled with a seed) on a Llama-2-shape, a Llama-3-shape and
-// a Qwen2 model in f32, and on Q4_K files. A row that fails fails alone, and a prompt's prefill takes turns with the
-// decoding sequences instead of holding them up.
+// a Qwen2 model in f32, and in Q4_K (two files and a random Qwen2). A row that fails fails alone, and a prompt's
+// prefill takes turns with the decoding sequences instead of holding them up.
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
@@ -63,8 +63,9 @@ class DecodeBatcherTest : public QObject {
  private Q_SLOTS:
   void every_sequence_equals_its_run_alone_data() {
     QTest::addColumn<QString>("model");
-    for (const char* name : {"models/stories260K", "models/tiny-llama3-random", "qwen2-random-f32",
-                             "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "family:qwen3/model-Q4_K.gguf"})
+    for (const char* name :
+         {"models/stories260K", "models/tiny-llama3-random", "qwen2-random-f32",
+          "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "qwen2-random-q4_k", "family:qwen3/model-Q4_K.gguf"})
       QTest::newRow(name) << name;
   }
 
