@@ -32,11 +32,12 @@ const char* kUsage =
     "Starts the OpenAI server in this process on the model (default the embedded stories260K) and runs\n"
     "--clients threads, each sending --requests streamed chat requests, greedy, of one growing\n"
     "conversation (each request resends the history, the last reply and a new user message; a\n"
-    "conversation about to outgrow the context starts over). --parallel requests generate at once;\n"
-    "the queue holds every client, so none is refused. Prints: requests/s and generated tokens/s over\n"
-    "the wall time, p50/p99 time to first token as the clients saw it, the cached-token share (sum of\n"
-    "cached_tokens / sum of prompt_tokens), failed requests, and peak RSS beside the KV cache budget\n"
-    "(--memory-budget-mib, default as the desktop app's: a quarter of the machine's memory).";
+    "conversation about to outgrow the context starts over). --parallel requests generate at once,\n"
+    "their decode steps batched; the queue holds every client, so none is refused. Prints: requests/s\n"
+    "and generated tokens/s over the wall time, p50/p99 time to first token as the clients saw it, the\n"
+    "cached-token share (sum of cached_tokens / sum of prompt_tokens), failed requests, peak RSS beside\n"
+    "the KV cache budget (--memory-budget-mib, default as the desktop app's: a quarter of the machine's\n"
+    "memory), and the decode batches (tokens, steps, the most in one step).";
 
 constexpr double kMiB = 1048576.0;
 
@@ -125,7 +126,10 @@ int run_serve_bench(const std::vector<std::string>& args) {
                                 {"rss_after_model_load_mib", rss_after_load / kMiB},
                                 {"kv_cache_peak_mib", peak_cache_bytes / kMiB},
                                 {"kv_cache_budget_mib", options.memory_budget_bytes / kMiB},
-                                {"kv_cache_evictions", status.evictions}};
+                                {"kv_cache_evictions", status.evictions},
+                                {"batched_decode_steps", status.batched_steps},
+                                {"batched_decode_rows", status.batched_rows},
+                                {"largest_decode_batch", status.largest_batch}};
   if (!first_error.empty()) out["first_error"] = first_error;
   if (parser.has("json")) {
     std::cout << out.dump() << std::endl;
@@ -146,6 +150,13 @@ int run_serve_bench(const std::vector<std::string>& args) {
       "evictions\n",
       out["peak_rss_mib"].get<double>(), rss_after_load / kMiB, peak_cache_bytes / kMiB,
       options.memory_budget_bytes / kMiB, static_cast<long long>(status.evictions));
+  if (status.batched_steps > 0)
+    std::printf("decode batches: %lld tokens in %lld steps (%.2f a step, at most %lld)\n",
+                static_cast<long long>(status.batched_rows), static_cast<long long>(status.batched_steps),
+                double(status.batched_rows) / double(status.batched_steps),
+                static_cast<long long>(status.largest_batch));
+  else
+    std::printf("decode batches: none (--parallel 1, or the model's products are not on the engine kernels)\n");
   if (!first_error.empty()) std::printf("first failure: %s\n", first_error.c_str());
   return failed == 0 ? 0 : 1;
 }

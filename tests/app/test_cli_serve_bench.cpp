@@ -40,13 +40,18 @@ class TestCliServeBench : public QObject {
     // Turns 2 and 3 of each conversation continue its cache.
     QVERIFY2(out["cached_tokens"].get<int>() > 0 && out["cached_share"].get<double>() > 0.0, result.out.c_str());
     QVERIFY(out["ttft_p99_ms"].get<double>() >= out["ttft_p50_ms"].get<double>());
+    // The default --parallel 2: two clients' decode steps go through the batcher (every token but each reply's last
+    // is a row of a step).
+    QVERIFY2(out["batched_decode_rows"].get<int>() > 0, result.out.c_str());
+    QVERIFY(out["batched_decode_steps"].get<int>() <= out["batched_decode_rows"].get<int>());
+    QVERIFY(out["largest_decode_batch"].get<int>() >= 1 && out["largest_decode_batch"].get<int>() <= 2);
   }
 
   void text_names_every_figure() {
     const auto result = kvchat::test::run_cli(small_run());
     QVERIFY2(result.exit_code == 0, result.err.c_str());
     for (const char* line : {"requests: 6, failed 0,", "throughput: ", " requests/s, ", " generated tokens/s",
-                             "ttft: p50 ", "cached tokens: ", "memory: peak RSS ", " budget "})
+                             "ttft: p50 ", "cached tokens: ", "memory: peak RSS ", " budget ", "decode batches: "})
       QVERIFY2(result.out.find(line) != std::string::npos, (std::string(line) + " missing in:\n" + result.out).c_str());
   }
 
