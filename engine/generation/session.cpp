@@ -10,8 +10,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cache/kv_block_pool.h"
 #include "engine/cache/kv_cache.h"
 #include "engine/cache/kv_snapshot.h"
+#include "engine/cache/paged_kv_cache.h"
 #include "engine/compute/compute_context.h"
 #include "engine/generation/decode_batcher.h"
 #include "engine/generation/draft.h"
@@ -60,6 +62,27 @@ Session::Session(std::shared_ptr<const LlamaModel> model, KvCacheMode cache_mode
   cache_ = make_kv_cache(cache_mode_, model_->cache_shape());
 }
 
+std::unique_ptr<KvCache> Session::make_cache() const {
+  const KvCacheShape shape = model_->cache_shape(kv_dtype_);
+  if (block_pool_ && cache_mode_ == KvCacheMode::Contiguous && block_pool_->shape().dtype == kv_dtype_ &&
+      std::all_of(shape.layer_windows.begin(), shape.layer_windows.end(), [](std::int64_t w) { return w == 0; }))
+    return std::make_unique<PagedKvCache>(*block_pool_);
+  return make_kv_cache(cache_mode_, shape);
+}
+
+void Session::set_block_pool(std::shared_ptr<KvBlockPool> pool) {
+  if (pool) {
+    const KvCacheShape &have = pool->shape(), want = model_->cache_shape(have.dtype);
+    if (have.layers != want.layers || have.kv_heads != want.kv_heads || have.head_dim != want.head_dim)
+      throw std::invalid_argument("Session: the block pool's shape is not this model's");
+  }
+  cache_.reset();  // before the pool it may live in
+  block_pool_ = std::move(pool);
+  clear();
+}
+
+bool Session::paged() const { return dynamic_cast<const PagedKvCache*>(cache_.get()) != nullptr; }
+
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
@@ -84,6 +107,16 @@ std::int64_t Session::copy_prefix_from(const Session& source, std::int64_t token
   if (from.layers != to.layers || from.kv_heads != to.kv_heads || from.head_dim != to.head_dim ||
       from.dtype != to.dtype)
     throw std::invalid_argument("copy_prefix_from: the sessions' caches have different shapes");
+  // Two caches in one block pool: the prefix's blocks are shared, not copied (the block it ends in is copied when
+  // either side writes into it).
+  const auto* paged_source = dynamic_cast<const PagedKvCache*>(source.cache_.get());
+  if (paged_source && paged() && block_pool_ == source.block_pool_) {
+    std::unique_ptr<PagedKvCache> forked = paged_source->fork();
+    forked->truncate(tokens);
+    cache_ = std::move(forked);
+    history_.assign(source.history_.begin(), source.history_.begin() + tokens);
+    return tokens;
+  }
   // The cache's buffers may have been made under inference mode (a generation grew them), and such
   // tensors may be written only under it.
   c10::InferenceMode inference_guard;
@@ -104,7 +137,8 @@ void Session::truncate(std::int64_t tokens) {
 }
 
 void Session::clear() {
-  cache_ = make_kv_cache(cache_mode_, model_->cache_shape(kv_dtype_));  // releases the old buffers
+  cache_.reset();  // releases the old buffers (or blocks) first
+  cache_ = make_cache();
   history_.clear();
 }
 

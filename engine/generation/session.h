@@ -23,6 +23,7 @@ class LlamaModel;
 class KvCache;
 class Drafter;
 class DecodeBatcher;
+class KvBlockPool;
 class ComputeContext;
 struct KvSnapshot;
 
@@ -79,6 +80,14 @@ class Session {
   void set_decode_batcher(std::shared_ptr<DecodeBatcher> batcher);
   const std::shared_ptr<DecodeBatcher>& decode_batcher() const { return batcher_; }
 
+  // Keeps this session's cache in `pool`'s blocks (null: a contiguous cache of its own), from now on (the cache is
+  // dropped). Sessions of one pool hold a copied prefix once (copy_prefix_from shares its blocks) and share the pool's
+  // block budget: a step past it throws std::length_error (nothing is written then). Only for the cache mode
+  // Contiguous, a pool of this model's shape and KV dtype, and a model without sliding-window layers; other
+  // configurations keep a contiguous cache. The pool is shared: it lives while a session uses it.
+  void set_block_pool(std::shared_ptr<KvBlockPool> pool);
+  bool paged() const;
+
   const std::vector<TokenId>& history() const { return history_; }  // tokens the cache holds
   std::int64_t cache_tokens() const;
   std::int64_t cache_bytes() const;
@@ -103,6 +112,8 @@ class Session {
 
  private:
   void set_cache_mode(KvCacheMode mode, KvDtype dtype);
+  // A new, empty cache for the mode and dtype: paged where set_block_pool allows it.
+  std::unique_ptr<KvCache> make_cache() const;
   std::int64_t context_limit(const GenerationConfig& config) const;
   // At most this many positions of a reply are reserved in the cache before its prompt runs.
   static constexpr int kReservedReplyTokens = 1024;
@@ -119,7 +130,8 @@ class Session {
   std::shared_ptr<const LlamaModel> model_;
   KvCacheMode cache_mode_;
   KvDtype kv_dtype_ = KvDtype::F32;
-  std::unique_ptr<KvCache> cache_;  // null when the cache is off
+  std::shared_ptr<KvBlockPool> block_pool_;  // before cache_: a paged cache must go before its pool
+  std::unique_ptr<KvCache> cache_;           // null when the cache is off
   std::vector<TokenId> history_;
   DecodeContext decode_context_;  // decode steps' buffers and the current logits, reused by every step
   PrefixRestorer* restorer_ = nullptr;

@@ -7,10 +7,13 @@
 #include "common/test_suite.h"
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/test_models.h"
 #include "engine/cache/paged_kv_cache.h"
+#include "engine/generation/decode_batcher.h"
+#include "engine/generation/session.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_paged_kv_cache {
@@ -25,6 +28,7 @@ class PagedKvCacheTest : public QObject {
   void a_fork_continues_as_a_fresh_sequence_data();
   void a_fork_continues_as_a_fresh_sequence();
   void a_full_pool_refuses_the_step();
+  void sessions_hold_a_copied_prefix_once();
 };
 
 TokenId greedy_token(const at::Tensor& logits) { return static_cast<TokenId>(logits.argmax().item<std::int64_t>()); }
@@ -126,6 +130,57 @@ void PagedKvCacheTest::a_full_pool_refuses_the_step() {
   QCOMPARE(cache.size(), std::int64_t{30});  // the refused step left the cache as it was
   loaded->forward({5, 6}, 30, &cache);       // room for two more positions in the second block
   QCOMPARE(cache.size(), std::int64_t{32});
+}
+
+// Sessions over one block pool: a conversation that copies another's 200-token prefix (copy_prefix_from, as the
+// server does for a shared system prompt) holds its whole blocks once and copies only the block the prefix ends in;
+// both replies, generated together through a batcher, equal those of sessions with contiguous caches.
+void PagedKvCacheTest::sessions_hold_a_copied_prefix_once() {
+  const auto model = kvchat::test::load_test_model("models/stories260K");
+  if (!model->rows_match_decode_steps()) QSKIP("the model's products do not run on the engine kernels");
+  const std::vector<TokenId> shared = prompt_of(200, 500);
+  std::vector<TokenId> first = shared, second = shared;
+  for (int i = 0; i < 20; ++i) {
+    first.push_back(static_cast<TokenId>(10 + i));
+    second.push_back(static_cast<TokenId>(300 + i));
+  }
+  GenerationConfig config;
+  config.max_new_tokens = 40;
+  config.stop_token_ids = {-1};
+  std::vector<TokenId> expected_first, expected_second;
+  {
+    Session a(model, KvCacheMode::Contiguous), b(model, KvCacheMode::Contiguous);
+    expected_first = a.generate(first, config).generated;
+    b.copy_prefix_from(a, 200);
+    expected_second = b.generate(second, config).generated;
+  }
+  auto pool = std::make_shared<KvBlockPool>(model->cache_shape(), 16, 64);
+  Session a(model, KvCacheMode::Contiguous), b(model, KvCacheMode::Contiguous);
+  a.set_block_pool(pool);
+  b.set_block_pool(pool);
+  QVERIFY(a.paged() && b.paged());
+  QCOMPARE(a.generate(first, config).generated, expected_first);
+  const std::int64_t held_by_first = pool->blocks_in_use();  // 259 positions: 17 blocks
+  QCOMPARE(held_by_first, std::int64_t(17));
+  QCOMPARE(b.copy_prefix_from(a, 200), std::int64_t(200));
+  QCOMPARE(pool->blocks_in_use(), held_by_first);  // nothing copied yet: 13 blocks shared
+  QCOMPARE(pool->shared_blocks(), std::int64_t(13));
+  // Both go on at once, batched; the second's first write falls into block 12 (positions 192-207), its only copy.
+  auto batcher = std::make_shared<DecodeBatcher>(model, 2);
+  a.set_decode_batcher(batcher);
+  b.set_decode_batcher(batcher);
+  std::vector<TokenId> more_first = first;
+  more_first.insert(more_first.end(), expected_first.begin(), expected_first.end() - 1);
+  std::vector<TokenId> second_reply;
+  std::thread other([&] { second_reply = b.generate(second, config).generated; });
+  a.generate(more_first, config);
+  other.join();
+  QCOMPARE(second_reply, expected_second);
+  QCOMPARE(pool->copies_made(), std::int64_t(1));
+  QCOMPARE(pool->shared_blocks(), std::int64_t(12));
+  a.clear();
+  b.clear();
+  QCOMPARE(pool->blocks_in_use(), std::int64_t(0));
 }
 
 KVCHAT_TEST_APPLESS_MAIN(PagedKvCacheTest)
