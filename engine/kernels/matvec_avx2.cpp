@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/kernels/bf16.h"
 #include "engine/kernels/isa_kernels.h"
 #include "engine/kernels/vector_math_avx2.h"
 
@@ -56,14 +55,10 @@ struct Prefetch<F16Weight> {
   static constexpr std::int64_t kAheadBytes = 8192;
 };
 
-inline float load1(const float* w) { return *w; }
-inline float load1(const std::uint16_t* w) { return bf16_to_float(*w); }
+// The f32 and bf16 loads are vector_math_avx2.h's; F16 rows add theirs.
+using kernels::load1;
+using kernels::load8;
 inline float load1(const F16Weight* w) { return _cvtsh_ss(bits_of(w)); }
-inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
-inline __m256 load8(const std::uint16_t* w) {
-  const __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
-}
 inline __m256 load8(const F16Weight* w) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
 }
@@ -83,12 +78,6 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-inline float hsum(__m256 a) {
-  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
-  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
-}
-
 // dot(W row, x).
 template <typename Weight>
 inline float dot_row_avx2(const Weight* w, std::int64_t cols, const float* x) {
@@ -99,12 +88,7 @@ inline float dot_row_avx2(const Weight* w, std::int64_t cols, const float* x) {
     prefetch_ahead(w + c);
     for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(load8(w + c + 8 * j), _mm256_loadu_ps(x + c + 8 * j), acc[j]);
   }
-  for (; c + 8 <= cols; c += 8) acc[0] = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), acc[0]);
-  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[1], acc[5])),
-                                   _mm256_add_ps(_mm256_add_ps(acc[2], acc[6]), _mm256_add_ps(acc[3], acc[7])));
-  float result = hsum(sum);
-  for (; c < cols; ++c) result = fused_multiply_add(load1(w + c), x[c], result);
-  return result;
+  return finish_dot_row(acc, w, x, cols);
 }
 
 // Four consecutive rows against one vector: out[k] = dot(W[row + k], x). For short rows (tiny
@@ -173,7 +157,7 @@ inline void dot_row_x4_avx2(const Weight* w, std::int64_t cols, const float* x, 
     const __m256 w0 = load8(w + c);
     for (int k = 0; k < 4; ++k) acc[k][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), acc[k][0]);
   }
-  for (int k = 0; k < 4; ++k) out[k] = hsum(_mm256_add_ps(acc[k][0], acc[k][1]));
+  for (int k = 0; k < 4; ++k) out[k] = horizontal_sum(_mm256_add_ps(acc[k][0], acc[k][1]));
   for (; c < cols; ++c) {
     const float weight = load1(w + c);
     for (int k = 0; k < 4; ++k) out[k] += weight * x[k * ldx + c];
@@ -247,26 +231,11 @@ inline void accumulate_exact_avx2(const Weight* w, const float* x, std::int64_t 
   }
 }
 
-// The end of dot_row_avx2 for each vector's accumulators in `state` (every 64-column chunk added): the 8-column
-// tail into accumulator 0, the tree, the horizontal sum and the scalar tail.
+// The end of dot_row_avx2 for each vector's accumulators in `state` (every 64-column chunk added).
 template <int Count, typename Weight>
 inline void finish_exact_avx2(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx, __m256 (*state)[8],
                               float* out) {
-  for (std::int64_t c = cols / 64 * 64; c + 8 <= cols; c += 8) {
-    const __m256 weight = load8(w + c);
-    for (int k = 0; k < Count; ++k)
-      state[k][0] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(x + k * ldx + c), state[k][0]);
-  }
-  const std::int64_t tail = cols / 8 * 8;
-  for (int k = 0; k < Count; ++k) {
-    const __m256* a = state[k];
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[1], a[5])),
-                                     _mm256_add_ps(_mm256_add_ps(a[2], a[6]), _mm256_add_ps(a[3], a[7])));
-    float result = hsum(sum);
-    const float* xk = x + k * ldx;
-    for (std::int64_t t = tail; t < cols; ++t) result = fused_multiply_add(load1(w + t), xk[t], result);
-    out[k] = result;
-  }
+  for (int k = 0; k < Count; ++k) out[k] = finish_dot_row(state[k], w, x + k * ldx, cols);
 }
 
 // Vectors per group (eight in one pass would need eight loads of x per weight: the load ports bind), rows per

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "engine/kernels/bf16.h"
 #include "engine/kernels/isa_kernels.h"
 #include "engine/kernels/vector_math_avx2.h"
 
@@ -22,14 +21,7 @@
 namespace kvchat::kernels::avx512 {
 namespace {
 
-// As matvec_avx2.cpp's loads and prefetch distances.
-inline float load1(const float* w) { return *w; }
-inline float load1(const std::uint16_t* w) { return bf16_to_float(*w); }
-inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
-inline __m256 load8(const std::uint16_t* w) {
-  const __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
-}
+// As load8 (vector_math_avx2.h), sixteen weights; matvec_avx2.cpp's prefetch distances.
 inline __m512 load16(const float* w) { return _mm512_loadu_ps(w); }
 inline __m512 load16(const std::uint16_t* w) {
   const __m512i widened = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
@@ -41,12 +33,6 @@ template <typename Weight>
 inline void prefetch_ahead(const Weight* w) {
   const char* line = reinterpret_cast<const char*>(w) + kAheadBytes<Weight>;
   for (std::size_t offset = 0; offset < 64 * sizeof(Weight); offset += 64) _mm_prefetch(line + offset, _MM_HINT_T0);
-}
-
-inline float hsum(__m256 a) {
-  const __m128 folded = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 pairs = _mm_add_ps(folded, _mm_movehl_ps(folded, folded));
-  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
 }
 
 // Adds the 64-column chunks [begin, end) of row w to each of Count vectors' four accumulators in `state`, PerPass
@@ -75,8 +61,8 @@ inline void accumulate(const Weight* w, const float* x, std::int64_t ldx, std::i
   }
 }
 
-// The end of dot_row_avx2 for each vector: its eight 256-bit accumulators out of the four 512-bit ones, the 8-column
-// tail into accumulator 0, the tree, the horizontal sum and the scalar tail.
+// The end of dot_row_avx2 for each vector: its eight 256-bit accumulators out of the four 512-bit ones, then
+// finish_dot_row (vector_math_avx2.h), the one-vector matvec's own end.
 template <int Count, typename Weight>
 inline void finish(const Weight* w, std::int64_t cols, const float* x, std::int64_t ldx, __m512 (*state)[4],
                    float* out) {
@@ -86,14 +72,7 @@ inline void finish(const Weight* w, std::int64_t cols, const float* x, std::int6
       a[2 * j] = _mm512_castps512_ps256(state[k][j]);
       a[2 * j + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(state[k][j]), 1));
     }
-    const float* xk = x + k * ldx;
-    for (std::int64_t c = cols / 64 * 64; c + 8 <= cols; c += 8)
-      a[0] = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(xk + c), a[0]);
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[1], a[5])),
-                                     _mm256_add_ps(_mm256_add_ps(a[2], a[6]), _mm256_add_ps(a[3], a[7])));
-    float result = hsum(sum);
-    for (std::int64_t t = cols / 8 * 8; t < cols; ++t) result = fused_multiply_add(load1(w + t), xk[t], result);
-    out[k] = result;
+    out[k] = finish_dot_row(a, w, x + k * ldx, cols);
   }
 }
 

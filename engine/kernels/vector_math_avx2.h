@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "engine/kernels/bf16.h"
 #include "engine/kernels/block_types.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/x86_intrinsics.h"
@@ -37,6 +38,31 @@ inline float horizontal_sum(__m128 v) {
 // The sum of a vector's 8 floats.
 inline float horizontal_sum(__m256 v) {
   return horizontal_sum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+// A matrix row's weights as f32 (f32 rows, and bf16 rows kept as std::uint16_t): the one at w, or eight from w on.
+inline float load1(const float* w) { return *w; }
+inline float load1(const std::uint16_t* w) { return bf16_to_float(*w); }
+inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+inline __m256 load8(const std::uint16_t* w) {
+  const __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
+}
+
+// The end of the one-vector matvec's dot product of row w and x (matvec_avx2.cpp's dot_row_avx2), given its eight
+// accumulators with every whole 64-column chunk added (accumulator j: columns 8j .. 8j + 7 of each): the 8-column
+// tail into accumulator 0, the tree, the horizontal sum and the scalar tail. Every kernel whose rows must equal that
+// matvec to the bit (the row-exact products of a batch or a verified draft, AVX2 and AVX-512) ends through this one.
+// Other weight types take their own load1/load8 overloads (found by argument-dependent lookup).
+template <typename Weight>
+inline float finish_dot_row(__m256 (&acc)[8], const Weight* w, const float* x, std::int64_t cols) {
+  for (std::int64_t c = cols / 64 * 64; c + 8 <= cols; c += 8)
+    acc[0] = _mm256_fmadd_ps(load8(w + c), _mm256_loadu_ps(x + c), acc[0]);
+  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[1], acc[5])),
+                                   _mm256_add_ps(_mm256_add_ps(acc[2], acc[6]), _mm256_add_ps(acc[3], acc[7])));
+  float result = horizontal_sum(sum);
+  for (std::int64_t t = cols / 8 * 8; t < cols; ++t) result = fused_multiply_add(load1(w + t), x[t], result);
+  return result;
 }
 
 // An IEEE half stored at `at` (a GGUF block scale; any alignment), as a float.
