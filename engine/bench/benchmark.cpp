@@ -178,8 +178,7 @@ BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int
     throw std::invalid_argument("a batched decode needs the engine kernels (--kernels on) and weights they take");
   const std::int64_t vocab = model->config().vocab_size;
   const KvCacheShape shape = model->cache_shape();
-  const bool paged = std::all_of(shape.layer_windows.begin(), shape.layer_windows.end(),
-                                 [](std::int64_t window) { return window == 0; });
+  const bool paged = PagedKvCache::accepts(shape);
   const int length = std::max(1, prompt_tokens), common = length / 2;
   const std::int64_t blocks_each = (length + new_tokens + kBenchBlockTokens - 1) / kBenchBlockTokens + 1;
   std::unique_ptr<KvBlockPool> pool;

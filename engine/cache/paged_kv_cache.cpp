@@ -17,6 +17,12 @@ PagedKvCache::PagedKvCache(KvBlockPool& pool) : KvCache(pool.shape()), pool_(&po
                                   " has a sliding window, which the paged cache does not drop yet");
 }
 
+bool PagedKvCache::accepts(const KvCacheShape& shape) {
+  for (std::int64_t layer = 0; layer < shape.layers; ++layer)
+    if (shape.window(layer) > 0) return false;
+  return true;
+}
+
 void PagedKvCache::catch_up() const {
   if (table_.size() < size_) table_.commit(size_ - table_.size());
 }

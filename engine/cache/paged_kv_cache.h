@@ -22,6 +22,8 @@ class PagedKvCache final : public KvCache {
   // The pool must outlive the cache. Throws std::invalid_argument for a shape that is not the pool's, or one
   // with sliding-window layers.
   explicit PagedKvCache(KvBlockPool& pool);
+  // Whether a cache of `shape` can be paged (no sliding-window layer): what the constructor requires of the pool's.
+  static bool accepts(const KvCacheShape& shape);
 
   // Throws std::length_error when the pool has no block left for the step (nothing is written then).
   std::pair<at::Tensor, at::Tensor> append(std::int64_t layer, const at::Tensor& k, const at::Tensor& v) override;

@@ -65,7 +65,7 @@ Session::Session(std::shared_ptr<const LlamaModel> model, KvCacheMode cache_mode
 std::unique_ptr<KvCache> Session::make_cache() const {
   const KvCacheShape shape = model_->cache_shape(kv_dtype_);
   if (block_pool_ && cache_mode_ == KvCacheMode::Contiguous && block_pool_->shape().dtype == kv_dtype_ &&
-      std::all_of(shape.layer_windows.begin(), shape.layer_windows.end(), [](std::int64_t w) { return w == 0; }))
+      PagedKvCache::accepts(shape))
     return std::make_unique<PagedKvCache>(*block_pool_);
   return make_kv_cache(cache_mode_, shape);
 }
