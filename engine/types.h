@@ -18,6 +18,11 @@ struct ChatMessage {
   // prompt uses them in place of the text's encoding, which would not give back the sampled ids.
   std::vector<TokenId> token_ids = {};
   std::uint64_t token_vocabulary = 0;
+  // Tool use, in OpenAI's shapes: an assistant message's calls as a JSON array of {"id", "type": "function",
+  // "function": {"name", "arguments"}} ("" for none); a "tool" message's call id and the tool's name.
+  std::string tool_calls = {};
+  std::string tool_call_id = {};
+  std::string name = {};
 };
 
 // Sampling. temperature <= 0 means greedy (argmax); the filters then have no effect.
@@ -69,6 +74,8 @@ const char* to_string(SpeculativeMode mode);  // "none", "lookup", "draft"
 SpeculativeMode speculative_mode_from_string(const std::string& text);
 
 class LlamaModel;
+struct JsonGrammar;
+class ConstraintVocabulary;
 
 struct SpeculativeConfig {
   SpeculativeMode mode = SpeculativeMode::None;
@@ -94,6 +101,12 @@ struct GenerationConfig {
   // most likely tokens'.
   int top_logprobs = -1;
   SpeculativeConfig speculative;  // applies while the cache is on and the model's rows match its decode steps
+  // Constrained decoding (engine/text/constraint/): with a grammar, every token sampled keeps the reply within
+  // it (the others' logits are -infinity before sampling, so greedy takes the argmax of what is left) and an
+  // end-of-sequence id comes only once the reply is whole. `grammar_vocabulary` is the tokenizer's
+  // (ConstraintVocabulary::from_tokenizer). Shared: both are immutable.
+  std::shared_ptr<const JsonGrammar> grammar;
+  std::shared_ptr<const ConstraintVocabulary> grammar_vocabulary;
 };
 
 // A token's log-probability under the distribution it was drawn from, before the sampler's filters: the

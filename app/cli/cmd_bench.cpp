@@ -1,18 +1,26 @@
 // kvchat-cli bench: the engine's speed against the machine's ceilings, measured in the same run.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 
 #include "app/cli/bench_snapshot.h"
 #include "app/cli/cli_command.h"
 #include "app/cli/model_options.h"
+#include "app/cli/tokenizer_source.h"
 #include "engine/bench/benchmark.h"
 #include "engine/compute/compute_context.h"
 #include "engine/compute/process_setup.h"
+#include "engine/generation/session.h"
 #include "engine/kernels/memory_probe.h"
 #include "engine/model/llama_model.h"
+#include "engine/text/constraint/json_grammar.h"
+#include "engine/text/constraint/token_constraint.h"
+#include "engine/text/regular_file.h"
 
 namespace kvchat::cli {
 // Named, not anonymous: the command files are compiled in batches (unity build).
@@ -26,7 +34,7 @@ const std::string kUsage =
         "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
         "                        [--bandwidth-probe auto|step|row] [--speculative lookup|draft [--draft-tokens K]\n"
         "                        [--draft-model PATH] [--pairs N]] [--prompt-kind random|repeating]\n"
-        "                        [--batch 1,2,4,8] [--json]\n"
+        "                        [--batch 1,2,4,8] [--json-schema FILE [--tokenizer DIR|FILE.gguf]] [--json]\n"
         "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens "
         "32]\n"
         "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
@@ -52,6 +60,10 @@ const std::string kUsage =
         "             step for all of them), in --pairs interleaved rounds: aggregate and per-sequence tok/s\n"
         "             (medians), against batch 1, and whether the first sequence's tokens are its tokens alone. The\n"
         "             prompts share their first half (held once in a paged KV cache: blocks used, shared, copied).\n"
+        "--json-schema FILE: after the rows, plain and constrained greedy decoding (the reply a JSON value valid\n"
+        "             against the schema in FILE) in --pairs interleaved pairs: decode tok/s of each (median), the\n"
+        "             cost, and the milliseconds the token mask takes per token. Needs the model's tokenizer or\n"
+        "             --tokenizer (random weights have none).\n"
         "--prompt-kind repeating: the prompt repeats one passage of 64 random ids (text that repeats its\n"
         "             context, what prompt lookup catches); random (the default): no repetition.\n") +
     kSnapshotBenchUsage;
@@ -71,6 +83,7 @@ struct BenchOptions {
   std::vector<long long> batch_sizes;  // --batch: batched decode at these widths (empty: none)
   int pairs = 3;
   bool repeating_prompt = false;
+  std::shared_ptr<const JsonGrammar> grammar;  // --json-schema: constrained decoding compared (null: not)
 };
 
 // Every option checked before anything is measured or loaded.
@@ -103,6 +116,17 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   if (prompt_kind != "random" && prompt_kind != "repeating")
     throw UsageError("--prompt-kind must be random or repeating");
   options.repeating_prompt = prompt_kind == "repeating";
+  if (const auto path = parser.value("json-schema")) {
+    std::string contents, error;
+    if (!read_regular_file(*path, contents, error)) throw UsageError("--json-schema " + *path + ": " + error);
+    try {
+      options.grammar = std::make_shared<const JsonGrammar>(compile_json_schema(std::string_view(contents)));
+    } catch (const SchemaError& schema_error) {
+      throw UsageError("--json-schema " + *path + ": " + schema_error.what());
+    }
+  } else if (parser.value("tokenizer")) {
+    throw UsageError("--tokenizer is for --json-schema");
+  }
   return options;
 }
 
@@ -292,6 +316,81 @@ void measure_speculative(const BenchOptions& options, const SpeculativeConfig& c
   std::fflush(stdout);
 }
 
+// Plain and constrained greedy decoding (cache on), in interleaved pairs from the same random prompt: decode tok/s
+// of each (median) and the cost; then the token mask alone, replayed over the constrained reply's tokens.
+void measure_constrained(const BenchOptions& options, const ModelSource& source, const Tokenizer& tokenizer,
+                         const std::string& dtype_name, long long prompt_tokens) {
+  const auto started = std::chrono::steady_clock::now();
+  const auto vocabulary = ConstraintVocabulary::from_tokenizer(tokenizer);
+  const double trie_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  std::mt19937 random(1234);
+  std::vector<TokenId> prompt;
+  const int vocab = std::min(tokenizer.vocab_size(), static_cast<int>(source.model->config().vocab_size));
+  while (static_cast<long long>(prompt.size()) < prompt_tokens) {
+    const auto id = static_cast<TokenId>(random() % static_cast<unsigned>(vocab));
+    if (!tokenizer.is_special(id)) prompt.push_back(id);
+  }
+  GenerationConfig plain;
+  plain.max_new_tokens = options.new_tokens;
+  plain.sampled_vocabulary = tokenizer.vocab_size();
+  if (const auto eos = tokenizer.eos_id()) plain.stop_token_ids = {*eos};
+  GenerationConfig constrained = plain;
+  constrained.grammar = options.grammar;
+  constrained.grammar_vocabulary = vocabulary;
+  std::vector<double> plain_rates, constrained_rates, ratios;
+  std::vector<TokenId> reply;
+  for (int pair = 0; pair < options.pairs; ++pair) {
+    Session a(source.model, KvCacheMode::Contiguous), b(source.model, KvCacheMode::Contiguous);
+    const GenerationResult plain_result = a.generate(prompt, plain);
+    const GenerationResult constrained_result = b.generate(prompt, constrained);
+    plain_rates.push_back(plain_result.stats.decode_tokens_per_second);
+    constrained_rates.push_back(constrained_result.stats.decode_tokens_per_second);
+    ratios.push_back(plain_rates.back() > 0 ? constrained_rates.back() / plain_rates.back() : 0.0);
+    reply = constrained_result.generated;
+  }
+  // The mask alone: allowed() and accept() over the reply's tokens.
+  TokenConstraint constraint(options.grammar, vocabulary);
+  std::vector<double> mask_ms;
+  for (TokenId token : reply) {
+    const auto mask_started = std::chrono::steady_clock::now();
+    constraint.allowed();
+    mask_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - mask_started).count());
+    if (!constraint.accept(token)) break;  // the end-of-sequence id
+  }
+  std::string text;
+  for (TokenId token : reply) text += vocabulary->bytes(token);
+  const double mask_median = median(mask_ms);
+  const double mask_max = mask_ms.empty() ? 0.0 : *std::max_element(mask_ms.begin(), mask_ms.end());
+  if (options.json_output) {
+    std::cout << nlohmann::ordered_json({{"constrained",
+                                          {{"dtype", dtype_name},
+                                           {"prompt_tokens", prompt_tokens},
+                                           {"new_tokens", options.new_tokens},
+                                           {"reply_tokens", reply.size()},
+                                           {"vocabulary", vocabulary->size()},
+                                           {"pairs", options.pairs},
+                                           {"plain_decode_tok_s", median(plain_rates)},
+                                           {"constrained_decode_tok_s", median(constrained_rates)},
+                                           {"ratio", median(ratios)},
+                                           {"mask_ms_median", mask_median},
+                                           {"mask_ms_max", mask_max},
+                                           {"trie_ms", trie_ms},
+                                           {"reply", text}}}})
+                     .dump()
+              << std::endl;
+    return;
+  }
+  std::printf(
+      "      constrained vs plain, %lld + %d tokens, %d pairs: decode %.2f vs %.2f tok/s = %.3fx (%.3f-%.3f); mask "
+      "%.3f ms per token (median, max %.3f) over %zu reply tokens, vocabulary %lld (trie made in %.0f ms)\n",
+      prompt_tokens, options.new_tokens, options.pairs, median(constrained_rates), median(plain_rates), median(ratios),
+      *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()), mask_median,
+      mask_max, reply.size(), static_cast<long long>(vocabulary->size()), trie_ms);
+  std::printf("      reply: %.160s\n", text.c_str());
+  std::fflush(stdout);
+}
+
 // Batched decode at each --batch width, in --pairs interleaved rounds (1, 2, 4, 8, 1, 2, 4, 8, ...): aggregate
 // and per-sequence tok/s (medians), against batch 1, and whether the first sequence's tokens are its tokens alone.
 void measure_batches(const BenchOptions& options, const ModelSource& source, const std::string& dtype_name,
@@ -385,7 +484,7 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
 int run_bench(const std::vector<std::string>& args) {
   ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kv-dtype", "kernels",
                                        "bandwidth-probe", "speculative", "draft-tokens", "draft-model", "pairs",
-                                       "prompt-kind", "batch", kCacheDirOption}),
+                                       "prompt-kind", "batch", "json-schema", "tokenizer", kCacheDirOption}),
                    {"json", kSnapshotFlag});
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
@@ -429,6 +528,13 @@ int run_bench(const std::vector<std::string>& args) {
       if (speculative.mode != SpeculativeMode::None)
         measure_speculative(options, speculative, source, dtype_name, prompt_tokens);
       if (!options.batch_sizes.empty()) measure_batches(options, source, dtype_name, prompt_tokens);
+      if (options.grammar) {
+        if (!source.tokenizer && !parser.value("tokenizer"))
+          throw UsageError("--json-schema needs the model's tokenizer: give --tokenizer DIR|FILE.gguf");
+        std::optional<Tokenizer> named;
+        if (parser.value("tokenizer")) named.emplace(tokenizer_from_path(*parser.value("tokenizer")));
+        measure_constrained(options, source, named ? *named : *source.tokenizer, dtype_name, prompt_tokens);
+      }
     }
   }
   // The machine's bandwidth drifts with what else runs on it: measure again at the end (with every

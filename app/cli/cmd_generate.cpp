@@ -9,6 +9,8 @@
 #include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/text/chat_prompt.h"
+#include "engine/text/constraint/json_grammar.h"
+#include "engine/text/constraint/token_constraint.h"
 #include "engine/text/regular_file.h"
 
 namespace kvchat::cli {
@@ -37,6 +39,19 @@ std::vector<ChatMessage> read_messages(const std::string& path) {
 
 // The first request of a conversation, encoded as ChatTurnRunner encodes it: the template's text with
 // its control tokens parsed, the messages' contents never.
+// --json-schema FILE: the reply is constrained to a JSON value valid against the schema in FILE.
+std::shared_ptr<const JsonGrammar> grammar_from_options(const ArgParser& parser) {
+  const auto path = parser.value("json-schema");
+  if (!path) return nullptr;
+  std::string contents, error;
+  if (!read_regular_file(*path, contents, error)) throw UsageError("--json-schema " + *path + ": " + error);
+  try {
+    return std::make_shared<const JsonGrammar>(compile_json_schema(std::string_view(contents)));
+  } catch (const SchemaError& schema_error) {
+    throw UsageError("--json-schema " + *path + ": " + schema_error.what());
+  }
+}
+
 std::vector<TokenId> encode_messages(const ModelSource& source, const std::vector<ChatMessage>& messages) {
   return encode_chat_prompt(source.formatter, *source.tokenizer, messages, PromptEnd::GenerationPrompt).ids;
 }
@@ -47,7 +62,7 @@ const std::string kUsage =
     "                           [--max-new-tokens N]\n"
     "                           [--kv-cache on|naive|off] [--kv-dtype f32|bf16|f16|q8_0] [--temperature T] [--top-k K] "
     "[--top-p P]\n"
-    "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N]\n"
+    "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N] [--json-schema FILE]\n"
     "                           [--speculative none|lookup|draft] [--draft-tokens K] [--draft-model PATH] [--dtype "
     "f32|bf16] [--json]\n"
     "Greedy by default (temperature 0). --prompt needs the model's tokenizer (a directory's tokenizer.json\n"
@@ -55,13 +70,15 @@ const std::string kUsage =
     "--messages: a JSON file holding a list of {\"role\", \"content\"} messages (or {\"messages\": [...]}),\n"
     "rendered with the model's chat template and the generation prompt, and encoded as the chat and the\n"
     "server encode a conversation's first request: the template's control tokens become their ids, the\n"
-    "messages' text never does. Without a template the contents are joined as plain text.\n" +
+    "messages' text never does. Without a template the contents are joined as plain text.\n"
+    "--json-schema FILE: constrained decoding; the reply is a JSON value valid against the schema in FILE\n"
+    "(needs the model's tokenizer).\n" +
     std::string(kSpeculativeUsage) + kKvDtypeUsage;
 
 int run_generate(const std::vector<std::string>& args) {
   ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "kv-dtype",
                                        "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed",
-                                       "speculative", "draft-tokens", "draft-model"}),
+                                       "speculative", "draft-tokens", "draft-model", "json-schema"}),
                    {"json"});
   parser.parse(args);
   // Every option is checked before the (possibly large) model is loaded.
@@ -72,6 +89,7 @@ int run_generate(const std::vector<std::string>& args) {
   config.kv_dtype = kv_dtype_from_option(parser.value_or("kv-dtype", "f32"));
   config.sampling = sampling_from_options(parser);
   config.speculative = speculative_from_options(parser);
+  config.grammar = grammar_from_options(parser);
   const int prompt_options =
       int(bool(parser.value("prompt-ids"))) + int(bool(parser.value("prompt"))) + int(bool(parser.value("messages")));
   if (prompt_options == 0) throw UsageError("missing --prompt-ids, --prompt or --messages");
@@ -109,21 +127,29 @@ int run_generate(const std::vector<std::string>& args) {
   if (prompt.empty()) throw UsageError("the prompt is empty");
   // The reply is decoded to text when there is a tokenizer: ids past its vocabulary have none.
   if (source.tokenizer) config.sampled_vocabulary = source.tokenizer->vocab_size();
+  if (config.grammar) {
+    if (!source.tokenizer) throw UsageError("--json-schema needs the model's tokenizer");
+    config.grammar_vocabulary = ConstraintVocabulary::from_tokenizer(*source.tokenizer);
+  }
 
   Session session(source.model, config.cache_mode);
   GenerationResult result = session.generate(prompt, config);
+  // A constrained reply is shown as its tokens spell it: the tokenizer's clean-up of spaces before punctuation
+  // would change the JSON's strings.
+  const std::optional<bool> clean_up = config.grammar ? std::optional<bool>(false) : std::nullopt;
 
   if (parser.has("json")) {
     nlohmann::ordered_json out;
     out["prompt_ids"] = prompt;
     out["generated_ids"] = result.generated;
     out["stop_reason"] = to_string(result.stats.stop_reason);
-    if (source.tokenizer) out["generated_text"] = source.tokenizer->decode(result.generated, /*skip_special=*/true);
+    if (source.tokenizer)
+      out["generated_text"] = source.tokenizer->decode(result.generated, /*skip_special=*/true, clean_up);
     out["stats"] = generation_stats_to_json(result.stats);
     std::cout << out.dump() << std::endl;
   } else {
     if (source.tokenizer) {
-      std::cout << source.tokenizer->decode(result.generated, true) << "\n";
+      std::cout << source.tokenizer->decode(result.generated, true, clean_up) << "\n";
     } else {
       for (size_t i = 0; i < result.generated.size(); ++i) std::cout << (i ? "," : "") << result.generated[i];
       std::cout << "\n";

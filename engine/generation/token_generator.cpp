@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "engine/generation/draft.h"
 #include "engine/generation/sampler.h"
+#include "engine/text/constraint/token_constraint.h"
 
 namespace kvchat {
 
@@ -75,6 +77,13 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
   std::int64_t fed_end = position;
   int draft_length = speculative ? drafts->max_draft_tokens : 0;  // shrinks while proposals miss
   bool logits_from_checked_row = false;  // `logits` is a row after the first of a pass fed ahead
+  std::optional<TokenConstraint> constraint;
+  std::vector<float> masked;
+  if (config_.grammar) {
+    if (!config_.grammar_vocabulary) throw std::invalid_argument("a grammar needs the tokenizer's vocabulary");
+    constraint.emplace(config_.grammar, config_.grammar_vocabulary);
+    masked.resize(static_cast<std::size_t>(sampled));
+  }
   const auto drop_unconfirmed_rows = [&] {
     if (fed_end > position) drafts->keep(position);
     fed_end = position;
@@ -90,10 +99,20 @@ DecodeResult TokenGenerator::run(const std::vector<TokenId>& prompt, const float
     if (!all_finite(logits, vocab_size))
       throw std::runtime_error("the model produced NaN or infinite logits at position " + std::to_string(position - 1) +
                                ": its weights are corrupt or out of range");
-    const TokenId token = sampler.sample(logits, sampled, recent);
+    // Constrained decoding samples from a copy whose disallowed tokens are at -infinity.
+    const float* sample_from = logits;
+    if (constraint) {
+      std::copy(logits, logits + sampled, masked.begin());
+      constraint->mask_logits(masked.data(), sampled, stop_ids_);
+      sample_from = masked.data();
+    }
+    const TokenId token = sampler.sample(sample_from, sampled, recent);
     // Before the token joins `recent`: the penalty it was drawn under.
     if (config_.top_logprobs >= 0)
-      sampler.log_probabilities(logits, sampled, recent, token, config_.top_logprobs, logprobs);
+      sampler.log_probabilities(sample_from, sampled, recent, token, config_.top_logprobs, logprobs);
+    if (constraint && std::find(stop_ids_.begin(), stop_ids_.end(), token) == stop_ids_.end() &&
+        !constraint->accept(token))
+      throw std::logic_error("the sampler chose token " + std::to_string(token) + ", which the constraint refused");
     const auto now = DecodeRate::Clock::now();
     if (result.generated.empty()) {
       rate.first_token_at(now);

@@ -73,6 +73,9 @@ class Tokenizer {
 
   int vocab_size() const;  // including added tokens
   std::optional<TokenId> token_to_id(std::string_view token) const;
+  // What each id adds to a text in its middle, as bytes (a byte-fallback piece is its one byte, a byte-level
+  // token may hold part of a character); "" for ids without a token. Special tokens give their text.
+  std::vector<std::string> token_bytes() const;
   std::string id_to_token(TokenId id) const;  // vocabulary string ("Ġhello", "<0x0A>"); "" if unknown
   bool is_special(TokenId id) const;
   std::optional<TokenId> bos_id() const;  // from tokenizer_config.json bos_token, else none

@@ -372,6 +372,32 @@ std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
   return impl_->model->token_to_id(token);
 }
 
+std::vector<std::string> Tokenizer::token_bytes() const {
+  // Decoders treat a text's first token apart (Strip and Metaspace drop its leading space): each id is
+  // decoded after an anchor token, whose own bytes are cut off.
+  std::optional<TokenId> anchor;
+  std::string anchor_bytes;
+  const std::vector<TokenId> letter = encode("a", false);
+  if (letter.size() == 1) {
+    anchor = letter[0];
+    anchor_bytes = impl_->decode_bytes(&letter[0], 1, false);
+  }
+  std::vector<std::string> bytes(static_cast<std::size_t>(impl_->id_limit));
+  for (TokenId id = 0; id < impl_->id_limit; ++id) {
+    if (!impl_->token_string(id)) continue;
+    if (anchor && !anchor_bytes.empty()) {
+      const TokenId pair[2] = {*anchor, id};
+      std::string text = impl_->decode_bytes(pair, 2, false);
+      if (text.compare(0, anchor_bytes.size(), anchor_bytes) == 0) {
+        bytes[static_cast<std::size_t>(id)] = text.substr(anchor_bytes.size());
+        continue;
+      }
+    }
+    bytes[static_cast<std::size_t>(id)] = impl_->decode_bytes(&id, 1, false);
+  }
+  return bytes;
+}
+
 std::string Tokenizer::id_to_token(TokenId id) const {
   const std::string* token = impl_->token_string(id);
   return token ? *token : std::string();
