@@ -6,10 +6,11 @@
 namespace kvchat {
 
 ChatPrompt encode_chat_prompt(const ChatFormatter& formatter, const Tokenizer& tokenizer,
-                              const std::vector<ChatMessage>& messages, PromptEnd end) {
+                              const std::vector<ChatMessage>& messages, PromptEnd end,
+                              const nlohmann::ordered_json& extra_context) {
   const bool continuing = end == PromptEnd::ContinueLastMessage;
   RenderedPrompt rendered =
-      formatter.render_prompt(messages, /*add_generation_prompt=*/!continuing, nlohmann::ordered_json::object(), "",
+      formatter.render_prompt(messages, /*add_generation_prompt=*/!continuing, extra_context, "",
                               [&](std::string_view text) { return tokenizer.added_token_ranges(text); });
 
   if (continuing) {

@@ -27,7 +27,9 @@ struct ChatPrompt {
 // the template wrote unchanged is its exact ids, the text around it encoded as if split there.
 // Throws TemplateError, TokenizerError, and std::invalid_argument when the last message to continue is
 // not in the rendered text.
+// `extra_context` adds variables to the template's (tools: the tool definitions, as transformers passes them).
 ChatPrompt encode_chat_prompt(const ChatFormatter& formatter, const Tokenizer& tokenizer,
-                              const std::vector<ChatMessage>& messages, PromptEnd end);
+                              const std::vector<ChatMessage>& messages, PromptEnd end,
+                              const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object());
 
 }  // namespace kvchat

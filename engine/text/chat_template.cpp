@@ -74,6 +74,7 @@ ChatTemplateConfig chat_template_config_from_json(const nlohmann::ordered_json& 
           throw TemplateError(origin + ": chat_template[" + std::to_string(i) +
                               "] must be an object with string \"name\" and \"template\"");
         if (entry["name"] == "default") result.chat_template = entry["template"].get<std::string>();
+        if (entry["name"] == "tool_use") result.tool_use_template = entry["template"].get<std::string>();
       }
       if (!result.chat_template)
         throw TemplateError(origin + ": chat_template lists several templates but none is named \"default\"");
@@ -137,6 +138,11 @@ ChatFormatter ChatFormatter::from_tokenizer_config(const std::string& tokenizer_
   if (config.chat_template) {
     try {
       formatter.template_ = std::make_shared<const ChatTemplate>(*config.chat_template);
+      formatter.template_source_ = *config.chat_template;
+      if (config.tool_use_template) {
+        formatter.tool_use_template_ = std::make_shared<const ChatTemplate>(*config.tool_use_template);
+        formatter.template_source_ = *config.tool_use_template;
+      }
     } catch (const TemplateError& error) {
       throw TemplateError(tokenizer_config_path + ": chat_template: " + error.what());
     }
@@ -156,6 +162,7 @@ ChatFormatter ChatFormatter::from_template(const std::string& chat_template,
   if (eos_token) formatter.special_tokens_["eos_token"] = *eos_token;
   try {
     formatter.template_ = std::make_shared<const ChatTemplate>(chat_template);
+    formatter.template_source_ = chat_template;
   } catch (const TemplateError& error) {
     throw TemplateError(origin + ": chat_template: " + error.what());
   }
@@ -163,6 +170,34 @@ ChatFormatter ChatFormatter::from_template(const std::string& chat_template,
 }
 
 ChatFormatter ChatFormatter::plain() { return ChatFormatter(); }
+
+namespace {
+
+// A message as the template sees it: role and content, and the tool-use fields where they are set. A call's
+// arguments arrive as JSON text (OpenAI's form) and go to the template as an object when `object_arguments`, as
+// transformers' callers pass them to the templates that write them with `| tojson`.
+nlohmann::ordered_json message_context(const ChatMessage& message, bool object_arguments) {
+  nlohmann::ordered_json object = {{"role", message.role}, {"content", message.content}};
+  if (!message.tool_calls.empty()) {
+    nlohmann::ordered_json calls = nlohmann::ordered_json::parse(message.tool_calls, nullptr, false);
+    if (calls.is_array()) {
+      for (auto& call : calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        auto& function = call["function"];
+        if (object_arguments && function.contains("arguments") && function["arguments"].is_string()) {
+          auto arguments = nlohmann::ordered_json::parse(function["arguments"].get<std::string>(), nullptr, false);
+          if (!arguments.is_discarded()) function["arguments"] = std::move(arguments);
+        }
+      }
+      object["tool_calls"] = std::move(calls);
+    }
+  }
+  if (!message.tool_call_id.empty()) object["tool_call_id"] = message.tool_call_id;
+  if (!message.name.empty()) object["name"] = message.name;
+  return object;
+}
+
+}  // namespace
 
 bool ChatFormatter::has_template() const { return template_ != nullptr; }
 
@@ -173,13 +208,27 @@ std::string ChatFormatter::render(const std::vector<ChatMessage>& messages, bool
     for (const ChatMessage& message : messages) text += message.content;
     return text;
   }
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const ChatMessage& message : messages) list.push_back({{"role", message.role}, {"content", message.content}});
   nlohmann::ordered_json tools = extra_context.is_object() && extra_context.contains("tools")
                                      ? extra_context["tools"]
                                      : nlohmann::ordered_json(nullptr);
-  return template_->render(chat_template_context(list, add_generation_prompt, special_tokens_, tools, extra_context),
-                           today);
+  const auto render_with = [&](bool object_arguments) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const ChatMessage& message : messages) list.push_back(message_context(message, object_arguments));
+    // transformers: the "tool_use" template of a list when tools are given, else "default".
+    const bool tool_use = tool_use_template_ && !tools.is_null();
+    return (tool_use ? tool_use_template_ : template_)
+        ->render(chat_template_context(list, add_generation_prompt, special_tokens_, tools, extra_context), today);
+  };
+  // Most tool-use templates write a call's arguments with `| tojson` and want an object; some (functionary,
+  // firefunction) join them as text and fail on an object: those get the arguments as the JSON text they came as.
+  const bool has_calls = std::any_of(messages.begin(), messages.end(),
+                                     [](const ChatMessage& message) { return !message.tool_calls.empty(); });
+  if (!has_calls) return render_with(true);
+  try {
+    return render_with(true);
+  } catch (const TemplateError&) {
+    return render_with(false);
+  }
 }
 
 namespace {
@@ -346,15 +395,25 @@ RenderedPrompt ChatFormatter::render_prompt(const std::vector<ChatMessage>& mess
 
   TypedControlText typed;
   std::vector<ChatMessage> escaped = messages;
-  if (control_text)
-    for (ChatMessage& message : escaped) message.content = typed.escape(message.content, control_text);
-  const std::string rendered = render(escaped, add_generation_prompt, extra_context, date);
+  nlohmann::ordered_json context = extra_context;
+  if (control_text) {
+    for (ChatMessage& message : escaped) {
+      message.content = typed.escape(message.content, control_text);
+      // Tool calls and results, and the tool definitions, are the client's text too.
+      message.tool_calls = typed.escape(message.tool_calls, control_text);
+      message.tool_call_id = typed.escape(message.tool_call_id, control_text);
+      message.name = typed.escape(message.name, control_text);
+    }
+    if (context.is_object() && context.contains("tools"))
+      context["tools"] = nlohmann::ordered_json::parse(typed.escape(context["tools"].dump(), control_text));
+  }
+  const std::string rendered = render(escaped, add_generation_prompt, context, date);
 
-  std::vector<ChatMessage> marked = messages;
+  std::vector<ChatMessage> marked = escaped;
   for (std::size_t i = 0; i < marked.size(); ++i) marked[i].content = marker(kContentOpen, i, kContentClose);
   std::vector<RenderedPrompt::Content> contents;
   try {
-    align_contents(render(marked, add_generation_prompt, extra_context, date), rendered, escaped, contents);
+    align_contents(render(marked, add_generation_prompt, context, date), rendered, escaped, contents);
   } catch (const std::exception& error) {
     // A template that inspects the contents may refuse markers: then no content has a position.
     spdlog::debug("chat template: no content positions ({})", error.what());

@@ -72,6 +72,9 @@ class ChatFormatter {
   static ChatFormatter plain();
 
   bool has_template() const;
+  // The Jinja source of the template that renders tools (the "tool_use" one of a list, else the only one; "" without
+  // a template): what tells which tool-call format the model writes.
+  const std::string& template_source() const { return template_source_; }
   // The full prompt text for `messages`; with a template the text contains control tokens that must
   // be encoded with parse_special = true. Without a template: the turns' contents concatenated.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
@@ -88,6 +91,8 @@ class ChatFormatter {
 
  private:
   std::shared_ptr<const ChatTemplate> template_;
+  std::shared_ptr<const ChatTemplate> tool_use_template_;  // null: template_ renders tools too
+  std::string template_source_;
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();  // bos_token, eos_token, ...
 };
 

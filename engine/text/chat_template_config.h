@@ -10,13 +10,16 @@ namespace kvchat {
 
 struct ChatTemplateConfig {
   std::optional<std::string> chat_template;  // absent: the model has no template
+  // The list's "tool_use" template, which transformers renders instead when tools are given.
+  std::optional<std::string> tool_use_template;
   // bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token (strings; tokens
   // that are null or absent are left out, so the template sees them as undefined) and
   // additional_special_tokens (a list of strings).
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
 };
 
-// Reads `chat_template` (a string, or a list of {name, template} of which "default" is used) and
+// Reads `chat_template` (a string, or a list of {name, template} of which "default" is used, and "tool_use" when
+// tools are given) and
 // the special tokens (strings or {"content": ...} objects). Throws TemplateError naming the file
 // when it cannot be read, is not valid JSON, or has a chat_template of the wrong shape.
 ChatTemplateConfig read_chat_template_config(const std::string& tokenizer_config_path);
