@@ -38,12 +38,15 @@ int ChatTurnRunner::effective_context_limit(int requested_limit) const {
   return requested_limit;
 }
 
-std::vector<TokenId> ChatTurnRunner::encode_messages(const std::vector<ChatMessage>& messages,
-                                                     bool continue_reply) const {
+std::vector<TokenId> ChatTurnRunner::encode_messages(const std::vector<ChatMessage>& messages, bool continue_reply,
+                                                     const std::string& tools_json) const {
   if (!model_.tokenizer)
     throw std::invalid_argument("model " + model_.path + " has no tokenizer, so it cannot be used for chat");
-  ChatPrompt prompt = encode_chat_prompt(model_.formatter, *model_.tokenizer, messages,
-                                         continue_reply ? PromptEnd::ContinueLastMessage : PromptEnd::GenerationPrompt);
+  nlohmann::ordered_json extra_context = nlohmann::ordered_json::object();
+  if (!tools_json.empty()) extra_context["tools"] = nlohmann::ordered_json::parse(tools_json);
+  ChatPrompt prompt =
+      encode_chat_prompt(model_.formatter, *model_.tokenizer, messages,
+                         continue_reply ? PromptEnd::ContinueLastMessage : PromptEnd::GenerationPrompt, extra_context);
   return std::move(prompt.ids);
 }
 

@@ -73,7 +73,9 @@ class ChatTurnRunner {
 
   // The prompt ids for `messages` (the generation prompt added, or the last reply's text continued): a
   // function of the messages alone, their replies' exact ids included (encode_chat_prompt).
-  std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages, bool continue_reply = false) const;
+  // `tools_json`: the tool definitions (a JSON array, OpenAI's "tools") the template renders; "" for none.
+  std::vector<TokenId> encode_messages(const std::vector<ChatMessage>& messages, bool continue_reply = false,
+                                       const std::string& tools_json = {}) const;
 
   // Runs one turn. `messages` ends with the new user message. Throws ContextLimitError,
   // std::invalid_argument (no tokenizer, empty prompt) and whatever the engine throws.

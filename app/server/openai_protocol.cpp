@@ -205,12 +205,12 @@ const std::vector<KnownField>& chat_fields() {
       {"messages"},
       {"logprobs"},
       {"top_logprobs"},
-      {"tools", {}, "tool calls are not implemented"},
-      {"tool_choice", {"none", "auto"}, "tool calls are not implemented"},
-      {"parallel_tool_calls", {true}, "tool calls are not implemented"},
-      {"functions", {}, "function calls are not implemented"},
-      {"function_call", {"none", "auto"}, "function calls are not implemented"},
-      {"response_format", {json{{"type", "text"}}}, "structured output (json_object, json_schema) is not implemented"},
+      {"tools"},
+      {"tool_choice"},
+      {"parallel_tool_calls"},
+      {"functions", {}, "the deprecated functions are not implemented: send them as tools"},
+      {"function_call", {"none", "auto"}, "the deprecated function_call is not implemented: use tool_choice"},
+      {"response_format"},
       {"modalities", {json::array({"text"})}, "this server answers in text only"},
       {"audio", {}, "this server answers in text only"},
       {"prediction", {}, "predicted outputs are not implemented"},
@@ -250,19 +250,141 @@ void check_fields(const json& object, const std::vector<KnownField>& endpoint_fi
   }
 }
 
-// The fields of one message: role and content are read; what an assistant message carries when sent back
-// as it came (refusal, annotations: null or empty) is accepted at such values; the rest is refused.
+// The fields of one message: role and content are read, and an assistant's tool_calls and a tool message's
+// tool_call_id and name; what an assistant message carries when sent back as it came (refusal, annotations:
+// null or empty) is accepted at such values; the rest is refused.
 void check_message_fields(const json& message, const std::string& param) {
+  const std::string role =
+      message.contains("role") && message["role"].is_string() ? message["role"].get<std::string>() : "";
   for (auto it = message.begin(); it != message.end(); ++it) {
     if (it.key() == "role" || it.key() == "content" || asks_for_nothing(*it)) continue;
+    if (role == "assistant" && it.key() == "tool_calls") continue;
+    if (role == "tool" && (it.key() == "tool_call_id" || it.key() == "name")) continue;
     const bool known = it.key() == "name" || it.key() == "tool_calls" || it.key() == "tool_call_id" ||
                        it.key() == "function_call" || it.key() == "refusal" || it.key() == "annotations" ||
                        it.key() == "audio";
-    throw ApiError(400,
-                   "'" + param + "." + it.key() + "' is not supported" +
-                       (known ? std::string(": this server reads a message's role and content only")
-                              : std::string(": unknown message field")),
-                   "invalid_request_error", param + "." + it.key(), known ? "unsupported_field" : "unknown_field");
+    throw ApiError(
+        400,
+        "'" + param + "." + it.key() + "' is not supported" +
+            (known ? std::string(" on a message of role '" + role + "'") : std::string(": unknown message field")),
+        "invalid_request_error", param + "." + it.key(), known ? "unsupported_field" : "unknown_field");
+  }
+}
+
+// An assistant message's tool_calls, checked and kept as OpenAI's JSON.
+std::string message_tool_calls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) throw invalid(param, "'" + param + "' must be an array");
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const std::string at = param + "[" + std::to_string(i) + "]";
+    const json& call = calls[i];
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+      throw invalid(at,
+                    "'" + at + "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    const json& function = call["function"];
+    if (!function.contains("name") || !function["name"].is_string())
+      throw invalid(at + ".function.name", "'" + at + ".function.name' must be a string");
+    if (function.contains("arguments") && !function["arguments"].is_string() && !function["arguments"].is_object())
+      throw invalid(at + ".function.arguments", "'" + at + ".function.arguments' must be a JSON string");
+    if (call.contains("type") && call["type"] != "function")
+      throw invalid(at + ".type", "'" + at + ".type' must be \"function\"");
+  }
+  return calls.dump();
+}
+
+// The "tools" array: each {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}.
+// Read from the body as an ordered object, so that the template renders each tool's keys as the client wrote
+// them (as Python's json keeps them for transformers).
+void parse_tools(const nlohmann::ordered_json& object, ChatCompletionRequest& request) {
+  auto tools = object.find("tools");
+  if (tools == object.end() || tools->is_null() || (tools->is_array() && tools->empty())) return;
+  if (!tools->is_array()) throw invalid("tools", "'tools' must be an array");
+  for (std::size_t i = 0; i < tools->size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    const auto& tool = (*tools)[i];
+    if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+        !tool["function"].is_object())
+      throw invalid(at, "'" + at + "' must be {\"type\": \"function\", \"function\": {...}}");
+    const auto& function = tool["function"];
+    if (!function.contains("name") || !function["name"].is_string() || function["name"].get<std::string>().empty())
+      throw invalid(at + ".function.name", "'" + at + ".function.name' must be a non-empty string");
+    if (function.contains("parameters") && !function["parameters"].is_object())
+      throw invalid(at + ".function.parameters", "'" + at + ".function.parameters' must be a JSON schema object");
+    for (auto it = function.begin(); it != function.end(); ++it)
+      if (it.key() != "name" && it.key() != "description" && it.key() != "parameters" && it.key() != "strict")
+        throw ApiError(400, "'" + at + ".function." + it.key() + "' is not supported", "invalid_request_error",
+                       at + ".function." + it.key(), "unknown_field");
+  }
+  request.tools_json = tools->dump();
+}
+
+void parse_tool_choice(const json& object, ChatCompletionRequest& request) {
+  auto choice = object.find("tool_choice");
+  if (choice == object.end() || choice->is_null()) {
+    request.tool_choice = ToolChoice::Auto;
+    return;
+  }
+  const auto tool_names = [&] {
+    std::vector<std::string> names;
+    if (!request.tools_json.empty())
+      for (const json& tool : json::parse(request.tools_json)) names.push_back(tool["function"]["name"]);
+    return names;
+  };
+  if (choice->is_string()) {
+    const std::string value = choice->get<std::string>();
+    if (value == "auto" || value == "none" || value == "required") {
+      request.tool_choice = value == "auto"   ? ToolChoice::Auto
+                            : value == "none" ? ToolChoice::None
+                                              : ToolChoice::Required;
+      if (request.tool_choice == ToolChoice::Required && request.tools_json.empty())
+        throw invalid("tool_choice", "'tool_choice' \"required\" needs 'tools'");
+      return;
+    }
+    throw invalid("tool_choice",
+                  "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+  }
+  if (choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
+      (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
+      (*choice)["function"]["name"].is_string()) {
+    const std::string name = (*choice)["function"]["name"];
+    const std::vector<std::string> names = tool_names();
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw invalid("tool_choice", "'tool_choice' names the function '" + name + "', which is not in 'tools'");
+    request.tool_choice = ToolChoice::Function;
+    request.tool_choice_function = name;
+    return;
+  }
+  throw invalid("tool_choice",
+                "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                "{\"name\": ...}}");
+}
+
+// response_format: text (free), json_object (any JSON object) or json_schema (a value valid against its schema).
+void parse_response_format(const nlohmann::ordered_json& object, SamplingRequest& request) {
+  auto format = object.find("response_format");
+  if (format == object.end() || format->is_null()) return;
+  if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string())
+    throw invalid("response_format",
+                  "'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+  const std::string type = (*format)["type"];
+  if (type == "text") return;
+  if (type == "json_object") {
+    request.grammar = std::make_shared<const JsonGrammar>(any_json_object_grammar());
+    return;
+  }
+  if (type != "json_schema")
+    throw invalid("response_format.type",
+                  "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+  const auto spec = format->find("json_schema");
+  if (spec == format->end() || !spec->is_object())
+    throw invalid("response_format.json_schema", "'response_format.json_schema' must be an object with a 'schema'");
+  const auto schema = spec->find("schema");
+  if (schema == spec->end())
+    throw invalid("response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
+  try {
+    request.grammar = std::make_shared<const JsonGrammar>(compile_json_schema(*schema));
+  } catch (const SchemaError& error) {
+    throw ApiError(400, std::string("'response_format.json_schema.schema' cannot constrain the reply: ") + error.what(),
+                   "invalid_request_error", "response_format.json_schema.schema", "invalid_schema");
   }
 }
 
@@ -289,13 +411,35 @@ ChatCompletionRequest parse_chat_completion_request(const std::string& body) {
     if (!message.is_object()) throw invalid(param, "'" + param + "' must be an object");
     check_message_fields(message, param);
     const json* role = field(message, "role", &json::is_string, "a string");
-    static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant"};
+    static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
     if (!role || std::find(kRoles.begin(), kRoles.end(), role->get<std::string>()) == kRoles.end())
-      throw invalid(param + ".role", "'" + param + ".role' must be system, developer, user or assistant");
+      throw invalid(param + ".role", "'" + param + ".role' must be system, developer, user, assistant or tool");
     // A template knows system, user and assistant; OpenAI's newer "developer" is the system prompt.
     const std::string name = role->get<std::string>() == "developer" ? "system" : role->get<std::string>();
-    request.messages.push_back(ChatMessage{name, message_content(message, i)});
+    ChatMessage chat_message{name, message_content(message, i)};
+    if (const auto calls = message.find("tool_calls"); calls != message.end() && !asks_for_nothing(*calls))
+      chat_message.tool_calls = message_tool_calls(*calls, param + ".tool_calls");
+    if (name == "tool") {
+      const json* call_id = field(message, "tool_call_id", &json::is_string, "a string");
+      if (!call_id) throw invalid(param + ".tool_call_id", "'" + param + ".tool_call_id' is missing");
+      chat_message.tool_call_id = call_id->get<std::string>();
+      if (const json* tool_name = field(message, "name", &json::is_string, "a string"))
+        chat_message.name = tool_name->get<std::string>();
+    }
+    request.messages.push_back(std::move(chat_message));
   }
+  // Tools and schemas keep the client's key order (the template renders them; properties come in that order).
+  if (object.contains("tools") || object.contains("response_format")) {
+    const auto ordered = nlohmann::ordered_json::parse(body);
+    parse_tools(ordered, request);
+    parse_response_format(ordered, request.sampling);
+  }
+  parse_tool_choice(object, request);
+  if (const json* parallel = field(object, "parallel_tool_calls", &json::is_boolean, "a boolean"))
+    request.parallel_tool_calls = parallel->get<bool>();
+  if (request.sampling.grammar && request.tool_choice != ToolChoice::None && !request.tools_json.empty() &&
+      request.tool_choice != ToolChoice::Auto)
+    throw invalid("response_format", "'response_format' and a required tool call cannot both shape the reply");
   return request;
 }
 
@@ -406,10 +550,92 @@ json completion_logprobs_json(const std::vector<LogprobEntry>& entries) {
               {"text_offset", std::move(offsets)}};
 }
 
+namespace {
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json list = json::array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) call["index"] = i;
+    list.push_back(std::move(call));
+  }
+  return list;
+}
+
+}  // namespace
+
+JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, ToolCallFormat format) {
+  using ordered = nlohmann::ordered_json;
+  const ordered tools = ordered::parse(request.tools_json);
+  // The call object of each tool that may be called: {"name": its name, <arguments key>: its parameters}.
+  const char* arguments_key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
+  ordered calls = ordered::array();
+  ordered parameters_of_named;
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const ordered& function = tools[i]["function"];
+    const std::string name = function["name"];
+    if (request.tool_choice == ToolChoice::Function && name != request.tool_choice_function) continue;
+    ordered parameters = function.contains("parameters") ? function["parameters"] : ordered{{"type", "object"}};
+    try {
+      compile_json_schema(parameters);
+    } catch (const SchemaError& error) {
+      const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
+      throw ApiError(400, "'" + param + "' cannot constrain a required tool call: " + error.what(),
+                     "invalid_request_error", param, "invalid_schema");
+    }
+    parameters_of_named = parameters;
+    calls.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", name}}}, {arguments_key, parameters}}},
+                     {"required", {"name", arguments_key}},
+                     {"additionalProperties", false}});
+  }
+  JsonGrammar grammar;
+  const auto refuse = [&](const std::string& why) {
+    return ApiError(400,
+                    "'tool_choice' cannot force a call with this model's chat template (" +
+                        std::string(to_string(format)) + " tool calls): " + why,
+                    "invalid_request_error", "tool_choice", "unsupported_value");
+  };
+  switch (format) {
+    case ToolCallFormat::Hermes:
+      grammar = compile_json_schema(calls.size() == 1 ? calls[0] : ordered{{"anyOf", calls}});
+      grammar.prefix = "<tool_call>\n";
+      grammar.suffix = "\n</tool_call>";
+      break;
+    case ToolCallFormat::Llama3Json:
+      grammar = compile_json_schema(calls.size() == 1 ? calls[0] : ordered{{"anyOf", calls}});
+      break;
+    case ToolCallFormat::FireFunction:
+      grammar = compile_json_schema(calls.size() == 1 ? calls[0] : ordered{{"anyOf", calls}});
+      grammar.prefix = " functools[";
+      grammar.suffix = "]";
+      break;
+    case ToolCallFormat::Functionary: {
+      // <function=NAME>{arguments}</function>: the name is outside the JSON, so one function must be named.
+      if (calls.size() != 1) throw refuse("name one function in tool_choice");
+      grammar = compile_json_schema(parameters_of_named);
+      grammar.prefix = "<function=" + calls[0]["properties"]["name"]["const"].get<std::string>() + ">";
+      grammar.suffix = "</function>";
+      break;
+    }
+    case ToolCallFormat::Mistral:
+      throw refuse("its calls start with the control token [TOOL_CALLS], which constrained decoding does not write");
+    case ToolCallFormat::None: throw refuse("the template renders no tool calls");
+  }
+  return grammar;
+}
+
 json chat_completion_response(const std::string& id, std::int64_t created, const std::string& model,
                               const CompletionResult& result) {
+  json message = {{"role", "assistant"}, {"content", result.text}};
+  if (!result.tool_calls.empty()) {
+    message["tool_calls"] = tool_calls_json(result.tool_calls, false);
+    if (result.text.empty()) message["content"] = nullptr;
+  }
   json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", result.text}}},
+                 {"message", message},
                  {"logprobs", result.has_logprobs ? chat_logprobs_json(result.logprobs) : json(nullptr)},
                  {"finish_reason", result.finish_reason}};
   return json{{"id", id},
@@ -446,6 +672,18 @@ json chat_chunk(const ChunkIdentity& identity, const std::string& text, bool del
                  {"logprobs", logprobs ? chat_logprobs_json(*logprobs) : json(nullptr)},
                  {"finish_reason", nullptr}};
   if (finish) choice["finish_reason"] = *finish;
+  return json{{"id", identity.id},
+              {"object", "chat.completion.chunk"},
+              {"created", identity.created},
+              {"model", identity.model},
+              {"choices", json::array({choice})}};
+}
+
+json chat_tool_calls_chunk(const ChunkIdentity& identity, const std::vector<ToolCall>& calls) {
+  json choice = {{"index", 0},
+                 {"delta", {{"tool_calls", tool_calls_json(calls, true)}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
   return json{{"id", identity.id},
               {"object", "chat.completion.chunk"},
               {"created", identity.created},

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "app/chat/stop_text_filter.h"
+#include "engine/text/constraint/json_grammar.h"
+#include "engine/text/tool_calls.h"
 #include "engine/types.h"
 
 namespace kvchat::app::openai {
@@ -48,12 +50,33 @@ struct SamplingRequest {
   int top_logprobs = -1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Constrained decoding: the reply is a JSON value this grammar allows (response_format json_object or
+  // json_schema, or a tool call that tool_choice requires); null for free text.
+  std::shared_ptr<const JsonGrammar> grammar;
+  // The reply's text exactly as its tokens spell it, without the tokenizer's clean-up of spaces before
+  // punctuation (which would change a JSON string's value or a tool call's arguments): set for structured output
+  // and whenever tool calls are parsed out of the reply.
+  bool exact_text = false;
 };
+
+// tool_choice: whether the model may ("auto"), must ("required", or `function` named) or may not ("none")
+// call a tool.
+enum class ToolChoice { Auto, None, Required, Function };
 
 struct ChatCompletionRequest {
   SamplingRequest sampling;
   std::vector<ChatMessage> messages;
+  std::string tools_json;  // the "tools" array as given (each {"type": "function", "function": {...}}); "" none
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_function;  // the function tool_choice names
+  bool parallel_tool_calls = true;   // false: a reply's first call only
 };
+
+// The grammar a reply must follow when tool_choice requires a call in the template's `format`: the call's
+// markup around {"name": one of the tools (or the one named), "arguments": that tool's parameters}. Throws
+// ApiError naming "tools" or "tool_choice" when a tool's parameters cannot be a constraint or the format has
+// no markup to force.
+JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, ToolCallFormat format);
 
 struct CompletionRequest {
   SamplingRequest sampling;
@@ -86,8 +109,9 @@ struct CompletionResult {
   std::vector<LogprobEntry> logprobs;  // one per token of `text`, when the request asked for them
   bool has_logprobs = false;
   std::string text;
-  std::string finish_reason;  // "stop", "length" or kFinishInterrupted
+  std::string finish_reason;  // "stop", "length", "tool_calls" or kFinishInterrupted
   GenerationStats stats;
+  std::vector<ToolCall> tool_calls;  // parsed out of `text` (which then holds the content before them)
 };
 
 // "usage": prompt/completion/total tokens, prompt_tokens_details.cached_tokens (tokens not prefilled
@@ -117,6 +141,9 @@ struct ChunkIdentity {
 nlohmann::json chat_chunk(const ChunkIdentity& identity, const std::string& text, bool delta_role,
                           const std::optional<std::string>& finish,
                           const std::vector<LogprobEntry>* logprobs = nullptr);
+// A chunk with `calls` as delta.tool_calls (index, id, type, function name and whole arguments), as the SDKs
+// assemble them.
+nlohmann::json chat_tool_calls_chunk(const ChunkIdentity& identity, const std::vector<ToolCall>& calls);
 nlohmann::json completion_chunk(const ChunkIdentity& identity, const std::string& text,
                                 const std::optional<std::string>& finish,
                                 const std::vector<LogprobEntry>* logprobs = nullptr);

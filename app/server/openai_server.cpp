@@ -241,9 +241,15 @@ class OpenAiServer::Impl {
     SamplingRequest sampling;
     std::vector<TokenId> prompt_ids;  // the messages or the raw prompt, encoded
     bool chat = true;
+    // Tool calls are parsed out of the reply in this format (None: the reply is all content).
+    ToolCallFormat tool_format = ToolCallFormat::None;
+    bool parallel_tool_calls = true;
     ChunkIdentity identity;
   };
   CompletionResult run_job(Job& job, const TextSink& sink, bool* client_gone, const LogprobSink& logprob_sink = {});
+  // Moves the calls parsed out of a finished reply into `result`: its text becomes their content, and a reply
+  // that ended by itself ends for them ("tool_calls").
+  static void take_tool_calls(const Job& job, ParsedReply parsed, CompletionResult& result);
   void respond(std::shared_ptr<Job> job, const httplib::Request& request, httplib::Response& response);
   bool stream(Job& job, httplib::DataSink& sink);
 
@@ -469,8 +475,24 @@ void OpenAiServer::Impl::chat_completions(const httplib::Request& request, httpl
   ChatCompletionRequest parsed = parse_chat_completion_request(request.body);
   check_model(parsed.sampling.model);
   auto job = std::make_shared<Job>();
+  std::string tools_json;
+  if (!parsed.tools_json.empty()) {
+    const ToolCallFormat format = sessions_.tool_call_format();
+    if (format == ToolCallFormat::None)
+      throw ApiError(400, "'tools' cannot be used with this model: its chat template renders no tools",
+                     "invalid_request_error", "tools", "unsupported_value");
+    if (parsed.tool_choice == ToolChoice::Required || parsed.tool_choice == ToolChoice::Function)
+      parsed.sampling.grammar = std::make_shared<const JsonGrammar>(required_tool_call_grammar(parsed, format));
+    // "none": the model sees the tools (a conversation may already hold their calls) but its reply is all text.
+    if (parsed.tool_choice != ToolChoice::None) {
+      job->tool_format = format;
+      job->parallel_tool_calls = parsed.parallel_tool_calls;
+      parsed.sampling.exact_text = true;
+    }
+    tools_json = parsed.tools_json;
+  }
   job->sampling = std::move(parsed.sampling);
-  job->prompt_ids = sessions_.encode_chat(parsed.messages);
+  job->prompt_ids = sessions_.encode_chat(parsed.messages, tools_json);
   job->lease = sessions_.acquire_for_prompt(job->prompt_ids);
   job->identity = ChunkIdentity{"chatcmpl-" + std::to_string(next_id_++), unix_time(), options_.model_id};
   respond(std::move(job), request, response);
@@ -507,11 +529,13 @@ void OpenAiServer::Impl::respond(std::shared_ptr<Job> job, const httplib::Reques
       spdlog::warn("{}: the request's socket was not found; a disconnect will not stop its generation",
                    job->identity.id);
     bool client_gone = false;
-    const CompletionResult result = run_job(
+    CompletionResult result = run_job(
         *job, [&connection](const std::string&) { return connection.open(); }, &client_gone);
     // Stopped by the server's shutdown: an error, not a 200 with part of a reply. With the client gone the
     // write below fails; the log line says why the reply was cut short.
     if (result.finish_reason == kFinishInterrupted && !client_gone) throw interrupted_error(result);
+    if (job->tool_format != ToolCallFormat::None)
+      take_tool_calls(*job, parse_tool_calls(job->tool_format, result.text), result);
     const json body =
         job->chat ? chat_completion_response(job->identity.id, job->identity.created, job->identity.model, result)
                   : completion_response(job->identity.id, job->identity.created, job->identity.model, result);
@@ -523,19 +547,35 @@ void OpenAiServer::Impl::respond(std::shared_ptr<Job> job, const httplib::Reques
       "text/event-stream", [this, job](std::size_t, httplib::DataSink& sink) { return stream(*job, sink); });
 }
 
+void OpenAiServer::Impl::take_tool_calls(const Job& job, ParsedReply parsed, CompletionResult& result) {
+  if (parsed.tool_calls.empty()) return;
+  if (!job.parallel_tool_calls) parsed.tool_calls.resize(1);
+  result.text = std::move(parsed.content);
+  result.tool_calls = std::move(parsed.tool_calls);
+  if (result.finish_reason == "stop") result.finish_reason = "tool_calls";
+}
+
 bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
   auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
   if (job.chat && !write(sse_event(chat_chunk(job.identity, "", /*delta_role=*/true, std::nullopt)))) return false;
-  // With logprobs asked for, each piece of text carries the entries of the tokens it completes.
+  // With logprobs asked for, each piece of text carries the entries of the tokens it completes (those of text
+  // held back while it may be a tool call go with the next piece sent).
   std::vector<LogprobEntry> piece_logprobs;
-  const LogprobSink logprob_sink = [&](const std::vector<LogprobEntry>& entries) { piece_logprobs = entries; };
+  const LogprobSink logprob_sink = [&](const std::vector<LogprobEntry>& entries) {
+    piece_logprobs.insert(piece_logprobs.end(), entries.begin(), entries.end());
+  };
   const std::vector<LogprobEntry>* logprobs = job.sampling.top_logprobs >= 0 ? &piece_logprobs : nullptr;
-  const TextSink text_sink = [&](const std::string& text) {
-    if (text.empty()) return sink.is_writable();  // cpp-httplib 0.11 checks that the peer has not closed
+  ToolCallStream tool_calls(job.tool_format);
+  const auto write_text = [&](const std::string& text) {
     const bool written = write(sse_event(job.chat ? chat_chunk(job.identity, text, false, std::nullopt, logprobs)
                                                   : completion_chunk(job.identity, text, std::nullopt, logprobs)));
     piece_logprobs.clear();
     return written;
+  };
+  const TextSink text_sink = [&](const std::string& text) {
+    if (text.empty()) return sink.is_writable();  // cpp-httplib 0.11 checks that the peer has not closed
+    const std::string content = tool_calls.push(text);
+    return content.empty() ? sink.is_writable() : write_text(content);
   };
   bool client_gone = false;
   CompletionResult result;
@@ -557,6 +597,14 @@ bool OpenAiServer::Impl::stream(Job& job, httplib::DataSink& sink) {
     write(sse_event(error_body(error)));
     sink.done();
     return true;
+  }
+  if (job.tool_format != ToolCallFormat::None) {
+    ParsedReply rest = tool_calls.finish();
+    if (!rest.content.empty() && !write_text(rest.content)) return false;
+    rest.content.clear();
+    take_tool_calls(job, std::move(rest), result);
+    if (!result.tool_calls.empty() && !write(sse_event(chat_tool_calls_chunk(job.identity, result.tool_calls))))
+      return false;
   }
   const json last = job.chat ? chat_chunk(job.identity, "", false, result.finish_reason)
                              : completion_chunk(job.identity, "", result.finish_reason);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <optional>
 #include <random>
@@ -350,11 +351,27 @@ ApiError context_error(std::size_t prompt_tokens, int limit) {
 }
 }  // namespace
 
-std::vector<TokenId> ServerSessions::encode_chat(const std::vector<ChatMessage>& messages) const {
+ToolCallFormat ServerSessions::tool_call_format() const {
+  return tool_call_format_for_template(model_.formatter.template_source());
+}
+
+std::shared_ptr<const ConstraintVocabulary> ServerSessions::constraint_vocabulary() const {
+  std::lock_guard<std::mutex> lock(vocabulary_mutex_);
+  if (!constraint_vocabulary_) {
+    const auto started = std::chrono::steady_clock::now();
+    constraint_vocabulary_ = ConstraintVocabulary::from_tokenizer(*model_.tokenizer);
+    spdlog::info("constrained decoding: the vocabulary's token trie made in {:.0f} ms",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+  }
+  return constraint_vocabulary_;
+}
+
+std::vector<TokenId> ServerSessions::encode_chat(const std::vector<ChatMessage>& messages,
+                                                 const std::string& tools_json) const {
   // Nothing known about the conversation: the same messages give the same ids on any server.
   std::vector<TokenId> ids;
   try {
-    ids = runner_.encode_messages(messages);
+    ids = runner_.encode_messages(messages, /*continue_reply=*/false, tools_json);
   } catch (const TemplateError& error) {
     // A template may refuse a conversation (roles out of order, a system message where it takes none).
     throw ApiError(400, std::string("the model's chat template cannot render these messages: ") + error.what(),
@@ -408,6 +425,10 @@ GenerationConfig ServerSessions::generation_config(const SamplingRequest& reques
   config.sampling.repetition_window = request.repetition_window;
   config.top_logprobs = request.top_logprobs;
   config.speculative = speculative_;
+  if (request.grammar) {
+    config.grammar = request.grammar;
+    config.grammar_vocabulary = constraint_vocabulary();
+  }
   // Without a seed every request samples differently, as OpenAI's API does.
   config.sampling.seed = request.seed ? *request.seed : std::random_device{}();
   return config;
@@ -511,7 +532,8 @@ CompletionResult ServerSessions::run(const Lease& lease, const std::vector<Token
   ReplyForwarder forwarder(request.stop, sink, stop, logprob_sink);
   const Tokenizer& tokenizer = *model_.tokenizer;
   TokenId previous = prompt_ids.back();
-  StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
+  StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true,
+                           request.exact_text || request.grammar ? std::optional<bool>(false) : std::nullopt);
   int generated = 0;
   Entry& entry = lease.entry();
   const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
@@ -526,7 +548,9 @@ CompletionResult ServerSessions::run(const Lease& lease, const std::vector<Token
           entry.emplace();
           entry->chosen = {chunk, progress.logprobs->chosen.logprob};
           for (const TokenLogprob& top : progress.logprobs->top)
-            entry->top.push_back({candidate_text(tokenizer, previous, top.token), top.logprob});
+            // The chosen token among them reads as it does in the reply (a character's first bytes: "").
+            entry->top.push_back(
+                {top.token == token ? chunk : candidate_text(tokenizer, previous, top.token), top.logprob});
         }
         previous = token;
         forwarder.push(chunk, generated, std::move(entry));

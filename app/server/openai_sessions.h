@@ -34,6 +34,8 @@
 #include "app/server/openai_protocol.h"
 #include "engine/cache/session_pool.h"
 #include "engine/generation/decode_batcher.h"
+#include "engine/text/constraint/token_constraint.h"
+#include "engine/text/tool_calls.h"
 
 namespace kvchat {
 struct LoadedModel;
@@ -82,7 +84,12 @@ class ServerSessions {
   // A request's prompt ids: the messages rendered by the model's template (the generation prompt added)
   // and encoded whole, or the raw prompt encoded. ApiError 400 when the template refuses the messages,
   // or the prompt is empty or leaves no room in the context window.
-  std::vector<TokenId> encode_chat(const std::vector<ChatMessage>& messages) const;
+  // `tools_json`: the request's tool definitions for the template ("" for none).
+  std::vector<TokenId> encode_chat(const std::vector<ChatMessage>& messages, const std::string& tools_json = {}) const;
+  // The chat template's format of tool calls (ToolCallFormat::None when it renders no tools).
+  ToolCallFormat tool_call_format() const;
+  // The served tokenizer's bytes for constrained decoding, made at the first call.
+  std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary() const;
   std::vector<TokenId> encode_prompt(const std::string& prompt) const;
   // A prompt given as token ids: checked against the vocabulary and the context limit (ApiError naming
   // 'prompt'), else returned as it is.
@@ -146,6 +153,8 @@ class ServerSessions {
 
   const LoadedModel& model_;
   ChatTurnRunner runner_;
+  mutable std::mutex vocabulary_mutex_;
+  mutable std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary_;
   const int parallel_;
   const int max_queue_;
   const std::size_t max_sessions_;

@@ -176,6 +176,7 @@ class TestOpenAiServer : public QObject {
         {"repeat_penalty", 1.3},
         {"repeat_last_n", 32},
         {"logprobs", true},
+        {"response_format", {{"type", "json_object"}}},  // constrained decoding (app_test_openai_tools)
     };
     for (const auto& [name, value] : read) {
       json request = chat_request({user("Once")}, 3);
@@ -187,12 +188,12 @@ class TestOpenAiServer : public QObject {
         {"frequency_penalty", 0.5},
         {"presence_penalty", 0.5},
         {"logit_bias", {{"42", 5}}},
-        {"top_logprobs", 2},  // without logprobs: true
-        {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
-        {"tool_choice", "required"},
+        {"top_logprobs", 2},                                                              // without logprobs: true
+        {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},  // no template renders them
+        {"tool_choice", "required"},                                                      // with no tools
         {"functions", json::array({{{"name", "f"}}})},
         {"function_call", {{"name", "f"}}},
-        {"response_format", {{"type", "json_object"}}},
+        {"response_format", "json"},  // not an object
         {"modalities", json::array({"text", "audio"})},
         {"audio", {{"voice", "alloy"}, {"format", "wav"}}},
         {"prediction", {{"type", "content"}, {"content", "x"}}},
