@@ -30,13 +30,7 @@ using kvchat::Session;
 using kvchat::TokenId;
 using kvchat::test::ordered_json;
 
-namespace {
-
-// The schema's one value, written as the grammar writes it: compact, keys in the schema's order.
-const char* const kOneValueSchema = R"({"const": {"answer": 42, "unit": "m\u00e8tres", "list": [true, null]}})";
-const char* const kOneValueText = "{\"answer\":42,\"unit\":\"m\xC3\xA8tres\",\"list\":[true,null]}";
-const char* const kYesNoSchema = R"({"enum": ["yes", "no"]})";
-
+// A model of the suite (outside the anonymous namespace: the test class holds them).
 struct TestModel {
   std::string name;
   // How deep the random schemas nest and how many items their arrays hold: a small context (stories260K's 512
@@ -48,6 +42,13 @@ struct TestModel {
   std::shared_ptr<const ConstraintVocabulary> vocabulary;
   std::vector<TokenId> stop_ids;
 };
+
+namespace {
+
+// The schema's one value, written as the grammar writes it: compact, keys in the schema's order.
+const char* const kOneValueSchema = R"({"const": {"answer": 42, "unit": "m\u00e8tres", "list": [true, null]}})";
+const char* const kOneValueText = "{\"answer\":42,\"unit\":\"m\xC3\xA8tres\",\"list\":[true,null]}";
+const char* const kYesNoSchema = R"({"enum": ["yes", "no"]})";
 
 TestModel loaded(const std::string& name, const std::string& path) {
   kvchat::LoadedModel loaded = kvchat::load_model(kvchat::test::shared_path(path));
