@@ -141,6 +141,11 @@ class JsonConstraintTest : public QObject {
              std::string("/oneOf | /oneOf: only a single-branch oneOf is supported (use anyOf for alternatives)"));
     QVERIFY(schema_error_path("{\"type\": ").rfind(" | the schema is not valid JSON: ", 0) == 0);
     QCOMPARE(schema_error_path(kPersonSchema), std::string("(compiled)"));
+    // Nested 100,000 deep: an error, not a stack overflow.
+    std::string deep;
+    for (int i = 0; i < 100000; ++i) deep += "{\"items\": ";
+    deep += "{}" + std::string(100000, '}');
+    QVERIFY(schema_error_path(deep).find("the schema nests deeper than 128 levels") != std::string::npos);
   }
 
   void the_matcher_takes_exactly_the_valid_texts() {

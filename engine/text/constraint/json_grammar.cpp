@@ -53,8 +53,19 @@ class SchemaCompiler {
     return static_cast<int>(nodes_.size()) - 1;
   }
 
+  // Schemas nest at most this deep: a hostile one nested 100,000 levels would otherwise overflow the stack.
+  static constexpr int kMaxDepth = 128;
+
   // The node of the schema at `path` (a $ref's target is compiled once, so recursive schemas work).
   int node_for(const json& schema, const std::string& path) {
+    struct DepthGuard {
+      int& depth;
+      explicit DepthGuard(int& d) : depth(d) { ++depth; }
+      ~DepthGuard() { --depth; }
+    } guard(depth_);
+    if (depth_ > kMaxDepth)
+      throw SchemaError(path.substr(0, 200) + "...",
+                        "the schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) throw SchemaError(path, "the schema false allows no value");
       return add(Node{});
@@ -326,6 +337,7 @@ class SchemaCompiler {
   }
 
   const json& document_;
+  int depth_ = 0;
   std::vector<Node> nodes_;
   std::map<std::string, int> references_;
 };
