@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/text/tokenizer.h"
+#include "engine/text/utf8.h"
 
 namespace kvchat {
 namespace {
@@ -14,34 +15,12 @@ namespace {
 // The number of code points of `bytes` when it is whole UTF-8 characters none of which is a quote, a
 // backslash or a control character (text a JSON string takes as it is); -1 otherwise.
 std::int32_t plain_code_points(const std::string& bytes) {
+  if (!utf8::is_valid(bytes)) return -1;
   std::int32_t count = 0;
-  for (std::size_t i = 0; i < bytes.size();) {
-    const auto byte = static_cast<std::uint8_t>(bytes[i]);
-    std::size_t length = 0;
-    std::uint8_t low = 0x80, high = 0xBF;
-    if (byte < 0x80) {
-      if (byte < 0x20 || byte == '"' || byte == '\\') return -1;
-      length = 1;
-    } else if (byte >= 0xC2 && byte <= 0xDF) {
-      length = 2;
-    } else if (byte >= 0xE0 && byte <= 0xEF) {
-      length = 3;
-      if (byte == 0xE0) low = 0xA0;
-      if (byte == 0xED) high = 0x9F;
-    } else if (byte >= 0xF0 && byte <= 0xF4) {
-      length = 4;
-      if (byte == 0xF0) low = 0x90;
-      if (byte == 0xF4) high = 0x8F;
-    } else {
-      return -1;
-    }
-    if (i + length > bytes.size()) return -1;
-    for (std::size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<std::uint8_t>(bytes[i + k]);
-      if (next < (k == 1 ? low : 0x80) || next > (k == 1 ? high : 0xBF)) return -1;
-    }
-    i += length;
-    ++count;
+  for (char c : bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == '"' || byte == '\\') return -1;
+    count += (byte & 0xC0) != 0x80;  // a character starts at every byte but a continuation byte
   }
   return count;
 }
