@@ -190,6 +190,8 @@ async function openaiLogprobs() {
     top_logprobs: 2,
   });
   return {
+    question,
+    prompt_tokens: reply.usage.prompt_tokens,
     text: reply.choices[0].message.content,
     content: reply.choices[0].logprobs.content.map((entry) => ({
       token: entry.token,

@@ -7,8 +7,11 @@
 // Checked, per client: a forced call of get_weather has arguments valid for its parameters, the library runs the
 // tool on them and sends the result back, and the model then answers in text; streamed, the library assembles the
 // same call as whole; response_format json_schema gives an object valid for the schema (the same one whichever
-// client asks: the prompt is the same and decoding greedy); log probabilities put the chosen token first.
+// client asks: the prompt is the same and decoding greedy); log probabilities are the log-softmax of the logits
+// this process's engine computes for the same positions.
 // Without node, npm or the registry, skipped.
+#include <ATen/ATen.h>
+
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -20,6 +23,11 @@
 #include "common/npm_clients.h"
 #include "common/server_process.h"
 #include "common/tiny_tool_use_model.h"
+#include "engine/cache/kv_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/text/chat_prompt.h"
+#include "engine/text/tokenizer.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_openai_agent_clients {
@@ -71,6 +79,47 @@ std::string forecast_violation(const json& value) {
 
 bool is_text_finish(const json& reason) { return reason == "stop" || reason == "length"; }
 
+// Each entry of a chat reply's logprobs.content against the engine in this process: the prompt as the server renders
+// it (the model's chat template) prefilled into a KV cache, then one cached step per greedy token, each row's
+// log-softmax taken. An entry is a token whose text completes (the tokens of a character split over several come
+// with the last one, as the reply's text does), so entry i is the i-th greedy token whose decoded text is not
+// empty: its log probability is that token's in its row, and its two alternatives are the row's largest.
+void check_logprobs_against_the_engine(const std::string& model_path, const std::string& question,
+                                       std::size_t prompt_tokens, const json& content) {
+  const kvchat::LoadedModel model = kvchat::load_model(model_path);
+  std::vector<kvchat::TokenId> sequence =
+      kvchat::encode_chat_prompt(model.formatter, *model.tokenizer, {{"user", question}},
+                                 kvchat::PromptEnd::GenerationPrompt)
+          .ids;
+  QCOMPARE(sequence.size(), prompt_tokens);  // the server's prompt
+  constexpr double kTolerance = 1e-4;
+  const auto cache = kvchat::make_kv_cache(kvchat::KvCacheMode::Contiguous, model.model->cache_shape());
+  kvchat::StreamingDecoder decoder(*model.tokenizer, /*skip_special_tokens=*/true);
+  at::Tensor logits = model.model->forward(sequence, 0, cache.get());
+  std::size_t entry_index = 0;
+  for (int step = 0; step < 64 && entry_index < content.size(); ++step) {
+    if (step > 0) logits = model.model->forward({sequence.back()}, cache->size(), cache.get());
+    const at::Tensor row = at::log_softmax(logits.to(at::kDouble), 0);
+    const auto [values, ids] = row.topk(2);
+    sequence.push_back(static_cast<kvchat::TokenId>(ids[0].item<std::int64_t>()));
+    const std::string text = decoder.push(sequence.back());
+    if (text.empty()) continue;
+    const json& entry = content[entry_index++];
+    const std::string where = "entry " + std::to_string(entry_index - 1) + " (token " + std::to_string(step) + ", \"" +
+                              text + "\"): " + entry.dump();
+    QVERIFY2(entry["token"] == text, where.c_str());
+    const json& top = entry["top_logprobs"];
+    QVERIFY2(top.is_array() && top.size() == 2, where.c_str());
+    QVERIFY2(std::abs(entry["logprob"].get<double>() - values[0].item<double>()) < kTolerance,
+             (where + " against " + std::to_string(values[0].item<double>())).c_str());
+    for (int k = 0; k < 2; ++k)
+      QVERIFY2(std::abs(top[k]["logprob"].get<double>() - values[k].item<double>()) < kTolerance,
+               (where + " against " + std::to_string(values[k].item<double>())).c_str());
+    QVERIFY2(entry["token"] == top[0]["token"] && entry["bytes"] == top[0]["bytes"], where.c_str());
+  }
+  QCOMPARE(entry_index, content.size());
+}
+
 }  // namespace
 
 class TestOpenAiAgentClients : public QObject {
@@ -78,6 +127,7 @@ class TestOpenAiAgentClients : public QObject {
 
   QTemporaryDir dir_;
   ServerProcess server_;
+  std::string model_path_;
   json result_;         // the script's report
   std::string errors_;  // its stderr
 
@@ -94,8 +144,8 @@ class TestOpenAiAgentClients : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    const std::string model = kvchat::test::make_tiny_tool_use_model(dir_.filePath("model").toStdString());
-    QVERIFY(server_.start({"--model", QString::fromStdString(model), "--model-id", kModelId, "--threads", "1"}));
+    model_path_ = kvchat::test::make_tiny_tool_use_model(dir_.filePath("model").toStdString());
+    QVERIFY(server_.start({"--model", QString::fromStdString(model_path_), "--model-id", kModelId, "--threads", "1"}));
 
     if (const QString unavailable = kvchat::test::install_npm_clients(); !unavailable.isEmpty())
       QSKIP(qPrintable(unavailable));
@@ -184,23 +234,17 @@ class TestOpenAiAgentClients : public QObject {
     QCOMPARE(json::parse(report["text"].get<std::string>()), report["value"]);
   }
 
-  // openai: logprobs with top_logprobs 2. Greedy, each chosen token is the most likely one.
-  void openai_logprobs_put_the_greedy_choice_first() {
+  // openai: logprobs with top_logprobs 2, each equal to the log-softmax of the logits this process's engine gives
+  // for that position (an uncached forward of the server's prompt and the tokens before it): the chosen token's
+  // and the two largest, in order. Greedy, the chosen token is the first of them.
+  void openai_logprobs_are_those_of_the_engine_logits() {
     const std::string failure = failure_of("openai", "logprobs");
     QVERIFY2(failure.empty(), failure.c_str());
     const json& report = result_["openai"]["logprobs"];
-    QVERIFY2(report["text"].is_string(), report.dump().c_str());
+    QVERIFY2(report["text"].is_string() && report["question"].is_string(), report.dump().c_str());
     const json& content = report["content"];
     QVERIFY2(content.is_array() && !content.empty(), report.dump().c_str());
-    for (const json& entry : content) {
-      const json& top = entry["top_logprobs"];
-      QVERIFY2(top.is_array() && top.size() == 2, entry.dump().c_str());
-      QVERIFY2(top[0]["logprob"].get<double>() >= top[1]["logprob"].get<double>(), entry.dump().c_str());
-      QVERIFY2(top[1]["logprob"].get<double>() <= 0, entry.dump().c_str());
-      // The chosen token is the first alternative: the same text, bytes and log probability.
-      QVERIFY2(entry["token"] == top[0]["token"] && entry["bytes"] == top[0]["bytes"], entry.dump().c_str());
-      QCOMPARE(entry["logprob"].get<double>(), top[0]["logprob"].get<double>());
-    }
+    check_logprobs_against_the_engine(model_path_, report["question"], report["prompt_tokens"], content);
   }
 
   // AI SDK: generateText with the call forced in step 0 (prepareStep) and toolChoice "none" in step 1: the SDK runs
