@@ -52,10 +52,12 @@ QString ChatGenerationDialog::lines_from_stop_texts(const QStringList& stops) {
   return lines.join(QLatin1Char('\n'));
 }
 
-QString ChatGenerationDialog::summary(const std::optional<GenerationPreset>& settings) {
-  if (!settings) return tr("Global settings");
-  if (settings->name.isEmpty()) return tr("Own settings");
-  return tr("Preset: %1").arg(settings->name);
+QString ChatGenerationDialog::summary(const std::optional<GenerationPreset>& settings,
+                                      const kvchat::app::ReplyFormat& reply_format) {
+  const QString json = reply_format.is_text() ? QString() : tr(" \u00b7 JSON replies");
+  if (!settings) return tr("Global settings") + json;
+  if (settings->name.isEmpty()) return tr("Own settings") + json;
+  return tr("Preset: %1").arg(settings->name) + json;
 }
 
 ChatGenerationDialog::ChatGenerationDialog(kvchat::app::ChatController* controller, qint64 conversation_id,
@@ -135,12 +137,44 @@ ChatGenerationDialog::ChatGenerationDialog(kvchat::app::ChatController* controll
   form->addRow(QString(), preset_problem_);
   layout->addWidget(values_);
 
+  // The reply format is the chat's own whatever the sampling follows.
+  auto* format_form = new QFormLayout;
+  reply_format_ = new QComboBox(this);
+  reply_format_->setObjectName("replyFormatCombo");
+  reply_format_->addItem(tr("Free text"));
+  reply_format_->addItem(tr("JSON (any object)"));
+  reply_format_->addItem(tr("JSON matching a schema"));
+  reply_format_->setToolTip(
+      tr("A JSON format constrains every token of a reply, so that the reply is always valid JSON (and valid "
+         "against the schema)"));
+  format_form->addRow(tr("&Replies:"), reply_format_);
+  reply_schema_ = new QPlainTextEdit(this);
+  reply_schema_->setObjectName("replySchemaEdit");
+  reply_schema_->setTabChangesFocus(true);
+  reply_schema_->setPlaceholderText(
+      tr("A JSON schema, e.g. {\"type\": \"object\", \"properties\": {\"answer\": {\"type\": \"string\"}}, "
+         "\"required\": [\"answer\"]}"));
+  reply_schema_->setFixedHeight(reply_schema_->fontMetrics().lineSpacing() * 6 + 12);
+  format_form->addRow(tr("S&chema:"), reply_schema_);
+  reply_format_problem_ = new QLabel(this);
+  reply_format_problem_->setObjectName("replyFormatProblemLabel");
+  reply_format_problem_->setWordWrap(true);
+  set_palette_style_sheet(reply_format_problem_, [](const QPalette& palette) {
+    return QStringLiteral("color: %1;").arg(error_text_colour(palette).name());
+  });
+  reply_format_problem_->hide();
+  format_form->addRow(QString(), reply_format_problem_);
+  layout->addLayout(format_form);
+  const kvchat::app::ReplyFormat format = controller_->chatReplyFormat(conversation_id_);
+  reply_format_->setCurrentIndex(static_cast<int>(format.kind));
+  reply_schema_->setPlainText(format.schema);
+  refresh_schema_edit();
+  connect(reply_format_, &QComboBox::currentIndexChanged, this, &ChatGenerationDialog::refresh_schema_edit);
+
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
   layout->addWidget(buttons);
-  connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::accepted, this, &ChatGenerationDialog::accept);
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
-  connect(this, &QDialog::accepted, this,
-          [this] { controller_->setChatGenerationSettings(conversation_id_, chosenSettings()); });
 
   const std::optional<GenerationPreset> own = controller_->chatGenerationSettings(conversation_id_);
   follow_global_->setChecked(!own);
@@ -222,6 +256,31 @@ std::optional<GenerationPreset> ChatGenerationDialog::chosenSettings() const {
   values.max_new_tokens = max_tokens_->value();
   values.stop_texts = stop_texts_from_lines(stop_texts_->toPlainText());
   return values;
+}
+
+kvchat::app::ReplyFormat ChatGenerationDialog::chosenReplyFormat() const {
+  kvchat::app::ReplyFormat format;
+  format.kind = static_cast<kvchat::app::ReplyFormat::Kind>(reply_format_->currentIndex());
+  if (format.kind == kvchat::app::ReplyFormat::Kind::JsonSchema) format.schema = reply_schema_->toPlainText().trimmed();
+  return format;
+}
+
+void ChatGenerationDialog::refresh_schema_edit() {
+  reply_schema_->setEnabled(reply_format_->currentIndex() ==
+                            static_cast<int>(kvchat::app::ReplyFormat::Kind::JsonSchema));
+}
+
+void ChatGenerationDialog::accept() {
+  // Refused here, where the schema was typed: the dialog stays open with what to change.
+  const QString problem = controller_->setChatReplyFormat(conversation_id_, chosenReplyFormat());
+  reply_format_problem_->setText(problem.isEmpty() ? QString() : tr("This schema cannot be used: %1").arg(problem));
+  reply_format_problem_->setVisible(!problem.isEmpty());
+  if (!problem.isEmpty()) {
+    reply_schema_->setFocus();
+    return;
+  }
+  controller_->setChatGenerationSettings(conversation_id_, chosenSettings());
+  QDialog::accept();
 }
 
 void ChatGenerationDialog::save_as_preset() {

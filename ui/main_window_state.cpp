@@ -230,7 +230,8 @@ void MainWindow::refresh_chat_header() {
   const auto record = id > 0 ? controller_->conversation(id) : std::nullopt;
   system_prompt_block_->setPrompt(record ? record->system_prompt : QString());
   generation_button_->setText(
-      ChatGenerationDialog::summary(id > 0 ? controller_->chatGenerationSettings(id) : std::nullopt));
+      id > 0 ? ChatGenerationDialog::summary(controller_->chatGenerationSettings(id), controller_->chatReplyFormat(id))
+             : ChatGenerationDialog::summary(std::nullopt));
   // The chat's last local model, when another one is loaded: offered, never loaded without a click.
   const auto last = id > 0 && !controller_->usesRemoteBackend() ? controller_->lastModelOf(id) : std::nullopt;
   const QString loaded = backend_->isModelLoaded() ? backend_->modelInfo().path : QString();

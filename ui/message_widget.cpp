@@ -13,6 +13,7 @@
 #include <QVBoxLayout>
 
 #include "app/store/chat_history.h"
+#include "app/store/tool_use.h"
 #include "ui/code_block_widget.h"
 #include "ui/message_body.h"
 #include "ui/stats_format.h"
@@ -72,8 +73,12 @@ void MessageWidget::build_bubble(const kvchat::app::MessageRecord& message) {
   header_->setObjectName("messageHeader");
   QString who = is_user                        ? QStringLiteral("You")
                 : role_ == MessageRole::System ? QStringLiteral("System")
+                : role_ == MessageRole::Tool   ? QStringLiteral("Tool result")
                                                : QStringLiteral("Assistant");
-  if (!is_user && !message.model.isEmpty()) who += QStringLiteral(" \u00b7 ") + message.model;
+  if (role_ == MessageRole::Tool && !message.tool_name.isEmpty())
+    who += QStringLiteral(" \u00b7 ") + message.tool_name;
+  else if (!is_user && !message.model.isEmpty())
+    who += QStringLiteral(" \u00b7 ") + message.model;
   header_->setText(QStringLiteral("<b>%1</b>").arg(who.toHtmlEscaped()));
   if (message.created_at.isValid())
     header_->setToolTip(QLocale().toString(message.created_at.toLocalTime(), QLocale::LongFormat));
@@ -231,6 +236,10 @@ QString MessageWidget::cutShortText() const {
 
 void MessageWidget::setRecord(const kvchat::app::MessageRecord& message) {
   text_ = message.text;
+  tool_use_.role = message.role;
+  tool_use_.tool_calls = message.tool_calls;
+  tool_use_.tool_call_id = message.tool_call_id;
+  tool_use_.tool_name = message.tool_name;
   failed_ = kvchat::app::is_failed_reply(message);
   complete_ = message.complete;
   stop_reason_ = message.stats.value(QStringLiteral("stop_reason")).toString();
@@ -357,7 +366,16 @@ void MessageWidget::render() {
   }
   // A failed turn's error is in the stats line; an empty body would only add a blank bubble.
   body_->setVisible(!(failed_ && text_.isEmpty()));
-  body_->setContent(text_, role_ != MessageRole::User);
+  if (role_ == MessageRole::Tool) {
+    tool_use_.text = text_;
+    body_->setContent(kvchat::app::tool_result_markdown(tool_use_), true);
+  } else if (!tool_use_.tool_calls.isEmpty()) {
+    // The calls under the text the reply wrote before them (often none).
+    const QString calls = kvchat::app::tool_calls_markdown(tool_use_);
+    body_->setContent(text_.isEmpty() ? calls : text_ + QStringLiteral("\n\n") + calls, true);
+  } else {
+    body_->setContent(text_, role_ != MessageRole::User);
+  }
 }
 
 }  // namespace kvchat::ui

@@ -2,8 +2,9 @@
 // One message of the chat view: a header (who; the time on hover), the text (assistant replies rendered as
 // Markdown with code blocks that have their own Copy button), the reply's stats or its error under it, and a
 // Copy button. A reply cut short says so and, when it is the chat's last, offers Continue; one stopped by the
-// context limit offers the two ways out (a new chat, dropping the oldest turns). A "marker" message is a
-// divider.
+// context limit offers the two ways out (a new chat, dropping the oldest turns). A reply's tool calls show
+// under its text, each with its arguments; a tool's result shows as a block of its own ("Tool result").
+// A "marker" message is a divider.
 #include <QFrame>
 #include <QString>
 #include <QTimer>
@@ -74,6 +75,8 @@ class MessageWidget : public QFrame {
   qint64 message_id_ = 0;
   kvchat::app::MessageRole role_;
   QString text_;
+  // A reply's tool calls, or the call a tool result answers: shown under or around the text (tool_use.h).
+  kvchat::app::MessageRecord tool_use_;
   bool streaming_ = false;
   bool failed_ = false;
   bool complete_ = true;

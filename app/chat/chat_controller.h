@@ -29,6 +29,7 @@
 #include "app/chat/draft_counter.h"
 #include "app/chat/engine_worker.h"
 #include "app/chat/generation_preset.h"
+#include "app/chat/reply_format.h"
 #include "app/chat/stop_text_filter.h"
 #include "app/chat/turn_recorder.h"
 #include "app/server/local_server_host.h"
@@ -161,6 +162,9 @@ class ChatController : public QObject {
   std::optional<GenerationPreset> chatGenerationSettings(qint64 conversation_id) const;
   // What a turn of the chat runs with: the global settings with the chat's own over them.
   ChatSettings turnSettings(qint64 conversation_id) const;
+  // The chat's reply format: free text unless the chat asks for JSON (also for an unreadable value, logged). A
+  // JSON format constrains every local reply token by token and is asked of a server as `response_format`.
+  ReplyFormat chatReplyFormat(qint64 conversation_id) const;
   // The built-in presets, then the user's.
   QList<GenerationPreset> presets() const;
   QList<GenerationPreset> userPresets() const { return user_presets_; }
@@ -188,6 +192,9 @@ class ChatController : public QObject {
   // Saves the chat's own generation settings (nullopt: it follows the global settings again); they apply from
   // its next turn.
   void setChatGenerationSettings(qint64 conversation_id, const std::optional<kvchat::app::GenerationPreset>& settings);
+  // Saves the chat's reply format, from its next turn on. Returns "" when saved, else why not (what in the schema
+  // the constraint cannot take, or that it is not JSON), and nothing is saved.
+  QString setChatReplyFormat(qint64 conversation_id, const kvchat::app::ReplyFormat& format);
   // Saves a preset of the user's, replacing one of the same name. A built-in preset's name or an empty one is
   // refused (false, and errorOccurred says why).
   bool saveUserPreset(const kvchat::app::GenerationPreset& preset);

@@ -285,6 +285,32 @@ void ChatController::setChatGenerationSettings(qint64 conversation_id,
   }
 }
 
+ReplyFormat ChatController::chatReplyFormat(qint64 conversation_id) const {
+  try {
+    return ReplyFormat::from_json(store_->reply_format(conversation_id));
+  } catch (const std::exception& error) {
+    spdlog::warn("conversation {}: its reply format cannot be read ({}); replies are free text", conversation_id,
+                 error.what());
+    return {};
+  }
+}
+
+QString ChatController::setChatReplyFormat(qint64 conversation_id, const ReplyFormat& format) {
+  const QString problem = format.problem();
+  if (!problem.isEmpty()) return problem;
+  try {
+    store_->set_reply_format(conversation_id, format.to_json());
+    spdlog::info("conversation {}: replies are {}", conversation_id,
+                 format.kind == ReplyFormat::Kind::Text         ? "free text"
+                 : format.kind == ReplyFormat::Kind::JsonObject ? "JSON objects"
+                                                                : "JSON valid against the chat's schema");
+    Q_EMIT chatGenerationSettingsChanged(conversation_id);
+  } catch (const std::exception& error) {
+    return QString::fromStdString(error.what());
+  }
+  return {};
+}
+
 QList<GenerationPreset> ChatController::presets() const { return built_in_presets() + user_presets_; }
 
 QString ChatController::presetNameProblem(const QString& name) const {

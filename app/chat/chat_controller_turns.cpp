@@ -209,6 +209,8 @@ bool ChatController::showAlternative(qint64 message_id) {
 std::optional<MessageRecord> ChatController::continuableReply() const {
   // A chat-completions server always starts a new reply: going on with one is the local engine's.
   if (current_conversation_ == 0 || usesRemoteBackend()) return std::nullopt;
+  // A constrained reply cannot be taken up mid-way (ChatTurnRunner): Regenerate gives a whole one.
+  if (!chatReplyFormat(current_conversation_).is_text()) return std::nullopt;
   const QList<MessageRecord> records = currentMessages();
   for (auto it = records.crbegin(); it != records.crend(); ++it) {
     if (it->role == MessageRole::Marker || is_hidden_alternative(*it)) continue;
@@ -222,6 +224,12 @@ bool ChatController::continueReply() {
   if (!can_start_turn()) return false;
   try {
     const std::optional<MessageRecord> reply = continuableReply();
+    if (!reply && !chatReplyFormat(current_conversation_).is_text()) {
+      Q_EMIT errorOccurred(
+          QStringLiteral("A reply in JSON cannot be continued: regenerate it (or raise max tokens) "
+                         "to get a whole JSON reply."));
+      return false;
+    }
     if (!reply) {
       Q_EMIT errorOccurred(
           QStringLiteral("The last reply is not one that was cut short: there is nothing to continue."));
@@ -337,6 +345,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   const std::optional<GenerationPreset> own_settings = chatGenerationSettings(conversation_id);
   const ChatSettings turn_settings = settings_with(own_settings);
   const std::vector<std::string> stop_texts = own_settings ? own_settings->stop_strings() : std::vector<std::string>{};
+  const ReplyFormat reply_format = chatReplyFormat(conversation_id);
   if (!stop_texts.empty()) turn.stop_filter = std::make_shared<StopTextFilter>(stop_texts);
 
   if (continued) {
@@ -359,6 +368,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
       reply.settings.insert(QStringLiteral("preset"), own_settings->name);
       reply.settings.insert(QStringLiteral("stop"), QJsonArray::fromStringList(own_settings->stop_texts));
     }
+    if (!reply_format.is_text()) reply.settings.insert(QStringLiteral("reply_format"), reply_format.to_json());
     turn.message_id = turn.recorder->start_reply(reply);
     cache_message(conversation_id, turn.message_id);
   }
@@ -375,6 +385,7 @@ bool ChatController::start_turn(qint64 conversation_id, const MessageRecord* con
   request.stop = turn.stop;
   request.continue_reply = continued != nullptr;
   request.draft_model_path = settings_.draft_model_path;
+  request.reply_format = reply_format;
 
   turn.remote = usesRemoteBackend();
   active_ = std::move(turn);

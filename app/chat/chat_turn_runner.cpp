@@ -8,6 +8,7 @@
 #include "engine/generation/session.h"
 #include "engine/model/model_loader.h"
 #include "engine/text/chat_prompt.h"
+#include "engine/text/constraint/token_constraint.h"
 
 namespace kvchat::app {
 
@@ -128,8 +129,16 @@ TurnOutcome ChatTurnRunner::run(Session& session, const std::vector<ChatMessage>
   GenerationConfig config = options.generation;
   config.context_limit = outcome.context_limit;                // the engine stops the reply there (ContextFull)
   config.sampled_vocabulary = model_.tokenizer->vocab_size();  // every sampled id has text
+  // The constraint follows a reply from its first byte; the part written before would have to be replayed into it.
+  if (config.grammar && options.continue_reply)
+    throw std::invalid_argument(
+        "a reply in JSON cannot be continued: regenerate it (or raise max tokens) to get a whole JSON reply");
+  if (config.grammar && !config.grammar_vocabulary)
+    config.grammar_vocabulary = ConstraintVocabulary::from_tokenizer(*model_.tokenizer);
 
-  StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true);
+  // A constrained reply is exactly the text the constraint allowed: no clean-up of spaces.
+  StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true,
+                           config.grammar ? std::optional<bool>(false) : std::nullopt);
   if (options.continue_reply) {
     // The reply goes on mid-text: the decoder must not treat its first token as the start of a text (it
     // would strip that token's leading space), so it first sees the last ids of the reply so far.

@@ -17,6 +17,7 @@
 #include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
+#include "engine/text/constraint/token_constraint.h"
 
 namespace kvchat::app {
 
@@ -37,6 +38,8 @@ struct EngineWorker::State {
   // app hosts has another), so a new thread count needs no process-wide change.
   std::shared_ptr<const ComputeContext> compute;
   int compute_threads_setting = -1;  // what `compute` was made for (0: the machine's cores)
+  // Constrained replies' token tries, built on a chat's first JSON reply and kept while the model is loaded.
+  std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary;
   // Speculative decoding's draft model, loaded on first use and kept while the setting names the same file.
   std::shared_ptr<const LlamaModel> draft_model;
   QString draft_model_path;
@@ -156,6 +159,7 @@ void EngineWorker::loadModel(const QString& directory, int threads) {
     state_->compute_for(threads);
     // Caches belong to the model that made them (listeners drop theirs on loaded()).
     state_->model = model;
+    state_->constraint_vocabulary.reset();  // the new model's vocabulary may differ
     open_snapshots();
 
     ModelInfo info;
@@ -209,6 +213,13 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     options.context_limit = request.context_limit;
     options.overflow = request.overflow;
     options.continue_reply = request.continue_reply;
+    // A chat whose replies are JSON: every token keeps the reply within the format.
+    options.generation.grammar = request.reply_format.grammar();
+    if (options.generation.grammar) {
+      if (!state_->constraint_vocabulary)
+        state_->constraint_vocabulary = ConstraintVocabulary::from_tokenizer(*model->tokenizer);
+      options.generation.grammar_vocabulary = state_->constraint_vocabulary;
+    }
 
     std::string pending;
     QElapsedTimer since_flush;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "app/chat/reply_format.h"
 #include "app/settings.h"
 #include "engine/types.h"
 
@@ -30,6 +31,7 @@ struct TurnRequest {
   std::shared_ptr<std::atomic<bool>> stop;  // set by the GUI thread to stop this turn
   bool continue_reply = false;              // messages end with a cut-short reply to go on with (TurnOptions)
   QString draft_model_path;                 // speculative decoding's draft model (SpeculativeMode::DraftModel)
+  ReplyFormat reply_format;                 // the chat's: a JSON one constrains the reply
 };
 
 // How long each decode step of one reply took, measured on the engine thread (ChatTurnRunner): the points

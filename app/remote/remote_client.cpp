@@ -263,7 +263,7 @@ void fill_client_figures(RemoteReply& reply, const ServerEventStream& parser, Cl
 
 RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
                          const GenerationConfig& generation, const std::atomic<bool>* stop,
-                         const RemoteChunkCallback& on_chunk) {
+                         const RemoteChunkCallback& on_chunk, const std::string& response_format) {
   const ServerAddress address = parse_base_url(endpoint.base_url);
   RemoteReply reply;
   reply.model = endpoint.model;
@@ -289,7 +289,7 @@ RemoteReply stream_reply(const RemoteEndpoint& endpoint, const std::vector<ChatM
     httplib::Request request;
     request.method = "POST";
     request.path = address.path_prefix + "/chat/completions";
-    request.body = chat_request_body(model, messages, generation, extensions);
+    request.body = chat_request_body(model, messages, generation, extensions, response_format);
     request.set_header("Content-Type", "application/json");
     request.set_header("Accept", "text/event-stream");
     if (!endpoint.api_key.empty()) request.set_header("Authorization", "Bearer " + endpoint.api_key);
@@ -380,16 +380,31 @@ void check_base_url(const std::string& base_url) { parse_base_url(base_url); }
 std::uint64_t remote_seed(std::uint64_t seed) { return seed & kMaxRemoteSeed; }
 
 std::string chat_request_body(const std::string& model, const std::vector<ChatMessage>& messages,
-                              const GenerationConfig& generation, bool sampling_extensions) {
+                              const GenerationConfig& generation, bool sampling_extensions,
+                              const std::string& response_format) {
   json history = json::array();
-  for (const ChatMessage& message : messages) history.push_back({{"role", message.role}, {"content", message.content}});
+  for (const ChatMessage& message : messages) {
+    json& entry = history.emplace_back(json{{"role", message.role}, {"content", message.content}});
+    // Tool use as the server's template expects it: an assistant's calls, and the call a tool result answers.
+    if (!message.tool_calls.empty()) {
+      entry["tool_calls"] = json::parse(message.tool_calls, nullptr, false);
+      if (entry["tool_calls"].is_discarded())
+        entry.erase("tool_calls");
+      else if (message.content.empty())
+        entry["content"] = nullptr;
+    }
+    if (!message.tool_call_id.empty()) entry["tool_call_id"] = message.tool_call_id;
+    if (!message.name.empty()) entry["name"] = message.name;
+  }
   const SamplingParams& sampling = generation.sampling;
-  json body{{"model", model},
-            {"messages", std::move(history)},
-            {"stream", true},
-            {"stream_options", {{"include_usage", true}}},
-            {"max_tokens", generation.max_new_tokens},
-            {"temperature", sampling.temperature}};
+  // Ordered: a response format's schema keeps its properties' order, which is the order the reply writes them in.
+  nlohmann::ordered_json body{{"model", model},
+                              {"messages", std::move(history)},
+                              {"stream", true},
+                              {"stream_options", {{"include_usage", true}}},
+                              {"max_tokens", generation.max_new_tokens},
+                              {"temperature", sampling.temperature}};
+  if (!response_format.empty()) body["response_format"] = nlohmann::ordered_json::parse(response_format);
   // Greedy (temperature 0) takes the most likely token whatever the filters say: they are left out then.
   const bool sampled = sampling.temperature > 0;
   if (sampled && sampling.top_p < 1.0f) body["top_p"] = sampling.top_p;
@@ -433,9 +448,9 @@ std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint) {
 
 RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
                                const GenerationConfig& generation, const std::atomic<bool>* stop,
-                               const RemoteChunkCallback& on_chunk) {
+                               const RemoteChunkCallback& on_chunk, const std::string& response_format) {
   try {
-    RemoteReply reply = stream_reply(endpoint, messages, generation, stop, on_chunk);
+    RemoteReply reply = stream_reply(endpoint, messages, generation, stop, on_chunk, response_format);
     reply.model = redact_api_key(std::move(reply.model), endpoint);
     reply.interruption = redact_api_key(std::move(reply.interruption), endpoint);
     reply.rejected_figures = redact_api_key(std::move(reply.rejected_figures), endpoint);

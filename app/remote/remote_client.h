@@ -56,9 +56,12 @@ std::uint64_t remote_seed(std::uint64_t seed);
 // settings OpenAI's API lacks, as the common servers spell them, each only when it is not "off": top_k and
 // min_p (sampled turns; vLLM and llama-server), repetition_penalty (vLLM) and repeat_penalty with
 // repeat_last_n, its window (llama-server). Ollama's /v1 ignores them. OpenAI's additive frequency_penalty is
-// another kind of penalty and is never derived from the repetition penalty.
+// another kind of penalty and is never derived from the repetition penalty. `response_format`: OpenAI's field as
+// JSON text, sent as it is (a schema's properties in their order); "" sends none. Assistant messages carry their
+// tool calls and tool results the call they answer.
 std::string chat_request_body(const std::string& model, const std::vector<ChatMessage>& messages,
-                              const GenerationConfig& generation, bool sampling_extensions = true);
+                              const GenerationConfig& generation, bool sampling_extensions = true,
+                              const std::string& response_format = {});
 
 // The ids of /v1/models, in the server's order. Throws RemoteError.
 std::vector<std::string> list_remote_models(const RemoteEndpoint& endpoint);
@@ -97,6 +100,6 @@ using RemoteChunkCallback = std::function<void(std::string_view chunk, int chunk
 // size, JSON nesting).
 RemoteReply stream_remote_chat(const RemoteEndpoint& endpoint, const std::vector<ChatMessage>& messages,
                                const GenerationConfig& generation, const std::atomic<bool>* stop,
-                               const RemoteChunkCallback& on_chunk);
+                               const RemoteChunkCallback& on_chunk, const std::string& response_format = {});
 
 }  // namespace kvchat::app

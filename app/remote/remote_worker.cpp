@@ -50,8 +50,8 @@ void RemoteWorker::runTurn(const TurnRequest& request) {
     Q_EMIT tokenStats(turn_id, chunks_received, decode_seconds > 0 ? (chunks_received - 1) / decode_seconds : 0.0);
   };
   try {
-    const RemoteReply reply =
-        stream_remote_chat(endpoint, request.messages, request.generation, request.stop.get(), on_chunk);
+    const RemoteReply reply = stream_remote_chat(endpoint, request.messages, request.generation, request.stop.get(),
+                                                 on_chunk, request.reply_format.response_format());
     if (!batch.isEmpty()) Q_EMIT textReady(turn_id, batch);
     Q_EMIT replyDetails(turn_id, QString::fromStdString(displayed_base_url(endpoint.base_url)),
                         QString::fromStdString(reply.model), stats_details(reply));

@@ -14,6 +14,7 @@
 #include <QJsonValue>
 
 #include "app/store/chat_history.h"
+#include "app/store/tool_use.h"
 
 namespace kvchat::app {
 
@@ -86,6 +87,7 @@ class Fields {
       fail_at(QStringLiteral("\"%1\" must be a whole number from %2 to %3").arg(QLatin1String(key)).arg(low).arg(high));
     return static_cast<qint64>(number);
   }
+  QString tool_use(MessageRecord& message) const { return read_tool_use(object_, message); }
   QDateTime time(const char* key) const {
     const QString text = string(key);
     if (text.isEmpty()) return {};
@@ -106,8 +108,8 @@ MessageRecord common_message(const Fields& fields) {
   const QString role = fields.string("role", true);
   const std::optional<MessageRole> known = parse_message_role(role);
   if (!known)
-    fields.fail_at(
-        QStringLiteral("unknown role %1 (expected system, user, assistant or marker)").arg(quoted(role.left(40))));
+    fields.fail_at(QStringLiteral("unknown role %1 (expected system, user, assistant, tool or marker)")
+                       .arg(quoted(role.left(40))));
   message.role = *known;
   message.text = fields.string("text", true);
   message.created_at = fields.time("created_at");
@@ -116,6 +118,7 @@ MessageRecord common_message(const Fields& fields) {
   message.settings = fields.object("settings");
   message.stats = fields.object("stats");
   message.complete = fields.boolean("complete", true);
+  if (const QString problem = fields.tool_use(message); !problem.isEmpty()) fields.fail_at(problem);
   return message;
 }
 
@@ -131,6 +134,7 @@ ConversationRecord conversation_record(const Fields& fields) {
   record.updated_at = fields.time("updated_at");
   record.pinned = fields.boolean("pinned", false);
   record.generation_settings = fields.object("generation_settings");  // {} when absent: the global settings
+  record.reply_format = fields.object("reply_format");                // {} when absent: free text
   return record;
 }
 
@@ -252,6 +256,7 @@ QList<ImportedConversation> all_conversations(const ConversationStore& store) {
   QList<ImportedConversation> conversations;
   for (ConversationRecord record : store.conversations()) {
     record.generation_settings = store.generation_settings(record.id);
+    record.reply_format = store.reply_format(record.id);
     conversations.push_back({record, store.messages(record.id)});
   }
   return conversations;
@@ -267,6 +272,8 @@ QString export_chat_archive(const QList<ImportedConversation>& conversations) {
     object.insert(QStringLiteral("updated_at"), timestamp(chat.conversation.updated_at));
     object.insert(QStringLiteral("pinned"), chat.conversation.pinned);
     object.insert(QStringLiteral("generation_settings"), chat.conversation.generation_settings);
+    if (!chat.conversation.reply_format.isEmpty())
+      object.insert(QStringLiteral("reply_format"), chat.conversation.reply_format);
     QHash<qint64, qint64> position_of;
     for (qsizetype i = 0; i < chat.messages.size(); ++i) position_of.insert(chat.messages[i].id, i + 1);
     QJsonArray messages;
@@ -292,6 +299,7 @@ QString export_chat_archive(const QList<ImportedConversation>& conversations) {
       item.insert(QStringLiteral("complete"), message.complete);
       item.insert(QStringLiteral("branch"), position_of.value(message.branch, 0));
       item.insert(QStringLiteral("forked_from"), position_of.value(message.forked_from, 0));
+      insert_tool_use(item, message);
       if (!message.token_ids.empty()) {
         QJsonArray ids;
         for (const TokenId id : message.token_ids) ids.append(static_cast<qint64>(id));

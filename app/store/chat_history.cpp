@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <QHash>
+#include <QJsonDocument>
 #include <QSet>
 
 namespace kvchat::app {
@@ -133,7 +134,8 @@ QList<qint64> reply_alternatives(const QList<MessageRecord>& all_messages, qint6
   QList<qint64> turn;  // the replies since the last user message
   bool found = false;
   for (const MessageRecord& message : messages) {
-    if (message.role == MessageRole::User) {
+    if (message.role == MessageRole::User || message.role == MessageRole::Tool) {
+      // A tool's result ends a turn too: the reply after it answers the result, it is no alternative.
       if (found) break;
       turn.clear();
     } else if (message.role == MessageRole::Assistant) {
@@ -152,7 +154,8 @@ QList<MessageRecord> messages_in_context(const QList<MessageRecord>& all_message
       context_start = std::max<qint64>(context_start, message.settings.value(kMarkerContextStartKey).toInteger());
   QList<MessageRecord> in_context;
   for (const MessageRecord& message : messages) {
-    if (message.id < context_start || (message.role != MessageRole::User && message.role != MessageRole::Assistant))
+    if (message.id < context_start || (message.role != MessageRole::User && message.role != MessageRole::Assistant &&
+                                       message.role != MessageRole::Tool))
       continue;
     if (is_hidden_alternative(message)) continue;
     if (is_failed_reply(message)) {
@@ -161,7 +164,7 @@ QList<MessageRecord> messages_in_context(const QList<MessageRecord>& all_message
       continue;
     }
     // A reply that ended before its first token says nothing; templates dislike empty turns.
-    if (message.role == MessageRole::Assistant && message.text.isEmpty()) continue;
+    if (message.role == MessageRole::Assistant && message.text.isEmpty() && message.tool_calls.isEmpty()) continue;
     in_context.push_back(message);
   }
   return in_context;
@@ -196,9 +199,17 @@ std::vector<ChatMessage> chat_messages_for_engine(const ConversationRecord& conv
   std::vector<ChatMessage> chat;
   if (!conversation.system_prompt.trimmed().isEmpty())
     chat.push_back({"system", conversation.system_prompt.toStdString()});
-  for (const MessageRecord& message : messages_in_context(messages))
-    chat.push_back({role_name(message.role).toStdString(), message.text.toStdString(), message.token_ids,
-                    message.token_vocabulary});
+  for (const MessageRecord& message : messages_in_context(messages)) {
+    ChatMessage& added = chat.emplace_back();
+    added.role = role_name(message.role).toStdString();
+    added.content = message.text.toStdString();
+    added.token_ids = message.token_ids;
+    added.token_vocabulary = message.token_vocabulary;
+    if (!message.tool_calls.isEmpty())
+      added.tool_calls = QJsonDocument(message.tool_calls).toJson(QJsonDocument::Compact).toStdString();
+    added.tool_call_id = message.tool_call_id.toStdString();
+    added.name = message.tool_name.toStdString();
+  }
   return chat;
 }
 

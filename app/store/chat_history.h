@@ -71,8 +71,9 @@ qint64 branch_for_new_message(const QList<MessageRecord>& messages);
 // (empty when it is already, or is no message of `messages`): what a search hit in another branch opens.
 QList<qint64> branches_hiding(const QList<MessageRecord>& messages, qint64 message_id);
 
-// The user/assistant messages the model sees: those from the last context cut on, without empty replies,
-// hidden alternatives and failed turns (see is_failed_reply).
+// The user, assistant and tool messages the model sees: those from the last context cut on, without empty
+// replies (a reply with tool calls and no text is not empty), hidden alternatives and failed turns (see
+// is_failed_reply).
 QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages);
 
 // The messages in the order a reader should see them: each context-cut marker just above the first message
@@ -80,7 +81,8 @@ QList<MessageRecord> messages_in_context(const QList<MessageRecord>& messages);
 // hidden alternatives left out. The window and every export use this order.
 QList<MessageRecord> messages_in_reading_order(const QList<MessageRecord>& messages);
 
-// The conversation's system prompt (if any) followed by messages_in_context().
+// The conversation's system prompt (if any) followed by messages_in_context(), with their tool calls and the
+// calls their tool results answer.
 std::vector<ChatMessage> chat_messages_for_engine(const ConversationRecord& conversation,
                                                   const QList<MessageRecord>& messages);
 

@@ -1,6 +1,7 @@
 #include "app/store/conversation_store.h"
 #include "app/store/chat_history.h"
 #include "app/store/store_sql.h"
+#include "app/store/tool_use.h"
 
 #include <spdlog/spdlog.h>
 
@@ -39,25 +40,12 @@ QString json_text(const QJsonObject& object) {
 
 std::atomic<quint64> next_connection_number{0};
 
-const char* const kSchema[] = {
-    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
-    // activity grows with every write to a conversation: it orders the list exactly even when two writes share
-    // a millisecond or the wall clock steps back.
-    "CREATE TABLE IF NOT EXISTS conversations ("
-    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " title TEXT NOT NULL,"
-    " system_prompt TEXT NOT NULL DEFAULT '',"
-    " created_at INTEGER NOT NULL,"
-    " updated_at INTEGER NOT NULL,"
-    " activity INTEGER NOT NULL DEFAULT 0,"
-    " pinned INTEGER NOT NULL DEFAULT 0,"
-    // The chat's own generation settings (JSON); '' = it follows the global settings.
-    " generation_settings TEXT NOT NULL DEFAULT '')",
-    // AUTOINCREMENT: ids are never reused, so "this message and all after it" is simply id >= first.
+// AUTOINCREMENT: ids are never reused, so "this message and all after it" is simply id >= first.
+const char* const kMessagesTable =
     "CREATE TABLE IF NOT EXISTS messages ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
-    " role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'marker')),"
+    " role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool', 'marker')),"
     " text TEXT NOT NULL,"
     " created_at INTEGER NOT NULL,"
     " model TEXT NOT NULL DEFAULT '',"
@@ -73,8 +61,32 @@ const char* const kSchema[] = {
     // parent links: the shown path is the messages in id order less the hidden branches, so everything that
     // reads a chat in order keeps working on it.
     " branch INTEGER NOT NULL DEFAULT 0,"
-    " forked_from INTEGER NOT NULL DEFAULT 0)",
-    "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id)",
+    " forked_from INTEGER NOT NULL DEFAULT 0,"
+    // Tool use (MessageRecord): {"tool_calls": [...]} on an assistant message that called tools, {"tool_call_id",
+    // "name"} on a tool result; '' for any other message.
+    " tool_use TEXT NOT NULL DEFAULT '')";
+
+const char* const kMessagesIndex =
+    "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id)";
+
+const char* const kSchema[] = {
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+    // activity grows with every write to a conversation: it orders the list exactly even when two writes share
+    // a millisecond or the wall clock steps back.
+    "CREATE TABLE IF NOT EXISTS conversations ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " title TEXT NOT NULL,"
+    " system_prompt TEXT NOT NULL DEFAULT '',"
+    " created_at INTEGER NOT NULL,"
+    " updated_at INTEGER NOT NULL,"
+    " activity INTEGER NOT NULL DEFAULT 0,"
+    " pinned INTEGER NOT NULL DEFAULT 0,"
+    // The chat's own generation settings (JSON); '' = it follows the global settings.
+    " generation_settings TEXT NOT NULL DEFAULT '',"
+    // The chat's reply format (JSON, app/chat/reply_format.h); '' = free text.
+    " reply_format TEXT NOT NULL DEFAULT '')",
+    kMessagesTable,
+    kMessagesIndex,
 };
 
 // The messages' full-text index (FTS5, an external-content table: the text is stored once, in messages),
@@ -112,7 +124,40 @@ bool create_search_index(const QSqlDatabase& db, const QString& path) {
   return true;
 }
 
-// The schema's CHECK admits only the four roles; a file edited around it still opens: the message shows as a
+// Version 7 -> 8 for the messages table: its role CHECK admits "tool", and it gains the tool_use column.
+// SQLite cannot change a CHECK in place, so the table is rebuilt by SQLite's own procedure (a new table, the
+// rows copied, the old one dropped, the new one renamed), inside the migration's transaction; then its index,
+// its AUTOINCREMENT counter (ids are never reused, a deleted last message's included) and the search index's
+// triggers and contents are set up again.
+void rebuild_messages_table(const QSqlDatabase& db, const QString& path) {
+  const QString purpose = QStringLiteral("cannot migrate the schema to version 8");
+  const auto run = [&](const QString& statement) { store_sql::StoreQuery(db, path, purpose, statement).run(); };
+  const QVariant counter =
+      store_sql::StoreQuery(db, path, purpose,
+                            QStringLiteral("SELECT seq FROM sqlite_sequence WHERE name = 'messages'"))
+          .single_value();
+  const bool had_search_index =
+      store_sql::StoreQuery(
+          db, path, purpose,
+          QStringLiteral("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts'"))
+          .single_value()
+          .isValid();
+  const QString columns = QStringLiteral(
+      "id, conversation_id, role, text, created_at, model, backend, settings, stats, complete, token_ids,"
+      " token_vocabulary, branch, forked_from");
+  run(QString::fromLatin1(kMessagesTable)
+          .replace(QStringLiteral("IF NOT EXISTS messages ("), QStringLiteral("messages_rebuilt (")));
+  run(QStringLiteral("INSERT INTO messages_rebuilt (%1) SELECT %1 FROM messages").arg(columns));
+  run(QStringLiteral("DROP TABLE messages"));  // with its index and the search index's triggers
+  run(QStringLiteral("ALTER TABLE messages_rebuilt RENAME TO messages"));
+  run(QString::fromLatin1(kMessagesIndex));
+  if (counter.isValid())
+    run(QStringLiteral("UPDATE sqlite_sequence SET seq = max(seq, %1) WHERE name = 'messages'")
+            .arg(counter.toLongLong()));
+  if (had_search_index) create_search_index(db, path);
+}
+
+// The schema's CHECK admits only the five roles; a file edited around it still opens: the message shows as a
 // note (a marker), never goes to the model under a role it does not have.
 MessageRole role_column(const QString& path, qint64 message_id, const QString& text) {
   if (const std::optional<MessageRole> role = parse_message_role(text)) return *role;
@@ -228,6 +273,8 @@ int check_schema_version(const QSqlDatabase& db, const QString& path) {
 // Version 4 -> 5: messages_fts, the full-text index, filled from the messages there.
 // Version 5 -> 6: messages.branch and forked_from (every message before was on the chat's one branch, 0).
 // Version 6 -> 7: conversations.generation_settings (every chat followed the global settings before).
+// Version 7 -> 8: the "tool" role and messages.tool_use (rebuild_messages_table; no message used tools before),
+// and conversations.reply_format (every chat's replies were free text before).
 void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
   if (version >= ConversationStore::kSchemaVersion) return;
   WriteTransaction transaction(db, path, QStringLiteral("cannot migrate the schema"));
@@ -240,9 +287,12 @@ void migrate_schema(const QSqlDatabase& db, const QString& path, int version) {
       {QStringLiteral("ALTER TABLE messages ADD COLUMN branch INTEGER NOT NULL DEFAULT 0"),
        QStringLiteral("ALTER TABLE messages ADD COLUMN forked_from INTEGER NOT NULL DEFAULT 0")},
       {QStringLiteral("ALTER TABLE conversations ADD COLUMN generation_settings TEXT NOT NULL DEFAULT ''")},
+      // and rebuild_messages_table
+      {QStringLiteral("ALTER TABLE conversations ADD COLUMN reply_format TEXT NOT NULL DEFAULT ''")},
   };
   for (int to = version + 1; to <= ConversationStore::kSchemaVersion; ++to) {
     if (to == 5) create_search_index(db, path);
+    if (to == 8) rebuild_messages_table(db, path);
     for (const QString& statement : steps[to - 2])
       StoreQuery(db, path, QStringLiteral("cannot migrate the schema to version %1").arg(to), statement).run();
     StoreQuery(db, path, QStringLiteral("cannot record the schema version"),
@@ -324,6 +374,7 @@ ConversationStore::ConversationStore(const QString& database_path, StoreOpenMode
       has_pinned_column_ = !read_only || version >= 4;
       has_branch_columns_ = !read_only || version >= 6;
       has_generation_settings_column_ = !read_only || version >= 7;
+      has_tool_use_column_ = !read_only || version >= 8;
       if (identity.owner == DatabaseOwner::KvchatWithoutId && !read_only)
         StoreQuery(db, database_path_, QStringLiteral("cannot set the application id"),
                    QStringLiteral("PRAGMA application_id = %1").arg(kApplicationId))
@@ -409,13 +460,33 @@ QString conversation_columns(bool has_pinned_column) {
 }
 
 // An older file opened read-only lacks the newer columns.
-QString message_columns(bool has_backend_column, bool has_token_columns, bool has_branch_columns) {
+QString message_columns(bool has_backend_column, bool has_token_columns, bool has_branch_columns,
+                        bool has_tool_use_column) {
   return QStringLiteral(
              "SELECT id, conversation_id, role, text, created_at, model, settings, stats, complete, %1, %2,"
-             " %3 FROM messages")
+             " %3, %4 FROM messages")
       .arg(has_backend_column ? QStringLiteral("backend") : QStringLiteral("''"),
            has_token_columns ? QStringLiteral("token_ids, token_vocabulary") : QStringLiteral("NULL, 0"),
-           has_branch_columns ? QStringLiteral("branch, forked_from") : QStringLiteral("0, 0"));
+           has_branch_columns ? QStringLiteral("branch, forked_from") : QStringLiteral("0, 0"),
+           has_tool_use_column ? QStringLiteral("tool_use") : QStringLiteral("''"));
+}
+
+// The tool_use column of a message: '' when it neither called tools nor answers a call.
+QString tool_use_text(const MessageRecord& message) {
+  QJsonObject tool_use;
+  insert_tool_use(tool_use, message);
+  return tool_use.isEmpty() ? QString() : json_text(tool_use);
+}
+
+// A damaged column loses the message's tool use, not the message.
+void tool_use_from_column(MessageRecord& record, const QString& path, const QString& text) {
+  const QString problem = read_tool_use(parse_json_column(path, record.id, "tool_use", text), record);
+  if (problem.isEmpty()) return;
+  spdlog::warn("conversation store {}: message {} has an unreadable tool_use column ({}); shown without it",
+               path.toStdString(), record.id, problem.toStdString());
+  record.tool_calls = {};
+  record.tool_call_id.clear();
+  record.tool_name.clear();
 }
 
 QByteArray token_ids_blob(const std::vector<TokenId>& ids) {
@@ -470,6 +541,7 @@ MessageRecord message_from_row(const QSqlQuery& row, const QString& path) {
   if (record.token_ids.empty()) record.token_vocabulary = 0;
   record.branch = row.value(12).toLongLong();
   record.forked_from = row.value(13).toLongLong();
+  tool_use_from_column(record, path, row.value(14).toString());
   return record;
 }
 
@@ -509,7 +581,8 @@ StoreQuery& bind_message_columns(StoreQuery& query, const MessageRecord& message
       .bind(QStringLiteral(":complete"), message.complete ? 1 : 0)
       .bind(QStringLiteral(":token_ids"), token_ids_column(message.token_ids))
       .bind(QStringLiteral(":token_vocabulary"),
-            message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary));
+            message.token_ids.empty() ? 0 : static_cast<qint64>(message.token_vocabulary))
+      .bind(QStringLiteral(":tool_use"), non_null(tool_use_text(message)));
 }
 
 // How a write to a branch group starts: a transaction, the chat's messages as the branch rules see them, and
@@ -601,39 +674,59 @@ void ConversationStore::set_pinned(qint64 conversation_id, bool pinned) {
   transaction.commit();
 }
 
-QJsonObject ConversationStore::generation_settings(qint64 conversation_id) const {
-  if (!has_generation_settings_column_) return {};
+// A conversation's JSON object column (generation_settings, reply_format): '' is {}, and so (logged) is a damaged
+// value, which must not lose the chat.
+QJsonObject ConversationStore::conversation_object(qint64 conversation_id, const QString& column,
+                                                   const QString& what) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_,
-                   QStringLiteral("cannot read the generation settings of conversation %1").arg(conversation_id),
-                   QStringLiteral("SELECT generation_settings FROM conversations WHERE id = :id"));
+                   QStringLiteral("cannot read the %1 of conversation %2").arg(what).arg(conversation_id),
+                   QStringLiteral("SELECT %1 FROM conversations WHERE id = :id").arg(column));
   query.bind(QStringLiteral(":id"), conversation_id);
   const QString text = query.single_value().toString();
   if (text.isEmpty()) return {};
   QJsonParseError error;
   const QJsonDocument document = QJsonDocument::fromJson(text.toUtf8(), &error);
   if (error.error != QJsonParseError::NoError || !document.isObject()) {
-    // A damaged value must not lose the chat: it follows the global settings until set again.
-    spdlog::warn(
-        "conversation store {}: conversation {} has unreadable generation settings ({}); using the global "
-        "ones",
-        database_path_.toStdString(), conversation_id, error.errorString().toStdString());
+    spdlog::warn("conversation store {}: conversation {} has an unreadable {} ({}); using none",
+                 database_path_.toStdString(), conversation_id, what.toStdString(), error.errorString().toStdString());
     return {};
   }
   return document.object();
 }
 
-void ConversationStore::set_generation_settings(qint64 conversation_id, const QJsonObject& settings) {
+void ConversationStore::set_conversation_object(qint64 conversation_id, const QString& column, const QString& what,
+                                                const QJsonObject& value) {
   QSqlDatabase db = connection(connection_name_);
-  const QString purpose = QStringLiteral("cannot set the generation settings of conversation %1").arg(conversation_id);
+  const QString purpose = QStringLiteral("cannot set the %1 of conversation %2").arg(what).arg(conversation_id);
   WriteTransaction transaction(db, database_path_, purpose);
-  // Not an activity, like pinning: choosing a preset does not move the chat up the list.
+  // Not an activity, like pinning: choosing a preset or a reply format does not move the chat up the list.
   StoreQuery update(db, database_path_, purpose,
-                    QStringLiteral("UPDATE conversations SET generation_settings = :settings WHERE id = :id"));
-  update.bind(QStringLiteral(":settings"), settings.isEmpty() ? QStringLiteral("") : json_text(settings))
+                    QStringLiteral("UPDATE conversations SET %1 = :value WHERE id = :id").arg(column));
+  update.bind(QStringLiteral(":value"), value.isEmpty() ? QStringLiteral("") : json_text(value))
       .bind(QStringLiteral(":id"), conversation_id);
   require_rows_affected(update.run(), database_path_, QStringLiteral("no conversation %1").arg(conversation_id));
   transaction.commit();
+}
+
+QJsonObject ConversationStore::generation_settings(qint64 conversation_id) const {
+  if (!has_generation_settings_column_) return {};
+  return conversation_object(conversation_id, QStringLiteral("generation_settings"),
+                             QStringLiteral("generation settings"));
+}
+
+void ConversationStore::set_generation_settings(qint64 conversation_id, const QJsonObject& settings) {
+  set_conversation_object(conversation_id, QStringLiteral("generation_settings"), QStringLiteral("generation settings"),
+                          settings);
+}
+
+QJsonObject ConversationStore::reply_format(qint64 conversation_id) const {
+  if (!has_tool_use_column_) return {};  // the same version added both
+  return conversation_object(conversation_id, QStringLiteral("reply_format"), QStringLiteral("reply format"));
+}
+
+void ConversationStore::set_reply_format(qint64 conversation_id, const QJsonObject& format) {
+  set_conversation_object(conversation_id, QStringLiteral("reply_format"), QStringLiteral("reply format"), format);
 }
 
 void ConversationStore::delete_conversation(qint64 conversation_id) {
@@ -673,6 +766,7 @@ std::optional<ConversationRecord> ConversationStore::conversation(qint64 convers
   ConversationRecord record = conversation_from_row(rows);
   rows.finish();
   record.generation_settings = generation_settings(conversation_id);
+  record.reply_format = reply_format(conversation_id);
   return record;
 }
 
@@ -689,8 +783,8 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
   const QString source = damage_.isEmpty() ? QString() : QStringLiteral(" NOT INDEXED");
   StoreQuery query(db, database_path_,
                    QStringLiteral("cannot read the messages of conversation %1").arg(conversation_id),
-                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_) + source +
-                       QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
+                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_, has_tool_use_column_) +
+                       source + QStringLiteral(" WHERE conversation_id = :id ORDER BY id"));
   query.bind(QStringLiteral(":id"), conversation_id);
   QSqlQuery& rows = query.run();
   QList<MessageRecord> records;
@@ -701,7 +795,7 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversation_id) const {
 std::optional<MessageRecord> ConversationStore::message(qint64 message_id) const {
   QSqlDatabase db = connection(connection_name_);
   StoreQuery query(db, database_path_, QStringLiteral("cannot read message %1").arg(message_id),
-                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_) +
+                   message_columns(has_backend_column_, has_token_columns_, has_branch_columns_, has_tool_use_column_) +
                        QStringLiteral(" WHERE id = :id"));
   query.bind(QStringLiteral(":id"), message_id);
   QSqlQuery& rows = query.run();
@@ -723,9 +817,9 @@ qint64 ConversationStore::add_message(const MessageRecord& message) {
       db, database_path_, purpose,
       QStringLiteral("INSERT INTO messages"
                      " (conversation_id, role, text, created_at, model, backend, settings, stats, complete,"
-                     " token_ids, token_vocabulary, branch)"
+                     " token_ids, token_vocabulary, tool_use, branch)"
                      " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
-                     " :stats, :complete, :token_ids, :token_vocabulary, :branch)"));
+                     " :stats, :complete, :token_ids, :token_vocabulary, :tool_use, :branch)"));
   bind_message_columns(insert, message, message.conversation_id, created).bind(QStringLiteral(":branch"), branch);
   const qint64 id = insert.run().lastInsertId().toLongLong();
   touch_conversation(db, database_path_, message.conversation_id);
@@ -925,13 +1019,16 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
   const QJsonObject generation = original->generation_settings;
   StoreQuery insert(db, database_path_, purpose,
                     QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
-                                   " generation_settings)"
-                                   " VALUES (:title, :system_prompt, :now, :now, :activity, :generation)"));
+                                   " generation_settings, reply_format)"
+                                   " VALUES (:title, :system_prompt, :now, :now, :activity, :generation,"
+                                   " :reply_format)"));
   insert.bind(QStringLiteral(":title"), original->title + QStringLiteral(" (copy)"))
       .bind(QStringLiteral(":system_prompt"), non_null(original->system_prompt))
       .bind(QStringLiteral(":now"), now)
       .bind(QStringLiteral(":activity"), next_activity(db, database_path_))
-      .bind(QStringLiteral(":generation"), generation.isEmpty() ? QStringLiteral("") : json_text(generation));
+      .bind(QStringLiteral(":generation"), generation.isEmpty() ? QStringLiteral("") : json_text(generation))
+      .bind(QStringLiteral(":reply_format"),
+            original->reply_format.isEmpty() ? QStringLiteral("") : json_text(original->reply_format));
   const qint64 copy_id = insert.run().lastInsertId().toLongLong();
   // Ids are never reused, so the copies keep their originals' order; a marker's context start is a message
   // id, mapped to its copy once every copy has one.
@@ -940,9 +1037,10 @@ qint64 ConversationStore::duplicate_conversation(qint64 conversation_id) {
     // A branch starts at a message, and an edit refers to its original: both are earlier, so already copied.
     StoreQuery copy(db, database_path_, purpose,
                     QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, model, backend,"
-                                   " settings, stats, complete, token_ids, token_vocabulary, branch, forked_from)"
-                                   " SELECT :copy_id, role, text, created_at, model, backend, settings, stats,"
-                                   " complete, token_ids, token_vocabulary, :branch, :forked_from FROM messages"
+                                   " settings, stats, complete, token_ids, token_vocabulary, tool_use, branch,"
+                                   " forked_from) SELECT :copy_id, role, text, created_at, model, backend, settings,"
+                                   " stats, complete, token_ids, token_vocabulary, tool_use, :branch, :forked_from"
+                                   " FROM messages"
                                    " WHERE id = :id"));
     copy.bind(QStringLiteral(":copy_id"), copy_id)
         .bind(QStringLiteral(":branch"), message.branch == message.id ? -1 : copy_of.value(message.branch, 0))
@@ -991,8 +1089,8 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
     StoreQuery insert(
         db, database_path_, purpose,
         QStringLiteral("INSERT INTO conversations (title, system_prompt, created_at, updated_at, activity,"
-                       " pinned, generation_settings) VALUES (:title, :system_prompt, :created_at, :updated_at,"
-                       " :activity, :pinned, :generation_settings)"));
+                       " pinned, generation_settings, reply_format) VALUES (:title, :system_prompt, :created_at,"
+                       " :updated_at, :activity, :pinned, :generation_settings, :reply_format)"));
     insert.bind(QStringLiteral(":title"), non_null(record.title))
         .bind(QStringLiteral(":system_prompt"), non_null(record.system_prompt))
         .bind(QStringLiteral(":created_at"), record.created_at.isValid() ? record.created_at.toMSecsSinceEpoch() : now)
@@ -1000,7 +1098,9 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
         .bind(QStringLiteral(":activity"), next_activity(db, database_path_))
         .bind(QStringLiteral(":pinned"), record.pinned ? 1 : 0)
         .bind(QStringLiteral(":generation_settings"),
-              record.generation_settings.isEmpty() ? QStringLiteral("") : json_text(record.generation_settings));
+              record.generation_settings.isEmpty() ? QStringLiteral("") : json_text(record.generation_settings))
+        .bind(QStringLiteral(":reply_format"),
+              record.reply_format.isEmpty() ? QStringLiteral("") : json_text(record.reply_format));
     const qint64 conversation_id = insert.run().lastInsertId().toLongLong();
     ids[index] = conversation_id;
     QHash<qint64, qint64> new_id;
@@ -1018,9 +1118,9 @@ QList<qint64> ConversationStore::import_conversations(const QList<ImportedConver
         fail(database_path_, purpose + QStringLiteral(": message %1 is listed twice").arg(message.id));
       StoreQuery add(db, database_path_, purpose,
                      QStringLiteral("INSERT INTO messages (conversation_id, role, text, created_at, model, backend,"
-                                    " settings, stats, complete, token_ids, token_vocabulary)"
+                                    " settings, stats, complete, token_ids, token_vocabulary, tool_use)"
                                     " VALUES (:conversation_id, :role, :text, :created_at, :model, :backend, :settings,"
-                                    " :stats, :complete, :token_ids, :token_vocabulary)"));
+                                    " :stats, :complete, :token_ids, :token_vocabulary, :tool_use)"));
       bind_message_columns(add, message, conversation_id,
                            message.created_at.isValid() ? message.created_at.toMSecsSinceEpoch() : now);
       new_id.insert(message.id, add.run().lastInsertId().toLongLong());

@@ -3,6 +3,7 @@
 // last second of one streaming reply, never a chat. Every write is its own committed transaction, the
 // journal is WAL, and replies left unfinished by a crash are kept with their partial text.
 #include <QDateTime>
+#include <QJsonArray>
 #include <QJsonObject>
 #include <QList>
 #include <QPair>
@@ -34,6 +35,8 @@ struct ConversationRecord {
   bool pinned = false;    // listed before the chats that are not
   // The chat's own generation settings (see generation_settings()); filled by conversation() only.
   QJsonObject generation_settings;
+  // The chat's reply format (see reply_format()); filled by conversation() only.
+  QJsonObject reply_format;
 };
 
 struct MessageRecord {
@@ -58,6 +61,12 @@ struct MessageRecord {
   // the shown path (the group's original). add_message() sets branch itself; forked_from only fork_message().
   qint64 branch = 0;
   qint64 forked_from = 0;
+  // Tool use, in OpenAI's shapes. An assistant message's calls: [{"id", "type": "function", "function":
+  // {"name", "arguments"}}] with the arguments as JSON text (empty: it called none). A tool message (role Tool):
+  // the id of the call it answers and the tool's name.
+  QJsonArray tool_calls;
+  QString tool_call_id;
+  QString tool_name;
 };
 
 // A conversation for import_conversations(): its record (title, system prompt, times, pinned; id and
@@ -108,6 +117,10 @@ class ConversationStore {
   // committed; not an update of the chat.
   QJsonObject generation_settings(qint64 conversation_id) const;
   void set_generation_settings(qint64 conversation_id, const QJsonObject& settings);
+  // The chat's reply format (ReplyFormat's JSON, app/chat/reply_format.h); {} = free text (also for an older file
+  // read as it is, and, logged, for a value that is not a JSON object). Committed; not an update of the chat.
+  QJsonObject reply_format(qint64 conversation_id) const;
+  void set_reply_format(qint64 conversation_id, const QJsonObject& format);
   QList<ConversationRecord> conversations() const;  // pinned first, then most recently updated first
   std::optional<ConversationRecord> conversation(qint64 conversation_id) const;
 
@@ -174,11 +187,15 @@ class ConversationStore {
 
   // 2: messages.backend. 3: messages.token_ids and token_vocabulary. 4: conversations.pinned. 5: messages_fts,
   // the full-text index of the messages. 6: messages.branch and forked_from. 7: conversations.generation_settings.
-  // Opening an older file for writing migrates it; a reader leaves it as it is.
-  static constexpr int kSchemaVersion = 7;
+  // 8: the "tool" role, messages.tool_use (a message's tool calls, or the call a tool result answers) and
+  // conversations.reply_format. Opening an older file for writing migrates it; a reader leaves it as it is.
+  static constexpr int kSchemaVersion = 8;
 
  private:
   void update_message_columns(qint64 message_id, const QString& purpose, const QList<QPair<QString, QString>>& values);
+  QJsonObject conversation_object(qint64 conversation_id, const QString& column, const QString& what) const;
+  void set_conversation_object(qint64 conversation_id, const QString& column, const QString& what,
+                               const QJsonObject& value);
   void check_for_damage(const QSqlDatabase& db, bool read_only);
   QString database_path_;
   QString damage_;
@@ -188,6 +205,7 @@ class ConversationStore {
   bool has_pinned_column_ = true;
   bool has_branch_columns_ = true;
   bool has_generation_settings_column_ = true;
+  bool has_tool_use_column_ = true;
   bool has_search_index_ = false;
 };
 

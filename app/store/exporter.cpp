@@ -16,6 +16,7 @@
 #include "app/store/chat_history.h"
 #include "app/store/markdown_text.h"
 #include "app/store/message_stats_json.h"
+#include "app/store/tool_use.h"
 
 namespace kvchat::app {
 
@@ -26,6 +27,7 @@ QString role_label(MessageRole role) {
     case MessageRole::System: return QStringLiteral("System");
     case MessageRole::User: return QStringLiteral("User");
     case MessageRole::Assistant: return QStringLiteral("Assistant");
+    case MessageRole::Tool: return QStringLiteral("Tool result");
     case MessageRole::Marker: return QStringLiteral("Marker");
   }
   return QString();
@@ -79,7 +81,7 @@ OtherVersions other_versions(const QList<MessageRecord>& messages, const Message
     for (const MessageRecord& record : messages) {
       if (record.id == message.id) {
         after = true;
-      } else if (after && record.role == MessageRole::User) {
+      } else if (after && (record.role == MessageRole::User || record.role == MessageRole::Tool)) {
         break;
       } else if (after && record.role == MessageRole::Assistant) {
         if (!is_hidden_alternative(record)) return result;  // shown with its reply
@@ -104,10 +106,16 @@ QString other_version_note(const OtherVersions& others) {
              : QStringLiteral("Kept by Regenerate; the chat shows no version of this reply.");
 }
 
-// A message's text and what follows it (its error, "incomplete", its model and figures), Markdown.
+// A message's text and what follows it (its tool calls, its error, "incomplete", its model and figures),
+// Markdown.
 QString markdown_body(const MessageRecord& message) {
   QString out;
-  if (!message.text.isEmpty()) out += markdown_with_hard_line_breaks(message.text) + QLatin1Char('\n');
+  if (message.role == MessageRole::Tool)
+    out += tool_result_markdown(message);
+  else if (!message.text.isEmpty())
+    out += markdown_with_hard_line_breaks(message.text) + QLatin1Char('\n');
+  if (!out.isEmpty() && !message.tool_calls.isEmpty()) out += QLatin1Char('\n');
+  out += tool_calls_markdown(message);
   if (is_failed_reply(message))
     out += QStringLiteral("%1**%2**\n")
                .arg(message.text.isEmpty() ? QString() : QStringLiteral("\n"), failure_line(message).toHtmlEscaped());
@@ -134,7 +142,14 @@ QString markdown_other_versions(const OtherVersions& others) {
 // The same in plain text.
 QString text_body(const MessageRecord& message) {
   QString out;
-  if (!message.text.isEmpty() || !is_failed_reply(message)) out += message.text + QLatin1Char('\n');
+  if (message.role == MessageRole::Tool && !tool_result_details(message).isEmpty())
+    out += QStringLiteral("(%1)\n").arg(tool_result_details(message));
+  if (!(message.text.isEmpty() && (is_failed_reply(message) || !message.tool_calls.isEmpty())))
+    out += message.text + QLatin1Char('\n');
+  for (const QJsonValue& call : message.tool_calls) {
+    const ToolCallView view = tool_call_view(call);
+    out += QStringLiteral("Tool call %1 (call %2):\n%3\n").arg(view.name, view.id, view.arguments);
+  }
   if (is_failed_reply(message)) out += failure_line(message) + QLatin1Char('\n');
   if (!message.complete) out += QStringLiteral("(incomplete)\n");
   if (message.role == MessageRole::Assistant) {
@@ -202,6 +217,7 @@ QJsonObject message_json(const MessageRecord& message) {
   item.insert(QStringLiteral("stats"), message.stats);
   item.insert(QStringLiteral("complete"), message.complete);
   if (is_failed_reply(message)) item.insert(QStringLiteral("error"), reply_error(message));
+  insert_tool_use(item, message);
   return item;
 }
 
@@ -216,6 +232,8 @@ QString to_json(const ConversationRecord& conversation, const QList<MessageRecor
   // Absent when the chat follows the global settings (each reply's "settings" says what it was given).
   if (!conversation.generation_settings.isEmpty())
     root.insert(QStringLiteral("generation_settings"), conversation.generation_settings);
+  // Absent when the chat's replies are free text.
+  if (!conversation.reply_format.isEmpty()) root.insert(QStringLiteral("reply_format"), conversation.reply_format);
   root.insert(QStringLiteral("created_at"), timestamp(conversation.created_at));
   root.insert(QStringLiteral("updated_at"), timestamp(conversation.updated_at));
   QJsonArray items;

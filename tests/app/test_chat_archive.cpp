@@ -36,6 +36,7 @@ class ChatArchiveTest : public QObject {
   void a_store_error_midway_imports_nothing();
   void a_full_disk_imports_nothing();
   void the_cli_exports_and_imports();
+  void tool_calls_and_results_round_trip();
 };
 
 namespace {
@@ -240,7 +241,7 @@ void ChatArchiveTest::bad_files_import_nothing_and_say_why() {
   const QString robot_path = write_file(dir, QStringLiteral("robot.json"), robot);
   QCOMPARE(archive_error_of(robot_path),
            QStringLiteral("cannot import %1: conversation 1 (\u201cTrip to Zürich\u201d), message 2: unknown role "
-                          "\u201crobot\u201d (expected system, user, assistant or marker)")
+                          "\u201crobot\u201d (expected system, user, assistant, tool or marker)")
                .arg(robot_path));
 
   const QString foreign = write_file(dir, QStringLiteral("foreign.json"), R"({"format": "other-app", "chats": []})");
@@ -372,6 +373,85 @@ void ChatArchiveTest::the_cli_exports_and_imports() {
       refused.err.c_str());
   ConversationStore reader(copy, kvchat::app::StoreOpenMode::ReadOnly);
   QCOMPARE(reader.conversations().size(), 3);
+}
+
+// A chat with tool use (a reply that calls a tool, the tool's result, the answer) and a JSON reply format comes
+// back from an archive and from a single chat's JSON export with its calls, the call its result answers and its
+// format; tool use where it cannot be is refused, saying where.
+void ChatArchiveTest::tool_calls_and_results_round_trip() {
+  QTemporaryDir dir;
+  ConversationStore original(dir.filePath(QStringLiteral("original.sqlite3")));
+  const qint64 chat = original.create_conversation(QStringLiteral("Weather"));
+  original.add_message(make_message(chat, QStringLiteral("user"), QStringLiteral("Weather in Paris?")));
+  MessageRecord call = make_message(chat, QStringLiteral("assistant"), QStringLiteral("Let me look."));
+  const QJsonArray calls{
+      QJsonObject{{"id", "call_1"},
+                  {"type", "function"},
+                  {"function", QJsonObject{{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}};
+  call.tool_calls = calls;
+  original.add_message(call);
+  MessageRecord result = make_message(chat, QStringLiteral("tool"), QStringLiteral("21 C"));
+  result.tool_call_id = QStringLiteral("call_1");
+  result.tool_name = QStringLiteral("get_weather");
+  original.add_message(result);
+  original.add_message(make_message(chat, QStringLiteral("assistant"), QStringLiteral("It is 21 C.")));
+  const QJsonObject reply_format{{"type", "json_schema"}, {"schema", "{\"type\": \"object\"}"}};
+  original.set_reply_format(chat, reply_format);
+
+  const QString archive = kvchat::app::export_chat_archive(everything(original));
+  QCOMPARE(
+      QJsonDocument::fromJson(archive.toUtf8()).object().value("conversations")[0].toObject().value("reply_format"),
+      QJsonValue(reply_format));
+  const QJsonArray items = QJsonDocument::fromJson(archive.toUtf8())
+                               .object()
+                               .value("conversations")[0]
+                               .toObject()
+                               .value("messages")
+                               .toArray();
+  QCOMPARE(items[1].toObject().value("tool_calls").toArray(), calls);
+  QCOMPARE(items[2].toObject().value("role").toString(), QStringLiteral("tool"));
+  QCOMPARE(items[2].toObject().value("tool_call_id").toString(), QStringLiteral("call_1"));
+  QCOMPARE(items[2].toObject().value("name").toString(), QStringLiteral("get_weather"));
+  QVERIFY(!items[3].toObject().contains("tool_calls"));
+  const QString archive_path = write_file(dir, QStringLiteral("all.json"), archive.toUtf8());
+  const QString single_path =
+      write_file(dir, QStringLiteral("chat.json"),
+                 kvchat::app::export_conversation(*original.conversation(chat), original.messages(chat),
+                                                  kvchat::app::ExportFormat::Json)
+                     .toUtf8());
+
+  ConversationStore copy(dir.filePath(QStringLiteral("copy.sqlite3")));
+  for (const QString& path : {archive_path, single_path}) {
+    const QList<qint64> ids = copy.import_conversations(kvchat::app::read_chat_archive(path));
+    const QList<MessageRecord> messages = copy.messages(ids[0]);
+    QCOMPARE(messages.size(), 4);
+    QCOMPARE(messages[1].text, QStringLiteral("Let me look."));
+    QCOMPARE(messages[1].tool_calls, calls);
+    QCOMPARE(messages[2].role, kvchat::app::MessageRole::Tool);
+    QCOMPARE(messages[2].tool_call_id, QStringLiteral("call_1"));
+    QCOMPARE(messages[2].tool_name, QStringLiteral("get_weather"));
+    QCOMPARE(messages[3].text, QStringLiteral("It is 21 C."));
+    QCOMPARE(copy.reply_format(ids[0]), reply_format);
+  }
+  QCOMPARE(kvchat::app::export_chat_archive({everything(copy).first()}), archive);
+
+  const auto error_with = [&](const char* from, const char* to) {
+    QByteArray bad = archive.toUtf8();
+    bad.replace(from, to);
+    return archive_error_of(write_file(dir, QStringLiteral("bad.json"), bad)).section(QStringLiteral(": "), 1);
+  };
+  QCOMPARE(
+      error_with("\"role\": \"assistant\",\n                    \"settings\"", "\"role\": \"user\",\n \"settings\""),
+      QStringLiteral("conversation 1 (\u201cWeather\u201d), message 2: \"tool_calls\" on a message that is not "
+                     "the assistant's"));
+  QCOMPARE(error_with("\"name\": \"get_weather\"\n", "\"name\": \"\"\n"),
+           QStringLiteral("conversation 1 (\u201cWeather\u201d), message 2: tool call 1 has no function name"));
+  QCOMPARE(error_with("\"tool_call_id\": \"call_1\"", "\"tool_call_id\": 7"),
+           QStringLiteral("conversation 1 (\u201cWeather\u201d), message 3: \"tool_call_id\" is not text"));
+  QCOMPARE(
+      error_with("\"role\": \"tool\"", "\"role\": \"user\""),
+      QStringLiteral("conversation 1 (\u201cWeather\u201d), message 3: \"tool_call_id\" on a message that is not a "
+                     "tool result"));
 }
 
 KVCHAT_TEST_MAIN(ChatArchiveTest)

@@ -4,6 +4,7 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QSignalSpy>
@@ -12,6 +13,7 @@
 #include "app/store/chat_history.h"
 #include "app/store/conversation_store.h"
 #include "common/chat_fixture.h"
+#include "common/json_schema_testing.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_generation_settings {
@@ -31,6 +33,7 @@ class ChatGenerationSettingsTest : public QObject {
   void a_stop_text_cuts_the_stored_reply_exactly();
   void user_presets_are_kept_and_built_in_names_refused();
   void unreadable_chat_settings_fall_back_to_the_global_ones();
+  void a_json_chat_replies_valid_against_its_schema();
 };
 
 namespace {
@@ -198,6 +201,104 @@ void ChatGenerationSettingsTest::unreadable_chat_settings_fall_back_to_the_globa
     QCOMPARE(QString::fromUtf8(error.what()), QStringLiteral("generation settings: 'temperature' is not a number"));
   }
   QVERIFY(thrown);
+}
+
+namespace {
+
+// Three properties in an order that is not alphabetical: the reply writes them in the schema's order.
+const char* const kPersonSchema =
+    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},)"
+    R"( "age": {"type": "integer", "minimum": 0, "maximum": 120}, "mood": {"enum": ["happy", "sad"]}},)"
+    R"( "required": ["name", "age", "mood"], "additionalProperties": false})";
+
+}  // namespace
+
+// A chat set to reply in JSON against a schema: its replies, greedy and sampled, parse, are valid against the
+// schema and keep its property order, and record the format in their settings; the format stays with the chat
+// (a reopened store, its JSON export) and shows on the chat's settings button. A schema the constraint cannot
+// take is refused saying why, and nothing changes. Continue is refused for a JSON reply cut short. Back to free
+// text, the reply is the unconstrained greedy one.
+void ChatGenerationSettingsTest::a_json_chat_replies_valid_against_its_schema() {
+  ChatFixture fixture;
+  QVERIFY(fixture.open(greedy_chat_settings(160)));
+  ChatController* controller = fixture.controller();
+  const MessageRecord free_text = reply_in_new_chat(fixture, "Once upon a time");
+
+  kvchat::app::ReplyFormat format;
+  format.kind = kvchat::app::ReplyFormat::Kind::JsonSchema;
+  format.schema = QString::fromLatin1(kPersonSchema);
+  const qint64 chat = controller->newConversation();
+  QCOMPARE(controller->setChatReplyFormat(chat, format), QString());
+  QCOMPARE(controller->chatReplyFormat(chat), format);
+  const auto schema = kvchat::test::ordered_json::parse(kPersonSchema);
+  for (const double temperature : {0.0, 1.3}) {
+    ChatSettings settings = controller->settings();
+    settings.temperature = temperature;
+    settings.seed = 11;
+    controller->applySettings(settings);
+    QVERIFY(controller->send("Once upon a time"));
+    QVERIFY(fixture.waitIdle());
+    const MessageRecord reply = controller->currentMessages().last();
+    const auto value = kvchat::test::ordered_json::parse(reply.text.toStdString(), nullptr, false);
+    QVERIFY2(!value.is_discarded(), qPrintable(reply.text));
+    QCOMPARE(QString::fromStdString(kvchat::test::schema_violation(schema, value)), QString());
+    std::vector<std::string> keys;
+    for (const auto& item : value.items()) keys.push_back(item.key());
+    QCOMPARE(keys, (std::vector<std::string>{"name", "age", "mood"}));
+    QCOMPARE(reply.stats.value("stop_reason").toString(), QStringLiteral("eos"));
+    QCOMPARE(reply.settings.value("reply_format").toObject(), format.to_json());
+  }
+
+  // Refused, saying why; the chat keeps its format.
+  kvchat::app::ReplyFormat refused = format;
+  refused.schema = QStringLiteral(R"({"type": "string", "pattern": "^a"})");
+  QCOMPARE(controller->setChatReplyFormat(chat, refused),
+           QStringLiteral("/pattern: the keyword 'pattern' is not supported by constrained decoding"));
+  refused.schema = QStringLiteral("{\"type\": ");
+  QVERIFY(controller->setChatReplyFormat(chat, refused).startsWith(QStringLiteral("the schema is not valid JSON: ")));
+  QCOMPARE(controller->chatReplyFormat(chat), format);
+
+  // Kept with the chat: the store, its JSON export.
+  {
+    kvchat::app::ConversationStore reader(fixture.databasePath(), kvchat::app::StoreOpenMode::ReadOnly);
+    QCOMPARE(reader.conversation(chat)->reply_format, format.to_json());
+  }
+  const QString export_path = fixture.path("json-chat.json");
+  controller->exportConversation(chat, export_path, kvchat::app::ExportFormat::Json);
+  QFile exported(export_path);
+  QVERIFY(exported.open(QIODevice::ReadOnly));
+  QCOMPARE(QJsonDocument::fromJson(exported.readAll()).object().value("reply_format").toObject(), format.to_json());
+
+  // A JSON reply cut short by max tokens cannot be continued into whole JSON: refused, the reply kept as it was.
+  ChatSettings short_replies = controller->settings();
+  short_replies.temperature = 0.0;
+  short_replies.max_new_tokens = 3;
+  controller->applySettings(short_replies);
+  QVERIFY(controller->send("Once upon a time"));
+  QVERIFY(fixture.waitIdle());
+  const MessageRecord cut = controller->currentMessages().last();
+  QCOMPARE(cut.stats.value("stop_reason").toString(), QStringLiteral("max_tokens"));
+  QVERIFY(cut.text.startsWith(QLatin1Char('{')));
+  QVERIFY(kvchat::app::is_continuable_reply(cut));
+  QVERIFY(!controller->continuableReply());
+  QSignalSpy errors(controller, &ChatController::errorOccurred);
+  QVERIFY(!controller->continueReply());
+  QCOMPARE(errors.size(), 1);
+  QCOMPARE(errors[0][0].toString(), QStringLiteral("A reply in JSON cannot be continued: regenerate it (or raise max "
+                                                   "tokens) to get a whole JSON reply."));
+  QCOMPARE(controller->currentMessages().last().text, cut.text);
+
+  // Free text again: the reply is the unconstrained greedy one.
+  short_replies.max_new_tokens = 160;
+  controller->applySettings(short_replies);
+  QCOMPARE(controller->setChatReplyFormat(chat, {}), QString());
+  QCOMPARE(controller->conversation(chat)->reply_format, QJsonObject());
+  const qint64 free_chat = controller->newConversation();
+  Q_UNUSED(free_chat);
+  QVERIFY(controller->send("Once upon a time"));
+  QVERIFY(fixture.waitIdle());
+  QCOMPARE(controller->currentMessages().last().text, free_text.text);
+  QVERIFY(!controller->currentMessages().last().settings.contains("reply_format"));
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ChatGenerationSettingsTest)

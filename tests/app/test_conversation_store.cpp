@@ -91,6 +91,8 @@ class ConversationStoreTest : public QObject {
   void edits_fork_branches_that_survive_a_reopen();
   void deleting_an_original_keeps_its_edits();
   void version_five_file_gains_the_branch_columns();
+  void tool_calls_and_results_are_kept();
+  void version_seven_file_gains_the_tool_role();
 };
 
 void ConversationStoreTest::round_trip_after_reopen() {
@@ -472,6 +474,7 @@ void ConversationStoreTest::version_two_file_gains_the_token_columns() {
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN forked_from"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (2)"));
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN reply_format"));
   QCOMPARE(ConversationStore(path, StoreOpenMode::ReadOnly).message(id)->text, QStringLiteral("old reply"));
   QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("2"));
   ConversationStore store(path);
@@ -540,6 +543,7 @@ void ConversationStoreTest::version_three_file_gains_the_pinned_column() {
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN forked_from"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (3)"));
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN reply_format"));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
     QCOMPARE(reader.conversations().size(), 2);
@@ -767,7 +771,8 @@ void ConversationStoreTest::version_four_file_gains_a_filled_search_index() {
        {"DROP TRIGGER messages_fts_insert", "DROP TRIGGER messages_fts_delete", "DROP TRIGGER messages_fts_update",
         "DROP TABLE messages_fts", "ALTER TABLE messages DROP COLUMN branch",
         "ALTER TABLE messages DROP COLUMN forked_from", "ALTER TABLE conversations DROP COLUMN generation_settings",
-        "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)"})
+        "DELETE FROM schema_version", "INSERT INTO schema_version (version) VALUES (4)",
+        "ALTER TABLE conversations DROP COLUMN reply_format"})
     raw_query(path, QString::fromLatin1(statement));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
@@ -804,6 +809,7 @@ void ConversationStoreTest::version_five_file_gains_the_generation_settings_colu
   raw_query(path, QStringLiteral("ALTER TABLE messages DROP COLUMN forked_from"));
   raw_query(path, QStringLiteral("DELETE FROM schema_version"));
   raw_query(path, QStringLiteral("INSERT INTO schema_version (version) VALUES (5)"));
+  raw_query(path, QStringLiteral("ALTER TABLE conversations DROP COLUMN reply_format"));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
     QCOMPARE(reader.generation_settings(chat), QJsonObject());
@@ -812,9 +818,9 @@ void ConversationStoreTest::version_five_file_gains_the_generation_settings_colu
   }
   QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("5"));
   ConversationStore store(path);
-  QCOMPARE(ConversationStore::kSchemaVersion, 7);
+  QCOMPARE(ConversationStore::kSchemaVersion, 8);
   QCOMPARE(raw_query(path, QStringLiteral("SELECT group_concat(version, ',') FROM schema_version")),
-           QStringLiteral("5,6,7"));
+           QStringLiteral("5,6,7,8"));
   QCOMPARE(store.conversation(chat)->system_prompt, QStringLiteral("Be brief."));
   QCOMPARE(store.messages(chat)[0].text, QStringLiteral("kept"));
   QCOMPARE(store.generation_settings(chat), QJsonObject());
@@ -1055,7 +1061,7 @@ void ConversationStoreTest::version_five_file_gains_the_branch_columns() {
   for (const char* statement :
        {"ALTER TABLE messages DROP COLUMN forked_from", "ALTER TABLE messages DROP COLUMN branch",
         "ALTER TABLE conversations DROP COLUMN generation_settings", "DELETE FROM schema_version",
-        "INSERT INTO schema_version (version) VALUES (5)"})
+        "INSERT INTO schema_version (version) VALUES (5)", "ALTER TABLE conversations DROP COLUMN reply_format"})
     raw_query(path, QString::fromLatin1(statement));
   {
     ConversationStore reader(path, StoreOpenMode::ReadOnly);
@@ -1072,6 +1078,161 @@ void ConversationStoreTest::version_five_file_gains_the_branch_columns() {
   QCOMPARE(shown_ids(store, chat), (QList<qint64>{edit}));
   store.show_branch(chat, question);
   QCOMPARE(shown_ids(store, chat), (QList<qint64>{question, answer}));
+}
+
+namespace {
+
+// A two-step tool use: the question, a reply that calls a tool, the tool's result, the answer.
+struct ToolUseChat {
+  qint64 chat = 0, question = 0, call = 0, result = 0, answer = 0;
+};
+
+const QJsonArray kWeatherCalls{
+    QJsonObject{{"id", "call_7"},
+                {"type", "function"},
+                {"function", QJsonObject{{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}};
+
+ToolUseChat add_tool_use_chat(ConversationStore& store) {
+  ToolUseChat ids;
+  ids.chat = store.create_conversation(QStringLiteral("Weather"));
+  ids.question = store.add_message(make_message(ids.chat, QStringLiteral("user"), QStringLiteral("Weather in Paris?")));
+  MessageRecord call = make_message(ids.chat, QStringLiteral("assistant"), QString());
+  call.tool_calls = kWeatherCalls;
+  ids.call = store.add_message(call);
+  MessageRecord result = make_message(ids.chat, QStringLiteral("tool"), QStringLiteral("{\"celsius\": 21}"));
+  result.tool_call_id = QStringLiteral("call_7");
+  result.tool_name = QStringLiteral("get_weather");
+  ids.result = store.add_message(result);
+  ids.answer = store.add_message(make_message(ids.chat, QStringLiteral("assistant"), QStringLiteral("It is 21 C.")));
+  return ids;
+}
+
+void check_tool_use_chat(const ConversationStore& store, const ToolUseChat& ids) {
+  const QList<MessageRecord> messages = store.messages(ids.chat);
+  QCOMPARE(ids_of(messages), (QList<qint64>{ids.question, ids.call, ids.result, ids.answer}));
+  QCOMPARE(messages[1].tool_calls, kWeatherCalls);
+  QCOMPARE(messages[1].text, QString());
+  QCOMPARE(messages[2].role, kvchat::app::MessageRole::Tool);
+  QCOMPARE(messages[2].tool_call_id, QStringLiteral("call_7"));
+  QCOMPARE(messages[2].tool_name, QStringLiteral("get_weather"));
+  for (const int plain : {0, 3}) {
+    QVERIFY(messages[plain].tool_calls.isEmpty());
+    QVERIFY(messages[plain].tool_call_id.isEmpty());
+  }
+}
+
+}  // namespace
+
+// A reply's tool calls and a tool's result come back after a reopen, in a copied chat, and to the model: the
+// reply that called the tool (no text) and the result are both in context, and the answer after the result is
+// its own turn, not an alternative of the call.
+void ConversationStoreTest::tool_calls_and_results_are_kept() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("tools.sqlite3"));
+  ToolUseChat ids;
+  {
+    ConversationStore store(path);
+    ids = add_tool_use_chat(store);
+  }
+  ConversationStore store(path);
+  check_tool_use_chat(store, ids);
+  QCOMPARE(
+      raw_query(path, QStringLiteral("SELECT role || ' ' || tool_use FROM messages WHERE id = %1").arg(ids.result)),
+      QStringLiteral("tool {\"name\":\"get_weather\",\"tool_call_id\":\"call_7\"}"));
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT tool_use FROM messages WHERE id = %1").arg(ids.answer)), QString());
+
+  const ToolUseChat copy{store.duplicate_conversation(ids.chat), ids.answer + 1, ids.answer + 2, ids.answer + 3,
+                         ids.answer + 4};
+  check_tool_use_chat(store, copy);
+
+  const QList<MessageRecord> messages = store.messages(ids.chat);
+  QCOMPARE(kvchat::app::reply_alternatives(messages, ids.answer), (QList<qint64>{ids.answer}));
+  QCOMPARE(kvchat::app::reply_alternatives(messages, ids.call), (QList<qint64>{ids.call}));
+  const std::vector<kvchat::ChatMessage> chat =
+      kvchat::app::chat_messages_for_engine(*store.conversation(ids.chat), messages);
+  QCOMPARE(chat.size(), std::size_t{4});
+  QCOMPARE(chat[1].role, std::string("assistant"));
+  QCOMPARE(chat[1].content, std::string());
+  QCOMPARE(chat[1].tool_calls, std::string(R"([{"function":{"arguments":"{\"city\": \"Paris\"}","name":"get_weather"},)"
+                                           R"("id":"call_7","type":"function"}])"));
+  QCOMPARE(chat[2].role, std::string("tool"));
+  QCOMPARE(chat[2].content, std::string(R"({"celsius": 21})"));
+  QCOMPARE(chat[2].tool_call_id, std::string("call_7"));
+  QCOMPARE(chat[2].name, std::string("get_weather"));
+  QCOMPARE(chat[3].content, std::string("It is 21 C."));
+
+  // A damaged column loses the tool use, not the message.
+  raw_query(path, QStringLiteral("UPDATE messages SET tool_use = '{\"tool_calls\": 5}' WHERE id = %1").arg(ids.call));
+  QCOMPARE(store.message(ids.call)->tool_calls, QJsonArray());
+  QCOMPARE(store.message(ids.call)->role, kvchat::app::MessageRole::Assistant);
+}
+
+// A version-7 file (roles without "tool", no tool_use column) as that version wrote it: a reader reads it as it
+// is; a writer rebuilds the messages table, keeping every message, its id, the search index and the id counter
+// (a deleted last message's id is not given out again), and then takes tool calls and results.
+void ConversationStoreTest::version_seven_file_gains_the_tool_role() {
+  QTemporaryDir dir;
+  const QString path = dir.filePath(QStringLiteral("v7.sqlite3"));
+  qint64 chat = 0, question = 0, answer = 0, deleted = 0;
+  {
+    ConversationStore store(path);
+    chat = store.create_conversation(QStringLiteral("Old"));
+    question = store.add_message(make_message(chat, QStringLiteral("user"), QStringLiteral("Kept zebra question")));
+    answer = store.add_message(make_message(chat, QStringLiteral("assistant"), QStringLiteral("Kept answer")));
+    deleted = store.add_message(make_message(chat, QStringLiteral("user"), QStringLiteral("Deleted")));
+    store.delete_messages(chat, {deleted});
+  }
+  // Version 7's messages table, exactly as it was created, with its index and the search index's triggers.
+  const QStringList triggers =
+      raw_query(path, QStringLiteral("SELECT group_concat(sql, ';;') FROM sqlite_master WHERE type = 'trigger'"))
+          .split(QStringLiteral(";;"));
+  QCOMPARE(triggers.size(), 3);
+  const QString columns = QStringLiteral(
+      "id, conversation_id, role, text, created_at, model, backend, settings, stats, complete, token_ids,"
+      " token_vocabulary, branch, forked_from");
+  QStringList statements{
+      QStringLiteral(
+          "CREATE TABLE messages_v7 (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id INTEGER NOT NULL"
+          " REFERENCES conversations(id) ON DELETE CASCADE, role TEXT NOT NULL CHECK (role IN ('system', 'user',"
+          " 'assistant', 'marker')), text TEXT NOT NULL, created_at INTEGER NOT NULL, model TEXT NOT NULL DEFAULT '',"
+          " backend TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', stats TEXT NOT NULL DEFAULT '{}',"
+          " complete INTEGER NOT NULL DEFAULT 1, token_ids BLOB, token_vocabulary INTEGER NOT NULL DEFAULT 0,"
+          " branch INTEGER NOT NULL DEFAULT 0, forked_from INTEGER NOT NULL DEFAULT 0)"),
+      QStringLiteral("INSERT INTO messages_v7 (%1) SELECT %1 FROM messages").arg(columns),
+      QStringLiteral("DROP TABLE messages"),
+      QStringLiteral("ALTER TABLE messages_v7 RENAME TO messages"),
+      QStringLiteral("UPDATE sqlite_sequence SET seq = %1 WHERE name = 'messages'").arg(deleted),
+      QStringLiteral("CREATE INDEX messages_by_conversation ON messages (conversation_id, id)"),
+      QStringLiteral("DELETE FROM schema_version"),
+      QStringLiteral("INSERT INTO schema_version (version) VALUES (7)"),
+      QStringLiteral("ALTER TABLE conversations DROP COLUMN reply_format")};
+  statements << triggers;
+  for (const QString& statement : statements) raw_query(path, statement);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%tool%'")),
+           QStringLiteral("0"));
+  {
+    ConversationStore reader(path, StoreOpenMode::ReadOnly);
+    QCOMPARE(ids_of(reader.messages(chat)), (QList<qint64>{question, answer}));
+    QCOMPARE(reader.messages(chat)[1].text, QStringLiteral("Kept answer"));
+    QVERIFY(reader.messages(chat)[1].tool_calls.isEmpty());
+  }
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT max(version) FROM schema_version")), QStringLiteral("7"));
+
+  ConversationStore store(path);
+  QCOMPARE(raw_query(path, QStringLiteral("SELECT group_concat(version, ',') FROM schema_version")),
+           QStringLiteral("7,8"));
+  QCOMPARE(ids_of(store.messages(chat)), (QList<qint64>{question, answer}));
+  QCOMPARE(store.messages(chat)[0].text, QStringLiteral("Kept zebra question"));
+  QCOMPARE(store.search(QStringLiteral("zebra")).size(), 1);
+  QCOMPARE(store.integrity_check(), QStringLiteral("ok"));
+  const ToolUseChat ids = add_tool_use_chat(store);
+  QVERIFY(ids.question > deleted);
+  check_tool_use_chat(store, ids);
+  // The search index follows the rebuilt table: new messages are found, and so are edits.
+  QCOMPARE(store.search(QStringLiteral("Paris")).size(), 1);
+  store.update_message_text(answer, QStringLiteral("Changed okapi"));
+  QCOMPARE(store.search(QStringLiteral("okapi")).size(), 1);
+  QCOMPARE(store.search(QStringLiteral("Kept answer")).size(), 0);
 }
 
 }  // namespace app_test_conversation_store

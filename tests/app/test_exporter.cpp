@@ -113,6 +113,7 @@ class ExporterTest : public QObject {
   void regenerated_replies_are_exported_as_other_versions();
   void a_turn_showing_none_of_its_replies_still_exports_them();
   void markdown_keeps_the_line_breaks_the_window_shows();
+  void tool_calls_and_results_are_exported();
 };
 
 void ExporterTest::format_names() {
@@ -432,6 +433,59 @@ void ExporterTest::markdown_keeps_the_line_breaks_the_window_shows() {
   // The same rule as the window's, fence by fence: a block that never closes stays code to the end.
   QCOMPARE(kvchat::app::markdown_with_hard_line_breaks("a\nb\n~~~\nc\nd"), QStringLiteral("a  \nb\n~~~\nc\nd"));
   QCOMPARE(kvchat::app::markdown_with_hard_line_breaks("a\\\nb  \nc"), QStringLiteral("a\\\nb  \nc"));
+}
+
+// A reply that calls a tool (text before the call, arguments with backticks), the tool's result and the answer:
+// Markdown shows each call's name, id and arguments in a code block whose fence outlasts the backticks, and the
+// result as a block of its own; text says the same; JSON carries the calls and the answered call's id.
+void ExporterTest::tool_calls_and_results_are_exported() {
+  Fixture f = make_fixture();
+  f.conversation.system_prompt.clear();
+  f.messages.clear();
+  f.messages.append(message(401, QStringLiteral("user"), QStringLiteral("Run it"), 1000));
+  MessageRecord call = message(402, QStringLiteral("assistant"), QStringLiteral("Running."), 2000);
+  call.tool_calls = QJsonArray{
+      QJsonObject{{"id", "call_9"},
+                  {"type", "function"},
+                  {"function", QJsonObject{{"name", "shell"}, {"arguments", "{\"command\":\"echo ```\"}"}}}}};
+  f.messages.append(call);
+  MessageRecord result = message(403, QStringLiteral("tool"), QStringLiteral("```\n"), 3000);
+  result.tool_call_id = QStringLiteral("call_9");
+  result.tool_name = QStringLiteral("shell");
+  f.messages.append(result);
+  f.messages.append(message(404, QStringLiteral("assistant"), QStringLiteral("Done."), 4000));
+
+  const QString markdown = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Markdown);
+  const QString expected_markdown = QStringLiteral(
+      "\n## User\n\nRun it\n"
+      "\n## Assistant\n\nRunning.\n\n**Tool call** `shell` (call `call_9`):\n\n````json\n{\n    \"command\": "
+      "\"echo ```\"\n}\n````\n"
+      "\n## Tool result\n\n*shell, call call_9*\n\n````\n```\n\n````\n"
+      "\n## Assistant\n\nDone.\n");
+  QVERIFY2(markdown.endsWith(expected_markdown), qPrintable(markdown));
+
+  const QString text = kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Text);
+  QVERIFY2(text.endsWith(QStringLiteral("\nUser:\nRun it\n"
+                                        "\nAssistant:\nRunning.\nTool call shell (call call_9):\n{\n    \"command\": "
+                                        "\"echo ```\"\n}\n"
+                                        "\nTool result:\n(shell, call call_9)\n```\n\n"
+                                        "\nAssistant:\nDone.\n")),
+           qPrintable(text));
+
+  const QJsonArray items =
+      QJsonDocument::fromJson(kvchat::app::export_conversation(f.conversation, f.messages, ExportFormat::Json).toUtf8())
+          .object()
+          .value("messages")
+          .toArray();
+  QCOMPARE(items.size(), 4);
+  QCOMPARE(items[1].toObject().value("tool_calls").toArray(), call.tool_calls);
+  QCOMPARE(items[2].toObject().value("role").toString(), QStringLiteral("tool"));
+  QCOMPARE(items[2].toObject().value("tool_call_id").toString(), QStringLiteral("call_9"));
+  QCOMPARE(items[2].toObject().value("name").toString(), QStringLiteral("shell"));
+  QVERIFY(!items[3].toObject().contains("tool_calls"));
+  // The answer after the result is its own turn: no alternatives of the call.
+  QCOMPARE(items[3].toObject().value("alternatives").toArray().size(), 0);
+  QCOMPARE(items[1].toObject().value("alternatives").toArray().size(), 0);
 }
 
 KVCHAT_TEST_GUILESS_MAIN(ExporterTest)

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "app/chat/reply_format.h"
 #include "app/remote/remote_client.h"
 #include "app/remote/remote_stream.h"
 #include "app/remote/remote_worker.h"
@@ -73,6 +74,40 @@ ChatSettings scripted_settings(const kvchat::test::ScriptedServer& server) {
 QByteArray file_bytes(const QString& path) {
   QFile file(path);
   return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+}
+
+// A chat with tool use and a JSON reply format, as a server is asked for it: the assistant's calls as an array
+// (content null when it wrote none), the tool result with the call it answers, and response_format with the
+// schema's properties in the chat's order.
+void check_tool_use_and_reply_format_request() {
+  kvchat::ChatMessage call{"assistant", ""};
+  call.tool_calls = R"([{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}])";
+  kvchat::ChatMessage result{"tool", "42"};
+  result.tool_call_id = "call_1";
+  result.name = "f";
+  kvchat::app::ReplyFormat format;
+  format.kind = kvchat::app::ReplyFormat::Kind::JsonSchema;
+  format.schema = QStringLiteral(R"({"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {}}})");
+  const std::string body = kvchat::app::chat_request_body("m", {{"user", "Hi"}, call, result},
+                                                          kvchat::GenerationConfig{}, true, format.response_format());
+  const json parsed = json::parse(body);
+  QCOMPARE(parsed["messages"][1].dump(),
+           std::string(R"({"content":null,"role":"assistant","tool_calls":[{"function":{"arguments":"{}","name":"f"},)"
+                       R"("id":"call_1","type":"function"}]})"));
+  QCOMPARE(parsed["messages"][2].dump(),
+           std::string(R"({"content":"42","name":"f","role":"tool","tool_call_id":"call_1"})"));
+  QVERIFY2(body.find(R"("response_format":{"type":"json_schema","json_schema":{"name":"reply","strict":true,)"
+                     R"("schema":{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{}}}}})") !=
+               std::string::npos,
+           body.c_str());
+  kvchat::app::ReplyFormat any_object;
+  any_object.kind = kvchat::app::ReplyFormat::Kind::JsonObject;
+  QCOMPARE(json::parse(kvchat::app::chat_request_body("m", {{"user", "Hi"}}, kvchat::GenerationConfig{}, true,
+                                                      any_object.response_format()))["response_format"]
+               .dump(),
+           std::string(R"({"type":"json_object"})"));
+  QVERIFY(!json::parse(kvchat::app::chat_request_body("m", {{"user", "Hi"}}, kvchat::GenerationConfig{}))
+               .contains("response_format"));
 }
 
 }  // namespace
@@ -335,6 +370,7 @@ class TestRemoteBackend : public QObject {
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN token_vocabulary");
     kvchat::test::raw_query(path, "ALTER TABLE conversations DROP COLUMN pinned");
     kvchat::test::raw_query(path, "ALTER TABLE conversations DROP COLUMN generation_settings");
+    kvchat::test::raw_query(path, "ALTER TABLE conversations DROP COLUMN reply_format");
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN branch");
     kvchat::test::raw_query(path, "ALTER TABLE messages DROP COLUMN forked_from");
     kvchat::test::raw_query(path, "DELETE FROM schema_version");
@@ -609,6 +645,8 @@ class TestRemoteBackend : public QObject {
              static_cast<std::int64_t>(17958220492697838977ULL & kvchat::app::kMaxRemoteSeed));
     QCOMPARE(body.dump().find("17958220492697838977"), std::string::npos);
   }
+
+  void the_request_carries_tool_use_and_the_reply_format() { check_tool_use_and_reply_format_request(); }
 };
 
 KVCHAT_TEST_GUILESS_MAIN(TestRemoteBackend)

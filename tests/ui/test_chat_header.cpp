@@ -9,6 +9,8 @@
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
@@ -22,6 +24,7 @@
 #include "ui/elided_label.h"
 #include "ui/main_window.h"
 #include "ui/message_input.h"
+#include "ui/message_widget.h"
 #include "ui/system_prompt_block.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -40,6 +43,7 @@ class ChatHeaderTest : public QObject {
   void a_chat_on_the_precise_preset_replies_greedily();
   void stop_text_lines_read_escapes();
   void a_preset_of_ones_own_is_refused_in_place_and_deleted();
+  void a_chat_set_to_json_replies_in_json_and_a_bad_schema_is_refused_in_place();
 
  private:
   void open_window(const ChatSettings& settings) {
@@ -217,6 +221,67 @@ void ChatHeaderTest::a_preset_of_ones_own_is_refused_in_place_and_deleted() {
   QCOMPARE(presets->currentText(), QStringLiteral("Custom"));
   QCOMPARE(dialog->findChild<QDoubleSpinBox*>("temperatureSpin")->value(), 0.3);  // the values stay
   dialog->reject();
+}
+
+namespace {
+
+const char* const kAnswerSchema =
+    R"({"type": "object", "properties": {"answer": {"type": "string", "maxLength": 20}}, "required": ["answer"],)"
+    R"( "additionalProperties": false})";
+
+}  // namespace
+
+// Chat > Generation settings: "JSON matching a schema" with a schema the constraint cannot take keeps the dialog
+// open and says why; a good schema is saved, the header says the replies are JSON, and the next reply shown is
+// a JSON object valid against it. Free text switches the schema box off.
+void ChatHeaderTest::a_chat_set_to_json_replies_in_json_and_a_bad_schema_is_refused_in_place() {
+  open_window(kvchat::test::greedy_chat_settings(80));
+  QPushButton* header = window_->generationSettingsButton();
+  header->click();
+  auto* dialog = window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog");
+  QVERIFY(dialog && dialog->isVisible());
+  auto* format = dialog->findChild<QComboBox*>("replyFormatCombo");
+  auto* schema = dialog->findChild<QPlainTextEdit*>("replySchemaEdit");
+  auto* problem = dialog->findChild<QLabel*>("replyFormatProblemLabel");
+  QCOMPARE(format->currentText(), QStringLiteral("Free text"));
+  QVERIFY(!schema->isEnabled());
+  format->setCurrentIndex(2);
+  QCOMPARE(format->currentText(), QStringLiteral("JSON matching a schema"));
+  QVERIFY(schema->isEnabled());
+  schema->setPlainText(R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]+$"}}})");
+  dialog->findChild<QDialogButtonBox*>()->button(QDialogButtonBox::Ok)->click();
+  QVERIFY(dialog->isVisible());
+  QVERIFY(problem->isVisible());
+  QCOMPARE(problem->text(),
+           QStringLiteral("This schema cannot be used: /properties/code/pattern: the keyword 'pattern' "
+                          "is not supported by constrained decoding"));
+  QCOMPARE(controller()->chatReplyFormat(controller()->currentConversationId()).kind,
+           kvchat::app::ReplyFormat::Kind::Text);
+
+  schema->setPlainText(QString::fromLatin1(kAnswerSchema));
+  dialog->findChild<QDialogButtonBox*>()->button(QDialogButtonBox::Ok)->click();
+  QVERIFY(!dialog->isVisible());
+  QCOMPARE(header->text(), QStringLiteral("Global settings \u00b7 JSON replies"));
+
+  type_and_send("Once upon a time");
+  const QString shown = window_->chatView()->messageWidgets().last()->text();
+  const QJsonDocument reply = QJsonDocument::fromJson(shown.toUtf8());
+  QVERIFY2(reply.isObject(), qPrintable(shown));
+  QCOMPARE(reply.object().keys(), QStringList{"answer"});
+  QVERIFY(reply.object().value("answer").isString());
+  QVERIFY(reply.object().value("answer").toString().size() <= 20);
+
+  // Opened again: the schema as saved; back to free text.
+  header->click();
+  dialog = window_->findChild<kvchat::ui::ChatGenerationDialog*>("chatGenerationDialog");
+  QVERIFY(dialog && dialog->isVisible());
+  format = dialog->findChild<QComboBox*>("replyFormatCombo");
+  QCOMPARE(format->currentIndex(), 2);
+  QCOMPARE(dialog->findChild<QPlainTextEdit*>("replySchemaEdit")->toPlainText(), QString::fromLatin1(kAnswerSchema));
+  format->setCurrentIndex(0);
+  QVERIFY(!dialog->findChild<QPlainTextEdit*>("replySchemaEdit")->isEnabled());
+  dialog->accept();
+  QCOMPARE(header->text(), QStringLiteral("Global settings"));
 }
 
 KVCHAT_TEST_MAIN(ChatHeaderTest)

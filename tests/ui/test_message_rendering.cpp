@@ -10,6 +10,8 @@
 #include <QDir>
 #include <QGuiApplication>
 #include <QImage>
+#include <QJsonArray>
+#include <QJsonObject>
 #include <QLabel>
 #include <QMessageBox>
 #include <QPushButton>
@@ -78,6 +80,7 @@ class MessageRenderingTest : public QObject {
   void regenerated_replies_are_switchable_alternatives();
   void the_time_a_message_was_written_shows_on_hover();
   void a_link_shows_its_address_and_opens_only_when_confirmed();
+  void tool_calls_and_results_are_shown();
 };
 
 void MessageRenderingTest::long_words_and_code_lines_never_widen_the_transcript() {
@@ -397,6 +400,45 @@ void MessageRenderingTest::a_link_shows_its_address_and_opens_only_when_confirme
                                            "address is copied to the clipboard."));
   QCOMPARE(QGuiApplication::clipboard()->text(), QStringLiteral("https://example.org/a?b=1"));
   failure->accept();
+}
+
+// A reply that called a tool shows its text, then each call's function, id and arguments (a code block with
+// its own Copy); the tool's result is a block headed "Tool result" with the tool's name, its text as code. Copy
+// on the reply copies what the model wrote.
+void MessageRenderingTest::tool_calls_and_results_are_shown() {
+  ChatView view;
+  MessageRecord call = record(2, "assistant", "Let me look.");
+  call.model = QStringLiteral("tiny");
+  call.tool_calls = QJsonArray{
+      QJsonObject{{"id", "call_1"},
+                  {"type", "function"},
+                  {"function", QJsonObject{{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}};
+  MessageRecord result = record(3, "tool", "{\"celsius\": 21}");
+  result.tool_call_id = QStringLiteral("call_1");
+  result.tool_name = QStringLiteral("get_weather");
+  view.model()->setMessages({record(1, "user", "Weather?"), call, result, record(4, "assistant", "It is 21 C.")});
+  show_view(view, 700, 500);
+  const auto widgets = view.messageWidgets();
+  QCOMPARE(widgets.size(), 4);
+
+  MessageWidget* caller = widgets[1];
+  QCOMPARE(caller->findChild<QLabel*>("messageHeader")->text(), QStringLiteral("<b>Assistant \u00b7 tiny</b>"));
+  QCOMPARE(rendered(caller), QStringLiteral("Let me look.\nTool call get_weather (call call_1):\n\n{\n    "
+                                            "\"city\": \"Paris\"\n}"));
+  QCOMPARE(caller->body()->codeBlocks().size(), 1);
+  QCOMPARE(caller->body()->codeBlocks()[0]->code(), QStringLiteral("{\n    \"city\": \"Paris\"\n}"));
+  QCOMPARE(caller->text(), QStringLiteral("Let me look."));
+
+  MessageWidget* tool = widgets[2];
+  QCOMPARE(tool->role(), kvchat::app::MessageRole::Tool);
+  QCOMPARE(tool->findChild<QLabel*>("messageHeader")->text(), QStringLiteral("<b>Tool result \u00b7 get_weather</b>"));
+  QCOMPARE(tool->body()->codeBlocks().size(), 1);
+  QCOMPARE(tool->body()->codeBlocks()[0]->code(), QStringLiteral("{\"celsius\": 21}"));
+  QCOMPARE(rendered(tool), QStringLiteral("get_weather, call call_1\n\n{\"celsius\": 21}"));
+  QVERIFY(!tool->findChild<QToolButton*>("deleteMessageButton"));
+  // The answer after the result is not an alternative of the call.
+  QCOMPARE(widgets[3]->alternativesText(), QString());
+  QCOMPARE(caller->alternativesText(), QString());
 }
 
 KVCHAT_TEST_MAIN(MessageRenderingTest)
