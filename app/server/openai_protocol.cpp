@@ -572,7 +572,6 @@ JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, Too
   // The call object of each tool that may be called: {"name": its name, <arguments key>: its parameters}.
   const char* arguments_key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   ordered calls = ordered::array();
-  ordered parameters_of_named;
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const ordered& function = tools[i]["function"];
     const std::string name = function["name"];
@@ -585,7 +584,6 @@ JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, Too
       throw ApiError(400, "'" + param + "' cannot constrain a required tool call: " + error.what(),
                      "invalid_request_error", param, "invalid_schema");
     }
-    parameters_of_named = parameters;
     calls.push_back({{"type", "object"},
                      {"properties", {{"name", {{"const", name}}}, {arguments_key, parameters}}},
                      {"required", {"name", arguments_key}},
@@ -613,11 +611,16 @@ JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, Too
       grammar.suffix = "]";
       break;
     case ToolCallFormat::Functionary: {
-      // <function=NAME>{arguments}</function>: the name is outside the JSON, so one function must be named.
-      if (calls.size() != 1) throw refuse("name one function in tool_choice");
-      grammar = compile_json_schema(parameters_of_named);
-      grammar.prefix = "<function=" + calls[0]["properties"]["name"]["const"].get<std::string>() + ">";
-      grammar.suffix = "</function>";
+      // <function=NAME>{arguments}</function>: the name is outside the JSON, so each function is a branch of
+      // its own, its markup literal around its parameters.
+      std::vector<JsonGrammar> branches;
+      for (const ordered& call : calls) {
+        JsonGrammar branch = compile_json_schema(call["properties"]["arguments"]);
+        branch.prefix = "<function=" + call["properties"]["name"]["const"].get<std::string>() + ">";
+        branch.suffix = "</function>";
+        branches.push_back(std::move(branch));
+      }
+      grammar = join_grammars(branches);
       break;
     }
     case ToolCallFormat::Mistral:

@@ -282,15 +282,23 @@ const forcedChat = new ChatOpenAI({ ...langchainSettings, maxTokens: forcedToken
 const textChat = new ChatOpenAI({ ...langchainSettings, maxTokens: textTokens });
 
 // (a) bindTools forcing get_weather, the tool run by LangChain on the call, its ToolMessage sent back unforced.
-async function langchainTools() {
+// Streamed: each reply is read with .stream() and its chunks joined with concat, which assembles the call from
+// its tool_call_chunks as an application streaming a LangChain agent does.
+async function reply(chat, messages, streamed) {
+  if (!streamed) return chat.invoke(messages);
+  let whole;
+  for await (const chunk of await chat.stream(messages)) whole = whole === undefined ? chunk : whole.concat(chunk);
+  return whole;
+}
+async function langchainTools(streamed) {
   const executed = [];
   const weather = langchainTool(
     async (input) => { executed.push(input); return JSON.stringify(getWeather(input)); },
     { name: "get_weather", description: weatherDescription, schema: weatherInput });
   const messages = [new HumanMessage(question)];
-  const called = await forcedChat.bindTools([weather], { tool_choice: "get_weather" }).invoke(messages);
+  const called = await reply(forcedChat.bindTools([weather], { tool_choice: "get_weather" }), messages, streamed);
   const toolMessage = await weather.invoke(called.tool_calls[0]);
-  const answered = await textChat.bindTools([weather]).invoke([...messages, called, toolMessage]);
+  const answered = await reply(textChat.bindTools([weather]), [...messages, called, toolMessage], streamed);
   return {
     content: called.content,
     tool_calls: called.tool_calls.map((call) => ({ id: call.id, name: call.name, args: call.args })),
@@ -320,7 +328,9 @@ const scenarios = {
     generate_text: aiSdkGenerateText, stream_text: aiSdkStreamText, output_object: aiSdkOutputObject,
     generate_object: aiSdkGenerateObject,
   },
-  langchain: { tools: langchainTools, structured: langchainStructured },
+  langchain: {
+    tools: () => langchainTools(false), streamed_tools: () => langchainTools(true), structured: langchainStructured,
+  },
 };
 const versions = {
   openai: versionOf("openai"), ai: versionOf("ai"), "@ai-sdk/openai-compatible": versionOf("@ai-sdk/openai-compatible"),

@@ -292,7 +292,35 @@ class TestOpenAiAgentClients : public QObject {
   void langchain_bound_tool_is_called_then_answered() {
     const std::string failure = failure_of("langchain", "tools");
     QVERIFY2(failure.empty(), failure.c_str());
-    const json& report = result_["langchain"]["tools"];
+    check_langchain_tools(result_["langchain"]["tools"]);
+  }
+
+  // The same with both replies streamed (.stream(), chunks joined with concat): the same call, assembled from its
+  // chunks (greedy: the same arguments), and the same answer.
+  void langchain_streamed_tool_is_called_then_answered() {
+    const std::string failure = failure_of("langchain", "streamed_tools");
+    QVERIFY2(failure.empty(), failure.c_str());
+    const json& report = result_["langchain"]["streamed_tools"];
+    check_langchain_tools(report);
+    if (failure_of("langchain", "tools").empty()) {
+      const json& whole = result_["langchain"]["tools"];
+      QCOMPARE(report["tool_calls"][0]["args"], whole["tool_calls"][0]["args"]);
+      QCOMPARE(report["final"], whole["final"]);
+    }
+  }
+
+  // LangChain: withStructuredOutput(zod schema, {method: "jsonSchema"}).
+  void langchain_structured_output_is_valid() {
+    const std::string failure = failure_of("langchain", "structured");
+    QVERIFY2(failure.empty(), failure.c_str());
+    const json& value = result_["langchain"]["structured"]["value"];
+    const std::string violation = forecast_violation(value);
+    QVERIFY2(violation.empty(), violation.c_str());
+    if (failure_of("openai", "json_schema").empty()) QCOMPARE(value, result_["openai"]["json_schema"]["value"]);
+  }
+
+ private:
+  void check_langchain_tools(const json& report) {
     QCOMPARE(report["content"], json(""));
     QCOMPARE(report["tool_calls"].size(), std::size_t(1));
     const json& call = report["tool_calls"][0];
@@ -311,17 +339,6 @@ class TestOpenAiAgentClients : public QObject {
              report["usage"].dump().c_str());
   }
 
-  // LangChain: withStructuredOutput(zod schema, {method: "jsonSchema"}).
-  void langchain_structured_output_is_valid() {
-    const std::string failure = failure_of("langchain", "structured");
-    QVERIFY2(failure.empty(), failure.c_str());
-    const json& value = result_["langchain"]["structured"]["value"];
-    const std::string violation = forecast_violation(value);
-    QVERIFY2(violation.empty(), violation.c_str());
-    if (failure_of("openai", "json_schema").empty()) QCOMPARE(value, result_["openai"]["json_schema"]["value"]);
-  }
-
- private:
   // Two steps: a call of get_weather with valid input and the tool's result on it, then text and no call.
   void check_ai_sdk_steps(const json& report) {
     const json& steps = report["steps"];

@@ -188,6 +188,41 @@ class TestOpenAiTools : public QObject {
     check_arguments(answer["choices"][0]["message"]["tool_calls"][0]);
   }
 
+  // Functionary's calls name their function outside the JSON (<function=NAME>{...}</function>), each function a
+  // branch of the constraint: "required" with two tools forces a call of either, whole and streamed alike; a
+  // named function is that one.
+  void functionary_forces_a_call_among_several_tools() {
+    QTemporaryDir dir;
+    const std::string model = kvchat::test::make_tiny_tool_use_model(dir.filePath("functionary").toStdString(),
+                                                                     "meetkai-functionary-medium-v3.1.json");
+    ServerProcess functionary;
+    QVERIFY(functionary.start({"--model", QString::fromStdString(model), "--model-id", kModelId, "--threads", "1"}));
+    httplib::Client client = functionary.client();
+    json body = request({user("Weather or time?")});
+    body["tools"] = tools_;
+    body["tool_choice"] = "required";
+    const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", body.dump());
+    QVERIFY2(reply.status == 200, reply.body.c_str());
+    const json answer = reply.json();
+    const json& choice = answer["choices"][0];
+    QCOMPARE(choice["finish_reason"].get<std::string>(), std::string("tool_calls"));
+    QVERIFY2(choice["message"]["tool_calls"].size() == 1, reply.body.c_str());
+    const json call = choice["message"]["tool_calls"][0];
+    check_arguments(call);
+    const Streamed streamed = stream(client, body);
+    QCOMPARE(streamed.status, 200);
+    QCOMPARE(streamed.finish_reason, std::string("tool_calls"));
+    QVERIFY2(streamed.tool_calls.size() == 1, streamed.content.c_str());
+    QCOMPARE(streamed.tool_calls[0]["function"], call["function"]);
+
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+    const HttpReply named = kvchat::test::post_json(client, "/v1/chat/completions", body.dump());
+    QVERIFY2(named.status == 200, named.body.c_str());
+    const json named_call = named.json()["choices"][0]["message"]["tool_calls"][0];
+    QCOMPARE(named_call["function"]["name"].get<std::string>(), std::string("get_time"));
+    check_arguments(named_call);
+  }
+
   void tool_requests_that_cannot_be_honoured_are_refused_by_name() {
     httplib::Client client = server_.client();
     json body = request({user("Hi")});

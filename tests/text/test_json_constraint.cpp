@@ -56,6 +56,25 @@ const char* const kPersonSchema = R"({
 
 // A random walk through the matcher, one byte at a time, leaning towards bytes that close what is open so
 // that most walks end. Returns the text, or "" when the walk did not end within `limit` bytes.
+// Three functions as branches: get_weather and get_time with object arguments, get (a prefix of both names) with
+// an array of booleans.
+JsonGrammar joined_functions() {
+  std::vector<JsonGrammar> branches;
+  for (const auto& [name, schema] : std::vector<std::pair<std::string, std::string>>{
+           {"get_weather",
+            R"({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"type": "integer",)"
+            R"( "minimum": 1, "maximum": 7}}, "required": ["city"], "additionalProperties": false})"},
+           {"get_time", R"({"type": "object", "properties": {"zone": {"type": "string", "maxLength": 5}},)"
+                        R"( "required": ["zone"], "additionalProperties": false})"},
+           {"get", R"({"type": "array", "items": {"type": "boolean"}, "maxItems": 3})"}}) {
+    JsonGrammar branch = kvchat::compile_json_schema(std::string_view(schema));
+    branch.prefix = "<function=" + name + ">";
+    branch.suffix = "</function>";
+    branches.push_back(std::move(branch));
+  }
+  return kvchat::join_grammars(branches);
+}
+
 std::string random_text(const JsonGrammar& grammar, std::mt19937& random, std::size_t limit = 4000) {
   JsonMatcher matcher(grammar);
   std::string text;
@@ -208,6 +227,23 @@ class JsonConstraintTest : public QObject {
     JsonMatcher partial(tagged);
     QVERIFY(partial.advance("<call>nu"));
     QVERIFY(!partial.complete());
+
+    // Branches, each its own text around its own value (one per function whose name is outside the JSON).
+    const JsonGrammar functions = joined_functions();
+    QCOMPARE(functions.branch_count(), 3);
+    QVERIFY(accepts(functions, "<function=get_time>{\"zone\": \"UTC\"}</function>"));
+    QVERIFY(accepts(functions, "<function=get>[true]</function>"));
+    QVERIFY(accepts(functions, "<function=get_weather>{\"city\": \"Paris\", \"days\": 3}</function>"));
+    QVERIFY(!accepts(functions, "<function=get_time>{\"city\": \"Paris\", \"days\": 3}</function>"));
+    QVERIFY(!accepts(functions, "<function=get_weather>{\"zone\": \"UTC\"}</function>"));
+    QVERIFY(!accepts(functions, "<function=get>{\"zone\": \"UTC\"}</function>"));
+    QVERIFY(!accepts(functions, "<function=get_date>{}</function>"));
+    QVERIFY(!accepts(functions, "<function=get_time>{\"zone\": \"UTC\"}"));
+    JsonMatcher shared_prefix(functions);
+    QVERIFY(shared_prefix.advance("<function=get"));
+    QVERIFY(!shared_prefix.complete());
+    QVERIFY(shared_prefix.advance(">[tr"));
+    QVERIFY(!JsonMatcher(shared_prefix).advance("_"));
   }
 
   void recursive_references_and_nullable_values() {
@@ -273,14 +309,15 @@ class JsonConstraintTest : public QObject {
 
     std::vector<std::shared_ptr<const JsonGrammar>> grammars = {
         std::make_shared<const JsonGrammar>(kvchat::compile_json_schema(std::string_view(kPersonSchema))),
-        std::make_shared<const JsonGrammar>(kvchat::any_json_object_grammar())};
+        std::make_shared<const JsonGrammar>(kvchat::any_json_object_grammar()),
+        std::make_shared<const JsonGrammar>(joined_functions())};
     for (int i = 0; i < 12; ++i)
       grammars.push_back(
           std::make_shared<const JsonGrammar>(kvchat::compile_json_schema(kvchat::test::random_schema(random))));
     int walks = 0;
     for (const auto& grammar : grammars)
       for (int walk = 0; walk < 3; ++walk, ++walks) compare_masks(grammar, tokens, usable, random, 60);
-    QCOMPARE(walks, 42);
+    QCOMPARE(walks, 45);
 
     // A whole reply takes nothing more: no token is allowed after it.
     auto vocabulary = std::make_shared<const ConstraintVocabulary>(tokens, usable);

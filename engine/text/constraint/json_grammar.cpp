@@ -378,4 +378,35 @@ JsonGrammar any_json_object_grammar() {
   return grammar;
 }
 
+JsonGrammar join_grammars(const std::vector<JsonGrammar>& grammars) {
+  if (grammars.empty()) throw std::invalid_argument("join_grammars: no grammar to join");
+  JsonGrammar joined;
+  for (const JsonGrammar& grammar : grammars) {
+    const int offset = static_cast<int>(joined.nodes.size());
+    const auto moved = [offset](int node) { return node < 0 ? node : node + offset; };
+    for (JsonGrammarNode node : grammar.nodes) {
+      for (JsonGrammarNode::Property& property : node.properties) property.node = moved(property.node);
+      node.additional = moved(node.additional);
+      node.items = moved(node.items);
+      for (int& alternative : node.alternatives) alternative = moved(alternative);
+      joined.nodes.push_back(std::move(node));
+    }
+    // Every grammar's Any nodes read the joined grammar's any-object and any-array, which are built alike.
+    if (joined.any_object < 0) joined.any_object = moved(grammar.any_object);
+    if (joined.any_array < 0) joined.any_array = moved(grammar.any_array);
+    for (int index = 0; index < grammar.branch_count(); ++index) {
+      JsonGrammar::Branch branch = grammar.branch(index);
+      branch.root = moved(branch.root);
+      if (&grammar == &grammars.front() && index == 0) {
+        joined.prefix = branch.prefix;
+        joined.root = branch.root;
+        joined.suffix = branch.suffix;
+      } else {
+        joined.more_branches.push_back(std::move(branch));
+      }
+    }
+  }
+  return joined;
+}
+
 }  // namespace kvchat

@@ -70,7 +70,23 @@ struct JsonGrammar {
   // An object and an array of any values: what an Any node's value is when it starts with '{' or '['.
   int any_object = -1, any_array = -1;
   std::string prefix, suffix;  // literal text around the value
+  // Other forms a reply may take beside (prefix, root, suffix), each with its own literal text around its own
+  // value: a tool call whose function's name is outside its JSON (functionary's <function=NAME>{...}</function>)
+  // is one branch per function.
+  struct Branch {
+    std::string prefix;
+    int root = 0;
+    std::string suffix;
+  };
+  std::vector<Branch> more_branches;
+
+  int branch_count() const { return 1 + static_cast<int>(more_branches.size()); }
+  Branch branch(int index) const { return index == 0 ? Branch{prefix, root, suffix} : more_branches[index - 1]; }
 };
+
+// One grammar whose branches are those of `grammars`, in order: a reply valid against any one of them is valid
+// against it. Their nodes are renumbered into one table. `grammars` must not be empty.
+JsonGrammar join_grammars(const std::vector<JsonGrammar>& grammars);
 
 // Compiles a JSON schema (draft 2020-12 and draft-07 keywords: type, properties, required,
 // additionalProperties, items, minItems, maxItems, enum, const, anyOf, oneOf with one branch, allOf with one

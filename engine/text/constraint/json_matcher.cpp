@@ -119,17 +119,27 @@ bool JsonMatcher::Frame::operator==(const Frame& other) const {
 }
 
 JsonMatcher::JsonMatcher(const JsonGrammar& grammar) : grammar_(&grammar) {
-  Thread thread;
-  Frame root;
-  root.kind = Frame::Kind::Root;
-  thread.frames.push_back(root);
-  if (grammar.prefix.empty()) {
-    thread.frames.back().stage = 1;
-    Frame value;
-    value.node = grammar.root;
-    thread.frames.push_back(value);
+  // One thread per branch of the grammar; its Root frame's node is the branch's index.
+  for (int branch = 0; branch < grammar.branch_count(); ++branch) {
+    Thread thread;
+    Frame root;
+    root.kind = Frame::Kind::Root;
+    root.node = branch;
+    thread.frames.push_back(root);
+    if (root_branch(root).prefix.empty()) {
+      thread.frames.back().stage = 1;
+      Frame value;
+      value.node = root_branch(root).root;
+      thread.frames.push_back(value);
+    }
+    threads_.push_back(std::move(thread));
   }
-  threads_.push_back(std::move(thread));
+}
+
+JsonMatcher::BranchView JsonMatcher::root_branch(const Frame& root) const {
+  if (root.node == 0) return {grammar_->prefix, grammar_->root, grammar_->suffix};
+  const JsonGrammar::Branch& branch = grammar_->more_branches[static_cast<std::size_t>(root.node - 1)];
+  return {branch.prefix, branch.root, branch.suffix};
 }
 
 bool JsonMatcher::advance(std::string_view bytes) {
@@ -196,7 +206,8 @@ void JsonMatcher::step(Thread& thread, std::uint8_t byte, std::vector<Thread>& o
     Frame& top = thread.frames.back();
     switch (top.kind) {
       case Frame::Kind::Root: {
-        const std::string& text = top.stage == 0 ? grammar_->prefix : grammar_->suffix;
+        const BranchView branch = root_branch(top);
+        const std::string& text = top.stage == 0 ? branch.prefix : branch.suffix;
         if (static_cast<std::size_t>(top.count) >= text.size() ||
             static_cast<std::uint8_t>(text[static_cast<std::size_t>(top.count)]) != byte)
           return;
@@ -204,7 +215,7 @@ void JsonMatcher::step(Thread& thread, std::uint8_t byte, std::vector<Thread>& o
           if (top.stage == 0) {
             top.stage = 1;
             Frame value;
-            value.node = grammar_->root;
+            value.node = branch.root;
             thread.frames.push_back(value);
           } else {
             thread.frames.pop_back();
@@ -602,7 +613,7 @@ void JsonMatcher::finish_top(Thread& thread) const {
     case Frame::Kind::Root:
       parent.stage = 2;
       parent.count = 0;
-      if (grammar_->suffix.empty()) thread.frames.pop_back();
+      if (root_branch(parent).suffix.empty()) thread.frames.pop_back();
       break;
     case Frame::Kind::Object: parent.stage = 2; break;
     case Frame::Kind::Array:

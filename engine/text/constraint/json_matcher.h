@@ -22,7 +22,7 @@ class JsonMatcher {
   static constexpr int kMaxWhitespaceRun = 10;
   static constexpr int kMaxThreads = 256;
 
-  // `grammar` must outlive the matcher and its copies.
+  // `grammar` must outlive the matcher and its copies. A grammar of several branches starts with a thread each.
   explicit JsonMatcher(const JsonGrammar& grammar);
   // Copies keep the state only (not the scratch of advance()), reusing the destination's memory: the
   // token mask copies one state per byte it tries.
@@ -56,7 +56,7 @@ class JsonMatcher {
     bool allow_whitespace = false;                   // Value: whitespace may come before it
     bool negative = false;                           // Number
     std::uint8_t integer_digits = 0, fraction_digits = 0, exponent_digits = 0;  // Number
-    int node = -1;                        // the grammar node (-1: a String or Number without bounds)
+    int node = -1;                        // the grammar node (-1: a String or Number without bounds); Root: the branch
     int child = -1;                       // Object: the node the current key's value follows
     std::int64_t count = 0;               // Object: next property; Array: items; String, Key: code points or bytes;
                                           // Literal: bytes matched; Root: bytes of the prefix or suffix matched
@@ -94,6 +94,14 @@ class JsonMatcher {
   bool required_left(const Frame& object) const;    // a required key must still come
   // The listed keys that may come next: the next ones up to and including the first required one.
   std::uint64_t keys_in_turn(const Frame& object) const;
+
+  // The branch a Root frame follows (its node: 0 the grammar's own prefix, root and suffix), without copying it.
+  struct BranchView {
+    const std::string& prefix;
+    int root;
+    const std::string& suffix;
+  };
+  BranchView root_branch(const Frame& root) const;
 
   const JsonGrammar* grammar_;
   std::vector<Thread> threads_, next_;
