@@ -25,6 +25,18 @@ using kvchat::app::GenerationPreset;
 namespace {
 // The combo's entry for values that match no preset.
 const QString kCustomEntry = QStringLiteral("Custom");
+
+// Where the dialog says why something typed in it was refused, in the error colour; hidden until then.
+QLabel* problem_label(const char* name, QWidget* parent) {
+  auto* label = new QLabel(parent);
+  label->setObjectName(name);
+  label->setWordWrap(true);
+  set_palette_style_sheet(label, [](const QPalette& palette) {
+    return QStringLiteral("color: %1;").arg(error_text_colour(palette).name());
+  });
+  label->hide();
+  return label;
+}
 }  // namespace
 
 QStringList ChatGenerationDialog::stop_texts_from_lines(const QString& text) {
@@ -127,13 +139,7 @@ ChatGenerationDialog::ChatGenerationDialog(kvchat::app::ChatController* controll
   save_row->addWidget(save_preset_);
   save_row->addWidget(delete_preset_);
   form->addRow(QString(), save_row);
-  preset_problem_ = new QLabel(values_);
-  preset_problem_->setObjectName("presetProblemLabel");
-  preset_problem_->setWordWrap(true);
-  set_palette_style_sheet(preset_problem_, [](const QPalette& palette) {
-    return QStringLiteral("color: %1;").arg(error_text_colour(palette).name());
-  });
-  preset_problem_->hide();
+  preset_problem_ = problem_label("presetProblemLabel", values_);
   form->addRow(QString(), preset_problem_);
   layout->addWidget(values_);
 
@@ -156,13 +162,7 @@ ChatGenerationDialog::ChatGenerationDialog(kvchat::app::ChatController* controll
          "\"required\": [\"answer\"]}"));
   reply_schema_->setFixedHeight(reply_schema_->fontMetrics().lineSpacing() * 6 + 12);
   format_form->addRow(tr("S&chema:"), reply_schema_);
-  reply_format_problem_ = new QLabel(this);
-  reply_format_problem_->setObjectName("replyFormatProblemLabel");
-  reply_format_problem_->setWordWrap(true);
-  set_palette_style_sheet(reply_format_problem_, [](const QPalette& palette) {
-    return QStringLiteral("color: %1;").arg(error_text_colour(palette).name());
-  });
-  reply_format_problem_->hide();
+  reply_format_problem_ = problem_label("replyFormatProblemLabel", this);
   format_form->addRow(QString(), reply_format_problem_);
   layout->addLayout(format_form);
   const kvchat::app::ReplyFormat format = controller_->chatReplyFormat(conversation_id_);

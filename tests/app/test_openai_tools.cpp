@@ -111,6 +111,27 @@ class TestOpenAiTools : public QObject {
   ServerProcess server_;
   std::vector<ordered_json> tools_;
 
+  // Both tools offered, a call of one of them required.
+  json required_call_request() const {
+    json body = request({user("Weather or time?")});
+    body["tools"] = tools_;
+    body["tool_choice"] = "required";
+    return body;
+  }
+
+  // required_call_request() answered whole: one call, finish_reason "tool_calls", valid arguments; the call in
+  // `call`.
+  void check_required_call(httplib::Client& client, json& call) {
+    const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", required_call_request().dump());
+    QVERIFY2(reply.status == 200, reply.body.c_str());
+    const json answer = reply.json();
+    const json& choice = answer["choices"][0];
+    QCOMPARE(choice["finish_reason"].get<std::string>(), std::string("tool_calls"));
+    QVERIFY2(choice["message"]["tool_calls"].size() == 1, reply.body.c_str());
+    call = choice["message"]["tool_calls"][0];
+    check_arguments(call);
+  }
+
   // A call's arguments, checked: valid JSON, valid against the tool's parameters.
   void check_arguments(const json& call) {
     const std::string name = call["function"]["name"];
@@ -178,14 +199,8 @@ class TestOpenAiTools : public QObject {
 
   void required_calls_one_of_the_tools() {
     httplib::Client client = server_.client();
-    json body = request({user("Weather or time?")});
-    body["tools"] = tools_;
-    body["tool_choice"] = "required";
-    const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", body.dump());
-    QVERIFY2(reply.status == 200, reply.body.c_str());
-    const json answer = reply.json();
-    QVERIFY2(answer["choices"][0]["message"].contains("tool_calls"), reply.body.c_str());
-    check_arguments(answer["choices"][0]["message"]["tool_calls"][0]);
+    json call;
+    check_required_call(client, call);
   }
 
   // Functionary's calls name their function outside the JSON (<function=NAME>{...}</function>), each function a
@@ -198,17 +213,10 @@ class TestOpenAiTools : public QObject {
     ServerProcess functionary;
     QVERIFY(functionary.start({"--model", QString::fromStdString(model), "--model-id", kModelId, "--threads", "1"}));
     httplib::Client client = functionary.client();
-    json body = request({user("Weather or time?")});
-    body["tools"] = tools_;
-    body["tool_choice"] = "required";
-    const HttpReply reply = kvchat::test::post_json(client, "/v1/chat/completions", body.dump());
-    QVERIFY2(reply.status == 200, reply.body.c_str());
-    const json answer = reply.json();
-    const json& choice = answer["choices"][0];
-    QCOMPARE(choice["finish_reason"].get<std::string>(), std::string("tool_calls"));
-    QVERIFY2(choice["message"]["tool_calls"].size() == 1, reply.body.c_str());
-    const json call = choice["message"]["tool_calls"][0];
-    check_arguments(call);
+    json call;
+    check_required_call(client, call);
+    if (QTest::currentTestFailed()) return;
+    json body = required_call_request();
     const Streamed streamed = stream(client, body);
     QCOMPARE(streamed.status, 200);
     QCOMPARE(streamed.finish_reason, std::string("tool_calls"));
