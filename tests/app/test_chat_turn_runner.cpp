@@ -4,6 +4,8 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "common/tiny_llama3_chat_model.h"
 #include "engine/generation/session.h"
 #include "engine/model/model_loader.h"
+#include "engine/text/constraint/json_grammar.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_chat_turn_runner {
@@ -57,6 +60,7 @@ class ChatTurnRunnerTest : public QObject {
   void context_limit_drop_policy_leaves_out_the_oldest_turns();
   void ids_past_the_tokenizer_are_never_sampled();
   void a_huge_max_new_tokens_is_bounded_by_the_context();
+  void a_constrained_reply_is_whole_json_and_is_not_continued();
 
  private:
   LoadedModel model_;
@@ -302,6 +306,35 @@ void ChatTurnRunnerTest::a_huge_max_new_tokens_is_bounded_by_the_context() {
   const TurnOutcome outcome = runner.run(session, {{"user", "Once upon a time"}}, options, nullptr, {});
   QVERIFY(outcome.stats.stop_reason == StopReason::ContextFull || outcome.stats.stop_reason == StopReason::Eos);
   QVERIFY(static_cast<int>(outcome.prompt_ids.size()) + outcome.stats.generated_tokens <= 40);
+}
+
+// A turn with a grammar (a chat whose replies are JSON): the runner makes the vocabulary's trie itself when none is
+// given, the reply is the JSON the constraint allowed, to the byte (no clean-up of spaces), and a reply to go on
+// with is refused rather than continued outside the constraint.
+void ChatTurnRunnerTest::a_constrained_reply_is_whole_json_and_is_not_continued() {
+  const ChatTurnRunner runner(model_);
+  Session session(model_.model, KvCacheMode::Contiguous);
+  TurnOptions options = greedy(200);
+  options.generation.grammar = std::make_shared<const kvchat::JsonGrammar>(kvchat::compile_json_schema(
+      std::string_view(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}},)"
+                       R"( "required": ["name"], "additionalProperties": false})")));
+  const std::vector<ChatMessage> messages = {{"user", "Once upon a time"}};
+  const TurnOutcome outcome = runner.run(session, messages, options, nullptr, {});
+  QCOMPARE(outcome.stats.stop_reason, StopReason::Eos);
+  QVERIFY2(nlohmann::json::parse(outcome.reply, nullptr, false).is_object(), outcome.reply.c_str());
+  QCOMPARE(outcome.reply, model_.tokenizer->decode(outcome.reply_ids, true, false));
+
+  std::vector<ChatMessage> cut = messages;
+  cut.push_back({"assistant", outcome.reply.substr(0, 3)});
+  options.continue_reply = true;
+  try {
+    runner.run(session, cut, options, nullptr, {});
+    QFAIL("a constrained reply was continued");
+  } catch (const std::invalid_argument& error) {
+    QCOMPARE(std::string(error.what()),
+             std::string("a reply in JSON cannot be continued: regenerate it (or raise max tokens) to get a whole "
+                         "JSON reply"));
+  }
 }
 
 KVCHAT_TEST_APPLESS_MAIN(ChatTurnRunnerTest)
