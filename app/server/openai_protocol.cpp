@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace kvchat::app::openai {
 
@@ -572,13 +574,16 @@ JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, Too
   // The call object of each tool that may be called: {"name": its name, <arguments key>: its parameters}.
   const char* arguments_key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   ordered calls = ordered::array();
+  // Each such tool's parameters alone, with its name: where the name is outside the JSON (functionary), a
+  // branch of the grammar.
+  std::vector<std::pair<std::string, JsonGrammar>> parameters_of;
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const ordered& function = tools[i]["function"];
     const std::string name = function["name"];
     if (request.tool_choice == ToolChoice::Function && name != request.tool_choice_function) continue;
     ordered parameters = function.contains("parameters") ? function["parameters"] : ordered{{"type", "object"}};
     try {
-      compile_json_schema(parameters);
+      parameters_of.emplace_back(name, compile_json_schema(parameters));
     } catch (const SchemaError& error) {
       const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
       throw ApiError(400, "'" + param + "' cannot constrain a required tool call: " + error.what(),
@@ -614,9 +619,8 @@ JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, Too
       // <function=NAME>{arguments}</function>: the name is outside the JSON, so each function is a branch of
       // its own, its markup literal around its parameters.
       std::vector<JsonGrammar> branches;
-      for (const ordered& call : calls) {
-        JsonGrammar branch = compile_json_schema(call["properties"]["arguments"]);
-        branch.prefix = "<function=" + call["properties"]["name"]["const"].get<std::string>() + ">";
+      for (auto& [name, branch] : parameters_of) {
+        branch.prefix = "<function=" + name + ">";
         branch.suffix = "</function>";
         branches.push_back(std::move(branch));
       }

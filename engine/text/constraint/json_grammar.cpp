@@ -395,8 +395,8 @@ JsonGrammar join_grammars(const std::vector<JsonGrammar>& grammars) {
     if (joined.any_object < 0) joined.any_object = moved(grammar.any_object);
     if (joined.any_array < 0) joined.any_array = moved(grammar.any_array);
     for (int index = 0; index < grammar.branch_count(); ++index) {
-      JsonGrammar::Branch branch = grammar.branch(index);
-      branch.root = moved(branch.root);
+      const JsonGrammar::BranchView view = grammar.branch(index);
+      JsonGrammar::Branch branch{view.prefix, moved(view.root), view.suffix};
       if (&grammar == &grammars.front() && index == 0) {
         joined.prefix = branch.prefix;
         joined.root = branch.root;

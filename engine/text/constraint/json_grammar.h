@@ -81,7 +81,17 @@ struct JsonGrammar {
   std::vector<Branch> more_branches;
 
   int branch_count() const { return 1 + static_cast<int>(more_branches.size()); }
-  Branch branch(int index) const { return index == 0 ? Branch{prefix, root, suffix} : more_branches[index - 1]; }
+  // Branch `index` (0: the grammar's own prefix, root and suffix), without copying its text.
+  struct BranchView {
+    const std::string& prefix;
+    int root;
+    const std::string& suffix;
+  };
+  BranchView branch(int index) const {
+    if (index == 0) return {prefix, root, suffix};
+    const Branch& other = more_branches[static_cast<std::size_t>(index - 1)];
+    return {other.prefix, other.root, other.suffix};
+  }
 };
 
 // One grammar whose branches are those of `grammars`, in order: a reply valid against any one of them is valid

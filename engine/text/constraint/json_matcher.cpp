@@ -126,20 +126,14 @@ JsonMatcher::JsonMatcher(const JsonGrammar& grammar) : grammar_(&grammar) {
     root.kind = Frame::Kind::Root;
     root.node = branch;
     thread.frames.push_back(root);
-    if (root_branch(root).prefix.empty()) {
+    if (grammar.branch(branch).prefix.empty()) {
       thread.frames.back().stage = 1;
       Frame value;
-      value.node = root_branch(root).root;
+      value.node = grammar.branch(branch).root;
       thread.frames.push_back(value);
     }
     threads_.push_back(std::move(thread));
   }
-}
-
-JsonMatcher::BranchView JsonMatcher::root_branch(const Frame& root) const {
-  if (root.node == 0) return {grammar_->prefix, grammar_->root, grammar_->suffix};
-  const JsonGrammar::Branch& branch = grammar_->more_branches[static_cast<std::size_t>(root.node - 1)];
-  return {branch.prefix, branch.root, branch.suffix};
 }
 
 bool JsonMatcher::advance(std::string_view bytes) {
@@ -206,7 +200,7 @@ void JsonMatcher::step(Thread& thread, std::uint8_t byte, std::vector<Thread>& o
     Frame& top = thread.frames.back();
     switch (top.kind) {
       case Frame::Kind::Root: {
-        const BranchView branch = root_branch(top);
+        const JsonGrammar::BranchView branch = grammar_->branch(top.node);
         const std::string& text = top.stage == 0 ? branch.prefix : branch.suffix;
         if (static_cast<std::size_t>(top.count) >= text.size() ||
             static_cast<std::uint8_t>(text[static_cast<std::size_t>(top.count)]) != byte)
@@ -613,7 +607,7 @@ void JsonMatcher::finish_top(Thread& thread) const {
     case Frame::Kind::Root:
       parent.stage = 2;
       parent.count = 0;
-      if (root_branch(parent).suffix.empty()) thread.frames.pop_back();
+      if (grammar_->branch(parent.node).suffix.empty()) thread.frames.pop_back();
       break;
     case Frame::Kind::Object: parent.stage = 2; break;
     case Frame::Kind::Array:

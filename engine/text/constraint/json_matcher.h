@@ -95,14 +95,6 @@ class JsonMatcher {
   // The listed keys that may come next: the next ones up to and including the first required one.
   std::uint64_t keys_in_turn(const Frame& object) const;
 
-  // The branch a Root frame follows (its node: 0 the grammar's own prefix, root and suffix), without copying it.
-  struct BranchView {
-    const std::string& prefix;
-    int root;
-    const std::string& suffix;
-  };
-  BranchView root_branch(const Frame& root) const;
-
   const JsonGrammar* grammar_;
   std::vector<Thread> threads_, next_;
 };
