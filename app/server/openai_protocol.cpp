@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/text/constraint/json_matcher.h"
+
 namespace kvchat::app::openai {
 
 using nlohmann::json;
@@ -594,6 +596,13 @@ JsonGrammar required_tool_call_grammar(const ChatCompletionRequest& request, Too
                      {"required", {"name", arguments_key}},
                      {"additionalProperties", false}});
   }
+  // The matcher follows at most kMaxThreads paths at once: a call among more functions than that would leave some
+  // of them never callable, so the request is refused instead.
+  if (calls.size() > static_cast<std::size_t>(JsonMatcher::kMaxThreads))
+    throw ApiError(400,
+                   "'tools': a required call can choose among at most " + std::to_string(JsonMatcher::kMaxThreads) +
+                       " functions; this request offers " + std::to_string(calls.size()),
+                   "invalid_request_error", "tools", "unsupported_value");
   JsonGrammar grammar;
   const auto refuse = [&](const std::string& why) {
     return ApiError(400,

@@ -254,6 +254,18 @@ class TestOpenAiTools : public QObject {
     QCOMPARE(reply.status, 400);
     QCOMPARE(reply.json()["error"]["param"].get<std::string>(), std::string("tools[0].function.parameters"));
 
+    // More functions than the constraint can follow at once: refused, never some of them silently left out.
+    body = request({user("Hi")});
+    body["tools"] = json::array();
+    for (int i = 0; i < 300; ++i)
+      body["tools"].push_back({{"type", "function"}, {"function", {{"name", "f" + std::to_string(i)}}}});
+    body["tool_choice"] = "required";
+    reply = kvchat::test::post_json(client, "/v1/chat/completions", body.dump());
+    QCOMPARE(reply.status, 400);
+    QCOMPARE(reply.json()["error"]["param"].get<std::string>(), std::string("tools"));
+    QCOMPARE(reply.json()["error"]["message"].get<std::string>(),
+             std::string("'tools': a required call can choose among at most 256 functions; this request offers 300"));
+
     body = request({user("Hi"), {{"role", "tool"}, {"content", "21"}}});
     reply = kvchat::test::post_json(client, "/v1/chat/completions", body.dump());
     QCOMPARE(reply.status, 400);
