@@ -26,7 +26,7 @@ float f16_row_dot(const std::uint8_t* row, const float* x, std::int64_t cols) {
 // start of a block and m after it where the layout has one.
 template <GgufType kType>
 constexpr BlockType small_block_type(double largest_quant, RowDecoder avx2_decode = nullptr,
-                                     IntegerRowDot4 avx512_dot4 = nullptr) {
+                                     IntegerRowDots avx512_dots = nullptr) {
   return {kType,
           nullptr,
           ActivationRounding::BlockBytes,
@@ -36,7 +36,7 @@ constexpr BlockType small_block_type(double largest_quant, RowDecoder avx2_decod
           largest_quant,
           {{portable::dot_small_block<kType>, nullptr, nullptr},
            {KVCHAT_X86_KERNEL(avx2::dot_small_block<kType>), nullptr, avx2_decode},
-           {KVCHAT_X86_KERNEL(avx512::dot_small_block<kType>), avx512_dot4, nullptr}}};
+           {KVCHAT_X86_KERNEL(avx512::dot_small_block<kType>), avx512_dots, nullptr}}};
 }
 
 // The table. The format comes from engine/gguf's catalog when the table is first used; the exact decoder
@@ -55,7 +55,7 @@ constexpr BlockType kBlockTypes[] = {
     {GgufType::BF16, nullptr, ActivationRounding::None, nullptr, -1, -1, 1, {}},
     // Blocks of 32 against one byte per input value with a scale per block.
     small_block_type<GgufType::Q8_0>(127, KVCHAT_X86_KERNEL(avx2::decode_q8_0),
-                                     KVCHAT_X86_KERNEL(avx512::dot4_small_block_q8_0)),
+                                     KVCHAT_X86_KERNEL(avx512::dots_small_block_q8_0)),
     small_block_type<GgufType::Q4_0>(8, KVCHAT_X86_KERNEL(avx2::decode_q4_0)),
     small_block_type<GgufType::Q4_1>(15),
     small_block_type<GgufType::Q5_0>(16),
@@ -70,8 +70,8 @@ constexpr BlockType kBlockTypes[] = {
      2,
      63.0 * 15,
      {{portable::dot_q4_k, nullptr, nullptr},
-      {KVCHAT_X86_KERNEL(avx2::dot_q4_k), KVCHAT_X86_KERNEL(avx2::dot4_q4_k), KVCHAT_X86_KERNEL(avx2::decode_q4_k)},
-      {KVCHAT_X86_KERNEL(avx512::dot_q4_k), KVCHAT_X86_KERNEL(avx512::dot4_q4_k), nullptr}}},
+      {KVCHAT_X86_KERNEL(avx2::dot_q4_k), KVCHAT_X86_KERNEL(avx2::dots_q4_k), KVCHAT_X86_KERNEL(avx2::decode_q4_k)},
+      {KVCHAT_X86_KERNEL(avx512::dot_q4_k), KVCHAT_X86_KERNEL(avx512::dots_q4_k), nullptr}}},
     {GgufType::Q5_K,
      nullptr,
      ActivationRounding::SuperBlockBytes,
@@ -80,8 +80,8 @@ constexpr BlockType kBlockTypes[] = {
      2,
      63.0 * 31,
      {{portable::dot_q5_k, nullptr, nullptr},
-      {KVCHAT_X86_KERNEL(avx2::dot_q5_k), KVCHAT_X86_KERNEL(avx2::dot4_q5_k), KVCHAT_X86_KERNEL(avx2::decode_q5_k)},
-      {KVCHAT_X86_KERNEL(avx512::dot_q5_k), KVCHAT_X86_KERNEL(avx512::dot4_q5_k), nullptr}}},
+      {KVCHAT_X86_KERNEL(avx2::dot_q5_k), KVCHAT_X86_KERNEL(avx2::dots_q5_k), KVCHAT_X86_KERNEL(avx2::decode_q5_k)},
+      {KVCHAT_X86_KERNEL(avx512::dot_q5_k), KVCHAT_X86_KERNEL(avx512::dots_q5_k), nullptr}}},
     {GgufType::Q6_K,
      nullptr,
      ActivationRounding::SuperBlockBytes,
@@ -90,8 +90,8 @@ constexpr BlockType kBlockTypes[] = {
      -1,
      127.0 * 32,
      {{portable::dot_q6_k, nullptr, nullptr},
-      {KVCHAT_X86_KERNEL(avx2::dot_q6_k), KVCHAT_X86_KERNEL(avx2::dot4_q6_k), KVCHAT_X86_KERNEL(avx2::decode_q6_k)},
-      {KVCHAT_X86_KERNEL(avx512::dot_q6_k), KVCHAT_X86_KERNEL(avx512::dot4_q6_k), nullptr}}},
+      {KVCHAT_X86_KERNEL(avx2::dot_q6_k), KVCHAT_X86_KERNEL(avx2::dots_q6_k), KVCHAT_X86_KERNEL(avx2::decode_q6_k)},
+      {KVCHAT_X86_KERNEL(avx512::dot_q6_k), KVCHAT_X86_KERNEL(avx512::dots_q6_k), nullptr}}},
 };
 
 // Type ids are small (gguf_types.h): the records are found by id.
@@ -161,7 +161,7 @@ BlockKernels active_block_kernels(const BlockType& type) {
     const BlockKernels& kernels = type.kernels[isa];
     if (!chosen.dot && kernels.dot) {
       chosen.dot = kernels.dot;
-      chosen.dot4 = kernels.dot4;
+      chosen.dots = kernels.dots;
     }
     if (!chosen.decode) chosen.decode = kernels.decode;
   }
@@ -173,9 +173,9 @@ IntegerRowDot integer_row_dot(GgufType type) {
   return record ? active_block_kernels(*record).dot : nullptr;
 }
 
-IntegerRowDot4 integer_row_dot4(GgufType type) {
+IntegerRowDots integer_row_dots(GgufType type) {
   const BlockType* record = find_block_type(type);
-  return record ? active_block_kernels(*record).dot4 : nullptr;
+  return record ? active_block_kernels(*record).dots : nullptr;
 }
 
 }  // namespace kvchat::kernels

@@ -73,7 +73,7 @@ using FloatRowDot = float (*)(const std::uint8_t* row, const float* x, std::int6
 // One instruction set's kernels for a type.
 struct BlockKernels {
   IntegerRowDot dot = nullptr;    // the row against the rounded input (`rounding`)
-  IntegerRowDot4 dot4 = nullptr;  // four input vectors, each bit-identical to `dot`
+  IntegerRowDots dots = nullptr;  // several input vectors, each bit-identical to `dot`
   RowDecoder decode = nullptr;    // rows to f32 for the prefill GEMM
 };
 
@@ -99,7 +99,7 @@ const std::vector<BlockType>& block_types();
 Isa active_block_isa();
 
 // What a product over weights of `type` runs now. The integer dot is that of the highest instruction set up to
-// active_block_isa() that has one, and dot4 that same set's (a prompt's four-vector results must have the
+// active_block_isa() that has one, and dots that same set's (a prompt's several-vector results must have the
 // one-vector kernel's bits); the row decoder is the highest one there is, down to the exact one.
 BlockKernels active_block_kernels(const BlockType& type);
 

@@ -15,6 +15,7 @@
 // (integer_dot_avx2.cpp) and an AVX-512 VNNI one (integer_dot_avx512.cpp); the block-type table
 // (block_types.h) says which a type has and picks among them.
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/gguf/gguf_types.h"
 #include "engine/kernels/activation_quantization.h"
@@ -25,11 +26,36 @@ namespace kvchat::kernels {
 // dot(row, x^) for a row of `blocks` blocks of the type.
 using IntegerRowDot = float (*)(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 
-// dot(row, x^) for four activation vectors x[0..3] at once, out[v] bit-identical to what the same instruction
-// set's IntegerRowDot gives for x[v] (a prompt's products read each row once for several vectors; this also
-// shares the weights' unpacking among them).
-using IntegerRowDot4 = void (*)(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks,
+// dot(row, x^) for `count` >= 1 activation vectors x[0..count-1], out[v] bit-identical to what the same
+// instruction set's IntegerRowDot gives for x[v]: a prompt's products and a speculative check's rows read each
+// row once for several vectors, and share the weights' unpacking among a group of them.
+using IntegerRowDots = void (*)(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count,
                                 float* out);
+
+// kernel(std::integral_constant<int, width>{}) for a width from 1 to kWidest known only at run time.
+template <int kWidest, typename Kernel>
+inline void with_width(int width, const Kernel& kernel) {
+  if (width == kWidest) {
+    kernel(std::integral_constant<int, kWidest>{});
+  } else if constexpr (kWidest > 1) {
+    with_width<kWidest - 1>(width, kernel);
+  }
+}
+
+// Splits `count` vectors into as few groups of at most kWidest as there can be, of sizes that differ by at most
+// one, and calls kernel(std::integral_constant<int, k>{}, first) for each group of k vectors from `first`. The
+// several-vector kernels are templates on their vector count, whose accumulators must stay in registers: past
+// their widest group, a wider one spills and costs more than a second pass over the row from L1 (nine vectors
+// go as five and four, not eight and one, which would unpack the row a second time for one vector).
+template <int kWidest, typename Kernel>
+inline void for_vector_groups(int count, const Kernel& kernel) {
+  const int groups = (count + kWidest - 1) / kWidest;
+  for (int group = 0, first = 0; group < groups; ++group) {
+    const int width = count / groups + (group < count % groups ? 1 : 0);
+    with_width<kWidest>(width, [&](auto constant_width) { kernel(constant_width, first); });
+    first += width;
+  }
+}
 
 // A row of `blocks` blocks decoded to f32 (the prefill GEMM's blocks of rows).
 using RowDecoder = void (*)(const std::uint8_t* row, float* out, std::int64_t blocks);
@@ -37,8 +63,8 @@ using RowDecoder = void (*)(const std::uint8_t* row, float* out, std::int64_t bl
 // The kernel for `type` (AVX-512, else AVX2, unless switched off; else the portable one), or null for a type
 // whose products stay in f32 (F32, F16, BF16): block_types.h's choice for the type.
 IntegerRowDot integer_row_dot(GgufType type);
-// Its four-vector twin, or null where there is none: the caller takes the vectors one by one.
-IntegerRowDot4 integer_row_dot4(GgufType type);
+// Its several-vector twin, or null where there is none: the caller takes the vectors one by one.
+IntegerRowDots integer_row_dots(GgufType type);
 
 // Each instruction set's kernels, named for the block-type table (block_types.cpp). dot_small_block serves
 // every type of KVCHAT_SMALL_BLOCK_TYPES (block_types.h), which each file instantiates.
@@ -58,9 +84,9 @@ float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, st
 float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
-void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
-void dot4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
-void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
+void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
+void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
+void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
 // Row decoders: the values of engine/gguf's exact decoders, except that a K-quant's d*sc*q - dmin*m may
 // round once instead of twice.
 void decode_q8_0(const std::uint8_t* row, float* out, std::int64_t blocks);
@@ -78,10 +104,11 @@ float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, st
 float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
-void dot4_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
-void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
-void dot4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
-void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out);
+void dots_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count,
+                           float* out);
+void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
+void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
+void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
 }  // namespace avx512
 #endif  // KVCHAT_HAVE_AVX2_KERNELS
 

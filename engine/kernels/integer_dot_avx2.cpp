@@ -179,12 +179,12 @@ float q6_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return horizontal_sum(acc);
 }
 
-// The K-quant products for four activation vectors at once (a prompt's rows): the weights' unpacking done
-// once for the four, each vector's sums by exactly the steps of the one-vector kernel above, so that each
-// result is bit-identical to that kernel's.
-template <bool kFifthBits>
-void q4_q5_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
+// The K-quant products for kVectors activation vectors at once (a prompt's rows, a speculative check's): the
+// weights' unpacking done once for all of them, each vector's sums by exactly the steps of the one-vector
+// kernel above, so that each result is bit-identical to that kernel's.
+template <bool kFifthBits, int kVectors>
+void q4_q5_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   __m256 acc[kVectors];
   __m128 mins_acc[kVectors];
   for (int v = 0; v < kVectors; ++v) {
@@ -222,8 +222,8 @@ void q4_q5_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::i
   for (int v = 0; v < kVectors; ++v) out[v] = horizontal_sum(acc[v]) - horizontal_sum(mins_acc[v]);
 }
 
-void q6_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  constexpr int kVectors = 4;
+template <int kVectors>
+void q6_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   __m256i group_scale[4];
   q6_k_group_scale_index(group_scale);
   __m256 acc[kVectors];
@@ -276,14 +276,22 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return q6_k_dot(row, x, blocks);
 }
 
-void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  q4_q5_k_dot4<false>(row, x, blocks, out);
+// Four vectors at a time: with the unpacked weights, what the 16 registers hold.
+constexpr int kWidestGroup = 4;
+void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
+  for_vector_groups<kWidestGroup>(count, [&](auto width, int first) {
+    q4_q5_k_dot_vectors<false, decltype(width)::value>(row, x + first, blocks, out + first);
+  });
 }
-void dot4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  q4_q5_k_dot4<true>(row, x, blocks, out);
+void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
+  for_vector_groups<kWidestGroup>(count, [&](auto width, int first) {
+    q4_q5_k_dot_vectors<true, decltype(width)::value>(row, x + first, blocks, out + first);
+  });
 }
-void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  q6_k_dot4(row, x, blocks, out);
+void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
+  for_vector_groups<kWidestGroup>(count, [&](auto width, int first) {
+    q6_k_dot_vectors<decltype(width)::value>(row, x + first, blocks, out + first);
+  });
 }
 
 }  // namespace kvchat::kernels::avx2

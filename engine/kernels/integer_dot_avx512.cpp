@@ -51,10 +51,10 @@ inline float avx2_tail(const std::uint8_t* rest, const QuantizedActivations& x, 
 // overflow; a quant of -128 gives |w| = 128 as an unsigned byte), so one conversion and one FMA serve
 // two blocks. The eight blocks' f16 scales are gathered and converted together and multiplied by the
 // activations' scales. A row's last blocks (fewer than eight) go through the AVX2 kernel.
-// One pass over a row serves kVectors activation vectors: 1 (decode: the row streams from memory, prefetched) or 4 (a
-// prompt's rows, the row in cache): the quants, |w|, w's sign mask and the weights' eight scales are made once for
-// all of them, and each vector's sums take the same steps in the same order, so a four-vector result is
-// bit-identical to the one-vector one.
+// One pass over a row serves kVectors activation vectors: 1 (decode: the row streams from memory, prefetched) or up
+// to 8 (a prompt's rows, a speculative check's, the row in cache): the quants, |w|, w's sign mask and the weights'
+// eight scales are made once for all of them, and each vector's sums take the same steps in the same order, so a
+// several-vector result is bit-identical to the one-vector one.
 template <int kVectors>
 void q8_0_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   __m512i pair_factor_index[4];
@@ -303,12 +303,13 @@ float q4_q5_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::i
   return _mm512_reduce_add_ps(acc) - horizontal_sum(mins_acc);
 }
 
-// The same products for four activation vectors at once (a prompt's rows): the weights' unpacking (scales,
-// quants, the scales' word order) is done once for the four, and each vector's sums take exactly the
-// steps of q4_q5_k_dot in the same order, so each result is bit-identical to that kernel's.
-template <bool kFifthBits>
-void q4_q5_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kVectors = 4;
+// The same products for kVectors activation vectors at once (a prompt's rows, a speculative check's): the
+// weights' unpacking (scales, quants, the scales' word order) is done once for all of them, and each
+// vector's sums take exactly the steps of q4_q5_k_dot in the same order, so each result is bit-identical
+// to that kernel's. Up to eight vectors keep their accumulators in registers.
+template <bool kFifthBits, int kVectors>
+void q4_q5_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144;
   const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
   __m512 acc[kVectors];
   __m128 mins_acc[kVectors];
@@ -400,10 +401,10 @@ float q6_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return _mm512_reduce_add_ps(acc);
 }
 
-// q6_k_dot for four activation vectors at once, as q4_q5_k_dot4: the quants and the scales' word order
-// made once, each vector's steps those of q6_k_dot.
-void q6_k_dot4(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  constexpr int kVectors = 4;
+// q6_k_dot for kVectors activation vectors at once, as q4_q5_k_dot_vectors: the quants and the scales' word
+// order made once, each vector's steps those of q6_k_dot.
+template <int kVectors>
+void q6_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc[kVectors];
   for (__m512& a : acc) a = _mm512_setzero_ps();
@@ -458,17 +459,28 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return q6_k_dot(row, x, blocks);
 }
 
-void dot4_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  q8_0_dot_vectors<4>(row, x, blocks, out);
+// The widest groups whose accumulators and unpacked weights stay in the 32 registers (wider ones spill).
+constexpr int kWidestQ8_0 = 5, kWidestQ4Q5K = 5, kWidestQ6K = 5;
+void dots_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count,
+                           float* out) {
+  for_vector_groups<kWidestQ8_0>(count, [&](auto width, int first) {
+    q8_0_dot_vectors<decltype(width)::value>(row, x + first, blocks, out + first);
+  });
 }
-void dot4_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  q4_q5_k_dot4<false>(row, x, blocks, out);
+void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
+  for_vector_groups<kWidestQ4Q5K>(count, [&](auto width, int first) {
+    q4_q5_k_dot_vectors<false, decltype(width)::value>(row, x + first, blocks, out + first);
+  });
 }
-void dot4_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  q4_q5_k_dot4<true>(row, x, blocks, out);
+void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
+  for_vector_groups<kWidestQ4Q5K>(count, [&](auto width, int first) {
+    q4_q5_k_dot_vectors<true, decltype(width)::value>(row, x + first, blocks, out + first);
+  });
 }
-void dot4_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-  q6_k_dot4(row, x, blocks, out);
+void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
+  for_vector_groups<kWidestQ6K>(count, [&](auto width, int first) {
+    q6_k_dot_vectors<decltype(width)::value>(row, x + first, blocks, out + first);
+  });
 }
 
 }  // namespace kvchat::kernels::avx512

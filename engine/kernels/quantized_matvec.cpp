@@ -47,9 +47,10 @@ void quantized_rows(const BlockType& type, const QuantizedMatrixView& w, const f
     const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / std::max<std::int64_t>(w.cols, 1), 1,
                                                         std::min(n, kMaxChunkVectors));
     QuantizedActivations vectors[kMaxChunkVectors];  // the chunk's views, made once rather than per row
-    // Four vectors at a time where the type has such a kernel (the K-quants, AVX-512 VNNI or AVX2): the row's
-    // unpacking is shared, and each result has the one-vector kernel's bits (the row-exact forwards).
-    const IntegerRowDot4 dot4 = n >= 4 ? kernels.dot4 : nullptr;
+    // Several vectors at a time where the type has such a kernel (Q8_0 and the K-quants on AVX-512 VNNI, the
+    // K-quants on AVX2): the row's unpacking is shared, and each result has the one-vector kernel's bits (the
+    // row-exact forwards).
+    const IntegerRowDots dots = n >= 2 ? kernels.dots : nullptr;
     for (std::int64_t first = 0; first < n; first += chunk) {
       const std::int64_t count = std::min(n - first, chunk);
       for (std::int64_t i = 0; i < count; ++i) vectors[i] = activations->row(first + i);
@@ -57,12 +58,10 @@ void quantized_rows(const BlockType& type, const QuantizedMatrixView& w, const f
         const std::uint8_t* row = w.data + r * w.row_bytes;
         const float b = bias ? bias[r] : 0.f;
         std::int64_t i = 0;
-        if (dot4) {
-          for (; i + 4 <= count; i += 4) {
-            float sums[4];
-            dot4(row, vectors + i, blocks, sums);
-            for (int k = 0; k < 4; ++k) y[(first + i + k) * w.rows + r] = sums[k] + b;
-          }
+        if (dots) {
+          float sums[kMaxChunkVectors];
+          dots(row, vectors, blocks, static_cast<int>(count), sums);
+          for (; i < count; ++i) y[(first + i) * w.rows + r] = sums[i] + b;
         }
         for (; i < count; ++i) y[(first + i) * w.rows + r] = dot(row, vectors[i], blocks) + b;
       }

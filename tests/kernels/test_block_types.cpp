@@ -6,7 +6,7 @@
 // - every instruction set's kernels the processor runs give the portable kernels' results bit for bit, and
 //   the exact integer product: on random blocks whose scales are powers of two with small activation bytes,
 //   every f32 operation of every kernel is exact, whatever its order, so any difference is a wrong kernel
-//   (or a record pointing at another type's); the four-vector kernels equal their one-vector twins, and the
+//   (or a record pointing at another type's); the several-vector kernels equal their one-vector twins, and the
 //   row decoders the exact decoder;
 // - a product takes the kernels the settings (cpu_features.h) allow.
 #include <QDir>
@@ -160,7 +160,7 @@ void BlockTypesTest::records_agree_with_the_catalog() {
     for (int isa = 0; isa < kIsaCount; ++isa) {
       const BlockKernels& kernels = record.kernels[isa];
       QVERIFY2(!kernels.dot || integer, qPrintable(what + ": an integer dot without a rounding"));
-      QVERIFY2(!kernels.dot4 || kernels.dot, qPrintable(what + ": dot4 without dot"));
+      QVERIFY2(!kernels.dots || kernels.dot, qPrintable(what + ": dots without dot"));
     }
     for (int field : {record.scale_at, record.min_at})
       QVERIFY2(field >= -1 && field + 2 <= int(record.format->block_bytes),
@@ -230,7 +230,7 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones_data() {
   for (const BlockType& record : block_types())
     for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
       const BlockKernels& kernels = record.on(isa);
-      if (kernels.dot || kernels.dot4 || kernels.decode)
+      if (kernels.dot || kernels.dots || kernels.decode)
         QTest::newRow(qPrintable(type_name(record.type) + " " + to_string(isa))) << int(record.type) << int(isa);
     }
 }
@@ -267,14 +267,16 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
   const int limit = record.rounding == ActivationRounding::BlockBytes ? 8 : 3;
   std::vector<Activations> inputs;
   std::vector<QuantizedActivations> views;
-  for (int v = 0; v < 4; ++v) inputs.push_back(random_activations(cols, group, limit, rng));
+  // Enough vectors for every kernel's groups of every width, and for two or three groups.
+  constexpr int kVectors = 11;
+  for (int v = 0; v < kVectors; ++v) inputs.push_back(random_activations(cols, group, limit, rng));
   for (const Activations& input : inputs) views.push_back(input.view(record.rounding));
   std::vector<float> row(static_cast<std::size_t>(cols));
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint8_t* weight_row = weights.data() + r * row_bytes;
     format.decode(weight_row, row.data(), blocks);
-    float isa_results[4];
-    for (int v = 0; v < 4; ++v) {
+    float isa_results[kVectors];
+    for (int v = 0; v < kVectors; ++v) {
       // The exact product, in units of the smallest step it is made of (2^-11 * 2^-8): every partial sum
       // of every kernel is a whole number of them below 2^24, so every f32 step is exact.
       double exact = 0.0, magnitude = 0.0;
@@ -298,14 +300,18 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
                               .arg(v)
                               .arg(to_string(Isa(isa)), number(isa_results[v]), number(expected))));
     }
-    if (kernels.dot4) {
-      float four[4];
-      kernels.dot4(weight_row, views.data(), blocks, four);
-      for (int v = 0; v < 4; ++v)
-        QVERIFY2(same_bits(four[v], isa_results[v]), qPrintable(QString("row %1 vector %2: dot4 %3, dot %4")
-                                                                    .arg(r)
-                                                                    .arg(v)
-                                                                    .arg(number(four[v]), number(isa_results[v]))));
+    if (kernels.dots) {
+      for (int count = 1; count <= kVectors; ++count) {
+        float several[kVectors];
+        kernels.dots(weight_row, views.data(), blocks, count, several);
+        for (int v = 0; v < count; ++v)
+          QVERIFY2(same_bits(several[v], isa_results[v]),
+                   qPrintable(QString("row %1, %2 vectors, vector %3: dots %4, dot %5")
+                                  .arg(r)
+                                  .arg(count)
+                                  .arg(v)
+                                  .arg(number(several[v]), number(isa_results[v]))));
+      }
     }
   }
 }
@@ -320,7 +326,7 @@ void BlockTypesTest::products_take_the_kernels_the_settings_allow() {
     const BlockKernels active = active_block_kernels(record);
     const QString what = type_name(record.type);
     QVERIFY2(active.dot == record.on(Isa::Portable).dot, qPrintable(what));
-    QVERIFY2(active.dot4 == record.on(Isa::Portable).dot4, qPrintable(what));
+    QVERIFY2(active.dots == record.on(Isa::Portable).dots, qPrintable(what));
     QVERIFY2(active.decode == record.format->decode, qPrintable(what));
     QVERIFY2(integer_row_dot(record.type) == active.dot, qPrintable(what));
   }
@@ -333,9 +339,9 @@ void BlockTypesTest::products_take_the_kernels_the_settings_allow() {
     const BlockKernels& avx2 = record.on(Isa::Avx2);
     const QString what = type_name(record.type);
     QVERIFY2(active.dot == (avx2.dot ? avx2.dot : record.on(Isa::Portable).dot), qPrintable(what));
-    QVERIFY2(active.dot4 == (avx2.dot ? avx2.dot4 : record.on(Isa::Portable).dot4), qPrintable(what));
+    QVERIFY2(active.dots == (avx2.dot ? avx2.dots : record.on(Isa::Portable).dots), qPrintable(what));
     QVERIFY2(active.decode == (avx2.decode ? avx2.decode : record.format->decode), qPrintable(what));
-    QVERIFY2(integer_row_dot4(record.type) == active.dot4, qPrintable(what));
+    QVERIFY2(integer_row_dots(record.type) == active.dots, qPrintable(what));
   }
   set_avx512_kernels_enabled(true);
   QCOMPARE(active_block_isa(), cpu_runs_block_kernels(Isa::Avx512) ? Isa::Avx512 : Isa::Avx2);

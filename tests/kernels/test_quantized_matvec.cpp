@@ -291,29 +291,38 @@ void QuantizedMatvecTest::shared_input_mixes_types() {
 
 void QuantizedMatvecTest::several_vectors_equal_one_at_a_time_data() { add_type_and_kernels_rows(); }
 
-// A prompt's product (several vectors, which some kernels take four at a time) gives each vector's row
-// the very bits that a product with that vector alone gives: the row-exact forwards rely on it.
+// A prompt's product (several vectors, which some kernels take up to eight at a time) gives each vector's row
+// the very bits that a product with that vector alone gives: the row-exact forwards rely on it. Every count
+// from 2 to 17 vectors, so that each kernel width and each remainder after the widest groups is taken.
 void QuantizedMatvecTest::several_vectors_equal_one_at_a_time() {
   QFETCH(int, type);
   QFETCH(int, kernels);
   QString skip;
   if (!use_kernels(Kernels(kernels), &skip)) QSKIP(qPrintable(skip));
   std::mt19937 rng(static_cast<unsigned>(type * 17 + 3));
-  const std::int64_t rows = 700, cols = 768, n = 11;  // 700 rows: the pool's threads share them
+  const std::int64_t rows = 700, cols = 768, most = 17;  // 700 rows: the pool's threads share them
   const RandomMatrix m = random_matrix(GgufType(type), rows, cols, rng);
   std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> x(static_cast<std::size_t>(n * cols)), bias(static_cast<std::size_t>(rows));
+  std::vector<float> x(static_cast<std::size_t>(most * cols)), bias(static_cast<std::size_t>(rows));
   for (float& v : x) v = normal(rng);
   for (float& v : bias) v = normal(rng);
-  std::vector<float> together(static_cast<std::size_t>(n * rows)), alone(static_cast<std::size_t>(rows));
-  kernels::matmul_quantized(m.view, x.data(), together.data(), n, bias.data());
-  for (std::int64_t i = 0; i < n; ++i) {
-    kernels::matmul_quantized(m.view, x.data() + i * cols, alone.data(), 1, bias.data());
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float a = together[static_cast<std::size_t>(i * rows + r)], b = alone[static_cast<std::size_t>(r)];
-      QVERIFY2(std::memcmp(&a, &b, sizeof a) == 0,
-               qPrintable(QString("vector %1 row %2: %3 vs %4").arg(i).arg(r).arg(a, 0, 'g', 9).arg(b, 0, 'g', 9)));
-    }
+  std::vector<float> alone(static_cast<std::size_t>(most * rows));
+  for (std::int64_t i = 0; i < most; ++i)
+    kernels::matmul_quantized(m.view, x.data() + i * cols, alone.data() + i * rows, 1, bias.data());
+  std::vector<float> together(static_cast<std::size_t>(most * rows));
+  for (std::int64_t n = 2; n <= most; ++n) {
+    kernels::matmul_quantized(m.view, x.data(), together.data(), n, bias.data());
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float a = together[static_cast<std::size_t>(i * rows + r)],
+                    b = alone[static_cast<std::size_t>(i * rows + r)];
+        QVERIFY2(std::memcmp(&a, &b, sizeof a) == 0, qPrintable(QString("%1 vectors, vector %2 row %3: %4 vs %5")
+                                                                    .arg(n)
+                                                                    .arg(i)
+                                                                    .arg(r)
+                                                                    .arg(a, 0, 'g', 9)
+                                                                    .arg(b, 0, 'g', 9)));
+      }
   }
 }
 
