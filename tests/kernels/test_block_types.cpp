@@ -85,18 +85,21 @@ struct Activations {
   std::vector<std::int8_t> bytes;
   std::vector<float> scales;
   std::vector<std::int16_t> sums16, sums32;
+  std::vector<std::int8_t> interleaved;  // super-blocks: the AVX-512 K-quant kernels' order
   QuantizedActivations view(ActivationRounding rounding) const {
-    const ActivationBytes values{bytes.data(), scales.data(), sums16.data(), sums32.data()};
+    const ActivationBytes values{bytes.data(), scales.data(), sums16.data(), sums32.data(),
+                                 interleaved.empty() ? nullptr : interleaved.data()};
     QuantizedActivations x;
     (rounding == ActivationRounding::BlockBytes ? x.blocks : x.super_blocks) = values;
     return x;
   }
 };
 
-Activations random_activations(std::int64_t cols, std::int64_t group, int limit, std::mt19937& rng) {
+// The rounded activations with these bytes: scales 2^-7 or 2^-8 per group, the byte sums of each 16 and 32.
+Activations activations_from_bytes(std::vector<std::int8_t> bytes, std::int64_t group, std::mt19937& rng) {
   Activations a;
-  for (std::int64_t i = 0; i < cols; ++i)
-    a.bytes.push_back(static_cast<std::int8_t>(static_cast<int>(rng() % (2 * limit + 1)) - limit));
+  a.bytes = std::move(bytes);
+  const auto cols = static_cast<std::int64_t>(a.bytes.size());
   for (std::int64_t g = 0; g < cols / group; ++g) a.scales.push_back(std::ldexp(1.f, -7 - static_cast<int>(rng() % 2)));
   for (std::int64_t i = 0; i < cols; i += 16) {
     int sum = 0;
@@ -105,7 +108,18 @@ Activations random_activations(std::int64_t cols, std::int64_t group, int limit,
   }
   for (std::size_t i = 0; i < a.sums16.size(); i += 2)
     a.sums32.push_back(static_cast<std::int16_t>(a.sums16[i] + a.sums16[i + 1]));
+  if (group == kActivationSuperBlock) {
+    a.interleaved.resize(a.bytes.size());
+    interleave_sub_block_halves(a.bytes.data(), cols, a.interleaved.data());
+  }
   return a;
+}
+
+Activations random_activations(std::int64_t cols, std::int64_t group, int limit, std::mt19937& rng) {
+  std::vector<std::int8_t> bytes;
+  for (std::int64_t i = 0; i < cols; ++i)
+    bytes.push_back(static_cast<std::int8_t>(static_cast<int>(rng() % (2 * limit + 1)) - limit));
+  return activations_from_bytes(std::move(bytes), group, rng);
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
@@ -125,6 +139,7 @@ class BlockTypesTest : public QObject {
   void block_sizes_agree_with_the_fixture_files();
   void isa_kernels_equal_the_portable_ones_data();
   void isa_kernels_equal_the_portable_ones();
+  void k_quant_sums_at_their_largest_stay_exact();
   void products_take_the_kernels_the_settings_allow();
 };
 
@@ -314,6 +329,61 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
       }
     }
   }
+}
+
+// The K-quant kernels add their integer products in 16-bit words and 32-bit lanes: at the largest quants and
+// sub-block scales against activation bytes of +-127 no word may saturate. One super-block whose every quant is
+// the type's largest and every sub-block scale 63 (mins 0), d = 2^-10: every kernel, one vector or several,
+// gives the exact d * x_scale * 63 * 256 * q * 127 (a whole number of f32 steps below 2^24).
+void BlockTypesTest::k_quant_sums_at_their_largest_stay_exact() {
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (GgufType type : {GgufType::Q4_K, GgufType::Q5_K}) {
+    const BlockType& record = *find_block_type(type);
+    std::vector<std::uint8_t> block(record.format->block_bytes, 0xFF);  // every nibble and fifth bit set
+    const std::uint16_t d = f16_power_of_two(-10);
+    std::memcpy(block.data(), &d, 2);
+    block[2] = block[3] = 0;  // dmin 0
+    // Scales 0-3 and their mins' high bits, mins 0-3, then the low nibbles of scales and mins 4-7.
+    for (int j = 0; j < 4; ++j) {
+      block[4 + j] = 0xFF;
+      block[8 + j] = 0x00;
+      block[12 + j] = 0x0F;
+    }
+    const double largest_quant = type == GgufType::Q4_K ? 15 : 31;
+    for (int sign : {1, -1}) {
+      std::vector<Activations> inputs;
+      std::vector<QuantizedActivations> views;
+      constexpr int kVectors = 11;
+      for (int v = 0; v < kVectors; ++v)
+        inputs.push_back(activations_from_bytes(std::vector<std::int8_t>(256, static_cast<std::int8_t>(sign * 127)),
+                                                kActivationSuperBlock, rng));
+      for (const Activations& input : inputs) views.push_back(input.view(ActivationRounding::SuperBlockBytes));
+      for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512}) {
+        const BlockKernels& kernels = record.on(isa);
+        if (!kernels.dot || !cpu_runs_block_kernels(isa)) continue;
+        for (int count = 1; count <= kVectors; ++count) {
+          float several[kVectors];
+          if (kernels.dots) kernels.dots(block.data(), views.data(), 1, count, several);
+          for (int v = 0; v < count; ++v) {
+            const double expected =
+                std::ldexp(1.0, -10) * inputs[std::size_t(v)].scales[0] * 63 * 256 * largest_quant * 127 * sign;
+            const float one = kernels.dot(block.data(), views[std::size_t(v)], 1);
+            QVERIFY2(double(one) == expected,
+                     qPrintable(QString("%1 %2: %3, exact %4")
+                                    .arg(type_name(type), to_string(isa), number(one), number(expected))));
+            if (kernels.dots)
+              QVERIFY2(double(several[v]) == expected, qPrintable(QString("%1 %2, %3 vectors: %4, exact %5")
+                                                                      .arg(type_name(type), to_string(isa))
+                                                                      .arg(count)
+                                                                      .arg(number(several[v]), number(expected))));
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  QVERIFY(checked > 0);
 }
 
 // active_block_kernels follows use_avx2_kernels() / use_avx512_kernels(): the portable kernels when they are
