@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/kernels/block_types.h"
 #include "engine/kernels/cpu_features.h"
 #include "engine/kernels/isa_kernels.h"
 
@@ -80,36 +79,23 @@ void round_activations(ActivationRounding rounding, const float* x, std::int64_t
   }
 }
 
-void interleave_sub_block_halves(const std::int8_t* bytes, std::int64_t cols, std::int8_t* out) {
-  for (std::int64_t group = 0; group < cols; group += 128)
-    for (int half = 0; half < 2; ++half)
-      for (int sub_block = 0; sub_block < 4; ++sub_block)
-        std::memcpy(out + group + 64 * half + 16 * sub_block, bytes + group + 32 * sub_block + 16 * half, 16);
-}
-
 void ThreadActivations::Buffers::fill(const float* x, std::int64_t n, std::int64_t cols) {
   const auto elements = static_cast<std::size_t>(n * cols);
-  // Only the AVX-512 K-quant kernels read the interleaved copy; it costs a copy of the bytes per product.
-  const bool interleave = group == kActivationSuperBlock && active_block_isa() == Isa::Avx512;
   if (bytes.size() < elements) {
     bytes.resize(elements);
     scales.resize(elements / static_cast<std::size_t>(group));
     sums16.resize(elements / 16);
     sums32.resize(elements / 32);
   }
-  if (interleave && interleaved.size() < elements) interleaved.resize(elements);
-  has_interleaved = interleave;
-  for (std::int64_t i = 0; i < n; ++i) {
+  for (std::int64_t i = 0; i < n; ++i)
     quantize_activation_bytes(x + i * cols, cols, group, bytes.data() + i * cols, scales.data() + i * cols / group,
                               sums16.data() + i * cols / 16, sums32.data() + i * cols / 32);
-    if (interleave) interleave_sub_block_halves(bytes.data() + i * cols, cols, interleaved.data() + i * cols);
-  }
 }
 
 ActivationBytes ThreadActivations::Buffers::row(std::int64_t i, std::int64_t cols) const {
   if (!made) return {};
   return {bytes.data() + i * cols, scales.data() + i * cols / group, sums16.data() + i * cols / 16,
-          sums32.data() + i * cols / 32, has_interleaved ? interleaved.data() + i * cols : nullptr};
+          sums32.data() + i * cols / 32};
 }
 
 const ThreadActivations& ThreadActivations::quantize(const float* x, std::int64_t n, std::int64_t cols, bool blocks,

@@ -48,16 +48,7 @@ struct ActivationBytes {
   const float* scales = nullptr;         // [cols / group]
   const std::int16_t* sums16 = nullptr;  // [cols / 16]: the sum of the bytes of each 16
   const std::int16_t* sums32 = nullptr;  // [cols / 32]: of each 32
-  // Super-blocks only: `bytes` with each 128 in interleave_sub_block_halves' order, which the AVX-512 Q4_K and
-  // Q5_K kernels read (null where no such kernel runs).
-  const std::int8_t* interleaved = nullptr;  // [cols]
 };
-
-// bytes[cols] (cols a multiple of 128) with each 128 -- four sub-blocks of 32 -- in the order first halves, then
-// second halves: 0-15, 32-47, 64-79, 96-111, 16-31, 48-63, 80-95, 112-127. A Q4_K or Q5_K pair group unpacked
-// in this order lets one 32-bit sum take eight products of one sub-block (two vpdpbusd into one register), so a
-// super-block's sums need one sub-block scaling (vpdpwssd) per 128 products instead of two.
-void interleave_sub_block_halves(const std::int8_t* bytes, std::int64_t cols, std::int8_t* out);
 
 // One input vector as the products take it; a rounding that was not made has null pointers.
 struct QuantizedActivations {
@@ -92,8 +83,6 @@ class ThreadActivations {
     std::vector<std::int8_t> bytes;
     std::vector<float> scales;
     std::vector<std::int16_t> sums16, sums32;
-    std::vector<std::int8_t> interleaved;  // super-blocks, where the AVX-512 kernels run
-    bool has_interleaved = false;
     void fill(const float* x, std::int64_t n, std::int64_t cols);
     ActivationBytes row(std::int64_t i, std::int64_t cols) const;
   };

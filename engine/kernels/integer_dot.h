@@ -26,11 +26,20 @@ namespace kvchat::kernels {
 // dot(row, x^) for a row of `blocks` blocks of the type.
 using IntegerRowDot = float (*)(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 
-// dot(row, x^) for `count` >= 1 activation vectors x[0..count-1], out[v] bit-identical to what the same
-// instruction set's IntegerRowDot gives for x[v]: a prompt's products and a speculative check's rows read each
-// row once for several vectors, and share the weights' unpacking among a group of them.
-using IntegerRowDots = void (*)(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count,
-                                float* out);
+// Consecutive rows of a matrix, `row_bytes` apart, and where their products go: row r's product with vector v
+// to y[v * y_stride + r], plus bias[r] where there is a bias.
+struct RowTile {
+  const std::uint8_t* rows = nullptr;
+  std::int64_t row_bytes = 0, row_count = 0;
+  float* y = nullptr;
+  std::int64_t y_stride = 0;
+  const float* bias = nullptr;
+};
+
+// The products of a tile's rows with `count` >= 1 activation vectors x[0..count-1], each bit-identical to what
+// the same instruction set's IntegerRowDot gives: a prompt's products and a speculative check's rows read each
+// row once for a group of vectors and share the weights' unpacking among them (for_row_tile below).
+using IntegerRowDots = void (*)(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
 
 // kernel(std::integral_constant<int, width>{}) for a width from 1 to kWidest known only at run time.
 template <int kWidest, typename Kernel>
@@ -42,17 +51,35 @@ inline void with_width(int width, const Kernel& kernel) {
   }
 }
 
-// Splits `count` vectors into as few groups of at most kWidest as there can be, of sizes that differ by at most
-// one, and calls kernel(std::integral_constant<int, k>{}, first) for each group of k vectors from `first`. The
-// several-vector kernels are templates on their vector count, whose accumulators must stay in registers: past
-// their widest group, a wider one spills and costs more than a second pass over the row from L1 (nine vectors
-// go as five and four, not eight and one, which would unpack the row a second time for one vector).
-template <int kWidest, typename Kernel>
-inline void for_vector_groups(int count, const Kernel& kernel) {
+// The loops of an IntegerRowDots: `count` vectors split into as few groups of at most kWidest as there can be,
+// of sizes that differ by at most one, and each group against every row of the tile in turn, through
+// Kernel<width, prefetch>::run(row, x, blocks, sums). The kernels are templates on their vector count, whose
+// accumulators must stay in registers: past their widest group, a wider one spills and costs more than another
+// pass over the row (nine vectors go as five and four, not eight and one, which would unpack each row a second
+// time for one vector). A group's bytes stay in L1 while the tile's rows pass (the tile stays in L2): the
+// vectors taken one row at a time re-read every vector's bytes from L2 for each row, which bounded a prompt's
+// products by L2 rather than arithmetic. Where a row takes several groups, the first reads the tile from memory
+// and prefetches as decode does (`prefetch`).
+template <int kWidest, template <int, bool> class Kernel>
+inline void for_row_tile(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
   const int groups = (count + kWidest - 1) / kWidest;
   for (int group = 0, first = 0; group < groups; ++group) {
     const int width = count / groups + (group < count % groups ? 1 : 0);
-    with_width<kWidest>(width, [&](auto constant_width) { kernel(constant_width, first); });
+    with_width<kWidest>(width, [&](auto constant_width) {
+      constexpr int kWidth = decltype(constant_width)::value;
+      const auto rows = [&](auto prefetch) {
+        for (std::int64_t r = 0; r < tile.row_count; ++r) {
+          float sums[kWidth];
+          Kernel<kWidth, decltype(prefetch)::value>::run(tile.rows + r * tile.row_bytes, x + first, blocks, sums);
+          const float bias = tile.bias ? tile.bias[r] : 0.f;
+          for (int v = 0; v < kWidth; ++v) tile.y[(first + v) * tile.y_stride + r] = sums[v] + bias;
+        }
+      };
+      if (groups > 1 && group == 0)
+        rows(std::true_type{});
+      else
+        rows(std::false_type{});
+    });
     first += width;
   }
 }
@@ -84,9 +111,9 @@ float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, st
 float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
-void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
-void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
-void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
+void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
+void dots_q5_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
+void dots_q6_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
 // Row decoders: the values of engine/gguf's exact decoders, except that a K-quant's d*sc*q - dmin*m may
 // round once instead of twice.
 void decode_q8_0(const std::uint8_t* row, float* out, std::int64_t blocks);
@@ -104,11 +131,10 @@ float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, st
 float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
-void dots_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count,
-                           float* out);
-void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
-void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
-void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out);
+void dots_small_block_q8_0(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
+void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
+void dots_q5_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
+void dots_q6_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
 }  // namespace avx512
 #endif  // KVCHAT_HAVE_AVX2_KERNELS
 

@@ -276,22 +276,38 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return q6_k_dot(row, x, blocks);
 }
 
-// Four vectors at a time: with the unpacked weights, what the 16 registers hold.
+namespace {
+
+// Four vectors at a time: with the unpacked weights, what the 16 registers hold. These kernels prefetch
+// (into L1) whatever the group.
 constexpr int kWidestGroup = 4;
-void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
-  for_vector_groups<kWidestGroup>(count, [&](auto width, int first) {
-    q4_q5_k_dot_vectors<false, decltype(width)::value>(row, x + first, blocks, out + first);
-  });
+
+template <bool kFifthBits>
+struct Q4Q5KVectors {
+  template <int kVectors, bool>
+  struct Kernel {
+    static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+      q4_q5_k_dot_vectors<kFifthBits, kVectors>(row, x, blocks, out);
+    }
+  };
+};
+template <int kVectors, bool>
+struct Q6KVectors {
+  static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+    q6_k_dot_vectors<kVectors>(row, x, blocks, out);
+  }
+};
+
+}  // namespace
+
+void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup, Q4Q5KVectors<false>::Kernel>(tile, x, blocks, count);
 }
-void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
-  for_vector_groups<kWidestGroup>(count, [&](auto width, int first) {
-    q4_q5_k_dot_vectors<true, decltype(width)::value>(row, x + first, blocks, out + first);
-  });
+void dots_q5_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup, Q4Q5KVectors<true>::Kernel>(tile, x, blocks, count);
 }
-void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
-  for_vector_groups<kWidestGroup>(count, [&](auto width, int first) {
-    q6_k_dot_vectors<decltype(width)::value>(row, x + first, blocks, out + first);
-  });
+void dots_q6_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup, Q6KVectors>(tile, x, blocks, count);
 }
 
 }  // namespace kvchat::kernels::avx2

@@ -52,10 +52,10 @@ inline float avx2_tail(const std::uint8_t* rest, const QuantizedActivations& x, 
 // two blocks. The eight blocks' f16 scales are gathered and converted together and multiplied by the
 // activations' scales. A row's last blocks (fewer than eight) go through the AVX2 kernel.
 // One pass over a row serves kVectors activation vectors: 1 (decode: the row streams from memory, prefetched) or up
-// to 8 (a prompt's rows, a speculative check's, the row in cache): the quants, |w|, w's sign mask and the weights'
-// eight scales are made once for all of them, and each vector's sums take the same steps in the same order, so a
-// several-vector result is bit-identical to the one-vector one.
-template <int kVectors>
+// to 5 (a prompt's rows, a speculative check's; the first group of a row prefetches it too): the quants, |w|, w's sign
+// mask and the weights' eight scales are made once for all of them, and each vector's sums take the same steps in the
+// same order, so a several-vector result is bit-identical to the one-vector one.
+template <int kVectors, bool kPrefetch = true>
 void q8_0_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   __m512i pair_factor_index[4];
   for (int pair = 0; pair < 4; ++pair) pair_factor_index[pair] = two_lane_groups(2 * pair, 2 * pair + 1);
@@ -71,7 +71,7 @@ void q8_0_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, st
       factors[v] = _mm512_castps256_ps512(_mm256_mul_ps(weight_scales, _mm256_loadu_ps(x[v].blocks.scales + b)));
     for (int pair = 0; pair < 4; ++pair) {
       const std::uint8_t* first = row + 68 * pair;
-      if constexpr (kVectors == 1) _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(first) + kPrefetchBytes, _MM_HINT_T1);
       const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load256(first + 2)), load256(first + 36), 1);
       const __mmask64 negative = _mm512_movepi8_mask(quants);
       const __m512i magnitudes = _mm512_abs_epi8(quants);
@@ -232,56 +232,86 @@ float dot_nibble_blocks(const std::uint8_t* row, const QuantizedActivations& x, 
 // fourth. (Loading a Q4_K pair group's 64 bytes whole, with the activations stored in its nibbles'
 // order, ran 10 % faster in cache but no faster from memory, where decode reads them, so it was not kept.)
 
-// Q4_K / Q5_K: d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)). A group g of two pairs
-// (sub-blocks 4g..4g+3, the 64 quant bytes from 32 * 2g: pair p's byte l holds element l of sub-block 2p in its
-// low nibble and of 2p+1 in its high one) is unpacked into two registers whose 128-bit lane k holds 16 quants of
-// sub-block 4g+k: elements 0-15 in the first, 16-31 in the second. Against the activations in that order
-// (ActivationBytes::interleaved), two vpdpbusd into one register leave each 32-bit sum eight products of one
-// sub-block (at most 8 * 31 * 127 < 2^15, so the two groups' sums pack to 16-bit words without saturating),
-// and one vpdpwssd weights the 32 words by their sub-block scales: four vpdpbusd, one pack and one vpdpwssd per
-// 128 products of a vector. Q5_K's fifth bits: bit 2p of byte l for element l of sub-block 2p, bit 2p+1 for
-// sub-block 2p+1, so lane k of group g takes bit 4g+k of bytes 0-15 (first register) or 16-31 (second).
-template <bool kFifthBits>
-inline void q4_q5_k_group_quants(const std::uint8_t* block, int group, __m512i& first, __m512i& second) {
-  const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
-  const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-  const __m512i quant_bytes = _mm512_loadu_si512(block + (kFifthBits ? 48 : 16) + 64 * group);
-  // Lanes (0, 0, 2, 2) and (1, 1, 3, 3) of the pair group: bytes 0-15 and 16-31 of each pair, low then high.
-  first =
-      _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(quant_bytes, quant_bytes, 0xA0), nibble_shift), low_mask);
-  second =
-      _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(quant_bytes, quant_bytes, 0xF5), nibble_shift), low_mask);
-  if constexpr (kFifthBits) {
-    const long long b = 4 * group;
-    const __m512i bit_shift = _mm512_setr_epi64(b, b, b + 1, b + 1, b + 2, b + 2, b + 3, b + 3);
-    const auto fifth_bits = [&](const std::uint8_t* high_bytes) {
-      const __m512i high = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(high_bytes)));
-      return _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high, bit_shift), 4), fifth);
-    };
-    first = _mm512_or_si512(first, fifth_bits(block + 16));
-    second = _mm512_or_si512(second, fifth_bits(block + 32));
-  }
-}
-
-// Word indices for _mm512_permutexvar_epi16 that place the sub-block scales (words 0-7 of the unpacked scales)
-// under the words of _mm512_packs_epi32(group 0's sums, group 1's): 128-bit lane k holds group 0's four sums of
-// sub-block k, then group 1's of sub-block 4 + k.
-inline __m512i packed_scale_index() {
+// Word indices for _mm512_permutexvar_epi16 that place 16-bit scales under the words of
+// _mm512_packs_epi32(a, b): 128-bit lane L holds a's 32-bit lanes 4L..4L+3, then b's. `a_low`, `a_high`:
+// the scale of a's lanes 0-7 and 8-15 (likewise for b), for lane groups of 8; Q6_K's groups of 4 lanes
+// are handled by its own table.
+inline __m512i packed_scale_index(int a_low, int a_high, int b_low, int b_high) {
   alignas(64) std::int16_t index[32];
   for (int lane = 0; lane < 4; ++lane)
-    for (int word = 0; word < 8; ++word) index[8 * lane + word] = static_cast<std::int16_t>(word < 4 ? lane : 4 + lane);
+    for (int k = 0; k < 8; ++k)
+      index[8 * lane + k] = static_cast<std::int16_t>(lane < 2 ? (k < 4 ? a_low : b_low) : (k < 4 ? a_high : b_high));
   return _mm512_load_si512(index);
 }
 
-// The products of a row with kVectors activation vectors at once: 1 (decode) or a few (a prompt's rows, a
-// speculative check's). The weights' unpacking
-// (scales, quants, the scales' word order) is done once for all of them, and each vector's sums take the same
-// steps in the same order, so a several-vector result is bit-identical to the one-vector one. Up to five
-// vectors keep their accumulators and pointers in registers.
-template <bool kFifthBits, int kVectors>
+// Q4_K / Q5_K: d * x_scale * sum(sc * sum(q b)) - dmin * x_scale * sum(m * sum(b)). Pair p's 32 bytes
+// hold sub-block 2p in their low nibbles and 2p+1 in their high ones: broadcast to both halves of a
+// 512-bit register and shifted by 0 and 4, they give the pair's 64 quants in element order. Q5_K's fifth
+// bits: bit 2p of byte l for element l of sub-block 2p, bit 2p+1 for sub-block 2p+1 (`high_bits`: the
+// block's 32 bytes of them in both halves).
+template <bool kFifthBits>
+inline __m512i q4_q5_k_pair_quants(const std::uint8_t* block, __m512i high_bits, int pair) {
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
+  const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  __m512i quants = _mm512_and_si512(
+      _mm512_srlv_epi64(_mm512_broadcast_i64x4(load256(block + (kFifthBits ? 48 : 16) + 32 * pair)), nibble_shift),
+      low_mask);
+  if constexpr (kFifthBits) {
+    const __m512i bit_shift = _mm512_setr_epi64(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1,
+                                                2 * pair + 1, 2 * pair + 1);
+    quants =
+        _mm512_or_si512(quants, _mm512_and_si512(_mm512_slli_epi64(_mm512_srlv_epi64(high_bits, bit_shift), 4), fifth));
+  }
+  return quants;
+}
+
+template <bool kFifthBits>
+float q4_q5_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144;
+  // Pairs 2g and 2g+1 packed together: sub-blocks 4g (low lanes of the first), 4g+1, 4g+2, 4g+3.
+  const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
+  __m512 acc = _mm512_setzero_ps();
+  __m128 mins_acc = _mm_setzero_ps();
+  for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
+    for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T1);
+    const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
+    const __m512i scale_words = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed_scales));
+    std::uint32_t halves;
+    std::memcpy(&halves, row, 4);
+    // d * x_scale and dmin * x_scale.
+    const __m128 factors =
+        _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves))), _mm_set1_ps(x.super_blocks.scales[s]));
+    mins_acc = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x.super_blocks.sums32 + 8 * s)),
+                            _mm_shuffle_ps(factors, factors, 0x55), mins_acc);
+    __m512i high_bits = _mm512_setzero_si512();
+    if constexpr (kFifthBits) high_bits = _mm512_broadcast_i64x4(load256(row + 16));
+    const std::int8_t* bytes = x.super_blocks.bytes + 256 * s;
+    __m512i sum = _mm512_setzero_si512();
+    for (int group = 0; group < 2; ++group) {
+      __m512i products[2];
+      for (int half = 0; half < 2; ++half) {
+        const int pair = 2 * group + half;
+        const __m512i quants = q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair);
+        products[half] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants, _mm512_loadu_si512(bytes + 64 * pair));
+      }
+      sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(products[0], products[1]),
+                                _mm512_permutexvar_epi16(scale_index[group], scale_words));
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(factors), acc);
+  }
+  return _mm512_reduce_add_ps(acc) - horizontal_sum(mins_acc);
+}
+
+// The same products for kVectors activation vectors at once (a prompt's rows, a speculative check's): the
+// weights' unpacking (scales, quants, the scales' word order) is done once for all of them, and each
+// vector's sums take exactly the steps of q4_q5_k_dot in the same order, so each result is bit-identical
+// to that kernel's. Up to five vectors keep their accumulators and pointers in registers. A row's first group
+// of vectors reads it from memory, and prefetches as decode does (`prefetch`); the next groups find it in cache.
+template <bool kFifthBits, int kVectors, bool kPrefetch>
 void q4_q5_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144;
-  const __m512i scale_index = packed_scale_index();
+  const __m512i scale_index[2] = {packed_scale_index(0, 1, 2, 3), packed_scale_index(4, 5, 6, 7)};
   __m512 acc[kVectors];
   __m128 mins_acc[kVectors];
   for (int v = 0; v < kVectors; ++v) {
@@ -289,31 +319,33 @@ void q4_q5_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x,
     mins_acc[v] = _mm_setzero_ps();
   }
   for (std::int64_t s = 0; s < blocks; ++s, row += kBlockBytes) {
-    // Several vectors prefetch too: the row's first group of vectors reads it from memory.
-    for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T1);
+    if constexpr (kPrefetch)
+      for (int ahead = 0; ahead < kBlockBytes; ahead += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T1);
     const __m128i packed_scales = k_quant_scales_and_mins(row + 4);
-    const __m512i scales =
-        _mm512_permutexvar_epi16(scale_index, _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed_scales)));
+    const __m512i scale_words = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed_scales));
+    const __m512i group_scales[2] = {_mm512_permutexvar_epi16(scale_index[0], scale_words),
+                                     _mm512_permutexvar_epi16(scale_index[1], scale_words)};
     std::uint32_t halves;
     std::memcpy(&halves, row, 4);
     const __m128 d_and_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-    __m512i quants[2][2];
-    for (int group = 0; group < 2; ++group)
-      q4_q5_k_group_quants<kFifthBits>(row, group, quants[group][0], quants[group][1]);
+    __m512i high_bits = _mm512_setzero_si512();
+    if constexpr (kFifthBits) high_bits = _mm512_broadcast_i64x4(load256(row + 16));
+    __m512i quants[4];
+    for (int pair = 0; pair < 4; ++pair) quants[pair] = q4_q5_k_pair_quants<kFifthBits>(row, high_bits, pair);
     for (int v = 0; v < kVectors; ++v) {
       const __m128 factors = _mm_mul_ps(d_and_dmin, _mm_set1_ps(x[v].super_blocks.scales[s]));
       mins_acc[v] = _mm_fmadd_ps(_mm_cvtepi32_ps(k_quant_min_sums(packed_scales, x[v].super_blocks.sums32 + 8 * s)),
                                  _mm_shuffle_ps(factors, factors, 0x55), mins_acc[v]);
-      const std::int8_t* bytes = x[v].super_blocks.interleaved + 256 * s;
-      __m512i group_sums[2];
+      const std::int8_t* bytes = x[v].super_blocks.bytes + 256 * s;
+      __m512i sum = _mm512_setzero_si512();
       for (int group = 0; group < 2; ++group) {
         const __m512i first =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[group][0], _mm512_loadu_si512(bytes + 128 * group));
-        group_sums[group] = _mm512_dpbusd_epi32(first, quants[group][1], _mm512_loadu_si512(bytes + 128 * group + 64));
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group], _mm512_loadu_si512(bytes + 128 * group));
+        const __m512i second = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants[2 * group + 1],
+                                                   _mm512_loadu_si512(bytes + 128 * group + 64));
+        sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(first, second), group_scales[group]);
       }
-      const __m512i sum =
-          _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(group_sums[0], group_sums[1]), scales);
       acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(factors), acc[v]);
     }
   }
@@ -374,13 +406,16 @@ float q6_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int6
 }
 
 // q6_k_dot for kVectors activation vectors at once, as q4_q5_k_dot_vectors: the quants and the scales' word
-// order made once, each vector's steps those of q6_k_dot.
-template <int kVectors>
+// order made once, each vector's steps those of q6_k_dot; the first group of vectors prefetches.
+template <int kVectors, bool kPrefetch>
 void q6_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   const __m512i scale_index[2] = {q6_k_scale_index(0), q6_k_scale_index(1)};
   __m512 acc[kVectors];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   for (std::int64_t s = 0; s < blocks; ++s, row += 210) {
+    if constexpr (kPrefetch)
+      for (int ahead = 0; ahead < 256; ahead += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + ahead, _MM_HINT_T1);
     const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
     const __m512i scale_words = _mm512_castsi256_si512(scales);
     const float d = load_f16_scale(row + 208);
@@ -422,41 +457,56 @@ KVCHAT_SMALL_BLOCK_TYPES(KVCHAT_INSTANTIATE)
 #undef KVCHAT_INSTANTIATE
 
 float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  float out;
-  q4_q5_k_dot_vectors<false, 1>(row, &x, blocks, &out);
-  return out;
+  return q4_q5_k_dot<false>(row, x, blocks);
 }
 float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
-  float out;
-  q4_q5_k_dot_vectors<true, 1>(row, &x, blocks, &out);
-  return out;
+  return q4_q5_k_dot<true>(row, x, blocks);
 }
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
   return q6_k_dot(row, x, blocks);
 }
 
-// The widest groups whose accumulators and unpacked weights stay in the 32 registers (wider ones spill).
-constexpr int kWidestQ8_0 = 5, kWidestQ4Q5K = 5, kWidestQ6K = 5;
-void dots_small_block_q8_0(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count,
-                           float* out) {
-  for_vector_groups<kWidestQ8_0>(count, [&](auto width, int first) {
-    q8_0_dot_vectors<decltype(width)::value>(row, x + first, blocks, out + first);
-  });
+namespace {
+
+// The widest groups whose accumulators and pointers stay in the 32 vector and 16 general registers (wider ones
+// spill, and cost more than another pass over the row from L1).
+constexpr int kWidestGroup = 5;
+
+template <int kVectors, bool kPrefetch>
+struct Q8_0Vectors {
+  static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+    q8_0_dot_vectors<kVectors, kPrefetch>(row, x, blocks, out);
+  }
+};
+template <bool kFifthBits>
+struct Q4Q5KVectors {
+  template <int kVectors, bool kPrefetch>
+  struct Kernel {
+    static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+      q4_q5_k_dot_vectors<kFifthBits, kVectors, kPrefetch>(row, x, blocks, out);
+    }
+  };
+};
+template <int kVectors, bool kPrefetch>
+struct Q6KVectors {
+  static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
+    q6_k_dot_vectors<kVectors, kPrefetch>(row, x, blocks, out);
+  }
+};
+
+}  // namespace
+
+void dots_small_block_q8_0(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup, Q8_0Vectors>(tile, x, blocks, count);
 }
-void dots_q4_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
-  for_vector_groups<kWidestQ4Q5K>(count, [&](auto width, int first) {
-    q4_q5_k_dot_vectors<false, decltype(width)::value>(row, x + first, blocks, out + first);
-  });
+void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup, Q4Q5KVectors<false>::Kernel>(tile, x, blocks, count);
 }
-void dots_q5_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
-  for_vector_groups<kWidestQ4Q5K>(count, [&](auto width, int first) {
-    q4_q5_k_dot_vectors<true, decltype(width)::value>(row, x + first, blocks, out + first);
-  });
+void dots_q5_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup, Q4Q5KVectors<true>::Kernel>(tile, x, blocks, count);
 }
-void dots_q6_k(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, int count, float* out) {
-  for_vector_groups<kWidestQ6K>(count, [&](auto width, int first) {
-    q6_k_dot_vectors<decltype(width)::value>(row, x + first, blocks, out + first);
-  });
+void dots_q6_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup, Q6KVectors>(tile, x, blocks, count);
 }
 
 }  // namespace kvchat::kernels::avx512

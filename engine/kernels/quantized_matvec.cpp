@@ -30,6 +30,8 @@ const BlockType& check_view(const char* function, const QuantizedMatrixView& w, 
 // The bytes of rounded activations taken together by a product over several vectors (a prompt).
 constexpr std::int64_t kActivationChunkBytes = 256 * 1024;
 constexpr std::int64_t kMaxChunkVectors = 64;
+// The weights of a tile of rows, which stay in L2 while a product's vectors pass over them a group at a time.
+constexpr std::int64_t kRowTileBytes = 64 * 1024;
 
 // Rows [begin, end) of Y = X W^T for n vectors (Y's row stride is w.rows), `type` the record of w.type, its
 // kernels taken once here. Block types: the integer kernel against the activations rounded once per product
@@ -51,19 +53,24 @@ void quantized_rows(const BlockType& type, const QuantizedMatrixView& w, const f
     // K-quants on AVX2): the row's unpacking is shared, and each result has the one-vector kernel's bits (the
     // row-exact forwards).
     const IntegerRowDots dots = n >= 2 ? kernels.dots : nullptr;
+    // With several vectors, the rows a tile at a time (it stays in L2 while the kernel takes the vectors a group
+    // at a time across it: RowTile, for_row_tile in integer_dot.h).
+    const std::int64_t row_tile = std::max<std::int64_t>(1, kRowTileBytes / std::max<std::int64_t>(w.row_bytes, 1));
     for (std::int64_t first = 0; first < n; first += chunk) {
       const std::int64_t count = std::min(n - first, chunk);
       for (std::int64_t i = 0; i < count; ++i) vectors[i] = activations->row(first + i);
+      if (dots) {
+        for (std::int64_t tile_begin = begin; tile_begin < end; tile_begin += row_tile) {
+          const RowTile tile{w.data + tile_begin * w.row_bytes, w.row_bytes, std::min(row_tile, end - tile_begin),
+                             y + first * w.rows + tile_begin,   w.rows,      bias ? bias + tile_begin : nullptr};
+          dots(tile, vectors, blocks, static_cast<int>(count));
+        }
+        continue;
+      }
       for (std::int64_t r = begin; r < end; ++r) {
         const std::uint8_t* row = w.data + r * w.row_bytes;
         const float b = bias ? bias[r] : 0.f;
-        std::int64_t i = 0;
-        if (dots) {
-          float sums[kMaxChunkVectors];
-          dots(row, vectors, blocks, static_cast<int>(count), sums);
-          for (; i < count; ++i) y[(first + i) * w.rows + r] = sums[i] + b;
-        }
-        for (; i < count; ++i) y[(first + i) * w.rows + r] = dot(row, vectors[i], blocks) + b;
+        for (std::int64_t i = 0; i < count; ++i) y[(first + i) * w.rows + r] = dot(row, vectors[i], blocks) + b;
       }
     }
     return;

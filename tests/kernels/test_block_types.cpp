@@ -85,10 +85,8 @@ struct Activations {
   std::vector<std::int8_t> bytes;
   std::vector<float> scales;
   std::vector<std::int16_t> sums16, sums32;
-  std::vector<std::int8_t> interleaved;  // super-blocks: the AVX-512 K-quant kernels' order
   QuantizedActivations view(ActivationRounding rounding) const {
-    const ActivationBytes values{bytes.data(), scales.data(), sums16.data(), sums32.data(),
-                                 interleaved.empty() ? nullptr : interleaved.data()};
+    const ActivationBytes values{bytes.data(), scales.data(), sums16.data(), sums32.data()};
     QuantizedActivations x;
     (rounding == ActivationRounding::BlockBytes ? x.blocks : x.super_blocks) = values;
     return x;
@@ -108,10 +106,6 @@ Activations activations_from_bytes(std::vector<std::int8_t> bytes, std::int64_t 
   }
   for (std::size_t i = 0; i < a.sums16.size(); i += 2)
     a.sums32.push_back(static_cast<std::int16_t>(a.sums16[i] + a.sums16[i + 1]));
-  if (group == kActivationSuperBlock) {
-    a.interleaved.resize(a.bytes.size());
-    interleave_sub_block_halves(a.bytes.data(), cols, a.interleaved.data());
-  }
   return a;
 }
 
@@ -287,10 +281,10 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
   for (int v = 0; v < kVectors; ++v) inputs.push_back(random_activations(cols, group, limit, rng));
   for (const Activations& input : inputs) views.push_back(input.view(record.rounding));
   std::vector<float> row(static_cast<std::size_t>(cols));
+  float isa_results[rows][kVectors];
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint8_t* weight_row = weights.data() + r * row_bytes;
     format.decode(weight_row, row.data(), blocks);
-    float isa_results[kVectors];
     for (int v = 0; v < kVectors; ++v) {
       // The exact product, in units of the smallest step it is made of (2^-11 * 2^-8): every partial sum
       // of every kernel is a whole number of them below 2^24, so every f32 step is exact.
@@ -308,31 +302,35 @@ void BlockTypesTest::isa_kernels_equal_the_portable_ones() {
           double(expected) == exact,
           qPrintable(
               QString("row %1 vector %2: portable %3, exact %4").arg(r).arg(v).arg(number(expected), number(exact))));
-      isa_results[v] = kernels.dot(weight_row, views[static_cast<std::size_t>(v)], blocks);
-      QVERIFY2(same_bits(isa_results[v], expected),
+      isa_results[r][v] = kernels.dot(weight_row, views[static_cast<std::size_t>(v)], blocks);
+      QVERIFY2(same_bits(isa_results[r][v], expected),
                qPrintable(QString("row %1 vector %2: %3 %4, portable %5")
                               .arg(r)
                               .arg(v)
-                              .arg(to_string(Isa(isa)), number(isa_results[v]), number(expected))));
+                              .arg(to_string(Isa(isa)), number(isa_results[r][v]), number(expected))));
     }
-    if (kernels.dots) {
-      for (int count = 1; count <= kVectors; ++count) {
-        float several[kVectors];
-        kernels.dots(weight_row, views.data(), blocks, count, several);
-        for (int v = 0; v < count; ++v)
-          QVERIFY2(same_bits(several[v], isa_results[v]),
-                   qPrintable(QString("row %1, %2 vectors, vector %3: dots %4, dot %5")
+  }
+  // The several-vector kernel over a tile of all the rows, each result where the tile says, plus its bias.
+  if (kernels.dots) {
+    const float bias[rows] = {0.5f, -0.25f, 0.125f};
+    for (int count = 1; count <= kVectors; ++count) {
+      float several[kVectors][rows];
+      kernels.dots(RowTile{weights.data(), row_bytes, rows, &several[0][0], rows, bias}, views.data(), blocks, count);
+      for (int v = 0; v < count; ++v)
+        for (std::int64_t r = 0; r < rows; ++r)
+          QVERIFY2(same_bits(several[v][r], isa_results[r][v] + bias[r]),
+                   qPrintable(QString("row %1, %2 vectors, vector %3: dots %4, dot %5 + bias")
                                   .arg(r)
                                   .arg(count)
                                   .arg(v)
-                                  .arg(number(several[v]), number(isa_results[v]))));
-      }
+                                  .arg(number(several[v][r]), number(isa_results[r][v]))));
     }
   }
 }
 
-// The K-quant kernels add their integer products in 16-bit words and 32-bit lanes: at the largest quants and
-// sub-block scales against activation bytes of +-127 no word may saturate. One super-block whose every quant is
+// The K-quant kernels add their integer products in 16-bit words (vpmaddubsw, or vpdpbusd sums packed to words)
+// and 32-bit lanes: at the largest quants and sub-block scales against activation bytes of +-127 no word may
+// saturate. One super-block whose every quant is
 // the type's largest and every sub-block scale 63 (mins 0), d = 2^-10: every kernel, one vector or several,
 // gives the exact d * x_scale * 63 * 256 * q * 127 (a whole number of f32 steps below 2^24).
 void BlockTypesTest::k_quant_sums_at_their_largest_stay_exact() {
@@ -364,7 +362,9 @@ void BlockTypesTest::k_quant_sums_at_their_largest_stay_exact() {
         if (!kernels.dot || !cpu_runs_block_kernels(isa)) continue;
         for (int count = 1; count <= kVectors; ++count) {
           float several[kVectors];
-          if (kernels.dots) kernels.dots(block.data(), views.data(), 1, count, several);
+          if (kernels.dots)
+            kernels.dots(RowTile{block.data(), std::int64_t(block.size()), 1, several, 1, nullptr}, views.data(), 1,
+                         count);
           for (int v = 0; v < count; ++v) {
             const double expected =
                 std::ldexp(1.0, -10) * inputs[std::size_t(v)].scales[0] * 63 * 256 * largest_quant * 127 * sign;
