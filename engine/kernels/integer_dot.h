@@ -15,7 +15,6 @@
 // (integer_dot_avx2.cpp) and an AVX-512 VNNI one (integer_dot_avx512.cpp); the block-type table
 // (block_types.h) says which a type has and picks among them.
 #include <cstdint>
-#include <type_traits>
 
 #include "engine/gguf/gguf_types.h"
 #include "engine/kernels/activation_quantization.h"
@@ -38,51 +37,8 @@ struct RowTile {
 
 // The products of a tile's rows with `count` >= 1 activation vectors x[0..count-1], each bit-identical to what
 // the same instruction set's IntegerRowDot gives: a prompt's products and a speculative check's rows read each
-// row once for a group of vectors and share the weights' unpacking among them (for_row_tile below).
+// row once for a group of vectors and share the weights' unpacking among them (for_row_tile, vector_math_avx2.h).
 using IntegerRowDots = void (*)(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
-
-// kernel(std::integral_constant<int, width>{}) for a width from 1 to kWidest known only at run time.
-template <int kWidest, typename Kernel>
-inline void with_width(int width, const Kernel& kernel) {
-  if (width == kWidest) {
-    kernel(std::integral_constant<int, kWidest>{});
-  } else if constexpr (kWidest > 1) {
-    with_width<kWidest - 1>(width, kernel);
-  }
-}
-
-// The loops of an IntegerRowDots: `count` vectors split into as few groups of at most kWidest as there can be,
-// of sizes that differ by at most one, and each group against every row of the tile in turn, through
-// Kernel<width, prefetch>::run(row, x, blocks, sums). The kernels are templates on their vector count, whose
-// accumulators must stay in registers: past their widest group, a wider one spills and costs more than another
-// pass over the row (nine vectors go as five and four, not eight and one, which would unpack each row a second
-// time for one vector). A group's bytes stay in L1 while the tile's rows pass (the tile stays in L2): the
-// vectors taken one row at a time re-read every vector's bytes from L2 for each row, which bounded a prompt's
-// products by L2 rather than arithmetic. Where a row takes several groups, the first reads the tile from memory
-// and prefetches as decode does (`prefetch`).
-template <int kWidest, template <int, bool> class Kernel>
-inline void for_row_tile(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  const int groups = (count + kWidest - 1) / kWidest;
-  for (int group = 0, first = 0; group < groups; ++group) {
-    const int width = count / groups + (group < count % groups ? 1 : 0);
-    with_width<kWidest>(width, [&](auto constant_width) {
-      constexpr int kWidth = decltype(constant_width)::value;
-      const auto rows = [&](auto prefetch) {
-        for (std::int64_t r = 0; r < tile.row_count; ++r) {
-          float sums[kWidth];
-          Kernel<kWidth, decltype(prefetch)::value>::run(tile.rows + r * tile.row_bytes, x + first, blocks, sums);
-          const float bias = tile.bias ? tile.bias[r] : 0.f;
-          for (int v = 0; v < kWidth; ++v) tile.y[(first + v) * tile.y_stride + r] = sums[v] + bias;
-        }
-      };
-      if (groups > 1 && group == 0)
-        rows(std::true_type{});
-      else
-        rows(std::false_type{});
-    });
-    first += width;
-  }
-}
 
 // A row of `blocks` blocks decoded to f32 (the prefill GEMM's blocks of rows).
 using RowDecoder = void (*)(const std::uint8_t* row, float* out, std::int64_t blocks);
