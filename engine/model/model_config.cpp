@@ -43,6 +43,14 @@ struct FieldReader {
   std::int64_t positive_int_or(const char* field, std::int64_t fallback) const {
     return present(field) ? positive_int(field) : fallback;
   }
+  std::int64_t non_negative_int_or(const char* field, std::int64_t fallback) const {
+    if (!present(field)) return fallback;
+    const json& value = object.at(field);
+    if (!value.is_number_integer()) fail(field, "must be an integer");
+    std::int64_t number = value.get<std::int64_t>();
+    if (number < 0) fail(field, "must not be negative, got " + std::to_string(number));
+    return number;
+  }
   double positive_number_or(const char* field, double fallback) const {
     if (!present(field)) return fallback;
     const json& value = object.at(field);
@@ -102,10 +110,17 @@ void read_gemma_and_window_fields(const FieldReader& read, const json& root, boo
     for (std::size_t layer = 0; layer < layers; ++layer)
       config.sliding_layers.push_back((static_cast<std::int64_t>(layer) + 1) % pattern != 0);
   } else if ((config.model_type == "llama" || config.model_type == "phi3") && read.present("sliding_window")) {
-    // Mistral's and Phi-3's: every layer. (Qwen's use_sliding_window, layers past max_window_layers, is refused
-    // above.)
+    // Mistral's and Phi-3's: every layer.
     config.sliding_window = read.positive_int("sliding_window");
     config.sliding_layers.assign(layers, true);
+  } else if ((config.model_type == "qwen2" || config.model_type == "qwen3") &&
+             read.bool_or("use_sliding_window", false) && read.present("sliding_window")) {
+    // Qwen2's and Qwen3's, switched on by use_sliding_window (off in the released models): the layers from
+    // max_window_layers on (transformers' default 28) attend through the window, the ones before it to everything.
+    config.sliding_window = read.positive_int("sliding_window");
+    const std::int64_t first_window_layer = read.non_negative_int_or("max_window_layers", 28);
+    for (std::size_t layer = 0; layer < layers; ++layer)
+      config.sliding_layers.push_back(static_cast<std::int64_t>(layer) >= first_window_layer);
   }
   if (read.present("layer_types")) {
     const json& types = root.at("layer_types");
@@ -232,10 +247,10 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   config.qkv_bias = qwen2 || attention_bias;
   config.output_bias = !qwen2 && attention_bias;
   config.qk_norm = qwen3 || gemma3;
-  // Qwen2's and Qwen3's sliding window is off in the released models; a checkpoint that turns it on attends
-  // differently from what this engine computes.
-  if ((qwen2 || qwen3 || smollm3) && read.bool_or("use_sliding_window", false))
-    throw ModelError(source + ": use_sliding_window is true: sliding-window attention is not supported");
+  // SmolLM3's sliding window is off in the released models; a checkpoint that turns it on attends differently from
+  // what this engine computes (Qwen2's and Qwen3's are read with the other windows below).
+  if (smollm3 && read.bool_or("use_sliding_window", false))
+    throw ModelError(source + ": use_sliding_window is true: SmolLM3's sliding-window attention is not supported");
   config.mlp_bias = read.bool_or("mlp_bias", false);
   config.torch_dtype = read.string_or("torch_dtype", "float32");
   config.hidden_act = gemma ? read.string_or("hidden_activation", read.string_or("hidden_act", "gelu_pytorch_tanh"))

@@ -48,7 +48,7 @@ class BatchedDecodeTest : public QObject {
     QTest::addColumn<bool>("paged");
     for (const char* name : {"models/stories260K", "models/tiny-llama3-random", "models/tiny-llama3-random-bf16",
                              "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "fixtures/gguf/tiny-llama-k-Q8_0.gguf",
-                             "qwen2-random-bf16", "family:gemma3", "family:gemma2"})
+                             "qwen2-random-bf16", "family:gemma3", "family:gemma2", "family:qwen2"})
       QTest::newRow(name) << name << false;
     // The batch over a paged cache (one block pool, attention reading the blocks); sliding-window models are not
     // paged yet.

@@ -36,7 +36,7 @@ using namespace kvchat;
 
 namespace {
 
-const char* const kFamilies[] = {"qwen3", "gemma2", "gemma3", "mistral", "smollm3", "phi3"};
+const char* const kFamilies[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3", "phi3"};
 
 std::string family_dir(const QString& family) {
   return kvchat::test::source_dir() + "/tests/fixtures/families/" + family.toStdString();

@@ -23,6 +23,7 @@ class ModelConfigTest : public QObject {
   void real_configs_data();
   void real_configs();
   void generation_config_eos_wins();
+  void qwen_sliding_window_layers();
   void random_weights_of_a_gqa_3_to_1_shape();
   void random_weights_larger_than_memory_are_refused_before_allocating();
 };
@@ -69,6 +70,57 @@ void ModelConfigTest::real_configs() {
   else
     eos = {raw["eos_token_id"].get<TokenId>()};
   QVERIFY(config.eos_token_ids == eos);
+}
+
+// Qwen2's and Qwen3's use_sliding_window: the layers from max_window_layers on (transformers' default 28) attend
+// through the window; off, or without a window, every layer attends to every position. SmolLM3's is refused.
+void ModelConfigTest::qwen_sliding_window_layers() {
+  const auto config_of = [](const std::string& model_type, int layers, const std::string& extra) {
+    return ModelConfig::from_json_text(
+        R"({"model_type": ")" + model_type +
+            R"(", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": )" + std::to_string(layers) +
+            R"(, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32, "max_position_embeddings": 256,
+                "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "eos_token_id": 2)" +
+            extra + "}",
+        "config.json");
+  };
+  const auto windows = [](const ModelConfig& config) {
+    std::vector<std::int64_t> windows;
+    for (std::int64_t layer = 0; layer < config.num_hidden_layers; ++layer)
+      windows.push_back(config.layer_window(layer));
+    return windows;
+  };
+  using Windows = std::vector<std::int64_t>;
+  const std::string on = R"(, "use_sliding_window": true, "sliding_window": 32)";
+  QCOMPARE(windows(config_of("qwen2", 3, on + R"(, "max_window_layers": 1)")), (Windows{0, 32, 32}));
+  QCOMPARE(windows(config_of("qwen3", 3, on + R"(, "max_window_layers": 0)")), (Windows{32, 32, 32}));
+  QCOMPARE(windows(config_of("qwen2", 3, on + R"(, "max_window_layers": 3)")), (Windows{0, 0, 0}));
+  const Windows default_split = windows(config_of("qwen2", 30, on));  // max_window_layers 28
+  QCOMPARE(std::count(default_split.begin(), default_split.end(), 32), std::ptrdiff_t(2));
+  QCOMPARE(default_split[27], std::int64_t(0));
+  QCOMPARE(default_split[28], std::int64_t(32));
+  QCOMPARE(
+      windows(config_of("qwen2", 3, R"(, "use_sliding_window": false, "sliding_window": 32, "max_window_layers": 0)")),
+      (Windows{0, 0, 0}));
+  QCOMPARE(windows(config_of("qwen2", 3, R"(, "use_sliding_window": true, "sliding_window": null)")),
+           (Windows{0, 0, 0}));
+  // layer_types, where the file has them, say which layers slide.
+  QCOMPARE(windows(config_of("qwen2", 3,
+                             on + R"(, "max_window_layers": 0, "layer_types": ["full_attention", "sliding_attention",
+                                   "full_attention"])")),
+           (Windows{0, 32, 0}));
+  const auto error_of = [&](const std::string& model_type, const std::string& extra) {
+    try {
+      config_of(model_type, 3, extra);
+    } catch (const ModelError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  QCOMPARE(QString::fromStdString(error_of("qwen2", on + R"(, "max_window_layers": -1)")),
+           QString("config.json: field 'max_window_layers' must not be negative, got -1"));
+  QCOMPARE(QString::fromStdString(error_of("smollm3", on)),
+           QString("config.json: use_sliding_window is true: SmolLM3's sliding-window attention is not supported"));
 }
 
 void ModelConfigTest::generation_config_eos_wins() {

@@ -41,7 +41,7 @@ void add_model_rows() {
                            "fixtures/gguf/stories260K-F32.gguf", "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf",
                            "fixtures/gguf/tiny-llama-k-Q8_0.gguf", "qwen2-random-f32", "qwen2-random-bf16",
                            // Sliding windows of 32 positions: rolling back a proposal must keep each window's rows.
-                           "family:gemma3", "family:gemma3/model-Q4_K.gguf", "family:phi3"})
+                           "family:gemma3", "family:gemma3/model-Q4_K.gguf", "family:phi3", "family:qwen2"})
     QTest::newRow(name) << name;
 }
 

@@ -4,8 +4,8 @@
 number of 256-weight blocks, as llama.cpp's quantizer falls back), a 64-token prompt, and the logits of
 transformer_reference.py over it for each file (the GGUF ones over the files' own dequantized weights).
 
-Run from the repository root with Debian's python3-numpy: python3 tests/reference/make_family_fixtures.py
-Deterministic: the same files every run.
+Run from the repository root with Debian's python3-numpy: python3 tests/reference/make_family_fixtures.py [FAMILY...]
+(every family by default). Deterministic: the same files every run.
 """
 import json
 import os
@@ -29,6 +29,20 @@ FAMILIES = {
             "bos_token_id": None, "eos_token_id": 255,
         },
         seed=3,
+    ),
+    # Qwen2 with its sliding window switched on: q/k/v biases, untied; layer 0 attends to every position, layers 1
+    # and 2 (from max_window_layers) through a window of 32, shorter than the 64-token prompt. Hugging Face folder
+    # only: llama.cpp's qwen2 GGUF files carry no window.
+    "qwen2": dict(
+        config={
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256,
+            "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "tie_word_embeddings": False, "hidden_act": "silu", "use_sliding_window": True, "sliding_window": 32,
+            "max_window_layers": 1, "torch_dtype": "bfloat16", "bos_token_id": None, "eos_token_id": 255,
+        },
+        seed=17,
+        gguf=False,
     ),
     # Gemma 2: four layers, alternating sliding (window 32, shorter than the 64-token prompt) and global layers, soft-capped
     # scores and logits (caps small enough to bite on random weights), tied embeddings. query_pre_attn_scalar is
@@ -170,6 +184,11 @@ def random_weights(config, seed):
             norms += [p + ".pre_feedforward_layernorm.weight", p + ".post_feedforward_layernorm.weight"]
         if config["model_type"] in ("qwen3", "gemma3_text"):
             norms += [p + ".self_attn.q_norm.weight", p + ".self_attn.k_norm.weight"]
+    if config["model_type"] == "qwen2":  # biases on q, k and v
+        for layer in range(config["num_hidden_layers"]):
+            p = f"model.layers.{layer}"
+            for n, rows in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
+                shapes[p + f".self_attn.{n}_proj.bias"] = (rows * head_dim,)
     if not config["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (config["vocab_size"], hidden)
     if config["model_type"] == "phi3":  # one qkv_proj (q, k, v rows) and one gate_up_proj (gate rows first)
@@ -263,7 +282,10 @@ def write_gguf(path, config, weights, matrix_type, file_type):
 
 def main():
     root = os.path.join("tests", "fixtures", "families")
+    chosen = sys.argv[1:] or list(FAMILIES)  # families named on the command line, else all
     for family, spec in FAMILIES.items():
+        if family not in chosen:
+            continue
         config = spec["config"]
         folder = os.path.join(root, family)
         os.makedirs(folder, exist_ok=True)

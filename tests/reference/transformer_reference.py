@@ -10,7 +10,8 @@ Gemma 2/3 on top: embeddings times sqrt(hidden); RMSNorm times (1 + weight); sco
 query_pre_attn_scalar^-1/2 and (Gemma 2) soft-capped, cap * tanh(s / cap); the attention's and the feed-forward's
 outputs normed before each residual add (post_attention_layernorm, post_feedforward_layernorm; the feed-forward's
 input norm is pre_feedforward_layernorm); GeGLU with the tanh GELU; final logits soft-capped (Gemma 2). Sliding
-layers (Gemma's pattern, Mistral's every layer, or layer_types) let query p see keys p - window + 1 .. p only;
+layers (Gemma's pattern, Mistral's every layer, Qwen's from max_window_layers on when use_sliding_window, or
+layer_types) let query p see keys p - window + 1 .. p only;
 Gemma 3's sliding layers rotate with rope_local_base_freq and no scaling, its global layers with rope_theta and
 rope_scaling. SmolLM3's layers marked 0 in no_rope_layers (every fourth by default) do not rotate q and k at all.
 
@@ -75,6 +76,10 @@ def sliding_layers(config):
     if model_type in ("gemma3", "gemma3_text"):
         pattern = config.get("sliding_window_pattern", 6)
         return [(i + 1) % pattern != 0 for i in range(layers)]
+    if model_type in ("qwen2", "qwen3"):
+        # Qwen2Config / Qwen3Config: with use_sliding_window, the layers from max_window_layers on (28 by default).
+        windowed = bool(config.get("use_sliding_window")) and bool(config.get("sliding_window"))
+        return [windowed and i >= config.get("max_window_layers", 28) for i in range(layers)]
     return [bool(config.get("sliding_window")) and model_type in ("mistral", "phi3")] * layers
 
 
