@@ -276,38 +276,28 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return q6_k_dot(row, x, blocks);
 }
 
-namespace {
-
 // Four vectors at a time: with the unpacked weights, what the 16 registers hold. These kernels prefetch
 // (into L1) whatever the group.
 constexpr int kWidestGroup = 4;
 
-template <bool kFifthBits>
-struct Q4Q5KVectors {
-  template <int kVectors, bool>
-  struct Kernel {
-    static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-      q4_q5_k_dot_vectors<kFifthBits, kVectors>(row, x, blocks, out);
-    }
-  };
-};
-template <int kVectors, bool>
-struct Q6KVectors {
-  static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-    q6_k_dot_vectors<kVectors>(row, x, blocks, out);
-  }
-};
-
-}  // namespace
-
+// Each as for_row_tile calls it: the kernel template for the group's width.
 void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  for_row_tile<kWidestGroup, Q4Q5KVectors<false>::Kernel>(tile, x, blocks, count);
+  for_row_tile<kWidestGroup>(
+      tile, x, count, [&](auto width, auto, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        q4_q5_k_dot_vectors<false, decltype(width)::value>(row, group, blocks, sums);
+      });
 }
 void dots_q5_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  for_row_tile<kWidestGroup, Q4Q5KVectors<true>::Kernel>(tile, x, blocks, count);
+  for_row_tile<kWidestGroup>(
+      tile, x, count, [&](auto width, auto, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        q4_q5_k_dot_vectors<true, decltype(width)::value>(row, group, blocks, sums);
+      });
 }
 void dots_q6_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  for_row_tile<kWidestGroup, Q6KVectors>(tile, x, blocks, count);
+  for_row_tile<kWidestGroup>(
+      tile, x, count, [&](auto width, auto, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        q6_k_dot_vectors<decltype(width)::value>(row, group, blocks, sums);
+      });
 }
 
 }  // namespace kvchat::kernels::avx2

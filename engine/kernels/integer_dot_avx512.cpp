@@ -307,7 +307,7 @@ float q4_q5_k_dot(const std::uint8_t* row, const QuantizedActivations& x, std::i
 // weights' unpacking (scales, quants, the scales' word order) is done once for all of them, and each
 // vector's sums take exactly the steps of q4_q5_k_dot in the same order, so each result is bit-identical
 // to that kernel's. Up to five vectors keep their accumulators and pointers in registers. A row's first group
-// of vectors reads it from memory, and prefetches as decode does (`prefetch`); the next groups find it in cache.
+// of vectors reads it from memory, and prefetches as decode does (kPrefetch); the next groups find it in cache.
 template <bool kFifthBits, int kVectors, bool kPrefetch>
 void q4_q5_k_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   constexpr int kBlockBytes = kFifthBits ? 176 : 144;
@@ -466,47 +466,38 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
   return q6_k_dot(row, x, blocks);
 }
 
-namespace {
-
 // The widest groups whose accumulators and pointers stay in the 32 vector and 16 general registers (wider ones
 // spill, and cost more than another pass over the row from L1).
 constexpr int kWidestGroup = 5;
 
-template <int kVectors, bool kPrefetch>
-struct Q8_0Vectors {
-  static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-    q8_0_dot_vectors<kVectors, kPrefetch>(row, x, blocks, out);
-  }
-};
-template <bool kFifthBits>
-struct Q4Q5KVectors {
-  template <int kVectors, bool kPrefetch>
-  struct Kernel {
-    static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-      q4_q5_k_dot_vectors<kFifthBits, kVectors, kPrefetch>(row, x, blocks, out);
-    }
-  };
-};
-template <int kVectors, bool kPrefetch>
-struct Q6KVectors {
-  static void run(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
-    q6_k_dot_vectors<kVectors, kPrefetch>(row, x, blocks, out);
-  }
-};
-
-}  // namespace
-
+// Each as for_row_tile calls it: the kernel template for the group's width, prefetching or not.
 void dots_small_block_q8_0(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  for_row_tile<kWidestGroup, Q8_0Vectors>(tile, x, blocks, count);
+  for_row_tile<kWidestGroup>(
+      tile, x, count,
+      [&](auto width, auto prefetch, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        q8_0_dot_vectors<decltype(width)::value, decltype(prefetch)::value>(row, group, blocks, sums);
+      });
 }
 void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  for_row_tile<kWidestGroup, Q4Q5KVectors<false>::Kernel>(tile, x, blocks, count);
+  for_row_tile<kWidestGroup>(
+      tile, x, count,
+      [&](auto width, auto prefetch, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        q4_q5_k_dot_vectors<false, decltype(width)::value, decltype(prefetch)::value>(row, group, blocks, sums);
+      });
 }
 void dots_q5_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  for_row_tile<kWidestGroup, Q4Q5KVectors<true>::Kernel>(tile, x, blocks, count);
+  for_row_tile<kWidestGroup>(
+      tile, x, count,
+      [&](auto width, auto prefetch, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        q4_q5_k_dot_vectors<true, decltype(width)::value, decltype(prefetch)::value>(row, group, blocks, sums);
+      });
 }
 void dots_q6_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
-  for_row_tile<kWidestGroup, Q6KVectors>(tile, x, blocks, count);
+  for_row_tile<kWidestGroup>(
+      tile, x, count,
+      [&](auto width, auto prefetch, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        q6_k_dot_vectors<decltype(width)::value, decltype(prefetch)::value>(row, group, blocks, sums);
+      });
 }
 
 }  // namespace kvchat::kernels::avx512

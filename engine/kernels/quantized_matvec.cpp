@@ -54,7 +54,7 @@ void quantized_rows(const BlockType& type, const QuantizedMatrixView& w, const f
     // row-exact forwards).
     const IntegerRowDots dots = n >= 2 ? kernels.dots : nullptr;
     // With several vectors, the rows a tile at a time (it stays in L2 while the kernel takes the vectors a group
-    // at a time across it: RowTile, for_row_tile in integer_dot.h).
+    // at a time across it: RowTile in integer_dot.h, for_row_tile in vector_math_avx2.h).
     const std::int64_t row_tile = std::max<std::int64_t>(1, kRowTileBytes / std::max<std::int64_t>(w.row_bytes, 1));
     for (std::int64_t first = 0; first < n; first += chunk) {
       const std::int64_t count = std::min(n - first, chunk);

@@ -248,15 +248,16 @@ inline void with_width(int width, const Kernel& kernel) {
 
 // The loops of an IntegerRowDots: `count` vectors split into as few groups of at most kWidest as there can be,
 // of sizes that differ by at most one, and each group against every row of the tile in turn, through
-// Kernel<width, prefetch>::run(row, x, blocks, sums). The kernels are templates on their vector count, whose
-// accumulators must stay in registers: past their widest group, a wider one spills and costs more than another
-// pass over the row (nine vectors go as five and four, not eight and one, which would unpack each row a second
-// time for one vector). A group's bytes stay in L1 while the tile's rows pass (the tile stays in L2): the
+// kernel(std::integral_constant<int, width>, std::bool_constant<prefetch>, row, vectors, sums) -- a generic lambda
+// that calls the instruction set's kernel template for that width. The kernels are templates on their vector
+// count, whose accumulators must stay in registers: past their widest group, a wider one spills and costs more
+// than another pass over the row (nine vectors go as five and four, not eight and one, which would unpack each row
+// a second time for one vector). A group's bytes stay in L1 while the tile's rows pass (the tile stays in L2): the
 // vectors taken one row at a time re-read every vector's bytes from L2 for each row, which bounded a prompt's
 // products by L2 rather than arithmetic. Where a row takes several groups, the first reads the tile from memory
 // and prefetches as decode does (`prefetch`).
-template <int kWidest, template <int, bool> class Kernel>
-inline void for_row_tile(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+template <int kWidest, typename Kernel>
+inline void for_row_tile(const RowTile& tile, const QuantizedActivations* x, int count, const Kernel& kernel) {
   const int groups = (count + kWidest - 1) / kWidest;
   for (int group = 0, first = 0; group < groups; ++group) {
     const int width = count / groups + (group < count % groups ? 1 : 0);
@@ -265,7 +266,7 @@ inline void for_row_tile(const RowTile& tile, const QuantizedActivations* x, std
       const auto rows = [&](auto prefetch) {
         for (std::int64_t r = 0; r < tile.row_count; ++r) {
           float sums[kWidth];
-          Kernel<kWidth, decltype(prefetch)::value>::run(tile.rows + r * tile.row_bytes, x + first, blocks, sums);
+          kernel(constant_width, prefetch, tile.rows + r * tile.row_bytes, x + first, sums);
           const float bias = tile.bias ? tile.bias[r] : 0.f;
           for (int v = 0; v < kWidth; ++v) tile.y[(first + v) * tile.y_stride + r] = sums[v] + bias;
         }
