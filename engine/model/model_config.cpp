@@ -32,11 +32,14 @@ struct FieldReader {
   }
   bool present(const char* field) const { return object.contains(field) && !object.at(field).is_null(); }
 
-  std::int64_t positive_int(const char* field) const {
+  std::int64_t integer(const char* field) const {
     if (!present(field)) fail(field, "is missing");
     const json& value = object.at(field);
     if (!value.is_number_integer()) fail(field, "must be an integer");
-    std::int64_t number = value.get<std::int64_t>();
+    return value.get<std::int64_t>();
+  }
+  std::int64_t positive_int(const char* field) const {
+    const std::int64_t number = integer(field);
     if (number <= 0) fail(field, "must be positive, got " + std::to_string(number));
     return number;
   }
@@ -45,9 +48,7 @@ struct FieldReader {
   }
   std::int64_t non_negative_int_or(const char* field, std::int64_t fallback) const {
     if (!present(field)) return fallback;
-    const json& value = object.at(field);
-    if (!value.is_number_integer()) fail(field, "must be an integer");
-    std::int64_t number = value.get<std::int64_t>();
+    const std::int64_t number = integer(field);
     if (number < 0) fail(field, "must not be negative, got " + std::to_string(number));
     return number;
   }
