@@ -100,7 +100,11 @@ LoadedModel load_model_gguf(const std::string& path, const LoadOptions& options)
   loaded.file_bytes = static_cast<std::int64_t>(file->file_size());
   loaded.config = model_config_from_gguf(*file);
   // Tokenizer and template first: cheap, and they fail before the weights are touched.
-  if (file->has_metadata("tokenizer.ggml.model")) {
+  // llama.cpp's convention for a file without a vocabulary: the key present, with "none" (or "no_vocab").
+  const bool has_vocabulary = file->has_metadata("tokenizer.ggml.model") &&
+                              file->get_string("tokenizer.ggml.model") != "none" &&
+                              file->get_string("tokenizer.ggml.model") != "no_vocab";
+  if (has_vocabulary) {
     loaded.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_gguf(*file));
     check_tokenizer_fits(loaded, path + " (tokenizer.ggml.tokens)", "rows of token_embd.weight");
   }

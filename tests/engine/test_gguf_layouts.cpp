@@ -14,6 +14,7 @@
 #include "common/test_paths.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
+#include "engine/text/tokenizer/tokenizer_error.h"
 #include "gguf/gguf_builder.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -387,6 +388,23 @@ void GgufLayoutsTest::model_level_errors() {
   expect_load_error(
       write_variant("blocks.gguf", [](test::GgufPieces& p) { p.metadata[3] = kv_u32("llama.block_count", 1); }),
       "tensor blk.1.attn_norm.weight belongs to a layer past the 1 layers the metadata's block_count declares");
+  // llama.cpp's mark of a file without a vocabulary ("none", or "no_vocab") loads the weights alone; another name is
+  // read as a tokenizer (this file has no tokens for one: refused).
+  for (const char* none : {"none", "no_vocab"}) {
+    const LoadedModel vocabulary_less = load_model(write_variant(std::string(none) + ".gguf", [&](test::GgufPieces& p) {
+      p.metadata.push_back(kv_string("tokenizer.ggml.model", none));
+    }));
+    QVERIFY(!vocabulary_less.tokenizer);
+    QCOMPARE(vocabulary_less.config.num_hidden_layers, shape.layers);
+  }
+  const std::string bert = write_variant(
+      "bert.gguf", [](test::GgufPieces& p) { p.metadata.push_back(kv_string("tokenizer.ggml.model", "bert")); });
+  try {
+    load_model(bert);
+    QFAIL("a file naming another tokenizer loaded");
+  } catch (const TokenizerError& error) {  // read as a tokenizer: this file has no tokens for it
+    QVERIFY2(std::string(error.what()).find("missing tokenizer.ggml.tokens") != std::string::npos, error.what());
+  }
   // A vocabulary-only file has no weights.
   expect_load_error(test::shared_path("fixtures/gguf/llama3-vocab-only.gguf"), "tensor token_embd.weight is missing");
   // A file that is not GGUF at all.

@@ -241,6 +241,8 @@ def gguf_metadata(config, file_type):
         f"{arch}.rope.dimension_count": int(head_dim * config.get("partial_rotary_factor", 1.0)),
         f"{arch}.attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
         f"{arch}.rope.freq_base": float(config["rope_theta"]),
+        # No vocabulary, in llama.cpp's own convention: model "none", the token count from the vocab_size key.
+        "tokenizer.ggml.model": "none", f"{arch}.vocab_size": config["vocab_size"],
     }
 
 
@@ -309,11 +311,15 @@ def main():
                 values = reference.forward(config, file_weights, prompt, groups).astype(np.float32)
                 values.tofile(os.path.join(folder, stem + "-rounded.f32"))
                 rounded_logits[file_name] = stem + "-rounded.f32"
-        with open(os.path.join(folder, "reference.json"), "w") as out:
-            json.dump({"family": family, "prompt": prompt, "positions": len(prompt),
-                       "vocab_size": config["vocab_size"], "logits": logits,
-                       "logits_with_rounded_activations": rounded_logits,
-                       "made_by": "tests/reference/make_family_fixtures.py (transformer_reference.py)"}, out, indent=2)
+        summary = {"family": family, "prompt": prompt, "positions": len(prompt), "vocab_size": config["vocab_size"],
+                   "logits": logits, "logits_with_rounded_activations": rounded_logits,
+                   "made_by": "tests/reference/make_family_fixtures.py (transformer_reference.py)"}
+        summary_path = os.path.join(folder, "reference.json")
+        if os.path.exists(summary_path):  # keep what llama_cpp_logits.sh added: its files stay valid for these GGUFs
+            with open(summary_path) as f:
+                summary |= {k: v for k, v in json.load(f).items() if k in ("llama_cpp_logits", "llama_cpp")}
+        with open(summary_path, "w") as out:
+            json.dump(summary, out, indent=2)
             out.write("\n")
         print(family, "written to", folder)
 
