@@ -32,7 +32,7 @@ void quantize_portable(const float* x, std::int64_t cols, std::int64_t group, st
       largest = std::fabs(x[j]) > largest ? std::fabs(x[j]) : largest;
     }
     float inverse;
-    activation_group_scale(largest, finite, scales[g], inverse);
+    activation_group_scale(largest, finite, group, scales[g], inverse);
     for (std::int64_t j = 0; j < group; ++j)
       bytes[j] = inverse == 0.f ? 0 : static_cast<std::int8_t>(std::nearbyint(x[j] * inverse));
   }

@@ -4,12 +4,17 @@
 // keep up with memory; _mm256_maddubs_epi16 and AVX-512 VNNI's vpdpbusd multiply 32 or 64 stored
 // integers by as many bytes at once.
 //
-// Per group of values (a block of 32 or a super-block of 256): s = max|x| / 127, byte = nearest integer
-// of x * (1 / s), ties to even, so x ~ s * byte with |byte| <= 127 and |x - x^| <= s * 0.51 (half a
-// step, plus the f32 roundings): about 1/250 of the group's largest magnitude. With each group come
+// Per group of values (a block of 32 or a super-block of 256), as llama.cpp rounds its block-type products' input on
+// x86 (so that kvchat's products on a GGUF file equal llama.cpp's up to the order of f32 sums): byte = nearest integer
+// of x * (127 / max|x|), ties to even, so |byte| <= 127, and x ~ s * byte with a unit s of about max|x| / 127:
+// kept as an IEEE half for blocks of 32 (ggml's Q8_0 activations), as 1 / (127 / max|x|) in f32 for super-blocks
+// (its Q8_K). |x - x^| stays within about 0.56 s (half a step, the half's rounding of s times 127, and the f32
+// roundings): about 1/230 of the group's largest magnitude. With each group come
 // the byte sums of each 16 and each 32 (for the weights' offsets and mins).
 // - Blocks of 32 (BlockBytes) serve Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: one activation scale per weight
-//   block (llama.cpp's Q8_0/Q8_1 activations).
+//   block (llama.cpp's Q8_0/Q8_1 activations). Q4_1 and Q5_1's offset terms take the exact byte sums, where
+//   llama.cpp's Q8_1 keeps each block's scaled sum as a half: on those two types the products still differ from
+//   llama.cpp's by that half's rounding.
 // - Super-blocks of 256 (SuperBlockBytes) serve the K-quants (Q4_K, Q5_K, Q6_K): their weights'
 //   sub-block scales are small integers, so with one activation scale per super-block the whole
 //   super-block's sum stays an exact integer and is converted to f32 once, not once per block of 32 (far
@@ -22,7 +27,9 @@
 // and the uncached path round the same inputs and agree to the bit.
 //
 // An all-zero group has scale 0 and zeros. A group holding a NaN or an infinity gets scale NaN and
-// zeros, so every product that reads it is NaN, as an f32 product would be non-finite. The AVX2 and
+// zeros, so every product that reads it is NaN, as an f32 product would be non-finite. Where llama.cpp's rounding
+// overflows, kvchat's stays finite: a unit past the half range stays f32, and a group whose largest magnitude is
+// below about 4e-37 (127 / max|x| past the f32 range) is a zero group. The AVX2 and
 // the portable code give bit-identical results.
 #include <cstdint>
 #include <vector>

@@ -40,7 +40,7 @@ void quantize_activation_bytes(const float* x, std::int64_t cols, std::int64_t g
       non_finite = _mm256_or_ps(non_finite, _mm256_cmp_ps(magnitude, infinity, _CMP_NLT_UQ));
     }
     float inverse;
-    activation_group_scale(horizontal_max(largest), _mm256_movemask_ps(non_finite) == 0, scales[g], inverse);
+    activation_group_scale(horizontal_max(largest), _mm256_movemask_ps(non_finite) == 0, group, scales[g], inverse);
     const __m256 factor = _mm256_set1_ps(inverse);
     // Rounded to nearest even by the conversion (MXCSR's default), as std::nearbyint does.
     for (std::int64_t k = 0; k < group; k += 32) {

@@ -8,24 +8,41 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/cpu_features.h"
+#include "engine/kernels/kv_rows.h"
 
 namespace kvchat::kernels {
 namespace {
 
-// The unit s = max|x| / 127 of a group of activations (NaN when the group is not finite), and the factor
-// that takes x to its byte (0 for a zero or non-finite group): activation_quantization.h. Shared by the
-// portable and the AVX2 rounding, which must agree to the bit; internal linkage, so that each file has
-// its own copy compiled for its instruction set.
-inline void activation_group_scale(float largest, bool finite, float& unit, float& inverse) {
+// The unit s of a group of activations (NaN when the group is not finite), and the factor that takes x to its byte
+// (0 for a zero or non-finite group), as llama.cpp rounds the input of its block-type products on x86, so that a GGUF
+// file's products equal its own up to the order of f32 sums (activation_quantization.h):
+// - the factor is 127 / max|x| in f32 for both groups;
+// - groups of 32 (its Q8_0 activations, ggml's quantize_row_q8_0) keep the unit max|x| / 127 as an IEEE half;
+// - groups of 256 (its Q8_K, quantize_row_q8_K_ref) keep 1 / factor in f32.
+// Beyond llama.cpp: a unit past the half range (max|x| above 8.3 million) stays f32 instead of infinite, and a factor
+// past the f32 range (max|x| below about 4e-37) makes the group zero. Shared by the portable and the AVX2 rounding,
+// which must agree to the bit; internal linkage, so that each file has its own copy compiled for its instruction set.
+inline void activation_group_scale(float largest, bool finite, std::int64_t group, float& unit, float& inverse) {
   if (!finite) {
     unit = NAN;
     inverse = 0.f;
     return;
   }
+  inverse = largest > 0.f ? 127.f / largest : 0.f;
+  if (!(inverse > 0.f) || std::isinf(inverse)) {
+    unit = inverse = 0.f;
+    return;
+  }
+  if (group == kActivationSuperBlock) {
+    unit = 1.f / inverse;
+    return;
+  }
   unit = largest / 127.f;
-  inverse = unit > 0.f ? 1.f / unit : 0.f;
+  const std::uint16_t half = float_to_f16(unit);
+  if ((half & 0x7c00u) != 0x7c00u) unit = f16_to_float(half);
 }
 
 }  // namespace

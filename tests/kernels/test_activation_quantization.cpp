@@ -1,7 +1,10 @@
 // Activations rounded to one byte per value (engine/kernels/activation_quantization.h) against the rule
-// written out here (bytes_by_the_rule): per group of 32 or 256 values, s = max|x| / 127 (NaN when not
-// finite), byte = nearest integer of x * (1 / s), ties to even (0 for a zero or non-finite group), and the
-// byte sums of each 16 and each 32. The AVX2 and portable versions must give exactly these values.
+// written out here (bytes_by_the_rule), llama.cpp's rounding of its block-type products' input on x86 (ggml's
+// quantize_row_q8_0 for groups of 32, quantize_row_q8_K_ref for 256): per group, byte = nearest integer of
+// x * (127 / max|x|), ties to even (0 for a zero or non-finite group); the unit max|x| / 127 rounded to an IEEE half
+// for groups of 32, 1 / (127 / max|x|) for 256 (NaN when not finite); and the byte sums of each 16 and each 32.
+// Where llama.cpp's would overflow, the unit stays f32 (past the half range) or the group is zero (127 / max|x| past
+// the f32 range). The AVX2 and portable versions must give exactly these values.
 #include <QtTest>
 #include "common/test_suite.h"
 
@@ -12,6 +15,7 @@
 
 #include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/cpu_features.h"
+#include "engine/kernels/kv_rows.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace kernels_test_activation_quantization {
@@ -61,8 +65,17 @@ RoundedBytes bytes_by_the_rule(const std::vector<float>& x, std::size_t group) {
       finite = finite && std::isfinite(x[j]);
       largest = std::max(largest, std::fabs(x[j]));
     }
-    const float unit = finite ? largest / 127.f : std::numeric_limits<float>::quiet_NaN();
-    const float inverse = finite && unit > 0.f ? 1.f / unit : 0.f;
+    float inverse = finite && largest > 0.f ? 127.f / largest : 0.f;
+    if (std::isinf(inverse)) inverse = 0.f;
+    float unit = 0.f;
+    if (!finite) {
+      unit = std::numeric_limits<float>::quiet_NaN();
+    } else if (inverse > 0.f && group == 256) {
+      unit = 1.f / inverse;
+    } else if (inverse > 0.f) {
+      unit = largest / 127.f;
+      if (unit < 65520.f) unit = kernels::f16_to_float(kernels::float_to_f16(unit));  // else past the half range
+    }
     r.scales.push_back(unit);
     for (std::size_t j = block; j < block + group; ++j)
       if (inverse != 0.f) r.bytes[j] = static_cast<std::int8_t>(std::nearbyint(x[j] * inverse));
@@ -150,6 +163,9 @@ void ActivationQuantizationTest::blocks_follow_the_rule() {
   QCOMPARE(int(expected.bytes[165]), 0);  // 0.5 -> 0
   QCOMPARE(int(expected.bytes[224]), -127);
   QCOMPARE(int(expected.bytes[225]), 127);
+  // A normal block's unit is a half; the block led by 1e30 keeps an f32 unit (past the half range).
+  QCOMPARE(kernels::f16_to_float(kernels::float_to_f16(expected.scales[0])), expected.scales[0]);
+  QCOMPARE(expected.scales[6], 1e30f / 127.f);
 }
 
 void ActivationQuantizationTest::super_blocks_follow_the_rule() {
@@ -173,6 +189,8 @@ void ActivationQuantizationTest::super_blocks_follow_the_rule() {
   QCOMPARE(int(expected.bytes[1024 + 5]), 2);   // 1.5 -> 2
   QCOMPARE(int(expected.bytes[1280]), 127);
   QCOMPARE(int(expected.bytes[1281]), 0);
+  // The unit is the f32 reciprocal of the factor, not max|x| / 127 (they differ in the last bit for some maxima).
+  QCOMPARE(expected.scales[5], 1.f / (127.f / 1e30f));
 }
 
 void ActivationQuantizationTest::rounded_values_are_scale_times_byte_data() {
@@ -192,7 +210,9 @@ void ActivationQuantizationTest::rounded_values_are_scale_times_byte() {
   const RoundedBytes expected = bytes_by_the_rule(x, group);
   for (std::size_t j = 0; j < x.size(); ++j) {
     QCOMPARE(out[j], expected.scales[j / group] * static_cast<float>(expected.bytes[j]));
-    QVERIFY(std::fabs(out[j] - x[j]) <= 0.51f * expected.scales[j / group]);
+    // Half a step, plus for groups of 32 the half's rounding of the unit (2^-11 of it) times at most 127.
+    const float slack = group == 32 ? 127.f / 2048.f : 0.f;
+    QVERIFY(std::fabs(out[j] - x[j]) <= (0.51f + slack) * expected.scales[j / group]);
   }
   kernels::round_activations(which, x.data(), 2, 512, x.data());  // in place
   QVERIFY(x == out);

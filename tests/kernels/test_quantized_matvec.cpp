@@ -16,6 +16,7 @@
 #include "engine/gguf/dequantize.h"
 #include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/cpu_features.h"
+#include "engine/kernels/kv_rows.h"
 #include "engine/kernels/quantized_matvec.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
@@ -84,9 +85,10 @@ RandomMatrix random_matrix(GgufType type, std::int64_t rows, std::int64_t cols, 
   return m;
 }
 
-// The input as the block types' products see it, rounded here independently of the kernels: per group
-// of 32 values (the 32-element types) or 256 (the K-quants), s = max|x| / 127, x^ = s * nearest integer
-// of x * (1 / s), |x - x^| <= 0.51 * s (half a step, and the f32 roundings).
+// The input as the block types' products see it, rounded here independently of the kernels, as llama.cpp rounds it:
+// per group of 32 values (the 32-element types) or 256 (the K-quants), x^ = s * nearest integer of x * (127 / max|x|),
+// with s = max|x| / 127 as an IEEE half for groups of 32, 1 / (127 / max|x|) for 256; |x - x^| <= 0.51 * s (half a
+// step, and the f32 roundings), plus 127 times the half's rounding of s (2^-11 of it) for groups of 32.
 struct RoundedInput {
   std::vector<double> values, error_bound;
 };
@@ -96,10 +98,13 @@ RoundedInput round_input(const std::vector<float>& x, kernels::ActivationRoundin
   for (std::size_t block = 0; block < x.size(); block += group) {
     float largest = 0.f;
     for (std::size_t j = block; j < block + group; ++j) largest = std::max(largest, std::fabs(x[j]));
-    const float unit = largest / 127.f, inverse = unit > 0.f ? 1.f / unit : 0.f;
+    const float inverse = largest > 0.f ? 127.f / largest : 0.f;
+    float unit = group == 256 ? (inverse > 0.f ? 1.f / inverse : 0.f) : largest / 127.f;
+    if (group == 32) unit = kernels::f16_to_float(kernels::float_to_f16(unit));
+    const double slack = group == 32 ? 127.0 / 2048.0 : 0.0;
     for (std::size_t j = block; j < block + group; ++j) {
       rounded.values[j] = double(unit) * std::nearbyint(x[j] * inverse);
-      rounded.error_bound[j] = 0.51 * double(unit);
+      rounded.error_bound[j] = (0.51 + slack) * double(unit);
     }
   }
   return rounded;

@@ -84,13 +84,20 @@ def sliding_layers(config):
 
 
 def round_activations(x, group):
-    """A product's input as integer-dot kernels see it (llama.cpp's Q8_0 / Q8_K activations): per group of
-    `group` values, scale s = max|x| / 127 and x ~ s * nearest(x / s), ties to even, in float32."""
+    """A product's input as llama.cpp rounds it on x86 for its block-type products (ggml's quantize_row_q8_0 for
+    groups of 32, quantize_row_q8_K_ref for 256), and kvchat's integer-dot kernels with it: per group, bytes
+    rint(x * (127 / max|x|)) in float32 (ties to even), times a unit of max|x| / 127 rounded to an IEEE half for groups
+    of 32, 1 / (127 / max|x|) in float32 for groups of 256."""
     shape = x.shape
     blocks = x.astype(np.float32).reshape(-1, group)
-    scale = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
-    inverse = np.where(scale > 0, np.float32(1) / np.where(scale > 0, scale, 1), 0).astype(np.float32)
-    return (scale.astype(np.float64) * np.rint(blocks * inverse)).reshape(shape)
+    largest = np.abs(blocks).max(axis=1, keepdims=True)
+    inverse = np.where(largest > 0, np.float32(127) / np.where(largest > 0, largest, 1), 0).astype(np.float32)
+    if group == 32:
+        unit = (largest / np.float32(127)).astype(np.float32)
+        unit = np.where(unit < 65520, unit.astype(np.float16).astype(np.float32), unit)
+    else:
+        unit = np.where(inverse > 0, np.float32(1) / np.where(inverse > 0, inverse, 1), 0).astype(np.float32)
+    return (unit.astype(np.float64) * np.rint(blocks * inverse)).reshape(shape)
 
 
 def forward(config, weights, ids, activation_groups=None):
