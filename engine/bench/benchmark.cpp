@@ -48,7 +48,7 @@ double measure_sgemm_gflop_s() {
 }  // namespace
 
 HardwareCeilings measure_hardware_ceilings(int threads) {
-  enter_compute_phase(ComputePhase::Parallel);  // every BLAS thread, as a prefill gets
+  enter_compute_phase(ComputePhase::Library);  // every BLAS thread: the machine's sgemm ceiling
   HardwareCeilings ceilings;
   ceilings.read_bandwidth_gb_s =
       kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 10).gigabytes_per_second;

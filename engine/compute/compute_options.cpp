@@ -38,6 +38,7 @@ namespace {
 std::atomic<int> configured_threads{0};
 // The thread counts the calling thread last set for LibTorch (its OpenMP count is per thread): -1 unknown.
 thread_local int t_phase_threads = -1;
+thread_local int t_phase_blas_threads = -1;
 std::atomic<int> settings_generation{0};  // set_compute_threads makes every thread's record stale
 thread_local int t_phase_generation = -1;
 
@@ -73,12 +74,14 @@ int compute_threads() {
 void enter_compute_phase(ComputePhase phase) {
   const ComputeContext* context = current_compute_context();
   const int threads = phase == ComputePhase::Streaming ? 1 : context ? context->threads() : compute_threads();
+  const int blas_threads = phase == ComputePhase::Parallel && fast_kernels_enabled() ? 1 : threads;
   const int generation = settings_generation.load();
-  if (t_phase_threads == threads && t_phase_generation == generation) return;
+  if (t_phase_threads == threads && t_phase_blas_threads == blas_threads && t_phase_generation == generation) return;
   t_phase_threads = threads;
+  t_phase_blas_threads = blas_threads;
   t_phase_generation = generation;
   at::set_num_threads(threads);
-  set_blas_threads(threads);
+  set_blas_threads(blas_threads);
 }
 
 }  // namespace kvchat

@@ -20,8 +20,11 @@ int compute_threads();
 // pool; LibTorch's OpenMP threads and OpenBLAS's threads then only do small work, but once woken they
 // spin for milliseconds and take the cores from the kernels' workers (decode at long contexts lost a
 // third of its bandwidth). So a streaming forward gives them one thread, and a
-// prefill-sized forward gives them all of them back. Cheap: it only acts when the phase changes.
-enum class ComputePhase { Streaming, Parallel };
+// prefill-sized forward gives LibTorch all of them back. OpenBLAS keeps one thread there too while the kernels are
+// on: a prompt's products run on the kernels' pool, each thread calling a single-threaded sgemm on blocks of the
+// weights (Linear::forward_into); with the kernels off, OpenBLAS has them all. Library gives LibTorch and OpenBLAS
+// every thread regardless (the bench's sgemm ceiling). Cheap: it only acts when the phase changes.
+enum class ComputePhase { Streaming, Parallel, Library };
 void enter_compute_phase(ComputePhase phase);
 
 }  // namespace kvchat

@@ -1,15 +1,18 @@
 #include "engine/model/linear.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "engine/compute/compute_options.h"
 #include "engine/gguf/dequantize.h"
 #include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/thread_pool.h"
 
 namespace kvchat {
 
@@ -18,6 +21,9 @@ constexpr std::int64_t kGroupRows = 4;
 // A prefill product decodes a quantized matrix into f32 blocks of about this many bytes for sgemm: the
 // whole matrix at once would be an lm_head of a gigabyte.
 constexpr std::int64_t kDecodedBlockBytes = 32 << 20;
+// A prompt's product on the engine's threads widens or decodes blocks of about this many bytes of f32 weights per
+// sgemm: within the last-level cache, and large enough that packing the prompt's rows once per block costs little.
+constexpr std::int64_t kGemmBlockBytes = 4 << 20;
 
 namespace {
 
@@ -58,9 +64,76 @@ void streaming_forward(const Linear& linear, const float* input, std::int64_t ro
   }
 }
 
+// C [m, n] (row stride ldc) = A [m, k] B^T with B [n, k], both row-major, through the BLAS that LibTorch calls
+// (found at run time; null where it has no C interface). Runs on the calling thread while OpenBLAS has one thread.
+using RowMajorGemm = void (*)(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k,
+                              std::int64_t ldc);
+RowMajorGemm blas_gemm() {
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+  static const auto sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+  if (!sgemm) return nullptr;
+  return
+      [](const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t ldc) {
+        constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;  // CBLAS's enumerations
+        sgemm(kRowMajor, kNoTrans, kTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+              static_cast<int>(k), b, static_cast<int>(k), 0.0f, c, static_cast<int>(ldc));
+      };
+}
+
+// A prompt's product y [rows, out] = x W^T (+ b) on the engine's own threads. They claim blocks of W's rows; each
+// multiplies the prompt by its block with a single-threaded sgemm that writes the block's columns of y in place,
+// after widening (bf16) or decoding (a GGUF type) the block into a buffer of its own, small enough to stay in cache.
+// Before, OpenBLAS's threads ran the product and spun in sched_yield through the rest of the forward beside the
+// engine's threads, and a bf16 matrix was widened whole (through memory) before it (DESIGN: dense prompts).
+void blocked_gemm_forward(const Linear& linear, RowMajorGemm gemm, const float* x, std::int64_t rows, float* y) {
+  const std::int64_t in = linear.in_features(), out = linear.out_features();
+  const bool quantized = linear.is_quantized();
+  // A block type's products take its rounded input on every path (a prompt and its decode steps agree).
+  const kernels::ActivationRounding rounding =
+      quantized ? kernels::activation_rounding(linear.quantized.view.type) : kernels::ActivationRounding::None;
+  std::vector<float> rounded;
+  if (rounding != kernels::ActivationRounding::None) {
+    rounded.resize(static_cast<std::size_t>(rows * in));
+    kernels::round_activations(rounding, x, rows, in, rounded.data());
+    x = rounded.data();
+  }
+  kernels::ThreadPool& pool = kernels::current_thread_pool();
+  const std::int64_t threads = pool.size();
+  // Blocks of about kGemmBlockBytes as f32, and at least two per thread so that the threads finish together.
+  std::int64_t block = std::max<std::int64_t>(kGemmBlockBytes / (in * 4), 1);
+  block = std::min(block, (out + 2 * threads - 1) / (2 * threads));
+  block = std::max<std::int64_t>((block + 15) / 16 * 16, 16);
+  const float* bias = linear.bias_data();
+  pool.parallel_for_blocks(
+      out,
+      [&](std::int64_t begin, std::int64_t end) {
+        const std::int64_t count = end - begin;
+        const float* weights = nullptr;
+        if (quantized) {
+          float* decoded = thread_buffer(count * in);
+          kernels::dequantize_rows(linear.quantized.view, begin, count, decoded);
+          weights = decoded;
+        } else if (linear.weight.scalar_type() == at::kBFloat16) {
+          float* widened = thread_buffer(count * in);
+          kernels::bf16_to_f32(
+              reinterpret_cast<const std::uint16_t*>(linear.weight.data_ptr<at::BFloat16>()) + begin * in, widened,
+              count * in);
+          weights = widened;
+        } else {
+          weights = linear.weight.data_ptr<float>() + begin * in;
+        }
+        gemm(x, weights, y + begin, rows, count, in, out);
+        if (bias)
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t c = begin; c < end; ++c) y[r * out + c] += bias[c];
+      },
+      block);
+}
+
 // Prefill over a quantized matrix: blocks of rows decoded to f32 (in parallel), each block one sgemm.
 // With the fast kernels on, the input is rounded as the decode kernels round it (a block type's
 // products are W x^ on every path), so a prompt and the same tokens decoded one by one agree.
+// (The path with the kernels off, and where the BLAS has no C interface.)
 void quantized_gemm_forward(const Linear& linear, const at::Tensor& input, at::Tensor& output) {
   const kernels::QuantizedMatrixView& w = linear.quantized.view;
   at::Tensor x = input;
@@ -108,6 +181,8 @@ std::int64_t Linear::streaming_rows() const {
 void Linear::forward_into(const float* x, std::int64_t rows, float* y) const {
   if (fast_kernels_enabled() && rows <= streaming_rows() && (is_quantized() || weight.is_contiguous()))
     return streaming_forward(*this, x, rows, y);
+  if (fast_kernels_enabled() && (is_quantized() || weight.is_contiguous()))
+    if (const RowMajorGemm gemm = blas_gemm()) return blocked_gemm_forward(*this, gemm, x, rows, y);
   const at::Tensor input = at::from_blob(const_cast<float*>(x), {rows, in_features()}, at::kFloat);
   at::Tensor output = at::from_blob(y, {rows, out_features()}, at::kFloat);
   if (is_quantized()) return quantized_gemm_forward(*this, input, output);
