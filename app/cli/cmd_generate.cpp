@@ -64,7 +64,7 @@ const std::string kUsage =
     "[--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N] [--json-schema FILE]\n"
     "                           [--speculative none|lookup|draft] [--draft-tokens K] [--draft-model PATH] [--dtype "
-    "f32|bf16] [--json]\n"
+    "f32|bf16] [--long-context] [--json]\n"
     "Greedy by default (temperature 0). --prompt needs the model's tokenizer (a directory's tokenizer.json\n"
     "or a GGUF file's tokenizer metadata); it is encoded as plain text with BOS as the tokenizer says.\n"
     "--messages: a JSON file holding a list of {\"role\", \"content\"} messages (or {\"messages\": [...]}),\n"
@@ -73,13 +73,13 @@ const std::string kUsage =
     "messages' text never does. Without a template the contents are joined as plain text.\n"
     "--json-schema FILE: constrained decoding; the reply is a JSON value valid against the schema in FILE\n"
     "(needs the model's tokenizer).\n" +
-    std::string(kSpeculativeUsage) + kKvDtypeUsage;
+    std::string(kLongContextUsage) + std::string(kSpeculativeUsage) + kKvDtypeUsage;
 
 int run_generate(const std::vector<std::string>& args) {
   ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "kv-dtype",
                                        "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed",
                                        "speculative", "draft-tokens", "draft-model", "json-schema"}),
-                   {"json"});
+                   {"json", "long-context"});
   parser.parse(args);
   // Every option is checked before the (possibly large) model is loaded.
   GenerationConfig config;

@@ -31,7 +31,7 @@ const std::string kUsage =
     "                        [--parallel N] [--max-queue N] [--cache-dir DIR] [--model-id NAME]\n"
     "                        [--max-body-mib N] [--memory-budget-mib N] [--threads N] [--cors-origin ORIGIN|*]\n"
     "                        [--header-timeout-s N] [--body-timeout-s N] [--speculative none|lookup|draft]\n"
-    "                        [--draft-tokens K] [--draft-model PATH] [--kv-dtype f32|bf16|f16|q8_0]\n"
+    "                        [--draft-tokens K] [--draft-model PATH] [--kv-dtype f32|bf16|f16|q8_0] [--long-context]\n"
     "Serves the OpenAI API: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream true: server-sent events), each also without /v1 (a client given the bare base URL). Requests\n"
     "may name the model by its id: --model-id, default the model's folder or file name. --parallel requests\n"
@@ -52,7 +52,7 @@ const std::string kUsage =
     "A request's headers must arrive within --header-timeout-s (default 10) and its body within\n"
     "--body-timeout-s (default 60) of them; --max-body-mib (default 8, at most 256) holds for chunked bodies too.\n"
     "Binds 127.0.0.1 unless --host says otherwise. Prints `listening on http://HOST:PORT` on stderr.\n" +
-    std::string(kSpeculativeUsage) + kKvDtypeUsage;
+    std::string(kSpeculativeUsage) + kKvDtypeUsage + kLongContextUsage;
 
 // SIGINT and SIGTERM stop the server from a thread of their own, not from the handler: stopping takes
 // locks that the interrupted thread may hold. The handler only writes the signal's number to a pipe
@@ -113,7 +113,7 @@ int run_serve(const std::vector<std::string>& args) {
   ArgParser parser({"model", "host", "port", "api-key", "parallel", "max-queue", "cache-dir", "model-id",
                     "max-body-mib", "memory-budget-mib", "threads", "cors-origin", "header-timeout-s", "body-timeout-s",
                     "speculative", "draft-tokens", "draft-model", "kv-dtype"},
-                   {});
+                   {"long-context"});
   parser.parse(args);
   const std::string model_path = parser.required("model");
   app::openai::ServerOptions options;
@@ -153,7 +153,8 @@ int run_serve(const std::vector<std::string>& args) {
   options.kv_dtype = kv_dtype_from_option(parser.value_or("kv-dtype", "f32"));
 
   spdlog::set_level(spdlog::level::info);
-  const LoadedModel model = load_model(model_path, LoadOptions{WeightDtype::Float32, threads});
+  const LoadedModel model =
+      load_model(model_path, LoadOptions{WeightDtype::Float32, threads, parser.has("long-context")});
   if (!model.tokenizer) throw UsageError("model " + model_path + " has no tokenizer, so it cannot serve text");
   load_draft_model(parser, options.speculative, *model.model);
   std::shared_ptr<SnapshotStore> snapshots;

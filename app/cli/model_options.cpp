@@ -79,7 +79,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStora
                      " is for --random-weights only: a model keeps its own types "
                      "(a GGUF file its stored ones, a directory f32 or bf16)");
   if (model_dir) {
-    LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads});
+    LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads, parser.has("long-context")});
     source.description = *model_dir;
     if (loaded.format == "gguf") source.weight_format = loaded.weight_format;
     source.model = loaded.model;
@@ -88,6 +88,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStora
   } else if (random_config) {
     set_compute_threads(threads);
     ModelConfig config = ModelConfig::from_file(*random_config);
+    if (parser.has("long-context")) config.use_longrope_long_context();
     const long long seed = parser.int64_or("weights-seed", 0);
     source.description = "random weights of " + *random_config;
     if (storage.gguf_type) {

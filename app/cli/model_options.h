@@ -15,6 +15,12 @@
 
 namespace kvchat::cli {
 
+// --long-context, for the commands that open a model file or folder.
+constexpr const char* kLongContextUsage =
+    "--long-context: a LongRoPE model (Phi-3, Phi-4-mini) opened for its whole context, the long factors for every\n"
+    "position (as llama.cpp does for a context past the original one); without it, the short factors within the\n"
+    "original context (what transformers computes there). Refused for other models.\n";
+
 struct ModelSource {
   std::string description;    // the directory, or "random <config>"
   std::string weight_format;  // a GGUF file's own ("Q4_K_M", ...); empty otherwise

@@ -83,7 +83,8 @@ void read_gemma_fields(const GgufFile& file, const std::string& arch, ModelConfi
 // Phi-3 as llama.cpp's converter writes it: LongRoPE as two tensors of per-pair divisors (rope_factors_short,
 // rope_factors_long) with the attention factor and the original context in the metadata, and the sliding window
 // of every layer. As from a Hugging Face folder (model_config.cpp says why): the short divisors, and the context
-// limited to the original one.
+// limited to the original one, unless the model is opened for its long context
+// (ModelConfig::use_longrope_long_context).
 void read_phi3_fields(const GgufFile& file, const std::string& arch, ModelConfig& config) {
   if (file.has_metadata(arch + ".attention.sliding_window")) {
     config.sliding_window = positive(file, arch + ".attention.sliding_window");
@@ -100,14 +101,17 @@ void read_phi3_fields(const GgufFile& file, const std::string& arch, ModelConfig
   if (!file.has_metadata(original_key)) fail(file, "metadata " + original_key + " (LongRoPE) is missing");
   rope.original_max_position_embeddings = positive(file, original_key);
   rope.attention_factor = positive_float_or(file, arch + ".rope.scaling.attn_factor", 1.0);
-  const GgufTensor& factors = *short_factors;
+  rope.longrope_long_context = config.max_position_embeddings;
   config.max_position_embeddings = std::min(config.max_position_embeddings, rope.original_max_position_embeddings);
-  if (factors.n_elements != config.rotary_dim / 2)
-    fail(file, "tensor " + factors.name + " has " + std::to_string(factors.n_elements) +
-                   " values, expected one per rotated pair (" + std::to_string(config.rotary_dim / 2) + ")");
-  for (float value : dequantize_tensor(factors)) {
-    if (!(value > 0) || value > 1e30f) fail(file, "tensor " + factors.name + " holds a factor that is not positive");
-    rope.longrope_factors.push_back(value);
+  for (const GgufTensor* factors : {short_factors, long_factors}) {
+    if (factors->n_elements != config.rotary_dim / 2)
+      fail(file, "tensor " + factors->name + " has " + std::to_string(factors->n_elements) +
+                     " values, expected one per rotated pair (" + std::to_string(config.rotary_dim / 2) + ")");
+    std::vector<double>& kept = factors == short_factors ? rope.longrope_factors : rope.longrope_long_factors;
+    for (float value : dequantize_tensor(*factors)) {
+      if (!(value > 0) || value > 1e30f) fail(file, "tensor " + factors->name + " holds a factor that is not positive");
+      kept.push_back(value);
+    }
   }
 }
 

@@ -166,8 +166,8 @@ void read_no_rope_layers(const FieldReader& read, const json& root, ModelConfig&
 // (sqrt(1 + ln(s) / ln(original)) for s = max_position_embeddings / original unless the config gives it).
 // transformers switches to the long divisors once a sequence passes the original length, which changes the
 // rotation of every earlier position: no cache can follow that switch. kvchat takes the short divisors and limits
-// the context to the original length, where its results are transformers' exactly; the long-context mode is not
-// built, and positions past it are refused as past any context limit.
+// the context to the original length, where its results are transformers' exactly; a model opened for its long
+// context (use_longrope_long_context) takes the long divisors for every position instead, as llama.cpp does.
 void read_longrope(const FieldReader& read, const json& scaling, ModelConfig& config) {
   const FieldReader scaling_read{scaling, read.source};
   RopeScaling& rope = config.rope_scaling;
@@ -180,11 +180,15 @@ void read_longrope(const FieldReader& read, const json& scaling, ModelConfig& co
   for (const char* field : {"short_factor", "long_factor"})
     if (!scaling.contains(field) || !scaling.at(field).is_array() || scaling.at(field).size() != pairs)
       scaling_read.fail(field, "must list " + std::to_string(pairs) + " factors (one per rotated pair)");
-  for (const json& value : scaling.at("short_factor")) {
-    if (!value.is_number() || !(value.get<double>() > 0))
-      scaling_read.fail("short_factor", "must hold positive numbers");
-    rope.longrope_factors.push_back(value.get<double>());
+  for (const char* field : {"short_factor", "long_factor"}) {
+    std::vector<double>& factors =
+        std::string(field) == "short_factor" ? rope.longrope_factors : rope.longrope_long_factors;
+    for (const json& value : scaling.at(field)) {
+      if (!value.is_number() || !(value.get<double>() > 0)) scaling_read.fail(field, "must hold positive numbers");
+      factors.push_back(value.get<double>());
+    }
   }
+  rope.longrope_long_context = config.max_position_embeddings;
   const double original = static_cast<double>(rope.original_max_position_embeddings);
   const double scale = static_cast<double>(config.max_position_embeddings) / original;
   const double computed = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(original));
@@ -335,6 +339,16 @@ ModelConfig ModelConfig::from_directory(const std::string& directory) {
       config.eos_token_ids = read_token_ids(generation.at("eos_token_id"), generation_path.string(), "eos_token_id");
   }
   return config;
+}
+
+void ModelConfig::use_longrope_long_context() {
+  RopeScaling& rope = rope_scaling;
+  if (rope.rope_type != "longrope" || rope.longrope_long_factors.empty())
+    throw ModelError("the long context is a LongRoPE (Phi-3) mode: this " + model_type + " model has no long factors");
+  if (rope.longrope_long) return;
+  rope.longrope_factors = rope.longrope_long_factors;
+  rope.longrope_long = true;
+  max_position_embeddings = std::max(max_position_embeddings, rope.longrope_long_context);
 }
 
 std::int64_t ModelConfig::parameter_count() const {

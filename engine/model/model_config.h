@@ -22,9 +22,13 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   std::int64_t original_max_position_embeddings = 8192;
-  // LongRoPE: per rotated pair, the divisor of its frequency (the short factors, rotary_dim / 2 of them), and the
-  // factor cos and sin are multiplied by (model_config.cpp says why the long factors are not used).
+  // LongRoPE: per rotated pair, the divisor of its frequency in use (rotary_dim / 2 of them): the short factors, or
+  // the long ones once the model is opened past its original context (use_longrope_long_context); and the factor cos
+  // and sin are multiplied by.
   std::vector<double> longrope_factors;
+  std::vector<double> longrope_long_factors;  // the config's long factors
+  std::int64_t longrope_long_context = 0;     // the context they serve (the config's max_position_embeddings)
+  bool longrope_long = false;                 // whether longrope_factors are the long ones
   double attention_factor = 1.0;
 };
 
@@ -107,6 +111,13 @@ struct ModelConfig {
   static ModelConfig from_file(const std::string& config_json_path);
   // DIR/config.json, then DIR/generation_config.json when present.
   static ModelConfig from_directory(const std::string& directory);
+
+  // A LongRoPE (Phi-3) config opened for its whole context: every position takes the long factors and the limit is
+  // the context they serve, as llama.cpp does for a context past the original one. (transformers switches a sequence
+  // to the long factors only once it passes the original length, which changes the rotation of every earlier
+  // position: no cache can follow that, so kvchat chooses once, when it opens the model.) Throws ModelError for a
+  // config without LongRoPE.
+  void use_longrope_long_context();
 
   std::int64_t parameter_count() const;
   // K/V bytes per cached token: 2 x layers x kv_heads x head_dim x element_size.

@@ -19,6 +19,10 @@ class LlamaModel;
 struct LoadOptions {
   WeightDtype dtype = WeightDtype::Float32;  // how a directory's weights are kept (a GGUF file keeps its own types)
   int threads = 0;                           // 0 = the machine's cores
+  // A LongRoPE (Phi-3) model opened for its whole context, with the long factors for every position
+  // (ModelConfig::use_longrope_long_context); else the short factors within the original context. Refused with a
+  // ModelError for other models.
+  bool long_context = false;
 };
 
 struct LoadedModel {

@@ -5,14 +5,19 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include <algorithm>
+#include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/cli_runner.h"
 #include "common/json_fixture.h"
+#include "common/test_paths.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace app_test_cli_gguf {
@@ -59,6 +64,7 @@ class CliGgufTest : public QObject {
   void tokenize_with_a_gguf_file_reproduces_llama_bpe_cases();
   void render_uses_the_files_chat_template();
   void help_texts_name_directories_and_gguf_files();
+  void long_context_opens_phi3_with_its_long_factors();
 };
 
 void CliGgufTest::generate_reproduces_llama_cpp_greedy_data() {
@@ -186,6 +192,57 @@ void CliGgufTest::help_texts_name_directories_and_gguf_files() {
   const CliResult generate = run_cli({"generate", "--help"});
   QVERIFY2(generate.out.find("needs a model directory with tokenizer.json") == std::string::npos, generate.out.c_str());
   QVERIFY2(generate.out.find("a GGUF file's tokenizer") != std::string::npos, generate.out.c_str());
+}
+
+// --long-context: the phi3 fixture's GGUF file takes its long LongRoPE factors (its next token is the argmax of the
+// reference with them, where that is clear of the rounding the kernels add), generates past the original 512
+// positions, and another model is refused naming LongRoPE.
+void CliGgufTest::long_context_opens_phi3_with_its_long_factors() {
+  const std::string folder = kvchat::test::source_dir() + "/tests/fixtures/families/phi3";
+  const json reference = load_json(folder + "/reference.json");
+  const auto prompt = reference["prompt"].get<std::vector<int>>();
+  QString ids;
+  for (int id : prompt) ids += (ids.isEmpty() ? "" : ",") + QString::number(id);
+  const QString file = QString::fromStdString(folder + "/model-Q8_0.gguf");
+  const auto next_of = [&](const char* logits_key, bool long_context) {
+    QStringList arguments{"generate", "--model", file, "--prompt-ids", ids, "--max-new-tokens", "1", "--json"};
+    if (long_context) arguments << "--long-context";
+    const CliResult result = run_cli(arguments);
+    if (result.exit_code != 0) QTest::qFail(result.err.c_str(), __FILE__, __LINE__);
+    const auto vocab = reference["vocab_size"].get<std::size_t>();
+    std::vector<float> logits(prompt.size() * vocab);
+    std::ifstream in(folder + "/" + reference[logits_key]["model-Q8_0.gguf"].get<std::string>(), std::ios::binary);
+    in.read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    const float* last = logits.data() + (prompt.size() - 1) * vocab;
+    std::vector<float> sorted(last, last + vocab);
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const int expected = static_cast<int>(std::max_element(last, last + vocab) - last);
+    const int got = json::parse(result.out)["generated_ids"][0].get<int>();
+    return std::tuple<int, int, float>{got, expected, sorted[0] - sorted[1]};
+  };
+  const auto [long_got, long_expected, long_margin] = next_of("logits_long_context", true);
+  const auto [short_got, short_expected, short_margin] = next_of("logits", false);
+  QVERIFY2(long_expected != short_expected, "the fixture's prompt does not tell the factor sets apart");
+  if (long_margin > 0.05f) QCOMPARE(long_got, long_expected);
+  if (short_margin > 0.05f) QCOMPARE(short_got, short_expected);
+  QVERIFY(long_margin > 0.05f || short_margin > 0.05f);
+
+  const CliResult past = run_cli(
+      {"generate", "--model", file, "--prompt-ids", ids, "--max-new-tokens", "600", "--long-context", "--json"});
+  QVERIFY2(past.exit_code == 0, past.err.c_str());
+  const json output = json::parse(past.out);
+  // 64 + 600 positions, past the 512 the short factors are limited to (there the reply stops at the context's end).
+  QCOMPARE(output["stop_reason"].get<std::string>(), std::string("max_tokens"));
+  QCOMPARE(output["generated_ids"].size(), std::size_t(600));
+  const CliResult limited =
+      run_cli({"generate", "--model", file, "--prompt-ids", ids, "--max-new-tokens", "600", "--json"});
+  QVERIFY2(limited.exit_code == 0, limited.err.c_str());
+  QCOMPARE(json::parse(limited.out)["stop_reason"].get<std::string>(), std::string("context_full"));
+
+  const CliResult refused =
+      run_cli({"generate", "--model", shared("models/stories260K"), "--prompt-ids", "1,2,3", "--long-context"});
+  QVERIFY(refused.exit_code != 0);
+  QVERIFY2(refused.err.find("LongRoPE") != std::string::npos, refused.err.c_str());
 }
 
 KVCHAT_TEST_GUILESS_MAIN(CliGgufTest)

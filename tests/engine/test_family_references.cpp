@@ -15,6 +15,7 @@
 //   products' input exactly as llama.cpp does, within 1e-4 of the largest logit at the positions where llama.cpp
 //   computes the fixture's model (Phi-3: before its sliding window fills, which llama.cpp does not apply), but for a
 //   few single positions where a rounding tie went the other way (see the test).
+// - Phi-3 opened for its long context: the long LongRoPE factors at every position, against the reference with them.
 // - Cached (contiguous and naive) == uncached greedy ids for 200 tokens, token for token; the fixtures' sliding
 //   windows (32 positions) are shorter than the 64-token prompt.
 // - A sliding layer's cache holds its window only, the gauge counts what is held, and an edit behind what the
@@ -73,6 +74,8 @@ class FamilyReferencesTest : public QObject {
   void logits_match_the_reference();
   void logits_match_llama_cpp_data();
   void logits_match_llama_cpp();
+  void long_context_takes_the_long_factors_data();
+  void long_context_takes_the_long_factors();
   void cached_and_uncached_ids_agree_data();
   void cached_and_uncached_ids_agree();
   void a_sliding_layer_holds_only_its_window();
@@ -198,6 +201,67 @@ void FamilyReferencesTest::logits_match_llama_cpp() {
     const double reach = 2 * std::max(1e-4, by_position[position].item<double>()) * largest;
     if ((top[position][0] - top[position][1]).item<double>() < reach) continue;
     QCOMPARE(our_ids[position].item<std::int64_t>(), top_ids[position][0].item<std::int64_t>());
+  }
+}
+
+void FamilyReferencesTest::long_context_takes_the_long_factors_data() {
+  QTest::addColumn<QString>("file");
+  const nlohmann::json reference = kvchat::test::load_json(family_dir("phi3") + "/reference.json");
+  for (const auto& [file, logits] : reference["logits_long_context"].items())
+    QTest::newRow(file.c_str()) << QString::fromStdString(file);
+  QCOMPARE(reference["logits_long_context"].size(), std::size_t(3));  // the folder and both GGUF files
+}
+
+// Phi-3 opened for its long context (LoadOptions::long_context): the long factors at every position, against the
+// reference computing the same; the context past the original length, the cache's ids equal the naive cache's there;
+// and the option refused for a model without LongRoPE.
+void FamilyReferencesTest::long_context_takes_the_long_factors() {
+  QFETCH(QString, file);
+  const std::string directory = family_dir("phi3");
+  const nlohmann::json reference = kvchat::test::load_json(directory + "/reference.json");
+  LoadOptions long_context;
+  long_context.long_context = true;
+  const LoadedModel opened = load_model(load_path(directory, file.toStdString()), long_context);
+  const LoadedModel original = load_model(load_path(directory, file.toStdString()));
+  QCOMPARE(original.config.max_position_embeddings, std::int64_t(512));  // original_max_position_embeddings
+  QCOMPARE(opened.config.max_position_embeddings, std::int64_t(1024));   // what the long factors serve
+  QVERIFY(opened.config.rope_scaling.longrope_factors == opened.config.rope_scaling.longrope_long_factors);
+  QVERIFY(opened.config.rope_scaling.longrope_factors != original.config.rope_scaling.longrope_factors);
+
+  const at::Tensor expected = reference_logits(directory, reference, file.toStdString(), "logits_long_context");
+  const at::Tensor short_factors = reference_logits(directory, reference, file.toStdString());
+  const auto prompt = reference["prompt"].get<std::vector<TokenId>>();
+  const double largest = expected.abs().max().item<double>();
+  c10::InferenceMode guard;
+  const ComputeContext exact(ComputeContext::Options{1, false});
+  at::Tensor logits;
+  {
+    const ComputeScope scope(&exact);
+    logits = opened.model->forward(prompt, 0, nullptr, /*all_positions=*/true);
+  }
+  const double difference = (logits - expected).abs().max().item<double>() / largest;
+  const double factors_matter = (short_factors - expected).abs().max().item<double>() / largest;
+  qInfo("%s: %.2e of the largest logit from the long-factor reference (the short factors' logits %.2e away)",
+        qPrintable(file), difference, factors_matter);
+  QVERIFY2(difference <= 1e-4, qPrintable(QString("logits differ by %1 of the largest").arg(difference)));
+  QVERIFY(factors_matter > 1e-2);
+
+  // Past the original 512 positions: 64 + 499 generated, the cache's ids equal the naive cache's.
+  GenerationConfig config;
+  config.max_new_tokens = 500;
+  config.stop_token_ids = {-1};
+  Session cached(opened.model, KvCacheMode::Contiguous), naive(opened.model, KvCacheMode::Naive);
+  const std::vector<TokenId> ids = cached.generate(prompt, config).generated;
+  QCOMPARE(ids.size(), std::size_t(500));
+  QCOMPARE(cached.cache_tokens(), std::int64_t(64 + 499));
+  QVERIFY(naive.generate(prompt, config).generated == ids);
+
+  if (file != "model.safetensors") return;
+  try {
+    load_model(family_dir("gemma2"), long_context);
+    QFAIL("a model without LongRoPE opened for a long context");
+  } catch (const ModelError& error) {
+    QVERIFY2(std::string(error.what()).find("LongRoPE") != std::string::npos, error.what());
   }
 }
 

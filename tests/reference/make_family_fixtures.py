@@ -302,17 +302,23 @@ def main():
         gguf_files = (("model-Q8_0.gguf", gg.GGUF_Q8_0, 7), ("model-Q4_K.gguf", gg.GGUF_Q4_K, 15))
         for file_name, matrix_type, file_type in gguf_files if spec.get("gguf", True) else ():
             files[file_name] = write_gguf(os.path.join(folder, file_name), config, weights, matrix_type, file_type)
-        logits, rounded_logits = {}, {}
+        logits, rounded_logits, long_logits = {}, {}, {}
+        longrope = (config.get("rope_scaling") or {}).get("type") == "longrope"
         for file_name, (file_weights, groups) in files.items():
             stem = "logits-" + file_name.split(".")[0].replace("model-", "").replace("model", "hf")
             reference.forward(config, file_weights, prompt).astype(np.float32).tofile(os.path.join(folder, stem + ".f32"))
             logits[file_name] = stem + ".f32"
+            if longrope:  # the model opened for its long context: the long factors at every position
+                values = reference.forward(config, file_weights, prompt, longrope_factors="long").astype(np.float32)
+                values.tofile(os.path.join(folder, stem + "-long.f32"))
+                long_logits[file_name] = stem + "-long.f32"
             if groups:  # what the integer-dot kernels compute: the same weights, rounded inputs
                 values = reference.forward(config, file_weights, prompt, groups).astype(np.float32)
                 values.tofile(os.path.join(folder, stem + "-rounded.f32"))
                 rounded_logits[file_name] = stem + "-rounded.f32"
         summary = {"family": family, "prompt": prompt, "positions": len(prompt), "vocab_size": config["vocab_size"],
                    "logits": logits, "logits_with_rounded_activations": rounded_logits,
+                   **({"logits_long_context": long_logits} if long_logits else {}),
                    "made_by": "tests/reference/make_family_fixtures.py (transformer_reference.py)"}
         summary_path = os.path.join(folder, "reference.json")
         if os.path.exists(summary_path):  # keep what llama_cpp_logits.sh added: its files stay valid for these GGUFs

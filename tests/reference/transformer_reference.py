@@ -100,10 +100,11 @@ def round_activations(x, group):
     return (unit.astype(np.float64) * np.rint(blocks * inverse)).reshape(shape)
 
 
-def forward(config, weights, ids, activation_groups=None):
+def forward(config, weights, ids, activation_groups=None, longrope_factors="short"):
     """Logits [T, vocab] for token ids `ids` at positions 0..T-1. `weights`: HF tensor names -> float64 arrays.
     activation_groups: matrix name -> group size whose products round their input (round_activations); none
-    by default (the exact forward)."""
+    by default (the exact forward). longrope_factors: which of a LongRoPE config's factors every position takes,
+    "short" (transformers within the original context) or "long" (a model opened for its long context)."""
     activation_groups = activation_groups or {}
     model_type = config.get("model_type", "llama")
     gemma = model_type in ("gemma2", "gemma3", "gemma3_text")
@@ -119,7 +120,7 @@ def forward(config, weights, ids, activation_groups=None):
     pair_factors, attention_factor = None, 1.0
     if scaling_type in ("longrope", "su"):
         original = config["original_max_position_embeddings"]
-        pair_factors = scaling["short_factor"]
+        pair_factors = scaling[longrope_factors + "_factor"]
         ratio = config["max_position_embeddings"] / original
         attention_factor = scaling.get("attention_factor") or (
             1.0 if ratio <= 1.0 else np.sqrt(1.0 + np.log(ratio) / np.log(original)))
