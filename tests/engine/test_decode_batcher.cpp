@@ -178,7 +178,10 @@ class DecodeBatcherTest : public QObject {
   }
 
   // A long prompt prefilled in chunks while another sequence decodes: the decoding sequence makes tokens between
-  // the chunks (steps and chunks take turns), and both replies equal their runs alone.
+  // the chunks (steps and chunks take turns), and both replies equal their runs alone. Before each chunk the
+  // prefilling thread gives the decoding one up to two seconds to make a token: on a loaded machine (ctest -j) the
+  // decoding thread may not be scheduled between two chunks at all, which says nothing about the batcher; a batcher
+  // that held decode steps back for the whole prompt would still leave it without a token there.
   void a_prefill_takes_turns_with_decoding() {
     const auto llama = kvchat::test::load_test_model("models/tiny-llama3-random");
     if (!llama->rows_match_decode_steps()) QSKIP("the model's products do not run on the engine kernels: no batching");
@@ -218,6 +221,12 @@ class DecodeBatcherTest : public QObject {
                        .generate(long_prompt, prefilling, nullptr, {},
                                  [&](std::int64_t) {
                                    const std::lock_guard<std::mutex> lock(order_mutex);
+                                   if (!tokens_before_chunk.empty()) {
+                                     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+                                     while (decoded.load() <= tokens_before_chunk.back() &&
+                                            std::chrono::steady_clock::now() < deadline)
+                                       std::this_thread::sleep_for(std::chrono::microseconds(200));
+                                   }
                                    tokens_before_chunk.push_back(decoded.load());
                                  })
                        .generated;
