@@ -194,6 +194,7 @@ ChatSettings ChatSettings::load(QSettings& settings) {
                                                    std::numeric_limits<qint64>::max());
   loaded.kv_snapshots_enabled = read_bool(settings, "kv_snapshots_enabled", defaults.kv_snapshots_enabled);
   loaded.model_titles = read_bool(settings, "model_titles", defaults.model_titles);
+  loaded.long_context = read_bool(settings, "long_context", defaults.long_context);
   loaded.snapshot_disk_budget_bytes =
       read_clamped<qint64>(settings, "snapshot_disk_budget_bytes", defaults.snapshot_disk_budget_bytes, 0,
                            std::numeric_limits<qint64>::max());
@@ -248,6 +249,7 @@ void ChatSettings::save(QSettings& settings) const {
   settings.setValue(QStringLiteral("cache_budget_bytes"), QString::number(cache_budget_bytes));
   settings.setValue(QStringLiteral("kv_snapshots_enabled"), kv_snapshots_enabled);
   settings.setValue(QStringLiteral("model_titles"), model_titles);
+  settings.setValue(QStringLiteral("long_context"), long_context);
   settings.setValue(QStringLiteral("snapshot_disk_budget_bytes"), QString::number(snapshot_disk_budget_bytes));
   settings.setValue(QStringLiteral("snapshot_directory"), snapshot_directory);
   settings.setValue(QStringLiteral("font_point_size"), font_point_size);
@@ -356,6 +358,7 @@ QJsonObject ChatSettings::to_json() const {
   json.insert(QStringLiteral("max_new_tokens"), max_new_tokens);
   json.insert(QStringLiteral("threads"), threads);
   json.insert(QStringLiteral("context_limit"), context_limit);
+  if (long_context) json.insert(QStringLiteral("long_context"), true);  // only where set: older replies stay alike
   json.insert(QStringLiteral("context_overflow"), QString::fromLatin1(to_string(context_overflow)));
   json.insert(QStringLiteral("model_path"), model_path);
   return json;

@@ -41,6 +41,9 @@ struct ChatSettings {
   QString model_path;     // a model directory or a .gguf file; empty = the embedded stories260K
   int threads = 0;        // 0 = the machine's cores
   int context_limit = 0;  // 0 = the model's max_position_embeddings
+  // LongRoPE models (Phi-3, Phi-4-mini) opened for their whole context with the long factors
+  // (LoadOptions::LongContext::WhereSupported); off: the short factors within the original context.
+  bool long_context = false;
   ContextOverflowPolicy context_overflow = ContextOverflowPolicy::Stop;
   qint64 cache_budget_bytes = 0;  // 0 = default: a share of physical memory (see effective_cache_budget_bytes)
   // KV snapshots: each conversation's cache also kept on disk, so it survives evictions and restarts.

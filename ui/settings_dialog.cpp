@@ -179,6 +179,15 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   context_row->addWidget(context_limit_);
   context_row->addWidget(context_limit_note_, 1);
   form->addRow(tr("Context limit (tokens)"), context_row);
+  long_context_ = new QCheckBox(tr("Open Phi-3 models for their long context"), this);
+  long_context_->setObjectName("longContextCheck");
+  long_context_->setToolTip(
+      tr("LongRoPE models (Phi-3.5-mini, Phi-4-mini) take their long factors at every position and their whole "
+         "context (131,072 tokens), as llama.cpp does past the original context; off, the short factors within the "
+         "original one (4,096), where they compute what transformers does. Other models are not affected. The model "
+         "loads again when this changes."));
+  long_context_->setChecked(settings.long_context);
+  form->addRow(tr("Long context"), long_context_);
   overflow_ = new QComboBox(this);
   overflow_->setObjectName("overflowCombo");
   overflow_->addItem(tr("Stop with a message"),
@@ -211,14 +220,14 @@ SettingsDialog::SettingsDialog(const kvchat::app::ChatSettings& settings, QWidge
   form->addRow(tr("Snapshot folder"), snapshot_directory_);
 
   // What only this computer's engine uses: greyed out (with the hint under the backend) for a server.
-  for (QWidget* field : std::initializer_list<QWidget*>{kv_cache_, kv_dtype_, speculative_, threads_, context_limit_,
-                                                        context_limit_note_, overflow_, cache_budget_mib_, snapshots_,
-                                                        snapshot_budget_mib_, snapshot_directory_, model_path_,
-                                                        browse_file, browse_directory})
+  for (QWidget* field : std::initializer_list<QWidget*>{
+           kv_cache_, kv_dtype_, speculative_, threads_, context_limit_, long_context_, context_limit_note_, overflow_,
+           cache_budget_mib_, snapshots_, snapshot_budget_mib_, snapshot_directory_, model_path_, browse_file,
+           browse_directory})
     local_only_ << field;
   for (QObject* field :
-       std::initializer_list<QObject*>{kv_cache_, kv_dtype_, speculative_, threads_, overflow_, cache_budget_mib_,
-                                       snapshots_, snapshot_budget_mib_, snapshot_directory_})
+       std::initializer_list<QObject*>{kv_cache_, kv_dtype_, speculative_, threads_, long_context_, overflow_,
+                                       cache_budget_mib_, snapshots_, snapshot_budget_mib_, snapshot_directory_})
     if (QWidget* label = form->labelForField(static_cast<QWidget*>(field))) local_only_ << label;
   for (QLayout* row : {static_cast<QLayout*>(context_row), static_cast<QLayout*>(model_row)})
     if (QWidget* label = form->labelForField(row)) local_only_ << label;
@@ -425,6 +434,7 @@ kvchat::app::ChatSettings SettingsDialog::settings() const {
   settings.model_path = model_path_->text().trimmed();
   settings.threads = threads_->value();
   settings.context_limit = context_limit_->value();
+  settings.long_context = long_context_->isChecked();
   settings.context_overflow = kvchat::app::context_overflow_policy_from_string(overflow_->currentData().toString());
   // Whole MiB in the dialog; an unchanged field keeps the exact stored figure.
   const qint64 budget = static_cast<qint64>(cache_budget_mib_->value()) * kMiB;

@@ -65,6 +65,7 @@ class SettingsDialog : public QDialog {
   QLineEdit* draft_model_path_ = nullptr;
   QPushButton* browse_draft_model_ = nullptr;
   QCheckBox* model_titles_ = nullptr;
+  QCheckBox* long_context_ = nullptr;
   QDoubleSpinBox* temperature_ = nullptr;
   QSpinBox* top_k_ = nullptr;
   QSpinBox* remote_idle_timeout_ = nullptr;

@@ -57,12 +57,14 @@ void BackendHost::shutdown() {
   draft_counter_ = nullptr;
 }
 
-void BackendHost::loadModel(const QString& path, int threads) {
+void BackendHost::loadModel(const QString& path, int threads, bool long_context) {
   model_loading_ = true;
   Q_EMIT modelLoading(path);
-  spdlog::debug("loading model {} with {} threads", path.toStdString(), threads);
+  spdlog::debug("loading model {} with {} threads{}", path.toStdString(), threads,
+                long_context ? ", LongRoPE models for their long context" : "");
   QMetaObject::invokeMethod(
-      engine_, [worker = engine_, path, threads] { worker->loadModel(path, threads); }, Qt::QueuedConnection);
+      engine_, [worker = engine_, path, threads, long_context] { worker->loadModel(path, threads, long_context); },
+      Qt::QueuedConnection);
 }
 
 TurnBackend* BackendHost::turnBackend(BackendKind kind) const {

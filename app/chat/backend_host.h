@@ -35,7 +35,8 @@ class BackendHost : public QObject {
 
   // Loads `path` (a model directory or a .gguf file) on the engine thread: modelLoading() now, then modelLoaded()
   // or modelLoadFailed(). The model loaded before stays in use until the new one has loaded.
-  void loadModel(const QString& path, int threads);
+  // `long_context`: LongRoPE models opened for their whole context (ChatSettings::long_context).
+  void loadModel(const QString& path, int threads, bool long_context = false);
   bool isModelLoaded() const { return model_loaded_; }
   bool isModelLoading() const { return model_loading_; }
   const ModelInfo& modelInfo() const { return model_info_; }

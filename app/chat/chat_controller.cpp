@@ -77,6 +77,7 @@ ChatController::~ChatController() {
 
 void ChatController::applySettings(const ChatSettings& settings) {
   const QString old_model = resolve_model_path(settings_.model_path);
+  const bool old_long_context = settings_.long_context;
   settings_ = settings;
   settings_.save(*settings_storage_);
   settings_storage_->sync();
@@ -86,7 +87,10 @@ void ChatController::applySettings(const ChatSettings& settings) {
   apply_local_server();  // the budget may have changed
   Q_EMIT settingsChanged();
   Q_EMIT cacheGaugeChanged();
-  if (resolve_model_path(settings_.model_path) != old_model || !backend_->isModelLoaded()) loadModel(QString());
+  // Opened again when the long context changes too: its RoPE factors decide every cached key.
+  if (resolve_model_path(settings_.model_path) != old_model || settings_.long_context != old_long_context ||
+      !backend_->isModelLoaded())
+    loadModel(QString());
 }
 
 void ChatController::apply_local_server() {
@@ -119,7 +123,7 @@ void ChatController::setExportDirectory(const QString& directory) {
 void ChatController::loadModel(const QString& path, bool remember) {
   const QString resolved = path.isEmpty() ? resolve_model_path(settings_.model_path) : path;
   remember_model_path_ = remember ? resolved : QString();
-  backend_->loadModel(resolved, settings_.threads);
+  backend_->loadModel(resolved, settings_.threads, settings_.long_context);
 }
 
 std::optional<ChatController::ModelUse> ChatController::lastModelOf(qint64 conversation_id) const {

@@ -143,12 +143,13 @@ void EngineWorker::register_meta_types() {
   qRegisterMetaType<kvchat::GenerationStats>("kvchat::GenerationStats");
 }
 
-void EngineWorker::loadModel(const QString& directory, int threads) {
+void EngineWorker::loadModel(const QString& directory, int threads, bool long_context) {
   QElapsedTimer timer;
   timer.start();
   try {
     LoadOptions options;
     options.threads = threads;
+    options.long_context = long_context ? LoadOptions::LongContext::WhereSupported : LoadOptions::LongContext::Off;
     std::unique_lock<std::shared_mutex> compute_settings(compute_settings_mutex());  // loading sets the threads
     auto model = std::make_shared<LoadedModel>(load_model(directory.toStdString(), options));
     compute_settings.unlock();

@@ -69,7 +69,9 @@ class EngineWorker : public TurnBackend {
 
  public Q_SLOTS:
   // Loads a model directory or a .gguf file. On failure the previous model (and its caches) stays in use.
-  void loadModel(const QString& path, int threads);
+  // `long_context`: a LongRoPE model (Phi-3) opened for its whole context with the long factors; other models as
+  // they are (LoadOptions::LongContext::WhereSupported).
+  void loadModel(const QString& path, int threads, bool long_context = false);
   void runTurn(const kvchat::app::TurnRequest& request) override;
   // A short generation of its own for a chat's title: on a Session made for it and dropped after it, so no
   // conversation's cache (and no snapshot) is read or changed. titleReady() with the text, or titleFailed().

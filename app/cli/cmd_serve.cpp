@@ -154,7 +154,7 @@ int run_serve(const std::vector<std::string>& args) {
 
   spdlog::set_level(spdlog::level::info);
   const LoadedModel model =
-      load_model(model_path, LoadOptions{WeightDtype::Float32, threads, parser.has("long-context")});
+      load_model(model_path, LoadOptions{WeightDtype::Float32, threads, long_context_from_option(parser)});
   if (!model.tokenizer) throw UsageError("model " + model_path + " has no tokenizer, so it cannot serve text");
   load_draft_model(parser, options.speculative, *model.model);
   std::shared_ptr<SnapshotStore> snapshots;

@@ -79,7 +79,7 @@ ModelSource open_model_source(const ArgParser& parser, std::optional<WeightStora
                      " is for --random-weights only: a model keeps its own types "
                      "(a GGUF file its stored ones, a directory f32 or bf16)");
   if (model_dir) {
-    LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads, parser.has("long-context")});
+    LoadedModel loaded = load_model(*model_dir, LoadOptions{dtype, threads, long_context_from_option(parser)});
     source.description = *model_dir;
     if (loaded.format == "gguf") source.weight_format = loaded.weight_format;
     source.model = loaded.model;

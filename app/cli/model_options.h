@@ -21,6 +21,11 @@ constexpr const char* kLongContextUsage =
     "position (as llama.cpp does for a context past the original one); without it, the short factors within the\n"
     "original context (what transformers computes there). Refused for other models.\n";
 
+// --long-context given: LoadOptions::LongContext::Required, else Off.
+inline LoadOptions::LongContext long_context_from_option(const ArgParser& parser) {
+  return parser.has("long-context") ? LoadOptions::LongContext::Required : LoadOptions::LongContext::Off;
+}
+
 struct ModelSource {
   std::string description;    // the directory, or "random <config>"
   std::string weight_format;  // a GGUF file's own ("Q4_K_M", ...); empty otherwise

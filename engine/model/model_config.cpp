@@ -343,7 +343,7 @@ ModelConfig ModelConfig::from_directory(const std::string& directory) {
 
 void ModelConfig::use_longrope_long_context() {
   RopeScaling& rope = rope_scaling;
-  if (rope.rope_type != "longrope" || rope.longrope_long_factors.empty())
+  if (!has_longrope_long_factors())
     throw ModelError("the long context is a LongRoPE (Phi-3) mode: this " + model_type + " model has no long factors");
   if (rope.longrope_long) return;
   rope.longrope_factors = rope.longrope_long_factors;

@@ -118,6 +118,9 @@ struct ModelConfig {
   // position: no cache can follow that, so kvchat chooses once, when it opens the model.) Throws ModelError for a
   // config without LongRoPE.
   void use_longrope_long_context();
+  bool has_longrope_long_factors() const {
+    return rope_scaling.rope_type == "longrope" && !rope_scaling.longrope_long_factors.empty();
+  }
 
   std::int64_t parameter_count() const;
   // K/V bytes per cached token: 2 x layers x kv_heads x head_dim x element_size.

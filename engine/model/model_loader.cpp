@@ -37,6 +37,12 @@ bool has_gguf_magic(const std::string& path) {
   return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
 }
 
+void open_for_context(ModelConfig& config, LoadOptions::LongContext long_context) {
+  if (long_context == LoadOptions::LongContext::Required ||
+      (long_context == LoadOptions::LongContext::WhereSupported && config.has_longrope_long_factors()))
+    config.use_longrope_long_context();
+}
+
 }  // namespace
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
@@ -67,7 +73,7 @@ LoadedModel load_model_directory(const std::string& directory, const LoadOptions
   loaded.format = "safetensors";
   loaded.weight_format = to_string(options.dtype);
   loaded.config = ModelConfig::from_directory(directory);
-  if (options.long_context) loaded.config.use_longrope_long_context();
+  open_for_context(loaded.config, options.long_context);
   // Tokenizer and template first: they are cheap, and a bad one should fail before gigabytes are read.
   const fs::path tokenizer_path = fs::path(directory) / "tokenizer.json";
   const fs::path tokenizer_config_path = fs::path(directory) / "tokenizer_config.json";
@@ -100,7 +106,7 @@ LoadedModel load_model_gguf(const std::string& path, const LoadOptions& options)
   loaded.format = "gguf";
   loaded.file_bytes = static_cast<std::int64_t>(file->file_size());
   loaded.config = model_config_from_gguf(*file);
-  if (options.long_context) loaded.config.use_longrope_long_context();
+  open_for_context(loaded.config, options.long_context);
   // Tokenizer and template first: cheap, and they fail before the weights are touched.
   // llama.cpp's convention for a file without a vocabulary: the key present, with "none" (or "no_vocab").
   const bool has_vocabulary = file->has_metadata("tokenizer.ggml.model") &&

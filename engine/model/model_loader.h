@@ -19,10 +19,12 @@ class LlamaModel;
 struct LoadOptions {
   WeightDtype dtype = WeightDtype::Float32;  // how a directory's weights are kept (a GGUF file keeps its own types)
   int threads = 0;                           // 0 = the machine's cores
-  // A LongRoPE (Phi-3) model opened for its whole context, with the long factors for every position
-  // (ModelConfig::use_longrope_long_context); else the short factors within the original context. Refused with a
-  // ModelError for other models.
-  bool long_context = false;
+  // Whether a LongRoPE (Phi-3) model is opened for its whole context, with the long factors for every position
+  // (ModelConfig::use_longrope_long_context), or with the short factors within the original context (Off).
+  // WhereSupported (an app setting meant for the models that have it) leaves other models as they are; Required
+  // (kvchat-cli --long-context, asked for this model) refuses them with a ModelError.
+  enum class LongContext { Off, WhereSupported, Required };
+  LongContext long_context = LongContext::Off;
 };
 
 struct LoadedModel {

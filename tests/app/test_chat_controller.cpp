@@ -58,6 +58,7 @@ class ChatControllerTest : public QObject {
   void export_writes_the_conversation();
   void closing_mid_reply_saves_it();
   void opened_model_directory_is_remembered();
+  void the_long_context_setting_opens_the_model_again();
 
  private:
   void make_controller(const ChatSettings& settings);
@@ -344,6 +345,29 @@ void ChatControllerTest::opened_model_directory_is_remembered() {
   QVERIFY(loaded.wait(60000));
   ini_->sync();
   QCOMPARE(ChatSettings::load(*ini_).model_path, copy);
+}
+
+// The long context decides a LongRoPE model's RoPE factors, so every cached key: turning it on or off opens the
+// model again (here stories260K, which has no LongRoPE and opens as it is); other settings do not.
+void ChatControllerTest::the_long_context_setting_opens_the_model_again() {
+  make_controller(greedy_settings());
+  QSignalSpy loading(&controller_->backendHost(), &BackendHost::modelLoading);
+  QSignalSpy loaded(&controller_->backendHost(), &BackendHost::modelLoaded);
+  ChatSettings settings = controller_->settings();
+  settings.temperature = 0.5;
+  controller_->applySettings(settings);
+  QCOMPARE(loading.count(), 0);
+  settings.long_context = true;
+  controller_->applySettings(settings);
+  QCOMPARE(loading.count(), 1);
+  QVERIFY(loaded.wait(60000));
+  QVERIFY(controller_->backendHost().isModelLoaded());
+  ini_->sync();
+  QCOMPARE(ChatSettings::load(*ini_).long_context, true);
+  settings.long_context = false;
+  controller_->applySettings(settings);
+  QCOMPARE(loading.count(), 2);
+  QVERIFY(loaded.wait(60000));
 }
 
 }  // namespace app_test_chat_controller

@@ -47,6 +47,7 @@ void SettingsTest::defaults_from_an_empty_file() {
   QCOMPARE(loaded.model_path, QString());
   QCOMPARE(loaded.threads, 0);
   QCOMPARE(loaded.context_limit, 0);
+  QCOMPARE(loaded.long_context, false);
   QCOMPARE(loaded.context_overflow, ContextOverflowPolicy::Stop);
   QCOMPARE(loaded.cache_budget_bytes, qint64(0));
 }
@@ -70,6 +71,7 @@ void SettingsTest::save_load_round_trip() {
   saved.model_path = QStringLiteral("/models/My Llama, v2");
   saved.threads = 3;
   saved.context_limit = 2048;
+  saved.long_context = true;
   saved.context_overflow = ContextOverflowPolicy::DropOldestTurns;
   saved.cache_budget_bytes = 6LL * 1024 * 1024 * 1024;
   saved.export_directory = QStringLiteral("/home/me/Chats, exported");
@@ -97,6 +99,7 @@ void SettingsTest::save_load_round_trip() {
   QCOMPARE(loaded.model_path, saved.model_path);
   QCOMPARE(loaded.threads, saved.threads);
   QCOMPARE(loaded.context_limit, saved.context_limit);
+  QCOMPARE(loaded.long_context, true);
   QCOMPARE(loaded.context_overflow, saved.context_overflow);
   QCOMPARE(loaded.cache_budget_bytes, saved.cache_budget_bytes);
   QCOMPARE(loaded.export_directory, saved.export_directory);
@@ -234,6 +237,9 @@ void SettingsTest::settings_json_for_messages() {
   QCOMPARE(json.value(QStringLiteral("context_overflow")).toString(), QStringLiteral("drop_oldest_turns"));
   QCOMPARE(json.value(QStringLiteral("max_new_tokens")).toInt(), settings.max_new_tokens);
   QCOMPARE(json.value(QStringLiteral("model_path")).toString(), QString());
+  QVERIFY(!json.contains(QStringLiteral("long_context")));  // only where set: earlier replies' records stay alike
+  settings.long_context = true;
+  QCOMPARE(settings.to_json().value(QStringLiteral("long_context")).toBool(), true);
   QCOMPARE(json.value(QStringLiteral("speculative_decoding")).toString(), QStringLiteral("none"));
   settings.speculative = kvchat::SpeculativeMode::Lookup;
   QCOMPARE(settings.to_json().value(QStringLiteral("speculative_decoding")).toString(), QStringLiteral("lookup"));

@@ -220,7 +220,7 @@ void FamilyReferencesTest::long_context_takes_the_long_factors() {
   const std::string directory = family_dir("phi3");
   const nlohmann::json reference = kvchat::test::load_json(directory + "/reference.json");
   LoadOptions long_context;
-  long_context.long_context = true;
+  long_context.long_context = LoadOptions::LongContext::Required;
   const LoadedModel opened = load_model(load_path(directory, file.toStdString()), long_context);
   const LoadedModel original = load_model(load_path(directory, file.toStdString()));
   QCOMPARE(original.config.max_position_embeddings, std::int64_t(512));  // original_max_position_embeddings
@@ -256,7 +256,15 @@ void FamilyReferencesTest::long_context_takes_the_long_factors() {
   QCOMPARE(cached.cache_tokens(), std::int64_t(64 + 499));
   QVERIFY(naive.generate(prompt, config).generated == ids);
 
+  // Where supported (the app's setting): this model opens the same way; one without LongRoPE as it is. Required (the
+  // CLI's --long-context) refuses the latter.
+  LoadOptions where_supported;
+  where_supported.long_context = LoadOptions::LongContext::WhereSupported;
+  QCOMPARE(load_model(load_path(directory, file.toStdString()), where_supported).config.max_position_embeddings,
+           std::int64_t(1024));
   if (file != "model.safetensors") return;
+  QCOMPARE(load_model(family_dir("gemma2"), where_supported).config.max_position_embeddings,
+           load_model(family_dir("gemma2")).config.max_position_embeddings);
   try {
     load_model(family_dir("gemma2"), long_context);
     QFAIL("a model without LongRoPE opened for a long context");

@@ -55,6 +55,7 @@ ChatSettings unusual_settings() {
   settings.model_path = "/models/llama";
   settings.threads = 3;
   settings.context_limit = 1000;
+  settings.long_context = true;
   settings.context_overflow = ContextOverflowPolicy::DropOldestTurns;
   settings.cache_budget_bytes = 123456789;  // not a whole number of MiB: kept exactly when untouched
   settings.speculative = kvchat::SpeculativeMode::DraftModel;
@@ -79,6 +80,7 @@ void SettingsDialogTest::unchanged_dialog_returns_the_same_settings() {
   QCOMPARE(shown.model_path, original.model_path);
   QCOMPARE(shown.threads, original.threads);
   QCOMPARE(shown.context_limit, original.context_limit);
+  QCOMPARE(shown.long_context, original.long_context);
   QCOMPARE(shown.context_overflow, original.context_overflow);
   QCOMPARE(shown.cache_budget_bytes, original.cache_budget_bytes);
   QCOMPARE(shown.speculative, original.speculative);
@@ -95,6 +97,7 @@ void SettingsDialogTest::edits_map_onto_the_settings() {
   dialog.findChild<QPlainTextEdit*>("systemPromptEdit")->setPlainText("Tell stories.");
   dialog.findChild<QLineEdit*>("modelPathEdit")->setText("  ");
   dialog.findChild<QSpinBox*>("contextLimitSpin")->setValue(0);
+  dialog.findChild<QCheckBox*>("longContextCheck")->setChecked(false);
   dialog.findChild<QComboBox*>("overflowCombo")->setCurrentIndex(0);
   dialog.findChild<QSpinBox*>("cacheBudgetSpin")->setValue(256);
   const ChatSettings edited = dialog.settings();
@@ -106,6 +109,7 @@ void SettingsDialogTest::edits_map_onto_the_settings() {
   QCOMPARE(edited.default_system_prompt, QStringLiteral("Tell stories."));
   QCOMPARE(edited.model_path, QString());  // blank = the embedded model
   QCOMPARE(edited.context_limit, 0);
+  QCOMPARE(edited.long_context, false);
   QCOMPARE(edited.context_overflow, ContextOverflowPolicy::Stop);
   QCOMPARE(edited.cache_budget_bytes, qint64(256) * 1024 * 1024);
   QCOMPARE(edited.top_p, 0.875);  // untouched fields stay
@@ -156,9 +160,10 @@ void SettingsDialogTest::local_only_settings_are_greyed_out_for_a_server() {
   auto* backend = dialog.findChild<QComboBox*>("backendCombo");
   auto* hint = dialog.findChild<QLabel*>("localOnlyHint");
   QVERIFY(hint);
-  const QStringList local_only{"kvCacheCheck",    "threadsSpin",      "contextLimitSpin",   "overflowCombo",
-                               "cacheBudgetSpin", "snapshotsCheck",   "snapshotBudgetSpin", "snapshotDirectoryEdit",
-                               "modelPathEdit",   "speculativeCombo", "draftModelPathEdit", "kvDtypeCombo"};
+  const QStringList local_only{"kvCacheCheck",          "threadsSpin",     "contextLimitSpin", "overflowCombo",
+                               "longContextCheck",      "cacheBudgetSpin", "snapshotsCheck",   "snapshotBudgetSpin",
+                               "snapshotDirectoryEdit", "modelPathEdit",   "speculativeCombo", "draftModelPathEdit",
+                               "kvDtypeCombo"};
   const QStringList sent{"temperatureSpin",       "topKSpin", "topPSpin",         "minPSpin",
                          "repetitionPenaltySpin", "seedEdit", "maxNewTokensSpin", "systemPromptEdit"};
   auto enabled = [&](const QString& name) {
