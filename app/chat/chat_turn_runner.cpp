@@ -133,8 +133,7 @@ TurnOutcome ChatTurnRunner::run(Session& session, const std::vector<ChatMessage>
   if (config.grammar && options.continue_reply)
     throw std::invalid_argument(
         "a reply in JSON cannot be continued: regenerate it (or raise max tokens) to get a whole JSON reply");
-  if (config.grammar && !config.grammar_vocabulary)
-    config.grammar_vocabulary = ConstraintVocabulary::from_tokenizer(*model_.tokenizer);
+  if (config.grammar && !config.grammar_vocabulary) config.grammar_vocabulary = model_.constraint_vocabulary();
 
   // A constrained reply is exactly the text the constraint allowed: no clean-up of spaces.
   StreamingDecoder decoder(*model_.tokenizer, /*skip_special_tokens=*/true,

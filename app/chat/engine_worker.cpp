@@ -39,7 +39,6 @@ struct EngineWorker::State {
   std::shared_ptr<const ComputeContext> compute;
   int compute_threads_setting = -1;  // what `compute` was made for (0: the machine's cores)
   // Constrained replies' token tries, built on a chat's first JSON reply and kept while the model is loaded.
-  std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary;
   // Speculative decoding's draft model, loaded on first use and kept while the setting names the same file.
   std::shared_ptr<const LlamaModel> draft_model;
   QString draft_model_path;
@@ -160,7 +159,6 @@ void EngineWorker::loadModel(const QString& directory, int threads, bool long_co
     state_->compute_for(threads);
     // Caches belong to the model that made them (listeners drop theirs on loaded()).
     state_->model = model;
-    state_->constraint_vocabulary.reset();  // the new model's vocabulary may differ
     open_snapshots();
 
     ModelInfo info;
@@ -217,9 +215,7 @@ void EngineWorker::runTurn(const TurnRequest& request) {
     // A chat whose replies are JSON: every token keeps the reply within the format.
     options.generation.grammar = request.reply_format.grammar();
     if (options.generation.grammar) {
-      if (!state_->constraint_vocabulary)
-        state_->constraint_vocabulary = ConstraintVocabulary::from_tokenizer(*model->tokenizer);
-      options.generation.grammar_vocabulary = state_->constraint_vocabulary;
+      options.generation.grammar_vocabulary = model->constraint_vocabulary();
     }
 
     std::string pending;

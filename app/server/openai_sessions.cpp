@@ -356,14 +356,7 @@ ToolCallFormat ServerSessions::tool_call_format() const {
 }
 
 std::shared_ptr<const ConstraintVocabulary> ServerSessions::constraint_vocabulary() const {
-  std::lock_guard<std::mutex> lock(vocabulary_mutex_);
-  if (!constraint_vocabulary_) {
-    const auto started = std::chrono::steady_clock::now();
-    constraint_vocabulary_ = ConstraintVocabulary::from_tokenizer(*model_.tokenizer);
-    spdlog::info("constrained decoding: the vocabulary's token trie made in {:.0f} ms",
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
-  }
-  return constraint_vocabulary_;
+  return model_.constraint_vocabulary();
 }
 
 std::vector<TokenId> ServerSessions::encode_chat(const std::vector<ChatMessage>& messages,

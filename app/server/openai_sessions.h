@@ -88,7 +88,7 @@ class ServerSessions {
   std::vector<TokenId> encode_chat(const std::vector<ChatMessage>& messages, const std::string& tools_json = {}) const;
   // The chat template's format of tool calls (ToolCallFormat::None when it renders no tools).
   ToolCallFormat tool_call_format() const;
-  // The served tokenizer's bytes for constrained decoding, made at the first call.
+  // The served tokenizer's bytes for constrained decoding (LoadedModel::constraint_vocabulary: made once per model).
   std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary() const;
   std::vector<TokenId> encode_prompt(const std::string& prompt) const;
   // A prompt given as token ids: checked against the vocabulary and the context limit (ApiError naming
@@ -153,8 +153,6 @@ class ServerSessions {
 
   const LoadedModel& model_;
   ChatTurnRunner runner_;
-  mutable std::mutex vocabulary_mutex_;
-  mutable std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary_;
   const int parallel_;
   const int max_queue_;
   const std::size_t max_sessions_;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 
 #include "engine/compute/compute_options.h"
@@ -44,6 +45,26 @@ void open_for_context(ModelConfig& config, LoadOptions::LongContext long_context
 }
 
 }  // namespace
+
+struct LoadedModel::LazyConstraintVocabulary {
+  std::once_flag made;
+  std::shared_ptr<const ConstraintVocabulary> vocabulary;
+};
+
+std::shared_ptr<LoadedModel::LazyConstraintVocabulary> LoadedModel::make_lazy_constraint_vocabulary() {
+  return std::make_shared<LazyConstraintVocabulary>();
+}
+
+std::shared_ptr<const ConstraintVocabulary> LoadedModel::constraint_vocabulary() const {
+  if (!tokenizer) return nullptr;
+  std::call_once(constraint_vocabulary_->made, [&] {
+    const auto started = std::chrono::steady_clock::now();
+    constraint_vocabulary_->vocabulary = ConstraintVocabulary::from_tokenizer(*tokenizer);
+    spdlog::info("constrained decoding: the vocabulary's token trie made in {:.0f} ms",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+  });
+  return constraint_vocabulary_->vocabulary;
+}
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;

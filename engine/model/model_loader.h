@@ -10,6 +10,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/weight_dtype.h"
 #include "engine/text/chat_template.h"
+#include "engine/text/constraint/token_constraint.h"
 #include "engine/text/tokenizer.h"
 
 namespace kvchat {
@@ -36,6 +37,16 @@ struct LoadedModel {
   std::shared_ptr<const LlamaModel> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null when a directory has no tokenizer.json
   ChatFormatter formatter;                     // plain() when there is no chat template
+
+  // The tokenizer's bytes for constrained decoding (a JSON reply format, a schema), made at the first call from any
+  // thread and shared by every copy of this LoadedModel: the chat's engine, its server and their turn runners build
+  // the trie of a 128k vocabulary once per model. Null without a tokenizer.
+  std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary() const;
+
+ private:
+  struct LazyConstraintVocabulary;
+  std::shared_ptr<LazyConstraintVocabulary> constraint_vocabulary_ = make_lazy_constraint_vocabulary();
+  static std::shared_ptr<LazyConstraintVocabulary> make_lazy_constraint_vocabulary();
 };
 
 // A directory or a GGUF file (by its magic, whatever its name). Throws ModelError / TokenizerError /
