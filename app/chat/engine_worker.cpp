@@ -38,7 +38,6 @@ struct EngineWorker::State {
   // app hosts has another), so a new thread count needs no process-wide change.
   std::shared_ptr<const ComputeContext> compute;
   int compute_threads_setting = -1;  // what `compute` was made for (0: the machine's cores)
-  // Constrained replies' token tries, built on a chat's first JSON reply and kept while the model is loaded.
   // Speculative decoding's draft model, loaded on first use and kept while the setting names the same file.
   std::shared_ptr<const LlamaModel> draft_model;
   QString draft_model_path;

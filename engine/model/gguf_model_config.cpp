@@ -103,14 +103,14 @@ void read_phi3_fields(const GgufFile& file, const std::string& arch, ModelConfig
   rope.attention_factor = positive_float_or(file, arch + ".rope.scaling.attn_factor", 1.0);
   rope.longrope_long_context = config.max_position_embeddings;
   config.max_position_embeddings = std::min(config.max_position_embeddings, rope.original_max_position_embeddings);
-  for (const GgufTensor* factors : {short_factors, long_factors}) {
+  for (auto [factors, kept] :
+       {std::pair{short_factors, &rope.longrope_factors}, std::pair{long_factors, &rope.longrope_long_factors}}) {
     if (factors->n_elements != config.rotary_dim / 2)
       fail(file, "tensor " + factors->name + " has " + std::to_string(factors->n_elements) +
                      " values, expected one per rotated pair (" + std::to_string(config.rotary_dim / 2) + ")");
-    std::vector<double>& kept = factors == short_factors ? rope.longrope_factors : rope.longrope_long_factors;
     for (float value : dequantize_tensor(*factors)) {
       if (!(value > 0) || value > 1e30f) fail(file, "tensor " + factors->name + " holds a factor that is not positive");
-      kept.push_back(value);
+      kept->push_back(value);
     }
   }
 }

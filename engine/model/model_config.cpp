@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 namespace kvchat {
 
@@ -180,14 +181,12 @@ void read_longrope(const FieldReader& read, const json& scaling, ModelConfig& co
   for (const char* field : {"short_factor", "long_factor"})
     if (!scaling.contains(field) || !scaling.at(field).is_array() || scaling.at(field).size() != pairs)
       scaling_read.fail(field, "must list " + std::to_string(pairs) + " factors (one per rotated pair)");
-  for (const char* field : {"short_factor", "long_factor"}) {
-    std::vector<double>& factors =
-        std::string(field) == "short_factor" ? rope.longrope_factors : rope.longrope_long_factors;
+  for (auto [field, factors] :
+       {std::pair{"short_factor", &rope.longrope_factors}, std::pair{"long_factor", &rope.longrope_long_factors}})
     for (const json& value : scaling.at(field)) {
       if (!value.is_number() || !(value.get<double>() > 0)) scaling_read.fail(field, "must hold positive numbers");
-      factors.push_back(value.get<double>());
+      factors->push_back(value.get<double>());
     }
-  }
   rope.longrope_long_context = config.max_position_embeddings;
   const double original = static_cast<double>(rope.original_max_position_embeddings);
   const double scale = static_cast<double>(config.max_position_embeddings) / original;
@@ -345,9 +344,7 @@ void ModelConfig::use_longrope_long_context() {
   RopeScaling& rope = rope_scaling;
   if (!has_longrope_long_factors())
     throw ModelError("the long context is a LongRoPE (Phi-3) mode: this " + model_type + " model has no long factors");
-  if (rope.longrope_long) return;
   rope.longrope_factors = rope.longrope_long_factors;
-  rope.longrope_long = true;
   max_position_embeddings = std::max(max_position_embeddings, rope.longrope_long_context);
 }
 

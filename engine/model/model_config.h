@@ -28,7 +28,6 @@ struct RopeScaling {
   std::vector<double> longrope_factors;
   std::vector<double> longrope_long_factors;  // the config's long factors
   std::int64_t longrope_long_context = 0;     // the context they serve (the config's max_position_embeddings)
-  bool longrope_long = false;                 // whether longrope_factors are the long ones
   double attention_factor = 1.0;
 };
 

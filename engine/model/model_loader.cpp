@@ -7,6 +7,7 @@
 #include <fstream>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 
 #include "engine/compute/compute_options.h"
 #include "engine/compute/process_setup.h"
@@ -130,9 +131,9 @@ LoadedModel load_model_gguf(const std::string& path, const LoadOptions& options)
   open_for_context(loaded.config, options.long_context);
   // Tokenizer and template first: cheap, and they fail before the weights are touched.
   // llama.cpp's convention for a file without a vocabulary: the key present, with "none" (or "no_vocab").
-  const bool has_vocabulary = file->has_metadata("tokenizer.ggml.model") &&
-                              file->get_string("tokenizer.ggml.model") != "none" &&
-                              file->get_string("tokenizer.ggml.model") != "no_vocab";
+  const std::string_view vocabulary =
+      file->has_metadata("tokenizer.ggml.model") ? file->get_string("tokenizer.ggml.model") : "none";
+  const bool has_vocabulary = vocabulary != "none" && vocabulary != "no_vocab";
   if (has_vocabulary) {
     loaded.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_gguf(*file));
     check_tokenizer_fits(loaded, path + " (tokenizer.ggml.tokens)", "rows of token_embd.weight");

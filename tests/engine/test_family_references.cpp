@@ -61,6 +61,24 @@ at::Tensor reference_logits(const std::string& directory, const nlohmann::json& 
   return at::from_blob(values.data(), {positions, vocab}, at::kFloat).clone();
 }
 
+// Rows (family, file) for every file a family's reference.json lists under `logits_key` ("logits": each file of the
+// family, a Hugging Face folder and GGUF files where the family has that form); returns how many.
+int add_family_file_rows(const char* logits_key) {
+  QTest::addColumn<QString>("family");
+  QTest::addColumn<QString>("file");
+  int rows = 0;
+  for (const char* family : kFamilies) {
+    const nlohmann::json reference = kvchat::test::load_json(family_dir(family) + "/reference.json");
+    if (!reference.contains(logits_key)) continue;
+    for (const auto& [file, logits] : reference[logits_key].items()) {
+      const QString name = QString::fromStdString(file);
+      QTest::newRow(qPrintable(QString("%1 %2").arg(family, name))) << QString(family) << name;
+      ++rows;
+    }
+  }
+  return rows;
+}
+
 std::string load_path(const std::string& directory, const std::string& file) {
   return file == "model.safetensors" ? directory : directory + "/" + file;
 }
@@ -83,18 +101,7 @@ class FamilyReferencesTest : public QObject {
   void edits_across_the_window_edge_match_an_uncached_run();
 };
 
-void FamilyReferencesTest::logits_match_the_reference_data() {
-  QTest::addColumn<QString>("family");
-  QTest::addColumn<QString>("file");
-  for (const char* family : kFamilies) {
-    // The family's files: a Hugging Face folder, and GGUF files where the family has that form.
-    const nlohmann::json reference = kvchat::test::load_json(family_dir(family) + "/reference.json");
-    for (const auto& [file, logits] : reference["logits"].items()) {
-      const QString name = QString::fromStdString(file);
-      QTest::newRow(qPrintable(QString("%1 %2").arg(family, name))) << QString(family) << name;
-    }
-  }
-}
+void FamilyReferencesTest::logits_match_the_reference_data() { add_family_file_rows("logits"); }
 
 void FamilyReferencesTest::logits_match_the_reference() {
   QFETCH(QString, family);
@@ -138,19 +145,7 @@ void FamilyReferencesTest::logits_match_the_reference() {
 }
 
 void FamilyReferencesTest::logits_match_llama_cpp_data() {
-  QTest::addColumn<QString>("family");
-  QTest::addColumn<QString>("file");
-  int rows = 0;
-  for (const char* family : kFamilies) {
-    const nlohmann::json reference = kvchat::test::load_json(family_dir(family) + "/reference.json");
-    if (!reference.contains("llama_cpp_logits")) continue;
-    for (const auto& [file, logits] : reference["llama_cpp_logits"].items()) {
-      const QString name = QString::fromStdString(file);
-      QTest::newRow(qPrintable(QString("%1 %2").arg(family, name))) << QString(family) << name;
-      ++rows;
-    }
-  }
-  QVERIFY(rows >= 4);  // gemma2 and phi3, Q8_0 and Q4_K
+  QVERIFY(add_family_file_rows("llama_cpp_logits") >= 4);  // gemma2 and phi3, Q8_0 and Q4_K
 }
 
 void FamilyReferencesTest::logits_match_llama_cpp() {
