@@ -34,7 +34,8 @@ const std::string kUsage =
         "                        [--dtype f32,bf16,q8_0,q4_k,...] [--threads N] [--kernels on|off]\n"
         "                        [--bandwidth-probe auto|step|row] [--speculative lookup|draft [--draft-tokens K]\n"
         "                        [--draft-model PATH] [--pairs N]] [--prompt-kind random|repeating]\n"
-        "                        [--batch 1,2,4,8] [--json-schema FILE [--tokenizer DIR|FILE.gguf]] [--json]\n"
+        "                        [--batch 1,2,4,8] [--json-schema FILE [--tokenizer DIR|FILE.gguf]] [--warmup]\n"
+        "                        [--json]\n"
         "       kvchat-cli bench --snapshot (--model ... | --random-weights ...) [--prompt-tokens 2000] [--new-tokens "
         "32]\n"
         "                        [--dtype f32,bf16] [--cache-dir DIR] [--threads N] [--kernels on|off] [--json]\n"
@@ -65,7 +66,10 @@ const std::string kUsage =
         "             cost, and the milliseconds the token mask takes per token. Needs the model's tokenizer or\n"
         "             --tokenizer (random weights have none).\n"
         "--prompt-kind repeating: the prompt repeats one passage of 64 random ids (text that repeats its\n"
-        "             context, what prompt lookup catches); random (the default): no repetition.\n") +
+        "             context, what prompt lookup catches); random (the default): no repetition.\n"
+        "--warmup     before each row, one generation of the row's prompt and one new token, not measured (as\n"
+        "             llama-bench warms up): without it a row's figures include the process's first touches of\n"
+        "             the model's mapped file and of its buffers, which the first prompt after loading pays.\n") +
     kSnapshotBenchUsage;
 
 double mib(double bytes) { return bytes / 1048576.0; }
@@ -83,6 +87,7 @@ struct BenchOptions {
   std::vector<long long> batch_sizes;  // --batch: batched decode at these widths (empty: none)
   int pairs = 3;
   bool repeating_prompt = false;
+  bool warmup = false;                         // --warmup: an unmeasured generation before each row
   std::shared_ptr<const JsonGrammar> grammar;  // --json-schema: constrained decoding compared (null: not)
 };
 
@@ -91,6 +96,7 @@ BenchOptions parse_bench_options(const ArgParser& parser) {
   if (parser.has(kCacheDirOption)) throw UsageError("--cache-dir is for --snapshot only");
   BenchOptions options;
   options.json_output = parser.has("json");
+  options.warmup = parser.has("warmup");
   options.prompt_lengths = parse_int_list("prompt-tokens", parser.value_or("prompt-tokens", "5,128,512"));
   options.new_tokens = parser.int_or("new-tokens", 32);
   if (options.new_tokens < 1) throw UsageError("--new-tokens must be at least 1");
@@ -167,6 +173,7 @@ struct BenchRow {
   // Resident memory the model holds after the run (its weights all read once): the process's resident
   // bytes then, less those before the model was loaded.
   std::int64_t model_resident_bytes = 0;
+  double warmup_ms = 0.0;  // --warmup: the unmeasured generation before the row (0 without)
 };
 
 // The cache's bytes per token (0 with the cache off).
@@ -198,6 +205,7 @@ void print_row(const BenchOptions& options, const ModelSource& source, int threa
                                  {"threads", threads},
                                  {"prompt_tokens", row.prompt_tokens},
                                  {"new_tokens", options.new_tokens},
+                                 {"warmup_ms", row.warmup_ms},
                                  {"prefill_tok_s", s.prefill_tokens_per_second},
                                  {"ttft_ms", s.ttft_ms},
                                  {"decode_tok_s", run.decode_tok_s},
@@ -469,6 +477,12 @@ BenchRow measure_row(const BenchOptions& options, const ModelSource& source, con
   row.prompt_tokens = prompt_tokens;
   row.per_step =
       options.bandwidth_probe == "step" || (options.bandwidth_probe == "auto" && pairs_bandwidth_probes(model));
+  if (options.warmup) {
+    BenchGeneration warmup;
+    warmup.repeating_prompt = options.repeating_prompt;
+    warmup.kv_dtype = kv_dtype;
+    row.warmup_ms = run_generation_benchmark(source.model, mode, static_cast<int>(prompt_tokens), 1, warmup).total_ms;
+  }
   const double row_bandwidth =
       row.per_step ? 0.0 : kernels::measure_read_bandwidth(threads, std::size_t(256) << 20, 5).gigabytes_per_second;
   BenchGeneration how;
@@ -489,7 +503,7 @@ int run_bench(const std::vector<std::string>& args) {
   ArgParser parser(with_model_options({"prompt-tokens", "new-tokens", "kv-cache", "kv-dtype", "kernels",
                                        "bandwidth-probe", "speculative", "draft-tokens", "draft-model", "pairs",
                                        "prompt-kind", "batch", "json-schema", "tokenizer", kCacheDirOption}),
-                   {"json", kSnapshotFlag});
+                   {"json", "warmup", kSnapshotFlag});
   parser.parse(args);
   if (parser.has(kSnapshotFlag)) return run_snapshot_bench(parser);
   const BenchOptions options = parse_bench_options(parser);

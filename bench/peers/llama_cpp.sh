@@ -11,6 +11,9 @@
 #   decode64     decode of 32 tokens after a 64-token prompt (llama-bench -p 0 -n 32 -d 64)
 #   decode4096   the same after 4,096 tokens (-d 4096)
 #   prefill512   a 512-token prompt (-p 512 -n 0; kvchat's prefill tok/s of a 512-token prompt)
+# Both warm up before they measure: llama-bench runs its test once unmeasured (its default), kvchat-cli bench runs
+# the row's prompt once (--warmup). A first run after loading pays the first touches of the mapped file and of the
+# buffers; llama-bench never reports it.
 # Both keep K/V in the same type: --kv-dtype f16 (the default, llama-bench's own default cache type), bf16, q8_0
 # (llama.cpp keeps a q8_0 V cache only with flash attention, which is then switched on) or f32.
 # OPENBLAS_CORETYPE is unset for the runs: it forces OpenBLAS's kernel set (an AVX2 one on an AVX-512 processor
@@ -43,7 +46,7 @@ while [ $# -gt 0 ]; do
     --make-files) make_files=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
     --kv-dtype) kv_dtype=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) files+=("$1"); shift ;;
   esac
 done
@@ -102,7 +105,7 @@ run_kvchat() {  # file test
     prefill512) prompt=512; new=1; field=prefill_tok_s ;;
   esac
   "$kvchat" bench --model "$1" --threads "$threads" --kv-cache on --kv-dtype "$kv_dtype" --prompt-tokens $prompt \
-    --new-tokens $new --json \
+    --new-tokens $new --warmup --json \
     2>/dev/null | python3 -c "
 import json, sys
 speed = bandwidth = 0.0

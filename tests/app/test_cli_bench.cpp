@@ -30,6 +30,7 @@ class CliBenchTest : public QObject {
   void gguf_dtype_errors();
   void speculative_pairs_report_acceptance_and_identity();
   void batched_decode_reports_each_width();
+  void warmup_runs_before_each_row();
 
  private:
   QString write_tiny_config();
@@ -84,6 +85,47 @@ void CliBenchTest::json_lines_cover_every_configuration() {
   QCOMPARE(machines, 2);
   QCOMPARE(rows, 2 * 2 * 3);
   QCOMPARE(speedups, 2 * 2);
+}
+
+// --warmup runs each row's configuration once before it, unmeasured: every row reports the warm-up's time, and the
+// measured run is the row's alone (its cache holds its own tokens, cache on and off still agree). Without the flag
+// no row warms up.
+void CliBenchTest::warmup_runs_before_each_row() {
+  for (const bool warmup : {true, false}) {
+    QStringList args{"bench",
+                     "--model",
+                     QString::fromStdString(shared_path("models/tiny-llama3-random")),
+                     "--prompt-tokens",
+                     "5,20",
+                     "--new-tokens",
+                     "8",
+                     "--kv-cache",
+                     "on,off",
+                     "--threads",
+                     "1",
+                     "--json"};
+    if (warmup) args << "--warmup";
+    auto result = run_cli(args);
+    QVERIFY2(result.exit_code == 0, result.err.c_str());
+    std::istringstream lines(result.out);
+    std::string line;
+    int rows = 0, speedups = 0;
+    while (std::getline(lines, line)) {
+      auto json = nlohmann::json::parse(line);
+      if (json.contains("speedup")) {
+        QVERIFY2(json["speedup"]["identical_tokens"].get<bool>(), line.c_str());
+        ++speedups;
+      } else if (json.contains("prompt_tokens")) {
+        QVERIFY2(warmup ? json["warmup_ms"].get<double>() > 0.0 : json["warmup_ms"].get<double>() == 0.0, line.c_str());
+        const long long prompt = json["prompt_tokens"].get<long long>();
+        const long long expected_cache = json["kv_cache"] == "off" ? 0 : 2LL * 4 * 2 * 32 * (prompt + 8 - 1) * 4;
+        QCOMPARE(json["cache_bytes"].get<long long>(), expected_cache);
+        ++rows;
+      }
+    }
+    QCOMPARE(rows, 4);
+    QCOMPARE(speedups, 2);
+  }
 }
 
 // One row per KV dtype; each counts its own bytes per token (4 layers x K and V x 2 KV heads x a row of 32
