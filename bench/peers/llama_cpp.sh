@@ -46,7 +46,7 @@ while [ $# -gt 0 ]; do
     --make-files) make_files=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
     --kv-dtype) kv_dtype=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) files+=("$1"); shift ;;
   esac
 done
