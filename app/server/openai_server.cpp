@@ -402,6 +402,11 @@ void OpenAiServer::Impl::install_routes() {
                        {"sessions", status.sessions},
                        {"kv_cache_bytes", status.cache_bytes},
                        {"kv_cache_budget_bytes", status.budget_bytes},
+                       {"kv_cache_reserved_bytes", status.reserved_bytes},
+                       {"kv_cache_peak_bytes", status.peak_bytes},
+                       {"waiting_for_memory", status.waiting_for_memory},
+                       {"kv_reservation_extensions", status.reservation_extensions},
+                       {"kv_budget_overshoots", status.budget_overshoots},
                        {"kv_cache_evictions", status.evictions},
                        {"waiting_for_prefix", status.waiting_for_prefix},
                        {"prefix_copies", status.prefix_copies},
@@ -493,7 +498,7 @@ void OpenAiServer::Impl::chat_completions(const httplib::Request& request, httpl
   }
   job->sampling = std::move(parsed.sampling);
   job->prompt_ids = sessions_.encode_chat(parsed.messages, tools_json);
-  job->lease = sessions_.acquire_for_prompt(job->prompt_ids);
+  job->lease = sessions_.acquire_for_prompt(job->prompt_ids, job->sampling.max_tokens);
   job->identity = ChunkIdentity{"chatcmpl-" + std::to_string(next_id_++), unix_time(), options_.model_id};
   respond(std::move(job), request, response);
 }
@@ -506,7 +511,7 @@ void OpenAiServer::Impl::completions(const httplib::Request& request, httplib::R
   job->sampling = std::move(parsed.sampling);
   job->prompt_ids = parsed.prompt_token_ids.empty() ? sessions_.encode_prompt(parsed.prompt)
                                                     : sessions_.checked_prompt_ids(std::move(parsed.prompt_token_ids));
-  job->lease = sessions_.acquire_for_prompt(job->prompt_ids);
+  job->lease = sessions_.acquire_for_prompt(job->prompt_ids, job->sampling.max_tokens);
   job->identity = ChunkIdentity{"cmpl-" + std::to_string(next_id_++), unix_time(), options_.model_id};
   respond(std::move(job), request, response);
 }

@@ -40,7 +40,10 @@ struct ServerSessions::Entry {
   Session* session = nullptr;  // owned by the pool
   bool busy = false;           // leased to a request, or being copied from
   std::uint64_t last_used = 0;
-  std::int64_t cache_bytes = 0;  // when it last started or finished a request (its thread may be growing it)
+  std::int64_t cache_bytes = 0;         // when it last started or finished a request (its thread may be growing it)
+  std::int64_t reserved_bytes = 0;      // while a request runs here: that request's reservation (0 for a copy source)
+  std::int64_t reserved_positions = 0;  // the positions it covers
+  std::int64_t reply_limit_positions = 0;  // the most the request may hold: its prompt and max_tokens (or the context)
   // The ids of the last request it served that its cache still holds: a prompt that continues all of
   // them is that conversation's next turn (or the same turn again) and runs here.
   std::size_t prompt_tokens = 0;
@@ -114,6 +117,7 @@ void ServerSessions::shut_down() {
   std::lock_guard<std::mutex> lock(mutex_);
   shutting_down_.store(true);
   slot_freed_.notify_all();
+  memory_freed_.notify_all();
 }
 
 void ServerSessions::wait_for_slot(std::unique_lock<std::mutex>& lock) {
@@ -146,7 +150,9 @@ ServerSessions::Entry* ServerSessions::spare_entry(const Entry* keep) {
   return oldest;
 }
 
-ServerSessions::Placement ServerSessions::place(const std::vector<TokenId>& prompt_ids, PrefixRequest& request) {
+ServerSessions::Placement ServerSessions::place(const std::vector<TokenId>& prompt_ids, PrefixRequest& request,
+                                                std::int64_t reservation, std::int64_t reserved_positions,
+                                                std::int64_t reply_limit_positions) {
   Entry* idle = nullptr;  // the idle session sharing the longest prefix with the prompt
   std::size_t idle_shared = 0;
   Entry* running = nullptr;  // the busy one whose cache will share the longest prefix
@@ -171,7 +177,9 @@ ServerSessions::Placement ServerSessions::place(const std::vector<TokenId>& prom
     if (running && running_shared >= wait_for && running_shared >= idle_shared + wait_for) {
       placement.source = running;
       placement.source_running = true;
-    } else if (idle && idle_shared >= kMinimumCopyTokens) {
+    } else if (idle && idle_shared >= kMinimumCopyTokens &&
+               (budget_bytes_ == 0 || busy_bytes() + idle->session->cache_bytes() <= budget_bytes_)) {
+      // Read while the copy runs, it cannot be evicted meanwhile: only where it fits beside the reservations.
       placement.source = idle;
     }
     placement.destination = spare_entry(placement.source);
@@ -189,10 +197,14 @@ ServerSessions::Placement ServerSessions::place(const std::vector<TokenId>& prom
   destination.prompt_tokens = prompt_ids.size();
   destination.last_used = ++use_clock_;
   destination.cache_bytes = destination.session->cache_bytes();
+  destination.reserved_bytes = reservation;
+  destination.reserved_positions = reserved_positions;
+  destination.reply_limit_positions = reply_limit_positions;
   if (placement.source_running) {
     request = PrefixRequest{&destination, &prompt_ids, running_shared, false};
     placement.source->prefix_requests.push_back(&request);
     placement.source->prefix_requested.store(true);
+    memory_freed_.notify_all();  // the source may be waiting to extend its reservation: it copies first
     ++waiting_for_prefix_;
   } else if (placement.source) {
     // Kept from other requests while it is read; they may ask it for a copy meanwhile.
@@ -209,14 +221,118 @@ ServerSessions::Placement ServerSessions::place(const std::vector<TokenId>& prom
   return placement;
 }
 
-std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_prompt(const std::vector<TokenId>& prompt_ids) {
+std::int64_t ServerSessions::reserved_positions(std::int64_t prompt_tokens, std::int64_t reply_tokens) const {
+  std::int64_t positions = prompt_tokens + reply_tokens;
+  // A speculative check writes its proposed tokens' rows before it knows how many stay.
+  if (speculative_.mode != SpeculativeMode::None) positions += std::max(0, speculative_.draft_tokens);
+  positions = std::min<std::int64_t>(positions, context_limit());
+  return (positions + kBudgetBlockTokens - 1) / kBudgetBlockTokens * kBudgetBlockTokens;
+}
+
+std::int64_t ServerSessions::reservation_bytes(std::size_t prompt_tokens, int max_reply_tokens) const {
+  const std::int64_t reply = max_reply_tokens > 0 ? std::min<std::int64_t>(max_reply_tokens, kReplyReservationTokens)
+                                                  : kReplyReservationTokens;
+  return model_.model->cache_shape(kv_dtype_).bytes_for(
+      reserved_positions(static_cast<std::int64_t>(prompt_tokens), reply));
+}
+
+void ServerSessions::extend_reservation(Entry& entry, std::int64_t needed_positions) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const std::int64_t wanted = std::max(needed_positions, entry.reserved_positions + kReplyReservationTokens);
+  const std::int64_t positions = std::min(entry.reply_limit_positions,
+                                          (wanted + kBudgetBlockTokens - 1) / kBudgetBlockTokens * kBudgetBlockTokens);
+  if (positions <= entry.reserved_positions) return;
+  const KvCacheShape shape = model_.model->cache_shape(kv_dtype_);
+  const std::int64_t extra = shape.bytes_for(positions) - shape.bytes_for(entry.reserved_positions);
+  bool waited = false;
+  while (budget_bytes_ > 0 && busy_bytes() + extra > budget_bytes_ && !shutting_down_.load()) {
+    if (entry.prefix_requested.load()) {
+      // A request waits for a copy of this cache's prefix: served first, or the two would wait for each other.
+      lock.unlock();
+      serve_prefix_requests(entry, /*prefill_done=*/true);
+      lock.lock();
+      continue;
+    }
+    if (extending_ + 1 >= admitted_) {
+      // Every other running request waits to extend as well: one goes on past the budget, so that none waits for
+      // another forever; its reservation counts, and new requests wait until the budget has room again.
+      ++budget_overshoots_;
+      spdlog::warn("a reply past {} positions extends its KV cache reservation beyond the budget of {} MiB",
+                   entry.reserved_positions, budget_bytes_ >> 20);
+      break;
+    }
+    if (!waited) spdlog::debug("a reply past {} positions waits to extend its reservation", entry.reserved_positions);
+    waited = true;
+    ++extending_;
+    memory_freed_.wait(lock);
+    --extending_;
+  }
+  reserved_bytes_ += extra;
+  entry.reserved_bytes += extra;
+  entry.reserved_positions = positions;
+  ++reservation_extensions_;
+  enforce_budget();
+}
+
+std::int64_t ServerSessions::busy_bytes() const {
+  std::int64_t bytes = reserved_bytes_;
+  for (const auto& entry : entries_)
+    if (entry->busy && entry->reserved_bytes == 0) bytes += entry->cache_bytes;  // a cache being copied from
+  return bytes;
+}
+
+void ServerSessions::wait_for_memory(std::unique_lock<std::mutex>& lock, std::int64_t reservation) {
+  if (budget_bytes_ > 0) {
+    const std::uint64_t ticket = next_ticket_++;
+    memory_queue_.push_back(ticket);
+    // Idle caches make room (enforce_budget evicts them once the request is placed); running requests' do not.
+    const auto fits = [&] {
+      if (shutting_down_.load()) return true;
+      return memory_queue_.front() == ticket && extending_ == 0 &&
+             (admitted_ == 0 || busy_bytes() + reservation <= budget_bytes_);
+    };
+    if (!fits()) {
+      spdlog::debug("a request waits for {} KiB of KV cache budget ({} KiB reserved by {} running requests)",
+                    reservation >> 10, reserved_bytes_ >> 10, admitted_);
+      memory_freed_.wait(lock, fits);
+    }
+    memory_queue_.erase(std::find(memory_queue_.begin(), memory_queue_.end(), ticket));
+    memory_freed_.notify_all();  // the next in line may fit as well
+    check_not_shutting_down();
+    if (reservation > budget_bytes_)
+      spdlog::warn("a request reserves {} MiB of KV cache, more than the budget of {} MiB: it runs alone",
+                   reservation >> 20, budget_bytes_ >> 20);
+  }
+  reserved_bytes_ += reservation;
+  ++admitted_;
+}
+
+std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_prompt(const std::vector<TokenId>& prompt_ids,
+                                                                          int max_reply_tokens) {
+  const std::int64_t reservation = reservation_bytes(prompt_ids.size(), max_reply_tokens);
+  const auto prompt_tokens = static_cast<std::int64_t>(prompt_ids.size());
+  const std::int64_t positions = reserved_positions(
+      prompt_tokens, max_reply_tokens > 0 ? std::min<std::int64_t>(max_reply_tokens, kReplyReservationTokens)
+                                          : kReplyReservationTokens);
+  const std::int64_t limit_positions =
+      reserved_positions(prompt_tokens, max_reply_tokens > 0 ? max_reply_tokens : context_limit());
   std::unique_lock<std::mutex> lock(mutex_);
   wait_for_slot(lock);
+  try {
+    wait_for_memory(lock, reservation);
+  } catch (...) {
+    --running_;
+    slot_freed_.notify_one();
+    throw;
+  }
   PrefixRequest request;
   Placement placement;
   try {
-    placement = place(prompt_ids, request);
+    placement = place(prompt_ids, request, reservation, positions, limit_positions);
   } catch (...) {
+    reserved_bytes_ -= reservation;
+    --admitted_;
+    memory_freed_.notify_all();
     --running_;
     slot_freed_.notify_one();
     throw;
@@ -297,6 +413,14 @@ void ServerSessions::finish_use(Entry& entry, std::unique_lock<std::mutex>& lock
   entry.prompt.shrink_to_fit();
   entry.prompt_tokens = std::min(entry.prompt_tokens, entry.session->history().size());
   entry.cache_bytes = entry.session->cache_bytes();
+  if (entry.reserved_bytes > 0) {
+    // What its cache holds now counts instead (at most the reservation: a request stays within it).
+    reserved_bytes_ -= entry.reserved_bytes;
+    --admitted_;
+    entry.reserved_bytes = 0;
+    entry.reserved_positions = entry.reply_limit_positions = 0;
+  }
+  memory_freed_.notify_all();
 }
 
 void ServerSessions::release(Entry* entry) {
@@ -311,13 +435,17 @@ void ServerSessions::release(Entry* entry) {
 
 void ServerSessions::enforce_budget() {
   std::vector<SessionPool::ConversationId> in_use;
-  std::int64_t in_use_bytes = 0;
   for (const auto& entry : entries_)
-    if (entry->busy) in_use.push_back(entry->id), in_use_bytes += entry->cache_bytes;
+    if (entry->busy) in_use.push_back(entry->id);
+  const std::int64_t in_use_bytes = busy_bytes();
   for (const SessionPool::Evicted& evicted : pool_.enforce_budget(budget_bytes_, in_use, in_use_bytes)) {
     ++evictions_;
     entries_[static_cast<std::size_t>(evicted.conversation - 1)]->cache_bytes = 0;
   }
+  std::int64_t counted = in_use_bytes;
+  for (const auto& entry : entries_)
+    if (!entry->busy) counted += entry->session->cache_bytes();
+  peak_bytes_ = std::max(peak_bytes_, counted);
 }
 
 ServerSessions::Status ServerSessions::status() {
@@ -329,6 +457,11 @@ ServerSessions::Status ServerSessions::status() {
   for (const auto& entry : entries_)
     status.cache_bytes += entry->busy ? entry->cache_bytes : entry->session->cache_bytes();
   status.budget_bytes = budget_bytes_;
+  status.reserved_bytes = reserved_bytes_;
+  status.peak_bytes = peak_bytes_;
+  status.waiting_for_memory = static_cast<int>(memory_queue_.size());
+  status.reservation_extensions = reservation_extensions_;
+  status.budget_overshoots = budget_overshoots_;
   status.evictions = evictions_;
   status.waiting_for_prefix = waiting_for_prefix_;
   status.prefix_copies = prefix_copies_;
@@ -529,12 +662,17 @@ CompletionResult ServerSessions::run(const Lease& lease, const std::vector<Token
                            request.exact_text || request.grammar ? std::optional<bool>(false) : std::nullopt);
   int generated = 0;
   Entry& entry = lease.entry();
+  const std::int64_t draft_positions =
+      speculative_.mode != SpeculativeMode::None ? std::max(0, speculative_.draft_tokens) : 0;
   const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
   GenerationResult result = entry.session->generate(
       prompt_ids, config, &stop,
       [&](TokenId token, const DecodeProgress& progress) {
         serve_prefix_requests(entry, /*prefill_done=*/true);
         generated = progress.generated_tokens;
+        // The next step writes this token's position (and a speculative check its proposals' after it).
+        const std::int64_t next_positions = static_cast<std::int64_t>(prompt_ids.size()) + generated + draft_positions;
+        if (next_positions > entry.reserved_positions) extend_reservation(entry, next_positions);
         const std::string chunk = decoder.push(token);
         std::optional<LogprobEntry> entry;
         if (progress.logprobs && !tokenizer.is_special(token)) {

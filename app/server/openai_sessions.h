@@ -17,13 +17,20 @@
 // every token, and its generation stops there. Once shut_down() is called, waiting and new requests are refused with
 // 503 and running generations stop.
 //
-// Memory: the sessions' KV caches live in one SessionPool under a byte budget. After every request the
-// least recently used idle caches are evicted (with a cache folder their snapshots are written first,
-// so a returning conversation restores instead of prefilling); running sessions are never evicted, so
-// the budget is exceeded by at most what the running requests add while they generate.
+// Memory: the sessions' KV caches live in one SessionPool under a byte budget, counted in blocks of
+// kBudgetBlockTokens positions. A request is admitted only when its reservation fits beside the running requests'
+// and the caches being copied from: the bytes of its prompt and of its first kReplyReservationTokens reply tokens
+// (fewer where max_tokens or the context allows fewer), in whole blocks. The least recently used idle caches are
+// evicted to make room (with a cache folder their snapshots are written first, so a returning conversation restores
+// instead of prefilling); a request that does not fit waits, first come first served, for running ones to finish, and
+// one larger than the whole budget runs when no other does. A reply about to outgrow its reservation extends it by
+// kReplyReservationTokens before its next step, evicting idle caches or waiting for a running request to finish; only
+// when every other running request waits to extend too does it go on beyond the budget (counted: budget_overshoots),
+// so that they never wait for each other. After every request its reservation gives way to what its cache holds.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -52,6 +59,9 @@ using LogprobSink = std::function<void(const std::vector<LogprobEntry>& entries)
 
 class ServerSessions {
  public:
+  // Reservations are whole blocks of this many positions, and a reply's are made and extended this many at a time.
+  static constexpr std::int64_t kBudgetBlockTokens = 16;
+  static constexpr std::int64_t kReplyReservationTokens = 8 * kBudgetBlockTokens;
   struct Entry;
   // A slot and a session held by one request until it is destroyed.
   class Lease {
@@ -95,10 +105,14 @@ class ServerSessions {
   // 'prompt'), else returned as it is.
   std::vector<TokenId> checked_prompt_ids(std::vector<TokenId> ids) const;
 
-  // Waits for a free slot (ApiError 429 when `max_queue` requests already wait), then takes the session
-  // the prompt reuses the most of (see above), copying a shared prefix into it first where that keeps
-  // another conversation's cache whole.
-  std::unique_ptr<Lease> acquire_for_prompt(const std::vector<TokenId>& prompt_ids);
+  // Waits for a free slot (ApiError 429 when `max_queue` requests already wait) and for room in the budget for a
+  // reply of at most `max_reply_tokens` (0: up to the context limit), then takes the session the prompt reuses the
+  // most of (see above), copying a shared prefix into it first where that keeps another conversation's cache whole.
+  std::unique_ptr<Lease> acquire_for_prompt(const std::vector<TokenId>& prompt_ids, int max_reply_tokens = 0);
+  // The bytes a request reserves when it is admitted: its prompt and its first kReplyReservationTokens reply tokens
+  // (at most `max_reply_tokens`, 0: up to the context limit), and the positions a speculative check writes beyond
+  // them, in whole blocks.
+  std::int64_t reservation_bytes(std::size_t prompt_tokens, int max_reply_tokens) const;
 
   // Generate on the lease's session, streaming text through `sink`. `stopped_by_client` is set when the
   // sink refused text or said the client is gone (then the prefill or the generation stopped there).
@@ -125,9 +139,15 @@ class ServerSessions {
     std::size_t sessions = 0;
     std::int64_t cache_bytes = 0;  // idle sessions' caches + running ones' as they were when they started
     std::int64_t budget_bytes = 0;
-    std::int64_t evictions = 0;      // caches evicted under the budget so far
-    int waiting_for_prefix = 0;      // requests waiting for a running one's prefill to copy its prefix
-    std::int64_t prefix_copies = 0;  // prefixes copied from one session into another so far
+    std::int64_t reserved_bytes = 0;  // the running requests' reservations
+    // The most the budget has counted at once so far: idle caches, reservations and caches being copied from.
+    std::int64_t peak_bytes = 0;
+    int waiting_for_memory = 0;               // requests holding a slot, waiting for room in the budget
+    std::int64_t reservation_extensions = 0;  // replies that outgrew their reservation and extended it
+    std::int64_t budget_overshoots = 0;       // of those, extended past the budget (every other one waiting)
+    std::int64_t evictions = 0;               // caches evicted under the budget so far
+    int waiting_for_prefix = 0;               // requests waiting for a running one's prefill to copy its prefix
+    std::int64_t prefix_copies = 0;           // prefixes copied from one session into another so far
     // Continuous batching (all zero with --parallel 1 or where the model's rows are not batched).
     std::int64_t batched_steps = 0, batched_rows = 0, largest_batch = 0;
   };
@@ -138,7 +158,16 @@ class ServerSessions {
   struct Placement;
   Entry* add_entry();
   void wait_for_slot(std::unique_lock<std::mutex>& lock);
-  Placement place(const std::vector<TokenId>& prompt_ids, PrefixRequest& request);
+  // With mutex_ held: waits until `reservation` fits beside the running requests' (or none runs), then counts it.
+  void wait_for_memory(std::unique_lock<std::mutex>& lock, std::int64_t reservation);
+  // With mutex_ held: the bytes of busy entries (a running request's reservation, a copy source's cache).
+  std::int64_t busy_bytes() const;
+  // The positions a reservation covers for a prompt and a reply of at most `reply_tokens`, in whole blocks.
+  std::int64_t reserved_positions(std::int64_t prompt_tokens, std::int64_t reply_tokens) const;
+  // On the request's thread, before a step that would write past its reservation.
+  void extend_reservation(Entry& entry, std::int64_t needed_positions);
+  Placement place(const std::vector<TokenId>& prompt_ids, PrefixRequest& request, std::int64_t reservation,
+                  std::int64_t reserved_positions, std::int64_t reply_limit_positions);
   Entry* spare_entry(const Entry* keep);
   std::int64_t copy_prefix(Entry& destination, const Entry& source, const std::vector<TokenId>& prompt_ids);
   void serve_prefix_requests(Entry& source, bool prefill_done);
@@ -164,6 +193,7 @@ class ServerSessions {
   std::mutex mutex_;  // guards everything below and every call into pool_
   std::condition_variable slot_freed_;
   std::condition_variable prefix_copied_;
+  std::condition_variable memory_freed_;
   int running_ = 0;
   int waiting_ = 0;
   int waiting_for_prefix_ = 0;
@@ -175,6 +205,14 @@ class ServerSessions {
   std::uint64_t use_clock_ = 0;
   std::int64_t evictions_ = 0;
   std::int64_t prefix_copies_ = 0;
+  std::int64_t reserved_bytes_ = 0;  // of the admitted requests
+  int admitted_ = 0;                 // requests holding a reservation
+  int extending_ = 0;                // of those, waiting to extend it
+  std::int64_t reservation_extensions_ = 0;
+  std::int64_t budget_overshoots_ = 0;
+  std::deque<std::uint64_t> memory_queue_;  // tickets of the requests waiting for memory, oldest first
+  std::uint64_t next_ticket_ = 0;
+  std::int64_t peak_bytes_ = 0;
 };
 
 }  // namespace kvchat::app::openai

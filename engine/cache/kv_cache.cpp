@@ -64,13 +64,13 @@ std::int64_t KvCache::held_positions(std::int64_t layer) const {
   return window > 0 ? std::min(size_, window) : size_;
 }
 
-std::int64_t KvCache::bytes_for(std::int64_t tokens) const {
+std::int64_t KvCacheShape::bytes_for(std::int64_t tokens) const {
   std::int64_t positions = 0;
-  for (std::int64_t layer = 0; layer < shape_.layers; ++layer) {
-    const std::int64_t window = shape_.window(layer);
-    positions += window > 0 ? std::min(tokens, window) : tokens;
+  for (std::int64_t layer = 0; layer < layers; ++layer) {
+    const std::int64_t layer_window = window(layer);
+    positions += layer_window > 0 ? std::min(tokens, layer_window) : tokens;
   }
-  return 2 * shape_.kv_heads * shape_.row_bytes() * positions;
+  return 2 * kv_heads * row_bytes() * positions;
 }
 
 bool KvCache::holds_every_position() const {

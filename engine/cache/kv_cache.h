@@ -58,6 +58,9 @@ struct KvCacheShape {
   std::int64_t window(std::int64_t layer) const {
     return static_cast<std::size_t>(layer) < layer_windows.size() ? layer_windows[static_cast<std::size_t>(layer)] : 0;
   }
+  // 2 (K and V) x kv_heads x row bytes x the positions each layer needs for `tokens`: all of them, or a sliding
+  // layer's window at most (what a cache of this shape holding `tokens` positions counts as its bytes).
+  std::int64_t bytes_for(std::int64_t tokens) const;
 };
 
 class KvCache {
@@ -106,10 +109,9 @@ class KvCache {
   virtual void write_rows(std::int64_t layer, std::int64_t position, const float* k, const float* v);
 
   std::int64_t size() const { return size_; }
-  // 2 (K and V) x kv_heads x row bytes x the positions each layer needs for `tokens`: all of them,
-  // or a sliding layer's window at most (what the contiguous cache holds; the naive reference keeps every one).
+  // KvCacheShape::bytes_for the cache's tokens (what the contiguous cache holds; the naive reference keeps every one).
   std::int64_t bytes() const { return bytes_for(size_); }
-  std::int64_t bytes_for(std::int64_t tokens) const;
+  std::int64_t bytes_for(std::int64_t tokens) const { return shape_.bytes_for(tokens); }
   // The positions a layer needs for the cache's tokens: size(), or at most its window.
   std::int64_t held_positions(std::int64_t layer) const;
   const KvCacheShape& shape() const { return shape_; }

@@ -34,6 +34,7 @@
 namespace app_test_openai_server_limits {
 
 using kvchat::app::openai::ServerOptions;
+using kvchat::app::openai::ServerSessions;
 using kvchat::test::HttpReply;
 using kvchat::test::InProcessServer;
 using kvchat::test::RawHttpConnection;
@@ -203,6 +204,128 @@ class TestOpenAiServerLimits : public QObject {
       const int restored = continued.json()["timings"]["restored_tokens"];
       QVERIFY2(with_snapshots ? restored > 0 : restored == 0, continued.body.c_str());
     }
+  }
+
+  // Sixteen clients at once with long prompts on a server whose budget holds about three requests' reservations
+  // (--parallel 8, a cache folder): every request is served, each reply the one a server without a budget gives, and
+  // the budget holds throughout: what it counted at most (idle caches, reservations, caches being copied from) stays
+  // within it, requests wait for room rather than fail, and idle caches are evicted to snapshots to make it.
+  void memory_budget_holds_under_sixteen_clients() {
+    const std::string story =
+        "The child and the animal walk to the park in the sun. They find a ball and a kite by the big tree. The "
+        "wind is soft and the kite flies high. A little dog runs after the ball and barks. Everyone laughs and "
+        "says thank you. Then they sit by the pond and share a cake. The ducks come to see them. ";
+    std::vector<std::vector<json>> conversations;
+    for (int j = 0; j < 16; ++j) {
+      // Half of them open alike (a prefix a session may copy from another), half differently from the start.
+      const std::string opening = j % 2 == 0 ? "Story time. " : "Story " + std::to_string(j) + ". ";
+      conversations.push_back({user(opening + story + story.substr(static_cast<std::size_t>(j) * 7) + "Tom said")});
+    }
+    const int reply_tokens = 24;
+    std::vector<std::string> alone;
+    {
+      InProcessServer unlimited(model_, options(1, 16));
+      for (const auto& messages : conversations) {
+        const HttpReply reply = post_chat(unlimited, chat_request(messages, reply_tokens));
+        QCOMPARE(reply.status, 200);
+        alone.push_back(reply.json()["choices"][0]["message"]["content"]);
+      }
+    }
+    QTemporaryDir folder;
+    auto snapshots =
+        std::make_shared<kvchat::SnapshotStore>(folder.path().toStdString(), std::int64_t(64) << 20,
+                                                kvchat::fingerprint_model(*model_.model), model_.model->cache_shape());
+    // Three of the largest reservations: the prompts run 200 to 300 tokens, so three or four fit at once.
+    std::int64_t largest = 0;
+    {
+      InProcessServer probe(model_, options(1, 1));
+      auto& sessions = probe.server().sessions();
+      for (const auto& messages : conversations) {
+        std::vector<kvchat::ChatMessage> chat;
+        for (const json& message : messages) chat.push_back({message["role"], message["content"]});
+        const std::size_t prompt = sessions.encode_chat(chat).size();
+        QVERIFY2(prompt >= 150, qPrintable(QString("a prompt of %1 tokens").arg(prompt)));
+        largest = std::max(largest, sessions.reservation_bytes(prompt, reply_tokens));
+      }
+    }
+    const std::int64_t budget = 3 * largest;
+    InProcessServer server(model_, options(8, 16, budget), snapshots);
+    std::atomic<bool> done{false};
+    std::int64_t most_reserved = 0;
+    int most_waiting = 0;
+    std::thread watcher([&] {
+      while (!done.load()) {
+        const json status = health(server);
+        if (status.is_object()) {
+          most_reserved = std::max(most_reserved, status["kv_cache_reserved_bytes"].get<std::int64_t>());
+          most_waiting = std::max(most_waiting, status["waiting_for_memory"].get<int>());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+    std::vector<HttpReply> replies(16);
+    std::vector<std::thread> clients;
+    for (int j = 0; j < 16; ++j)
+      clients.emplace_back([&, j] { replies[j] = post_chat(server, chat_request(conversations[j], reply_tokens)); });
+    for (std::thread& client : clients) client.join();
+    done.store(true);
+    watcher.join();
+    for (int j = 0; j < 16; ++j) {
+      QVERIFY2(replies[j].status == 200, replies[j].body.c_str());
+      QCOMPARE(replies[j].json()["choices"][0]["message"]["content"].get<std::string>(), alone[j]);
+    }
+    const json status = health(server);
+    QVERIFY2(status["kv_cache_peak_bytes"].get<std::int64_t>() <= budget, status.dump().c_str());
+    QVERIFY2(status["kv_cache_peak_bytes"].get<std::int64_t>() >= 2 * largest / 3, status.dump().c_str());
+    QVERIFY2(most_reserved <= budget && most_reserved >= largest / 2, qPrintable(QString::number(most_reserved)));
+    QVERIFY2(most_waiting >= 1, "no request waited for room in the budget");
+    QVERIFY2(status["kv_cache_evictions"].get<int>() >= 1, status.dump().c_str());
+    QCOMPARE(status["kv_cache_reserved_bytes"].get<std::int64_t>(), std::int64_t(0));
+    QVERIFY2(status["kv_cache_bytes"].get<std::int64_t>() <= budget, status.dump().c_str());
+    snapshots->flush();
+    QVERIFY2(snapshots->folder_bytes() > 0, "no cache was written to the cache folder");
+  }
+
+  // Replies longer than a reservation's first kReplyReservationTokens: each extends its reservation as it grows, under
+  // a budget that holds two requests' first reservations, and every reply is still the one a server without a budget
+  // gives. Where one went past the budget (every other running request waiting to extend as well), it is counted.
+  void replies_past_their_reservation_extend_it() {
+    const int reply_tokens = 300;
+    const std::vector<std::vector<json>> conversations = {{user("Tom had a red ball.")},
+                                                          {user("Lily saw a big tree.")},
+                                                          {user("The cat was sleepy.")},
+                                                          {user("Ben and his dog went to the park.")}};
+    std::vector<std::string> alone;
+    int longest = 0;
+    {
+      InProcessServer unlimited(model_, options(1, 4));
+      for (const auto& messages : conversations) {
+        const HttpReply reply = post_chat(unlimited, chat_request(messages, reply_tokens));
+        QCOMPARE(reply.status, 200);
+        alone.push_back(reply.json()["choices"][0]["message"]["content"]);
+        longest = std::max(longest, reply.json()["usage"]["completion_tokens"].get<int>());
+      }
+    }
+    QVERIFY2(longest > ServerSessions::kReplyReservationTokens + 16,
+             qPrintable(QString("the longest reply has %1 tokens").arg(longest)));
+    InProcessServer probe(model_, options(1, 1));
+    const std::int64_t first_reservation = probe.server().sessions().reservation_bytes(16, reply_tokens);
+    InProcessServer budgeted(model_, options(4, 4, 2 * first_reservation + first_reservation / 2));
+    std::vector<HttpReply> replies(conversations.size());
+    std::vector<std::thread> clients;
+    for (std::size_t j = 0; j < conversations.size(); ++j)
+      clients.emplace_back([&, j] { replies[j] = post_chat(budgeted, chat_request(conversations[j], reply_tokens)); });
+    for (std::thread& client : clients) client.join();
+    for (std::size_t j = 0; j < conversations.size(); ++j) {
+      QVERIFY2(replies[j].status == 200, replies[j].body.c_str());
+      QCOMPARE(replies[j].json()["choices"][0]["message"]["content"].get<std::string>(), alone[j]);
+    }
+    const json status = health(budgeted);
+    QVERIFY2(status["kv_reservation_extensions"].get<int>() >= 1, status.dump().c_str());
+    QCOMPARE(status["kv_cache_reserved_bytes"].get<std::int64_t>(), std::int64_t(0));
+    if (status["kv_budget_overshoots"].get<int>() == 0)
+      QVERIFY2(status["kv_cache_peak_bytes"].get<std::int64_t>() <= status["kv_cache_budget_bytes"].get<std::int64_t>(),
+               status.dump().c_str());
   }
 
   // A chunked body is held to the body limit as one with a length is: refused 413 while the client is
