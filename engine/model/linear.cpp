@@ -21,9 +21,9 @@ constexpr std::int64_t kGroupRows = 4;
 // A prefill product decodes a quantized matrix into f32 blocks of about this many bytes for sgemm: the
 // whole matrix at once would be an lm_head of a gigabyte.
 constexpr std::int64_t kDecodedBlockBytes = 32 << 20;
-// A prompt's product on the engine's threads widens or decodes blocks of about this many bytes of f32 weights per
-// sgemm: within the last-level cache, and large enough that packing the prompt's rows once per block costs little.
-constexpr std::int64_t kGemmBlockBytes = 4 << 20;
+// A prompt's product on the engine's threads widens or decodes blocks of W's rows, one sgemm each, at most this many
+// bytes as f32 (bounding each thread's buffer, e.g. for an lm_head over every prompt row).
+constexpr std::int64_t kGemmBlockBytes = 64 << 20;
 
 namespace {
 
@@ -99,9 +99,11 @@ void blocked_gemm_forward(const Linear& linear, RowMajorGemm gemm, const float* 
   }
   kernels::ThreadPool& pool = kernels::current_thread_pool();
   const std::int64_t threads = pool.size();
-  // Blocks of about kGemmBlockBytes as f32, and at least two per thread so that the threads finish together.
-  std::int64_t block = std::max<std::int64_t>(kGemmBlockBytes / (in * 4), 1);
-  block = std::min(block, (out + 2 * threads - 1) / (2 * threads));
+  // Every block's sgemm packs all the prompt's rows again (as large as W itself for a feed-forward's down
+  // product), so the blocks are as few as keep the threads finishing together: two per thread, whatever the
+  // cache sizes (widening a block through memory costs less than packing the prompt again; DESIGN: dense prompts).
+  std::int64_t block = (out + 2 * threads - 1) / (2 * threads);
+  block = std::min(block, std::max<std::int64_t>(kGemmBlockBytes / (in * 4), 1));
   block = std::max<std::int64_t>((block + 15) / 16 * 16, 16);
   const float* bias = linear.bias_data();
   pool.parallel_for_blocks(
