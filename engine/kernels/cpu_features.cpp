@@ -72,6 +72,17 @@ bool cpu_has_avx512_vnni() {
   return supported;
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool supported = [] {
+#if defined(__x86_64__)
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+  }();
+  return supported;
+}
+
 bool use_avx512_kernels() {
   return use_avx2_kernels() && cpu_has_avx512() && g_avx512_kernels_enabled.load(std::memory_order_relaxed);
 }

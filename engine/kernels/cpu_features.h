@@ -23,6 +23,8 @@ void set_avx2_kernels_enabled(bool enabled);
 bool cpu_has_avx512();
 // AVX-512 VNNI on top of that: the K-quants' byte kernels (vpdpbusd, vpdpwssd).
 bool cpu_has_avx512_vnni();
+// AVX-512 BF16 on top of AVX-512: a GGUF BF16 matrix's products (vdpbf16ps, bf16_packed.h).
+bool cpu_has_avx512_bf16();
 // True when the AVX-512 kernels should run: use_avx2_kernels(), the processor has AVX-512, and neither
 // set_avx512_kernels_enabled(false) nor KVCHAT_ISA=avx2 (or KVCHAT_AVX512=off) in the environment
 // switched them off (tests and benchmarks compare them with the AVX2 ones on the same machine). The
