@@ -23,6 +23,14 @@ class GgufWeightReader {
 
   // Matrix y = W x with W [out, in] (GGUF ne = [in, out]), in its stored type. `head_dim` > 0 undoes
   // the converter's Q/K row permutation within each head of that size.
+  // Gives back the mapped pages of [data, data + bytes) where that lies in the file (the kernels read a copy).
+  void release_mapped(const void* data, std::size_t bytes) const {
+    GgufTensor range;
+    range.data = static_cast<const std::uint8_t*>(data);
+    range.n_bytes = bytes;
+    file_->release(range);
+  }
+
   Linear matrix(const std::string& name, std::int64_t out, std::int64_t in, std::int64_t head_dim = 0) const {
     const GgufTensor& tensor = checked(name, {in, out});
     const GgufTypeInfo& info = gguf_type_info(tensor.type);
@@ -182,6 +190,15 @@ ModelWeights load_gguf_weights(const std::shared_ptr<const GgufFile>& file, cons
   // Without output.weight the embedding is the output matrix too, in its stored type.
   weights.lm_head =
       config.tie_word_embeddings ? weights.embedding : reader.matrix("output.weight", config.vocab_size, hidden);
+  // llama.cpp multiplies a BF16 matrix by bf16 activations. Where the processor has AVX-512 BF16, so does kvchat
+  // (kernels on): the product matrices are repacked for its kernels (Linear::bf16_packed), and their pages in the
+  // mapping given back. Not the embedding's lookups: a tied lm_head gets a packed copy of its own.
+  const auto pack = [&](Linear& linear) {
+    linear.pack_bf16_rows([&](const void* data, std::size_t bytes) { reader.release_mapped(data, bytes); });
+  };
+  for (LayerWeights& layer : weights.layers)
+    for (Linear* linear : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) pack(*linear);
+  pack(weights.lm_head);
   weights.mapped_files = {file->identity()};
   return weights;
 }

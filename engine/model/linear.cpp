@@ -11,6 +11,7 @@
 #include "engine/gguf/dequantize.h"
 #include "engine/kernels/activation_quantization.h"
 #include "engine/kernels/bf16.h"
+#include "engine/kernels/bf16_packed.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/thread_pool.h"
 
@@ -180,7 +181,81 @@ std::int64_t Linear::streaming_rows() const {
   return is_quantized() || weight.scalar_type() == at::kBFloat16 ? kWidenedStreamingRows : kStreamingRows;
 }
 
+bool Linear::rounds_input_to_bf16() const {
+  return bf16_packed.defined() && fast_kernels_enabled() && kernels::bf16_packed_available();
+}
+
+void Linear::pack_bf16_rows(const std::function<void(const void* data, std::size_t bytes)>& packed_rows) {
+  if (is_quantized() || weight.scalar_type() != at::kBFloat16 || !weight.is_contiguous() ||
+      !kernels::bf16_packed_available())
+    return;
+  const std::int64_t out = out_features(), in = in_features();
+  bf16_packed = at::empty({kernels::bf16_packed_matrix_words(out, in)}, at::kInt);
+  const auto* rows = reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>());
+  auto* packed = reinterpret_cast<std::uint32_t*>(bf16_packed.data_ptr<std::int32_t>());
+  const std::int64_t tiles = (out + kernels::kBf16TileRows - 1) / kernels::kBf16TileRows;
+  // Blocks of 64 tiles (2,048 rows), each handed to packed_rows once done.
+  kernels::current_thread_pool().parallel_for_blocks(
+      tiles,
+      [&](std::int64_t begin, std::int64_t end) {
+        kernels::bf16_pack_matrix(rows, out, in, begin, end - begin, packed);
+        if (packed_rows) {
+          const std::int64_t first = begin * kernels::kBf16TileRows;
+          const std::int64_t last = std::min(out, end * kernels::kBf16TileRows);
+          packed_rows(rows + first * in, static_cast<std::size_t>((last - first) * in) * sizeof(std::uint16_t));
+        }
+      },
+      64);
+}
+
+void bf16_packed_forward(const std::pair<const Linear*, float*>* products, std::size_t count, const float* x,
+                         std::int64_t rows) {
+  const std::int64_t in = products[0].first->in_features();
+  thread_local std::vector<std::uint32_t> input;
+  input.resize(static_cast<std::size_t>(kernels::bf16_packed_input_words(rows, in)));
+  std::uint32_t* packed_input = input.data();
+  kernels::ThreadPool& pool = kernels::current_thread_pool();
+  const std::int64_t groups = (rows + kernels::kBf16InputGroupRows - 1) / kernels::kBf16InputGroupRows;
+  if (groups == 1) {
+    kernels::bf16_pack_input(x, rows, in, 0, rows, packed_input);
+  } else {
+    pool.parallel_for(groups, [&](std::int64_t begin, std::int64_t end) {
+      const std::int64_t first = begin * kernels::kBf16InputGroupRows;
+      kernels::bf16_pack_input(x, rows, in, first, std::min(end * kernels::kBf16InputGroupRows, rows) - first,
+                               packed_input);
+    });
+  }
+  const std::int64_t threads = pool.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    const Linear& linear = *products[i].first;
+    float* y = products[i].second;
+    const std::int64_t out = linear.out_features();
+    const std::int64_t tiles = (out + kernels::kBf16TileRows - 1) / kernels::kBf16TileRows;
+    const auto* matrix = reinterpret_cast<const std::uint32_t*>(linear.bf16_packed.data_ptr<std::int32_t>());
+    const float* bias = linear.bias_data();
+    // Two blocks of tiles per thread, so that the threads finish together.
+    const std::int64_t block = std::max<std::int64_t>((tiles + 2 * threads - 1) / (2 * threads), 1);
+    pool.parallel_for_blocks(
+        tiles,
+        [&](std::int64_t begin, std::int64_t end) {
+          float* scratch = thread_buffer(kernels::bf16_products_scratch_floats(end - begin));
+          kernels::bf16_packed_products(packed_input, rows, in, matrix, out, begin, end - begin, y, out, scratch);
+          if (bias) {
+            const std::int64_t first = begin * kernels::kBf16TileRows;
+            const std::int64_t last = std::min(out, end * kernels::kBf16TileRows);
+            for (std::int64_t r = 0; r < rows; ++r)
+              for (std::int64_t c = first; c < last; ++c) y[r * out + c] += bias[c];
+          }
+        },
+        block);
+  }
+}
+
 void Linear::forward_into(const float* x, std::int64_t rows, float* y) const {
+  if (rounds_input_to_bf16()) {
+    const std::pair<const Linear*, float*> product{this, y};
+    return bf16_packed_forward(&product, 1, x, rows);
+  }
   if (fast_kernels_enabled() && rows <= streaming_rows() && (is_quantized() || weight.is_contiguous()))
     return streaming_forward(*this, x, rows, y);
   if (fast_kernels_enabled() && (is_quantized() || weight.is_contiguous()))

@@ -7,9 +7,12 @@
 // a block of rows at a time for it, never the whole model); with the kernels off, always the latter.
 #include <ATen/ATen.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "engine/kernels/quantized_matvec.h"
 
@@ -25,6 +28,11 @@ struct Linear {
   at::Tensor weight;          // [out, in] f32 or bf16; undefined when `quantized` holds the matrix
   QuantizedMatrix quantized;  // the matrix in a GGUF type
   at::Tensor bias;            // [out] f32, or undefined
+  // A GGUF BF16 matrix where the processor has AVX-512 BF16: its rows repacked for vdpbf16ps (int32 words,
+  // kernels/bf16_packed.h), and with the kernels on its products take their input rounded to bf16, as llama.cpp
+  // multiplies such a matrix by bf16 activations. Every path (a decode step, a batch's rows, a prompt) sums each
+  // output in the same order, so a prompt's logits equal its tokens decoded one by one. Undefined otherwise.
+  at::Tensor bf16_packed;
 
   bool is_quantized() const { return quantized.view.data != nullptr; }
   const float* bias_data() const { return bias.defined() ? bias.data_ptr<float>() : nullptr; }  // null: none
@@ -36,6 +44,12 @@ struct Linear {
 
   // y [rows, out] = x [rows, in] W^T (+ b), over row buffers.
   void forward_into(const float* x, std::int64_t rows, float* y) const;
+  // Whether the products take the repacked bf16 rows and round their input (bf16_packed, with the kernels on).
+  bool rounds_input_to_bf16() const;
+  // Repacks a bf16 matrix's rows into bf16_packed where the processor can use them (else leaves it undefined).
+  // `packed_rows`, if given, is told each range of the weight's bytes once it is packed (a mapped file's pages can
+  // then go back while the rest is packed, so a large matrix is not held twice).
+  void pack_bf16_rows(const std::function<void(const void* data, std::size_t bytes)>& packed_rows = {});
   // Up to how many rows of x forward_into() takes the weight-streaming kernels (when the kernels are on).
   std::int64_t streaming_rows() const;
   // Row `row` as f32 into out[in].
@@ -44,6 +58,11 @@ struct Linear {
   // fused matrix (Phi-3's qkv_proj, gate_up_proj). Without a bias.
   Linear rows(std::int64_t first, std::int64_t count) const;
 };
+
+// y_i [rows, out_i] = x W_i^T (+ b_i) for matrices that share their input x [rows, in] and all round it to bf16
+// (rounds_input_to_bf16): x packed once, each matrix's tiles split over the current pool's threads.
+void bf16_packed_forward(const std::pair<const Linear*, float*>* products, std::size_t count, const float* x,
+                         std::int64_t rows);
 
 // Up to this many rows of x the weight-streaming kernels beat LibTorch's GEMM on f32 weights, which
 // only pays off once each weight is reused enough.

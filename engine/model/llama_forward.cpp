@@ -265,6 +265,14 @@ LlamaModel::ProductPath LlamaModel::product_path(std::int64_t rows, bool rows_as
 // The products of `products`, which share their input x [rows, in], for `rows` rows.
 void LlamaModel::products_into(ProductPath path, std::initializer_list<std::pair<const Linear*, float*>> products,
                                const float* x, std::int64_t rows) const {
+  // Repacked bf16 matrices (Linear::bf16_packed) take their own kernels on every path, which sum each row alike.
+  std::size_t packed = 0;
+  for (const auto& [linear, y] : products) packed += linear->rounds_input_to_bf16() ? 1 : 0;
+  if (packed == products.size()) return bf16_packed_forward(products.begin(), products.size(), x, rows);
+  if (packed > 0) {  // a mix: each product on its own
+    for (const auto& [linear, y] : products) products_into(path, {{linear, y}}, x, rows);
+    return;
+  }
   switch (path) {
     case ProductPath::SharedInput: return shared_input_linears_into(SharedInputLinears(products), x);
     case ProductPath::RowExact: return shared_input_linears_rows(SharedInputLinears(products), x, rows);

@@ -27,7 +27,9 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
   }
   fused_decode_ = fused_decode_applies();
   auto rounds_input = [](const Linear& l) {
-    return l.is_quantized() && kernels::activation_rounding(l.quantized.view.type) != kernels::ActivationRounding::None;
+    return (l.is_quantized() &&
+            kernels::activation_rounding(l.quantized.view.type) != kernels::ActivationRounding::None) ||
+           l.bf16_packed.defined();
   };
   bool any_rounded_input = rounds_input(weights_.lm_head);
   streaming_rows_ = weights_.lm_head.streaming_rows();

@@ -1,6 +1,7 @@
 // A batched decode step (LlamaModel::decode_batch): several sequences' next tokens in one pass, each row
 // bit-identical to the same sequence's decode step alone (logits compared with memcmp), with sequences of
-// different lengths joining and leaving the batch at different steps, over f32, bf16, Q8_0, Q4_K, Qwen2 and
+// different lengths joining and leaving the batch at different steps, over f32, bf16 (a GGUF BF16 file: repacked
+// rows, rounded input), Q8_0, Q4_K, Qwen2 and
 // sliding-window models, with contiguous caches and with paged ones (the attention reading the pool's blocks).
 #include <QtTest>
 #include "common/test_suite.h"
@@ -48,12 +49,14 @@ class BatchedDecodeTest : public QObject {
     QTest::addColumn<bool>("paged");
     for (const char* name : {"models/stories260K", "models/tiny-llama3-random", "models/tiny-llama3-random-bf16",
                              "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "fixtures/gguf/tiny-llama-k-Q8_0.gguf",
-                             "qwen2-random-bf16", "family:gemma3", "family:gemma2", "family:qwen2"})
+                             "fixtures/gguf/tiny-llama-k-BF16.gguf", "qwen2-random-bf16", "family:gemma3",
+                             "family:gemma2", "family:qwen2"})
       QTest::newRow(name) << name << false;
     // The batch over a paged cache (one block pool, attention reading the blocks); sliding-window models are not
     // paged yet.
-    for (const char* name : {"models/stories260K", "models/tiny-llama3-random",
-                             "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf", "qwen2-random-bf16", "qwen2-random-q4_k"})
+    for (const char* name :
+         {"models/stories260K", "models/tiny-llama3-random", "fixtures/gguf/tiny-llama-k-Q4_K_M.gguf",
+          "fixtures/gguf/tiny-llama-k-BF16.gguf", "qwen2-random-bf16", "qwen2-random-q4_k"})
       QTest::newRow(qPrintable(QString("%1 paged").arg(name))) << name << true;
   }
 

@@ -9,11 +9,12 @@
 //   wherever its margin is at least 1e-3;
 // - the fast kernels on a block-type file round the activations too (engine/kernels/
 //   activation_quantization.h), one byte per value as llama.cpp does (blocks of 32 for Q8_0 and the
-//   32-element types, super-blocks of 256 for the K-quants): logits within exact + 2*dq of the f32 twin
+//   32-element types, super-blocks of 256 for the K-quants), and so on a BF16 file where the processor
+//   multiplies bf16 pairs (bf16 values, engine/kernels/bf16_packed.h): logits within exact + 2*dq of the f32 twin
 //   (rounding_allowance; the largest of such moves over the positions is itself a sample: a factor 2 to
 //   spare); the twin's greedy ids wherever its margin is at least 1e-3 + twice that allowance;
-// - a file with a block type runs every forward row-exact: a prompt's logits equal, to the bit, those of
-//   its tokens decoded one by one.
+// - a file whose products round their input runs every forward row-exact: a prompt's logits equal, to the
+//   bit, those of its tokens decoded one by one.
 // Logits are checked through one batched forward (prefill kernels) and token by token through the
 // cache (decode kernels).
 #include <c10/core/InferenceMode.h>
@@ -26,6 +27,7 @@
 #include "common/test_paths.h"
 #include "engine/compute/compute_options.h"
 #include "engine/generation/session.h"
+#include "engine/kernels/bf16_packed.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
 
@@ -58,10 +60,13 @@ std::shared_ptr<const LlamaModel> model_of(const QString& name) {
 
 std::vector<TokenId> ids_of(const nlohmann::json& array) { return array.get<std::vector<TokenId>>(); }
 
-// Whether the file holds a block type, whose products round their input to one byte per value.
+// Whether the file holds a type whose products round their input (with the kernels on): a block type (one byte
+// per value), or BF16 where the processor multiplies bf16 pairs (bf16 values, as llama.cpp).
 bool has_rounded_inputs(const nlohmann::json& reference) {
-  for (const auto& [type, count] : reference["type_counts"].items())
+  for (const auto& [type, count] : reference["type_counts"].items()) {
+    if (type == "BF16" && kernels::bf16_packed_available()) return true;
     if (type != "F32" && type != "F16" && type != "BF16") return true;
+  }
   return false;
 }
 

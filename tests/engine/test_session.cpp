@@ -74,10 +74,10 @@ void SessionTest::cached_equals_uncached_data() {
   QTest::newRow("stories260K-sampled") << "models/stories260K" << 0.9f;
   QTest::newRow("tiny-llama3-greedy") << "models/tiny-llama3-random" << 0.0f;
   QTest::newRow("tiny-llama3-sampled") << "models/tiny-llama3-random" << 1.0f;
-  // Quantized weights: the decode kernels, the short-chunk kernels and the prefill GEMM must compute
-  // the same products for every type.
+  // Quantized weights (and a BF16 file's rounded input): the decode kernels, the short-chunk kernels and the
+  // prefill GEMM must compute the same products for every type.
   for (const char* file : {"stories260K-Q8_0", "stories260K-Q4_0", "tiny-llama-k-Q4_K_M", "tiny-llama-k-Q5_K_M",
-                           "tiny-llama-k-Q6_K", "tiny-llama-k-Q4_0", "tiny-llama-k-Q8_0"})
+                           "tiny-llama-k-Q6_K", "tiny-llama-k-Q4_0", "tiny-llama-k-Q8_0", "tiny-llama-k-BF16"})
     QTest::newRow(qPrintable(QString(file) + "-greedy")) << QString("fixtures/gguf/%1.gguf").arg(file) << 0.0f;
 }
 
