@@ -328,6 +328,12 @@ ModelFingerprint fingerprint_model(const LlamaModel& model) {
     for (bool without : config.layers_without_rope) details += without ? "0" : "1";
   }
   for (double factor : config.rope_frequency_factors) details += " " + std::to_string(factor);
+  // A GGUF BF16 file's products on bf16 input (Linear::bf16_packed) give other K/V than exact products: a
+  // snapshot of the one must not continue in the other (only where set, as above).
+  bool bf16_input = false;
+  for (const LayerWeights& layer : weights.layers)
+    for (const Linear* linear : layer.matrices()) bf16_input = bf16_input || linear->rounds_input_to_bf16();
+  if (bf16_input) details += " bf16_input";
   for (const FileIdentity& file : weights.mapped_files)
     details += "\nfile " + file.path + " " + std::to_string(file.size) + " " + std::to_string(file.modified.tv_sec) +
                "." + std::to_string(file.modified.tv_nsec);

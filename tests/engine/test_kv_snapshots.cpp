@@ -28,6 +28,7 @@
 #include "common/test_paths.h"
 #include "engine/cache/kv_snapshot.h"
 #include "engine/cache/session_pool.h"
+#include "engine/compute/compute_options.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
 
@@ -210,6 +211,16 @@ class KvSnapshotsTest : public QObject {
     QVERIFY(kvchat::fingerprint_model(*rotated).hash != fingerprint_.hash);
     QCOMPARE(kvchat::fingerprint_model(*kvchat::load_model(test::shared_path("models/stories260K")).model).hash,
              fingerprint_.hash);  // the same model loaded again: the same fingerprint
+    // A BF16 file whose products take bf16 input (kernels on, AVX-512 BF16) makes other K/V than its exact
+    // products (kernels off): another fingerprint.
+    const auto bf16_file = kvchat::load_model(test::shared_path("fixtures/gguf/tiny-llama-k-BF16.gguf")).model;
+    if (bf16_file->weights().layers.front().q.rounds_input_to_bf16()) {
+      const std::uint64_t rounded = kvchat::fingerprint_model(*bf16_file).hash;
+      kvchat::set_fast_kernels_enabled(false);
+      const std::uint64_t exact = kvchat::fingerprint_model(*bf16_file).hash;
+      kvchat::set_fast_kernels_enabled(true);  // on before (rounds_input_to_bf16 says so)
+      QVERIFY(rounded != exact);
+    }
 
     QTemporaryDir folder;
     const std::string path = write_first_turn(folder);
