@@ -1,6 +1,7 @@
 // kvchat-cli bench: the engine's speed against the machine's ceilings, measured in the same run.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -61,6 +62,8 @@ const std::string kUsage =
         "             step for all of them), in --pairs interleaved rounds: aggregate and per-sequence tok/s\n"
         "             (medians), against batch 1, and whether the first sequence's tokens are its tokens alone. The\n"
         "             prompts share their first half (held once in a paged KV cache: blocks used, shared, copied).\n"
+        "             TTFT p50/p99 over every sequence of the rounds: the prompts are prefilled one after another\n"
+        "             before the batch decodes.\n"
         "--json-schema FILE: after the rows, plain and constrained greedy decoding (the reply a JSON value valid\n"
         "             against the schema in FILE) in --pairs interleaved pairs: decode tok/s of each (median), the\n"
         "             cost, and the milliseconds the token mask takes per token. Needs the model's tokenizer or\n"
@@ -253,6 +256,14 @@ double median(std::vector<double> values) {
   return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+// The nearest-rank percentile (0 < q <= 1) of `values`: the smallest value with at least q of them at or below it.
+double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::clamp<std::size_t>(rank, 1, values.size()) - 1];
+}
+
 // Plain and speculative decoding with the cache on, in interleaved pairs (A B A B ...: drift in the machine's
 // speed falls on both alike): each one's decode tok/s (median), the speed-up, and how many proposals held.
 void measure_speculative(const BenchOptions& options, const SpeculativeConfig& config, const ModelSource& source,
@@ -407,7 +418,7 @@ void measure_constrained(const BenchOptions& options, const ModelSource& source,
 // and per-sequence tok/s (medians), against batch 1, and whether the first sequence's tokens are its tokens alone.
 void measure_batches(const BenchOptions& options, const ModelSource& source, const std::string& dtype_name,
                      long long prompt_tokens) {
-  std::map<long long, std::vector<double>> aggregate, per_sequence;
+  std::map<long long, std::vector<double>> aggregate, per_sequence, first_token_ms;
   std::map<long long, bool> identical;
   std::map<long long, BatchRun> last;  // its KV block counts (the same every round)
   std::vector<TokenId> alone;
@@ -417,6 +428,7 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
                                                options.new_tokens);
       aggregate[size].push_back(run.aggregate_tok_s);
       per_sequence[size].push_back(run.per_sequence_tok_s);
+      first_token_ms[size].insert(first_token_ms[size].end(), run.first_token_ms.begin(), run.first_token_ms.end());
       if (alone.empty())
         alone =
             run_batch_benchmark(source.model, 1, static_cast<int>(prompt_tokens), options.new_tokens).first_sequence;
@@ -426,6 +438,7 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
   const double base = aggregate.count(1) ? median(aggregate[1]) : 0.0;
   for (long long size : options.batch_sizes) {
     const double total = median(aggregate[size]), each = median(per_sequence[size]);
+    const double ttft_p50 = percentile(first_token_ms[size], 0.5), ttft_p99 = percentile(first_token_ms[size], 0.99);
     if (options.json_output) {
       std::cout << nlohmann::ordered_json({{"batch",
                                             {{"dtype", dtype_name},
@@ -436,6 +449,8 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
                                              {"aggregate_decode_tok_s", total},
                                              {"per_sequence_decode_tok_s", each},
                                              {"aggregate_over_batch_1", base > 0 ? total / base : 0.0},
+                                             {"ttft_p50_ms", ttft_p50},
+                                             {"ttft_p99_ms", ttft_p99},
                                              {"identical_tokens", identical[size]},
                                              {"paged_kv", last[size].paged},
                                              {"kv_block_tokens", last[size].paged ? kBenchBlockTokens : 0},
@@ -447,8 +462,8 @@ void measure_batches(const BenchOptions& options, const ModelSource& source, con
     } else {
       std::printf(
           "      batch %3lld, %lld + %d tokens each: aggregate %.2f tok/s (%.2fx batch 1), per sequence %.2f "
-          "tok/s, tokens %s",
-          size, prompt_tokens, options.new_tokens, total, base > 0 ? total / base : 0.0, each,
+          "tok/s, TTFT p50 %.1f ms, p99 %.1f ms, tokens %s",
+          size, prompt_tokens, options.new_tokens, total, base > 0 ? total / base : 0.0, each, ttft_p50, ttft_p99,
           identical[size] ? "identical" : "DIFFERENT");
       if (last[size].paged)
         std::printf("; KV blocks of %lld positions: %lld used, %lld shared, %lld copied\n",

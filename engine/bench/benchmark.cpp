@@ -192,6 +192,8 @@ BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int
   std::vector<TokenId> common_ids(static_cast<std::size_t>(common));
   for (TokenId& id : common_ids) id = token(common_generator);
   std::unique_ptr<PagedKvCache> common_cache;  // the common half, prefilled once: the first sequence's cache
+  const auto run_start = Clock::now();
+  std::vector<double> first_token_ms;
   if (paged && common > 0) {
     common_cache = std::make_unique<PagedKvCache>(*pool);
     model->decode_rows(common_ids.data(), common, 0, *common_cache, buffers);
@@ -217,9 +219,11 @@ BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int
                        *caches.back(), buffers);
     const float* logits = buffers.row_logits.data() + (prompt.size() - cached - 1) * vocab;
     next[i] = static_cast<TokenId>(std::max_element(logits, logits + vocab) - logits);
+    first_token_ms.push_back(seconds_since(run_start) * 1000.0);
   }
   BatchRun run;
   run.batch = batch;
+  run.first_token_ms = std::move(first_token_ms);
   run.first_sequence.push_back(next[0]);
   const auto start = Clock::now();
   for (int step = 1; step < new_tokens; ++step) {

@@ -91,6 +91,9 @@ struct BatchRun {
   std::int64_t kv_blocks_used = 0;    // at the end
   std::int64_t kv_blocks_shared = 0;  // of those, held by more than one sequence
   std::int64_t kv_block_copies = 0;   // copy-on-write: a sequence writing into a block another holds
+  // Each sequence's time to its first token from the start of the run: the prompts are prefilled one after
+  // another (the common half once) before the batch decodes, so the last waits for every prefill before it.
+  std::vector<double> first_token_ms;
 };
 BatchRun run_batch_benchmark(const std::shared_ptr<const LlamaModel>& model, int batch, int prompt_tokens,
                              int new_tokens);

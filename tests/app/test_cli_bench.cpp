@@ -291,8 +291,8 @@ void CliBenchTest::speculative_pairs_report_acceptance_and_identity() {
   QVERIFY2(bad.err.find("--prompt-kind must be random or repeating") != std::string::npos, bad.err.c_str());
 }
 
-// --batch 1,3: per width the aggregate and per-sequence decode rates, and the first sequence's tokens equal to
-// its tokens alone.
+// --batch 1,3: per width the aggregate and per-sequence decode rates, TTFT p50/p99, and the first sequence's tokens
+// equal to its tokens alone.
 void CliBenchTest::batched_decode_reports_each_width() {
   auto result =
       run_cli({"bench", "--model", QString::fromStdString(shared_path("models/stories260K")), "--prompt-tokens", "40",
@@ -318,6 +318,14 @@ void CliBenchTest::batched_decode_reports_each_width() {
     QCOMPARE(row["kv_blocks_used"].get<long long>(), 1 + 4 * batch);
     QCOMPARE(row["kv_blocks_shared"].get<long long>(), batch > 1 ? 1LL : 0LL);
     QCOMPARE(row["kv_block_copies"].get<long long>(), batch - 1);
+    // Time to first token over the round's sequences (nearest rank): one sequence gives one value, p50 = p99; of
+    // three, prefilled one after another, p50 is the second's and p99 the last's, which came after it.
+    const double ttft_p50 = row["ttft_p50_ms"].get<double>(), ttft_p99 = row["ttft_p99_ms"].get<double>();
+    QVERIFY2(ttft_p50 > 0, line.c_str());
+    if (batch == 1)
+      QCOMPARE(ttft_p99, ttft_p50);
+    else
+      QVERIFY2(ttft_p99 >= ttft_p50, line.c_str());
     widths.push_back(batch);
   }
   QVERIFY(widths == std::vector<long long>({1, 3}));
