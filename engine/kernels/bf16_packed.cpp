@@ -32,6 +32,7 @@ std::int64_t bf16_packed_matrix_words(std::int64_t rows, std::int64_t cols) {
 }
 
 std::int64_t bf16_packed_input_words(std::int64_t rows, std::int64_t cols) {
+  if (rows == 1) return (cols + 1) / 2;
   return (rows + kBf16InputGroupRows - 1) / kBf16InputGroupRows * kBf16InputGroupRows * ((cols + 1) / 2);
 }
 

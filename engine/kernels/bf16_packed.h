@@ -12,7 +12,7 @@
 // Packed matrix: per tile of 32 rows (the last padded with zero rows), [pair][32] 32-bit words, a word holding a
 // row's columns 2p (low half) and 2p + 1 (high half; zero past an odd row length). Packed input: per group of
 // kBf16InputGroupRows rows, [pair][group] words the same way, rounded to bf16 (nearest, ties to even; the
-// instruction treats bf16 subnormals as zero).
+// instruction treats bf16 subnormals as zero); a single row (a decode step) is its pair words in order alone.
 #include <cstdint>
 
 namespace kvchat::kernels {

@@ -113,8 +113,8 @@ inline void tile(const std::uint32_t* a, const std::uint32_t* b, std::int64_t pa
   }
 }
 
-// One input row against `Tiles` tiles at once (2 x Tiles independent sums in flight): the same sums, pair after
-// pair from zero, as tile() makes for every row of a group.
+// One input row (its pair words in order) against `Tiles` tiles at once (2 x Tiles independent sums in flight): the
+// same sums, pair after pair from zero, as tile() makes for every row of a group.
 template <int Tiles>
 inline void one_row(const std::uint32_t* a, const std::uint32_t* b, std::int64_t tile_words, std::int64_t pairs,
                     float* y, const __mmask16* masks) {
@@ -122,7 +122,7 @@ inline void one_row(const std::uint32_t* a, const std::uint32_t* b, std::int64_t
 #pragma GCC unroll 8
   for (int j = 0; j < 2 * Tiles; ++j) sum[j] = _mm512_setzero_ps();
   for (std::int64_t p = 0; p < pairs; ++p) {
-    const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[p * kGroupRows])));
+    const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[p])));
 #pragma GCC unroll 4
     for (int j = 0; j < Tiles; ++j) {
       const std::uint32_t* w = b + j * tile_words + p * kTileColumns;
@@ -161,6 +161,13 @@ void bf16_pack_matrix(const std::uint16_t* w, std::int64_t rows, std::int64_t co
 void bf16_pack_input(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t first_row, std::int64_t count,
                      std::uint32_t* packed) {
   const std::int64_t pairs = (cols + 1) / 2;
+  if (rows == 1) {  // a decode step's row: its pair words in order, read by one_row()
+    for (std::int64_t p = 0; p < pairs; p += 16) {
+      const auto lanes = static_cast<__mmask16>(pairs - p >= 16 ? 0xffffu : (1u << (pairs - p)) - 1u);
+      _mm512_mask_storeu_epi32(packed + p, lanes, row_words(x, cols, p));
+    }
+    return;
+  }
   for (std::int64_t group = first_row; group < first_row + count; group += kGroupRows) {
     const float* row_of[16] = {};
     for (int i = 0; i < kGroupRows; ++i)
