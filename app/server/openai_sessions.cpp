@@ -221,19 +221,24 @@ ServerSessions::Placement ServerSessions::place(const std::vector<TokenId>& prom
   return placement;
 }
 
+std::int64_t ServerSessions::draft_positions() const {
+  return speculative_.mode != SpeculativeMode::None ? std::max(0, speculative_.draft_tokens) : 0;
+}
+
 std::int64_t ServerSessions::reserved_positions(std::int64_t prompt_tokens, std::int64_t reply_tokens) const {
-  std::int64_t positions = prompt_tokens + reply_tokens;
-  // A speculative check writes its proposed tokens' rows before it knows how many stay.
-  if (speculative_.mode != SpeculativeMode::None) positions += std::max(0, speculative_.draft_tokens);
-  positions = std::min<std::int64_t>(positions, context_limit());
+  const std::int64_t positions =
+      std::min<std::int64_t>(prompt_tokens + reply_tokens + draft_positions(), context_limit());
   return (positions + kBudgetBlockTokens - 1) / kBudgetBlockTokens * kBudgetBlockTokens;
 }
 
-std::int64_t ServerSessions::reservation_bytes(std::size_t prompt_tokens, int max_reply_tokens) const {
+std::int64_t ServerSessions::first_reserved_positions(std::size_t prompt_tokens, int max_reply_tokens) const {
   const std::int64_t reply = max_reply_tokens > 0 ? std::min<std::int64_t>(max_reply_tokens, kReplyReservationTokens)
                                                   : kReplyReservationTokens;
-  return model_.model->cache_shape(kv_dtype_).bytes_for(
-      reserved_positions(static_cast<std::int64_t>(prompt_tokens), reply));
+  return reserved_positions(static_cast<std::int64_t>(prompt_tokens), reply);
+}
+
+std::int64_t ServerSessions::reservation_bytes(std::size_t prompt_tokens, int max_reply_tokens) const {
+  return model_.model->cache_shape(kv_dtype_).bytes_for(first_reserved_positions(prompt_tokens, max_reply_tokens));
 }
 
 void ServerSessions::extend_reservation(Entry& entry, std::int64_t needed_positions) {
@@ -309,13 +314,10 @@ void ServerSessions::wait_for_memory(std::unique_lock<std::mutex>& lock, std::in
 
 std::unique_ptr<ServerSessions::Lease> ServerSessions::acquire_for_prompt(const std::vector<TokenId>& prompt_ids,
                                                                           int max_reply_tokens) {
-  const std::int64_t reservation = reservation_bytes(prompt_ids.size(), max_reply_tokens);
-  const auto prompt_tokens = static_cast<std::int64_t>(prompt_ids.size());
-  const std::int64_t positions = reserved_positions(
-      prompt_tokens, max_reply_tokens > 0 ? std::min<std::int64_t>(max_reply_tokens, kReplyReservationTokens)
-                                          : kReplyReservationTokens);
-  const std::int64_t limit_positions =
-      reserved_positions(prompt_tokens, max_reply_tokens > 0 ? max_reply_tokens : context_limit());
+  const std::int64_t positions = first_reserved_positions(prompt_ids.size(), max_reply_tokens);
+  const std::int64_t reservation = model_.model->cache_shape(kv_dtype_).bytes_for(positions);
+  const std::int64_t limit_positions = reserved_positions(static_cast<std::int64_t>(prompt_ids.size()),
+                                                          max_reply_tokens > 0 ? max_reply_tokens : context_limit());
   std::unique_lock<std::mutex> lock(mutex_);
   wait_for_slot(lock);
   try {
@@ -662,8 +664,7 @@ CompletionResult ServerSessions::run(const Lease& lease, const std::vector<Token
                            request.exact_text || request.grammar ? std::optional<bool>(false) : std::nullopt);
   int generated = 0;
   Entry& entry = lease.entry();
-  const std::int64_t draft_positions =
-      speculative_.mode != SpeculativeMode::None ? std::max(0, speculative_.draft_tokens) : 0;
+  const std::int64_t proposals = draft_positions();
   const std::shared_lock<std::shared_mutex> compute_settings(compute_settings_mutex());
   GenerationResult result = entry.session->generate(
       prompt_ids, config, &stop,
@@ -671,7 +672,7 @@ CompletionResult ServerSessions::run(const Lease& lease, const std::vector<Token
         serve_prefix_requests(entry, /*prefill_done=*/true);
         generated = progress.generated_tokens;
         // The next step writes this token's position (and a speculative check its proposals' after it).
-        const std::int64_t next_positions = static_cast<std::int64_t>(prompt_ids.size()) + generated + draft_positions;
+        const std::int64_t next_positions = static_cast<std::int64_t>(prompt_ids.size()) + generated + proposals;
         if (next_positions > entry.reserved_positions) extend_reservation(entry, next_positions);
         const std::string chunk = decoder.push(token);
         std::optional<LogprobEntry> entry;

@@ -162,8 +162,13 @@ class ServerSessions {
   void wait_for_memory(std::unique_lock<std::mutex>& lock, std::int64_t reservation);
   // With mutex_ held: the bytes of busy entries (a running request's reservation, a copy source's cache).
   std::int64_t busy_bytes() const;
+  // The rows a speculative check writes past its position before it knows how many stay (0 without one).
+  std::int64_t draft_positions() const;
   // The positions a reservation covers for a prompt and a reply of at most `reply_tokens`, in whole blocks.
   std::int64_t reserved_positions(std::int64_t prompt_tokens, std::int64_t reply_tokens) const;
+  // Those of a request's first reservation: its prompt and its first kReplyReservationTokens reply tokens (at most
+  // `max_reply_tokens`, 0: no limit).
+  std::int64_t first_reserved_positions(std::size_t prompt_tokens, int max_reply_tokens) const;
   // On the request's thread, before a step that would write past its reservation.
   void extend_reservation(Entry& entry, std::int64_t needed_positions);
   Placement place(const std::vector<TokenId>& prompt_ids, PrefixRequest& request, std::int64_t reservation,

@@ -21,8 +21,6 @@ class GgufWeightReader {
  public:
   explicit GgufWeightReader(std::shared_ptr<const GgufFile> file) : file_(std::move(file)) {}
 
-  // Matrix y = W x with W [out, in] (GGUF ne = [in, out]), in its stored type. `head_dim` > 0 undoes
-  // the converter's Q/K row permutation within each head of that size.
   // Gives back the mapped pages of [data, data + bytes) where that lies in the file (the kernels read a copy).
   void release_mapped(const void* data, std::size_t bytes) const {
     GgufTensor range;
@@ -31,6 +29,8 @@ class GgufWeightReader {
     file_->release(range);
   }
 
+  // Matrix y = W x with W [out, in] (GGUF ne = [in, out]), in its stored type. `head_dim` > 0 undoes
+  // the converter's Q/K row permutation within each head of that size.
   Linear matrix(const std::string& name, std::int64_t out, std::int64_t in, std::int64_t head_dim = 0) const {
     const GgufTensor& tensor = checked(name, {in, out});
     const GgufTypeInfo& info = gguf_type_info(tensor.type);
