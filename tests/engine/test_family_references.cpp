@@ -1,7 +1,7 @@
 // The families beyond Llama against an independent reference: tests/reference/transformer_reference.py, a NumPy
 // forward written from the families' reference modeling code, over tiny seeded random models that
 // tests/reference/make_family_fixtures.py writes to tests/fixtures/families/<family>/ (a Hugging Face folder in
-// bf16, GGUF files in Q8_0 and Q4_K) with the reference's logits for a 64-token prompt.
+// bf16, GGUF files in F32, Q8_0 and Q4_K) with the reference's logits for a 64-token prompt.
 // - Every file, with the exact path (a compute context without the hand-written kernels): every position's
 //   logits within 1e-4 of the largest reference logit. The GGUF files' reference ran over the files' own
 //   dequantized weights, so this also checks the block decoding.
@@ -145,7 +145,7 @@ void FamilyReferencesTest::logits_match_the_reference() {
 }
 
 void FamilyReferencesTest::logits_match_llama_cpp_data() {
-  QVERIFY(add_family_file_rows("llama_cpp_logits") >= 4);  // gemma2 and phi3, Q8_0 and Q4_K
+  QVERIFY(add_family_file_rows("llama_cpp_logits") >= 6);  // gemma2 and phi3: F32, Q8_0 and Q4_K
 }
 
 void FamilyReferencesTest::logits_match_llama_cpp() {
@@ -204,7 +204,7 @@ void FamilyReferencesTest::long_context_takes_the_long_factors_data() {
   const nlohmann::json reference = kvchat::test::load_json(family_dir("phi3") + "/reference.json");
   for (const auto& [file, logits] : reference["logits_long_context"].items())
     QTest::newRow(file.c_str()) << QString::fromStdString(file);
-  QCOMPARE(reference["logits_long_context"].size(), std::size_t(3));  // the folder and both GGUF files
+  QCOMPARE(reference["logits_long_context"].size(), std::size_t(4));  // the folder and the three GGUF files
 }
 
 // Phi-3 opened for its long context (LoadOptions::long_context): the long factors at every position, against the

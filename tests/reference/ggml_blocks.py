@@ -93,6 +93,8 @@ def dequantize_q4_k(data, count):
 
 
 def quantize(type_id, w):
+    if type_id == GGUF_F32:
+        return np.asarray(w, dtype=np.float32).tobytes()
     return {GGUF_Q8_0: quantize_q8_0, GGUF_Q4_K: quantize_q4_k}[type_id](w)
 
 

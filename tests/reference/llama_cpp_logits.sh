@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes llama.cpp's own logits for the family fixtures' GGUF files, an implementation independent of kvchat and of
 # transformer_reference.py: for each family (gemma2 and phi3 by default, or those named as arguments),
-# tests/fixtures/families/<family>/logits-<Q8_0|Q4_K>-llama.cpp.f32 (float32 [positions, vocab], row-major) over
+# tests/fixtures/families/<family>/logits-<F32|Q8_0|Q4_K>-llama.cpp.f32 (float32 [positions, vocab], row-major) over
 # reference.json's prompt, and the keys "llama_cpp_logits" and "llama_cpp" (commit, settings) in reference.json.
 # Not part of the product build: it compiles llama_cpp_logits.cpp into a temporary folder against a llama.cpp build.
 #
@@ -49,7 +49,7 @@ for family in "${families[@]}"; do
     folder=tests/fixtures/families/$family
     ids=$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt"])))' \
         "$folder/reference.json")
-    for type in Q8_0 Q4_K; do
+    for type in F32 Q8_0 Q4_K; do
         "$work/llama_cpp_logits" "$folder/model-$type.gguf" "$ids" "$folder/logits-$type-llama.cpp.f32"
     done
     python3 - "$folder/reference.json" "$commit" "$settings" <<'EOF'
@@ -64,7 +64,7 @@ comparable, why = summary["positions"], "every position"
 window = config.get("sliding_window") or 0
 if config["model_type"] == "phi3" and 0 < window < comparable:
     comparable, why = window, "llama.cpp runs Phi-3 without its sliding window: the positions before the window fills"
-summary["llama_cpp_logits"] = {f"model-{t}.gguf": f"logits-{t}-llama.cpp.f32" for t in ("Q8_0", "Q4_K")}
+summary["llama_cpp_logits"] = {f"model-{t}.gguf": f"logits-{t}-llama.cpp.f32" for t in ("F32", "Q8_0", "Q4_K")}
 summary["llama_cpp"] = {"commit": commit, "settings": settings, "comparable_positions": comparable, "why": why}
 with open(path, "w") as out:
     json.dump(summary, out, indent=2)

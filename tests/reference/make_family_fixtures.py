@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/families/<family>/: a tiny seeded random model of the family as a Hugging Face folder
-(config.json, model.safetensors in bf16) and as GGUF (Q8_0, and Q4_K with Q8_0 where a row is not a whole
+(config.json, model.safetensors in bf16) and as GGUF (F32, Q8_0, and Q4_K with Q8_0 where a row is not a whole
 number of 256-weight blocks, as llama.cpp's quantizer falls back), a 64-token prompt, and the logits of
 transformer_reference.py over it for each file (the GGUF ones over the files' own dequantized weights).
 
@@ -17,12 +17,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 import ggml_blocks as gg  # noqa: E402
 import transformer_reference as reference  # noqa: E402
 
+# Seeds: each gives a model whose greedy continuation does not settle into a loop of a few tokens (the cache tests
+# need at least 10 distinct ids in 200), and Phi-3's a prompt whose next token differs between its short and long
+# LongRoPE factors (the --long-context test).
 FAMILIES = {
     # Qwen3: per-head q/k norms, no biases, head_dim given (q is narrower than the residual here), untied.
     "qwen3": dict(
         config={
             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
-            "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 1000000.0, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
             "use_sliding_window": False, "sliding_window": None, "torch_dtype": "bfloat16",
@@ -35,7 +38,7 @@ FAMILIES = {
     # only: llama.cpp's qwen2 GGUF files carry no window.
     "qwen2": dict(
         config={
-            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256,
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
             "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
             "tie_word_embeddings": False, "hidden_act": "silu", "use_sliding_window": True, "sliding_window": 32,
@@ -49,11 +52,11 @@ FAMILIES = {
     # head_dim, as llama.cpp scales every Gemma 2 but the 27B.
     "gemma2": dict(
         config={
-            "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 128,
-            "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 64,
+            "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 10000.0, "tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh",
-            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 32, "sliding_window": 32,
+            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 16, "sliding_window": 32,
             "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0, "attention_bias": False,
             "torch_dtype": "bfloat16", "bos_token_id": 2, "eos_token_id": 1,
         },
@@ -63,12 +66,12 @@ FAMILIES = {
     # linear scaling, as the 4B and larger), per-head q/k norms, no soft-capping.
     "gemma3": dict(
         config={
-            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 128,
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1,
-            "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
             "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "tie_word_embeddings": True,
-            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 32, "sliding_window": 32,
+            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 16, "sliding_window": 32,
             "sliding_window_pattern": 6, "attn_logit_softcapping": None, "final_logit_softcapping": None,
             "attention_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 2, "eos_token_id": 1,
         },
@@ -78,9 +81,9 @@ FAMILIES = {
     # files of the llama architecture carry no window.
     "mistral": dict(
         config={
-            "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
-            "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 64, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 64,
+            "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
             "rope_theta": 10000.0, "sliding_window": 32, "tie_word_embeddings": False, "hidden_act": "silu",
             "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2,
         },
@@ -91,31 +94,31 @@ FAMILIES = {
     # files carry Q and K permuted for interleaved RoPE, as llama.cpp's converter writes llama files.
     "smollm3": dict(
         config={
-            "architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 256,
+            "architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 64, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 5000000.0, "no_rope_layer_interval": 4, "no_rope_layers": [1, 1, 1, 0],
             "use_sliding_window": False, "sliding_window": None, "tie_word_embeddings": True, "hidden_act": "silu",
             "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": None,
             "eos_token_id": 255,
         },
-        seed=11,
+        seed=12,
     ),
     # Phi-3.5 / Phi-4-mini: fused qkv_proj and gate_up_proj, LongRoPE (short factors within the original context,
     # the attention factor of a context twice as long), 3/4 of each head rotated (Phi-4-mini's
     # partial_rotary_factor), a sliding window on every layer.
     "phi3": dict(
         config={
-            "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 256,
+            "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "vocab_size": 256, "max_position_embeddings": 1024, "original_max_position_embeddings": 512,
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
-            "rope_scaling": {"type": "longrope", "short_factor": [round(1.0 + 0.02 * i, 4) for i in range(24)],
-                             "long_factor": [round(1.0 + 0.5 * i, 4) for i in range(24)]},
+            "rope_scaling": {"type": "longrope", "short_factor": [round(1.0 + 0.08 * i, 4) for i in range(6)],
+                             "long_factor": [round(1.0 + 4.0 * i, 4) for i in range(6)]},
             "sliding_window": 32, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
             "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 255,
         },
-        seed=13,
+        seed=15,
     ),
 }
 
@@ -256,7 +259,9 @@ def write_gguf(path, config, weights, matrix_type, file_type):
             stored = w + 1.0 if gemma and name.endswith("norm.weight") else w
             tensors.append((gguf_name(name, model_type), w.shape, gg.GGUF_F32, stored.astype(np.float32).tobytes()))
             continue
-        type_id = matrix_type if w.shape[1] % gg.BLOCK_SIZE[matrix_type] == 0 else gg.GGUF_Q8_0
+        type_id = matrix_type
+        if matrix_type != gg.GGUF_F32 and w.shape[1] % gg.BLOCK_SIZE[matrix_type] != 0:
+            type_id = gg.GGUF_Q8_0
         if model_type in PERMUTED_QK and qk_heads(config, name):
             w = permute_rows(w, qk_heads(config, name))
         tensors.append((gguf_name(name, model_type), w.shape, type_id, gg.quantize(type_id, w)))
@@ -299,7 +304,9 @@ def main():
                              {name: ("BF16", w.shape, gg.bf16_bytes(w)) for name, w in weights.items()})
         prompt = [int(i) for i in np.random.default_rng(spec["seed"] + 100).integers(0, config["vocab_size"], 64)]
         files = {"model.safetensors": (gg.read_safetensors(os.path.join(folder, "model.safetensors")), {})}
-        gguf_files = (("model-Q8_0.gguf", gg.GGUF_Q8_0, 7), ("model-Q4_K.gguf", gg.GGUF_Q4_K, 15))
+        # llama.cpp's file types: ALL_F32 0, MOSTLY_Q8_0 7, MOSTLY_Q4_K_M 15.
+        gguf_files = (("model-F32.gguf", gg.GGUF_F32, 0), ("model-Q8_0.gguf", gg.GGUF_Q8_0, 7),
+                      ("model-Q4_K.gguf", gg.GGUF_Q4_K, 15))
         for file_name, matrix_type, file_type in gguf_files if spec.get("gguf", True) else ():
             files[file_name] = write_gguf(os.path.join(folder, file_name), config, weights, matrix_type, file_type)
         logits, rounded_logits, long_logits = {}, {}, {}
