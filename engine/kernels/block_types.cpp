@@ -26,7 +26,7 @@ float f16_row_dot(const std::uint8_t* row, const float* x, std::int64_t cols) {
 // start of a block and m after it where the layout has one.
 template <GgufType kType>
 constexpr BlockType small_block_type(double largest_quant, RowDecoder avx2_decode = nullptr,
-                                     IntegerRowDots avx512_dots = nullptr) {
+                                     IntegerRowDots avx2_dots = nullptr, IntegerRowDots avx512_dots = nullptr) {
   return {kType,
           nullptr,
           ActivationRounding::BlockBytes,
@@ -35,7 +35,7 @@ constexpr BlockType small_block_type(double largest_quant, RowDecoder avx2_decod
           SmallBlockLayout<kType>::kMin ? 2 : -1,
           largest_quant,
           {{portable::dot_small_block<kType>, nullptr, nullptr},
-           {KVCHAT_X86_KERNEL(avx2::dot_small_block<kType>), nullptr, avx2_decode},
+           {KVCHAT_X86_KERNEL(avx2::dot_small_block<kType>), avx2_dots, avx2_decode},
            {KVCHAT_X86_KERNEL(avx512::dot_small_block<kType>), avx512_dots, nullptr}}};
 }
 
@@ -55,6 +55,7 @@ constexpr BlockType kBlockTypes[] = {
     {GgufType::BF16, nullptr, ActivationRounding::None, nullptr, -1, -1, 1, {}},
     // Blocks of 32 against one byte per input value with a scale per block.
     small_block_type<GgufType::Q8_0>(127, KVCHAT_X86_KERNEL(avx2::decode_q8_0),
+                                     KVCHAT_X86_KERNEL(avx2::dots_small_block_q8_0),
                                      KVCHAT_X86_KERNEL(avx512::dots_small_block_q8_0)),
     small_block_type<GgufType::Q4_0>(8, KVCHAT_X86_KERNEL(avx2::decode_q4_0)),
     small_block_type<GgufType::Q4_1>(15),

@@ -67,6 +67,7 @@ float dot_small_block(const std::uint8_t* row, const QuantizedActivations& x, st
 float dot_q4_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q5_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
 float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks);
+void dots_small_block_q8_0(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
 void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
 void dots_q5_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);
 void dots_q6_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count);

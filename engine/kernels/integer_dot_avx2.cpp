@@ -35,51 +35,77 @@ inline __m256i load256(const void* at) { return _mm256_loadu_si256(static_cast<c
 // -offset * d * s * sum byte or m * s * sum byte, eight blocks at once. (The offset's term is rounded
 // apart from the quants'; the error stays within f32 rounding of sum |q| |byte|.) A row's last blocks
 // (fewer than eight) go one at a time.
-template <GgufType kType>
-float small_block_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+// One pass over the row serves kVectors activation vectors: 1 (decode) or several (a prompt's rows, a speculative
+// check's): the quants, |w| and the weights' scales are made once for all of them, and each vector's sums take the
+// same steps in the same order, so a several-vector result is bit-identical to the one-vector one.
+template <GgufType kType, int kVectors>
+void small_block_dot_vectors(const std::uint8_t* row, const QuantizedActivations* x, std::int64_t blocks, float* out) {
   using Layout = SmallBlockLayout<kType>;
   constexpr bool kSigned = kType == GgufType::Q8_0;
-  const ActivationBytes& in = x.blocks;
-  auto block_sums = [&](const std::uint8_t* block, std::int64_t b) {
-    const __m256i w = small_block_quants<kType>(block);
-    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.bytes + 32 * b));
-    const __m256i pairs = kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(bytes, w))
-                                  : _mm256_maddubs_epi16(w, bytes);
+  __m256 acc0[kVectors], acc1[kVectors], offsets[kVectors];
+  float tail[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    acc0[v] = acc1[v] = offsets[v] = _mm256_setzero_ps();
+    tail[v] = 0.f;
+  }
+  // The exact sums of one block against vector v's bytes of block b, as eight f32 lanes.
+  auto block_sums = [&](__m256i w, __m256i magnitudes, int v, std::int64_t b) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[v].blocks.bytes + 32 * b));
+    const __m256i pairs =
+        kSigned ? _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(bytes, w)) : _mm256_maddubs_epi16(w, bytes);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   };
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), offsets = _mm256_setzero_ps();
   std::int64_t b = 0;
   for (; b + 8 <= blocks; b += 8, row += 8 * Layout::kBytes) {
     for (int line = 0; line < 8 * Layout::kBytes; line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes + line, _MM_HINT_T0);
-    const __m256 activation_scales = _mm256_loadu_ps(in.scales + b);
-    const __m256 factors = _mm256_mul_ps(eight_block_halves<kType>(row, 0), activation_scales);
-    if constexpr (!kSigned) {
-      const __m256 sums =
-          _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in.sums32 + b))));
-      if constexpr (Layout::kMin)
-        offsets = _mm256_fmadd_ps(eight_block_halves<kType>(row, 2), _mm256_mul_ps(activation_scales, sums), offsets);
-      else
-        offsets = _mm256_fnmadd_ps(factors, _mm256_mul_ps(sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))),
-                                   offsets);
+    const __m256 weight_scales = eight_block_halves<kType>(row, 0);
+    __m256 factors[kVectors];
+    for (int v = 0; v < kVectors; ++v) {
+      const __m256 activation_scales = _mm256_loadu_ps(x[v].blocks.scales + b);
+      factors[v] = _mm256_mul_ps(weight_scales, activation_scales);
+      if constexpr (!kSigned) {
+        const __m256 sums = _mm256_cvtepi32_ps(
+            _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[v].blocks.sums32 + b))));
+        if constexpr (Layout::kMin)
+          offsets[v] =
+              _mm256_fmadd_ps(eight_block_halves<kType>(row, 2), _mm256_mul_ps(activation_scales, sums), offsets[v]);
+        else
+          offsets[v] = _mm256_fnmadd_ps(
+              factors[v], _mm256_mul_ps(sums, _mm256_set1_ps(static_cast<float>(Layout::kOffset))), offsets[v]);
+      }
     }
-    for (int k = 0; k < 8; k += 2) {
-      acc0 = _mm256_fmadd_ps(block_sums(row + k * Layout::kBytes, b + k),
-                             _mm256_permutevar8x32_ps(factors, _mm256_set1_epi32(k)), acc0);
-      acc1 = _mm256_fmadd_ps(block_sums(row + (k + 1) * Layout::kBytes, b + k + 1),
-                             _mm256_permutevar8x32_ps(factors, _mm256_set1_epi32(k + 1)), acc1);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = small_block_quants<kType>(row + k * Layout::kBytes);
+      const __m256i magnitudes = kSigned ? _mm256_sign_epi8(w, w) : w;
+      const __m256i lane = _mm256_set1_epi32(k);
+      for (int v = 0; v < kVectors; ++v) {
+        __m256& acc = k % 2 == 0 ? acc0[v] : acc1[v];
+        acc = _mm256_fmadd_ps(block_sums(w, magnitudes, v, b + k), _mm256_permutevar8x32_ps(factors[v], lane), acc);
+      }
     }
   }
-  float tail = 0.f;
   for (; b < blocks; ++b, row += Layout::kBytes) {
-    const float factor = load_f16_scale(row) * in.scales[b];
-    acc0 = _mm256_fmadd_ps(block_sums(row, b), _mm256_set1_ps(factor), acc0);
-    if constexpr (Layout::kMin)
-      tail += load_f16_scale(row + 2) * in.scales[b] * static_cast<float>(in.sums32[b]);
-    else if constexpr (!kSigned)
-      tail -= factor * static_cast<float>(Layout::kOffset * in.sums32[b]);
+    const __m256i w = small_block_quants<kType>(row);
+    const __m256i magnitudes = kSigned ? _mm256_sign_epi8(w, w) : w;
+    for (int v = 0; v < kVectors; ++v) {
+      const float factor = load_f16_scale(row) * x[v].blocks.scales[b];
+      acc0[v] = _mm256_fmadd_ps(block_sums(w, magnitudes, v, b), _mm256_set1_ps(factor), acc0[v]);
+      if constexpr (Layout::kMin)
+        tail[v] += load_f16_scale(row + 2) * x[v].blocks.scales[b] * static_cast<float>(x[v].blocks.sums32[b]);
+      else if constexpr (!kSigned)
+        tail[v] -= factor * static_cast<float>(Layout::kOffset * x[v].blocks.sums32[b]);
+    }
   }
-  return horizontal_sum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), offsets)) + tail;
+  for (int v = 0; v < kVectors; ++v)
+    out[v] = horizontal_sum(_mm256_add_ps(_mm256_add_ps(acc0[v], acc1[v]), offsets[v])) + tail[v];
+}
+
+template <GgufType kType>
+float small_block_dot(const std::uint8_t* row, const QuantizedActivations& x, std::int64_t blocks) {
+  float out;
+  small_block_dot_vectors<kType, 1>(row, &x, blocks, &out);
+  return out;
 }
 
 // Shuffles that broadcast 16-bit word j of each 128-bit lane (a sub-block's scale).
@@ -281,6 +307,12 @@ float dot_q6_k(const std::uint8_t* row, const QuantizedActivations& x, std::int6
 constexpr int kWidestGroup = 4;
 
 // Each as for_row_tile calls it: the kernel template for the group's width.
+void dots_small_block_q8_0(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
+  for_row_tile<kWidestGroup>(
+      tile, x, count, [&](auto width, auto, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {
+        small_block_dot_vectors<GgufType::Q8_0, decltype(width)::value>(row, group, blocks, sums);
+      });
+}
 void dots_q4_k(const RowTile& tile, const QuantizedActivations* x, std::int64_t blocks, int count) {
   for_row_tile<kWidestGroup>(
       tile, x, count, [&](auto width, auto, const std::uint8_t* row, const QuantizedActivations* group, float* sums) {

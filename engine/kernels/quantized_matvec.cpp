@@ -49,8 +49,8 @@ void quantized_rows(const BlockType& type, const QuantizedMatrixView& w, const f
     const std::int64_t chunk = std::clamp<std::int64_t>(kActivationChunkBytes / std::max<std::int64_t>(w.cols, 1), 1,
                                                         std::min(n, kMaxChunkVectors));
     QuantizedActivations vectors[kMaxChunkVectors];  // the chunk's views, made once rather than per row
-    // Several vectors at a time where the type has such a kernel (Q8_0 and the K-quants on AVX-512 VNNI, the
-    // K-quants on AVX2): the row's unpacking is shared, and each result has the one-vector kernel's bits (the
+    // Several vectors at a time where the type has such a kernel (Q8_0 and the K-quants, on AVX-512 VNNI and
+    // on AVX2): the row's unpacking is shared, and each result has the one-vector kernel's bits (the
     // row-exact forwards).
     const IntegerRowDots dots = n >= 2 ? kernels.dots : nullptr;
     // With several vectors, the rows a tile at a time (it stays in L2 while the kernel takes the vectors a group
