@@ -88,11 +88,12 @@ void small_block_dot_vectors(const std::uint8_t* row, const QuantizedActivations
   for (; b < blocks; ++b, row += Layout::kBytes) {
     const __m256i w = small_block_quants<kType>(row);
     const __m256i magnitudes = kSigned ? _mm256_sign_epi8(w, w) : w;
+    const float scale = load_f16_scale(row), min_scale = Layout::kMin ? load_f16_scale(row + 2) : 0.f;
     for (int v = 0; v < kVectors; ++v) {
-      const float factor = load_f16_scale(row) * x[v].blocks.scales[b];
+      const float factor = scale * x[v].blocks.scales[b];
       acc0[v] = _mm256_fmadd_ps(block_sums(w, magnitudes, v, b), _mm256_set1_ps(factor), acc0[v]);
       if constexpr (Layout::kMin)
-        tail[v] += load_f16_scale(row + 2) * x[v].blocks.scales[b] * static_cast<float>(x[v].blocks.sums32[b]);
+        tail[v] += min_scale * x[v].blocks.scales[b] * static_cast<float>(x[v].blocks.sums32[b]);
       else if constexpr (!kSigned)
         tail[v] -= factor * static_cast<float>(Layout::kOffset * x[v].blocks.sums32[b]);
     }

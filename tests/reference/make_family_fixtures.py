@@ -257,7 +257,7 @@ def write_gguf(path, config, weights, matrix_type, file_type):
         if w.ndim == 1:
             # llama.cpp's converter stores Gemma's norms as 1 + weight.
             stored = w + 1.0 if gemma and name.endswith("norm.weight") else w
-            tensors.append((gguf_name(name, model_type), w.shape, gg.GGUF_F32, stored.astype(np.float32).tobytes()))
+            tensors.append((gguf_name(name, model_type), w.shape, gg.GGUF_F32, gg.quantize(gg.GGUF_F32, stored)))
             continue
         type_id = matrix_type
         if matrix_type != gg.GGUF_F32 and w.shape[1] % gg.BLOCK_SIZE[matrix_type] != 0:
