@@ -10,7 +10,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 PACKAGES := build-essential cmake ninja-build pkg-config libtorch-dev libopenblas0-pthread \
-            qt6-base-dev libqt6sql6-sqlite libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev \
+            qt6-base-dev libqt6sql6-sqlite libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev libicu-dev \
             libxxhash-dev libcpp-httplib-dev libgl-dev qt6-charts-dev libqt6opengl6-dev clang-14 libclang-rt-14-dev llvm-14 \
             clang-format-14
 

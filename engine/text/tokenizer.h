@@ -27,7 +27,7 @@ class Tokenizer {
   static Tokenizer from_files(const std::string& tokenizer_json_path, const std::string& tokenizer_config_path);
   // From a GGUF file's tokenizer.ggml.* metadata, tokenizing exactly as llama.cpp does:
   // tokenizer.ggml.model "gpt2" (byte-level BPE; tokenizer.ggml.pre llama-bpe/llama3, qwen2,
-  // gpt-2, smollm, default) or "llama" (SentencePiece pieces merged by score, byte fallback).
+  // gpt-2, smollm, tekken, default) or "llama" (SentencePiece pieces merged by score, byte fallback).
   // Control/unknown tokens are special; user-defined tokens are matched in any text. Throws
   // TokenizerError naming the key for missing, inconsistent or unsupported metadata.
   static Tokenizer from_gguf(const GgufFile& file);

@@ -121,8 +121,8 @@ class TokenizerRobustnessTest : public QObject {
       j["pre_tokenizer"] = {{"type", "Whitespace"}};
     }) << QString() << QString("unsupported pre_tokenizer type 'Whitespace' in");
     QTest::newRow("unknown normalizer") << with([](auto& j) {
-      j["normalizer"] = {{"type", "NFKC"}};
-    }) << QString() << QString("unsupported normalizer type 'NFKC'");
+      j["normalizer"] = {{"type", "BertNormalizer"}};
+    }) << QString() << QString("unsupported normalizer type 'BertNormalizer'");
     QTest::newRow("unknown decoder") << with([](auto& j) {
       j["decoder"] = {{"type", "WordPiece"}};
     }) << QString() << QString("unsupported decoder type 'WordPiece'");
@@ -275,6 +275,41 @@ class TokenizerRobustnessTest : public QObject {
     QCOMPARE(QString::fromStdString(t.decode({256, 258, ' ', '4', '2'})), QString("ab ab 42"));
     // Non-ASCII goes through the byte map: "é" is two byte tokens.
     QCOMPARE(QString::fromStdString(ids_to_string(t.encode("\xC3\xA9"))), QString("[195,169]"));
+  }
+
+  // Qwen's tokenizers normalize to NFC: "e" + U+0301 is "é". Each form over a byte-level vocabulary, whose ids are
+  // the bytes of what the normalizer made.
+  void unicode_normal_forms_data() {
+    QTest::addColumn<QString>("form");
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QByteArray>("normalized");
+    const QByteArray composed("caf\xC3\xA9"), decomposed("cafe\xCC\x81"), ligature("\xEF\xAC\x81ne");
+    QTest::newRow("NFC composes") << "NFC" << decomposed << composed;
+    QTest::newRow("NFC keeps a ligature") << "NFC" << ligature << ligature;
+    QTest::newRow("NFD decomposes") << "NFD" << composed << decomposed;
+    QTest::newRow("NFKC composes and unfolds") << "NFKC" << (decomposed + ligature) << (composed + "fine");
+    QTest::newRow("NFKD decomposes and unfolds") << "NFKD" << (composed + ligature) << (decomposed + "fine");
+    QTest::newRow("ASCII stays") << "NFC" << QByteArray("plain text") << QByteArray("plain text");
+  }
+
+  void unicode_normal_forms() {
+    QFETCH(QString, form);
+    QFETCH(QByteArray, text);
+    QFETCH(QByteArray, normalized);
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) vocab[tokenization::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+    nlohmann::json file = {
+        {"added_tokens", nlohmann::json::array()},
+        {"normalizer", {{"type", form.toStdString()}}},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+    TempDir dir;
+    dir.write("tokenizer.json", file.dump());
+    Tokenizer t = Tokenizer::from_directory(dir.path());
+    std::vector<TokenId> expected;
+    for (char byte : normalized) expected.push_back(static_cast<unsigned char>(byte));
+    QCOMPARE(t.encode(text.toStdString(), false), expected);
   }
 
   void special_ids_and_flags() {

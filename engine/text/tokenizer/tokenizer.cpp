@@ -56,6 +56,23 @@ bool config_controls_special_tokens(const std::string& tokenizer_class) {
   return kClasses.count(tokenizer_class) > 0;
 }
 
+// The normalizer without its Prepend steps, or null when it has none (then nothing differs after the start).
+std::unique_ptr<Normalizer> normalizer_without_prepend(const json& normalizer, const std::string& source) {
+  const auto is_prepend = [](const json& step) { return step.is_object() && step.value("type", "") == "Prepend"; };
+  if (is_prepend(normalizer)) {  // nothing left: an empty sequence, which changes nothing
+    return make_normalizer({{"type", "Sequence"}, {"normalizers", json::array()}}, source);
+  }
+  if (!normalizer.is_object() || normalizer.value("type", "") != "Sequence" || !normalizer.contains("normalizers") ||
+      !normalizer["normalizers"].is_array()) {
+    return nullptr;
+  }
+  json steps = json::array();
+  for (const json& step : normalizer["normalizers"])
+    if (!is_prepend(step)) steps.push_back(step);
+  if (steps.size() == normalizer["normalizers"].size()) return nullptr;
+  return make_normalizer({{"type", "Sequence"}, {"normalizers", steps}}, source);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- loading
@@ -128,6 +145,9 @@ Tokenizer Tokenizer::from_files(const std::string& tokenizer_json_path, const st
       }
       impl->clean_up_default = config["clean_up_tokenization_spaces"].get<bool>();
     }
+    if (config.contains("legacy") && config["legacy"].is_boolean() && !config["legacy"].get<bool>()) {
+      impl->normalizer_after_start = normalizer_without_prepend(root.value("normalizer", json()), source);
+    }
     std::string tokenizer_class = optional_field(config, "tokenizer_class", std::string(), path);
     if (config_controls_special_tokens(tokenizer_class)) {
       auto flag = [&](const char* field, bool fallback) {
@@ -181,7 +201,8 @@ Tokenizer::~Tokenizer() = default;
 
 void Tokenizer::Impl::encode_segment(std::string_view segment, bool at_text_start, std::vector<TokenId>& out) const {
   std::string normalized(segment);
-  if (normalizer) normalizer->normalize(normalized);
+  const auto& segment_normalizer = !at_text_start && normalizer_after_start ? normalizer_after_start : normalizer;
+  if (segment_normalizer) segment_normalizer->normalize(normalized);
   if (normalized.empty()) return;
   std::vector<std::string> pieces;
   pieces.push_back(std::move(normalized));

@@ -52,6 +52,10 @@ constexpr const char* kLlama3Regex =
     R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 constexpr const char* kQwen2Regex =
     R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+// Mistral's Tekken (Mistral Nemo, Ministral), as its tokenizer.json writes it: a word is a run of upper-case letters
+// then lower-case ones, or the other way round.
+constexpr const char* kTekkenRegex =
+    R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 constexpr const char* kGpt2Regex = R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))re";
 
 struct PreTokenizerKind {
@@ -73,6 +77,7 @@ const std::vector<PreTokenizerKind>& pre_tokenizer_kinds() {
       {{"gpt-2", "phi-2"}, {kGpt2Regex}, false, false, true},
       {{"qwen2", "deepseek-r1-qwen"}, {kQwen2Regex}, false, false, false},
       {{"smollm"}, {R"re(\p{N})re", kGpt2Regex}, false, false, false},
+      {{"tekken"}, {kTekkenRegex}, true, true, false},
   };
   return kinds;
 }

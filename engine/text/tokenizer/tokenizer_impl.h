@@ -23,6 +23,9 @@ struct Tokenizer::Impl {
   std::unique_ptr<tokenization::Model> model;
   tokenization::AddedTokens added;
   std::unique_ptr<tokenization::Normalizer> normalizer;
+  // For a stretch that does not start the text, when it differs: a Llama tokenizer with "legacy": false prepends
+  // its "▁" at the start of the text only, not again after each added token (transformers' rule).
+  std::unique_ptr<tokenization::Normalizer> normalizer_after_start;
   std::unique_ptr<tokenization::PreTokenizer> pre_tokenizer;
   std::unique_ptr<tokenization::Decoder> decoder;
   tokenization::SpecialTokenTemplate special_template;

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/text/tokenizer/tokenizer_component.h"
@@ -34,6 +36,38 @@ class ReplaceNormalizer : public Normalizer {
   Pattern pattern_;
   std::string content_;
 };
+
+// NFC, NFD, NFKC, NFKD (Qwen's tokenizers normalize to NFC): ICU's normalizers over the text's UTF-8, which
+// encode() has already made valid.
+class UnicodeFormNormalizer : public Normalizer {
+ public:
+  UnicodeFormNormalizer(const icu::Normalizer2& form, std::string name) : form_(form), name_(std::move(name)) {}
+  void normalize(std::string& text) const override {
+    bool ascii = true;
+    for (unsigned char byte : text) ascii = ascii && byte < 0x80;
+    if (ascii) return;  // every form leaves ASCII as it is
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::UnicodeString normalized = form_.normalize(icu::UnicodeString::fromUTF8(text), status);
+    if (U_FAILURE(status)) throw TokenizerError(name_ + " normalization failed: " + u_errorName(status));
+    text.clear();
+    normalized.toUTF8String(text);
+  }
+
+ private:
+  const icu::Normalizer2& form_;  // ICU's, alive for the process
+  std::string name_;
+};
+
+template <const icu::Normalizer2* (*kInstance)(UErrorCode&)>
+std::unique_ptr<Normalizer> make_unicode_form_normalizer(const nlohmann::json& config, const std::string& where) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* form = kInstance(status);
+  const std::string name = config.value("type", std::string());
+  if (U_FAILURE(status) || form == nullptr) {
+    throw TokenizerError(where + ": the " + name + " normalizer is not available: " + u_errorName(status));
+  }
+  return std::make_unique<UnicodeFormNormalizer>(*form, name);
+}
 
 class SequenceNormalizer : public Normalizer {
  public:
@@ -70,7 +104,12 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& config, const 
       "normalizer",
       "normalizers",
       make_sequence<Normalizer, SequenceNormalizer>,
-      {{"Prepend", make_prepend_normalizer}, {"Replace", make_replace_normalizer}}};
+      {{"Prepend", make_prepend_normalizer},
+       {"Replace", make_replace_normalizer},
+       {"NFC", make_unicode_form_normalizer<&icu::Normalizer2::getNFCInstance>},
+       {"NFD", make_unicode_form_normalizer<&icu::Normalizer2::getNFDInstance>},
+       {"NFKC", make_unicode_form_normalizer<&icu::Normalizer2::getNFKCInstance>},
+       {"NFKD", make_unicode_form_normalizer<&icu::Normalizer2::getNFKDInstance>}}};
   return make_component(config, source, table);
 }
 
