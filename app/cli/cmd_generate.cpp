@@ -64,7 +64,7 @@ const std::string kUsage =
     "[--top-p P]\n"
     "                           [--min-p M] [--repeat-penalty R] [--seed S] [--threads N] [--json-schema FILE]\n"
     "                           [--speculative none|lookup|draft] [--draft-tokens K] [--draft-model PATH] [--dtype "
-    "f32|bf16] [--long-context] [--json]\n"
+    "f32|bf16] [--long-context] [--ignore-eos] [--json]\n"
     "Greedy by default (temperature 0). --prompt needs the model's tokenizer (a directory's tokenizer.json\n"
     "or a GGUF file's tokenizer metadata); it is encoded as plain text with BOS as the tokenizer says.\n"
     "--messages: a JSON file holding a list of {\"role\", \"content\"} messages (or {\"messages\": [...]}),\n"
@@ -72,14 +72,15 @@ const std::string kUsage =
     "server encode a conversation's first request: the template's control tokens become their ids, the\n"
     "messages' text never does. Without a template the contents are joined as plain text.\n"
     "--json-schema FILE: constrained decoding; the reply is a JSON value valid against the schema in FILE\n"
-    "(needs the model's tokenizer).\n" +
+    "(needs the model's tokenizer).\n"
+    "--ignore-eos: make --max-new-tokens tokens even past the model's end-of-sequence tokens.\n" +
     std::string(kLongContextUsage) + std::string(kSpeculativeUsage) + kKvDtypeUsage;
 
 int run_generate(const std::vector<std::string>& args) {
   ArgParser parser(with_model_options({"prompt-ids", "prompt", "messages", "max-new-tokens", "kv-cache", "kv-dtype",
                                        "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed",
                                        "speculative", "draft-tokens", "draft-model", "json-schema"}),
-                   {"json", "long-context"});
+                   {"json", "long-context", "ignore-eos"});
   parser.parse(args);
   // Every option is checked before the (possibly large) model is loaded.
   GenerationConfig config;
@@ -90,6 +91,7 @@ int run_generate(const std::vector<std::string>& args) {
   config.sampling = sampling_from_options(parser);
   config.speculative = speculative_from_options(parser);
   config.grammar = grammar_from_options(parser);
+  if (parser.has("ignore-eos")) config.stop_token_ids = {-1};  // no id is -1: nothing stops the reply early
   const int prompt_options =
       int(bool(parser.value("prompt-ids"))) + int(bool(parser.value("prompt"))) + int(bool(parser.value("messages")));
   if (prompt_options == 0) throw UsageError("missing --prompt-ids, --prompt or --messages");

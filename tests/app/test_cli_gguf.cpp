@@ -227,15 +227,15 @@ void CliGgufTest::long_context_opens_phi3_with_its_long_factors() {
   if (short_margin > 0.05f) QCOMPARE(short_got, short_expected);
   QVERIFY(long_margin > 0.05f || short_margin > 0.05f);
 
-  const CliResult past = run_cli(
-      {"generate", "--model", file, "--prompt-ids", ids, "--max-new-tokens", "600", "--long-context", "--json"});
+  const CliResult past = run_cli({"generate", "--model", file, "--prompt-ids", ids, "--max-new-tokens", "600",
+                                  "--long-context", "--ignore-eos", "--json"});
   QVERIFY2(past.exit_code == 0, past.err.c_str());
   const json output = json::parse(past.out);
   // 64 + 600 positions, past the 512 the short factors are limited to (there the reply stops at the context's end).
   QCOMPARE(output["stop_reason"].get<std::string>(), std::string("max_tokens"));
   QCOMPARE(output["generated_ids"].size(), std::size_t(600));
   const CliResult limited =
-      run_cli({"generate", "--model", file, "--prompt-ids", ids, "--max-new-tokens", "600", "--json"});
+      run_cli({"generate", "--model", file, "--prompt-ids", ids, "--max-new-tokens", "600", "--ignore-eos", "--json"});
   QVERIFY2(limited.exit_code == 0, limited.err.c_str());
   QCOMPARE(json::parse(limited.out)["stop_reason"].get<std::string>(), std::string("context_full"));
 
