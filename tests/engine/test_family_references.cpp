@@ -25,6 +25,7 @@
 #include <QtTest>
 #include "common/test_suite.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/json_fixture.h"
@@ -34,6 +35,7 @@
 #include "engine/generation/session.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_loader.h"
+#include "engine/text/tokenizer.h"
 
 // Each suite in its own namespace: a group's suites are compiled in batches (unity build).
 namespace engine_test_family_references {
@@ -94,6 +96,8 @@ class FamilyReferencesTest : public QObject {
   void logits_match_llama_cpp();
   void long_context_takes_the_long_factors_data();
   void long_context_takes_the_long_factors();
+  void the_tokenizer_encodes_as_transformers_js_data();
+  void the_tokenizer_encodes_as_transformers_js();
   void cached_and_uncached_ids_agree_data();
   void cached_and_uncached_ids_agree();
   void a_sliding_layer_holds_only_its_window();
@@ -154,7 +158,6 @@ void FamilyReferencesTest::logits_match_llama_cpp() {
   const std::string directory = family_dir(family);
   const nlohmann::json reference = kvchat::test::load_json(directory + "/reference.json");
   const LoadedModel loaded = load_model(load_path(directory, file.toStdString()));
-  QVERIFY(!loaded.tokenizer);  // the fixtures say so as llama.cpp does: tokenizer.ggml.model "none"
   const at::Tensor expected = reference_logits(directory, reference, file.toStdString(), "llama_cpp_logits");
   const auto prompt = reference["prompt"].get<std::vector<TokenId>>();
   const auto positions = reference["llama_cpp"]["comparable_positions"].get<std::int64_t>();
@@ -266,6 +269,45 @@ void FamilyReferencesTest::long_context_takes_the_long_factors() {
   } catch (const ModelError& error) {
     QVERIFY2(std::string(error.what()).find("LongRoPE") != std::string::npos, error.what());
   }
+}
+
+void FamilyReferencesTest::the_tokenizer_encodes_as_transformers_js_data() { logits_match_the_reference_data(); }
+
+// Each family's vocabulary is its published tokenizer cut to a few hundred tokens (tests/reference/real_vocabulary.py):
+// the folder's tokenizer.json and the GGUF files' tokenizer.ggml.* encode the prompt text (which writes the
+// end-of-sequence token) as transformers.js encoded it, and the model's first 64 ids are those.
+void FamilyReferencesTest::the_tokenizer_encodes_as_transformers_js() {
+  QFETCH(QString, family);
+  QFETCH(QString, file);
+  const std::string directory = family_dir(family);
+  const nlohmann::json reference = kvchat::test::load_json(directory + "/reference.json");
+  const nlohmann::json config = kvchat::test::load_json(directory + "/config.json");
+  const LoadedModel loaded = load_model(load_path(directory, file.toStdString()));
+  QVERIFY(loaded.tokenizer);
+  const Tokenizer& tokenizer = *loaded.tokenizer;
+  QCOMPARE(tokenizer.vocab_size(), reference["vocab_size"].get<int>());
+  QCOMPARE(loaded.config.vocab_size, reference["vocab_size"].get<std::int64_t>());
+  QVERIFY(tokenizer.eos_id().has_value());
+  QCOMPARE(*tokenizer.eos_id(), config["eos_token_id"].get<TokenId>());
+  QCOMPARE(tokenizer.bos_id().has_value(), !config["bos_token_id"].is_null());
+
+  const auto text = reference["prompt_text"].get<std::string>();
+  const auto expected = reference["prompt_text_ids"].get<std::vector<TokenId>>();
+  const std::vector<TokenId> ids = tokenizer.encode(text, /*add_special_tokens=*/true, /*parse_special=*/true);
+  QCOMPARE(ids, expected);
+  QVERIFY(std::count(ids.begin(), ids.end(), *tokenizer.eos_id()) == 1);  // the text's end-of-sequence token
+  const auto prompt = reference["prompt"].get<std::vector<TokenId>>();
+  QVERIFY(std::equal(prompt.begin(), prompt.end(), expected.begin()));
+  // And back: the same text, after the BOS the tokenizer adds.
+  const bool adds_bos = tokenizer.add_bos_token() && !ids.empty() && ids.front() == tokenizer.bos_id();
+  QCOMPARE(tokenizer.decode(std::vector<TokenId>(ids.begin() + (adds_bos ? 1 : 0), ids.end())), text);
+
+  // Text after added tokens (a turn's shape): transformers' rules, which the Hugging Face folder follows. A GGUF
+  // SentencePiece vocabulary follows llama.cpp's instead, which prepends "▁" after every added token.
+  if (file != "model.safetensors") return;
+  const auto& encoded_turn = reference["tokenizer"]["turn_text_ids"];
+  QCOMPARE(tokenizer.encode(reference["tokenizer"]["turn_text"].get<std::string>(), true, true),
+           encoded_turn.get<std::vector<TokenId>>());
 }
 
 void FamilyReferencesTest::cached_and_uncached_ids_agree_data() { logits_match_the_reference_data(); }

@@ -109,12 +109,25 @@ def _string(text):
     return struct.pack("<Q", len(data)) + data
 
 
-def _metadata(key, value):
+def _value(value):
+    """(GGUF type, payload): strings, bools, float32, uint32, and arrays of strings, float32 or int32."""
     if isinstance(value, str):
-        return _string(key) + struct.pack("<I", 8) + _string(value)
+        return 8, _string(value)
+    if isinstance(value, bool):
+        return 7, struct.pack("<B", value)
     if isinstance(value, float):
-        return _string(key) + struct.pack("<If", 6, value)
-    return _string(key) + struct.pack("<II", 4, value)  # uint32
+        return 6, struct.pack("<f", value)
+    if isinstance(value, list):
+        element = 8 if isinstance(value[0], str) else 6 if isinstance(value[0], float) else 5
+        items = b"".join(_string(v) if element == 8 else struct.pack("<f" if element == 6 else "<i", v)
+                         for v in value)
+        return 9, struct.pack("<IQ", element, len(value)) + items
+    return 4, struct.pack("<I", value)  # uint32
+
+
+def _metadata(key, value):
+    value_type, payload = _value(value)
+    return _string(key) + struct.pack("<I", value_type) + payload
 
 
 def write_gguf(path, metadata, tensors):
@@ -153,10 +166,15 @@ def read_gguf_tensors(path):
         string()
         (value_type,) = struct.unpack_from("<I", blob, at)
         at += 4
-        if value_type == 8:
-            string()
-        else:
-            at += 4
+        count = 1
+        if value_type == 9:  # an array: its element type and length, then the elements
+            value_type, count = struct.unpack_from("<IQ", blob, at)
+            at += 12
+        for _ in range(count):
+            if value_type == 8:
+                string()
+            else:
+                at += 1 if value_type == 7 else 4
     infos = []
     for _ in range(tensor_count):
         name = string()

@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/families/<family>/: a tiny seeded random model of the family as a Hugging Face folder
-(config.json, model.safetensors in bf16) and as GGUF (F32, Q8_0, and Q4_K with Q8_0 where a row is not a whole
-number of 256-weight blocks, as llama.cpp's quantizer falls back), a 64-token prompt, and the logits of
-transformer_reference.py over it for each file (the GGUF ones over the files' own dequantized weights).
+(config.json, model.safetensors in bf16, the family's published tokenizer cut to a few hundred tokens by
+real_vocabulary.py) and as GGUF (F32, Q8_0, and Q4_K with Q8_0 where a row is not a whole number of 256-weight
+blocks, as llama.cpp's quantizer falls back; the same vocabulary in tokenizer.ggml.*), a prompt text with its ids as
+transformers.js encodes it, and the logits of transformer_reference.py over its first 64 ids for each file (the GGUF
+ones over the files' own dequantized weights).
 
-Run from the repository root with Debian's python3-numpy: python3 tests/reference/make_family_fixtures.py [FAMILY...]
+Run from the repository root with Debian's python3-numpy and Node.js, after
+tests/reference/fetch_tokenizer_sources.sh DIR:
+    python3 tests/reference/make_family_fixtures.py --tokenizer-sources DIR [FAMILY...]
 (every family by default). Deterministic: the same files every run.
 """
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import ggml_blocks as gg  # noqa: E402
+import real_vocabulary as vocabulary  # noqa: E402
 import transformer_reference as reference  # noqa: E402
 
 # Seeds: each gives a model whose greedy continuation does not settle into a loop of a few tokens (the cache tests
@@ -26,12 +32,13 @@ FAMILIES = {
         config={
             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
             "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "head_dim": 32, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 1000000.0, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
             "use_sliding_window": False, "sliding_window": None, "torch_dtype": "bfloat16",
-            "bos_token_id": None, "eos_token_id": 255,
+            
         },
         seed=3,
+        tokenizer=dict(regular=288, pre="qwen2"),
     ),
     # Qwen2 with its sliding window switched on: q/k/v biases, untied; layer 0 attends to every position, layers 1
     # and 2 (from max_window_layers) through a window of 32, shorter than the 64-token prompt. Hugging Face folder
@@ -40,11 +47,12 @@ FAMILIES = {
         config={
             "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
             "tie_word_embeddings": False, "hidden_act": "silu", "use_sliding_window": True, "sliding_window": 32,
-            "max_window_layers": 1, "torch_dtype": "bfloat16", "bos_token_id": None, "eos_token_id": 255,
+            "max_window_layers": 1, "torch_dtype": "bfloat16",
         },
         seed=17,
+        tokenizer=dict(regular=320, pre="qwen2"),
         gguf=False,
     ),
     # Gemma 2: four layers, alternating sliding (window 32, shorter than the 64-token prompt) and global layers, soft-capped
@@ -54,13 +62,14 @@ FAMILIES = {
         config={
             "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "head_dim": 16, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 10000.0, "tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh",
             "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 16, "sliding_window": 32,
             "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0, "attention_bias": False,
-            "torch_dtype": "bfloat16", "bos_token_id": 2, "eos_token_id": 1,
+            "torch_dtype": "bfloat16",
         },
-        seed=5,
+        seed=31,
+        tokenizer=dict(regular=300, pre=None),
     ),
     # Gemma 3 (text): six layers, five sliding (window 32, RoPE base 10000) and the sixth global (base 1e6 with
     # linear scaling, as the 4B and larger), per-head q/k norms, no soft-capping.
@@ -68,27 +77,29 @@ FAMILIES = {
         config={
             "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1,
-            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "head_dim": 16, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
             "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "tie_word_embeddings": True,
             "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 16, "sliding_window": 32,
             "sliding_window_pattern": 6, "attn_logit_softcapping": None, "final_logit_softcapping": None,
-            "attention_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 2, "eos_token_id": 1,
+            "attention_bias": False, "torch_dtype": "bfloat16",
         },
         seed=7,
+        tokenizer=dict(regular=300, pre=None),
     ),
-    # Mistral: the Llama layout with a sliding window on every layer. Hugging Face folder only: llama.cpp's GGUF
-    # files of the llama architecture carry no window.
+    # Mistral: the Llama layout with a sliding window on every layer, Mistral Nemo's Tekken vocabulary. Its GGUF
+    # files are of the llama architecture, as llama.cpp's converter writes Mistral, which carries no window: their
+    # reference is the same model without one (as Mistral 7B v0.2 on and Nemo are).
     "mistral": dict(
         config={
             "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+            "head_dim": 16, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
             "rope_theta": 10000.0, "sliding_window": 32, "tie_word_embeddings": False, "hidden_act": "silu",
-            "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2,
+            "torch_dtype": "bfloat16",
         },
         seed=9,
-        gguf=False,
+        tokenizer=dict(regular=320, pre="tekken"),
     ),
     # SmolLM3: the Llama layout with every fourth layer without RoPE (the fourth here), tied embeddings. Its GGUF
     # files carry Q and K permuted for interleaved RoPE, as llama.cpp's converter writes llama files.
@@ -96,13 +107,13 @@ FAMILIES = {
         config={
             "architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "head_dim": 16, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
             "rope_theta": 5000000.0, "no_rope_layer_interval": 4, "no_rope_layers": [1, 1, 1, 0],
             "use_sliding_window": False, "sliding_window": None, "tie_word_embeddings": True, "hidden_act": "silu",
-            "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": None,
-            "eos_token_id": 255,
+            "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16",
         },
-        seed=12,
+        seed=14,
+        tokenizer=dict(regular=320, pre="llama-bpe"),
     ),
     # Phi-3.5 / Phi-4-mini: fused qkv_proj and gate_up_proj, LongRoPE (short factors within the original context,
     # the attention factor of a context twice as long), 3/4 of each head rotated (Phi-4-mini's
@@ -111,18 +122,20 @@ FAMILIES = {
         config={
             "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 64,
             "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "vocab_size": 256, "max_position_embeddings": 1024, "original_max_position_embeddings": 512,
+            "max_position_embeddings": 1024, "original_max_position_embeddings": 512,
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
             "rope_scaling": {"type": "longrope", "short_factor": [round(1.0 + 0.08 * i, 4) for i in range(6)],
                              "long_factor": [round(1.0 + 4.0 * i, 4) for i in range(6)]},
             "sliding_window": 32, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
-            "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 255,
+            "torch_dtype": "bfloat16",
         },
-        seed=15,
+        seed=16,
+        tokenizer=dict(regular=300, pre=None),
     ),
 }
 
 GEMMA = ("gemma2", "gemma3_text")
+GGUF_ARCHITECTURE = {"gemma3_text": "gemma3", "mistral": "llama"}  # model_type -> general.architecture
 PERMUTED_QK = ("llama", "mistral", "smollm3")  # llama.cpp writes their Q and K rows for interleaved RoPE
 
 
@@ -215,8 +228,8 @@ def random_weights(config, seed):
             for name, w in weights.items()}
 
 
-def gguf_metadata(config, file_type):
-    arch = {"gemma3_text": "gemma3"}.get(config["model_type"], config["model_type"])
+def gguf_metadata(config, file_type, vocabulary):
+    arch = GGUF_ARCHITECTURE.get(config["model_type"], config["model_type"])
     extra = {}
     if arch in ("gemma2", "gemma3"):
         extra[f"{arch}.attention.sliding_window"] = config["sliding_window"]
@@ -244,12 +257,11 @@ def gguf_metadata(config, file_type):
         f"{arch}.rope.dimension_count": int(head_dim * config.get("partial_rotary_factor", 1.0)),
         f"{arch}.attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
         f"{arch}.rope.freq_base": float(config["rope_theta"]),
-        # No vocabulary, in llama.cpp's own convention: model "none", the token count from the vocab_size key.
-        "tokenizer.ggml.model": "none", f"{arch}.vocab_size": config["vocab_size"],
-    }
+        f"{arch}.vocab_size": config["vocab_size"],
+    } | vocabulary
 
 
-def write_gguf(path, config, weights, matrix_type, file_type):
+def write_gguf(path, config, weights, matrix_type, file_type, vocabulary):
     model_type = config["model_type"]
     gemma = model_type in GEMMA
     tensors = []
@@ -269,7 +281,7 @@ def write_gguf(path, config, weights, matrix_type, file_type):
     for kind in ("short", "long") if scaling.get("type") == "longrope" else ():
         factors = np.asarray(scaling[kind + "_factor"], dtype=np.float32)
         tensors.append((f"rope_factors_{kind}.weight", factors.shape, gg.GGUF_F32, factors.tobytes()))
-    gg.write_gguf(path, gguf_metadata(config, file_type), tensors)
+    gg.write_gguf(path, gguf_metadata(config, file_type, vocabulary), tensors)
     # The reference reads the file back: the weights as stored, dequantized its own way, and for each block-type
     # matrix the group its products round their input in (32 for Q8_0, 256 for the K-quants).
     hf_of = {gguf_name(name, model_type): name for name in weights}
@@ -287,43 +299,106 @@ def write_gguf(path, config, weights, matrix_type, file_type):
     return stored, groups
 
 
+# The prompt: the text each family's cut tokenizer encodes (ending with its end-of-sequence token, an added token
+# the encoding splits out), of which the model sees the first 64 ids. The turn text has text after added tokens,
+# where a Llama tokenizer's "▁" prefix rules differ between transformers and llama.cpp.
+PROMPT_TEXT = ("Once upon a time, a little robot named Kiwi found an old map in the library. It said: \"Follow the "
+               "river to the hill, then count 3 stones.\"\n\nKiwi smiled and went out the door.{eos}")
+TURN_TEXT = "{eos}\nHello there! Can you count to 3?\n{eos} Yes: 1, 2, 3.{eos}"
+PROMPT_LENGTH = 64
+
+
+def encode_independently(source_dir, tokenizer, tokenizer_config, texts):
+    """transformers.js's encoding of `texts` (encode_with_transformers_js.mjs, installed by
+    fetch_tokenizer_sources.sh): special tokens as the tokenizer adds them, added tokens in the text split out."""
+    script = os.path.join(source_dir, "transformers-js", "encode_with_transformers_js.mjs")
+    request = json.dumps({"tokenizer": tokenizer, "tokenizer_config": tokenizer_config, "texts": texts})
+    done = subprocess.run(["node", script], input=request, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def write_json(path, value):
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(value, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+
+
+def family_tokenizer(family, spec, source_dir, sources, folder):
+    """Cuts the family's published tokenizer (real_vocabulary.py), writes it to the folder, sets the config's
+    vocabulary size and bos/eos ids from it; returns (GGUF metadata, prompt text, its ids, the cut's summary)."""
+    config = spec["config"]
+    full, full_config = vocabulary.load_sources(source_dir, family, sources)
+    tokenizer, tokenizer_config, _ = vocabulary.cut(full, full_config, spec["tokenizer"]["regular"])
+    write_json(os.path.join(folder, "tokenizer.json"), tokenizer)
+    write_json(os.path.join(folder, "tokenizer_config.json"), tokenizer_config)
+    config["vocab_size"] = vocabulary.vocabulary_size(tokenizer)
+    metadata = vocabulary.gguf_vocabulary(tokenizer, tokenizer_config, spec["tokenizer"]["pre"])
+    config["bos_token_id"] = metadata.get("tokenizer.ggml.bos_token_id")
+    config["eos_token_id"] = metadata["tokenizer.ggml.eos_token_id"]
+    eos = metadata["tokenizer.ggml.tokens"][config["eos_token_id"]]
+    texts = [PROMPT_TEXT.format(eos=eos), TURN_TEXT.format(eos=eos)]
+    ids, turn_ids = encode_independently(source_dir, tokenizer, tokenizer_config, texts)
+    if len(ids) < PROMPT_LENGTH:
+        raise SystemExit(f"{family}: the prompt text is only {len(ids)} tokens")
+    summary = {"sources": sources[family], "regular_tokens_kept": spec["tokenizer"]["regular"],
+               "added_tokens_kept": [t["content"] for t in tokenizer["added_tokens"]],
+               "cut_by": "tests/reference/real_vocabulary.py",
+               "encoded_by": "transformers.js tokenizers (@lenml/tokenizers@3.7.2)",
+               "turn_text": texts[1], "turn_text_ids": turn_ids}
+    return metadata, texts[0], ids, summary
+
+
 def main():
     root = os.path.join("tests", "fixtures", "families")
-    chosen = sys.argv[1:] or list(FAMILIES)  # families named on the command line, else all
+    arguments = sys.argv[1:]
+    if "--tokenizer-sources" not in arguments[:-1]:
+        raise SystemExit(__doc__)
+    at = arguments.index("--tokenizer-sources")
+    source_dir = arguments[at + 1]
+    del arguments[at:at + 2]
+    with open(os.path.join(os.path.dirname(__file__), "tokenizer_sources.json")) as f:
+        sources = json.load(f)
+    chosen = arguments or list(FAMILIES)  # families named on the command line, else all
     for family, spec in FAMILIES.items():
         if family not in chosen:
             continue
         config = spec["config"]
         folder = os.path.join(root, family)
         os.makedirs(folder, exist_ok=True)
+        gguf_vocabulary, prompt_text, prompt_text_ids, tokenizer_summary = family_tokenizer(
+            family, spec, source_dir, sources, folder)
         weights = random_weights(config, spec["seed"])
-        with open(os.path.join(folder, "config.json"), "w") as out:
-            json.dump(config, out, indent=2)
-            out.write("\n")
+        write_json(os.path.join(folder, "config.json"), config)
         gg.write_safetensors(os.path.join(folder, "model.safetensors"),
                              {name: ("BF16", w.shape, gg.bf16_bytes(w)) for name, w in weights.items()})
-        prompt = [int(i) for i in np.random.default_rng(spec["seed"] + 100).integers(0, config["vocab_size"], 64)]
+        prompt = prompt_text_ids[:PROMPT_LENGTH]
         files = {"model.safetensors": (gg.read_safetensors(os.path.join(folder, "model.safetensors")), {})}
         # llama.cpp's file types: ALL_F32 0, MOSTLY_Q8_0 7, MOSTLY_Q4_K_M 15.
         gguf_files = (("model-F32.gguf", gg.GGUF_F32, 0), ("model-Q8_0.gguf", gg.GGUF_Q8_0, 7),
                       ("model-Q4_K.gguf", gg.GGUF_Q4_K, 15))
         for file_name, matrix_type, file_type in gguf_files if spec.get("gguf", True) else ():
-            files[file_name] = write_gguf(os.path.join(folder, file_name), config, weights, matrix_type, file_type)
+            files[file_name] = write_gguf(os.path.join(folder, file_name), config, weights, matrix_type, file_type,
+                                          gguf_vocabulary)
         logits, rounded_logits, long_logits = {}, {}, {}
         longrope = (config.get("rope_scaling") or {}).get("type") == "longrope"
         for file_name, (file_weights, groups) in files.items():
             stem = "logits-" + file_name.split(".")[0].replace("model-", "").replace("model", "hf")
-            reference.forward(config, file_weights, prompt).astype(np.float32).tofile(os.path.join(folder, stem + ".f32"))
+            file_config = config
+            if file_name.endswith(".gguf") and GGUF_ARCHITECTURE.get(config["model_type"]) == "llama":
+                file_config = config | {"sliding_window": None}  # a llama GGUF file carries no window
+            values = reference.forward(file_config, file_weights, prompt).astype(np.float32)
+            values.tofile(os.path.join(folder, stem + ".f32"))
             logits[file_name] = stem + ".f32"
             if longrope:  # the model opened for its long context: the long factors at every position
-                values = reference.forward(config, file_weights, prompt, longrope_factors="long").astype(np.float32)
+                values = reference.forward(file_config, file_weights, prompt, longrope_factors="long").astype(np.float32)
                 values.tofile(os.path.join(folder, stem + "-long.f32"))
                 long_logits[file_name] = stem + "-long.f32"
             if groups:  # what the integer-dot kernels compute: the same weights, rounded inputs
-                values = reference.forward(config, file_weights, prompt, groups).astype(np.float32)
+                values = reference.forward(file_config, file_weights, prompt, groups).astype(np.float32)
                 values.tofile(os.path.join(folder, stem + "-rounded.f32"))
                 rounded_logits[file_name] = stem + "-rounded.f32"
         summary = {"family": family, "prompt": prompt, "positions": len(prompt), "vocab_size": config["vocab_size"],
+                   "prompt_text": prompt_text, "prompt_text_ids": prompt_text_ids, "tokenizer": tokenizer_summary,
                    "logits": logits, "logits_with_rounded_activations": rounded_logits,
                    **({"logits_long_context": long_logits} if long_logits else {}),
                    "made_by": "tests/reference/make_family_fixtures.py (transformer_reference.py)"}
@@ -331,9 +406,7 @@ def main():
         if os.path.exists(summary_path):  # keep what llama_cpp_logits.sh added: its files stay valid for these GGUFs
             with open(summary_path) as f:
                 summary |= {k: v for k, v in json.load(f).items() if k in ("llama_cpp_logits", "llama_cpp")}
-        with open(summary_path, "w") as out:
-            json.dump(summary, out, indent=2)
-            out.write("\n")
+        write_json(summary_path, summary)
         print(family, "written to", folder)
 
 
