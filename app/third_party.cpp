@@ -33,6 +33,7 @@ const QList<ThirdPartyLibrary>& third_party_libraries() {
        QStringLiteral("BSD-3-Clause WITH PCRE2-exception"),
        {QStringLiteral("libpcre2-8.so")},
        QString()},
+      {QStringLiteral("ICU"), QStringLiteral("Unicode-DFS-2016"), {QStringLiteral("libicuuc.so")}, QString()},
       {QStringLiteral("SQLite"),
        QStringLiteral("public domain"),
        {QStringLiteral("libsqlite3.so")},
