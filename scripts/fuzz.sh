@@ -35,7 +35,7 @@ cmake --build "$build_dir" --target kvchat_fuzzers -j "${JOBS:-$(nproc)}"
 fuzz_dir=$build_dir/fuzz
 corpus_dir=${FUZZ_CORPUS_DIR:-$fuzz_dir/corpus}
 rm -rf "$fuzz_dir/seeds"
-"$fuzz_dir/fuzz_seeds" "$shared_dir" "$fuzz_dir/seeds"
+"$fuzz_dir/fuzz_seeds" "$shared_dir" "$fuzz_dir/seeds" tests/fixtures/families
 
 # halt_on_error: the first report ends the run with the input saved. Leaks are bugs here (only kvchat
 # code and system libraries run; no LibTorch).

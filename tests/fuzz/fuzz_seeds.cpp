@@ -1,5 +1,6 @@
 // Writes the seed corpora of the fuzz targets from the reference fixtures (read only, never changed):
-//   fuzz_seeds SHARED_DIR OUT_DIR   ->   OUT_DIR/<target>/<seed>
+//   fuzz_seeds SHARED_DIR OUT_DIR [FAMILIES_DIR]   ->   OUT_DIR/<target>/<seed>
+// FAMILIES_DIR (the repository's tests/fixtures/families) adds the family fixtures' tokenizers.
 // Real files are used as they are where they are small; large ones are cut down to a small but still
 // valid file of the same kind (a 1,000-token vocabulary, a few tensors), because libFuzzer mutates small
 // inputs far faster and finds the same parser paths in them.
@@ -64,13 +65,34 @@ std::string small_tokenizer(nlohmann::json tokenizer) {
   return tokenizer.dump();
 }
 
+const std::vector<std::string> kTokenizerTexts = {"Hello world",
+                                                  "Once upon a time, Lily went to the park.\n",
+                                                  "<s>[INST] hi [/INST]",
+                                                  "<|begin_of_text|><|eot_id|> caf\xC3\xA9 \xF0\x9F\x98\x80",
+                                                  "  leading\tand 12345 trailing  ",
+                                                  "cafe\xCC\x81 \xEF\xAC\x81ne<|im_end|>\n<|user|>\nHi",
+                                                  ""};
+
+// The family fixtures' real tokenizers, already cut to a few hundred tokens: Qwen's NFC normalizer, Gemma's and
+// Phi-3's SentencePiece rules (Phi-3's "legacy": false), Mistral's Tekken.
+void family_tokenizer_seeds(const Seeds& seeds, const fs::path& families) {
+  std::vector<fs::path> folders;
+  for (const auto& entry : fs::directory_iterator(families))
+    if (fs::exists(entry.path() / "tokenizer.json")) folders.push_back(entry.path());
+  std::sort(folders.begin(), folders.end());
+  for (const fs::path& folder : folders) {
+    const std::string name = folder.filename().string();
+    const std::string tokenizer = read_file_bytes((folder / "tokenizer.json").string());
+    const std::string config = read_file_bytes((folder / "tokenizer_config.json").string());
+    seeds.write("tokenizer", name, tokenizer);
+    for (std::size_t i = 0; i < kTokenizerTexts.size(); ++i)
+      seeds.write("tokenizer", name + "_text" + std::to_string(i),
+                  tokenizer + kSeparator + config + kSeparator + kTokenizerTexts[i]);
+  }
+}
+
 void tokenizer_seeds(const Seeds& seeds) {
-  const std::vector<std::string> texts = {"Hello world",
-                                          "Once upon a time, Lily went to the park.\n",
-                                          "<s>[INST] hi [/INST]",
-                                          "<|begin_of_text|><|eot_id|> caf\xC3\xA9 \xF0\x9F\x98\x80",
-                                          "  leading\tand 12345 trailing  ",
-                                          ""};
+  const std::vector<std::string>& texts = kTokenizerTexts;
   const std::string stories = seeds.read("models/stories260K/tokenizer.json");
   const std::string stories_config = seeds.read("models/stories260K/tokenizer_config.json");
   const std::string llama2 =
@@ -344,14 +366,15 @@ void openai_request_seeds(const Seeds& seeds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    spdlog::error("usage: fuzz_seeds SHARED_DIR OUT_DIR");
+  if (argc != 3 && argc != 4) {
+    spdlog::error("usage: fuzz_seeds SHARED_DIR OUT_DIR [FAMILIES_DIR]");
     return 2;
   }
   const Seeds seeds{argv[1], argv[2]};
   safetensors_seeds(seeds);
   model_config_seeds(seeds);
   tokenizer_seeds(seeds);
+  if (argc == 4) family_tokenizer_seeds(seeds, argv[3]);
   chat_template_seeds(seeds);
   gguf_seeds(seeds);
   remote_stream_seeds(seeds);
