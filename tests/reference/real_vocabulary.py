@@ -43,6 +43,10 @@ def load_sources(source_dir, family, sources):
             raise SystemExit(f"{path} is not the file tokenizer_sources.json names ({spec[kind]['source']})")
         with open(path, encoding="utf-8") as f:
             loaded.append(json.load(f))
+    if "chat_template" in spec and not loaded[1].get("chat_template"):
+        # The published template, from the repository's chat template fixture of the model.
+        with open(spec["chat_template"]["fixture"], encoding="utf-8") as f:
+            loaded[1]["chat_template"] = json.load(f)["template"]
     return loaded
 
 
