@@ -1,12 +1,13 @@
 """A family's published tokenizer cut down to a small vocabulary, for the tiny fixture models.
 
-The cut keeps the tokenizer's own rules (normalizer, pre-tokenizer, decoder, post-processor, chat template) and the
-first `regular_count` ordinary tokens of its vocabulary in id order (a byte-level vocabulary's 256 byte symbols and
-its first merges; a SentencePiece one's byte pieces and its first pieces, with its single printable ASCII
-characters), with the merges among them, and of its added tokens all but the reserved placeholders of those a chat
-needs: the control tokens its vocabulary starts with, the special tokens, and any token its chat template writes or
-its tokenizer_config.json names. Ids are renumbered densely in their original order, so a cut
-vocabulary of V tokens fits a model with vocab_size V.
+The cut keeps the tokenizer's own rules (normalizer, pre-tokenizer, decoder, post-processor, chat template) and:
+- the first `regular_count` ordinary tokens of its vocabulary in id order: a byte-level vocabulary's 256 byte
+  symbols and its first merges; a SentencePiece one's byte pieces and first pieces, plus its single printable
+  ASCII characters (which it lists last);
+- the merges among the kept tokens;
+- the added tokens a chat needs: the control tokens the vocabulary starts with, the special tokens, and any token
+  the chat template writes or tokenizer_config.json names, but never a reserved placeholder.
+Ids are renumbered densely in their original order, so a cut vocabulary of V tokens fits a model with vocab_size V.
 
 gguf_vocabulary() writes the same vocabulary as llama.cpp's converter writes GGUF metadata: "gpt2" (byte-level
 BPE, its ranked merges) or "llama" (SentencePiece: pieces with scores, here minus the rank of the merge that makes
@@ -91,6 +92,7 @@ def cut(tokenizer, config, regular_count):
             return False
         return (token["id"] < leading_end or token["special"] or token["content"] in named
                 or token["content"] in template)
+
     if not _byte_level(tokenizer):
         # A SentencePiece vocabulary lists its single characters last: the printable ASCII ones and the space mark
         # stay, so that its first merges have their parts.
