@@ -16,6 +16,9 @@
 //   computes the fixture's model (Phi-3: before its sliding window fills, which llama.cpp does not apply), but for a
 //   few single positions where a rounding tie went the other way (see the test).
 // - Phi-3 opened for its long context: the long LongRoPE factors at every position, against the reference with them.
+// - Each family's vocabulary is its published tokenizer cut small (tests/reference/real_vocabulary.py): every file's
+//   tokenizer encodes the prompt text as transformers.js does, the folder's also text after added tokens and a chat
+//   its template rendered, and the GGUF files' those texts as llama.cpp does where it tokenized them.
 // - Cached (contiguous and naive) == uncached greedy ids for 200 tokens, token for token; the fixtures' sliding
 //   windows (32 positions) are shorter than the 64-token prompt.
 // - A sliding layer's cache holds its window only, the gauge counts what is held, and an edit behind what the
@@ -96,8 +99,8 @@ class FamilyReferencesTest : public QObject {
   void logits_match_llama_cpp();
   void long_context_takes_the_long_factors_data();
   void long_context_takes_the_long_factors();
-  void the_tokenizer_encodes_as_transformers_js_data();
-  void the_tokenizer_encodes_as_transformers_js();
+  void the_tokenizer_encodes_as_the_references_data();
+  void the_tokenizer_encodes_as_the_references();
   void cached_and_uncached_ids_agree_data();
   void cached_and_uncached_ids_agree();
   void a_sliding_layer_holds_only_its_window();
@@ -271,12 +274,12 @@ void FamilyReferencesTest::long_context_takes_the_long_factors() {
   }
 }
 
-void FamilyReferencesTest::the_tokenizer_encodes_as_transformers_js_data() { logits_match_the_reference_data(); }
+void FamilyReferencesTest::the_tokenizer_encodes_as_the_references_data() { logits_match_the_reference_data(); }
 
 // Each family's vocabulary is its published tokenizer cut to a few hundred tokens (tests/reference/real_vocabulary.py):
 // the folder's tokenizer.json and the GGUF files' tokenizer.ggml.* encode the prompt text (which writes the
 // end-of-sequence token) as transformers.js encoded it, and the model's first 64 ids are those.
-void FamilyReferencesTest::the_tokenizer_encodes_as_transformers_js() {
+void FamilyReferencesTest::the_tokenizer_encodes_as_the_references() {
   QFETCH(QString, family);
   QFETCH(QString, file);
   const std::string directory = family_dir(family);
@@ -302,12 +305,25 @@ void FamilyReferencesTest::the_tokenizer_encodes_as_transformers_js() {
   const bool adds_bos = tokenizer.add_bos_token() && !ids.empty() && ids.front() == tokenizer.bos_id();
   QCOMPARE(tokenizer.decode(std::vector<TokenId>(ids.begin() + (adds_bos ? 1 : 0), ids.end())), text);
 
-  // Text after added tokens (a turn's shape): transformers' rules, which the Hugging Face folder follows. A GGUF
-  // SentencePiece vocabulary follows llama.cpp's instead, which prepends "▁" after every added token.
-  if (file != "model.safetensors") return;
-  const auto& encoded_turn = reference["tokenizer"]["turn_text_ids"];
-  QCOMPARE(tokenizer.encode(reference["tokenizer"]["turn_text"].get<std::string>(), true, true),
-           encoded_turn.get<std::vector<TokenId>>());
+  // Text after added tokens (a turn's shape, and a chat as the family's template renders it): the Hugging Face
+  // folder follows transformers' rules. A GGUF file follows llama.cpp's, which differ for a SentencePiece
+  // vocabulary ("▁" after every added token; Phi-3's white space after one belongs to it): where llama.cpp
+  // tokenized the texts (tests/reference/llama_cpp_logits.sh), every GGUF file gives its ids.
+  const nlohmann::json& texts = reference["tokenizer"];
+  if (file == "model.safetensors") {
+    for (const char* text : {"turn_text", "chat_text"}) {
+      if (!texts.contains(text)) continue;
+      QCOMPARE(tokenizer.encode(texts[text].get<std::string>(), true, true),
+               texts[std::string(text) + "_ids"].get<std::vector<TokenId>>());
+    }
+  } else if (reference.contains("llama_cpp_tokenization")) {
+    const nlohmann::json& llama_cpp = reference["llama_cpp_tokenization"];
+    QCOMPARE(tokenizer.encode(text, true, true), llama_cpp["prompt_text_ids"].get<std::vector<TokenId>>());
+    for (const char* text_name : {"turn_text", "chat_text"}) {
+      QCOMPARE(tokenizer.encode(texts[text_name].get<std::string>(), true, true),
+               llama_cpp[std::string(text_name) + "_ids"].get<std::vector<TokenId>>());
+    }
+  }
 }
 
 void FamilyReferencesTest::cached_and_uncached_ids_agree_data() { logits_match_the_reference_data(); }

@@ -2,6 +2,8 @@
 // for the family fixtures (tests/fixtures/families/<family>/logits-*-llama.cpp.f32).
 //
 // Usage: llama_cpp_logits MODEL.gguf ID,ID,... OUT.f32
+//        llama_cpp_logits --tokenize MODEL.gguf TEXT_FILE   (prints the ids "ID,ID,...": llama.cpp's tokenization of
+//        the file's text with the special tokens it adds and the added tokens in the text parsed, as llama-cli does)
 // Evaluates the ids exactly as given (no BOS) as one batch, logits at every position, and writes them as raw
 // float32 [positions, n_vocab], row-major. Prints the model's architecture and the largest |logit|.
 // Settings, fixed for determinism: CPU only, 1 thread, F32 KV cache, no flash attention, n_ctx 512,
@@ -10,6 +12,8 @@
 // Built and run by tests/reference/llama_cpp_logits.sh against a llama.cpp build; not part of the product build.
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,7 +24,35 @@ static void quiet_log(ggml_log_level level, const char* text, void*) {
   if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
 }
 
+static int tokenize(const char* model_path, const char* text_path) {
+  std::ifstream in(text_path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  llama_log_set(quiet_log, nullptr);
+  llama_backend_init();
+  llama_model_params mparams = llama_model_default_params();
+  mparams.vocab_only = true;
+  llama_model* model = llama_model_load_from_file(model_path, mparams);
+  if (!model) {
+    std::fprintf(stderr, "cannot load %s\n", model_path);
+    return 1;
+  }
+  std::vector<llama_token> ids(text.size() + 16);
+  const int n = llama_tokenize(llama_model_get_vocab(model), text.data(), static_cast<int32_t>(text.size()), ids.data(),
+                               static_cast<int32_t>(ids.size()), /*add_special=*/true,
+                               /*parse_special=*/true);
+  if (n < 0) {
+    std::fprintf(stderr, "llama_tokenize failed\n");
+    return 1;
+  }
+  for (int i = 0; i < n; ++i) std::printf(i ? ",%d" : "%d", ids[i]);
+  std::printf("\n");
+  llama_model_free(model);
+  llama_backend_free();
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--tokenize") return tokenize(argv[2], argv[3]);
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s MODEL.gguf ID,ID,... OUT.f32\n", argv[0]);
     return 2;

@@ -52,9 +52,16 @@ for family in "${families[@]}"; do
     for type in F32 Q8_0 Q4_K; do
         "$work/llama_cpp_logits" "$folder/model-$type.gguf" "$ids" "$folder/logits-$type-llama.cpp.f32"
     done
-    python3 - "$folder/reference.json" "$commit" "$settings" <<'EOF'
+    # llama.cpp's tokenization of the prompt, turn and chat texts, by the F32 file's vocabulary (every file of the
+    # family carries the same one).
+    for text in prompt_text turn_text chat_text; do
+        python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.stdout.write(r.get(sys.argv[2]) or r["tokenizer"][sys.argv[2]])' \
+            "$folder/reference.json" "$text" > "$work/$text.txt"
+        "$work/llama_cpp_logits" --tokenize "$folder/model-F32.gguf" "$work/$text.txt" > "$work/$text.ids"
+    done
+    python3 - "$folder/reference.json" "$commit" "$settings" "$work" <<'EOF'
 import json, os, sys
-path, commit, settings = sys.argv[1:]
+path, commit, settings, work = sys.argv[1:]
 with open(path) as f:
     summary = json.load(f)
 with open(os.path.join(os.path.dirname(path), "config.json")) as f:
@@ -66,6 +73,11 @@ if config["model_type"] == "phi3" and 0 < window < comparable:
     comparable, why = window, "llama.cpp runs Phi-3 without its sliding window: the positions before the window fills"
 summary["llama_cpp_logits"] = {f"model-{t}.gguf": f"logits-{t}-llama.cpp.f32" for t in ("F32", "Q8_0", "Q4_K")}
 summary["llama_cpp"] = {"commit": commit, "settings": settings, "comparable_positions": comparable, "why": why}
+tokenized = {}
+for text in ("prompt_text", "turn_text", "chat_text"):
+    with open(os.path.join(work, text + ".ids")) as f:
+        tokenized[text + "_ids"] = [int(i) for i in f.read().strip().split(",")]
+summary["llama_cpp_tokenization"] = {"file": "model-F32.gguf", **tokenized}
 with open(path, "w") as out:
     json.dump(summary, out, indent=2)
     out.write("\n")

@@ -306,6 +306,20 @@ PROMPT_TEXT = ("Once upon a time, a little robot named Kiwi found an old map in 
                "river to the hill, then count 3 stones.\"\n\nKiwi smiled and went out the door.{eos}")
 TURN_TEXT = "{eos}\nHello there! Can you count to 3?\n{eos} Yes: 1, 2, 3.{eos}"
 PROMPT_LENGTH = 64
+# A chat as the family's published template renders it (Jinja2): the first case of the model's template fixture.
+CHAT_TEXT_FIXTURES = {
+    "qwen3": "../shared/fixtures/chat_templates/qwen3.json", "gemma3": "../shared/fixtures/chat_templates/gemma3.json",
+    "gemma2": "tests/fixtures/chat_templates/gemma2.json", "phi3": "tests/fixtures/chat_templates/phi3_5.json",
+    "smollm3": "tests/fixtures/chat_templates/smollm3.json", "mistral": "tests/fixtures/chat_templates/mistral_nemo.json",
+}
+
+
+def chat_text(family):
+    if family not in CHAT_TEXT_FIXTURES:
+        return None
+    with open(CHAT_TEXT_FIXTURES[family], encoding="utf-8") as f:
+        cases = json.load(f)["cases"]
+    return next(case["rendered"] for case in cases if isinstance(case.get("rendered"), str))
 
 
 def encode_independently(source_dir, tokenizer, tokenizer_config, texts):
@@ -336,15 +350,17 @@ def family_tokenizer(family, spec, source_dir, sources, folder):
     config["bos_token_id"] = metadata.get("tokenizer.ggml.bos_token_id")
     config["eos_token_id"] = metadata["tokenizer.ggml.eos_token_id"]
     eos = metadata["tokenizer.ggml.tokens"][config["eos_token_id"]]
-    texts = [PROMPT_TEXT.format(eos=eos), TURN_TEXT.format(eos=eos)]
-    ids, turn_ids = encode_independently(source_dir, tokenizer, tokenizer_config, texts)
+    texts = [PROMPT_TEXT.format(eos=eos), TURN_TEXT.format(eos=eos)] + ([chat_text(family)] if chat_text(family) else [])
+    ids, turn_ids, *chat_ids = encode_independently(source_dir, tokenizer, tokenizer_config, texts)
     if len(ids) < PROMPT_LENGTH:
         raise SystemExit(f"{family}: the prompt text is only {len(ids)} tokens")
     summary = {"sources": sources[family], "regular_tokens_kept": spec["tokenizer"]["regular"],
                "added_tokens_kept": [t["content"] for t in tokenizer["added_tokens"]],
                "cut_by": "tests/reference/real_vocabulary.py",
                "encoded_by": "transformers.js tokenizers (@lenml/tokenizers@3.7.2)",
-               "turn_text": texts[1], "turn_text_ids": turn_ids}
+               "turn_text": texts[1], "turn_text_ids": turn_ids,
+               **({"chat_text": texts[2], "chat_text_source": CHAT_TEXT_FIXTURES[family], "chat_text_ids": chat_ids[0]}
+                  if chat_ids else {})}
     return metadata, texts[0], ids, summary
 
 
@@ -405,7 +421,8 @@ def main():
         summary_path = os.path.join(folder, "reference.json")
         if os.path.exists(summary_path):  # keep what llama_cpp_logits.sh added: its files stay valid for these GGUFs
             with open(summary_path) as f:
-                summary |= {k: v for k, v in json.load(f).items() if k in ("llama_cpp_logits", "llama_cpp")}
+                kept = ("llama_cpp_logits", "llama_cpp", "llama_cpp_tokenization")
+                summary |= {k: v for k, v in json.load(f).items() if k in kept}
         write_json(summary_path, summary)
         print(family, "written to", folder)
 

@@ -2,6 +2,8 @@
 // tokenizer.ggml.* metadata that tokenizes as llama.cpp does. The GGUF arrays are turned into the
 // same pipeline objects a tokenizer.json gives (model, added tokens, normalizer, pre-tokenizer,
 // decoder), so only the score-driven SentencePiece model is specific to this path.
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -231,13 +233,25 @@ void build_sentencepiece(const GgufFile& file, GgufVocab& vocab, std::optional<T
 // Control and unknown tokens are special (recognised in text only with parse_special); user-defined
 // tokens are matched in any text before the model runs, as llama.cpp and tokenizer.json's
 // non-special added tokens are.
+// llama.cpp sets one attribute by the model's name: in a file whose general.name says Phi-3 ("phi-3" or "phi3", any
+// case), white space after an added token belongs to it (RSTRIP), but for <unk>, <s> and <|endoftext|>.
+bool strips_after_added_tokens(const GgufFile& file) {
+  if (!file.has_metadata("general.name")) return false;
+  std::string name(file.get_string("general.name"));
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+}
+
 json added_tokens_of(const std::vector<std::int64_t>& types, const std::vector<std::string>& tokens,
-                     std::optional<TokenId> eot) {
+                     std::optional<TokenId> eot, bool rstrip) {
   json added = json::array();
   for (std::size_t id = 0; id < types.size(); ++id) {
     const bool special = types[id] == kControl || types[id] == kUnknown || (eot && *eot == static_cast<TokenId>(id));
     if (!special && types[id] != kUserDefined) continue;
-    added.push_back({{"id", id}, {"content", tokens[id]}, {"special", special}, {"normalized", false}});
+    const std::string& content = tokens[id];
+    const bool strips = rstrip && content != "<unk>" && content != "<s>" && content != "<|endoftext|>";
+    added.push_back(
+        {{"id", id}, {"content", content}, {"special", special}, {"normalized", false}, {"rstrip", strips}});
   }
   return added;
 }
@@ -271,7 +285,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
     for (std::size_t id = 0; id < n && !impl->eot; ++id)
       if (vocab.tokens[id] == text) impl->eot = static_cast<TokenId>(id);
   }
-  impl->added = AddedTokens(added_tokens_of(vocab.types, vocab.tokens, impl->eot), vocab.path);
+  impl->added =
+      AddedTokens(added_tokens_of(vocab.types, vocab.tokens, impl->eot, strips_after_added_tokens(file)), vocab.path);
 
   if (sentencepiece) {
     build_sentencepiece(file, vocab, impl->unk, *impl);
