@@ -2,10 +2,12 @@
 # Writes llama.cpp's own logits for the family fixtures' GGUF files, an implementation independent of kvchat and of
 # transformer_reference.py: for each family (gemma2 and phi3 by default, or those named as arguments),
 # tests/fixtures/families/<family>/logits-<F32|Q8_0|Q4_K>-llama.cpp.f32 (float32 [positions, vocab], row-major) over
-# reference.json's prompt, and the keys "llama_cpp_logits" and "llama_cpp" (commit, settings) in reference.json.
+# reference.json's prompt, and the keys "llama_cpp_logits" and "llama_cpp" (commit, settings) in reference.json; and
+# llama.cpp's tokenization of the fixture's prompt, turn and chat texts ("llama_cpp_tokenization"), which every GGUF
+# file of the family must reproduce. --tokenize-only records the tokenization alone.
 # Not part of the product build: it compiles llama_cpp_logits.cpp into a temporary folder against a llama.cpp build.
 #
-# Run from the repository root: tests/reference/llama_cpp_logits.sh [FAMILY...]
+# Run from the repository root: tests/reference/llama_cpp_logits.sh [--tokenize-only] [FAMILY...]
 #   LLAMA_CPP_SOURCE  llama.cpp's source tree, default ~/llama.cpp: its headers (include/, ggml/include/), and its
 #                     ggml/src/ggml-cpu/vec.h tells which GELU the recorded settings name
 #   LLAMA_CPP_DIR     the folder of its libllama.so and libggml*.so, default $LLAMA_CPP_SOURCE/build/bin
@@ -43,6 +45,13 @@ trap 'rm -rf "$work"' EXIT
 g++ -O2 -std=c++17 -I"$source_dir/include" -I"$source_dir/ggml/include" tests/reference/llama_cpp_logits.cpp \
     -o "$work/llama_cpp_logits" -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lllama -lggml -lggml-base
 
+# --tokenize-only FAMILY...: llama.cpp's tokenization alone, no logits (the other GGUF families: their logits files
+# would take the fixtures past their 20 MB).
+logits=1
+if [ "${1:-}" = "--tokenize-only" ]; then
+    logits=0
+    shift
+fi
 families=("$@")
 [ $# -gt 0 ] || families=(gemma2 phi3)
 for family in "${families[@]}"; do
@@ -50,6 +59,7 @@ for family in "${families[@]}"; do
     ids=$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt"])))' \
         "$folder/reference.json")
     for type in F32 Q8_0 Q4_K; do
+        [ "$logits" = 1 ] || break
         "$work/llama_cpp_logits" "$folder/model-$type.gguf" "$ids" "$folder/logits-$type-llama.cpp.f32"
     done
     # llama.cpp's tokenization of the prompt, turn and chat texts, by the F32 file's vocabulary (every file of the
@@ -59,9 +69,9 @@ for family in "${families[@]}"; do
             "$folder/reference.json" "$text" > "$work/$text.txt"
         "$work/llama_cpp_logits" --tokenize "$folder/model-F32.gguf" "$work/$text.txt" > "$work/$text.ids"
     done
-    python3 - "$folder/reference.json" "$commit" "$settings" "$work" <<'EOF'
-import json, os, sys
-path, commit, settings, work = sys.argv[1:]
+    python3 - "$folder/reference.json" "$commit" "$settings" "$work" "$logits" <<'EOF'
+import json, os, re, sys
+path, commit, settings, work, logits = sys.argv[1:]
 with open(path) as f:
     summary = json.load(f)
 with open(os.path.join(os.path.dirname(path), "config.json")) as f:
@@ -71,15 +81,19 @@ comparable, why = summary["positions"], "every position"
 window = config.get("sliding_window") or 0
 if config["model_type"] == "phi3" and 0 < window < comparable:
     comparable, why = window, "llama.cpp runs Phi-3 without its sliding window: the positions before the window fills"
-summary["llama_cpp_logits"] = {f"model-{t}.gguf": f"logits-{t}-llama.cpp.f32" for t in ("F32", "Q8_0", "Q4_K")}
-summary["llama_cpp"] = {"commit": commit, "settings": settings, "comparable_positions": comparable, "why": why}
-tokenized = {}
+if logits == "1":
+    summary["llama_cpp_logits"] = {f"model-{t}.gguf": f"logits-{t}-llama.cpp.f32" for t in ("F32", "Q8_0", "Q4_K")}
+    summary["llama_cpp"] = {"commit": commit, "settings": settings, "comparable_positions": comparable, "why": why}
+tokenized = {"commit": commit}
 for text in ("prompt_text", "turn_text", "chat_text"):
     with open(os.path.join(work, text + ".ids")) as f:
         tokenized[text + "_ids"] = [int(i) for i in f.read().strip().split(",")]
 summary["llama_cpp_tokenization"] = {"file": "model-F32.gguf", **tokenized}
 with open(path, "w") as out:
-    json.dump(summary, out, indent=2)
-    out.write("\n")
+    # As make_family_fixtures.py writes it: each list of numbers on one line.
+    text = json.dumps(summary, indent=2, ensure_ascii=False)
+    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
+                  lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text)
+    out.write(text + "\n")
 EOF
 done

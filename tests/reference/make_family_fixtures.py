@@ -13,6 +13,7 @@ tests/reference/fetch_tokenizer_sources.sh DIR:
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -332,9 +333,12 @@ def encode_independently(source_dir, tokenizer, tokenizer_config, texts):
 
 
 def write_json(path, value):
+    """Indented JSON with each list of numbers (token ids, factors) on one line."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
+                  lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text)
     with open(path, "w", encoding="utf-8") as out:
-        json.dump(value, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        out.write(text + "\n")
 
 
 def family_tokenizer(family, spec, source_dir, sources, folder):
