@@ -73,6 +73,15 @@ const std::vector<std::string> kTokenizerTexts = {"Hello world",
                                                   "cafe\xCC\x81 \xEF\xAC\x81ne<|im_end|>\n<|user|>\nHi",
                                                   ""};
 
+// A tokenizer.json alone, and with its tokenizer_config.json and each of kTokenizerTexts: name, name_text0, ...
+void write_tokenizer_seeds(const Seeds& seeds, const std::string& name, const std::string& tokenizer,
+                           const std::string& config) {
+  seeds.write("tokenizer", name, tokenizer);
+  for (std::size_t i = 0; i < kTokenizerTexts.size(); ++i)
+    seeds.write("tokenizer", name + "_text" + std::to_string(i),
+                tokenizer + kSeparator + config + kSeparator + kTokenizerTexts[i]);
+}
+
 // The family fixtures' real tokenizers, already cut to a few hundred tokens: Qwen's NFC normalizer, Gemma's and
 // Phi-3's SentencePiece rules (Phi-3's "legacy": false), Mistral's Tekken.
 void family_tokenizer_seeds(const Seeds& seeds, const fs::path& families) {
@@ -80,35 +89,19 @@ void family_tokenizer_seeds(const Seeds& seeds, const fs::path& families) {
   for (const auto& entry : fs::directory_iterator(families))
     if (fs::exists(entry.path() / "tokenizer.json")) folders.push_back(entry.path());
   std::sort(folders.begin(), folders.end());
-  for (const fs::path& folder : folders) {
-    const std::string name = folder.filename().string();
-    const std::string tokenizer = read_file_bytes((folder / "tokenizer.json").string());
-    const std::string config = read_file_bytes((folder / "tokenizer_config.json").string());
-    seeds.write("tokenizer", name, tokenizer);
-    for (std::size_t i = 0; i < kTokenizerTexts.size(); ++i)
-      seeds.write("tokenizer", name + "_text" + std::to_string(i),
-                  tokenizer + kSeparator + config + kSeparator + kTokenizerTexts[i]);
-  }
+  for (const fs::path& folder : folders)
+    write_tokenizer_seeds(seeds, folder.filename().string(), read_file_bytes((folder / "tokenizer.json").string()),
+                          read_file_bytes((folder / "tokenizer_config.json").string()));
 }
 
 void tokenizer_seeds(const Seeds& seeds) {
-  const std::vector<std::string>& texts = kTokenizerTexts;
-  const std::string stories = seeds.read("models/stories260K/tokenizer.json");
-  const std::string stories_config = seeds.read("models/stories260K/tokenizer_config.json");
-  const std::string llama2 =
-      small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama2/tokenizer.json")));
-  const std::string llama2_config = seeds.read("fixtures/tokenizers/llama2/tokenizer_config.json");
-  const std::string llama3 =
-      small_tokenizer(nlohmann::json::parse(seeds.read("fixtures/tokenizers/llama3/tokenizer.json")));
-  const std::string llama3_config = seeds.read("fixtures/tokenizers/llama3/tokenizer_config.json");
-  seeds.write("tokenizer", "stories260K", stories);
-  seeds.write("tokenizer", "llama2_small", llama2);
-  seeds.write("tokenizer", "llama3_small", llama3);
-  for (std::size_t i = 0; i < texts.size(); ++i) {
-    const std::string n = std::to_string(i);
-    seeds.write("tokenizer", "stories260K_text" + n, stories + kSeparator + stories_config + kSeparator + texts[i]);
-    seeds.write("tokenizer", "llama2_small_text" + n, llama2 + kSeparator + llama2_config + kSeparator + texts[i]);
-    seeds.write("tokenizer", "llama3_small_text" + n, llama3 + kSeparator + llama3_config + kSeparator + texts[i]);
+  write_tokenizer_seeds(seeds, "stories260K", seeds.read("models/stories260K/tokenizer.json"),
+                        seeds.read("models/stories260K/tokenizer_config.json"));
+  for (const char* name : {"llama2", "llama3"}) {
+    const std::string folder = std::string("fixtures/tokenizers/") + name;
+    write_tokenizer_seeds(seeds, std::string(name) + "_small",
+                          small_tokenizer(nlohmann::json::parse(seeds.read(folder + "/tokenizer.json"))),
+                          seeds.read(folder + "/tokenizer_config.json"));
   }
 }
 

@@ -70,7 +70,9 @@ for family in "${families[@]}"; do
         "$work/llama_cpp_logits" --tokenize "$folder/model-F32.gguf" "$work/$text.txt" > "$work/$text.ids"
     done
     python3 - "$folder/reference.json" "$commit" "$settings" "$work" "$logits" <<'EOF'
-import json, os, re, sys
+import json, os, sys
+sys.path.insert(0, "tests/reference")
+import fixture_json
 path, commit, settings, work, logits = sys.argv[1:]
 with open(path) as f:
     summary = json.load(f)
@@ -89,11 +91,6 @@ for text in ("prompt_text", "turn_text", "chat_text"):
     with open(os.path.join(work, text + ".ids")) as f:
         tokenized[text + "_ids"] = [int(i) for i in f.read().strip().split(",")]
 summary["llama_cpp_tokenization"] = {"file": "model-F32.gguf", **tokenized}
-with open(path, "w") as out:
-    # As make_family_fixtures.py writes it: each list of numbers on one line.
-    text = json.dumps(summary, indent=2, ensure_ascii=False)
-    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
-                  lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text)
-    out.write(text + "\n")
+fixture_json.write(path, summary)
 EOF
 done

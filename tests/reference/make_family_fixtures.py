@@ -13,13 +13,13 @@ tests/reference/fetch_tokenizer_sources.sh DIR:
 """
 import json
 import os
-import re
 import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+import fixture_json  # noqa: E402
 import ggml_blocks as gg  # noqa: E402
 import real_vocabulary as vocabulary  # noqa: E402
 import transformer_reference as reference  # noqa: E402
@@ -332,29 +332,21 @@ def encode_independently(source_dir, tokenizer, tokenizer_config, texts):
     return json.loads(done.stdout)
 
 
-def write_json(path, value):
-    """Indented JSON with each list of numbers (token ids, factors) on one line."""
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
-                  lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text)
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(text + "\n")
-
-
 def family_tokenizer(family, spec, source_dir, sources, folder):
     """Cuts the family's published tokenizer (real_vocabulary.py), writes it to the folder, sets the config's
     vocabulary size and bos/eos ids from it; returns (GGUF metadata, prompt text, its ids, the cut's summary)."""
     config = spec["config"]
     full, full_config = vocabulary.load_sources(source_dir, family, sources)
     tokenizer, tokenizer_config, _ = vocabulary.cut(full, full_config, spec["tokenizer"]["regular"])
-    write_json(os.path.join(folder, "tokenizer.json"), tokenizer)
-    write_json(os.path.join(folder, "tokenizer_config.json"), tokenizer_config)
+    fixture_json.write(os.path.join(folder, "tokenizer.json"), tokenizer)
+    fixture_json.write(os.path.join(folder, "tokenizer_config.json"), tokenizer_config)
     config["vocab_size"] = vocabulary.vocabulary_size(tokenizer)
     metadata = vocabulary.gguf_vocabulary(tokenizer, tokenizer_config, spec["tokenizer"]["pre"])
     config["bos_token_id"] = metadata.get("tokenizer.ggml.bos_token_id")
     config["eos_token_id"] = metadata["tokenizer.ggml.eos_token_id"]
     eos = metadata["tokenizer.ggml.tokens"][config["eos_token_id"]]
-    texts = [PROMPT_TEXT.format(eos=eos), TURN_TEXT.format(eos=eos)] + ([chat_text(family)] if chat_text(family) else [])
+    chat = chat_text(family)
+    texts = [PROMPT_TEXT.format(eos=eos), TURN_TEXT.format(eos=eos)] + ([chat] if chat else [])
     ids, turn_ids, *chat_ids = encode_independently(source_dir, tokenizer, tokenizer_config, texts)
     if len(ids) < PROMPT_LENGTH:
         raise SystemExit(f"{family}: the prompt text is only {len(ids)} tokens")
@@ -388,7 +380,7 @@ def main():
         gguf_vocabulary, prompt_text, prompt_text_ids, tokenizer_summary = family_tokenizer(
             family, spec, source_dir, sources, folder)
         weights = random_weights(config, spec["seed"])
-        write_json(os.path.join(folder, "config.json"), config)
+        fixture_json.write(os.path.join(folder, "config.json"), config)
         gg.write_safetensors(os.path.join(folder, "model.safetensors"),
                              {name: ("BF16", w.shape, gg.bf16_bytes(w)) for name, w in weights.items()})
         prompt = prompt_text_ids[:PROMPT_LENGTH]
@@ -427,7 +419,7 @@ def main():
             with open(summary_path) as f:
                 kept = ("llama_cpp_logits", "llama_cpp", "llama_cpp_tokenization")
                 summary |= {k: v for k, v in json.load(f).items() if k in kept}
-        write_json(summary_path, summary)
+        fixture_json.write(summary_path, summary)
         print(family, "written to", folder)
 
 
