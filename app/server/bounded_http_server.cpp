@@ -320,6 +320,12 @@ void BoundedHttpServer::start_threads() {
 
 std::size_t BoundedHttpServer::thread_count() const { return thread_count_; }
 
+void BoundedHttpServer::widen_listen_backlog() {
+  // listen() on a listening socket sets its backlog anew.
+  if (svr_sock_ != INVALID_SOCKET && ::listen(svr_sock_, SOMAXCONN) != 0)
+    spdlog::warn("cannot widen the server's listen backlog: {}", std::strerror(errno));
+}
+
 bool BoundedHttpServer::set_phase(Connection& connection, Phase phase) {
   std::lock_guard<std::mutex> lock(connections_mutex_);
   connection.phase = phase;

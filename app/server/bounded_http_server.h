@@ -56,6 +56,11 @@ class BoundedHttpServer : public httplib::Server {
   // before listen_after_bind().
   void start_threads();
   std::size_t thread_count() const;
+  // After binding: the kernel queues as many connections as the system allows until they are accepted. The
+  // httplib library listens with a backlog of 5: clients connecting at once beyond that overflow the queue, wait
+  // out SYN retransmits (a second each), and can lose the connection. This server answers 503 past its own
+  // connection limit instead.
+  void widen_listen_backlog();
 
   // After stop(): closes the connections that wait for a request or are still sending its headers, so
   // the server ends without waiting out their timeouts. Requests being handled finish.

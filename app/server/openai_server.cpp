@@ -195,6 +195,7 @@ class OpenAiServer::Impl {
                                  " (in use, or not an address of this machine)");
       port_ = options_.port;
     }
+    server_.widen_listen_backlog();
   }
   int port() const { return port_; }
   void serve() {
@@ -405,6 +406,7 @@ void OpenAiServer::Impl::install_routes() {
                        {"kv_cache_reserved_bytes", status.reserved_bytes},
                        {"kv_cache_peak_bytes", status.peak_bytes},
                        {"waiting_for_memory", status.waiting_for_memory},
+                       {"memory_waits", status.memory_waits},
                        {"kv_reservation_extensions", status.reservation_extensions},
                        {"kv_budget_overshoots", status.budget_overshoots},
                        {"kv_cache_evictions", status.evictions},

@@ -297,6 +297,7 @@ void ServerSessions::wait_for_memory(std::unique_lock<std::mutex>& lock, std::in
              (admitted_ == 0 || busy_bytes() + reservation <= budget_bytes_);
     };
     if (!fits()) {
+      ++memory_waits_;
       spdlog::debug("a request waits for {} KiB of KV cache budget ({} KiB reserved by {} running requests)",
                     reservation >> 10, reserved_bytes_ >> 10, admitted_);
       memory_freed_.wait(lock, fits);
@@ -462,6 +463,7 @@ ServerSessions::Status ServerSessions::status() {
   status.reserved_bytes = reserved_bytes_;
   status.peak_bytes = peak_bytes_;
   status.waiting_for_memory = static_cast<int>(memory_queue_.size());
+  status.memory_waits = memory_waits_;
   status.reservation_extensions = reservation_extensions_;
   status.budget_overshoots = budget_overshoots_;
   status.evictions = evictions_;

@@ -143,6 +143,7 @@ class ServerSessions {
     // The most the budget has counted at once so far: idle caches, reservations and caches being copied from.
     std::int64_t peak_bytes = 0;
     int waiting_for_memory = 0;               // requests holding a slot, waiting for room in the budget
+    std::int64_t memory_waits = 0;            // requests that have waited for room in the budget so far
     std::int64_t reservation_extensions = 0;  // replies that outgrew their reservation and extended it
     std::int64_t budget_overshoots = 0;       // of those, extended past the budget (every other one waiting)
     std::int64_t evictions = 0;               // caches evicted under the budget so far
@@ -216,6 +217,7 @@ class ServerSessions {
   std::int64_t reservation_extensions_ = 0;
   std::int64_t budget_overshoots_ = 0;
   std::deque<std::uint64_t> memory_queue_;  // tickets of the requests waiting for memory, oldest first
+  std::int64_t memory_waits_ = 0;
   std::uint64_t next_ticket_ = 0;
   std::int64_t peak_bytes_ = 0;
 };

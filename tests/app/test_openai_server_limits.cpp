@@ -11,12 +11,16 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -252,14 +256,11 @@ class TestOpenAiServerLimits : public QObject {
     InProcessServer server(model_, options(8, 16, budget), snapshots);
     std::atomic<bool> done{false};
     std::int64_t most_reserved = 0;
-    int most_waiting = 0;
     std::thread watcher([&] {
       while (!done.load()) {
         const json status = health(server);
-        if (status.is_object()) {
+        if (status.is_object())
           most_reserved = std::max(most_reserved, status["kv_cache_reserved_bytes"].get<std::int64_t>());
-          most_waiting = std::max(most_waiting, status["waiting_for_memory"].get<int>());
-        }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
     });
@@ -278,7 +279,9 @@ class TestOpenAiServerLimits : public QObject {
     QVERIFY2(status["kv_cache_peak_bytes"].get<std::int64_t>() <= budget, status.dump().c_str());
     QVERIFY2(status["kv_cache_peak_bytes"].get<std::int64_t>() >= 2 * largest / 3, status.dump().c_str());
     QVERIFY2(most_reserved <= budget && most_reserved >= largest / 2, qPrintable(QString::number(most_reserved)));
-    QVERIFY2(most_waiting >= 1, "no request waited for room in the budget");
+    // Counted by the server, not sampled here: a wait can begin and end between two looks.
+    QVERIFY2(status["memory_waits"].get<std::int64_t>() >= 1, status.dump().c_str());
+    QCOMPARE(status["waiting_for_memory"].get<int>(), 0);
     QVERIFY2(status["kv_cache_evictions"].get<int>() >= 1, status.dump().c_str());
     QCOMPARE(status["kv_cache_reserved_bytes"].get<std::int64_t>(), std::int64_t(0));
     QVERIFY2(status["kv_cache_bytes"].get<std::int64_t>() <= budget, status.dump().c_str());
@@ -450,6 +453,50 @@ class TestOpenAiServerLimits : public QObject {
     const auto closed =
         std::count_if(half_sent.begin(), half_sent.end(), [](const auto& c) { return c->closed_by_server(); });
     QVERIFY2(closed >= 1, "no half-sent request was closed");
+  }
+
+  // Clients that connect at once are all queued by the kernel until the server accepts them: the listen backlog is
+  // the system's, not the HTTP library's 5. With a backlog of 5, the sixth connection onwards waited out SYN
+  // retransmits and could be lost (the sixteen clients above, now and then). The server here is bound and not yet
+  // accepting, so every connection made is one the backlog holds.
+  void connections_at_once_are_all_queued() {
+    kvchat::app::openai::OpenAiServer server(model_, nullptr, options(1, 0));
+    server.bind();
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(server.bound_port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    constexpr int kClients = 64;
+    std::vector<int> sockets;
+    for (int i = 0; i < kClients; ++i) {
+      const int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      QVERIFY(socket >= 0);
+      sockets.push_back(socket);
+      const int result = ::connect(socket, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+      QVERIFY2(result == 0 || errno == EINPROGRESS, std::strerror(errno));
+    }
+    // A handshake on the loopback takes microseconds; a connection the backlog dropped waits a second for its
+    // first retransmit, and is dropped again while nothing accepts.
+    int connected = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(2000);
+    std::vector<bool> done(kClients, false);
+    while (connected < kClients && std::chrono::steady_clock::now() < deadline) {
+      for (int i = 0; i < kClients; ++i) {
+        if (done[i]) continue;
+        pollfd descriptor{sockets[i], POLLOUT, 0};
+        if (::poll(&descriptor, 1, 0) == 1) {
+          int error = 0;
+          socklen_t length = sizeof error;
+          ::getsockopt(sockets[i], SOL_SOCKET, SO_ERROR, &error, &length);
+          QVERIFY2(error == 0, std::strerror(error));
+          done[i] = true;
+          ++connected;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int socket : sockets) ::close(socket);
+    QCOMPARE(connected, kClients);
   }
 
   // The options that size the server (its threads, its queue, its body) have upper bounds: past them the

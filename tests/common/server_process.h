@@ -88,7 +88,8 @@ struct HttpReply {
 inline HttpReply post_json(httplib::Client& client, const std::string& path, const std::string& body,
                            const httplib::Headers& headers = {}) {
   auto result = client.Post(path.c_str(), headers, body, "application/json");
-  if (!result) return {};
+  // No answer: the body says what the client saw (a refused connection, a read that failed, ...).
+  if (!result) return HttpReply{0, "no answer: " + httplib::to_string(result.error())};
   return HttpReply{result->status, result->body};
 }
 
