@@ -24,6 +24,7 @@ void MessageBody::setContent(const QString& text, bool markdown) {
   if (text == source_ && markdown == markdown_ && !segment_widgets_.isEmpty()) return;
   source_ = text;
   markdown_ = markdown;
+  ++layout_count_;
   QString shown = text;
   if (shown.size() > kMaxShownCharacters) {
     // Laying out megabytes of text would freeze the window; nobody reads that much in a bubble.

@@ -26,6 +26,8 @@ class MessageBody : public QWidget {
   void setContent(const QString& text, bool markdown);
 
   QString source() const { return source_; }
+  // How many times the text changed and was laid out again (a streaming reply's renders are coalesced).
+  int layoutCount() const { return layout_count_; }
   bool isMarkdown() const { return markdown_; }
   // What a reader sees, segment after segment (prose as rendered, code as written), blank-line separated.
   QString renderedText() const;
@@ -40,6 +42,7 @@ class MessageBody : public QWidget {
   void update_segment_widget(QWidget* widget, const MessageSegment& segment);
   QString source_;
   bool markdown_ = false;
+  int layout_count_ = 0;
   QList<MessageSegment> segments_;
   QList<QWidget*> segment_widgets_;
   void show_thinking(bool present, bool closed, const QString& thinking);

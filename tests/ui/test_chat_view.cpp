@@ -42,6 +42,7 @@ class ChatViewTest : public QObject {
   void replies_are_markdown_user_text_is_plain();
   void marker_is_shown_above_the_first_message_in_context();
   void a_marker_or_a_deletion_keeps_the_other_widgets();
+  void streamed_chunks_are_laid_out_once_per_interval();
   void streaming_appends_and_the_final_record_replaces();
   void the_transcript_model_applies_differences();
   void byte_sizes_are_readable();
@@ -103,6 +104,33 @@ void ChatViewTest::a_marker_or_a_deletion_keeps_the_other_widgets() {
   QCOMPARE(view.messageWidget(2)->text(), QStringLiteral("b2"));
   QCOMPARE(body_of(view.messageWidget(2))->source(), QStringLiteral("b2"));
   QCOMPARE(view.messageWidget(1), before.value(1).data());
+}
+
+// A streamed chunk is not laid out when it arrives (a fast model's tokens come faster than a layout of the
+// reply): the chunks of one render interval are laid out once, together.
+void ChatViewTest::streamed_chunks_are_laid_out_once_per_interval() {
+  ChatView view;
+  MessageRecord reply = record(2, "assistant", "");
+  reply.complete = false;
+  view.model()->setMessages({record(1, "user", "hi"), reply}, /*streaming_message_id=*/2);
+  kvchat::ui::MessageBody* body = body_of(view.messageWidget(2));
+  QVERIFY(body);
+  const int layouts_before = body->layoutCount();
+  const QString shown_before = body->source();  // what an empty streaming reply shows
+  QString expected;
+  for (int chunk = 0; chunk < 50; ++chunk) {
+    view.model()->appendText(2, QStringLiteral(" and"));
+    expected += QStringLiteral(" and");
+  }
+  QCOMPARE(view.messageWidget(2)->text(), expected);
+  QCOMPARE(body->source(), shown_before);
+  QCOMPARE(body->layoutCount(), layouts_before);
+  QTRY_COMPARE(body->source(), expected);
+  QCOMPARE(body->layoutCount(), layouts_before + 1);
+  view.model()->appendText(2, QStringLiteral(" cake"));
+  QCOMPARE(body->layoutCount(), layouts_before + 1);
+  QTRY_COMPARE(body->source(), expected + QStringLiteral(" cake"));
+  QCOMPARE(body->layoutCount(), layouts_before + 2);
 }
 
 void ChatViewTest::streaming_appends_and_the_final_record_replaces() {
