@@ -24,7 +24,10 @@ export QT_QPA_PLATFORM=offscreen
 # The *_portable, *_avx2 and *_plain_path tests repeat engine suites over other kernels (KVCHAT_ISA,
 # KVCHAT_KERNELS=off) to show the same ids and logits there; `make test` runs them. Here they are left out: the
 # kernels themselves run under the sanitizers at every instruction-set level in kvchat_kernels_tests, and the
-# repeats would be a third of this run's time. SANITIZE_EXCLUDE="" runs them too.
-exclude=${SANITIZE_EXCLUDE-'_(portable|avx2|plain_path)$'}
+# repeats would be a third of this run's time. So are the benchmark suites (app_test_cli_bench*,
+# app_test_cli_serve_bench): an instrumented program's figures measure nothing, the generation they time runs in
+# the engine and server suites here, and each of their kvchat-cli children pays LibTorch's start-up under the
+# sanitizers. SANITIZE_EXCLUDE="" runs them all.
+exclude=${SANITIZE_EXCLUDE-'_(portable|avx2|plain_path)$|^app_test_cli_(bench|bench_snapshot|serve_bench)$'}
 cd "$build_dir"
 ctest --output-on-failure -j "${JOBS:-$(nproc)}" ${exclude:+-E "$exclude"} ${CTEST_ARGS:-}
