@@ -1,5 +1,9 @@
 #include "engine/kernels/cpu_features.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +39,11 @@ bool cpu_has_avx2_fma() {
   static const bool supported = [] {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID leaf 1 (ECX bit 29): clang before 16 does not know "f16c" in __builtin_cpu_supports. The
+    // operating system's saving of the AVX registers it needs is part of the "avx2" answer.
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return false;
 #endif
