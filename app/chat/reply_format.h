@@ -9,7 +9,7 @@
 #include <string>
 
 namespace kvchat {
-class JsonGrammar;
+struct JsonGrammar;
 }
 
 namespace kvchat::app {
