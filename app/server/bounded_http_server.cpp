@@ -320,9 +320,21 @@ void BoundedHttpServer::start_threads() {
 
 std::size_t BoundedHttpServer::thread_count() const { return thread_count_; }
 
+bool BoundedHttpServer::bind_to_port(const std::string& host, int port, int socket_flags) {
+  if (!httplib::Server::bind_to_port(host, port, socket_flags)) return false;
+  widen_listen_backlog();
+  return true;
+}
+
+int BoundedHttpServer::bind_to_any_port(const std::string& host, int socket_flags) {
+  const int port = httplib::Server::bind_to_any_port(host, socket_flags);
+  if (port >= 0) widen_listen_backlog();
+  return port;
+}
+
 void BoundedHttpServer::widen_listen_backlog() {
   // listen() on a listening socket sets its backlog anew.
-  if (svr_sock_ != INVALID_SOCKET && ::listen(svr_sock_, SOMAXCONN) != 0)
+  if (::listen(svr_sock_, SOMAXCONN) != 0)
     spdlog::warn("cannot widen the server's listen backlog: {}", std::strerror(errno));
 }
 

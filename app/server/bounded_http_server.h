@@ -56,11 +56,12 @@ class BoundedHttpServer : public httplib::Server {
   // before listen_after_bind().
   void start_threads();
   std::size_t thread_count() const;
-  // After binding: the kernel queues as many connections as the system allows until they are accepted. The
-  // httplib library listens with a backlog of 5: clients connecting at once beyond that overflow the queue, wait
-  // out SYN retransmits (a second each), and can lose the connection. This server answers 503 past its own
+  // httplib's binds, with the kernel queueing as many connections as the system allows until they are accepted.
+  // The httplib library listens with a backlog of 5: clients connecting at once beyond that overflow the queue,
+  // wait out SYN retransmits (a second each), and can lose the connection. This server answers 503 past its own
   // connection limit instead.
-  void widen_listen_backlog();
+  bool bind_to_port(const std::string& host, int port, int socket_flags = 0);
+  int bind_to_any_port(const std::string& host, int socket_flags = 0);
 
   // After stop(): closes the connections that wait for a request or are still sending its headers, so
   // the server ends without waiting out their timeouts. Requests being handled finish.
@@ -99,6 +100,7 @@ class BoundedHttpServer : public httplib::Server {
   bool process_and_close_socket(socket_t sock) override;
   bool admit(Connection& connection);
   bool set_phase(Connection& connection, Phase phase);  // false once the connection is to close
+  void widen_listen_backlog();                          // after a bind
   void release(Connection& connection);
   void write_refusal(int socket, const HttpRefusal& refusal) const;
 

@@ -195,7 +195,6 @@ class OpenAiServer::Impl {
                                  " (in use, or not an address of this machine)");
       port_ = options_.port;
     }
-    server_.widen_listen_backlog();
   }
   int port() const { return port_; }
   void serve() {
